@@ -1,0 +1,176 @@
+package message
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestR7_1_ScopedKeyEncoding(t *testing.T) {
+	cases := []struct {
+		key  IdempotencyKey
+		want string
+		d    ScopeDomain
+		id   uint64
+		ck   string
+	}{
+		{ClusterKey("k"), "1:0:k", ScopeCluster, 0, "k"},
+		{DatabaseKey(12, "k"), "2:12:k", ScopeDatabase, 12, "k"},
+		{CollectionKey(7, "job:1:x"), "3:7:job:1:x", ScopeCollection, 7, "job:1:x"},
+		{CollectionKey(18446744073709551615, "k"), "3:18446744073709551615:k", ScopeCollection, 18446744073709551615, "k"},
+	}
+	for _, c := range cases {
+		if string(c.key) != c.want {
+			t.Errorf("encoded %q, want %q", c.key, c.want)
+		}
+		d, id, ok := c.key.Scope()
+		if !ok || d != c.d || id != c.id || c.key.ClientKey() != c.ck {
+			t.Errorf("%q: scope (%d, %d, %v), client key %q", c.key, d, id, ok, c.key.ClientKey())
+		}
+		if err := c.key.Validate(); err != nil {
+			t.Errorf("%q: %v", c.key, err)
+		}
+	}
+	k, err := ScopedKey(16, 3, "app")
+	if err != nil || k != "16:3:app" {
+		t.Fatalf("ScopedKey = %q, %v", k, err)
+	}
+	if _, err := ScopedKey(0, 3, "app"); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("ScopedKey domain 0: %v", err)
+	}
+}
+
+// TestR7_1_CraftedClientKeyCannotImpersonateScope: a client key that looks
+// like a scope still lands in the caller's scope.
+func TestR7_1_CraftedClientKeyCannotImpersonateScope(t *testing.T) {
+	victim := CollectionKey(9, "k")
+	crafted := []IdempotencyKey{
+		CollectionKey(1, "3:9:k"),
+		ClusterKey("3:9:k"),
+		DatabaseKey(3, "9:k"),
+	}
+	for _, c := range crafted {
+		if c == victim {
+			t.Fatalf("%q equals the victim key", c)
+		}
+		d, id, _ := c.Scope()
+		if d == ScopeCollection && id == 9 {
+			t.Fatalf("%q parsed into the victim's scope", c)
+		}
+	}
+	// Non-canonical spellings of the victim's scope are rejected outright.
+	for _, s := range []string{"3:09:k", "03:9:k", "+3:9:k", "3:+9:k", "3: 9:k", "3:9:", "0:9:k", "3::k", "3:9", ":9:k"} {
+		if _, err := ParseIdempotencyKey(s); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("ParseIdempotencyKey(%q) = %v, want ErrInvalidKey", s, err)
+		}
+	}
+}
+
+func TestR7_1_EmptyClientKeyIsNotIdempotent(t *testing.T) {
+	for _, k := range []IdempotencyKey{ClusterKey(""), DatabaseKey(1, ""), CollectionKey(2, "")} {
+		if k != "" {
+			t.Errorf("empty client key encoded as %q", k)
+		}
+		if _, _, ok := k.Scope(); ok {
+			t.Error("empty key has a scope")
+		}
+		if k.Fingerprint() != "" || k.CheckLength(0) != nil || k.Validate() != nil {
+			t.Error("empty key not treated as absent")
+		}
+	}
+	if k, _ := ScopedKey(20, 1, ""); k != "" {
+		t.Errorf("ScopedKey with empty client key = %q", k)
+	}
+}
+
+func TestR7_1_KeyLengthLimit(t *testing.T) {
+	at := CollectionKey(1, strings.Repeat("x", DefaultMaxKeyLength))
+	over := CollectionKey(1, strings.Repeat("x", DefaultMaxKeyLength+1))
+	if err := at.CheckLength(DefaultMaxKeyLength); err != nil {
+		t.Fatalf("key at the limit rejected: %v", err)
+	}
+	if err := over.CheckLength(DefaultMaxKeyLength); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("key over the limit: %v", err)
+	}
+	if err := ClusterKey("x").CheckLength(0); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("limit 0 accepted a key: %v", err)
+	}
+	// The limit applies to the client's part, not the scope prefix.
+	if err := CollectionKey(18446744073709551615, "abc").CheckLength(3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestR7_7_FingerprintHidesKey(t *testing.T) {
+	k := CollectionKey(5, "secret-request-id")
+	fp := k.Fingerprint()
+	if len(fp) != 32 || strings.Contains(fp, "secret") || fp != k.Fingerprint() {
+		t.Fatalf("fingerprint %q", fp)
+	}
+	if CollectionKey(6, "secret-request-id").Fingerprint() == fp {
+		t.Fatal("fingerprint ignores the scope")
+	}
+}
+
+func TestInvalidUTF8ClientKeyRejected(t *testing.T) {
+	if err := ClusterKey("\xff").Validate(); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// FuzzParseIdempotencyKey: no input panics the parser, and every string it
+// accepts is exactly what the constructors print for its parts, so no two
+// strings name the same (domain, scope, client key) and a key cannot be read
+// into a scope other than the one it was made for.
+func FuzzParseIdempotencyKey(f *testing.F) {
+	for _, s := range []string{"1:0:k", "3:7:a:b", "3:07:k", "", "::", "3:9:", "18446744073709551616:1:x", "4294967295:1:x", "2:1:\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := ParseIdempotencyKey(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidKey) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if s == "" {
+			return
+		}
+		d, id, ok := k.Scope()
+		if !ok {
+			t.Fatalf("%q parsed but has no scope", s)
+		}
+		again, err := ScopedKey(d, id, k.ClientKey())
+		if err != nil || string(again) != s {
+			t.Fatalf("%q re-encodes as %q (%v)", s, again, err)
+		}
+	})
+}
+
+// FuzzScopedKeyRoundTrip: whatever the client key, encoding then parsing gives
+// back the scope it was made for.
+func FuzzScopedKeyRoundTrip(f *testing.F) {
+	f.Add(uint32(3), uint64(9), "k")
+	f.Add(uint32(1), uint64(0), "3:9:k")
+	f.Add(uint32(2), uint64(1), ":")
+	f.Fuzz(func(t *testing.T, d uint32, id uint64, ck string) {
+		k, err := ScopedKey(ScopeDomain(d), id, ck)
+		if d == 0 {
+			if err == nil {
+				t.Fatal("domain 0 accepted")
+			}
+			return
+		}
+		if ck == "" {
+			if k != "" {
+				t.Fatalf("empty client key encoded as %q", k)
+			}
+			return
+		}
+		gd, gid, ok := k.Scope()
+		if !ok || gd != ScopeDomain(d) || gid != id || k.ClientKey() != ck {
+			t.Fatalf("(%d, %d, %q) -> %q -> (%d, %d, %q, %v)", d, id, ck, k, gd, gid, k.ClientKey(), ok)
+		}
+	})
+}

@@ -1,0 +1,207 @@
+package message
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/walcast/walcast/resource"
+)
+
+// Errors returned by this package. Check them with errors.Is.
+var (
+	// ErrInvalidChannel reports a malformed pchannel or vchannel name.
+	ErrInvalidChannel = errors.New("message: invalid channel")
+	// ErrNoTargets reports a broadcast without any target vchannel.
+	ErrNoTargets = errors.New("message: broadcast has no target vchannels")
+	// ErrDuplicateVChannel reports a vchannel named twice in one broadcast.
+	ErrDuplicateVChannel = errors.New("message: duplicate vchannel")
+	// ErrUnstamped reports a broadcast that has no broadcast id yet.
+	ErrUnstamped = errors.New("message: broadcast has no id")
+	// ErrAlreadyStamped reports an attempt to stamp a broadcast twice.
+	ErrAlreadyStamped = errors.New("message: broadcast already has an id")
+	// ErrInvalidType reports a malformed type registration.
+	ErrInvalidType = errors.New("message: invalid type")
+	// ErrUnknownType reports a message whose type is not registered.
+	ErrUnknownType = errors.New("message: unknown type")
+	// ErrInvalidPayload reports a payload its type's validator rejected.
+	ErrInvalidPayload = errors.New("message: invalid payload")
+	// ErrInvalidKey reports a malformed or oversized idempotency key.
+	ErrInvalidKey = errors.New("message: invalid idempotency key")
+	// ErrCorrupt reports bytes that do not decode as a message.
+	ErrCorrupt = errors.New("message: corrupt encoding")
+)
+
+// Message is one control message (SPEC R2.1). A broadcast message carries a
+// BroadcastHeader; once stamped with an id it is immutable: its copies share
+// it, so nobody may modify a stamped message or anything it references.
+type Message struct {
+	Type       Type
+	Payload    []byte
+	Properties map[string]string
+	// IdempotencyKey, if not empty, makes the broadcast idempotent within its
+	// scope (SPEC §7). Build it with the scoped constructors.
+	IdempotencyKey IdempotencyKey
+	// TraceParent and TraceState carry the W3C trace context of the caller,
+	// persisted with the message so callbacks after a restart still join the
+	// caller's trace.
+	TraceParent string
+	TraceState  string
+	Broadcast   BroadcastHeader
+	// Replicate is set on copies written into a secondary cluster's WAL by the
+	// replicator (SPEC §8).
+	Replicate *ReplicateHeader
+}
+
+// BroadcastHeader says where a broadcast goes and what it holds.
+type BroadcastHeader struct {
+	// ID is 0 until the broadcaster stamps the message.
+	ID uint64
+	// VChannels are the targets, each once; after stamping they include the
+	// control channel. A checkpoint's index is its vchannel's position here.
+	VChannels []VChannel
+	// ResourceKeys are exactly the keys the broadcast held, normalised.
+	ResourceKeys []resource.Key
+	// AckSyncUp, when set, makes only consumer acks count (R4.4).
+	AckSyncUp bool
+}
+
+// ReplicateHeader marks a copy replicated from another cluster's WAL.
+type ReplicateHeader struct {
+	SourceCluster   string
+	SourcePChannel  PChannel
+	SourceMessageID uint64
+	SourceTimeTick  uint64
+}
+
+// Option adjusts a broadcast built by NewBroadcast.
+type Option func(*Message)
+
+// WithIdempotencyKey makes the broadcast idempotent under key k; an empty key
+// leaves it not idempotent.
+func WithIdempotencyKey(k IdempotencyKey) Option {
+	return func(m *Message) { m.IdempotencyKey = k }
+}
+
+// WithAckSyncUp makes only consumer acks count for this broadcast.
+func WithAckSyncUp() Option { return func(m *Message) { m.Broadcast.AckSyncUp = true } }
+
+// WithProperty sets a string property.
+func WithProperty(key, value string) Option {
+	return func(m *Message) {
+		if m.Properties == nil {
+			m.Properties = make(map[string]string)
+		}
+		m.Properties[key] = value
+	}
+}
+
+// NewBroadcast builds an unstamped broadcast of payload to the given
+// vchannels. The target set must be non-empty, each vchannel well formed and
+// named once; the control channel is added when the broadcaster stamps the
+// message (R2.2). The payload is not copied.
+func NewBroadcast(t Type, payload []byte, targets []VChannel, opts ...Option) (*Message, error) {
+	if err := checkTargets(targets); err != nil {
+		return nil, err
+	}
+	m := &Message{Type: t, Payload: payload, Broadcast: BroadcastHeader{VChannels: slices.Clone(targets)}}
+	for _, o := range opts {
+		o(m)
+	}
+	if err := m.IdempotencyKey.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func checkTargets(targets []VChannel) error {
+	if len(targets) == 0 {
+		return ErrNoTargets
+	}
+	seen := make(map[VChannel]struct{}, len(targets))
+	for _, v := range targets {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+		if _, dup := seen[v]; dup {
+			return fmt.Errorf("%w: %s", ErrDuplicateVChannel, v)
+		}
+		seen[v] = struct{}{}
+	}
+	return nil
+}
+
+// Stamp returns a stamped copy of the unstamped broadcast m: broadcast id id,
+// the control channel appended to the targets unless already there (R2.2),
+// and keys as the held resource keys. m itself is not modified.
+func (m *Message) Stamp(id uint64, control VChannel, keys []resource.Key) (*Message, error) {
+	if m.Broadcast.ID != 0 {
+		return nil, fmt.Errorf("%w: %d", ErrAlreadyStamped, m.Broadcast.ID)
+	}
+	if id == 0 {
+		return nil, fmt.Errorf("%w: stamp with id 0", ErrUnstamped)
+	}
+	if err := control.Validate(); err != nil {
+		return nil, fmt.Errorf("control channel: %w", err)
+	}
+	if err := checkTargets(m.Broadcast.VChannels); err != nil {
+		return nil, err
+	}
+	s := m.Clone()
+	s.Broadcast.ID = id
+	if !slices.Contains(s.Broadcast.VChannels, control) {
+		s.Broadcast.VChannels = append(s.Broadcast.VChannels, control)
+	}
+	s.Broadcast.ResourceKeys = slices.Clone(keys)
+	return s, nil
+}
+
+// Copy is the part of a broadcast bound for one vchannel. Copies of one
+// broadcast share its (immutable) Message.
+type Copy struct {
+	VChannel VChannel
+	Message  *Message
+}
+
+// Split returns one copy per target vchannel (R2.3). It fails with a typed
+// error if m is unstamped, has no targets, or names a vchannel twice.
+func (m *Message) Split() ([]Copy, error) {
+	if m.Broadcast.ID == 0 {
+		return nil, ErrUnstamped
+	}
+	if err := checkTargets(m.Broadcast.VChannels); err != nil {
+		return nil, err
+	}
+	out := make([]Copy, len(m.Broadcast.VChannels))
+	for i, v := range m.Broadcast.VChannels {
+		out[i] = Copy{VChannel: v, Message: m}
+	}
+	return out, nil
+}
+
+// Index returns the position of v in the broadcast's targets, or -1.
+func (m *Message) Index(v VChannel) int { return slices.Index(m.Broadcast.VChannels, v) }
+
+// Clone returns a deep copy of m.
+func (m *Message) Clone() *Message {
+	c := *m
+	c.Payload = slices.Clone(m.Payload)
+	c.Properties = maps.Clone(m.Properties)
+	c.Broadcast.VChannels = slices.Clone(m.Broadcast.VChannels)
+	c.Broadcast.ResourceKeys = slices.Clone(m.Broadcast.ResourceKeys)
+	if m.Replicate != nil {
+		r := *m.Replicate
+		c.Replicate = &r
+	}
+	return &c
+}
+
+// WithoutReplicateHeader returns a copy of m without its replicate header, as
+// force promote appends a replicated broadcast's missing copies as the new
+// primary's own.
+func (m *Message) WithoutReplicateHeader() *Message {
+	c := *m
+	c.Replicate = nil
+	return &c
+}

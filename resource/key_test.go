@@ -1,0 +1,106 @@
+package resource
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestR3_1_DomainOrder(t *testing.T) {
+	keys := []Key{SharedCluster(), ExclusiveImportJob(3), SharedSnapshot(1, "s"), ExclusivePrivilege(),
+		SharedDatabase("db"), ExclusiveCollection("db", "b"), SharedCollection("db", "a")}
+	got, err := Normalize(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Key{SharedCollection("db", "a"), ExclusiveCollection("db", "b"), SharedDatabase("db"),
+		ExclusivePrivilege(), SharedSnapshot(1, "s"), ExclusiveImportJob(3), SharedCluster()}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+func TestR3_1_RegisterDomain(t *testing.T) {
+	const tenant Domain = 150 // between Collection and Database
+	if err := RegisterDomain(tenant, "Tenant"); err != nil {
+		t.Fatal(err)
+	}
+	if err := RegisterDomain(tenant, "Other"); !errors.Is(err, ErrDomainTaken) {
+		t.Fatalf("re-registering a number: %v", err)
+	}
+	if err := RegisterDomain(151, "Tenant"); !errors.Is(err, ErrDomainTaken) {
+		t.Fatalf("re-registering a name: %v", err)
+	}
+	for _, d := range []Domain{0, Cluster} {
+		if err := RegisterDomain(d, "X"); !errors.Is(err, ErrInvalidKey) {
+			t.Fatalf("RegisterDomain(%d): %v", d, err)
+		}
+	}
+	if err := RegisterDomain(152, "not an ident"); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("bad name: %v", err)
+	}
+	got, err := Normalize([]Key{SharedDatabase("d"), {Domain: tenant, Name: "t1", Mode: Exclusive}, SharedCollection("d", "c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[1].Domain != tenant {
+		t.Fatalf("registered domain out of place: %v", got)
+	}
+	k, err := Parse("Tenant:t1@X")
+	if err != nil || k != (Key{Domain: tenant, Name: "t1", Mode: Exclusive}) {
+		t.Fatalf("Parse = %v, %v", k, err)
+	}
+}
+
+func TestR3_4_ClusterKeyAddedUnlessPresent(t *testing.T) {
+	got, err := WithClusterKey([]Key{ExclusiveCollection("d", "c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1] != SharedCluster() {
+		t.Fatalf("got %v", got)
+	}
+	got, err = WithClusterKey([]Key{ExclusiveCluster(), SharedDatabase("d")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1] != ExclusiveCluster() {
+		t.Fatalf("got %v", got)
+	}
+	got, err = WithClusterKey(nil)
+	if err != nil || len(got) != 1 || got[0] != SharedCluster() {
+		t.Fatalf("got %v, %v", got, err)
+	}
+}
+
+func TestKeyStringParseRoundTrip(t *testing.T) {
+	for _, k := range []Key{ExclusiveCollection("db", "a:b@c"), SharedDatabase(""), ExclusiveCluster(), SharedSnapshot(9, "x@y")} {
+		got, err := Parse(k.String())
+		if err != nil || got != k {
+			t.Errorf("Parse(%q) = %v, %v", k.String(), got, err)
+		}
+	}
+	for _, s := range []string{"", "Collection", "Nope:x@R", "Database:x@Z", "Database:x", "Database@R"} {
+		if _, err := Parse(s); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("Parse(%q) = %v, want ErrInvalidKey", s, err)
+		}
+	}
+}
+
+func TestConflicts(t *testing.T) {
+	cases := []struct {
+		a, b Key
+		want bool
+	}{
+		{SharedDatabase("a"), SharedDatabase("a"), false},
+		{SharedDatabase("a"), ExclusiveDatabase("a"), true},
+		{ExclusiveDatabase("a"), ExclusiveDatabase("b"), false},
+		{ExclusiveCluster(), SharedCluster(), true},
+		{ExclusiveDatabase("a"), ExclusiveCollection("a", ""), false},
+	}
+	for _, c := range cases {
+		if got := c.a.Conflicts(c.b); got != c.want {
+			t.Errorf("%v conflicts %v = %v", c.a, c.b, got)
+		}
+	}
+}

@@ -1,0 +1,448 @@
+package resource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"pgregory.net/rapid"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counters record, per key, how many goroutines are inside a critical section
+// in each mode, so the property test can check mutual exclusion directly.
+type counters struct {
+	shared    atomic.Int32
+	exclusive atomic.Int32
+}
+
+func (c *counters) enter(k Key) error {
+	if k.Mode == Exclusive {
+		if n := c.exclusive.Add(1); n != 1 {
+			return fmt.Errorf("%s: %d exclusive holders", k, n)
+		}
+		if n := c.shared.Load(); n != 0 {
+			return fmt.Errorf("%s: exclusive holder with %d shared holders", k, n)
+		}
+		return nil
+	}
+	c.shared.Add(1)
+	if n := c.exclusive.Load(); n != 0 {
+		return fmt.Errorf("%s: shared holder with %d exclusive holders", k, n)
+	}
+	return nil
+}
+
+func (c *counters) leave(k Key) {
+	if k.Mode == Exclusive {
+		c.exclusive.Add(-1)
+	} else {
+		c.shared.Add(-1)
+	}
+}
+
+// TestR3_3_NoDeadlockAndMutualExclusion locks random subsets of a small key
+// space, in random orders and modes, from many goroutines, and checks inside
+// every critical section that no conflicting holder exists. The run must
+// finish within a bound, which is how a deadlock would show.
+func TestR3_3_NoDeadlockAndMutualExclusion(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		space := []lockID{{Collection, "db:a"}, {Collection, "db:b"}, {Database, "db"}, {Privilege, ""}, {Cluster, ""}}
+		ctrs := make(map[lockID]*counters, len(space))
+		for _, id := range space {
+			ctrs[id] = &counters{}
+		}
+		workers := rapid.IntRange(2, 12).Draw(t, "workers")
+		rounds := rapid.IntRange(1, 40).Draw(t, "rounds")
+		plans := make([][][]Key, workers)
+		holds := make([][]time.Duration, workers)
+		for w := range plans {
+			plans[w] = make([][]Key, rounds)
+			holds[w] = make([]time.Duration, rounds)
+			for r := range plans[w] {
+				n := rapid.IntRange(1, 4).Draw(t, "nkeys")
+				for range n {
+					id := rapid.SampledFrom(space).Draw(t, "key")
+					m := rapid.SampledFrom([]Mode{Shared, Exclusive}).Draw(t, "mode")
+					plans[w][r] = append(plans[w][r], Key{Domain: id.domain, Name: id.name, Mode: m})
+				}
+				holds[w][r] = time.Duration(rapid.IntRange(0, 50).Draw(t, "hold")) * time.Microsecond
+			}
+		}
+		l := NewLocker()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*rounds*4)
+		for w := range workers {
+			wg.Go(func() {
+				for r, keys := range plans[w] {
+					g, err := l.Lock(ctx, keys...)
+					if err != nil {
+						errs <- fmt.Errorf("worker %d: %w (deadlock?)", w, err)
+						return
+					}
+					held := g.Keys()
+					for _, k := range held {
+						if err := ctrs[lockID{k.Domain, k.Name}].enter(k); err != nil {
+							errs <- err
+						}
+					}
+					time.Sleep(holds[w][r])
+					for _, k := range held {
+						ctrs[lockID{k.Domain, k.Name}].leave(k)
+					}
+					g.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := l.Len(); n != 0 {
+			t.Fatalf("lock table has %d entries after every guard was released", n)
+		}
+	})
+}
+
+// TestR3_3_OppositeOrdersDoNotDeadlock is the classic AB/BA case.
+func TestR3_3_OppositeOrdersDoNotDeadlock(t *testing.T) {
+	l := NewLocker()
+	a, b := ExclusiveCollection("db", "a"), ExclusiveCollection("db", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			for range 2000 {
+				keys := []Key{a, b}
+				if i == 1 {
+					keys = []Key{b, a}
+				}
+				g, err := l.Lock(ctx, keys...)
+				if err != nil {
+					t.Errorf("deadlock: %v", err)
+					return
+				}
+				g.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestR3_3_SharedAndExclusiveSameKeyMeansExclusive checks that naming a key
+// in both modes neither self-deadlocks nor lets a second locker in.
+func TestR3_3_SharedAndExclusiveSameKeyMeansExclusive(t *testing.T) {
+	l := NewLocker()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g, err := l.Lock(ctx, SharedDatabase("db"), ExclusiveDatabase("db"), SharedDatabase("db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Unlock()
+	if keys := g.Keys(); len(keys) != 1 || keys[0] != ExclusiveDatabase("db") {
+		t.Fatalf("held %v, want only the exclusive key", keys)
+	}
+	if _, err := l.TryLock(SharedDatabase("db")); !errors.Is(err, ErrConflict) {
+		t.Fatalf("shared TryLock against an exclusive holder: %v, want ErrConflict", err)
+	}
+}
+
+// TestR3_5_ExclusiveWaiterNotStarvedByReaders keeps a continuous stream of
+// shared lockers going and checks that a queued exclusive locker gets in.
+func TestR3_5_ExclusiveWaiterNotStarvedByReaders(t *testing.T) {
+	l := NewLocker()
+	k := SharedCollection("db", "c")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Readers overlap each other, so without fairness the key would never
+	// be free of shared holders.
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				g, err := l.Lock(ctx, k)
+				if err != nil {
+					return
+				}
+				time.Sleep(200 * time.Microsecond)
+				g.Unlock()
+			}
+		})
+	}
+	time.Sleep(5 * time.Millisecond)
+	g, err := l.Lock(ctx, ExclusiveCollection("db", "c"))
+	close(stop)
+	if err != nil {
+		wg.Wait()
+		t.Fatalf("exclusive locker starved: %v", err)
+	}
+	g.Unlock()
+	wg.Wait()
+}
+
+// TestR3_5_CancelledWaiterLeavesTableClean cancels a queued waiter and
+// checks that it holds nothing afterwards, that the request queued behind it
+// proceeds, and that the table empties.
+func TestR3_5_CancelledWaiterLeavesTableClean(t *testing.T) {
+	l := NewLocker()
+	bg := context.Background()
+	holder, err := l.Lock(bg, SharedDatabase("db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter takes Collection first (free), then queues on Database.
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(ctx, ExclusiveCollection("db", "c"), ExclusiveDatabase("db"))
+		done <- err
+	}()
+	waitFor(t, func() bool { return waiters(l, Database, "db") == 1 })
+	// A shared request queues behind the exclusive waiter (fairness).
+	behind := make(chan *Guard, 1)
+	go func() {
+		g, err := l.Lock(bg, SharedDatabase("db"))
+		if err != nil {
+			t.Error(err)
+		}
+		behind <- g
+	}()
+	waitFor(t, func() bool { return waiters(l, Database, "db") == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock returned %v", err)
+	}
+	g := <-behind // granted once the exclusive waiter left the queue
+	c, err := l.TryLock(ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatalf("collection key still held after the waiter was cancelled: %v", err)
+	}
+	c.Unlock()
+	g.Unlock()
+	holder.Unlock()
+	if n := l.Len(); n != 0 {
+		t.Fatalf("lock table has %d entries, want 0: %+v", n, l.Snapshot())
+	}
+}
+
+// TestR3_5_CancelledWaiterAfterTryLockLeavesNothing is a smaller check that a
+// Lock cancelled while queued leaves the table exactly as it found it.
+func TestR3_5_CancelledWaiterAfterTryLockLeavesNothing(t *testing.T) {
+	l := NewLocker()
+	g, err := l.TryLock(ExclusiveCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.Lock(ctx, SharedDatabase("x"), SharedCluster()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock behind an exclusive cluster holder: %v", err)
+	}
+	if n := l.Len(); n != 1 {
+		t.Fatalf("table has %d entries, want only the cluster key", n)
+	}
+	g.Unlock()
+	if n := l.Len(); n != 0 {
+		t.Fatalf("table has %d entries after unlock", n)
+	}
+}
+
+// TestR3_5_TryLockIgnoresQueuedWriter: a shared TryLock succeeds while an
+// exclusive Lock is queued behind shared holders, because nothing held
+// conflicts with it. It fails only against a real conflicting holder.
+func TestR3_5_TryLockIgnoresQueuedWriter(t *testing.T) {
+	l := NewLocker()
+	r1, err := l.Lock(context.Background(), SharedCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := make(chan *Guard, 1)
+	go func() {
+		g, err := l.Lock(context.Background(), ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Error(err)
+		}
+		writer <- g
+	}()
+	waitFor(t, func() bool { return waiters(l, Collection, "db:c") == 1 })
+	r2, err := l.TryLock(SharedCollection("db", "c"))
+	if err != nil {
+		t.Fatalf("shared TryLock failed with only a queued writer: %v", err)
+	}
+	if _, err := l.TryLock(ExclusiveCollection("db", "c")); !errors.Is(err, ErrConflict) {
+		t.Fatalf("exclusive TryLock against shared holders: %v, want ErrConflict", err)
+	}
+	r1.Unlock()
+	select {
+	case <-writer:
+		t.Fatal("writer granted while a shared holder remains")
+	case <-time.After(10 * time.Millisecond):
+	}
+	r2.Unlock()
+	w := <-writer
+	w.Unlock()
+	if n := l.Len(); n != 0 {
+		t.Fatalf("table has %d entries", n)
+	}
+}
+
+func TestTryLockIsAllOrNothing(t *testing.T) {
+	l := NewLocker()
+	g, err := l.TryLock(ExclusiveDatabase("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryLock(ExclusiveDatabase("a"), ExclusiveDatabase("b")); !errors.Is(err, ErrConflict) {
+		t.Fatalf("got %v, want ErrConflict", err)
+	}
+	if _, err := l.TryLock(ExclusiveDatabase("a")); err != nil {
+		t.Fatalf("a failed TryLock kept key a: %v", err)
+	}
+	g.Unlock()
+}
+
+func TestGuardUnlockOnceInReverse(t *testing.T) {
+	l := NewLocker()
+	g, err := l.Lock(context.Background(), ExclusiveCluster(), ExclusiveDatabase("d"), SharedCollection("d", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Key{SharedCollection("d", "c"), ExclusiveDatabase("d"), ExclusiveCluster()}
+	if got := g.Keys(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("acquisition order %v, want %v", got, want)
+	}
+	g.Unlock()
+	// A second holder takes the keys; a repeated Unlock of the old guard must
+	// not release them.
+	g2, err := l.TryLock(ExclusiveDatabase("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Unlock()
+	if _, err := l.TryLock(ExclusiveDatabase("d")); !errors.Is(err, ErrConflict) {
+		t.Fatalf("second Unlock released someone else's key: %v", err)
+	}
+	g2.Unlock()
+	var nilGuard *Guard
+	nilGuard.Unlock()
+}
+
+func TestR3_7_SnapshotShowsHoldersAndWaiters(t *testing.T) {
+	l := NewLocker()
+	g, err := l.Lock(context.Background(), ExclusiveDatabase("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetOwner("broadcast 7")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = l.Lock(ctx, SharedDatabase("d"))
+	}()
+	waitFor(t, func() bool { return waiters(l, Database, "d") == 1 })
+	snap := l.Snapshot()
+	if len(snap) != 1 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	ks := snap[0]
+	if ks.Domain != Database || ks.Name != "d" || len(ks.Holders) != 1 || ks.Holders[0].Owner != "broadcast 7" ||
+		ks.Holders[0].Mode != Exclusive || len(ks.Waiters) != 1 || ks.Waiters[0].Mode != Shared {
+		t.Fatalf("snapshot %+v", ks)
+	}
+	if ks.Holders[0].Since.IsZero() || time.Since(ks.Waiters[0].Since) < 0 {
+		t.Fatalf("missing ages in %+v", ks)
+	}
+	cancel()
+	<-done
+	g.Unlock()
+	if len(l.Snapshot()) != 0 {
+		t.Fatal("snapshot not empty after release")
+	}
+}
+
+func TestLockRejectsInvalidKeys(t *testing.T) {
+	l := NewLocker()
+	for _, k := range []Key{{Domain: 7, Name: "x", Mode: Shared}, {Domain: Database, Name: "x"}, {Domain: Database, Name: "\xff", Mode: Shared}} {
+		if _, err := l.Lock(context.Background(), k); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("Lock(%+v) = %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := l.TryLock(k); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("TryLock(%+v) = %v, want ErrInvalidKey", k, err)
+		}
+	}
+	if l.Len() != 0 {
+		t.Fatal("invalid keys left entries")
+	}
+}
+
+func waiters(l *Locker, d Domain, name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.table[lockID{d, name}]; ok {
+		return len(e.waiters)
+	}
+	return 0
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func BenchmarkLockUnlock3Keys(b *testing.B) {
+	l := NewLocker()
+	ctx := context.Background()
+	keys := []Key{ExclusiveCollection("db", "orders"), SharedDatabase("db"), SharedCluster()}
+	b.ReportAllocs()
+	for b.Loop() {
+		g, err := l.Lock(ctx, keys...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Unlock()
+	}
+}
+
+// BenchmarkLockUnlock3KeysContended runs parallel lockers on a small key
+// space: half the collection keys collide, all share the database and cluster.
+func BenchmarkLockUnlock3KeysContended(b *testing.B) {
+	l := NewLocker()
+	ctx := context.Background()
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := n.Add(1)
+		keys := []Key{ExclusiveCollection("db", fmt.Sprint("c", i%4)), SharedDatabase("db"), SharedCluster()}
+		for pb.Next() {
+			g, err := l.Lock(ctx, keys...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			g.Unlock()
+		}
+	})
+}
