@@ -1,0 +1,163 @@
+package catalog
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Group is a Catalog that coalesces concurrent Commits into shared
+// transactions of the Catalog it wraps (group commit, SPEC R4.9). Each
+// caller's ops stay together in one transaction, so a caller's atomicity is
+// kept; callers whose keys overlap go into successive transactions in arrival
+// order; a transaction never exceeds the wrapped catalog's Limits.
+//
+// While one transaction is in flight, new Commits queue; when it returns, the
+// next transaction takes everything queued that fits. Under load the number
+// of round trips per Commit falls well below one; alone, a Commit costs one
+// round trip as before.
+//
+// If the shared transaction fails, every caller in it gets that error, with
+// the same meaning (definite or ambiguous) as for a single Commit.
+type Group struct {
+	c       Catalog
+	timeout time.Duration
+
+	mu sync.Mutex
+	// queue holds Commits not yet taken into a transaction; flushing says a
+	// flush goroutine is running. Protected by mu.
+	queue    []*groupCall
+	flushing bool
+
+	trips atomic.Int64
+	calls atomic.Int64
+}
+
+type groupCall struct {
+	ops  []Op
+	err  error
+	done chan struct{}
+}
+
+// NewGroup wraps c. timeout bounds each shared transaction (callers' own
+// contexts cannot, since a transaction serves many callers); 0 means 30s.
+func NewGroup(c Catalog, timeout time.Duration) *Group {
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	return &Group{c: c, timeout: timeout}
+}
+
+// Commit queues ops for the next shared transaction and waits for it. If ctx
+// ends first, Commit returns ctx.Err(), an ambiguous error: the ops may still
+// be committed.
+func (g *Group) Commit(ctx context.Context, ops ...Op) error {
+	if err := Check(g.c.Limits(), ops); err != nil {
+		return err
+	}
+	g.calls.Add(1)
+	call := &groupCall{ops: ops, done: make(chan struct{})}
+	g.mu.Lock()
+	g.queue = append(g.queue, call)
+	if !g.flushing {
+		g.flushing = true
+		go g.flush()
+	}
+	g.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush commits queued calls until the queue is empty, then exits.
+func (g *Group) flush() {
+	lim := g.c.Limits()
+	for {
+		g.mu.Lock()
+		batch := g.take(lim)
+		if len(batch) == 0 {
+			g.flushing = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		var ops []Op
+		if len(batch) == 1 {
+			ops = batch[0].ops
+		} else {
+			for _, c := range batch {
+				ops = append(ops, c.ops...)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+		err := g.c.Commit(ctx, ops...)
+		cancel()
+		g.trips.Add(1)
+		for _, c := range batch {
+			c.err = err
+			close(c.done)
+		}
+	}
+}
+
+// take removes from the queue the longest prefix of calls that fits one
+// transaction with distinct keys. Caller holds g.mu.
+func (g *Group) take(lim Limits) []*groupCall {
+	n, ops, bytes := 0, 0, 0
+	var keys map[string]struct{}
+	for _, c := range g.queue {
+		size := Size(c.ops)
+		if n > 0 && (ops+len(c.ops) > lim.MaxOps || bytes+size > lim.MaxBytes) {
+			break
+		}
+		if n > 0 && keys == nil {
+			keys = make(map[string]struct{})
+			for _, o := range g.queue[0].ops {
+				keys[o.Key] = struct{}{}
+			}
+		}
+		if n > 0 {
+			clash := false
+			for _, o := range c.ops {
+				if _, ok := keys[o.Key]; ok {
+					clash = true
+					break
+				}
+			}
+			if clash {
+				break
+			}
+			for _, o := range c.ops {
+				keys[o.Key] = struct{}{}
+			}
+		}
+		n++
+		ops += len(c.ops)
+		bytes += size
+	}
+	batch := make([]*groupCall, n)
+	copy(batch, g.queue[:n])
+	rest := copy(g.queue, g.queue[n:])
+	clear(g.queue[rest:])
+	g.queue = g.queue[:rest]
+	return batch
+}
+
+// Get reads from the wrapped catalog.
+func (g *Group) Get(ctx context.Context, key string) ([]byte, error) { return g.c.Get(ctx, key) }
+
+// List reads from the wrapped catalog.
+func (g *Group) List(ctx context.Context, prefix string, fn func(string, []byte) error) error {
+	return g.c.List(ctx, prefix, fn)
+}
+
+// Limits are the wrapped catalog's.
+func (g *Group) Limits() Limits { return g.c.Limits() }
+
+// RoundTrips returns how many transactions Group sent to the wrapped catalog,
+// and how many Commits it was given.
+func (g *Group) RoundTrips() (trips, commits int64) { return g.trips.Load(), g.calls.Load() }

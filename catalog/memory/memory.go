@@ -1,0 +1,244 @@
+// Package memory is an in-memory catalog for unit tests and simulation, with
+// fault injection. It is not durable: it stands in for etcd only in tests that
+// say so.
+//
+// A Store is the "durable" state shared by handles. Each handle (Catalog) is a
+// leadership term: Store.Open returns a handle at a new term and fences every
+// older handle, whose Commits then fail with catalog.ErrFenced. That models a
+// coordinator replaced after a crash or a lost election.
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/walcast/walcast/catalog"
+)
+
+// Fault is what an injected fault does to one Commit.
+type Fault int
+
+const (
+	// None lets the Commit through.
+	None Fault = iota
+	// Fail rejects the Commit definitely: nothing is applied and the error
+	// wraps catalog.ErrNotApplied.
+	Fail
+	// Hang blocks the Commit until its context ends; nothing is applied.
+	Hang
+	// LoseAnswer applies the Commit and then returns an ambiguous error, as
+	// when the reply of a successful write is lost.
+	LoseAnswer
+)
+
+// ErrInjected is the error of injected Fail and LoseAnswer faults.
+var ErrInjected = errors.New("memory catalog: injected fault")
+
+// DefaultLimits mirror etcd's defaults, so tests meet the same bounds.
+var DefaultLimits = catalog.Limits{MaxOps: 128, MaxBytes: 1536 * 1024}
+
+// Store is the shared state behind Catalog handles.
+type Store struct {
+	mu     sync.Mutex
+	data   map[string][]byte
+	term   uint64
+	closed bool
+	limits catalog.Limits
+	next   []Fault
+	hook   func(ops []catalog.Op) Fault
+	// applied counts Commits that changed the data.
+	applied int
+}
+
+// NewStore returns an empty store with DefaultLimits.
+func NewStore() *Store { return &Store{data: make(map[string][]byte), limits: DefaultLimits} }
+
+// New returns a handle on a fresh store.
+func New() *Catalog { return NewStore().Open() }
+
+// Open returns a handle at a new term, fencing every older handle.
+func (s *Store) Open() *Catalog {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.term++
+	return &Catalog{s: s, term: s.term}
+}
+
+// SetLimits changes the transaction bounds.
+func (s *Store) SetLimits(l catalog.Limits) {
+	s.mu.Lock()
+	s.limits = l
+	s.mu.Unlock()
+}
+
+// FailNext makes the next n Commits (of any handle) suffer fault f.
+func (s *Store) FailNext(n int, f Fault) {
+	s.mu.Lock()
+	for range n {
+		s.next = append(s.next, f)
+	}
+	s.mu.Unlock()
+}
+
+// SetHook installs a function consulted on every Commit that FailNext did not
+// already fault; nil removes it. The hook runs with the store locked: it must
+// not call the store.
+func (s *Store) SetHook(h func(ops []catalog.Op) Fault) {
+	s.mu.Lock()
+	s.hook = h
+	s.mu.Unlock()
+}
+
+// Close makes every handle fail with catalog.ErrClosed.
+func (s *Store) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// Applied returns how many Commits were applied.
+func (s *Store) Applied() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
+// Keys returns every key, sorted.
+func (s *Store) Keys(prefix string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.data {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Catalog is one handle on a Store, at one term.
+type Catalog struct {
+	s    *Store
+	term uint64
+}
+
+var _ catalog.Catalog = (*Catalog)(nil)
+
+// Store returns the store behind the handle.
+func (c *Catalog) Store() *Store { return c.s }
+
+// Reopen returns a handle at a new term on the same store, fencing c.
+func (c *Catalog) Reopen() *Catalog { return c.s.Open() }
+
+// Commit applies ops atomically, unless fenced, closed or faulted.
+func (c *Catalog) Commit(ctx context.Context, ops ...catalog.Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := c.s
+	s.mu.Lock()
+	if err := catalog.Check(s.limits, ops); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return catalog.ErrClosed
+	}
+	if c.term != s.term {
+		s.mu.Unlock()
+		return fmt.Errorf("%w (term %d, current %d)", catalog.ErrFenced, c.term, s.term)
+	}
+	f := None
+	if len(s.next) > 0 {
+		f = s.next[0]
+		s.next = s.next[1:]
+	} else if s.hook != nil {
+		f = s.hook(ops)
+	}
+	switch f {
+	case Fail:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %w", catalog.ErrNotApplied, ErrInjected)
+	case Hang:
+		s.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	for _, o := range ops {
+		if o.Delete {
+			delete(s.data, o.Key)
+		} else {
+			s.data[o.Key] = slices.Clone(o.Value)
+		}
+	}
+	s.applied++
+	s.mu.Unlock()
+	if f == LoseAnswer {
+		return fmt.Errorf("%w: answer lost after the commit was applied", ErrInjected)
+	}
+	return nil
+}
+
+// Get returns the value under key.
+func (c *Catalog) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.s.closed {
+		return nil, catalog.ErrClosed
+	}
+	v, ok := c.s.data[key]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", catalog.ErrNotFound, key)
+	}
+	return slices.Clone(v), nil
+}
+
+// List calls fn for each key with prefix, in key order, from a snapshot taken
+// when List starts.
+func (c *Catalog) List(ctx context.Context, prefix string, fn func(string, []byte) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.s.mu.Lock()
+	if c.s.closed {
+		c.s.mu.Unlock()
+		return catalog.ErrClosed
+	}
+	type kv struct {
+		k string
+		v []byte
+	}
+	var snap []kv
+	for k, v := range c.s.data {
+		if strings.HasPrefix(k, prefix) {
+			snap = append(snap, kv{k, v})
+		}
+	}
+	c.s.mu.Unlock()
+	slices.SortFunc(snap, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	for _, e := range snap {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Limits returns the store's transaction bounds.
+func (c *Catalog) Limits() catalog.Limits {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.limits
+}

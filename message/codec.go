@@ -1,0 +1,86 @@
+package message
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walcast/walcast/internal/durablepb"
+	"github.com/walcast/walcast/resource"
+)
+
+// Marshal encodes m in walcast's durable format (the Message of
+// proto/walcast/durable/v1/durable.proto).
+func Marshal(m *Message) ([]byte, error) {
+	pb := &durablepb.Message{
+		TypeName:       m.Type.Name,
+		TypeVersion:    m.Type.Version,
+		Payload:        m.Payload,
+		Properties:     m.Properties,
+		IdempotencyKey: string(m.IdempotencyKey),
+		TraceParent:    m.TraceParent,
+		TraceState:     m.TraceState,
+		BroadcastId:    m.Broadcast.ID,
+		AckSyncUp:      m.Broadcast.AckSyncUp,
+	}
+	if n := len(m.Broadcast.VChannels); n > 0 {
+		pb.Vchannels = make([]string, n)
+		for i, v := range m.Broadcast.VChannels {
+			pb.Vchannels[i] = string(v)
+		}
+	}
+	if n := len(m.Broadcast.ResourceKeys); n > 0 {
+		pb.ResourceKeys = make([]*durablepb.ResourceKey, n)
+		for i, k := range m.Broadcast.ResourceKeys {
+			pb.ResourceKeys[i] = &durablepb.ResourceKey{Domain: uint32(k.Domain), Name: k.Name, Exclusive: k.Mode == resource.Exclusive}
+		}
+	}
+	if r := m.Replicate; r != nil {
+		pb.Replicate = &durablepb.ReplicateHeader{SourceCluster: r.SourceCluster, SourcePchannel: string(r.SourcePChannel),
+			SourceMessageId: r.SourceMessageID, SourceTimeTick: r.SourceTimeTick}
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(pb)
+}
+
+// Unmarshal decodes a message written by Marshal. Bytes that do not decode,
+// or decode to a message with an invalid domain or mode, give an error
+// wrapping ErrCorrupt.
+func Unmarshal(b []byte) (*Message, error) {
+	var pb durablepb.Message
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	m := &Message{
+		Type:           Type{Name: pb.TypeName, Version: pb.TypeVersion},
+		Payload:        pb.Payload,
+		Properties:     pb.Properties,
+		IdempotencyKey: IdempotencyKey(pb.IdempotencyKey),
+		TraceParent:    pb.TraceParent,
+		TraceState:     pb.TraceState,
+		Broadcast:      BroadcastHeader{ID: pb.BroadcastId, AckSyncUp: pb.AckSyncUp},
+	}
+	if n := len(pb.Vchannels); n > 0 {
+		m.Broadcast.VChannels = make([]VChannel, n)
+		for i, v := range pb.Vchannels {
+			m.Broadcast.VChannels[i] = VChannel(v)
+		}
+	}
+	if n := len(pb.ResourceKeys); n > 0 {
+		m.Broadcast.ResourceKeys = make([]resource.Key, n)
+		for i, k := range pb.ResourceKeys {
+			mode := resource.Shared
+			if k.Exclusive {
+				mode = resource.Exclusive
+			}
+			if k.Domain > 0xffff {
+				return nil, fmt.Errorf("%w: resource domain %d", ErrCorrupt, k.Domain)
+			}
+			m.Broadcast.ResourceKeys[i] = resource.Key{Domain: resource.Domain(k.Domain), Name: k.Name, Mode: mode}
+		}
+	}
+	if r := pb.Replicate; r != nil {
+		m.Replicate = &ReplicateHeader{SourceCluster: r.SourceCluster, SourcePChannel: PChannel(r.SourcePchannel),
+			SourceMessageID: r.SourceMessageId, SourceTimeTick: r.SourceTimeTick}
+	}
+	return m, nil
+}
