@@ -18,7 +18,7 @@ type backend struct{}
 
 func (backend) Open(_ *testing.T, ps ...message.PChannel) wal.Log { return New(ps...) }
 func (backend) Stop(_ *testing.T, l wal.Log)                      { _ = l.Close() }
-func (backend) Dedups() bool                                     { return true }
+func (backend) Dedups() bool                                      { return true }
 
 func TestConformance(t *testing.T) { waltest.Run(t, backend{}) }
 
