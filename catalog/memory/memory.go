@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/walcast/walcast/catalog"
 )
@@ -50,6 +51,8 @@ type Store struct {
 	limits catalog.Limits
 	next   []Fault
 	hook   func(ops []catalog.Op) Fault
+	// latency delays every Commit, to model a real store's round trip.
+	latency time.Duration
 	// applied counts Commits that changed the data.
 	applied int
 }
@@ -72,6 +75,14 @@ func (s *Store) Open() *Catalog {
 func (s *Store) SetLimits(l catalog.Limits) {
 	s.mu.Lock()
 	s.limits = l
+	s.mu.Unlock()
+}
+
+// SetLatency delays every Commit by d (outside the store's lock), so that
+// concurrent commits overlap as they would against a real store.
+func (s *Store) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	s.latency = d
 	s.mu.Unlock()
 }
 
@@ -142,6 +153,12 @@ func (c *Catalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 	}
 	s := c.s
 	s.mu.Lock()
+	lat := s.latency
+	s.mu.Unlock()
+	if lat > 0 && !sleepCtx(ctx, lat) {
+		return ctx.Err()
+	}
+	s.mu.Lock()
 	if err := catalog.Check(s.limits, ops); err != nil {
 		s.mu.Unlock()
 		return err
@@ -183,6 +200,17 @@ func (c *Catalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 		return fmt.Errorf("%w: answer lost after the commit was applied", ErrInjected)
 	}
 	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Get returns the value under key.

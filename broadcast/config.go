@@ -1,0 +1,187 @@
+package broadcast
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// Config configures a Broadcaster. Catalog, WAL, Types and ControlChannel are
+// required; every other field has the default SPEC.md gives it.
+type Config struct {
+	// Catalog holds the task records. Wrap it in catalog.NewGroup (the etcd
+	// catalog does so itself) to let concurrent broadcasts share commits.
+	Catalog catalog.Catalog
+	// WAL receives the copies.
+	WAL *wal.WAL
+	// Types are the message types the broadcaster accepts.
+	Types *message.Registry
+	// Callbacks are the ack callbacks per type. Register every callback
+	// before New: recovery may run callbacks of recovered tasks at once, and
+	// a type without a callback completes without one.
+	Callbacks *Callbacks
+	// ControlChannel is the cluster's control channel (R2.2, R5.4).
+	ControlChannel message.VChannel
+	// Prefix is prepended to every catalog key the broadcaster writes.
+	// Default "walcast/".
+	Prefix string
+
+	// ConcurrencyRatio × CPUs bounds concurrent WAL appends (R4.3).
+	// Default 4.
+	ConcurrencyRatio float64
+	// Backoff paces append, persist and callback retries: Initial 10 ms,
+	// Multiplier 2, Max 10 s by default (R4.3, R5.2).
+	Backoff Backoff
+	// Tombstone retention (R6.1).
+	Tombstone TombstoneConfig
+	// MaxKeyLength bounds new client idempotency keys, in bytes. Default 256.
+	// Lowering it never breaks retries of keys already accepted.
+	MaxKeyLength int
+	// MaxMessageBytes bounds an encoded broadcast message. Default 256 KiB;
+	// it must leave room in one catalog transaction and one WAL entry.
+	MaxMessageBytes int
+
+	// Admit, if set, is called before a broadcast takes its locks; an error
+	// refuses the broadcast (the replication role check returns
+	// ErrNotPrimary there).
+	Admit func(ctx context.Context) error
+	// Logger receives structured logs; idempotency keys appear only as
+	// fingerprints. Default slog.Default().
+	Logger *slog.Logger
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+	// Observer receives events for metrics. Default none.
+	Observer Observer
+}
+
+// Backoff is an exponential retry schedule.
+type Backoff struct {
+	Initial    time.Duration
+	Multiplier float64
+	Max        time.Duration
+}
+
+func (b Backoff) new() *backoff.ExponentialBackOff {
+	e := backoff.NewExponentialBackOff()
+	e.InitialInterval = b.Initial
+	e.Multiplier = b.Multiplier
+	e.MaxInterval = b.Max
+	e.RandomizationFactor = 0
+	e.Reset()
+	return e
+}
+
+// TombstoneConfig says how long finished tasks are kept for deduplication.
+// A tombstone is deleted when it is older than MaxLifetime or beyond the
+// newest MaxCount, whichever comes first, checked every CheckInterval and
+// after each new tombstone.
+type TombstoneConfig struct {
+	MaxLifetime   time.Duration // default 24h
+	MaxCount      int           // default 8192
+	CheckInterval time.Duration // default 5m
+}
+
+// Defaults returns cfg with every unset field at its default.
+func (cfg Config) withDefaults() Config {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "walcast/"
+	}
+	if cfg.ConcurrencyRatio == 0 {
+		cfg.ConcurrencyRatio = 4
+	}
+	if cfg.Backoff.Initial == 0 {
+		cfg.Backoff.Initial = 10 * time.Millisecond
+	}
+	if cfg.Backoff.Multiplier == 0 {
+		cfg.Backoff.Multiplier = 2
+	}
+	if cfg.Backoff.Max == 0 {
+		cfg.Backoff.Max = 10 * time.Second
+	}
+	if cfg.Tombstone.MaxLifetime == 0 {
+		cfg.Tombstone.MaxLifetime = 24 * time.Hour
+	}
+	if cfg.Tombstone.MaxCount == 0 {
+		cfg.Tombstone.MaxCount = 8192
+	}
+	if cfg.Tombstone.CheckInterval == 0 {
+		cfg.Tombstone.CheckInterval = 5 * time.Minute
+	}
+	if cfg.MaxKeyLength == 0 {
+		cfg.MaxKeyLength = message.DefaultMaxKeyLength
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = 256 << 10
+	}
+	if cfg.Callbacks == nil {
+		cfg.Callbacks = NewCallbacks()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	return cfg
+}
+
+// entryOverhead is room left in a WAL entry and a catalog transaction beyond
+// the message itself: vchannel lists, checkpoints, record fields.
+const entryOverhead = 64 << 10
+
+func (cfg Config) validate() error {
+	bad := func(setting, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, setting, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case cfg.Catalog == nil:
+		return bad("Catalog", "required")
+	case cfg.WAL == nil:
+		return bad("WAL", "required")
+	case cfg.Types == nil:
+		return bad("Types", "required")
+	}
+	if err := cfg.ControlChannel.Validate(); err != nil {
+		return bad("ControlChannel", "%v", err)
+	}
+	if cfg.ConcurrencyRatio < 0 {
+		return bad("ConcurrencyRatio", "%v is negative", cfg.ConcurrencyRatio)
+	}
+	if cfg.Backoff.Initial < 0 || cfg.Backoff.Multiplier < 1 || cfg.Backoff.Max < cfg.Backoff.Initial {
+		return bad("Backoff", "need 0 < Initial <= Max and Multiplier >= 1, got %+v", cfg.Backoff)
+	}
+	if cfg.Tombstone.MaxLifetime < 0 || cfg.Tombstone.MaxCount < 0 || cfg.Tombstone.CheckInterval < 0 {
+		return bad("Tombstone", "negative values in %+v", cfg.Tombstone)
+	}
+	if cfg.MaxKeyLength < 0 {
+		return bad("MaxKeyLength", "%d is negative", cfg.MaxKeyLength)
+	}
+	if cfg.MaxMessageBytes < 1024 {
+		return bad("MaxMessageBytes", "%d is below 1 KiB", cfg.MaxMessageBytes)
+	}
+	if lim := cfg.Catalog.Limits(); cfg.MaxMessageBytes+entryOverhead > lim.MaxBytes {
+		return bad("MaxMessageBytes", "%d plus %d bytes of record overhead exceeds the catalog's transaction limit of %d bytes",
+			cfg.MaxMessageBytes, entryOverhead, lim.MaxBytes)
+	}
+	if max := cfg.WAL.Log().MaxEntryBytes(); cfg.MaxMessageBytes+entryOverhead > max {
+		return bad("MaxMessageBytes", "%d plus %d bytes of entry overhead exceeds the WAL's entry limit of %d bytes",
+			cfg.MaxMessageBytes, entryOverhead, max)
+	}
+	return nil
+}
+
+func (cfg Config) appendConcurrency() int {
+	n := int(cfg.ConcurrencyRatio * float64(runtime.NumCPU()))
+	return max(n, 1)
+}

@@ -1,0 +1,313 @@
+package broadcast_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/crash"
+	"github.com/walcast/walcast/internal/durablepb"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/wal"
+)
+
+// commitKind classifies a broadcaster commit by what it writes.
+func commitKind(ops []catalog.Op) string {
+	k := ops[0].Key
+	switch {
+	case strings.HasPrefix(k, "walcast/ids/"):
+		return "ids"
+	case ops[0].Delete:
+		return "gc"
+	case strings.HasPrefix(k, "walcast/tasks/"):
+		var pb durablepb.Task
+		if err := proto.Unmarshal(ops[0].Value, &pb); err != nil {
+			return "?"
+		}
+		switch pb.State {
+		case durablepb.TaskState_TASK_STATE_PENDING:
+			return "pending"
+		case durablepb.TaskState_TASK_STATE_TOMBSTONE:
+			return "tombstone"
+		case durablepb.TaskState_TASK_STATE_REPLICATED:
+			return "ack"
+		}
+	}
+	return "?"
+}
+
+// crashPoint names where a process dies.
+type crashPoint struct {
+	name string
+	// nth is the occurrence (1-based) of the matching call to crash at.
+	nth int
+	// catalog/log choose the crash; nil passes.
+	catalog  func(kind string) crash.Action
+	log      func() crash.Action
+	callback bool // crash inside the nth callback
+}
+
+// TestR4_8_CrashPoints crashes a broadcaster at each named point of a
+// broadcast's life by abandoning it (its catalog and WAL calls fail from then
+// on, as a dead process's), recovers a new one from the same catalog and
+// WAL, and checks SPEC §11: every persisted task completes, every target
+// vchannel has its copy, every callback effect is applied exactly once, no
+// key is left held, no goroutine is left (goleak in TestMain).
+func TestR4_8_CrashPoints(t *testing.T) {
+	points := []crashPoint{
+		{name: "after-pending-commit", nth: 2, catalog: on("pending", crash.After)},
+		{name: "pending-commit-lost", nth: 1, catalog: on("pending", crash.Before)},
+		{name: "between-copies-of-one-round", nth: 1, log: func() crash.Action { return crash.After }},
+		{name: "after-append-before-ack-persisted", nth: 6, log: func() crash.Action { return crash.After }},
+		{name: "inside-callback", nth: 2, callback: true},
+		{name: "after-callback-before-tombstone", nth: 2, catalog: on("tombstone", crash.Before)},
+		{name: "tombstone-applied-answer-lost", nth: 2, catalog: on("tombstone", crash.After)},
+		{name: "during-gc", nth: 1, catalog: on("gc", crash.After)},
+		{name: "before-gc", nth: 1, catalog: on("gc", crash.Before)},
+		{name: "id-block-reservation", nth: 1, catalog: on("ids", crash.After)},
+	}
+	for _, pt := range points {
+		t.Run(pt.name, func(t *testing.T) { runCrashPoint(t, pt) })
+	}
+}
+
+func on(kind string, a crash.Action) func(string) crash.Action {
+	return func(k string) crash.Action {
+		if k == kind {
+			return a
+		}
+		return crash.Pass
+	}
+}
+
+func runCrashPoint(t *testing.T, pt crashPoint) {
+	e := newEnv(t)
+	sw := crash.NewSwitch()
+	var catHits, logHits, cbHits atomic.Int32
+	crashCat := func(c *broadcast.Config) {
+		c.Catalog = &crash.Catalog{Catalog: c.Catalog, S: sw, Hook: func(ops []catalog.Op) crash.Action {
+			if pt.catalog == nil {
+				return crash.Pass
+			}
+			a := pt.catalog(commitKind(ops))
+			if a != crash.Pass && int(catHits.Add(1)) != pt.nth {
+				return crash.Pass
+			}
+			return a
+		}}
+		c.WAL = wal.New(&crash.Log{Log: e.log, S: sw, Hook: func(message.PChannel, []byte) crash.Action {
+			if pt.log == nil || int(logHits.Add(1)) != pt.nth {
+				return crash.Pass
+			}
+			return pt.log()
+		}})
+		// GC keeps at most two tombstones, so the GC points are reached.
+		c.Tombstone.MaxCount = 2
+	}
+	if pt.callback {
+		typ := message.Type{Name: "CrashInCallback", Version: 1}
+		e.types.MustRegister(message.TypeInfo{Type: typ})
+		_ = broadcast.OnAck(e.cbs, typ, broadcast.Raw(), func(ctx context.Context, ev *broadcast.TypedEvent[[]byte]) error {
+			if int(cbHits.Add(1)) == pt.nth {
+				sw.Crash()
+			}
+			return e.callback(ctx, ev.Event)
+		})
+	}
+	b1 := e.open(crashCat)
+	typ := typCreate
+	if pt.callback {
+		typ = message.Type{Name: "CrashInCallback", Version: 1}
+	}
+	// Six broadcasts: pairs conflict on a collection, each spans pchannels.
+	ctx := ctxT(t, 20*time.Second)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			targets := []message.VChannel{vch(1+i%3, fmt.Sprintf("c%dv0", i)), vch((2+i)%4, fmt.Sprintf("c%dv1", i))}
+			_, _ = do(ctx, b1, msgOf(t, typ, fmt.Sprint("p", i), targets), resource.SharedDatabase("db"), resource.ExclusiveCollection("db", fmt.Sprint("c", i/2)))
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-sw.Crashed():
+	case <-done:
+		// Every broadcast finished before the crash point was reached
+		// (e.g. GC): crash now, the point was still exercised.
+		if !sw.Dead() {
+			t.Fatalf("crash point %s was never reached", pt.name)
+		}
+	}
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	// What the dead process left durable.
+	persisted := map[uint64][]message.VChannel{}
+	for _, k := range e.store.Keys("walcast/tasks/") {
+		v, err := e.cat.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pb durablepb.Task
+		if err := proto.Unmarshal(v, &pb); err != nil {
+			t.Fatal(err)
+		}
+		m, err := message.Unmarshal(pb.Message)
+		if err != nil {
+			t.Fatal(err)
+		}
+		persisted[m.Broadcast.ID] = m.Broadcast.VChannels
+	}
+	b2 := e.open(func(c *broadcast.Config) { c.Tombstone.MaxCount = 2 })
+	e.checkInvariants(b2, persisted)
+	// Effects of tasks already deleted by GC are still exactly once.
+	for id, n := range e.effects() {
+		if n != 1 {
+			t.Errorf("broadcast %d: effect applied %d times", id, n)
+		}
+	}
+	conflictOrder(t, e.callsCopy())
+	// A new broadcast works on the recovered instance, on a conflicting key.
+	if _, err := do(ctx, b2, msgOf(t, typCreate, "after", []message.VChannel{vch(1, "z")}), resource.ExclusiveCollection("db", "c0")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestR4_8_RecoveredTombstonesKeepTheirAge: a tombstone's age counts from its
+// persisted completion time, so a restart does not extend it (R6.3).
+func TestR4_8_RecoveredTombstonesKeepTheirAge(t *testing.T) {
+	e := newEnv(t)
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func(c *broadcast.Config) {
+		c.Clock = func() time.Time { return time.Unix(0, now.Load()) }
+		c.Tombstone.MaxLifetime = time.Hour
+		c.Tombstone.CheckInterval = time.Hour
+	}
+	b := e.open(clock)
+	ctx := ctxT(t, 10*time.Second)
+	res, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}, message.WithIdempotencyKey(message.ClusterKey("k"))), resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := res.Window.ExpiresLatest
+	if !latest.Equal(time.Unix(0, now.Load()).Add(time.Hour)) {
+		t.Fatalf("window %+v", res.Window)
+	}
+	_ = b.Close()
+	now.Add(int64(50 * time.Minute))
+	b = e.open(clock)
+	st, err := b.Lookup(ctx, typCreate, message.ClusterKey("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Window.ExpiresLatest.Equal(latest) {
+		t.Fatalf("restart moved the window's end from %v to %v", latest, st.Window.ExpiresLatest)
+	}
+	_ = b.Close()
+	now.Add(int64(11 * time.Minute)) // 61 minutes after completion
+	b = e.open(clock)
+	waitFor(t, "GC of the expired tombstone", func() bool { return b.Stats().Tombstones == 0 })
+	if _, err := b.Lookup(ctx, typCreate, message.ClusterKey("k")); err == nil {
+		t.Fatal("expired key still found")
+	}
+	if st := b.Stats(); st.Evicted != 1 || st.EarlyEvicted != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestR6_1_MaxCountEvictsOldestAndCountsEarly.
+func TestR6_1_MaxCountEvictsOldestAndCountsEarly(t *testing.T) {
+	e := newEnv(t)
+	b := e.open(func(c *broadcast.Config) { c.Tombstone.MaxCount = 3 })
+	ctx := ctxT(t, 10*time.Second)
+	var ids []uint64
+	for i := range 5 {
+		res, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}, message.WithIdempotencyKey(message.ClusterKey(fmt.Sprint("k", i)))), resource.ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.BroadcastID)
+	}
+	waitFor(t, "GC down to MaxCount", func() bool { return b.Stats().Tombstones == 3 })
+	for i, id := range ids {
+		_, err := b.Task(id)
+		if (i < 2) != (err != nil) {
+			t.Errorf("tombstone %d (%d): %v", i, id, err)
+		}
+	}
+	if st := b.Stats(); st.EarlyEvicted != 2 {
+		t.Fatalf("early evictions %d, want 2", st.EarlyEvicted)
+	}
+	// The keys of evicted tombstones are forgotten together with them (R6.2).
+	if _, err := b.Lookup(ctx, typCreate, message.ClusterKey("k0")); err == nil {
+		t.Fatal("evicted key still indexed")
+	}
+	st, err := b.Lookup(ctx, typCreate, message.ClusterKey("k2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Window.CountHeadroom != 0 {
+		t.Fatalf("oldest kept tombstone has headroom %d, want 0", st.Window.CountHeadroom)
+	}
+	if n := len(e.store.Keys("walcast/tasks/")); n != 3 {
+		t.Fatalf("%d task records in the catalog, want 3", n)
+	}
+}
+
+// TestR6_2_FailedGCKeepsIndex: a GC delete that fails leaves the tombstone and
+// its index entry in place; a later run deletes both.
+func TestR6_2_FailedGCKeepsIndex(t *testing.T) {
+	e := newEnv(t)
+	var failGC atomic.Bool
+	failGC.Store(true)
+	b := e.open(func(c *broadcast.Config) {
+		c.Tombstone.MaxCount = 1
+		c.Catalog = &crash.Catalog{Catalog: c.Catalog, S: crash.NewSwitch(), Hook: func(ops []catalog.Op) crash.Action { return crash.Pass }}
+		inner := c.Catalog
+		c.Catalog = failing{Catalog: inner, fail: func(ops []catalog.Op) bool { return failGC.Load() && commitKind(ops) == "gc" }}
+	})
+	ctx := ctxT(t, 10*time.Second)
+	for i := range 2 {
+		if _, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}, message.WithIdempotencyKey(message.ClusterKey(fmt.Sprint("k", i)))), resource.ExclusiveCollection("db", "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := b.Lookup(ctx, typCreate, message.ClusterKey("k0")); err != nil {
+		t.Fatalf("index entry retired although the delete failed: %v", err)
+	}
+	failGC.Store(false)
+	if _, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "GC after the failure", func() bool { return b.Stats().Tombstones == 1 })
+	if _, err := b.Lookup(ctx, typCreate, message.ClusterKey("k0")); err == nil {
+		t.Fatal("key of a deleted tombstone still indexed")
+	}
+}
+
+// failing is a catalog whose Commit fails definitely when fail says so.
+type failing struct {
+	catalog.Catalog
+	fail func([]catalog.Op) bool
+}
+
+func (f failing) Commit(ctx context.Context, ops ...catalog.Op) error {
+	if f.fail(ops) {
+		return fmt.Errorf("%w: injected", catalog.ErrNotApplied)
+	}
+	return f.Catalog.Commit(ctx, ops...)
+}

@@ -1,0 +1,644 @@
+package broadcast_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/wal"
+	wmem "github.com/walcast/walcast/wal/memory"
+)
+
+func TestR4_6_BroadcastReturnsAfterCallbackAndTombstone(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	targets := []message.VChannel{vch(1, "c1v0"), vch(2, "c1v1")}
+	res, err := do(ctx, b, msgOf(t, typCreate, "p", targets), resource.SharedDatabase("db"), resource.ExclusiveCollection("db", "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The callback ran before Broadcast returned, and its effect is durable.
+	if got := e.effects()[res.BroadcastID]; got != 1 {
+		t.Fatalf("effect count %d after Broadcast returned", got)
+	}
+	ti, err := b.Task(res.BroadcastID)
+	if err != nil || ti.State != broadcast.Tombstone {
+		t.Fatalf("task state %v, %v", ti.State, err)
+	}
+	// R2.2: the control channel got a copy and is in the results.
+	if len(res.Appends) != 3 {
+		t.Fatalf("results %v, want 2 targets + control channel", res.Appends)
+	}
+	for _, v := range append(targets, cchan) {
+		if res.Appends[v].TimeTick == 0 {
+			t.Errorf("no result for %s", v)
+		}
+	}
+	if string(res.Outcome.Data) != "done-"+itoa(res.BroadcastID) || res.Outcome.Status != broadcast.Succeeded {
+		t.Fatalf("outcome %+v", res.Outcome)
+	}
+	if res.Duplicated != nil {
+		t.Fatal("first broadcast marked duplicated")
+	}
+	// The keys are free again.
+	if len(b.Locks()) != 0 {
+		t.Fatalf("locks held: %+v", b.Locks())
+	}
+}
+
+// TestR4_9_TwoCommitsOnCriticalPath: PENDING, then TOMBSTONE with checkpoints
+// and effects.
+func TestR4_9_TwoCommitsOnCriticalPath(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	res, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a"), vch(2, "b"), vch(3, "c")}), resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, err := b.Task(res.BroadcastID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ti
+	st := b.Stats()
+	// One commit reserved the id block; the broadcast itself made two.
+	if st.CatalogCommits != 3 {
+		t.Fatalf("%d catalog commits, want 1 id block + 2 for the broadcast", st.CatalogCommits)
+	}
+	before := e.store.Applied()
+	if _, err := do(ctx, b, msgOf(t, typCreate, "q", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.store.Applied() - before; n != 2 {
+		t.Fatalf("second broadcast made %d catalog commits, want 2", n)
+	}
+}
+
+// TestR4_9_GroupCommitSharesCommits runs concurrent broadcasts through a
+// group-commit catalog and checks they shared round trips.
+func TestR4_9_GroupCommitSharesCommits(t *testing.T) {
+	e := newEnv(t)
+	e.store.SetLatency(time.Millisecond) // a commit takes time, as etcd's does
+	var g *catalog.Group
+	b := e.open(func(c *broadcast.Config) {
+		g = catalog.NewGroup(c.Catalog, 0)
+		c.Catalog = g
+	})
+	ctx := ctxT(t, 20*time.Second)
+	var wg sync.WaitGroup
+	const n = 64
+	for i := range n {
+		wg.Go(func() {
+			name := itoa(uint64(i))
+			if _, err := do(ctx, b, msgOf(t, typCreate, name, []message.VChannel{vch(i%4, "c"+name)}), resource.ExclusiveCollection("db", name)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	trips, commits := g.RoundTrips()
+	t.Logf("%d broadcasts: %d commits in %d round trips", n, commits, trips)
+	if commits < 2*n || trips >= commits {
+		t.Fatalf("%d round trips for %d commits: nothing shared", trips, commits)
+	}
+}
+
+func TestR4_2_PersistBeforeAppend(t *testing.T) {
+	e := newEnv(t)
+	var violations atomic.Int32
+	e.log.SetHook(func(p message.PChannel, data []byte) wmem.Fault {
+		cs, err := wal.Decode(0, data)
+		if err != nil {
+			violations.Add(1)
+			return wmem.Fault{}
+		}
+		for _, c := range cs {
+			// The hook runs under the log's lock; the store has its own.
+			if len(e.store.Keys(taskKeyPrefix(c.Message.Broadcast.ID))) != 1 {
+				violations.Add(1)
+			}
+		}
+		return wmem.Fault{}
+	})
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	for i := range 10 {
+		if _, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(i%4, "x")}), resource.ExclusiveCollection("db", "c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := violations.Load(); v != 0 {
+		t.Fatalf("%d copies appended before their task was durable", v)
+	}
+}
+
+func taskKeyPrefix(id uint64) string {
+	return "walcast/tasks/" + pad20(id)
+}
+
+func pad20(id uint64) string {
+	s := itoa(id)
+	for len(s) < 20 {
+		s = "0" + s
+	}
+	return s
+}
+
+func itoa(n uint64) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}
+
+// TestR3_5_ConcurrentBroadcastsOnOneKeySerialise: callbacks of two broadcasts
+// on one exclusive key never overlap, and both complete.
+func TestR3_5_ConcurrentBroadcastsOnOneKeySerialise(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 20*time.Second)
+	var inside, overlaps atomic.Int32
+	typ := message.Type{Name: "Slow", Version: 1}
+	e.types.MustRegister(message.TypeInfo{Type: typ})
+	if err := broadcast.OnAck(e.cbs, typ, broadcast.Raw(), func(ctx context.Context, ev *broadcast.TypedEvent[[]byte]) error {
+		if inside.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		time.Sleep(2 * time.Millisecond)
+		inside.Add(-1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := do(ctx, b, msgOf(t, typ, "x", []message.VChannel{vch(1, "c")}), resource.ExclusiveCollection("db", "c")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d overlapping callbacks on one exclusive key", overlaps.Load())
+	}
+}
+
+// TestR3_4_ExclusiveClusterBlocksAll: a holder of the exclusive Cluster key
+// blocks every other broadcast until it closes.
+func TestR3_4_ExclusiveClusterBlocksAll(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	h, err := b.WithResourceKeys(ctx, resource.ExclusiveCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "other"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("broadcast ran while Cluster@X was held: %v", err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	h.Close() // never broadcast: releases the keys (R3.6)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestR3_6_CloseAfterBroadcastIsNoop: after Broadcast, the task owns the
+// keys; Close must not release them while the callback runs.
+func TestR3_6_CloseAfterBroadcastIsNoop(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	h, err := b.WithResourceKeys(ctx, resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	e.mu.Lock()
+	e.block[1] = release // the first broadcast id
+	e.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err = h.Broadcast(short, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}))
+	if !errors.Is(err, context.DeadlineExceeded) || broadcast.IsTaskNotCreated(err) {
+		t.Fatalf("Broadcast with a short deadline: %v, want a deadline error, task created", err)
+	}
+	h.Close()
+	if _, err := b.Locker().TryLock(resource.ExclusiveCollection("db", "c")); !errors.Is(err, resource.ErrConflict) {
+		t.Fatalf("Close after Broadcast released the task's key: %v", err)
+	}
+	close(release)
+	waitIdle(t, b)
+	if len(b.Locks()) != 0 {
+		t.Fatalf("locks after completion: %+v", b.Locks())
+	}
+	if _, err := h.Broadcast(ctx, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")})); !errors.Is(err, broadcast.ErrHandleUsed) {
+		t.Fatalf("second Broadcast on a handle: %v", err)
+	}
+}
+
+// TestR3_6_InvalidMessageReleasesKeys: a rejected broadcast creates nothing
+// and leaves no key held.
+func TestR3_6_InvalidMessageReleasesKeys(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	bad := []*message.Message{
+		nil,
+		{Type: message.Type{Name: "Unknown", Version: 1}, Broadcast: message.BroadcastHeader{VChannels: []message.VChannel{vch(1, "a")}}},
+		{Type: typCreate},
+		{Type: typCreate, Broadcast: message.BroadcastHeader{VChannels: []message.VChannel{vch(1, "a"), vch(1, "a")}}},
+		{Type: typCreate, Broadcast: message.BroadcastHeader{VChannels: []message.VChannel{"no-slash"}}},
+		{Type: typCreate, IdempotencyKey: "1:01:x", Broadcast: message.BroadcastHeader{VChannels: []message.VChannel{vch(1, "a")}}},
+		{Type: typCreate, Payload: make([]byte, 300<<10), Broadcast: message.BroadcastHeader{VChannels: []message.VChannel{vch(1, "a")}}},
+	}
+	for i, m := range bad {
+		_, err := do(ctx, b, m, resource.ExclusiveCollection("db", "c"))
+		if !errors.Is(err, broadcast.ErrInvalidArgument) {
+			t.Errorf("case %d: %v, want ErrInvalidArgument", i, err)
+		}
+	}
+	if n := e.store.Applied(); n != 0 {
+		t.Fatalf("%d catalog commits for invalid input", n)
+	}
+	if n := e.log.Appends(); n != 0 {
+		t.Fatalf("%d appends for invalid input", n)
+	}
+	if len(b.Locks()) != 0 {
+		t.Fatalf("locks held: %+v", b.Locks())
+	}
+	if _, err := b.WithResourceKeys(ctx, resource.Key{Domain: 9, Name: "x", Mode: resource.Shared}); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("bad resource key: %v", err)
+	}
+}
+
+func TestR4_7_ClosedBroadcasterRefusesWithTaskNotCreated(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	h, err := b.WithResourceKeys(ctx, resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.Broadcast(ctx, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}))
+	if !broadcast.IsTaskNotCreated(err) {
+		t.Fatalf("Broadcast on a closed broadcaster: %v, want task not created", err)
+	}
+	if _, err := b.WithResourceKeys(ctx); !broadcast.IsTaskNotCreated(err) {
+		t.Fatalf("WithResourceKeys on a closed broadcaster: %v", err)
+	}
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: 1, VChannel: vch(1, "a")}); !errors.Is(err, broadcast.ErrClosed) {
+		t.Fatalf("Ack on a closed broadcaster: %v", err)
+	}
+	if e.store.Applied() != 0 {
+		t.Fatal("a refused broadcast wrote to the catalog")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestR4_3_AppendRetriedWithBackoff fails one pchannel's appends three times:
+// only its copies are retried, and the broadcast completes.
+func TestR4_3_AppendRetriedWithBackoff(t *testing.T) {
+	e := newEnv(t)
+	e.log.FailNext("wal-2", 3, wmem.Fault{Fail: true})
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	res, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a"), vch(2, "b")}), resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.AppendRetries != 3 {
+		t.Fatalf("%d append retries, want 3", st.AppendRetries)
+	}
+	if n := len(e.log.Entries("wal-1")); n != 1 {
+		t.Fatalf("wal-1 has %d entries: the healthy pchannel was re-appended", n)
+	}
+	if n := len(e.log.Entries("wal-2")); n != 1 {
+		t.Fatalf("wal-2 has %d entries", n)
+	}
+	ti, _ := b.Task(res.BroadcastID)
+	if ti.State != broadcast.Tombstone {
+		t.Fatal("not completed")
+	}
+}
+
+// TestR4_3_LostAppendAnswerNotDuplicated: the retry of an append whose answer
+// was lost is deduplicated by the backend (same entry bytes).
+func TestR4_3_LostAppendAnswerNotDuplicated(t *testing.T) {
+	e := newEnv(t)
+	e.log.FailNext("wal-1", 1, wmem.Fault{LoseAnswer: true})
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.log.Entries("wal-1")); n != 1 {
+		t.Fatalf("wal-1 has %d entries after a lost answer, want 1", n)
+	}
+}
+
+// TestR4_3_RetriesGoAheadOfNewWork: copies queued behind a failing append
+// land after it, in one later entry.
+func TestR4_3_RetriesGoAheadOfNewWork(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	e.log.FailNext("wal-1", 2, wmem.Fault{Fail: true})
+	first := make(chan uint64, 1)
+	go func() {
+		res, err := do(ctx, b, msgOf(t, typCreate, "first", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "a"))
+		if err != nil {
+			t.Error(err)
+			first <- 0
+			return
+		}
+		first <- res.BroadcastID
+	}()
+	waitFor(t, "first append to fail", func() bool { return b.Stats().AppendRetries >= 1 })
+	res2, err := do(ctx, b, msgOf(t, typCreate, "second", []message.VChannel{vch(1, "b")}), resource.ExclusiveCollection("db", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id1 := <-first
+	entries := e.log.Entries("wal-1")
+	cs, err := wal.Decode(0, entries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs[0].Message.Broadcast.ID != id1 || cs[0].Message.Broadcast.ID == res2.BroadcastID {
+		t.Fatalf("first entry on wal-1 holds broadcast %d; the retried one (%d) must go first", cs[0].Message.Broadcast.ID, id1)
+	}
+}
+
+// TestR4_4_FastAckAndAckSyncUp: without AckSyncUp the broadcast completes
+// from append results; with it, only consumer acks count.
+func TestR4_4_FastAckAndAckSyncUp(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	targets := []message.VChannel{vch(1, "a"), vch(2, "b")}
+	type out struct {
+		res *broadcast.Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := do(ctx, b, msgOf(t, typSync, "t", targets), resource.ExclusiveCollection("db", "c"))
+		done <- out{res, err}
+	}()
+	var id uint64
+	waitFor(t, "the task to be appended", func() bool {
+		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
+		if len(ts) == 1 && ts[0].VChannels[0].Appended && ts[0].VChannels[1].Appended && ts[0].VChannels[2].Appended {
+			id = ts[0].ID
+			return true
+		}
+		return false
+	})
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case o := <-done:
+		t.Fatalf("AckSyncUp broadcast completed without consumer acks: %+v %v", o.res, o.err)
+	default:
+	}
+	cps := map[message.VChannel]wal.Checkpoint{}
+	for i, v := range append(targets, cchan) {
+		cp := wal.Checkpoint{MessageID: uint64(100 + i), TimeTick: uint64(100 + i), LastConfirmed: uint64(100 + i)}
+		cps[v] = cp
+		if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: v, Checkpoint: cp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	for v, cp := range cps {
+		if o.res.Appends[v] != cp {
+			t.Errorf("%s: result %+v, want the consumer's checkpoint %+v", v, o.res.Appends[v], cp)
+		}
+	}
+}
+
+// TestR4_5_AcksAreIdempotent covers repeats, outsiders, unknown and
+// tombstoned ids, and legacy acks without a checkpoint.
+func TestR4_5_AcksAreIdempotent(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	res, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.store.Applied()
+	for range 3 {
+		if err := b.Ack(ctx, broadcast.Ack{BroadcastID: res.BroadcastID, VChannel: vch(1, "a"), Checkpoint: wal.Checkpoint{MessageID: 9, TimeTick: 9}}); err != nil {
+			t.Fatalf("ack of a tombstoned task: %v", err)
+		}
+	}
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: 999999, VChannel: vch(1, "a")}); err != nil {
+		t.Fatalf("ack of an unknown task: %v", err)
+	}
+	if e.store.Applied() != before {
+		t.Fatal("ignored acks wrote to the catalog")
+	}
+	// A live task: repeated and legacy acks.
+	done := make(chan *broadcast.Result, 1)
+	go func() {
+		r, err := do(ctx, b, msgOf(t, typSync, "t", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	var id uint64
+	waitFor(t, "the AckSyncUp task", func() bool {
+		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
+		if len(ts) == 1 && ts[0].VChannels[1].Appended {
+			id = ts[0].ID
+			return true
+		}
+		return false
+	})
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: vch(3, "elsewhere")}); !errors.Is(err, broadcast.ErrVChannelNotInTask) {
+		t.Fatalf("ack outside the task: %v", err)
+	}
+	first := wal.Checkpoint{MessageID: 5, TimeTick: 5, LastConfirmed: 5}
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: vch(1, "a"), Checkpoint: first}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: vch(1, "a"), Checkpoint: wal.Checkpoint{MessageID: 6, TimeTick: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	// Legacy ack: no checkpoint, the append result stands in.
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: cchan}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.Appends[vch(1, "a")] != first {
+		t.Fatalf("first checkpoint did not win: %+v", r.Appends[vch(1, "a")])
+	}
+	if r.Appends[cchan].TimeTick == 0 {
+		t.Fatal("legacy ack left the control channel without a checkpoint")
+	}
+}
+
+// TestR5_2_CallbackRetriedAndVisible: a failing callback is retried with
+// backoff, its failures visible, until it succeeds.
+func TestR5_2_CallbackRetriedAndVisible(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	e.mu.Lock()
+	e.failNext[1] = 3
+	e.mu.Unlock()
+	res, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	attempts := e.attempts[res.BroadcastID]
+	e.mu.Unlock()
+	if attempts != 4 || e.effects()[res.BroadcastID] != 1 {
+		t.Fatalf("%d attempts, effect %d; want 4 attempts, effect once", attempts, e.effects()[res.BroadcastID])
+	}
+	if b.Stats().CallbackFailures != 3 {
+		t.Fatalf("%d callback failures counted", b.Stats().CallbackFailures)
+	}
+}
+
+// TestR5_6_OperatorRetryAndComplete: a stuck callback shows its error, can be
+// retried now, and can be completed by an operator, which releases its keys.
+func TestR5_6_OperatorRetryAndComplete(t *testing.T) {
+	e := newEnv(t)
+	b := e.open(func(c *broadcast.Config) {
+		c.Backoff = broadcast.Backoff{Initial: time.Hour, Multiplier: 2, Max: time.Hour}
+	})
+	ctx := ctxT(t, 10*time.Second)
+	e.mu.Lock()
+	e.failNext[1] = 1000
+	e.mu.Unlock()
+	go func() { _, _ = do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")) }()
+	var ti broadcast.TaskInfo
+	waitFor(t, "a failed callback", func() bool {
+		var err error
+		ti, err = b.Task(1)
+		return err == nil && ti.Callback.Attempts == 1 && ti.Callback.LastError != ""
+	})
+	if !ti.Callback.Running || ti.Callback.NextAttemptAt.Before(time.Now().Add(30*time.Minute)) {
+		t.Fatalf("callback info %+v", ti.Callback)
+	}
+	if err := b.RetryCallback(1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the retry", func() bool { ti, _ = b.Task(1); return ti.Callback.Attempts == 2 && ti.Callback.LastError != "" })
+	if err := b.CompleteCallback(ctx, 1, "operator: collection repaired by hand"); err != nil {
+		t.Fatal(err)
+	}
+	ti, _ = b.Task(1)
+	if ti.State != broadcast.Tombstone || ti.Outcome.Status != broadcast.ForceCompleted || ti.Outcome.Detail == "" {
+		t.Fatalf("after CompleteCallback: %+v", ti)
+	}
+	if e.effects()[1] != 0 {
+		t.Fatal("a force-completed task applied its effect")
+	}
+	if len(b.Locks()) != 0 {
+		t.Fatalf("keys still held: %+v", b.Locks())
+	}
+	if err := b.RetryCallback(1); !errors.Is(err, broadcast.ErrFailedPrecondition) {
+		t.Fatalf("retry of a finished task: %v", err)
+	}
+	if err := b.RetryCallback(42); !errors.Is(err, broadcast.ErrNotFound) {
+		t.Fatalf("retry of an unknown task: %v", err)
+	}
+}
+
+// TestR5_5_AckOnceFailureKeepsAckRetryable.
+func TestR5_5_AckOnceFailureKeepsAckRetryable(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	e.mu.Lock()
+	e.onceErr = 2
+	e.mu.Unlock()
+	res, err := do(ctx, b, msgOf(t, typOnce, "p", []message.VChannel{vch(1, "a"), vch(2, "b")}), resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	runs := e.onceRuns
+	e.mu.Unlock()
+	// Three copies acked once each, plus the two injected failures retried.
+	if runs != 5 || len(res.Appends) != 3 {
+		t.Fatalf("ack-once callback ran %d times, results %v", runs, res.Appends)
+	}
+}
+
+// TestR5_1_TypeWithoutCallbackCompletes.
+func TestR5_1_TypeWithoutCallbackCompletes(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	res, err := do(ctx, b, msgOf(t, typPlain, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+	if err != nil || res.Outcome.Status != broadcast.Succeeded {
+		t.Fatalf("%+v, %v", res, err)
+	}
+}
+
+// TestR4_7_CloseLeavesNoGoroutines: Close with broadcasts in every stage
+// returns promptly (goleak checks the rest in TestMain).
+func TestR4_7_CloseLeavesNoGoroutines(t *testing.T) {
+	e := newEnv(t)
+	e.log.SetHook(func(p message.PChannel, _ []byte) wmem.Fault {
+		if p == "wal-3" {
+			return wmem.Fault{Hang: true}
+		}
+		return wmem.Fault{}
+	})
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	e.mu.Lock()
+	e.block[2] = make(chan struct{}) // never released
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			_, _ = do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(i%4, "a")}), resource.ExclusiveCollection("db", itoa(uint64(i))))
+		})
+	}
+	time.Sleep(30 * time.Millisecond)
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	wg.Wait()
+}

@@ -1,0 +1,150 @@
+package broadcast
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/walcast/walcast/catalog"
+)
+
+// tomb is a finished task kept for deduplication. Only the record bytes are
+// kept (decoded on demand), so a tombstone costs little memory beyond its
+// payload (SPEC B6).
+type tomb struct {
+	id        uint64
+	raw       []byte
+	completed int64 // unix nanoseconds, persisted: restarts do not move it (R6.3)
+	scope     scope
+	seq       uint64 // position in the collector's order
+}
+
+// collector deletes tombstones (R6.1-R6.3): those beyond the newest MaxCount
+// and those older than MaxLifetime, oldest first, in batches that fit one
+// catalog transaction. It runs after each new tombstone and every
+// CheckInterval. An index entry is retired only after its record's delete
+// committed (R6.2).
+type collector struct {
+	b     *Broadcaster
+	kickc chan struct{}
+	// order[head:] are the live tombstones, oldest first; protected by b.mu.
+	order []*tomb
+	head  int
+	seq   uint64
+}
+
+func newCollector(b *Broadcaster) *collector {
+	return &collector{b: b, kickc: make(chan struct{}, 1)}
+}
+
+// load installs recovered tombstones, sorted by completion.
+func (c *collector) load(tombs []*tomb) {
+	for _, tb := range tombs {
+		c.pushLocked(tb)
+	}
+}
+
+func (c *collector) pushLocked(tb *tomb) {
+	c.seq++
+	tb.seq = c.seq
+	c.order = append(c.order, tb)
+}
+
+// headroomLocked is how many newer tombstones may be created before
+// MaxCount evicts tb. Caller holds b.mu.
+func (c *collector) headroomLocked(tb *tomb) int {
+	live := len(c.order) - c.head
+	if live == 0 {
+		return c.b.cfg.Tombstone.MaxCount
+	}
+	rank := int(tb.seq - c.order[c.head].seq) // 0 for the oldest
+	return max(c.b.cfg.Tombstone.MaxCount-live+rank, 0)
+}
+
+func (c *collector) kick() {
+	select {
+	case c.kickc <- struct{}{}:
+	default:
+	}
+}
+
+func (c *collector) loop() {
+	tick := time.NewTicker(c.b.cfg.Tombstone.CheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.kickc:
+		case <-tick.C:
+		case <-c.b.ctx.Done():
+			return
+		}
+		c.run(c.b.ctx)
+	}
+}
+
+// run deletes every tombstone due now.
+func (c *collector) run(ctx context.Context) {
+	b := c.b
+	b.mu.Lock()
+	live := len(c.order) - c.head
+	cutoff := b.now().Add(-b.cfg.Tombstone.MaxLifetime).UnixNano()
+	var victims []*tomb
+	early := make(map[*tomb]bool)
+	for i := c.head; i < len(c.order); i++ {
+		tb := c.order[i]
+		byCount := i-c.head < live-b.cfg.Tombstone.MaxCount
+		byAge := tb.completed <= cutoff
+		if !byCount && !byAge {
+			break
+		}
+		if !byAge {
+			early[tb] = true
+		}
+		victims = append(victims, tb)
+	}
+	b.mu.Unlock()
+	maxOps := b.cat.Limits().MaxOps
+	for len(victims) > 0 {
+		n := min(len(victims), maxOps)
+		batch := victims[:n]
+		victims = victims[n:]
+		ops := make([]catalog.Op, n)
+		for i, tb := range batch {
+			ops[i] = catalog.Delete(taskKey(b.cfg.Prefix, tb.id))
+		}
+		if err := b.commit(ctx, "gc", nil, ops...); err != nil {
+			if errors.Is(err, catalog.ErrFenced) {
+				b.depose(err)
+			} else if ctx.Err() == nil {
+				b.log.Warn("tombstone GC failed; will retry", "tombstones", n, "err", err)
+			}
+			return
+		}
+		nEarly := 0
+		b.mu.Lock()
+		for _, tb := range batch {
+			delete(b.tombs, tb.id)
+			if tb.scope != "" && b.index[tb.scope] == tb.id {
+				delete(b.index, tb.scope)
+			}
+			c.order[c.head] = nil
+			c.head++
+			if early[tb] {
+				nEarly++
+			}
+		}
+		b.stats.Evicted += n
+		b.stats.EarlyEvicted += nEarly
+		if c.head > 1024 && c.head > len(c.order)/2 {
+			rest := copy(c.order, c.order[c.head:])
+			clear(c.order[rest:])
+			c.order = c.order[:rest]
+			c.head = 0
+		}
+		b.mu.Unlock()
+		b.obs.Evicted(n, nEarly)
+		if nEarly > 0 {
+			b.log.Warn("tombstones evicted by maxCount before maxLifetime: idempotency windows shortened", "count", nEarly)
+		}
+	}
+}
