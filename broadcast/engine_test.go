@@ -544,7 +544,9 @@ func TestR5_6_OperatorRetryAndComplete(t *testing.T) {
 	e.mu.Lock()
 	e.failNext[1] = 1000
 	e.mu.Unlock()
-	go func() { _, _ = do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")) }()
+	go func() {
+		_, _ = do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+	}()
 	var ti broadcast.TaskInfo
 	waitFor(t, "a failed callback", func() bool {
 		var err error

@@ -40,13 +40,13 @@ type Observer interface {
 
 type nopObserver struct{}
 
-func (nopObserver) TaskState(message.Type, State, State)          {}
-func (nopObserver) Appended(message.Type, time.Duration)          {}
-func (nopObserver) Completed(message.Type, time.Duration)         {}
-func (nopObserver) Callback(message.Type, time.Duration, error)   {}
-func (nopObserver) AppendRetry(message.PChannel, error)           {}
-func (nopObserver) LockWait([]resource.Key, time.Duration)        {}
-func (nopObserver) Duplicate(message.Type)                        {}
-func (nopObserver) Evicted(int, int)                              {}
-func (nopObserver) CatalogCommit(string)                          {}
-func (nopObserver) Fenced()                                       {}
+func (nopObserver) TaskState(message.Type, State, State)        {}
+func (nopObserver) Appended(message.Type, time.Duration)        {}
+func (nopObserver) Completed(message.Type, time.Duration)       {}
+func (nopObserver) Callback(message.Type, time.Duration, error) {}
+func (nopObserver) AppendRetry(message.PChannel, error)         {}
+func (nopObserver) LockWait([]resource.Key, time.Duration)      {}
+func (nopObserver) Duplicate(message.Type)                      {}
+func (nopObserver) Evicted(int, int)                            {}
+func (nopObserver) CatalogCommit(string)                        {}
+func (nopObserver) Fenced()                                     {}

@@ -27,8 +27,8 @@ type scheduler struct {
 	b *Broadcaster
 
 	mu     sync.Mutex
-	queue  []*task             // enrolled, unfinished, in enrolment order
-	claims map[claimKey]bool   // scratch for scans: key -> held exclusive
+	queue  []*task           // enrolled, unfinished, in enrolment order
+	claims map[claimKey]bool // scratch for scans: key -> held exclusive
 }
 
 type claimKey struct {
