@@ -1,0 +1,201 @@
+// Package embednats runs a NATS server with JetStream file storage inside the
+// walcast process: the WAL of standalone mode and of tests.
+//
+// The server listens on 127.0.0.1 only. Clients reach it at ClientURL like any
+// external server, so wal/nats has one code path for both.
+//
+// # Durability
+//
+// JetStream's file store acknowledges a publish once the message is in the
+// operating system's page cache; by default it fsyncs every two minutes, so a
+// power loss or kernel crash can lose acknowledged messages (a process crash
+// cannot: the page cache survives it). Config.SyncAlways makes the store fsync
+// every write before the acknowledgement, which is what walcast needs when it
+// reports a DDL done on the append's answer: standalone mode must set it. It
+// costs one fsync per message (JetStream does no group commit), ≈ 0.6 ms
+// here; walcast packs many copies into one entry to pay it once per batch.
+//
+// # Logging
+//
+// The server logs nothing unless Config.Logger is set. Errors that stop the
+// server from starting are returned by Start in either case; nats-server's own
+// logger would exit the process on them instead.
+package embednats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// DefaultMaxPayload is the max_payload (largest message, headers included)
+// of a server started without Config.MaxPayload. NATS' own default is 1 MiB;
+// walcast entries pack many copies, so the embedded server allows more.
+const DefaultMaxPayload = 8 << 20
+
+// ErrInvalidConfig reports a Config that Start rejects before starting
+// anything.
+var ErrInvalidConfig = errors.New("embednats: invalid config")
+
+// Config configures an embedded server.
+type Config struct {
+	// Dir is the JetStream store directory (required). It is created if
+	// missing; a server started again on the same Dir recovers its streams.
+	// Two servers must not share a Dir at the same time.
+	Dir string
+	// Port is the client port on 127.0.0.1; 0 picks a free port.
+	Port int
+	// SyncAlways makes JetStream fsync every write before acknowledging it
+	// (the sync_interval: always setting). Without it acknowledged messages
+	// reach disk within two minutes and a machine crash can lose them.
+	SyncAlways bool
+	// MaxPayload is the largest message the server accepts, headers
+	// included; 0 means DefaultMaxPayload. It may not exceed 64 MiB (the
+	// server's max_pending).
+	MaxPayload int
+	// Logger receives the server's notices, warnings and errors; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded NATS server. Close stops it.
+type Server struct {
+	ns        *server.Server
+	closeOnce sync.Once
+}
+
+// Start starts a server and waits until it accepts connections and JetStream
+// is enabled, or ctx ends. On error nothing is left running.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("%w: Dir is required", ErrInvalidConfig)
+	}
+	if cfg.Port < 0 || cfg.Port > math.MaxUint16 {
+		return nil, fmt.Errorf("%w: port %d", ErrInvalidConfig, cfg.Port)
+	}
+	if cfg.MaxPayload < 0 || cfg.MaxPayload > server.MAX_PENDING_SIZE {
+		return nil, fmt.Errorf("%w: MaxPayload %d must be 0 to %d", ErrInvalidConfig, cfg.MaxPayload, server.MAX_PENDING_SIZE)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	maxPayload := cfg.MaxPayload
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	opts := &server.Options{
+		ServerName: "walcast-embedded",
+		Host:       "127.0.0.1",
+		Port:       port,
+		MaxPayload: int32(maxPayload),
+		JetStream:  true,
+		StoreDir:   cfg.Dir,
+		SyncAlways: cfg.SyncAlways,
+		// No signal handlers, no monitoring port, no cluster: the
+		// process embedding the server owns all of that.
+		NoSigs: true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	lg := &logger{l: cfg.Logger}
+	ns.SetLogger(lg, false, false)
+
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		ns.Start()
+	}()
+	fail := func(err error) (*Server, error) {
+		ns.Shutdown()
+		<-started
+		ns.WaitForShutdown()
+		return nil, err
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		return fail(fmt.Errorf("embednats: starting: %w", ctx.Err()))
+	}
+	// Start returns once the client listener is up, or early on a fatal
+	// error (logged, not returned).
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if err := lg.fatal(); err != nil {
+			return fail(fmt.Errorf("embednats: %w", err))
+		}
+		if ns.ReadyForConnections(time.Millisecond) && ns.JetStreamEnabled() {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fail(fmt.Errorf("embednats: waiting for the server: %w", ctx.Err()))
+		}
+	}
+	if js := ns.JetStreamConfig(); js == nil || js.SyncAlways != cfg.SyncAlways {
+		return fail(errors.New("embednats: JetStream did not take the sync setting"))
+	}
+	return &Server{ns: ns}, nil
+}
+
+// ClientURL is the URL clients connect to (nats://127.0.0.1:port).
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Close shuts the server down and waits until it has stopped. It may be
+// called more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	})
+}
+
+// logger adapts nats-server's logging to slog and keeps the first fatal
+// error: nats-server reports startup failures (port in use, store not
+// usable) only through Fatalf, whose default implementation exits.
+type logger struct {
+	l *slog.Logger
+
+	mu       sync.Mutex
+	fatalErr error // protected by mu
+}
+
+func (g *logger) fatal() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.fatalErr
+}
+
+func (g *logger) log(level slog.Level, format string, v ...any) {
+	if g.l != nil {
+		g.l.Log(context.Background(), level, fmt.Sprintf(format, v...), "component", "nats-server")
+	}
+}
+
+func (g *logger) Noticef(format string, v ...any) { g.log(slog.LevelInfo, format, v...) }
+func (g *logger) Warnf(format string, v ...any)   { g.log(slog.LevelWarn, format, v...) }
+func (g *logger) Errorf(format string, v ...any)  { g.log(slog.LevelError, format, v...) }
+func (g *logger) Debugf(format string, v ...any)  { g.log(slog.LevelDebug, format, v...) }
+func (g *logger) Tracef(format string, v ...any)  { g.log(slog.LevelDebug-4, format, v...) }
+
+func (g *logger) Fatalf(format string, v ...any) {
+	g.log(slog.LevelError, format, v...)
+	g.mu.Lock()
+	if g.fatalErr == nil {
+		g.fatalErr = fmt.Errorf(format, v...)
+	}
+	g.mu.Unlock()
+}

@@ -1,0 +1,178 @@
+package embednats
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func tctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := Start(tctx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func connect(t *testing.T, s *Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+func port(t *testing.T, s *Server) int {
+	t.Helper()
+	u, err := url.Parse(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestStartServesJetStreamOnLoopback(t *testing.T) {
+	s := start(t, Config{Dir: t.TempDir(), SyncAlways: true})
+	u, err := url.Parse(s.ClientURL())
+	if err != nil || u.Hostname() != "127.0.0.1" || port(t, s) <= 0 {
+		t.Fatalf("ClientURL %q (%v): want nats://127.0.0.1:<port>", s.ClientURL(), err)
+	}
+	nc, js := connect(t, s)
+	if got := nc.MaxPayload(); got != DefaultMaxPayload {
+		t.Fatalf("max payload %d, want %d", got, DefaultMaxPayload)
+	}
+	ctx := tctx(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s", make([]byte, DefaultMaxPayload-100)); err != nil {
+		t.Fatalf("publishing near max payload: %v", err)
+	}
+}
+
+func TestSyncSettingTakesEffect(t *testing.T) {
+	for _, always := range []bool{true, false} {
+		s := start(t, Config{Dir: t.TempDir(), SyncAlways: always})
+		if got := s.ns.JetStreamConfig().SyncAlways; got != always {
+			t.Fatalf("SyncAlways %v: JetStream runs with %v", always, got)
+		}
+	}
+}
+
+func TestMaxPayload(t *testing.T) {
+	s := start(t, Config{Dir: t.TempDir(), MaxPayload: 2 << 20})
+	nc, _ := connect(t, s)
+	if got := nc.MaxPayload(); got != 2<<20 {
+		t.Fatalf("max payload %d, want %d", got, 2<<20)
+	}
+}
+
+func TestRestartKeepsStreams(t *testing.T) {
+	dir := t.TempDir()
+	ctx := tctx(t)
+	s := start(t, Config{Dir: dir, SyncAlways: true})
+	_, js := connect(t, s)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"one", "two"} {
+		if _, err := js.Publish(ctx, "s", []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s.Close() // idempotent
+
+	s2 := start(t, Config{Dir: dir, SyncAlways: true})
+	_, js2 := connect(t, s2)
+	st, err := js2.Stream(ctx, "S")
+	if err != nil {
+		t.Fatalf("stream after restart: %v", err)
+	}
+	for seq, want := range map[uint64]string{1: "one", 2: "two"} {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil || string(m.Data) != want {
+			t.Fatalf("message %d after restart: %q, %v; want %q", seq, m.Data, err, want)
+		}
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	ctx := tctx(t)
+	for name, cfg := range map[string]Config{
+		"no dir":           {},
+		"negative port":    {Dir: t.TempDir(), Port: -1},
+		"port too big":     {Dir: t.TempDir(), Port: 70000},
+		"payload too big":  {Dir: t.TempDir(), MaxPayload: 65 << 20},
+		"negative payload": {Dir: t.TempDir(), MaxPayload: -1},
+	} {
+		if _, err := Start(ctx, cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+
+	// A port in use is reported, not a process exit.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	busy := l.Addr().(*net.TCPAddr).Port
+	s, err := Start(ctx, Config{Dir: t.TempDir(), Port: busy})
+	if err == nil {
+		s.Close()
+		t.Fatal("started on a port in use")
+	}
+	if !strings.Contains(err.Error(), "listening") {
+		t.Fatalf("port in use: %v, want the listen error", err)
+	}
+
+	// A context that ends first stops the start.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if s, err := Start(done, Config{Dir: t.TempDir()}); !errors.Is(err, context.Canceled) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("canceled context: %v", err)
+	}
+}
+
+func TestFixedPort(t *testing.T) {
+	s := start(t, Config{Dir: t.TempDir()})
+	p := port(t, s)
+	s.Close()
+	s2 := start(t, Config{Dir: t.TempDir(), Port: p})
+	if got := port(t, s2); got != p {
+		t.Fatalf("port %d, want %d", got, p)
+	}
+}

@@ -1,0 +1,458 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+	"github.com/walcast/walcast/wal/waltest"
+)
+
+// No goroutine is exempt: Log.Close closes the connection it dialed and
+// embednats.Server.Close waits for the server to stop, so everything the
+// NATS libraries start ends before the tests return.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func tctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startServer starts an embedded server syncing always; closed at cleanup.
+func startServer(t testing.TB, cfg embednats.Config) *embednats.Server {
+	t.Helper()
+	cfg.SyncAlways = true
+	return startServerSync(t, cfg)
+}
+
+// startServerSync starts an embedded server with cfg's sync setting.
+func startServerSync(t testing.TB, cfg embednats.Config) *embednats.Server {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	s, err := embednats.Start(tctx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func open(t testing.TB, srv *embednats.Server, ps ...message.PChannel) *Log {
+	t.Helper()
+	l, err := New(tctx(t), Config{URL: srv.ClientURL(), PChannels: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+type backend struct {
+	mu   sync.Mutex
+	srvs map[wal.Log]*embednats.Server
+}
+
+func (b *backend) Open(t *testing.T, ps ...message.PChannel) wal.Log {
+	srv := startServer(t, embednats.Config{})
+	l := open(t, srv, ps...)
+	b.mu.Lock()
+	b.srvs[l] = srv
+	b.mu.Unlock()
+	return l
+}
+
+// Stop shuts the server down and waits until the log's connection has
+// noticed, so that the next append fails at once rather than at its
+// deadline.
+func (b *backend) Stop(t *testing.T, l wal.Log) {
+	b.mu.Lock()
+	srv := b.srvs[l]
+	b.mu.Unlock()
+	srv.Close()
+	waitFor(t, func() bool { return !l.(*Log).nc.IsConnected() })
+}
+
+func (b *backend) Dedups() bool { return true }
+
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	waltest.Run(t, &backend{srvs: map[wal.Log]*embednats.Server{}})
+}
+
+func readAll(t testing.TB, l *Log, p message.PChannel, from uint64, n int) (offs []uint64, datas []string) {
+	t.Helper()
+	ctx := tctx(t)
+	cur, err := l.Read(ctx, p, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	for range n {
+		off, data, err := cur.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs = append(offs, off)
+		datas = append(datas, string(data))
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if off, data, err := cur.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("entry past the expected %d: (%d, %q, %v)", n, off, data, err)
+	}
+	return offs, datas
+}
+
+func TestDuplicateReturnsOriginalOffsetAndWritesNothing(t *testing.T) {
+	srv := startServer(t, embednats.Config{})
+	l := open(t, srv, "p")
+	ctx := tctx(t)
+	for i := range 3 {
+		if off, err := l.Append(ctx, "p", fmt.Sprint("id-", i), []byte(fmt.Sprint("e", i))); err != nil || off != uint64(i) {
+			t.Fatalf("append %d: offset %d, %v", i, off, err)
+		}
+	}
+	// Re-append the middle entry, even with other bytes: the id decides.
+	off, err := l.Append(ctx, "p", "id-1", []byte("other bytes"))
+	if err != nil || off != 1 {
+		t.Fatalf("re-append: offset %d, %v; want the original 1", off, err)
+	}
+	// The raw acknowledgement says duplicate and carries the original
+	// sequence (what Append relies on).
+	js, _ := jetstream.New(l.nc)
+	ack, err := js.Publish(ctx, "WALCAST.p", []byte("x"), jetstream.WithMsgID("id-0"))
+	if err != nil || !ack.Duplicate || ack.Sequence != 1 {
+		t.Fatalf("raw duplicate ack %+v, %v; want duplicate of sequence 1", ack, err)
+	}
+	info, err := js.Stream(ctx, "WALCAST_p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 3 {
+		t.Fatalf("%d messages in the stream, want 3", n)
+	}
+	offs, datas := readAll(t, l, "p", 0, 3)
+	if fmt.Sprint(offs, datas) != "[0 1 2] [e0 e1 e2]" {
+		t.Fatalf("read %v %v", offs, datas)
+	}
+	// An empty dedup id is never deduplicated.
+	a, err1 := l.Append(ctx, "p", "", []byte("same"))
+	b, err2 := l.Append(ctx, "p", "", []byte("same"))
+	if err1 != nil || err2 != nil || a == b {
+		t.Fatalf("empty dedup ids: %d %v, %d %v", a, err1, b, err2)
+	}
+}
+
+func TestRestartKeepsEntriesAndDedup(t *testing.T) {
+	dir := t.TempDir()
+	srv := startServer(t, embednats.Config{Dir: dir})
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	l := open(t, srv, "p0", "p1")
+	ctx := tctx(t)
+	for i := range 5 {
+		if _, err := l.Append(ctx, "p0", fmt.Sprint("id-", i), []byte(fmt.Sprint("e", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A cursor open across the restart resumes where it was.
+	cur, err := l.Read(ctx, "p0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	if off, data, err := cur.Next(ctx); err != nil || off != 0 || string(data) != "e0" {
+		t.Fatalf("first entry: (%d, %q, %v)", off, data, err)
+	}
+
+	srv.Close()
+	waitFor(t, func() bool { return !l.nc.IsConnected() })
+	if _, err := l.Append(ctx, "p0", "down", []byte("x")); !errors.Is(err, wal.ErrNotApplied) {
+		t.Fatalf("append while disconnected: %v, want a definite error", err)
+	}
+	startServer(t, embednats.Config{Dir: dir, Port: port})
+	waitFor(t, l.nc.IsConnected)
+
+	// The same log reconnects; the entries and their dedup ids survived.
+	if off, err := l.Append(ctx, "p0", "id-3", []byte("e3")); err != nil || off != 3 {
+		t.Fatalf("re-append after restart: offset %d, %v; want 3", off, err)
+	}
+	if off, err := l.Append(ctx, "p0", "id-5", []byte("e5")); err != nil || off != 5 {
+		t.Fatalf("append after restart: offset %d, %v; want 5", off, err)
+	}
+	for i := 1; i <= 5; i++ {
+		off, data, err := cur.Next(ctx)
+		if err != nil || off != uint64(i) || string(data) != fmt.Sprint("e", i) {
+			t.Fatalf("cursor across the restart: (%d, %q, %v), want (%d, e%d)", off, data, err, i, i)
+		}
+	}
+	// A new log on the restarted server reads everything from offset 0.
+	l2, err := New(ctx, Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), PChannels: []message.PChannel{"p0", "p1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	offs, datas := readAll(t, l2, "p0", 0, 6)
+	if fmt.Sprint(offs, datas) != "[0 1 2 3 4 5] [e0 e1 e2 e3 e4 e5]" {
+		t.Fatalf("read after restart: %v %v", offs, datas)
+	}
+}
+
+func TestOffsetsStrictlyIncrease(t *testing.T) {
+	srv := startServer(t, embednats.Config{})
+	l := open(t, srv, "p")
+	ctx := tctx(t)
+	const workers, each = 8, 20
+	got := make([][]uint64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				off, err := l.Append(ctx, "p", fmt.Sprint(w, "-", i), []byte("x"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[w] = append(got[w], off)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[uint64]bool{}
+	for w, offs := range got {
+		for i, off := range offs {
+			if i > 0 && off <= offs[i-1] {
+				t.Fatalf("worker %d: offset %d after %d", w, off, offs[i-1])
+			}
+			if seen[off] {
+				t.Fatalf("offset %d twice", off)
+			}
+			seen[off] = true
+		}
+	}
+	// Single stream, no deletes: offsets are exactly 0..n-1.
+	for i := range uint64(workers * each) {
+		if !seen[i] {
+			t.Fatalf("offset %d missing", i)
+		}
+	}
+}
+
+func TestMaxEntryBytes(t *testing.T) {
+	srv := startServer(t, embednats.Config{MaxPayload: 1 << 20})
+	l := open(t, srv, "p")
+	ctx := tctx(t)
+	if got, want := l.MaxEntryBytes(), 1<<20-headroom; got != want {
+		t.Fatalf("MaxEntryBytes %d, want %d", got, want)
+	}
+	// An entry of exactly the limit, with a full-size dedup id, fits.
+	id := strings.Repeat("f", maxDedupIDBytes)
+	if _, err := l.Append(ctx, "p", id, make([]byte, l.MaxEntryBytes())); err != nil {
+		t.Fatalf("entry at the limit: %v", err)
+	}
+	if _, err := l.Append(ctx, "p", "big", make([]byte, l.MaxEntryBytes()+1)); !errors.Is(err, wal.ErrTooLarge) {
+		t.Fatalf("entry over the limit: %v", err)
+	}
+
+	// A smaller configured limit is enforced; a larger one is refused.
+	small, err := New(ctx, Config{URL: srv.ClientURL(), PChannels: []message.PChannel{"p"}, MaxEntryBytes: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if _, err := small.Append(ctx, "p", "a", make([]byte, 101)); !errors.Is(err, wal.ErrTooLarge) {
+		t.Fatalf("entry over a configured limit: %v", err)
+	}
+	if _, err := small.Append(ctx, "p", "b", make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, Config{URL: srv.ClientURL(), PChannels: []message.PChannel{"p"}, MaxEntryBytes: 1 << 20}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("MaxEntryBytes over max_payload: %v", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	srv := startServer(t, embednats.Config{})
+	ctx := tctx(t)
+	ps := []message.PChannel{"p"}
+	for name, cfg := range map[string]Config{
+		"no url or conn":  {PChannels: ps},
+		"no pchannels":    {URL: srv.ClientURL()},
+		"bad pchannel":    {URL: srv.ClientURL(), PChannels: []message.PChannel{"a.b"}},
+		"empty pchannel":  {URL: srv.ClientURL(), PChannels: []message.PChannel{""}},
+		"bad prefix":      {URL: srv.ClientURL(), PChannels: ps, StreamPrefix: "A.*"},
+		"long prefix":     {URL: srv.ClientURL(), PChannels: ps, StreamPrefix: strings.Repeat("a", 33)},
+		"replicas":        {URL: srv.ClientURL(), PChannels: ps, Replicas: 6},
+		"negative window": {URL: srv.ClientURL(), PChannels: ps, DedupWindow: -time.Second},
+		"negative max":    {URL: srv.ClientURL(), PChannels: ps, MaxEntryBytes: -1},
+		"negative time":   {URL: srv.ClientURL(), PChannels: ps, RequestTimeout: -1},
+	} {
+		if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+
+	l := open(t, srv, "p")
+	for _, id := range []string{"has space", "new\nline", strings.Repeat("x", maxDedupIDBytes+1), "é"} {
+		_, err := l.Append(ctx, "p", id, []byte("x"))
+		if !errors.Is(err, ErrBadDedupID) || !errors.Is(err, wal.ErrNotApplied) {
+			t.Errorf("dedup id %q: %v, want definite ErrBadDedupID", id, err)
+		}
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Append(done, "p", "x", []byte("x")); !errors.Is(err, wal.ErrNotApplied) || !errors.Is(err, context.Canceled) {
+		t.Errorf("append with a canceled context: %v", err)
+	}
+	// Reading far past the end waits, it does not fail.
+	cur, err := l.Read(ctx, "p", 1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel2()
+	if _, _, err := cur.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("read past the end: %v", err)
+	}
+	_ = cur.Close()
+}
+
+func TestExistingStreams(t *testing.T) {
+	srv := startServer(t, embednats.Config{})
+	ctx := tctx(t)
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	// An operator's stream with a retention limit and another window:
+	// New takes the window over and keeps the limit.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "W_p", Subjects: []string{"W.p"},
+		Storage: jetstream.FileStorage, MaxAge: time.Hour, Duplicates: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(ctx, Config{Conn: nc, PChannels: []message.PChannel{"p"}, StreamPrefix: "W", DedupWindow: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "W_p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.CachedInfo().Config; c.Duplicates != 2*time.Minute || c.MaxAge != time.Hour || !c.DenyDelete {
+		t.Fatalf("stream after New: window %v, max age %v, deny delete %v", c.Duplicates, c.MaxAge, c.DenyDelete)
+	}
+	// Again: nothing to change. Close leaves a borrowed connection open.
+	l2, err := New(ctx, Config{Conn: nc, PChannels: []message.PChannel{"p"}, StreamPrefix: "W", DedupWindow: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	_ = l2.Close()
+	if nc.IsClosed() {
+		t.Fatal("Close closed a borrowed connection")
+	}
+
+	// A stream's message size cap lowers MaxEntryBytes; an entry at the
+	// lowered limit fits.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S_p", Subjects: []string{"S.p"},
+		Storage: jetstream.FileStorage, MaxMsgSize: 10000}); err != nil {
+		t.Fatal(err)
+	}
+	capped, err := New(ctx, Config{Conn: nc, PChannels: []message.PChannel{"p"}, StreamPrefix: "S"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer capped.Close()
+	if got := capped.MaxEntryBytes(); got != 10000-headroom {
+		t.Fatalf("MaxEntryBytes %d under a stream cap of 10000", got)
+	}
+	if _, err := capped.Append(ctx, "p", strings.Repeat("f", 64), make([]byte, capped.MaxEntryBytes())); err != nil {
+		t.Fatalf("entry at a stream's cap: %v", err)
+	}
+	if _, err := New(ctx, Config{Conn: nc, PChannels: []message.PChannel{"p"}, StreamPrefix: "S", MaxEntryBytes: 10000}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("MaxEntryBytes over a stream's cap: %v", err)
+	}
+
+	// Memory storage and async persistence are refused.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "M_p", Subjects: []string{"M.p"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, Config{Conn: nc, PChannels: []message.PChannel{"p"}, StreamPrefix: "M"}); err == nil {
+		t.Fatal("New accepted a memory stream")
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "A_p", Subjects: []string{"A.p"}, Storage: jetstream.FileStorage,
+		PersistMode: jetstream.AsyncPersistMode}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, Config{Conn: nc, PChannels: []message.PChannel{"p"}, StreamPrefix: "A"}); err == nil {
+		t.Fatal("New accepted an async-persist stream")
+	}
+}
+
+func TestCloseEndsBlockedNext(t *testing.T) {
+	srv := startServer(t, embednats.Config{})
+	l := open(t, srv, "p")
+	ctx := tctx(t)
+	cur, err := l.Read(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := cur.Next(ctx)
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	_ = l.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, wal.ErrClosed) {
+			t.Fatalf("blocked Next after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a blocked Next")
+	}
+	if _, err := l.Append(ctx, "p", "x", []byte("x")); !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("append after Close: %v", err)
+	}
+	if _, err := l.Read(ctx, "p", 0); !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("read after Close: %v", err)
+	}
+	if _, _, err := cur.Next(ctx); !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
