@@ -1,0 +1,400 @@
+// Package kafka is a wal.Log on Apache Kafka, through franz-go.
+//
+// # PChannels and topics
+//
+// Each pchannel is its own single-partition topic, named TopicPrefix
+// followed by the pchannel name ("walcast-wal-0" for pchannel "wal-0" with
+// the default prefix), and an entry's offset is its Kafka offset in
+// partition 0 of that topic. One partition per topic keeps the mapping
+// trivial: the pchannel's total order is the partition's order, offsets are
+// Kafka's own (0-based, strictly increasing), no partitioner or
+// partition-index mapping has to stay stable across configuration changes,
+// and per-pchannel settings (retention, replication) are per-topic settings.
+// New creates the topics that are missing (one partition, the configured
+// replication factor, max.message.bytes sized for MaxEntryBytes, plus
+// Config.TopicConfigs) and refuses existing ones that have more than one
+// partition or a max.message.bytes too small for MaxEntryBytes.
+//
+// # Durability
+//
+// Appends go through an idempotent producer (franz-go's default, which New
+// insists on) with acks from all in-sync replicas, so an Append returns only
+// once the entry is replicated to every in-sync replica and therefore below
+// the high watermark that readers see. For real durability give the topics
+// a replication factor of 3 and min.insync.replicas of 2 (ReplicationFactor
+// and TopicConfigs); the defaults (the broker's default replication factor
+// and min.insync.replicas) suit test clusters.
+//
+// An Append returns when the broker answers or its context ends, whichever
+// comes first. A record whose Append gave up may still be written later:
+// franz-go keeps retrying it in the background until it is written, the log
+// is closed, or its delivery timeout (two minutes unless ClientOptions say
+// otherwise) expires while franz-go knows it unwritten (an idempotent
+// producer does not abandon a request whose outcome it does not know).
+// That is the ambiguity the wal.Log contract allows; the caller's buffer is
+// not retained.
+//
+// # Deduplication
+//
+// Kafka does not deduplicate application-level re-appends: the idempotent
+// producer only suppresses duplicates of its own internal retries. An entry
+// appended twice (say, retried after an ambiguous error) is stored twice, at
+// two offsets. Consumers deduplicate copies by broadcast id, as the wal
+// package requires of them anyway. The dedup id is kept in each record's
+// DedupIDHeader header, for diagnosis only.
+//
+// # Readers
+//
+// Every cursor (Log.Read) has its own consuming client, assigned partition 0
+// of the pchannel's topic at the requested offset, so cursors are
+// independent of each other and of the producer.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+const (
+	// DefaultTopicPrefix is the topic name prefix when Config.TopicPrefix is
+	// empty.
+	DefaultTopicPrefix = "walcast-"
+	// DefaultMaxBatchBytes is Kafka's default message.max.bytes, the
+	// largest record batch a broker accepts unless configured otherwise.
+	DefaultMaxBatchBytes = 1048588
+	// EntryOverhead is what one record batch adds around an entry of the
+	// log: the batch header, the record's framing and the DedupIDHeader
+	// header with a dedup id of up to MaxDedupIDBytes. The producer's
+	// maximum record batch size, and the max.message.bytes of the topics
+	// New creates, is MaxEntryBytes + EntryOverhead.
+	EntryOverhead = 512
+	// DefaultMaxEntryBytes is the entry size limit when
+	// Config.MaxEntryBytes is zero: the largest entry whose record batch
+	// fits Kafka's default message.max.bytes, so the default works on
+	// topics created by hand with a stock configuration too.
+	DefaultMaxEntryBytes = DefaultMaxBatchBytes - EntryOverhead
+	// MaxDedupIDBytes is the longest dedup id Append accepts (wal dedup ids
+	// are 64 hex digits).
+	MaxDedupIDBytes = 256
+	// DedupIDHeader is the record header holding an entry's dedup id.
+	DedupIDHeader = "walcast-dedup-id"
+
+	// maxEntryLimit keeps MaxEntryBytes + EntryOverhead within franz-go's
+	// 1 GiB bound on record batches.
+	maxEntryLimit = 1<<30 - EntryOverhead
+	// defaultDeliveryTimeout bounds how long the producer retries a record
+	// in the background (Kafka's delivery.timeout.ms default).
+	defaultDeliveryTimeout = 2 * time.Minute
+	// maxTopicName is Kafka's limit on topic name length.
+	maxTopicName = 249
+)
+
+// Errors of this package. Check them with errors.Is; wal errors (ErrClosed,
+// ErrTooLarge, ErrUnknownPChannel) are returned as documented on wal.Log.
+var (
+	// ErrInvalidConfig reports a Config that New refuses.
+	ErrInvalidConfig = errors.New("kafka wal: invalid config")
+	// ErrTopic reports an existing topic that cannot back a pchannel: it
+	// has more than one partition, or its max.message.bytes is below
+	// MaxEntryBytes + EntryOverhead.
+	ErrTopic = errors.New("kafka wal: unusable topic")
+	// ErrOffsetRange reports a Read offset beyond Kafka's int64 offsets.
+	ErrOffsetRange = errors.New("kafka wal: offset out of range")
+)
+
+// Config configures New.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// PChannels are the log's pchannels; each is the topic TopicPrefix +
+	// its name. At least one is required.
+	PChannels []message.PChannel
+	// TopicPrefix prefixes every topic name; empty means
+	// DefaultTopicPrefix. It is made of [A-Za-z0-9._-], and prefix plus
+	// pchannel must fit Kafka's 249-byte limit on topic names.
+	TopicPrefix string
+	// ReplicationFactor is the replication factor of the topics New
+	// creates; 0 means the broker's default.replication.factor. Production
+	// clusters want 3 (with min.insync.replicas=2 in TopicConfigs).
+	ReplicationFactor int16
+	// TopicConfigs are extra configs of the topics New creates (for
+	// example min.insync.replicas or retention.ms). Existing topics are
+	// not altered.
+	TopicConfigs map[string]string
+	// MaxEntryBytes is the largest entry Append accepts; 0 means
+	// DefaultMaxEntryBytes. The producer's max record batch bytes, and
+	// the max.message.bytes of created topics, is MaxEntryBytes +
+	// EntryOverhead.
+	MaxEntryBytes int
+	// ClientOptions are extra franz-go options (TLS, SASL, logging,
+	// compression, timeouts, ...) for the producing client and every
+	// cursor's consuming client. They override this package's defaults
+	// (no linger, two-minute record delivery timeout) but not what the
+	// log relies on: the seed brokers, acks from all in-sync replicas,
+	// the record batch size, manual partitioning and, for cursors, the
+	// consumed partition. Disabling idempotent writes, transactions and
+	// manual flushing are refused with ErrInvalidConfig.
+	ClientOptions []kgo.Opt
+}
+
+// Log is a wal.Log on Kafka. It is safe for concurrent use.
+type Log struct {
+	cl       *kgo.Client
+	topics   map[message.PChannel]string
+	maxEntry int
+	// copts are the options every cursor's client starts from.
+	copts []kgo.Opt
+
+	closed  atomic.Bool
+	mu      sync.Mutex
+	cursors map[*cursor]struct{}
+}
+
+var _ wal.Log = (*Log)(nil)
+
+// New connects to the cluster, creates the topics that are missing, checks
+// the existing ones and returns the log. ctx bounds the setup.
+func New(ctx context.Context, cfg Config) (*Log, error) {
+	maxEntry := cfg.MaxEntryBytes
+	if maxEntry == 0 {
+		maxEntry = DefaultMaxEntryBytes
+	}
+	prefix := cfg.TopicPrefix
+	if prefix == "" {
+		prefix = DefaultTopicPrefix
+	}
+	topics, err := validate(cfg, prefix, maxEntry)
+	if err != nil {
+		return nil, err
+	}
+	batchMax := int32(maxEntry + EntryOverhead)
+
+	// The log's invariants come last so that ClientOptions cannot
+	// override them.
+	base := append([]kgo.Opt{kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(defaultDeliveryTimeout)},
+		cfg.ClientOptions...)
+	base = append(base, kgo.SeedBrokers(cfg.Brokers...))
+	popts := append(slices.Clip(base),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchMaxBytes(batchMax),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(popts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := checkClient(cl); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	if err := ensureTopics(ctx, cl, topicList(topics), cfg.ReplicationFactor, cfg.TopicConfigs, batchMax); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return &Log{cl: cl, topics: topics, maxEntry: maxEntry, copts: slices.Clip(base), cursors: make(map[*cursor]struct{})}, nil
+}
+
+// validate checks cfg and returns the topic of each pchannel.
+func validate(cfg Config, prefix string, maxEntry int) (map[message.PChannel]string, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, fmt.Errorf("%w: no brokers", ErrInvalidConfig)
+	}
+	if len(cfg.PChannels) == 0 {
+		return nil, fmt.Errorf("%w: no pchannels", ErrInvalidConfig)
+	}
+	if maxEntry < 1 || maxEntry > maxEntryLimit {
+		return nil, fmt.Errorf("%w: MaxEntryBytes %d not in [1, %d]", ErrInvalidConfig, cfg.MaxEntryBytes, maxEntryLimit)
+	}
+	if cfg.ReplicationFactor < 0 {
+		return nil, fmt.Errorf("%w: ReplicationFactor %d", ErrInvalidConfig, cfg.ReplicationFactor)
+	}
+	for i := 0; i < len(prefix); i++ {
+		if !topicByte(prefix[i]) {
+			return nil, fmt.Errorf("%w: TopicPrefix %q has a byte outside [A-Za-z0-9._-]", ErrInvalidConfig, prefix)
+		}
+	}
+	topics := make(map[message.PChannel]string, len(cfg.PChannels))
+	for _, p := range cfg.PChannels {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		if _, dup := topics[p]; dup {
+			return nil, fmt.Errorf("%w: pchannel %s listed twice", ErrInvalidConfig, p)
+		}
+		t := prefix + string(p)
+		if len(t) > maxTopicName {
+			return nil, fmt.Errorf("%w: topic name %q longer than %d bytes", ErrInvalidConfig, t, maxTopicName)
+		}
+		topics[p] = t
+	}
+	return topics, nil
+}
+
+func topicByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// checkClient refuses ClientOptions that break Append's guarantees.
+func checkClient(cl *kgo.Client) error {
+	if v, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); v {
+		return fmt.Errorf("%w: ClientOptions disable idempotent writes", ErrInvalidConfig)
+	}
+	if v, _ := cl.OptValue(kgo.ManualFlushing).(bool); v {
+		return fmt.Errorf("%w: ClientOptions enable manual flushing", ErrInvalidConfig)
+	}
+	if v, _ := cl.OptValue(kgo.TransactionalID).(string); v != "" {
+		return fmt.Errorf("%w: ClientOptions set a transactional id", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func topicList(topics map[message.PChannel]string) []string {
+	return slices.Sorted(maps.Values(topics))
+}
+
+// Topic returns the topic backing pchannel p, or "" if the log does not have
+// p.
+func (l *Log) Topic(p message.PChannel) string { return l.topics[p] }
+
+// MaxEntryBytes is the largest entry Append accepts.
+func (l *Log) MaxEntryBytes() int { return l.maxEntry }
+
+// Append produces data as one record to p's topic and returns its offset once
+// all in-sync replicas have it. Kafka does not deduplicate re-appends:
+// dedupID is only recorded in the DedupIDHeader header. Oversized entries
+// (or dedup ids over MaxDedupIDBytes) fail with wal.ErrTooLarge, unknown
+// pchannels with wal.ErrUnknownPChannel, appends after Close with
+// wal.ErrClosed; a full producer buffer and a batch the broker rejects as
+// too large fail definitely (wal.ErrNotApplied) too. Every other failure,
+// ctx's end included, is ambiguous.
+func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, data []byte) (uint64, error) {
+	if l.closed.Load() {
+		return 0, wal.ErrClosed
+	}
+	topic, ok := l.topics[p]
+	if !ok {
+		return 0, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	if len(data) > l.maxEntry {
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", wal.ErrTooLarge, len(data), l.maxEntry)
+	}
+	if len(dedupID) > MaxDedupIDBytes {
+		return 0, fmt.Errorf("%w: dedup id of %d bytes, limit %d", wal.ErrTooLarge, len(dedupID), MaxDedupIDBytes)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	// The record outlives this call if ctx ends first, so it must not
+	// share the caller's buffer.
+	rec := &kgo.Record{Topic: topic, Partition: 0, Value: append([]byte(nil), data...)}
+	if dedupID != "" {
+		rec.Headers = []kgo.RecordHeader{{Key: DedupIDHeader, Value: []byte(dedupID)}}
+	}
+	done := make(chan error, 1)
+	// The record is not bound to ctx: franz-go fails every buffered record
+	// of a partition when the first one's context ends, which would fail
+	// other callers' appends. ctx bounds only this call's wait, below.
+	// TryProduce fails at once, rather than blocking, when the buffer is
+	// full.
+	l.cl.TryProduce(context.Background(), rec, func(_ *kgo.Record, err error) { done <- err })
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		select {
+		case err = <-done:
+		default:
+			return 0, fmt.Errorf("kafka wal: append to %s: %w (the entry may still be written)", p, ctx.Err())
+		}
+	}
+	if err != nil {
+		return 0, appendError(p, err)
+	}
+	return uint64(rec.Offset), nil
+}
+
+// appendError classifies a producer error: definite when the record
+// provably was not written, ambiguous otherwise.
+func appendError(p message.PChannel, err error) error {
+	switch {
+	case errors.Is(err, kgo.ErrMaxBuffered):
+		return fmt.Errorf("%w: kafka wal: append to %s: %w", wal.ErrNotApplied, p, err)
+	case errors.Is(err, kerr.MessageTooLarge):
+		// The broker refused the batch (or the client could not fit the
+		// record in one): the topic's max.message.bytes is below the
+		// producer's batch size, changed since New checked it.
+		return fmt.Errorf("%w: kafka wal: append to %s: batch rejected, check the topic's max.message.bytes: %w", wal.ErrNotApplied, p, err)
+	}
+	return fmt.Errorf("kafka wal: append to %s: %w", p, err)
+}
+
+// Read returns a cursor over p's entries with offset >= from, backed by its
+// own consuming client. It does not wait for the cluster: while the cluster
+// is unreachable, the cursor's Next keeps trying until its context ends. A
+// from past the log's end is fine: the cursor delivers the entry at from
+// when it is appended. A from below the log's start (entries removed by
+// retention) starts at the log's start.
+func (l *Log) Read(_ context.Context, p message.PChannel, from uint64) (wal.Cursor, error) {
+	if l.closed.Load() {
+		return nil, wal.ErrClosed
+	}
+	topic, ok := l.topics[p]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	if from > 1<<63-1 {
+		return nil, fmt.Errorf("%w: %d", ErrOffsetRange, from)
+	}
+	opts := append(slices.Clip(l.copts), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+		topic: {0: kgo.NewOffset().At(int64(from))},
+	}))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka wal: reader client: %w", err)
+	}
+	c := &cursor{l: l, cl: cl, p: p, next: int64(from), closed: make(chan struct{})}
+	l.mu.Lock()
+	if l.closed.Load() {
+		l.mu.Unlock()
+		cl.Close()
+		return nil, wal.ErrClosed
+	}
+	l.cursors[c] = struct{}{}
+	l.mu.Unlock()
+	return c, nil
+}
+
+// Close closes the producer and every open cursor. Appends still waiting
+// for an answer fail ambiguously; later calls fail with wal.ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed.Swap(true) {
+		l.mu.Unlock()
+		return nil
+	}
+	cursors := slices.Collect(maps.Keys(l.cursors))
+	clear(l.cursors)
+	l.mu.Unlock()
+	for _, c := range cursors {
+		c.shut()
+	}
+	l.cl.Close()
+	return nil
+}
+
+func (l *Log) forget(c *cursor) {
+	l.mu.Lock()
+	delete(l.cursors, c)
+	l.mu.Unlock()
+}
