@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 			b.sched.enroll(t)
 		}
 	}
-	b.gc.kick()
+	b.gc.runNow()
 	b.log.Info("broadcaster recovered", "pending", len(rec.pending), "replicated", len(rec.replicated),
 		"tombstones", rec.tombstones, "next_id", b.ids.next)
 	return b, nil
@@ -294,8 +294,8 @@ func (b *Broadcaster) begin(ctx context.Context, idem *Idempotent, keys []resour
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	if b.cfg.Admit != nil {
-		if err := b.cfg.Admit(ctx); err != nil {
+	if b.cfg.CheckRole != nil {
+		if err := b.cfg.CheckRole(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -310,6 +310,14 @@ func (b *Broadcaster) begin(ctx context.Context, idem *Idempotent, keys []resour
 			return h, nil
 		}
 		h.adm = adm
+	}
+	// Admission applies to new work only: a retry resolved above is answered
+	// even while a quota is full (R7.5).
+	if b.cfg.Admit != nil {
+		if err := b.cfg.Admit(ctx); err != nil {
+			b.releaseAdmission(h.adm)
+			return nil, err
+		}
 	}
 	start := time.Now()
 	lctx, stop := b.bound(ctx)

@@ -49,9 +49,13 @@ type Config struct {
 	// it must leave room in one catalog transaction and one WAL entry.
 	MaxMessageBytes int
 
-	// Admit, if set, is called before a broadcast takes its locks; an error
-	// refuses the broadcast (the replication role check returns
-	// ErrNotPrimary there).
+	// CheckRole, if set, is called first on every request; an error refuses
+	// it (the replication role check returns ErrNotPrimary there, R8.1).
+	CheckRole func(ctx context.Context) error
+	// Admit, if set, is called for new work only, after an idempotent
+	// request's key was found new and before its locks are taken; an error
+	// refuses the broadcast. Retries of accepted requests skip it, so a full
+	// quota never rejects a retry (R7.5).
 	Admit func(ctx context.Context) error
 	// Logger receives structured logs; idempotency keys appear only as
 	// fingerprints. Default slog.Default().

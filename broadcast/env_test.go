@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,7 +50,7 @@ type call struct {
 // record their order and stage a read-modify-write effect, so that an effect
 // applied twice would show.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	store *cmem.Store
 	log   *wmem.Log
 	types *message.Registry
@@ -67,7 +67,7 @@ type env struct {
 	onceRuns int
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	e := &env{
 		t: t, store: cmem.NewStore(), log: wmem.New(pchans...),
 		types: message.NewRegistry(), cbs: broadcast.NewCallbacks(),
@@ -178,13 +178,13 @@ func (e *env) tryOpen(mod ...func(*broadcast.Config)) (*broadcast.Broadcaster, e
 	return b, err
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func msgOf(t *testing.T, typ message.Type, payload string, targets []message.VChannel, opts ...message.Option) *message.Message {
+func msgOf(t testing.TB, typ message.Type, payload string, targets []message.VChannel, opts ...message.Option) *message.Message {
 	t.Helper()
 	m, err := message.NewBroadcast(typ, []byte(payload), targets, opts...)
 	if err != nil {
@@ -247,7 +247,7 @@ func (e *env) callsCopy() []call {
 }
 
 // waitIdle waits until b has no live task.
-func waitIdle(t *testing.T, b *broadcast.Broadcaster) {
+func waitIdle(t testing.TB, b *broadcast.Broadcaster) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for b.Stats().Live > 0 {
@@ -259,7 +259,7 @@ func waitIdle(t *testing.T, b *broadcast.Broadcaster) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -307,7 +307,7 @@ func (e *env) checkInvariants(b *broadcast.Broadcaster, persisted map[uint64][]m
 
 // conflictOrder checks that callbacks of conflicting tasks ran in control
 // channel order (SPEC §11.3).
-func conflictOrder(t *testing.T, calls []call) {
+func conflictOrder(t testing.TB, calls []call) {
 	t.Helper()
 	for i := range calls {
 		for j := i + 1; j < len(calls); j++ {
@@ -318,11 +318,19 @@ func conflictOrder(t *testing.T, calls []call) {
 	}
 }
 
-func sortedIDs(m map[uint64][]message.VChannel) []uint64 {
-	var ids []uint64
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids
+
+// newBufLogger logs JSON into buf.
+func newBufLogger(buf *strings.Builder, mu *sync.Mutex) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(lockedWriter{buf, mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type lockedWriter struct {
+	b  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

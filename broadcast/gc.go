@@ -24,9 +24,16 @@ type tomb struct {
 // catalog transaction. It runs after each new tombstone and every
 // CheckInterval. An index entry is retired only after its record's delete
 // committed (R6.2).
+//
+// Tombstones past MaxLifetime are deleted as soon as a run sees them, so a
+// window ends when Window.ExpiresLatest says. Tombstones beyond MaxCount but
+// younger are deleted after a new tombstone only once gcBatch of them are
+// due (or at the periodic check): keeping a few past MaxCount only lengthens
+// windows, and it turns one delete per broadcast into one per gcBatch.
 type collector struct {
 	b     *Broadcaster
 	kickc chan struct{}
+	force chan struct{}
 	// order[head:] are the live tombstones, oldest first; protected by b.mu.
 	order []*tomb
 	head  int
@@ -34,7 +41,7 @@ type collector struct {
 }
 
 func newCollector(b *Broadcaster) *collector {
-	return &collector{b: b, kickc: make(chan struct{}, 1)}
+	return &collector{b: b, kickc: make(chan struct{}, 1), force: make(chan struct{}, 1)}
 }
 
 // load installs recovered tombstones, sorted by completion.
@@ -61,6 +68,15 @@ func (c *collector) headroomLocked(tb *tomb) int {
 	return max(c.b.cfg.Tombstone.MaxCount-live+rank, 0)
 }
 
+// runNow asks for a full run (as the periodic check does), e.g. after
+// recovery.
+func (c *collector) runNow() {
+	select {
+	case c.force <- struct{}{}:
+	default:
+	}
+}
+
 func (c *collector) kick() {
 	select {
 	case c.kickc <- struct{}{}:
@@ -74,22 +90,35 @@ func (c *collector) loop() {
 	for {
 		select {
 		case <-c.kickc:
+			c.run(c.b.ctx, false)
 		case <-tick.C:
+			c.run(c.b.ctx, true)
+		case <-c.force:
+			c.run(c.b.ctx, true)
 		case <-c.b.ctx.Done():
 			return
 		}
-		c.run(c.b.ctx)
 	}
 }
 
-// run deletes every tombstone due now.
-func (c *collector) run(ctx context.Context) {
+// gcBatch bounds how many count-evictions a run after a new tombstone waits
+// for; small MaxCounts wait for fewer (MaxCount/16, at least 1).
+const gcBatch = 64
+
+func (c *collector) batch() int {
+	return max(1, min(gcBatch, c.b.cat.Limits().MaxOps, c.b.cfg.Tombstone.MaxCount/16))
+}
+
+// run deletes every tombstone due now; unless all is set, count-evictions
+// wait until a batch is due.
+func (c *collector) run(ctx context.Context, all bool) {
 	b := c.b
 	b.mu.Lock()
 	live := len(c.order) - c.head
 	cutoff := b.now().Add(-b.cfg.Tombstone.MaxLifetime).UnixNano()
 	var victims []*tomb
 	early := make(map[*tomb]bool)
+	aged := false
 	for i := c.head; i < len(c.order); i++ {
 		tb := c.order[i]
 		byCount := i-c.head < live-b.cfg.Tombstone.MaxCount
@@ -100,9 +129,13 @@ func (c *collector) run(ctx context.Context) {
 		if !byAge {
 			early[tb] = true
 		}
+		aged = aged || byAge
 		victims = append(victims, tb)
 	}
 	b.mu.Unlock()
+	if !all && !aged && len(victims) < c.batch() {
+		return
+	}
 	maxOps := b.cat.Limits().MaxOps
 	for len(victims) > 0 {
 		n := min(len(victims), maxOps)
