@@ -318,7 +318,6 @@ func conflictOrder(t testing.TB, calls []call) {
 	}
 }
 
-
 // newBufLogger logs JSON into buf.
 func newBufLogger(buf *strings.Builder, mu *sync.Mutex) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(lockedWriter{buf, mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
