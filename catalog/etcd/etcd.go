@@ -1,0 +1,291 @@
+// Package etcd is the production catalog.Catalog: the task catalog kept in
+// etcd (an external cluster, or the member internal/embedetcd runs inside
+// `walcast standalone`).
+//
+// # Model
+//
+// Every key lives under Config.Prefix in etcd; callers see keys without it.
+// A Commit is one etcd transaction, so its ops are applied together or not at
+// all. Concurrent Commits are coalesced by catalog.Group into shared
+// transactions (group commit, SPEC R4.9): while one transaction is in
+// flight, later Commits queue and go out together in the next one, never
+// splitting one caller's ops and never exceeding Limits. RoundTrips reports
+// how many transactions were sent for how many Commits.
+//
+// Reads are linearizable. List reads in pages (Config.PageSize keys per
+// request) at the revision of its first page, so it sees one consistent
+// snapshot of any size without loading it in one response.
+//
+// # Fencing
+//
+// A Catalog built with a Fence (Config.Fence) writes only while its
+// leadership term lasts (SPEC R9.2): every transaction carries the compare
+// "the leader key still exists with the create revision of our term". Campaign
+// wins a term through an etcd election (concurrency.Election over a lease
+// kept alive by a concurrency.Session); the term ends when its holder resigns
+// or its lease expires, and the election key is deleted with it. From then on
+// the compare fails, and every Commit of the old Catalog fails with
+// catalog.ErrFenced — even one sent by a coordinator that has not noticed yet
+// that it was deposed. A new term's key has a newer create revision, so an
+// old term can never match again.
+//
+// # Limits
+//
+// Config.Limits are the server's bounds (--max-txn-ops, --max-request-bytes).
+// etcd counts a transaction's compares and its ops separately (the larger
+// count must fit --max-txn-ops), so the fence compare costs no op. The byte
+// bound covers the whole request, so Catalog.Limits reports MaxBytes less the
+// worst-case cost of the prefix and the protobuf framing of MaxOps ops: a
+// Commit within Limits is never refused by the server for its size.
+//
+// # Errors
+//
+// Definite failures wrap catalog.ErrNotApplied: a failed fence compare
+// (catalog.ErrFenced); a transaction refused for its size, by Check or by
+// the server (catalog.ErrTooLarge); a Catalog closed, or whose client was
+// closed, before the transaction was sent (catalog.ErrClosed); malformed ops
+// (catalog.ErrInvalid); and a few server refusals that happen before
+// anything is applied (no space, permission denied). Everything else —
+// timeouts, an unavailable server, a client closed while the transaction was
+// in flight — is ambiguous: the transaction may have been applied.
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/walcast/walcast/catalog"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxOps is etcd's default --max-txn-ops.
+	DefaultMaxOps = 128
+	// DefaultMaxBytes is etcd's default --max-request-bytes.
+	DefaultMaxBytes = 1536 * 1024
+	// DefaultPageSize is how many keys List reads per request.
+	DefaultPageSize = 1000
+)
+
+// ErrInvalidConfig reports a Config, or Campaign arguments, that cannot be
+// used.
+var ErrInvalidConfig = errors.New("catalog/etcd: invalid config")
+
+// Config describes a Catalog.
+type Config struct {
+	// Prefix is prepended to every key in etcd. Catalogs with different
+	// prefixes share a cluster without seeing each other's keys.
+	Prefix string
+	// Limits are the server's bounds on one transaction: MaxOps its
+	// --max-txn-ops and MaxBytes its --max-request-bytes. Zero fields mean
+	// etcd's defaults (DefaultMaxOps, DefaultMaxBytes). Catalog.Limits is
+	// derived from them (see the package documentation).
+	Limits catalog.Limits
+	// Fence, if set, binds the Catalog to a leadership term: its Commits
+	// fail with catalog.ErrFenced once the term has ended. See Campaign and
+	// Term.Fence. The fence key must lie outside Prefix.
+	Fence *Fence
+	// CommitTimeout bounds each shared transaction of the group commit; 0
+	// means catalog.NewGroup's default (30s).
+	CommitTimeout time.Duration
+	// PageSize is how many keys List reads per request; 0 means
+	// DefaultPageSize.
+	PageSize int
+}
+
+// Catalog is a catalog.Catalog stored in etcd. It is safe for concurrent use.
+type Catalog struct {
+	client   *clientv3.Client
+	prefix   string
+	fence    *Fence
+	limits   catalog.Limits // as enforced, after the framing allowance
+	pageSize int
+	group    *catalog.Group
+	closed   atomic.Bool
+}
+
+var _ catalog.Catalog = (*Catalog)(nil)
+
+// Framing allowances: the bytes a request carries beyond its keys and
+// values. Each op is wrapped in a RequestOp inside the TxnRequest and holds
+// a key and a value field, each tag + length varint (≤ 6 bytes); 32 per op
+// bounds it. The fixed part covers the compare's framing, the raft request
+// header etcd adds before checking the size, and slack.
+const (
+	opFraming    = 32
+	fixedFraming = 512
+)
+
+// New returns a Catalog on client. The Catalog does not own the client:
+// closing the Catalog leaves it open, and closing it makes the Catalog fail
+// with catalog.ErrClosed.
+//
+// A server that accepts requests larger than clientv3's default send limit
+// (2 MiB) needs a client whose MaxCallSendMsgSize allows them; otherwise the
+// client refuses large transactions (as catalog.ErrTooLarge).
+func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidConfig)
+	}
+	lim := cfg.Limits
+	if lim.MaxOps == 0 {
+		lim.MaxOps = DefaultMaxOps
+	}
+	if lim.MaxBytes == 0 {
+		lim.MaxBytes = DefaultMaxBytes
+	}
+	if lim.MaxOps < 1 || lim.MaxBytes < 1 {
+		return nil, fmt.Errorf("%w: limits %+v", ErrInvalidConfig, cfg.Limits)
+	}
+	if cfg.PageSize < 0 || cfg.CommitTimeout < 0 {
+		return nil, fmt.Errorf("%w: page size %d, commit timeout %v", ErrInvalidConfig, cfg.PageSize, cfg.CommitTimeout)
+	}
+	overhead := fixedFraming + lim.MaxOps*(len(cfg.Prefix)+opFraming)
+	if f := cfg.Fence; f != nil {
+		if f.Key == "" || f.Rev <= 0 {
+			return nil, fmt.Errorf("%w: fence %+v", ErrInvalidConfig, *f)
+		}
+		if strings.HasPrefix(f.Key, cfg.Prefix) {
+			// The catalog's own writes could then delete or overwrite the
+			// leader key, and List would return it.
+			return nil, fmt.Errorf("%w: fence key %q lies under the catalog prefix %q", ErrInvalidConfig, f.Key, cfg.Prefix)
+		}
+		overhead += len(f.Key)
+		f := *f
+		cfg.Fence = &f
+	}
+	if lim.MaxBytes-overhead < 1024 {
+		return nil, fmt.Errorf("%w: %d request bytes leave no room for %d ops under prefix %q", ErrInvalidConfig, lim.MaxBytes, lim.MaxOps, cfg.Prefix)
+	}
+	lim.MaxBytes -= overhead
+	c := &Catalog{
+		client:   client,
+		prefix:   cfg.Prefix,
+		fence:    cfg.Fence,
+		limits:   lim,
+		pageSize: cfg.PageSize,
+	}
+	if c.pageSize == 0 {
+		c.pageSize = DefaultPageSize
+	}
+	c.group = catalog.NewGroup(committer{c}, cfg.CommitTimeout)
+	return c, nil
+}
+
+// Commit applies ops atomically in one etcd transaction, shared with
+// concurrent Commits (group commit). See the package documentation for its
+// errors.
+func (c *Catalog) Commit(ctx context.Context, ops ...catalog.Op) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	return c.group.Commit(ctx, ops...)
+}
+
+// usable returns catalog.ErrClosed if c or its client is closed.
+func (c *Catalog) usable() error {
+	if c.closed.Load() {
+		return catalog.ErrClosed
+	}
+	if c.client.Ctx().Err() != nil {
+		return fmt.Errorf("%w: etcd client closed", catalog.ErrClosed)
+	}
+	return nil
+}
+
+// Get returns the value stored under key, or an error wrapping
+// catalog.ErrNotFound. The read is linearizable.
+func (c *Catalog) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, fmt.Errorf("%w: empty key", catalog.ErrInvalid)
+	}
+	resp, err := c.client.Get(ctx, c.prefix+key)
+	if err != nil {
+		return nil, c.readErr("get "+key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: %s", catalog.ErrNotFound, key)
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+// List calls fn for every key with the given prefix, in key order. It reads
+// PageSize keys per request, every page at the revision of the first, so the
+// listing is one consistent, linearizable snapshot; a page whose revision
+// the server has compacted away meanwhile fails the listing.
+func (c *Catalog) List(ctx context.Context, prefix string, fn func(key string, value []byte) error) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	full := c.prefix + prefix
+	from, end := full, clientv3.GetPrefixRangeEnd(full)
+	if full == "" {
+		// The whole keyspace: from the smallest key to the end.
+		from, end = "\x00", "\x00"
+	}
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(c.pageSize))}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := c.client.Get(ctx, from, opts...)
+		if err != nil {
+			return c.readErr("list "+prefix, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if err := fn(string(kv.Key[len(c.prefix):]), kv.Value); err != nil {
+				return err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		// The next page starts right after the last key read.
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// readErr describes a failed read.
+func (c *Catalog) readErr(what string, err error) error {
+	if c.client.Ctx().Err() != nil {
+		return fmt.Errorf("%w: etcd client closed: %s: %w", catalog.ErrClosed, what, err)
+	}
+	return fmt.Errorf("catalog/etcd: %s: %w", what, err)
+}
+
+// Limits returns the bounds Commit enforces: the server's MaxOps, and its
+// MaxBytes less the framing allowance (see the package documentation).
+func (c *Catalog) Limits() catalog.Limits { return c.limits }
+
+// RoundTrips returns how many etcd transactions Commit has sent, and for how
+// many Commits.
+func (c *Catalog) RoundTrips() (trips, commits int64) { return c.group.RoundTrips() }
+
+// Fence returns the term c is bound to, or nil.
+func (c *Catalog) Fence() *Fence {
+	if c.fence == nil {
+		return nil
+	}
+	f := *c.fence
+	return &f
+}
+
+// Close makes every later call fail with catalog.ErrClosed. Transactions
+// already sent complete. It does not close the client.
+func (c *Catalog) Close() error {
+	c.closed.Store(true)
+	return nil
+}

@@ -1,0 +1,88 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/walcast/walcast/catalog"
+)
+
+// committer is the Catalog that catalog.Group wraps: each Commit is one etcd
+// transaction, one round trip.
+type committer struct{ c *Catalog }
+
+func (m committer) Commit(ctx context.Context, ops ...catalog.Op) error {
+	return m.c.commitTxn(ctx, ops)
+}
+
+func (m committer) Get(ctx context.Context, key string) ([]byte, error) { return m.c.Get(ctx, key) }
+
+func (m committer) List(ctx context.Context, prefix string, fn func(string, []byte) error) error {
+	return m.c.List(ctx, prefix, fn)
+}
+
+func (m committer) Limits() catalog.Limits { return m.c.limits }
+
+// commitTxn sends ops as one transaction, conditional on the fence.
+func (c *Catalog) commitTxn(ctx context.Context, ops []catalog.Op) error {
+	if err := catalog.Check(c.limits, ops); err != nil {
+		return err
+	}
+	if err := c.usable(); err != nil {
+		return err
+	}
+	then := make([]clientv3.Op, len(ops))
+	for i, o := range ops {
+		if o.Delete {
+			then[i] = clientv3.OpDelete(c.prefix + o.Key)
+		} else {
+			then[i] = clientv3.OpPut(c.prefix+o.Key, string(o.Value))
+		}
+	}
+	txn := c.client.Txn(ctx)
+	if f := c.fence; f != nil {
+		txn = txn.If(f.compare())
+	}
+	resp, err := txn.Then(then...).Commit()
+	if err != nil {
+		return c.commitErr(err)
+	}
+	if !resp.Succeeded {
+		// The fence is the only compare.
+		return fmt.Errorf("%w: leader key %q no longer has create revision %d", catalog.ErrFenced, c.fence.Key, c.fence.Rev)
+	}
+	return nil
+}
+
+// commitErr maps a failed transaction to the catalog's errors: definite
+// where etcd or gRPC refused it before applying anything, else ambiguous.
+func (c *Catalog) commitErr(err error) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge), tooLargeForGRPC(err):
+		return fmt.Errorf("%w: refused by etcd: %w", catalog.ErrTooLarge, err)
+	case errors.Is(err, rpctypes.ErrDuplicateKey), errors.Is(err, rpctypes.ErrEmptyKey):
+		return fmt.Errorf("%w: refused by etcd: %w", catalog.ErrInvalid, err)
+	case errors.Is(err, rpctypes.ErrNoSpace), errors.Is(err, rpctypes.ErrPermissionDenied):
+		// The quota is checked before the proposal, permissions when it is
+		// applied: either way nothing is written.
+		return fmt.Errorf("%w: refused by etcd: %w", catalog.ErrNotApplied, err)
+	case c.client.Ctx().Err() != nil:
+		// Closed while the transaction may have been on the wire.
+		return fmt.Errorf("catalog/etcd: client closed during the transaction, outcome unknown: %w", err)
+	}
+	return fmt.Errorf("catalog/etcd: transaction outcome unknown: %w", err)
+}
+
+// tooLargeForGRPC reports gRPC's own refusal of an oversized message, by the
+// client before sending or by the server before reading it.
+func tooLargeForGRPC(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "larger than max")
+}

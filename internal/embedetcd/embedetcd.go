@@ -1,0 +1,316 @@
+// Package embedetcd runs a single-member etcd server inside the walcast
+// process: the catalog of `walcast standalone` (SPEC R9.1) and of tests.
+//
+// Start brings a member up on 127.0.0.1 with its data in Config.Dir and
+// returns once it serves requests; Close shuts it down. Starting again on the
+// same directory resumes the same data: the member is durable (etcd fsyncs its
+// WAL before it answers a write).
+//
+// The embedded member differs from an external cluster in two bounds the
+// catalog cares about: its transactions may carry more operations
+// (Config.MaxTxnOps, 1024 by default against etcd's 128) and larger requests
+// (Config.MaxRequestBytes, 8 MiB against 1.5 MiB). Clients must be allowed to
+// send requests that large, which Server.Client arranges.
+//
+// etcd logs through zap and is chatty at info level; by default its logs are
+// dropped, and with Config.Logger set only its warnings and errors are passed
+// on.
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxTxnOps is the embedded member's bound on operations per
+	// transaction, above etcd's 128 so group commit can pack more.
+	DefaultMaxTxnOps = 1024
+	// DefaultMaxRequestBytes is the embedded member's bound on one request.
+	DefaultMaxRequestBytes = 8 << 20
+	// DefaultCompactionRetention is how much revision history the member
+	// keeps before compacting it away.
+	DefaultCompactionRetention = time.Hour
+	// DefaultName is the member's name.
+	DefaultName = "walcast"
+)
+
+// Errors of Start.
+var (
+	// ErrInvalidConfig reports a Config that Start cannot use.
+	ErrInvalidConfig = errors.New("embedetcd: invalid config")
+	// ErrDirInUse reports a data directory that another member, in this
+	// process or another, is using.
+	ErrDirInUse = errors.New("embedetcd: data directory in use")
+)
+
+// lockName is the file in Config.Dir that Start locks. etcd would block
+// forever on its database lock instead of failing.
+const lockName = "walcast-embedetcd.lock"
+
+// Config describes an embedded member. Only Dir is required.
+type Config struct {
+	// Dir holds the member's data (WAL and snapshots); it is created if
+	// missing. Required.
+	Dir string
+	// Name is the member's name; DefaultName if empty. A restart on the same
+	// Dir must use the same name.
+	Name string
+	// ClientPort and PeerPort are the TCP ports on 127.0.0.1 for clients and
+	// for raft peers; 0 picks a free port.
+	ClientPort, PeerPort int
+	// MaxTxnOps bounds the operations of one transaction; 0 means
+	// DefaultMaxTxnOps.
+	MaxTxnOps int
+	// MaxRequestBytes bounds the size of one request; 0 means
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int
+	// CompactionRetention is how long revision history is kept (periodic
+	// compaction); 0 means DefaultCompactionRetention, negative disables
+	// compaction. A catalog List pins one revision for all its pages, so the
+	// retention must outlast the longest listing.
+	CompactionRetention time.Duration
+	// Logger receives etcd's warnings and errors; nil drops all of etcd's
+	// logs.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded member.
+type Server struct {
+	etcd        *embed.Etcd
+	lock        *fileutil.LockedFile
+	endpoints   []string
+	maxTxnOps   int
+	maxReqBytes int
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// portAttempts bounds how often Start retries when a port it picked was
+// taken by someone else before etcd could bind it.
+const portAttempts = 5
+
+// Start starts a member and waits until it serves requests or ctx ends. On
+// failure nothing is left running. ctx bounds the wait for readiness, not
+// etcd's opening of its files, which is quick unless another process holds
+// them (Start fails with ErrDirInUse when another embedded member does).
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedetcd: data directory: %w", err)
+	}
+	lock, err := fileutil.TryLockFile(filepath.Join(cfg.Dir, lockName), os.O_WRONLY|os.O_CREATE, 0o600)
+	if errors.Is(err, fileutil.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrDirInUse, cfg.Dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: lock data directory: %w", err)
+	}
+	var lastErr error
+	for range portAttempts {
+		if err := ctx.Err(); err != nil {
+			lastErr = fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
+			break
+		}
+		s, picked, err := start(ctx, cfg)
+		if err == nil {
+			s.lock = lock
+			return s, nil
+		}
+		lastErr = err
+		// A port we picked may have been taken between probing and binding:
+		// pick again. Any other error is final.
+		if !picked || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	lock.Close()
+	return nil, lastErr
+}
+
+func (cfg *Config) fill() error {
+	if cfg.Dir == "" {
+		return fmt.Errorf("%w: Dir is required", ErrInvalidConfig)
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	for _, p := range []int{cfg.ClientPort, cfg.PeerPort} {
+		if p < 0 || p > 65535 {
+			return fmt.Errorf("%w: port %d", ErrInvalidConfig, p)
+		}
+	}
+	if cfg.ClientPort != 0 && cfg.ClientPort == cfg.PeerPort {
+		return fmt.Errorf("%w: client and peer port are both %d", ErrInvalidConfig, cfg.ClientPort)
+	}
+	switch {
+	case cfg.MaxTxnOps < 0:
+		return fmt.Errorf("%w: MaxTxnOps %d", ErrInvalidConfig, cfg.MaxTxnOps)
+	case cfg.MaxTxnOps == 0:
+		cfg.MaxTxnOps = DefaultMaxTxnOps
+	}
+	switch {
+	case cfg.MaxRequestBytes < 0:
+		return fmt.Errorf("%w: MaxRequestBytes %d", ErrInvalidConfig, cfg.MaxRequestBytes)
+	case cfg.MaxRequestBytes == 0:
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.CompactionRetention == 0 {
+		cfg.CompactionRetention = DefaultCompactionRetention
+	}
+	return nil
+}
+
+// start makes one attempt. picked reports whether Start chose a port itself.
+func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) {
+	clientPort, peerPort := cfg.ClientPort, cfg.PeerPort
+	if clientPort == 0 || peerPort == 0 {
+		picked = true
+		ports, err := freePorts(2)
+		if err != nil {
+			return nil, picked, err
+		}
+		if clientPort == 0 {
+			clientPort = ports[0]
+		}
+		if peerPort == 0 {
+			peerPort = ports[1]
+			if peerPort == clientPort {
+				peerPort = ports[0]
+			}
+		}
+	}
+	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
+	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	ec.Dir = cfg.Dir
+	ec.ListenClientUrls = []url.URL{clientURL}
+	ec.AdvertiseClientUrls = []url.URL{clientURL}
+	ec.ListenPeerUrls = []url.URL{peerURL}
+	ec.AdvertisePeerUrls = []url.URL{peerURL}
+	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
+	ec.MaxRequestBytes = uint(cfg.MaxRequestBytes)
+	// The catalog speaks gRPC only; the JSON gateway would be one more
+	// server to start and stop.
+	ec.EnableGRPCGateway = false
+	if cfg.CompactionRetention > 0 {
+		ec.AutoCompactionMode = embed.CompactorModePeriodic
+		ec.AutoCompactionRetention = cfg.CompactionRetention.String()
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(cfg.Logger))
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, picked, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
+	}
+	s = &Server{
+		etcd:        e,
+		endpoints:   []string{clientURL.String()},
+		maxTxnOps:   cfg.MaxTxnOps,
+		maxReqBytes: cfg.MaxRequestBytes,
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return s, picked, nil
+	case err := <-e.Err():
+		s.Close()
+		return nil, false, fmt.Errorf("embedetcd: server in %s failed while starting: %w", cfg.Dir, err)
+	case <-ctx.Done():
+		s.Close()
+		return nil, false, fmt.Errorf("embedetcd: server in %s not ready: %w", cfg.Dir, ctx.Err())
+	}
+}
+
+// freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
+// the call.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("embedetcd: pick a free port: %w", err)
+		}
+		// Keep each listener open until all are picked, so they differ.
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Endpoints returns the client URLs to dial.
+func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
+
+// MaxTxnOps is the member's bound on operations per transaction.
+func (s *Server) MaxTxnOps() int { return s.maxTxnOps }
+
+// MaxRequestBytes is the member's bound on the size of one request.
+func (s *Server) MaxRequestBytes() int { return s.maxReqBytes }
+
+// grpcOverhead is added to the client's send limit on top of the server's
+// request bound, as etcd does for its own receive limit, so that requests
+// the server would take are never refused by the client first.
+const grpcOverhead = 512 << 10
+
+// Client returns a new client of the member, allowed to send requests up to
+// the member's MaxRequestBytes, logging nothing. The caller closes it.
+func (s *Server) Client() (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:          s.Endpoints(),
+		DialTimeout:        5 * time.Second,
+		MaxCallSendMsgSize: s.maxReqBytes + grpcOverhead,
+		Logger:             zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: client: %w", err)
+	}
+	return c, nil
+}
+
+// Close stops the member and waits for it to release its data directory.
+// Requests in flight fail. etcd shuts its gRPC server down gracefully: while
+// a client keeps a stream open (a lease keep-alive of a concurrency.Session,
+// a watch) Close waits up to etcd's request timeout (about 7 s) before
+// cutting it, so close such clients first. Close is safe to call more than
+// once, also concurrently (etcd's own Close is not); later calls return the
+// first call's result. The error reports failures the member had while
+// serving, if any.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.etcd.Close()
+		// Close closes Err's channel once every serving goroutine is
+		// gone; what is left in it failed before Close.
+		var errs []error
+		for err := range s.etcd.Err() {
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if s.lock != nil {
+			errs = append(errs, s.lock.Close())
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}

@@ -1,0 +1,186 @@
+package embedetcd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func startT(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := Start(ctx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func client(t *testing.T, s *Server) *clientv3.Client {
+	t.Helper()
+	c, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestStartServeClose(t *testing.T) {
+	s := startT(t, Config{Dir: t.TempDir()})
+	eps := s.Endpoints()
+	if len(eps) != 1 || !strings.HasPrefix(eps[0], "http://127.0.0.1:") {
+		t.Fatalf("endpoints %v, want one on 127.0.0.1", eps)
+	}
+	if s.MaxTxnOps() != DefaultMaxTxnOps || s.MaxRequestBytes() != DefaultMaxRequestBytes {
+		t.Fatalf("limits %d ops / %d bytes", s.MaxTxnOps(), s.MaxRequestBytes())
+	}
+	c := client(t, s)
+	if _, err := c.Put(ctx(t), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	// The raised bounds are in force: more ops than etcd's 128, and a
+	// request above its 1.5 MiB.
+	ops := make([]clientv3.Op, DefaultMaxTxnOps)
+	for i := range ops {
+		ops[i] = clientv3.OpPut(fmt.Sprintf("op/%04d", i), "x")
+	}
+	if _, err := c.Txn(ctx(t)).Then(ops...).Commit(); err != nil {
+		t.Fatalf("txn of %d ops: %v", len(ops), err)
+	}
+	if _, err := c.Put(ctx(t), "big", strings.Repeat("x", 4<<20)); err != nil {
+		t.Fatalf("4 MiB put: %v", err)
+	}
+	if _, err := c.Txn(ctx(t)).Then(append(ops, clientv3.OpPut("one-more", "x"))...).Commit(); err == nil {
+		t.Fatal("txn beyond MaxTxnOps succeeded")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(cctx, "k"); err == nil {
+		t.Fatal("get after Close succeeded")
+	}
+}
+
+func TestConcurrentClose(t *testing.T) {
+	s := startT(t, Config{Dir: t.TempDir()})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { s.Close() })
+	}
+	wg.Wait()
+}
+
+func TestRestartKeepsData(t *testing.T) {
+	dir := t.TempDir()
+	s := startT(t, Config{Dir: dir})
+	c := client(t, s)
+	for i := range 100 {
+		if _, err := c.Put(ctx(t), fmt.Sprintf("k/%03d", i), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = startT(t, Config{Dir: dir})
+	c = client(t, s)
+	resp, err := c.Get(ctx(t), "k/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 100 || string(resp.Kvs[99].Value) != "99" {
+		t.Fatalf("after restart: %d keys", len(resp.Kvs))
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{Dir: t.TempDir(), ClientPort: -1},
+		{Dir: t.TempDir(), PeerPort: 70000},
+		{Dir: t.TempDir(), ClientPort: 4000, PeerPort: 4000},
+		{Dir: t.TempDir(), MaxTxnOps: -1},
+		{Dir: t.TempDir(), MaxRequestBytes: -5},
+	} {
+		if _, err := Start(ctx(t), cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Start(%+v) = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}
+
+func TestStartTimeout(t *testing.T) {
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Start(cctx, Config{Dir: t.TempDir()})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with a cancelled context: %v", err)
+	}
+}
+
+func TestDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	startT(t, Config{Dir: dir})
+	if s, err := Start(ctx(t), Config{Dir: dir}); !errors.Is(err, ErrDirInUse) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("second member on a directory in use: %v, want ErrDirInUse", err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func TestLoggerGetsWarningsOnly(t *testing.T) {
+	var buf syncBuffer
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s := startT(t, Config{Dir: t.TempDir(), Logger: l})
+	s.Close()
+	out := buf.String()
+	// etcd warns at start that HTTP and gRPC share one port.
+	if !strings.Contains(out, "component=etcd") || !strings.Contains(out, "level=WARN") {
+		t.Fatalf("no etcd warning logged:\n%s", out)
+	}
+	if strings.Contains(out, "level=INFO") || strings.Contains(out, "level=DEBUG") {
+		t.Fatalf("etcd info logs passed on:\n%s", out)
+	}
+}
