@@ -63,21 +63,22 @@ type crashPoint struct {
 // vchannel has its copy, every callback effect is applied exactly once, no
 // key is left held, no goroutine is left (goleak in TestMain).
 func TestR4_8_CrashPoints(t *testing.T) {
-	points := []crashPoint{
-		{name: "after-pending-commit", nth: 2, catalog: on("pending", crash.After)},
-		{name: "pending-commit-lost", nth: 1, catalog: on("pending", crash.Before)},
-		{name: "between-copies-of-one-round", nth: 1, log: func() crash.Action { return crash.After }},
-		{name: "after-append-before-ack-persisted", nth: 6, log: func() crash.Action { return crash.After }},
-		{name: "inside-callback", nth: 2, callback: true},
-		{name: "after-callback-before-tombstone", nth: 2, catalog: on("tombstone", crash.Before)},
-		{name: "tombstone-applied-answer-lost", nth: 2, catalog: on("tombstone", crash.After)},
-		{name: "during-gc", nth: 1, catalog: on("gc", crash.After)},
-		{name: "before-gc", nth: 1, catalog: on("gc", crash.Before)},
-		{name: "id-block-reservation", nth: 1, catalog: on("ids", crash.After)},
-	}
-	for _, pt := range points {
+	for _, pt := range crashPoints {
 		t.Run(pt.name, func(t *testing.T) { runCrashPoint(t, pt) })
 	}
+}
+
+var crashPoints = []crashPoint{
+	{name: "after-pending-commit", nth: 2, catalog: on("pending", crash.After)},
+	{name: "pending-commit-lost", nth: 1, catalog: on("pending", crash.Before)},
+	{name: "between-copies-of-one-round", nth: 1, log: func() crash.Action { return crash.After }},
+	{name: "after-append-before-ack-persisted", nth: 6, log: func() crash.Action { return crash.After }},
+	{name: "inside-callback", nth: 2, callback: true},
+	{name: "after-callback-before-tombstone", nth: 2, catalog: on("tombstone", crash.Before)},
+	{name: "tombstone-applied-answer-lost", nth: 2, catalog: on("tombstone", crash.After)},
+	{name: "during-gc", nth: 1, catalog: on("gc", crash.After)},
+	{name: "before-gc", nth: 1, catalog: on("gc", crash.Before)},
+	{name: "id-block-reservation", nth: 1, catalog: on("ids", crash.After)},
 }
 
 func on(kind string, a crash.Action) func(string) crash.Action {
@@ -89,8 +90,9 @@ func on(kind string, a crash.Action) func(string) crash.Action {
 	}
 }
 
-func runCrashPoint(t *testing.T, pt crashPoint) {
-	e := newEnv(t)
+func runCrashPoint(t *testing.T, pt crashPoint) { runCrashPointOn(t, newEnv(t), pt) }
+
+func runCrashPointOn(t *testing.T, e *env, pt crashPoint) {
 	sw := crash.NewSwitch()
 	var catHits, logHits, cbHits atomic.Int32
 	crashCat := func(c *broadcast.Config) {
@@ -104,7 +106,7 @@ func runCrashPoint(t *testing.T, pt crashPoint) {
 			}
 			return a
 		}}
-		c.WAL = wal.New(&crash.Log{Log: e.log, S: sw, Hook: func(message.PChannel, []byte) crash.Action {
+		c.WAL = wal.New(&crash.Log{Log: e.be.log(), S: sw, Hook: func(message.PChannel, []byte) crash.Action {
 			if pt.log == nil || int(logHits.Add(1)) != pt.nth {
 				return crash.Pass
 			}
@@ -156,7 +158,7 @@ func runCrashPoint(t *testing.T, pt crashPoint) {
 
 	// What the dead process left durable.
 	persisted := map[uint64][]message.VChannel{}
-	for _, k := range e.store.Keys("walcast/tasks/") {
+	for _, k := range e.be.keys(t, "walcast/tasks/") {
 		v, err := e.cat.Get(context.Background(), k)
 		if err != nil {
 			t.Fatal(err)

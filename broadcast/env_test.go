@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,17 @@ import (
 	wmem "github.com/walcast/walcast/wal/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopReal()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 var (
 	typCreate = message.Type{Name: "CreateCollection", Version: 1}
@@ -50,7 +61,10 @@ type call struct {
 // record their order and stage a read-modify-write effect, so that an effect
 // applied twice would show.
 type env struct {
-	t     testing.TB
+	t  testing.TB
+	be backend
+	// store and log are the in-memory backends, nil when the env runs on
+	// real ones (newEnvOn).
 	store *cmem.Store
 	log   *wmem.Log
 	types *message.Registry
@@ -67,9 +81,36 @@ type env struct {
 	onceRuns int
 }
 
+// backend is where an env keeps its catalog and WAL.
+type backend interface {
+	// catalog returns a handle at a new leadership term, fencing earlier
+	// handles, as a restarted coordinator gets.
+	catalog(t testing.TB) catalog.Catalog
+	log() wal.Log
+	keys(t testing.TB, prefix string) []string
+	entries(t testing.TB, p message.PChannel) [][]byte
+}
+
+type memBackend struct {
+	store *cmem.Store
+	l     *wmem.Log
+}
+
+func (m memBackend) catalog(testing.TB) catalog.Catalog                { return m.store.Open() }
+func (m memBackend) log() wal.Log                                      { return m.l }
+func (m memBackend) keys(_ testing.TB, prefix string) []string         { return m.store.Keys(prefix) }
+func (m memBackend) entries(_ testing.TB, p message.PChannel) [][]byte { return m.l.Entries(p) }
+
 func newEnv(t testing.TB) *env {
+	store, log := cmem.NewStore(), wmem.New(pchans...)
+	e := newEnvOn(t, memBackend{store, log})
+	e.store, e.log = store, log
+	return e
+}
+
+func newEnvOn(t testing.TB, be backend) *env {
 	e := &env{
-		t: t, store: cmem.NewStore(), log: wmem.New(pchans...),
+		t: t, be: be,
 		types: message.NewRegistry(), cbs: broadcast.NewCallbacks(),
 		attempts: map[uint64]int{}, failNext: map[uint64]int{}, block: map[uint64]chan struct{}{},
 	}
@@ -160,12 +201,12 @@ func (e *env) open(mod ...func(*broadcast.Config)) *broadcast.Broadcaster {
 
 func (e *env) tryOpen(mod ...func(*broadcast.Config)) (*broadcast.Broadcaster, error) {
 	cfg := e.cfg
-	c := e.store.Open()
+	c := e.be.catalog(e.t)
 	e.mu.Lock()
 	e.cat = c
 	e.mu.Unlock()
 	cfg.Catalog = c
-	cfg.WAL = wal.New(e.log)
+	cfg.WAL = wal.New(e.be.log())
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -208,7 +249,7 @@ func do(ctx context.Context, b *broadcast.Broadcaster, msg *message.Message, key
 func (e *env) copies() map[uint64]map[message.VChannel]int {
 	out := map[uint64]map[message.VChannel]int{}
 	for _, p := range pchans {
-		for off, data := range e.log.Entries(p) {
+		for off, data := range e.be.entries(e.t, p) {
 			cs, err := wal.Decode(uint64(off), data)
 			if err != nil {
 				e.t.Fatal(err)
@@ -228,7 +269,7 @@ func (e *env) copies() map[uint64]map[message.VChannel]int {
 // effects returns the effect counter of every broadcast.
 func (e *env) effects() map[uint64]uint64 {
 	out := map[uint64]uint64{}
-	for _, k := range e.store.Keys("effect/") {
+	for _, k := range e.be.keys(e.t, "effect/") {
 		var id uint64
 		fmt.Sscanf(k, "effect/%d", &id)
 		v, err := e.cat.Get(context.Background(), k)
