@@ -1,0 +1,370 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// channel is the consumer of one pchannel: a reader goroutine (read) that
+// hands whole entries to a worker goroutine (run), which owns the state.
+type channel struct {
+	n   *Node
+	cfg *Config
+	p   message.PChannel
+	log *slog.Logger
+
+	// Owned by the worker; written under mu so that status can read them.
+	st        *pstate
+	dirty     bool // st changed since the last save
+	sinceSave int  // entries handled since the last save
+
+	mu          sync.Mutex
+	savedOffset uint64
+	savedAt     time.Time
+	stage       Stage
+	attempts    int
+	lastErr     string
+	readErr     string
+	nApplied    uint64
+	nDup        uint64
+	nAcks       uint64
+	nAckRetries uint64
+	nRejected   uint64
+	nForeign    uint64
+}
+
+func newChannel(n *Node, p message.PChannel, st *pstate, saved bool) *channel {
+	c := &channel{n: n, cfg: &n.cfg, p: p, st: st, stage: StageStopped,
+		log: n.cfg.Logger.With("node", n.cfg.Name, "pchannel", string(p))}
+	if saved {
+		c.savedOffset = st.resume
+	}
+	return c
+}
+
+func (c *channel) start() {
+	c.mu.Lock()
+	c.stage = StageIdle
+	c.mu.Unlock()
+}
+
+// read delivers p's entries, each as the slice of its copies, to out. A read
+// error reopens the reader after the last entry delivered, with backoff; an
+// entry that does not decode is therefore read again and again (and shown in
+// Status), never skipped.
+func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan<- []wal.Copy) {
+	defer func() {
+		if r != nil {
+			_ = r.Close()
+		}
+	}()
+	bo := c.cfg.newBackoff()
+	var entry []wal.Copy
+	for {
+		cp, err := r.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("WAL read failed; reopening", "offset", next, "err", err)
+			c.setReadErr(err)
+			_ = r.Close()
+			r, entry = nil, nil
+			for r == nil {
+				if !sleep(ctx, bo.NextBackOff()) {
+					return
+				}
+				if r, err = c.cfg.WAL.Read(ctx, c.p, next); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					c.log.Warn("WAL reopen failed; retrying", "offset", next, "err", err)
+					c.setReadErr(err)
+				}
+			}
+			continue
+		}
+		bo.Reset()
+		c.setReadErr(nil)
+		entry = append(entry, cp)
+		if !cp.LastInEntry {
+			continue
+		}
+		select {
+		case out <- entry:
+		case <-ctx.Done():
+			return
+		}
+		next, entry = cp.Offset+1, nil
+	}
+}
+
+func (c *channel) setReadErr(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		c.readErr = ""
+	} else {
+		c.readErr = err.Error()
+	}
+}
+
+// run handles entries until ctx ends, saving the state every SnapshotEvery
+// entries and SnapshotInterval after an unsaved change.
+func (c *channel) run(ctx context.Context, in <-chan []wal.Copy) {
+	defer c.setStage(StageStopped, 0, nil)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	armed := false
+	for {
+		if c.dirty && !armed {
+			timer.Reset(c.cfg.SnapshotInterval)
+			armed = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			armed = false
+			if err := c.save(); err != nil {
+				c.log.Error("saving the state failed; retrying later", "err", err)
+			}
+		case entry := <-in:
+			if !c.handle(ctx, entry) {
+				return
+			}
+			if c.sinceSave >= c.cfg.SnapshotEvery {
+				if err := c.save(); err != nil {
+					c.log.Error("saving the state failed; retrying later", "err", err)
+				}
+			}
+			if !c.dirty && armed {
+				timer.Stop()
+				armed = false
+			}
+		}
+	}
+}
+
+// handle applies, saves if needed, and acks one entry's copies, then moves
+// the resume offset past it. It returns false if ctx ended first; the state
+// then records exactly the copies applied.
+func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
+	var acks []wal.Copy
+	syncUp := false
+	for _, cp := range entry {
+		if cp.VChannel.PChannel() != c.p {
+			c.log.Error("copy of a vchannel hosted on another pchannel; skipped", "vchannel", cp.VChannel,
+				"broadcast", cp.Message.Broadcast.ID, "offset", cp.Offset)
+			c.mu.Lock()
+			c.nForeign++
+			c.mu.Unlock()
+			continue
+		}
+		id := cp.Message.Broadcast.ID
+		pos := cp.Checkpoint.MessageID
+		switch {
+		case pos <= c.st.handled:
+			// Re-read from an older resume offset: applied in this state.
+			c.countDup()
+		case id != 0 && c.st.applied(cp.VChannel, id):
+			// The coordinator appended the broadcast again.
+			c.log.Debug("duplicate copy; not applied again", "vchannel", cp.VChannel, "broadcast", id, "offset", cp.Offset)
+			c.countDup()
+			c.mu.Lock()
+			c.st.handled = pos
+			c.dirty = true
+			c.mu.Unlock()
+		default:
+			if !c.apply(ctx, cp) {
+				return false
+			}
+			c.mu.Lock()
+			c.st.handled = pos
+			if id != 0 {
+				vs := c.st.vchans[cp.VChannel]
+				if vs == nil {
+					vs = &vstate{}
+					c.st.vchans[cp.VChannel] = vs
+				}
+				vs.ids.add(id)
+				vs.applied++
+				vs.last = id
+				c.st.last = id
+			}
+			c.nApplied++
+			c.dirty = true
+			c.mu.Unlock()
+		}
+		if id != 0 {
+			acks = append(acks, cp)
+			syncUp = syncUp || cp.Message.Broadcast.AckSyncUp
+		}
+	}
+	// An AckSyncUp ack means "applied and durable on the node".
+	if syncUp && c.dirty && !c.saveRetry(ctx) {
+		return false
+	}
+	for _, cp := range acks {
+		if !c.ack(ctx, cp) {
+			return false
+		}
+	}
+	c.mu.Lock()
+	c.st.resume = entry[0].Offset + 1
+	c.dirty = true
+	c.mu.Unlock()
+	c.sinceSave++
+	c.setStage(StageIdle, 0, nil)
+	return true
+}
+
+func (c *channel) countDup() {
+	c.mu.Lock()
+	c.nDup++
+	c.mu.Unlock()
+}
+
+func (c *channel) setStage(s Stage, attempts int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stage, c.attempts, c.lastErr = s, attempts, ""
+	if err != nil {
+		c.lastErr = err.Error()
+	}
+}
+
+// apply calls the Applier until it succeeds; false means ctx ended first and
+// the copy is not applied.
+func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
+	bo := c.cfg.newBackoff()
+	c.setStage(StageApplying, 0, nil)
+	for attempt := 1; ; attempt++ {
+		err := safe(func() error { return c.cfg.Applier.Apply(ctx, cp) })
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		c.setStage(StageApplying, attempt, err)
+		c.log.Warn("apply failed; retrying", "vchannel", cp.VChannel, "broadcast", cp.Message.Broadcast.ID,
+			"offset", cp.Offset, "attempt", attempt, "err", err)
+		if !sleep(ctx, bo.NextBackOff()) {
+			return false
+		}
+	}
+}
+
+// ack acks one copy until the Acker accepts it or refuses it for good; false
+// means ctx (the node's lifetime) ended first.
+func (c *channel) ack(ctx context.Context, cp wal.Copy) bool {
+	a := broadcast.Ack{BroadcastID: cp.Message.Broadcast.ID, VChannel: cp.VChannel, Checkpoint: cp.Checkpoint, Message: cp.Message}
+	bo := c.cfg.newBackoff()
+	c.setStage(StageAcking, 0, nil)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
+		err := safe(func() error { return c.cfg.Acker.Ack(actx, a) })
+		cancel()
+		switch {
+		case err == nil:
+			c.mu.Lock()
+			c.nAcks++
+			c.mu.Unlock()
+			return true
+		case permanent(err):
+			c.log.Error("ack refused for good; not retried", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
+				"offset", cp.Offset, "err", err)
+			c.mu.Lock()
+			c.nRejected++
+			c.mu.Unlock()
+			return true
+		case ctx.Err() != nil:
+			return false
+		}
+		c.mu.Lock()
+		c.nAckRetries++
+		c.mu.Unlock()
+		c.setStage(StageAcking, attempt, err)
+		c.log.Warn("ack failed; retrying", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
+			"attempt", attempt, "err", err)
+		if !sleep(ctx, bo.NextBackOff()) {
+			return false
+		}
+	}
+}
+
+// permanent reports an ack error that no retry can fix.
+func permanent(err error) bool {
+	return errors.Is(err, broadcast.ErrVChannelNotInTask) || errors.Is(err, broadcast.ErrInvalidArgument)
+}
+
+// save writes the state and the Applier's snapshot of p to StateDir.
+func (c *channel) save() error {
+	snap, err := c.snapshot()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	data, err := encodeState(c.cfg.Name, c.p, c.st, snap)
+	resume := c.st.resume
+	c.mu.Unlock()
+	if err == nil {
+		err = writeAtomic(c.cfg.StateDir, c.p, data)
+	}
+	if err != nil {
+		return fmt.Errorf("node: save the state of %s: %w", c.p, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.savedAt = time.Now()
+	c.savedOffset = resume
+	c.dirty = false
+	c.sinceSave = 0
+	return nil
+}
+
+func (c *channel) snapshot() (snap []byte, err error) {
+	err = safe(func() error {
+		snap, err = c.cfg.Applier.Snapshot(c.p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: snapshot of %s: %w", c.p, err)
+	}
+	return snap, nil
+}
+
+// saveRetry saves until it succeeds; false means ctx ended first.
+func (c *channel) saveRetry(ctx context.Context) bool {
+	bo := c.cfg.newBackoff()
+	c.setStage(StageSaving, 0, nil)
+	for attempt := 1; ; attempt++ {
+		err := c.save()
+		if err == nil {
+			return true
+		}
+		c.setStage(StageSaving, attempt, err)
+		c.log.Error("saving the state failed; retrying", "attempt", attempt, "err", err)
+		if !sleep(ctx, bo.NextBackOff()) {
+			return false
+		}
+	}
+}
+
+// finalSave saves the state on Close if it changed.
+func (c *channel) finalSave() error {
+	if !c.dirty {
+		return nil
+	}
+	return c.save()
+}

@@ -1,0 +1,104 @@
+// Package node is walcast's streaming node (SPEC R9.3): it consumes the
+// pchannels assigned to it, applies every broadcast copy to the application's
+// per-vchannel state exactly once, and acks each copy to the coordinator.
+//
+// # Using it
+//
+//	n, err := node.New(node.Config{Name: "node-1", WAL: w,
+//		PChannels: []message.PChannel{"wal-0", "wal-1"},
+//		Applier: app, Acker: coordinator, StateDir: dir}) // restores app from dir
+//	if err := n.Start(ctx); err != nil { ... }           // ctx bounds start-up only
+//	defer n.Close()                                      // stops, saves the state
+//
+// The Acker is the *broadcast.Broadcaster itself in process, or an API
+// client of the coordinator.
+//
+// # Processing model
+//
+// Each pchannel has one reader goroutine and one worker goroutine; pchannels
+// proceed independently. The worker handles one WAL entry at a time, and the
+// copies in it in WAL order:
+//
+//  1. apply every copy of the entry that the state has not seen, retrying a
+//     failing Apply with backoff, never skipping it;
+//  2. if the entry holds an AckSyncUp copy, save the state (below) first, so
+//     an AckSyncUp ack always means "applied and durable on the node";
+//  3. ack every copy that carries a broadcast id, in WAL order, re-acking
+//     copies that were not applied because they were duplicates;
+//  4. move the resume offset past the entry.
+//
+// The next entry waits for all of this: strict per-pchannel order is what
+// makes the coordinator see control-channel acks in WAL order, which orders
+// the enrolment of REPLICATED tasks on a secondary (R5.4, R8.2).
+//
+// # Exactly once per vchannel
+//
+// Every pchannel has a durable state, saved atomically to one file in
+// StateDir: the resume offset, the position (message id) of the last copy
+// handled, the set of broadcast ids applied per vchannel, and the Applier's
+// snapshot of the same pchannel. These parts are captured together by the
+// worker, between two copies, so they always agree with each other. A copy is
+// applied unless one of two records says it already was:
+//
+//   - its position is at or below the last handled position: the copy is being
+//     re-read from an older resume offset (a restart, or a read that resumed
+//     mid-entry), and its effect is in the restored state;
+//   - its broadcast id is in its vchannel's applied set: the coordinator
+//     appended the broadcast again (recovery re-appends copies whose append
+//     results it had not persisted), at a new position.
+//
+// Either way the copy is acked again, since acks are idempotent and a
+// recovered coordinator may need them again (R4.5).
+//
+// "Exactly once" therefore holds for the state the Applier snapshots: Apply
+// is never called twice for a (vchannel, broadcast id) within one state
+// lineage. After a clean Close the state is saved and nothing is re-applied.
+// After a crash the node restores the last saved state and re-applies the
+// copies after it to that restored state — the Applier sees those calls
+// again, but its state never holds an effect twice. Effects an Applier keeps
+// outside its snapshot are at-least-once across crashes; SnapshotEvery and
+// SnapshotInterval bound how much is replayed.
+//
+// Apply must be atomic: on error it must leave no effect, because the copy
+// is applied again later. Calls for one pchannel are sequential; calls for
+// different pchannels are concurrent.
+//
+// # Why the snapshot is per pchannel
+//
+// Applier.Snapshot and Restore take a pchannel, instead of snapshotting the
+// whole Applier: a vchannel lives on exactly one pchannel, so the state
+// partitions cleanly, and each pchannel can save its state at its own entry
+// boundaries without pausing the others. A whole-Applier snapshot would have
+// to stop every pchannel at a boundary at once, and a pchannel stuck retrying
+// an Apply or an ack would block every other pchannel's snapshot. The node
+// only applies a copy on the worker of the pchannel that hosts the copy's
+// vchannel; a copy whose vchannel belongs to another pchannel is logged and
+// skipped (the coordinator never writes one).
+//
+// # Acks
+//
+// Acks carry the copy's checkpoint and its message, so a secondary cluster
+// creates REPLICATED tasks from them (R8.2). They run on the node's own
+// lifetime context, never a caller's (R9.3): only Close stops them. An ack is
+// retried with backoff until it succeeds; each attempt is bounded by
+// AckTimeout so a hung call is retried too. An ack refused with
+// broadcast.ErrVChannelNotInTask or broadcast.ErrInvalidArgument can never
+// succeed: it is logged, counted in Status and not retried. A remote Acker
+// must map the coordinator's status codes back to those errors.
+//
+// # Durability and restart
+//
+// The state file of a pchannel is written to a temporary file, fsynced,
+// renamed over the old one and the directory fsynced; a checksum guards it.
+// It is saved every SnapshotEvery entries, SnapshotInterval after the first
+// unsaved change, before acking an AckSyncUp copy, and on Close (also in the
+// middle of an entry: the copies applied so far are then re-read, deduplicated
+// by position, and acked). New restores each pchannel's state into the Applier
+// and Start resumes reading at the saved offset. A pchannel without a state
+// file starts at offset 0 with no Restore call, so a pchannel moved to a new
+// node is rebuilt from the WAL. One StateDir serves one node at a time.
+//
+// The applied-id sets are kept as sorted id ranges: the control channel,
+// which receives every broadcast, costs a few ranges instead of one entry per
+// broadcast.
+package node
