@@ -1,0 +1,543 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/goleak"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/server"
+	"github.com/walcast/walcast/server/apitest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// protocol is how a test client talks: the Connect protocol over HTTP/1.1,
+// or gRPC over h2c with the client's own HTTP client.
+type protocol struct {
+	name string
+	grpc bool
+}
+
+var protocols = []protocol{{name: "connect"}, {name: "grpc", grpc: true}}
+
+func forProtocols(t *testing.T, fn func(t *testing.T, p protocol)) {
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) { fn(t, p) })
+	}
+}
+
+// newClient returns a client of addrs with fast retries, closed when the
+// test ends.
+func newClient(t *testing.T, p protocol, addrs []string, opts ...client.Option) *client.Client {
+	t.Helper()
+	base := []client.Option{client.WithBackoff(time.Millisecond, 10*time.Millisecond)}
+	if p.grpc {
+		base = append(base, client.WithGRPC())
+	} else {
+		base = append(base, client.WithHTTPClient(apitest.HTTPClient(t, false)))
+	}
+	c, err := client.New(addrs, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newReq() *client.BroadcastRequest {
+	return &client.BroadcastRequest{
+		Type:         apitest.Create,
+		Payload:      []byte("import job 1"),
+		VChannels:    []message.VChannel{"wal-0/c7v0", "wal-1/c7v1"},
+		ResourceKeys: []resource.Key{resource.SharedDatabase("db1"), resource.ExclusiveCollection("db1", "c7")},
+	}
+}
+
+// flaky fails the first n calls with Unavailable, before running the
+// handler (the request never arrived) or after (the answer was lost), and
+// records the idempotency key of every Broadcast call.
+type flaky struct {
+	n     int64
+	after bool
+
+	// onCall, if set, runs at the start of call n (from 1).
+	onCall func(n int64)
+
+	calls atomic.Int64
+	mu    sync.Mutex
+	keys  []string
+}
+
+func (f *flaky) interceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if br, ok := req.Any().(*walcastv1.BroadcastRequest); ok {
+				f.mu.Lock()
+				f.keys = append(f.keys, br.GetIdempotencyKey())
+				f.mu.Unlock()
+			}
+			n := f.calls.Add(1)
+			if f.onCall != nil {
+				f.onCall(n)
+			}
+			if n > f.n {
+				return next(ctx, req)
+			}
+			if f.after {
+				if _, err := next(ctx, req); err != nil {
+					return nil, err
+				}
+			}
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("injected: connection lost"))
+		}
+	})
+}
+
+func (f *flaky) seenKeys() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.keys...)
+}
+
+// counting counts the HTTP requests a handler gets.
+func counting(n *atomic.Int64) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			h.ServeHTTP(w, r)
+		})
+	}
+}
+
+func TestConstantsMatchTheServer(t *testing.T) {
+	if client.LeaderHeader != server.LeaderHeader {
+		t.Fatalf("leader header %q, server %q", client.LeaderHeader, server.LeaderHeader)
+	}
+	pairs := [][2]string{
+		{client.ReasonNotLeader, server.ReasonNotLeader},
+		{client.ReasonTaskNotCreated, server.ReasonTaskNotCreated},
+		{client.ReasonBroadcasterClosed, server.ReasonBroadcasterClosed},
+		{client.ReasonNotPrimary, server.ReasonNotPrimary},
+		{client.ReasonKeyReused, server.ReasonKeyReused},
+	}
+	for _, p := range pairs {
+		if p[0] != p[1] {
+			t.Errorf("reason %q, server %q", p[0], p[1])
+		}
+	}
+}
+
+// TestRetryReusesTheKey: a keyed broadcast retried after Unavailable sends
+// the key minted before its first attempt every time and ends with exactly
+// one task, whether the failed attempts ran on the server or not.
+func TestRetryReusesTheKey(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		for _, after := range []bool{false, true} {
+			name := map[bool]string{false: "request lost", true: "answer lost"}[after]
+			t.Run(name, func(t *testing.T) {
+				env := apitest.New(t)
+				b := env.Open()
+				f := &flaky{n: 2, after: after}
+				srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+				c := newClient(t, p, []string{srv.URL})
+
+				req := newReq()
+				req.Scope = client.CollectionScope(7)
+				res, err := c.Broadcast(ctxT(t), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(req.ClientKey) != 32 {
+					t.Fatalf("minted client key %q", req.ClientKey)
+				}
+				want := string(message.CollectionKey(7, req.ClientKey))
+				if string(res.IdempotencyKey) != want || res.Attempts != 3 {
+					t.Fatalf("result key %q attempts %d, want %q and 3", res.IdempotencyKey, res.Attempts, want)
+				}
+				keys := f.seenKeys()
+				if len(keys) != 3 || keys[0] != want || keys[1] != want || keys[2] != want {
+					t.Fatalf("keys per attempt %q, want %q thrice", keys, want)
+				}
+				// When the first attempts ran, the retry is answered by the
+				// original; when they did not, the last attempt is the original.
+				if res.Duplicated != after {
+					t.Fatalf("duplicated %v, want %v", res.Duplicated, after)
+				}
+				tasks, err := b.Tasks(broadcast.Filter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(tasks) != 1 || tasks[0].ID != res.BroadcastID || len(env.TaskKeys()) != 1 || b.Stats().Broadcasts != 1 {
+					t.Fatalf("tasks %d (%v), result %d, task keys %v", len(tasks), tasks, res.BroadcastID, env.TaskKeys())
+				}
+				if len(res.Appends) != 3 || res.Outcome.GetStatus() != walcastv1.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED || res.Window == nil {
+					t.Fatalf("result %+v", res)
+				}
+
+				// The caller repeating the whole operation with the same
+				// request keeps the key too.
+				again, err := c.Broadcast(ctxT(t), req)
+				if err != nil || !again.Duplicated || again.BroadcastID != res.BroadcastID {
+					t.Fatalf("repeat %+v, %v", again, err)
+				}
+			})
+		}
+	})
+}
+
+// TestAttemptTimeoutRetriesOntoTheRunningOriginal: an attempt cut short by
+// the per-attempt timeout while its broadcast runs is retried, and the retry
+// waits for the original instead of broadcasting again.
+func TestAttemptTimeoutRetriesOntoTheRunningOriginal(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		b := env.Open()
+		var runs atomic.Int64
+		env.SetCallback(func(ctx context.Context, _ *broadcast.Event) error {
+			if runs.Add(1) == 1 {
+				select {
+				case <-time.After(300 * time.Millisecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		})
+		srv := apitest.Serve(t, server.StaticLeader(b), nil)
+		c := newClient(t, p, []string{srv.URL}, client.WithAttemptTimeout(60*time.Millisecond))
+
+		req := newReq()
+		req.Scope = client.CollectionScope(7)
+		res, err := c.Broadcast(ctxT(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Duplicated || res.Attempts < 2 || b.Stats().Broadcasts != 1 || len(env.TaskKeys()) != 1 {
+			t.Fatalf("result %+v, %d broadcasts", res, b.Stats().Broadcasts)
+		}
+	})
+}
+
+// TestUnkeyedBroadcastIsNotRetriedWhenAmbiguous: without a key, an
+// Unavailable that may have followed the broadcast is returned at once:
+// here the broadcast did happen, and a retry would have made a second one.
+func TestUnkeyedBroadcastIsNotRetriedWhenAmbiguous(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		b := env.Open()
+		f := &flaky{n: 1, after: true}
+		srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+		c := newClient(t, p, []string{srv.URL})
+
+		_, err := c.Broadcast(ctxT(t), newReq())
+		if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrTaskNotCreated) {
+			t.Fatalf("error %v", err)
+		}
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Attempts != 1 || f.calls.Load() != 1 {
+			t.Fatalf("attempts %v, calls %d", ce, f.calls.Load())
+		}
+		if n := b.Stats().Broadcasts; n != 1 {
+			t.Fatalf("%d broadcasts", n)
+		}
+	})
+}
+
+// TestUnkeyedBroadcastRetriedWhenNotCreated: a coordinator that refused
+// before creating the task (its broadcaster stopped, as in a failover) is
+// retried even without a key.
+func TestUnkeyedBroadcastRetriedWhenNotCreated(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		old := env.Open()
+		_ = old.Close()
+		cur := env.Open()
+		var calls atomic.Int64
+		leader := server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+			if calls.Add(1) == 1 {
+				return old, nil
+			}
+			return cur, nil
+		})
+		srv := apitest.Serve(t, leader, nil)
+		c := newClient(t, p, []string{srv.URL})
+
+		res, err := c.Broadcast(ctxT(t), newReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Attempts != 2 || res.Duplicated || res.IdempotencyKey != "" || cur.Stats().Broadcasts != 1 {
+			t.Fatalf("result %+v", res)
+		}
+	})
+}
+
+// deadAddr returns the URL of a port nothing listens on.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return "http://" + addr
+}
+
+func TestUnreachableAddressIsSkipped(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+		c := newClient(t, p, []string{deadAddr(t), srv.URL})
+
+		// Unkeyed: a request that never reached a server is safe to repeat.
+		res, err := c.Broadcast(ctxT(t), newReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Attempts != 2 {
+			t.Fatalf("attempts %d", res.Attempts)
+		}
+		// The client now starts with the address that answered.
+		if res, err := c.Broadcast(ctxT(t), newReq()); err != nil || res.Attempts != 1 {
+			t.Fatalf("second broadcast %+v, %v", res, err)
+		}
+	})
+}
+
+func TestLeaderRedirect(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		b := env.Open()
+		leaderSrv := apitest.Serve(t, server.StaticLeader(b), nil)
+		var followerHits atomic.Int64
+		follower := apitest.Serve(t, server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+			return nil, &server.NotLeaderError{Leader: leaderSrv.URL}
+		}), counting(&followerHits))
+		c := newClient(t, p, []string{follower.URL})
+		ctx := ctxT(t)
+
+		res, err := c.Broadcast(ctx, newReq()) // unkeyed: a redirect is safe
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Attempts != 2 || followerHits.Load() != 1 {
+			t.Fatalf("attempts %d, follower hits %d", res.Attempts, followerHits.Load())
+		}
+		// Later calls go straight to the leader.
+		task, err := c.GetTask(ctx, res.BroadcastID)
+		if err != nil || task.GetId() != res.BroadcastID || task.GetState() != "TOMBSTONE" {
+			t.Fatalf("task %v, %v", task, err)
+		}
+		if followerHits.Load() != 1 {
+			t.Fatalf("follower hits %d after the redirect", followerHits.Load())
+		}
+	})
+}
+
+// TestNonRetryableErrorsReturnAtOnce: what the server decided is returned
+// after one request, as a typed error.
+func TestNonRetryableErrorsReturnAtOnce(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		b := env.Open()
+		var hits atomic.Int64
+		srv := apitest.Serve(t, server.StaticLeader(b), counting(&hits))
+		c := newClient(t, p, []string{srv.URL}, client.WithBackoff(time.Second, time.Second))
+		ctx := ctxT(t)
+
+		keyed := newReq()
+		keyed.Scope = client.CollectionScope(9)
+		if _, err := c.Broadcast(ctx, keyed); err != nil {
+			t.Fatal(err)
+		}
+		secondaryB := env.Open(func(cfg *broadcast.Config) {
+			cfg.CheckRole = func(context.Context) error { return server.ErrNotPrimary }
+		})
+		secondarySrv := apitest.Serve(t, server.StaticLeader(secondaryB), counting(&hits))
+		secondary := newClient(t, p, []string{secondarySrv.URL}, client.WithBackoff(time.Second, time.Second))
+
+		cases := []struct {
+			name string
+			call func() error
+			want []error
+		}{
+			{"invalid argument", func() error {
+				r := newReq()
+				r.Type = message.Type{Name: "Nope", Version: 1}
+				_, err := c.Broadcast(ctx, r)
+				return err
+			}, []error{client.ErrInvalidArgument}},
+			{"key reused", func() error {
+				r := newReq()
+				r.Scope, r.ClientKey, r.Payload = keyed.Scope, keyed.ClientKey, []byte("another job")
+				_, err := c.Broadcast(ctx, r)
+				return err
+			}, []error{client.ErrKeyReused}},
+			{"not found", func() error {
+				_, err := c.GetTask(ctx, 424242)
+				return err
+			}, []error{client.ErrNotFound}},
+			{"unknown key", func() error {
+				_, err := c.LookupKey(ctx, apitest.Create, message.CollectionKey(9, "never-sent"))
+				return err
+			}, []error{client.ErrNotFound}},
+			{"not primary", func() error {
+				_, err := secondary.Broadcast(ctx, newReq())
+				return err
+			}, []error{client.ErrNotPrimary, client.ErrFailedPrecondition}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				before := hits.Load()
+				err := tc.call()
+				for _, want := range tc.want {
+					if !errors.Is(err, want) {
+						t.Errorf("error %v is not %v", err, want)
+					}
+				}
+				var ce *client.Error
+				if !errors.As(err, &ce) || ce.Attempts != 1 {
+					t.Errorf("error %#v", err)
+				}
+				if errors.Is(err, client.ErrUnavailable) {
+					t.Errorf("error %v is Unavailable", err)
+				}
+				if n := hits.Load() - before; n != 1 {
+					t.Errorf("%d requests, want 1", n)
+				}
+			})
+		}
+
+		// Refused before sending: a client key without a scope.
+		r := newReq()
+		r.ClientKey = "k"
+		_, err := c.Broadcast(ctx, r)
+		var ce *client.Error
+		if !errors.Is(err, client.ErrInvalidArgument) || !errors.As(err, &ce) || ce.Attempts != 0 {
+			t.Fatalf("client key without scope: %v", err)
+		}
+	})
+}
+
+// TestRetriesEndWithTheCallersContext: retries of an unavailable service
+// stop when the caller's context ends, with an error that says both why the
+// retries ran and why they stopped.
+func TestRetriesEndWithTheCallersContext(t *testing.T) {
+	env := apitest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &flaky{n: 1 << 30, onCall: func(n int64) {
+		if n == 3 {
+			cancel() // the caller gives up during the third attempt
+		}
+	}}
+	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+	c := newClient(t, protocols[0], []string{srv.URL})
+	_, err := c.GetTask(ctx, 1)
+	if !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v", err)
+	}
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Attempts != 3 {
+		t.Fatalf("attempts: %v", err)
+	}
+}
+
+func TestAckAndAdminCalls(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		b := env.Open()
+		f := &flaky{n: 2}
+		srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+		c := newClient(t, p, []string{srv.URL})
+		ctx := ctxT(t)
+
+		// An AckSyncUp broadcast completes on acks, each retried through
+		// injected failures.
+		done := make(chan *client.BroadcastResult, 1)
+		go func() {
+			r := newReq()
+			r.Type = apitest.Sync
+			r.Scope = client.DatabaseScope(1)
+			res, err := c.Broadcast(ctx, r)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- res
+		}()
+		var task *walcastv1.Task
+		deadline := time.Now().Add(5 * time.Second)
+		for task == nil {
+			tasks, err := c.ListTasks(ctx, &walcastv1.ListTasksRequest{States: []string{"PENDING"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tasks) == 1 && !slices.ContainsFunc(tasks[0].GetVchannels(), func(v *walcastv1.VChannelState) bool { return !v.GetAppended() }) {
+				task = tasks[0]
+			} else if time.Now().After(deadline) {
+				t.Fatal("no pending task")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		locks, err := c.ListLocks(ctx)
+		if err != nil || len(locks) == 0 {
+			t.Fatalf("locks %v, %v", locks, err)
+		}
+		for _, v := range task.GetVchannels() {
+			f.calls.Store(0) // each ack first fails twice
+			if err := c.Ack(ctx, &walcastv1.AckRequest{BroadcastId: task.GetId(), Vchannel: v.GetVchannel()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := <-done
+		if res == nil || res.BroadcastID != task.GetId() {
+			t.Fatalf("broadcast %+v", res)
+		}
+		st, err := c.LookupKey(ctx, apitest.Sync, res.IdempotencyKey)
+		if err != nil || st.GetBroadcastId() != res.BroadcastID || st.GetState() != "TOMBSTONE" {
+			t.Fatalf("lookup %v, %v", st, err)
+		}
+		if err := c.RetryCallback(ctx, task.GetId()); !errors.Is(err, client.ErrFailedPrecondition) {
+			t.Fatalf("retry callback of a finished task: %v", err)
+		}
+		if err := c.CompleteCallback(ctx, task.GetId(), "done"); !errors.Is(err, client.ErrFailedPrecondition) {
+			t.Fatalf("complete callback of a finished task: %v", err)
+		}
+	})
+}
+
+func TestNewRejectsBadAddresses(t *testing.T) {
+	for _, addrs := range [][]string{nil, {"127.0.0.1:7000"}, {"ftp://x"}, {"http://"}} {
+		if _, err := client.New(addrs); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("New(%q): %v", addrs, err)
+		}
+	}
+	c, err := client.New([]string{"http://127.0.0.1:7000/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if k1, k2 := client.NewRequestKey(), client.NewRequestKey(); len(k1) != 32 || k1 == k2 {
+		t.Fatalf("keys %q %q", k1, k2)
+	}
+}

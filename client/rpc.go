@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/message"
+)
+
+// unary runs one RPC that is safe to repeat, with the client's retries.
+func unary[Req, Res any](ctx context.Context, c *Client, msg *Req,
+	rpc func(walcastv1connect.BroadcastServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*Res, error) {
+	var out *Res
+	_, err := c.call(ctx, anyTransient, func(ctx context.Context, s walcastv1connect.BroadcastServiceClient) error {
+		r, err := rpc(s, ctx, connect.NewRequest(msg))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// Ack acknowledges one consumed copy. Acks are idempotent (R4.5), so every
+// transient failure is retried until ctx ends; a consumer that must not lose
+// an ack gives it a context its own shutdown does not cancel.
+func (c *Client) Ack(ctx context.Context, req *walcastv1.AckRequest) error {
+	_, err := unary(ctx, c, req, walcastv1connect.BroadcastServiceClient.Ack)
+	return err
+}
+
+// GetTask describes one task.
+func (c *Client) GetTask(ctx context.Context, id uint64) (*walcastv1.Task, error) {
+	return unary(ctx, c, &walcastv1.GetTaskRequest{Id: id}, walcastv1connect.BroadcastServiceClient.GetTask)
+}
+
+// ListTasks lists tasks filtered by state, type and age. The server caps the
+// number returned.
+func (c *Client) ListTasks(ctx context.Context, req *walcastv1.ListTasksRequest) ([]*walcastv1.Task, error) {
+	r, err := unary(ctx, c, req, walcastv1connect.BroadcastServiceClient.ListTasks)
+	return r.GetTasks(), err
+}
+
+// ListLocks shows held and awaited resource keys.
+func (c *Client) ListLocks(ctx context.Context) ([]*walcastv1.LockState, error) {
+	r, err := unary(ctx, c, &walcastv1.ListLocksRequest{}, walcastv1connect.BroadcastServiceClient.ListLocks)
+	return r.GetLocks(), err
+}
+
+// LookupKey reports the original of an idempotency key and its window, or
+// an error matching ErrNotFound.
+func (c *Client) LookupKey(ctx context.Context, t message.Type, key message.IdempotencyKey) (*walcastv1.LookupKeyResponse, error) {
+	return unary(ctx, c, &walcastv1.LookupKeyRequest{Type: t.String(), IdempotencyKey: string(key)},
+		walcastv1connect.BroadcastServiceClient.LookupKey)
+}
+
+// RetryCallback makes a failing callback retry now.
+func (c *Client) RetryCallback(ctx context.Context, id uint64) error {
+	_, err := unary(ctx, c, &walcastv1.RetryCallbackRequest{Id: id}, walcastv1connect.BroadcastServiceClient.RetryCallback)
+	return err
+}
+
+// CompleteCallback completes a stuck callback without its effects, recording
+// reason as the task's outcome. A retry of an attempt that did complete it
+// finds the task finished and fails with ErrFailedPrecondition; GetTask
+// tells whether it was this reason that completed it.
+func (c *Client) CompleteCallback(ctx context.Context, id uint64, reason string) error {
+	_, err := unary(ctx, c, &walcastv1.CompleteCallbackRequest{Id: id, Reason: reason},
+		walcastv1connect.BroadcastServiceClient.CompleteCallback)
+	return err
+}

@@ -1,0 +1,480 @@
+// Package server runs walcast's coordinator: the BroadcastService API over
+// the broadcast engine, served over gRPC, gRPC-Web and Connect (JSON over
+// HTTP) from one handler (R9.4).
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/wal"
+)
+
+// Defaults of the API options.
+const (
+	// DefaultMaxRequestBytes bounds a request message; it leaves room above
+	// the broadcaster's default 256 KiB message limit for targets and keys.
+	DefaultMaxRequestBytes = 4 << 20
+	// DefaultAckTimeout bounds one Ack on the server side (see
+	// WithAckTimeout).
+	DefaultAckTimeout = 30 * time.Second
+	// DefaultMaxListTasks caps the tasks ListTasks returns.
+	DefaultMaxListTasks = 1000
+)
+
+// APIOption configures NewBroadcastHandler.
+type APIOption func(*apiConfig)
+
+type apiConfig struct {
+	maxRequestBytes int
+	ackTimeout      time.Duration
+	maxListTasks    int
+	logger          *slog.Logger
+	connectOpts     []connect.HandlerOption
+	pchannels       map[message.PChannel]bool // nil: not checked
+}
+
+// WithMaxRequestBytes rejects requests larger than n bytes (after
+// decompression) with code ResourceExhausted, before they are decoded.
+// Default DefaultMaxRequestBytes.
+func WithMaxRequestBytes(n int) APIOption { return func(c *apiConfig) { c.maxRequestBytes = n } }
+
+// WithAckTimeout bounds how long the server works on one Ack. An Ack is
+// never cancelled by its client (the reference system's bug #45145): it runs
+// on a context detached from the request, which only this server-side bound
+// ends, so a hung catalog cannot pile up handlers forever. 0 means no bound.
+// Default DefaultAckTimeout.
+func WithAckTimeout(d time.Duration) APIOption { return func(c *apiConfig) { c.ackTimeout = d } }
+
+// WithMaxListTasks makes ListTasks return at most n tasks: a request without
+// a limit, or with a larger one, gets n. Default DefaultMaxListTasks.
+func WithMaxListTasks(n int) APIOption { return func(c *apiConfig) { c.maxListTasks = n } }
+
+// WithAPILogger sets the logger for failures the client cannot act on (code
+// Internal). Default slog.Default().
+func WithAPILogger(l *slog.Logger) APIOption { return func(c *apiConfig) { c.logger = l } }
+
+// WithPChannels makes Broadcast refuse a target vchannel on any other
+// pchannel, with code InvalidArgument. Without it such a request passes the
+// API and the engine persists a task whose appends to the unknown pchannel
+// are retried until an operator intervenes, holding its resource keys.
+func WithPChannels(ps ...message.PChannel) APIOption {
+	return func(c *apiConfig) {
+		c.pchannels = make(map[message.PChannel]bool, len(ps))
+		for _, p := range ps {
+			c.pchannels[p] = true
+		}
+	}
+}
+
+// WithConnectOptions passes options (interceptors, compression, ...) to the
+// Connect handler.
+func WithConnectOptions(opts ...connect.HandlerOption) APIOption {
+	return func(c *apiConfig) { c.connectOpts = append(c.connectOpts, opts...) }
+}
+
+// NewBroadcastHandler returns the BroadcastService handler over the
+// broadcaster l gives while it leads, and the path to mount it on. Every
+// error maps to a status code: see codeOf in errors.go.
+func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
+	cfg := apiConfig{
+		maxRequestBytes: DefaultMaxRequestBytes,
+		ackTimeout:      DefaultAckTimeout,
+		maxListTasks:    DefaultMaxListTasks,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	a := &broadcastAPI{leader: l, cfg: cfg}
+	hopts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.maxRequestBytes)}, cfg.connectOpts...)
+	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
+}
+
+// broadcastAPI implements the BroadcastService over the engine.
+type broadcastAPI struct {
+	leader Leader
+	cfg    apiConfig
+}
+
+var _ walcastv1connect.BroadcastServiceHandler = (*broadcastAPI)(nil)
+
+// fail converts err for the client, logging what only an operator can fix.
+func (a *broadcastAPI) fail(procedure string, err error) error {
+	ce := toConnectError(err)
+	if ce.Code() == connect.CodeInternal {
+		a.cfg.logger.Error("API request failed", "procedure", procedure, "err", err)
+	}
+	return ce
+}
+
+// invalidArg reports a malformed request field.
+func invalidArg(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", broadcast.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// Broadcast builds the message, takes its resource keys (resolving its
+// idempotency key first, R7.5), broadcasts it and waits for the result.
+func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walcastv1.BroadcastRequest]) (*connect.Response[walcastv1.BroadcastResponse], error) {
+	const proc = "Broadcast"
+	r := req.Msg
+	// Check what the API can before touching the broadcaster, so such a
+	// request takes no lock; the engine checks the rest (registered type,
+	// payload size, key length) before it creates anything.
+	typ, err := message.ParseType(r.GetType())
+	if err != nil {
+		return nil, a.fail(proc, fmt.Errorf("%w: type: %w", broadcast.ErrInvalidArgument, err))
+	}
+	targets := make([]message.VChannel, len(r.GetVchannels()))
+	for i, v := range r.GetVchannels() {
+		targets[i] = message.VChannel(v)
+	}
+	keys := make([]resource.Key, len(r.GetResourceKeys()))
+	for i, s := range r.GetResourceKeys() {
+		if keys[i], err = resource.Parse(s); err != nil {
+			return nil, a.fail(proc, fmt.Errorf("%w: resource_keys[%d]: %w", broadcast.ErrInvalidArgument, i, err))
+		}
+	}
+	ik, err := message.ParseIdempotencyKey(r.GetIdempotencyKey())
+	if err != nil {
+		return nil, a.fail(proc, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err))
+	}
+	mopts := []message.Option{message.WithIdempotencyKey(ik)}
+	if r.GetAckSyncUp() {
+		mopts = append(mopts, message.WithAckSyncUp())
+	}
+	for k, v := range r.GetProperties() {
+		mopts = append(mopts, message.WithProperty(k, v))
+	}
+	msg, err := message.NewBroadcast(typ, r.GetPayload(), targets, mopts...)
+	if err != nil {
+		return nil, a.fail(proc, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err))
+	}
+	if a.cfg.pchannels != nil {
+		for i, v := range targets {
+			if !a.cfg.pchannels[v.PChannel()] {
+				return nil, a.fail(proc, invalidArg("vchannels[%d]: %s is on pchannel %s, which this cluster does not have", i, v, v.PChannel()))
+			}
+		}
+	}
+
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	var h *broadcast.Handle
+	if ik != "" {
+		idem := broadcast.Idempotent{Type: typ, Key: ik}
+		if d := r.GetRequestDigest(); len(d) > 0 {
+			idem.Digest = d
+		}
+		h, err = b.WithIdempotentResourceKeys(ctx, idem, keys...)
+	} else {
+		h, err = b.WithResourceKeys(ctx, keys...)
+	}
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	defer h.Close()
+	res, err := h.Broadcast(ctx, msg)
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	out := &walcastv1.BroadcastResponse{
+		BroadcastId: res.BroadcastID,
+		Appends:     make(map[string]*walcastv1.Checkpoint, len(res.Appends)),
+		Duplicated:  res.Duplicated != nil,
+		Outcome:     outcomePB(res.Outcome),
+		Window:      windowPB(res.Window),
+	}
+	for v, cp := range res.Appends {
+		out.Appends[string(v)] = checkpointPB(cp)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Ack records one consumer acknowledgement. The client cannot cancel it: an
+// ack the node sent must not be half-processed because the node's RPC timed
+// out (#45145); only the server's own bound ends it.
+func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.AckRequest]) (*connect.Response[walcastv1.AckResponse], error) {
+	const proc = "Ack"
+	r := req.Msg
+	ack := broadcast.Ack{BroadcastID: r.GetBroadcastId(), VChannel: message.VChannel(r.GetVchannel())}
+	if err := ack.VChannel.Validate(); err != nil {
+		return nil, a.fail(proc, fmt.Errorf("%w: vchannel: %w", broadcast.ErrInvalidArgument, err))
+	}
+	if cp := r.GetCheckpoint(); cp != nil {
+		ack.Checkpoint = wal.Checkpoint{MessageID: cp.GetMessageId(), TimeTick: cp.GetTimeTick(), LastConfirmed: cp.GetLastConfirmed()}
+	}
+	if raw := r.GetMessage(); len(raw) > 0 {
+		m, err := message.Unmarshal(raw)
+		if err != nil {
+			return nil, a.fail(proc, fmt.Errorf("%w: message: %w", broadcast.ErrInvalidArgument, err))
+		}
+		switch {
+		case ack.BroadcastID == 0:
+			ack.BroadcastID = m.Broadcast.ID
+		case m.Broadcast.ID != ack.BroadcastID:
+			return nil, a.fail(proc, invalidArg("broadcast_id %d but the message is broadcast %d", ack.BroadcastID, m.Broadcast.ID))
+		}
+		ack.Message = m
+	}
+	if ack.BroadcastID == 0 {
+		return nil, a.fail(proc, invalidArg("broadcast_id is required"))
+	}
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	actx := context.WithoutCancel(ctx)
+	if a.cfg.ackTimeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(actx, a.cfg.ackTimeout)
+		defer cancel()
+	}
+	if err := b.Ack(actx, ack); err != nil {
+		return nil, a.fail(proc, err)
+	}
+	return connect.NewResponse(&walcastv1.AckResponse{}), nil
+}
+
+// GetTask describes one task, live or tombstoned.
+func (a *broadcastAPI) GetTask(_ context.Context, req *connect.Request[walcastv1.GetTaskRequest]) (*connect.Response[walcastv1.Task], error) {
+	const proc = "GetTask"
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	ti, err := b.Task(req.Msg.GetId())
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	return connect.NewResponse(taskPB(ti)), nil
+}
+
+// ListTasks lists tasks by state, type and age, at most maxListTasks.
+func (a *broadcastAPI) ListTasks(_ context.Context, req *connect.Request[walcastv1.ListTasksRequest]) (*connect.Response[walcastv1.ListTasksResponse], error) {
+	const proc = "ListTasks"
+	r := req.Msg
+	var f broadcast.Filter
+	for i, s := range r.GetStates() {
+		st, err := broadcast.ParseState(s)
+		if err != nil {
+			return nil, a.fail(proc, fmt.Errorf("states[%d]: %w", i, err))
+		}
+		f.States = append(f.States, st)
+	}
+	if s := r.GetType(); s != "" {
+		t, err := message.ParseType(s)
+		if err != nil {
+			return nil, a.fail(proc, fmt.Errorf("%w: type: %w", broadcast.ErrInvalidArgument, err))
+		}
+		f.Type = t
+	}
+	if d := r.GetOlderThan(); d != nil {
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
+			return nil, a.fail(proc, invalidArg("older_than must be a non-negative duration"))
+		}
+		f.OlderThan = d.AsDuration()
+	}
+	if r.GetLimit() < 0 {
+		return nil, a.fail(proc, invalidArg("limit %d is negative", r.GetLimit()))
+	}
+	f.Limit = int(r.GetLimit())
+	if a.cfg.maxListTasks > 0 && (f.Limit == 0 || f.Limit > a.cfg.maxListTasks) {
+		f.Limit = a.cfg.maxListTasks
+	}
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	tasks, err := b.Tasks(f)
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	out := &walcastv1.ListTasksResponse{Tasks: make([]*walcastv1.Task, len(tasks))}
+	for i, ti := range tasks {
+		out.Tasks[i] = taskPB(ti)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ListLocks shows the issuance lock table (R3.7).
+func (a *broadcastAPI) ListLocks(context.Context, *connect.Request[walcastv1.ListLocksRequest]) (*connect.Response[walcastv1.ListLocksResponse], error) {
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail("ListLocks", err)
+	}
+	locks := b.Locks()
+	out := &walcastv1.ListLocksResponse{Locks: make([]*walcastv1.LockState, len(locks))}
+	for i, ks := range locks {
+		out.Locks[i] = &walcastv1.LockState{Domain: ks.Domain.String(), Name: ks.Name,
+			Holders: holdersPB(ks.Holders), Waiters: holdersPB(ks.Waiters)}
+	}
+	return connect.NewResponse(out), nil
+}
+
+// LookupKey reports the original of an idempotency key without waiting.
+func (a *broadcastAPI) LookupKey(ctx context.Context, req *connect.Request[walcastv1.LookupKeyRequest]) (*connect.Response[walcastv1.LookupKeyResponse], error) {
+	const proc = "LookupKey"
+	typ, err := message.ParseType(req.Msg.GetType())
+	if err != nil {
+		return nil, a.fail(proc, fmt.Errorf("%w: type: %w", broadcast.ErrInvalidArgument, err))
+	}
+	ik, err := message.ParseIdempotencyKey(req.Msg.GetIdempotencyKey())
+	if err != nil {
+		return nil, a.fail(proc, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err))
+	}
+	if ik == "" {
+		return nil, a.fail(proc, invalidArg("idempotency_key is required"))
+	}
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	ks, err := b.Lookup(ctx, typ, ik)
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	w := ks.Window
+	return connect.NewResponse(&walcastv1.LookupKeyResponse{
+		BroadcastId: ks.BroadcastID,
+		State:       ks.State.String(),
+		Outcome:     outcomePB(ks.Outcome),
+		Window:      windowPB(&w),
+	}), nil
+}
+
+// RetryCallback makes a failing callback retry now (R5.6).
+func (a *broadcastAPI) RetryCallback(_ context.Context, req *connect.Request[walcastv1.RetryCallbackRequest]) (*connect.Response[walcastv1.RetryCallbackResponse], error) {
+	const proc = "RetryCallback"
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	if err := b.RetryCallback(req.Msg.GetId()); err != nil {
+		return nil, a.fail(proc, err)
+	}
+	return connect.NewResponse(&walcastv1.RetryCallbackResponse{}), nil
+}
+
+// CompleteCallback completes a stuck callback without its effects (R5.6). The
+// reason is required: it is the task's recorded outcome detail, and
+// duplicates report it.
+func (a *broadcastAPI) CompleteCallback(ctx context.Context, req *connect.Request[walcastv1.CompleteCallbackRequest]) (*connect.Response[walcastv1.CompleteCallbackResponse], error) {
+	const proc = "CompleteCallback"
+	if req.Msg.GetReason() == "" {
+		return nil, a.fail(proc, invalidArg("reason is required: it is recorded as the task's outcome"))
+	}
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	if err := b.CompleteCallback(ctx, req.Msg.GetId(), req.Msg.GetReason()); err != nil {
+		return nil, a.fail(proc, err)
+	}
+	return connect.NewResponse(&walcastv1.CompleteCallbackResponse{}), nil
+}
+
+func checkpointPB(c wal.Checkpoint) *walcastv1.Checkpoint {
+	return &walcastv1.Checkpoint{MessageId: c.MessageID, TimeTick: c.TimeTick, LastConfirmed: c.LastConfirmed}
+}
+
+// outcomePB returns nil for the zero outcome (a task still running).
+func outcomePB(o broadcast.Outcome) *walcastv1.Outcome {
+	var s walcastv1.OutcomeStatus
+	switch o.Status {
+	case 0:
+		return nil
+	case broadcast.Succeeded:
+		s = walcastv1.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED
+	case broadcast.Failed:
+		s = walcastv1.OutcomeStatus_OUTCOME_STATUS_FAILED
+	case broadcast.ForceCompleted:
+		s = walcastv1.OutcomeStatus_OUTCOME_STATUS_FORCE_COMPLETED
+	case broadcast.Ignored:
+		s = walcastv1.OutcomeStatus_OUTCOME_STATUS_IGNORED
+	}
+	return &walcastv1.Outcome{Status: s, Detail: o.Detail, Data: o.Data}
+}
+
+func windowPB(w *broadcast.Window) *walcastv1.Window {
+	if w == nil {
+		return nil
+	}
+	return &walcastv1.Window{
+		FirstSeen:     timePB(w.FirstSeen),
+		CompletedAt:   timePB(w.CompletedAt),
+		ExpiresLatest: timePB(w.ExpiresLatest),
+		CountHeadroom: int64(w.CountHeadroom),
+	}
+}
+
+// timePB returns nil for an unset time: the zero time, or the Unix epoch
+// the engine decodes an unset persisted time to.
+func timePB(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() || t.UnixNano() == 0 {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func taskPB(ti broadcast.TaskInfo) *walcastv1.Task {
+	t := &walcastv1.Task{
+		Id:              ti.ID,
+		Type:            ti.Type.String(),
+		State:           ti.State.String(),
+		CreatedAt:       timePB(ti.CreatedAt),
+		CompletedAt:     timePB(ti.CompletedAt),
+		ResourceKeys:    make([]string, len(ti.ResourceKeys)),
+		Vchannels:       make([]*walcastv1.VChannelState, len(ti.VChannels)),
+		KeyFingerprint:  ti.KeyFingerprint,
+		AckSyncUp:       ti.AckSyncUp,
+		AppendAttempts:  int64(ti.AppendAttempts),
+		LastAppendError: ti.LastAppendError,
+		Callback: &walcastv1.CallbackState{
+			Running:       ti.Callback.Running,
+			Attempts:      int64(ti.Callback.Attempts),
+			LastError:     ti.Callback.LastError,
+			LastAttemptAt: timePB(ti.Callback.LastAttemptAt),
+			NextAttemptAt: timePB(ti.Callback.NextAttemptAt),
+		},
+		Outcome:        outcomePB(ti.Outcome),
+		CatalogCommits: int64(ti.CatalogCommits),
+	}
+	for i, k := range ti.ResourceKeys {
+		t.ResourceKeys[i] = k.String()
+	}
+	for i, v := range ti.VChannels {
+		t.Vchannels[i] = &walcastv1.VChannelState{Vchannel: string(v.VChannel), Appended: v.Appended, Acked: v.Acked,
+			Checkpoint: checkpointPB(v.Checkpoint)}
+	}
+	if ti.Message != nil {
+		t.Payload = ti.Message.Payload
+	}
+	return t
+}
+
+func holdersPB(hs []resource.Holder) []*walcastv1.LockHolder {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]*walcastv1.LockHolder, len(hs))
+	for i, h := range hs {
+		out[i] = &walcastv1.LockHolder{Owner: h.Owner, Mode: h.Mode.String(), Since: timePB(h.Since)}
+	}
+	return out
+}

@@ -1,0 +1,381 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+	yamlv3 "go.yaml.in/yaml/v3"
+)
+
+// Duration is a time.Duration written as "24h" or "10ms" in YAML,
+// environment variables and flags.
+type Duration time.Duration
+
+// MarshalText writes the duration as Go writes it ("1h30m0s").
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Config is every setting of a walcast process (SPEC R9.7). Settings come, in
+// increasing priority, from the defaults below, a YAML file, environment
+// variables WALCAST_<KEY> (the key's path with "." as "_", upper case, e.g.
+// WALCAST_BROADCAST_TOMBSTONE_MAX_COUNT), and command-line flags.
+type Config struct {
+	// DataDir holds everything a standalone process stores: the embedded
+	// etcd, the embedded NATS store and the nodes' state.
+	DataDir string `koanf:"data_dir" yaml:"data_dir"`
+	API     struct {
+		// Addr is the coordinator API's listen address (gRPC and HTTP/JSON).
+		Addr string `koanf:"addr" yaml:"addr"`
+		// Advertise is the address other processes and clients reach this
+		// coordinator at; default Addr.
+		Advertise string `koanf:"advertise" yaml:"advertise"`
+		// MaxRequestBytes bounds one API request.
+		MaxRequestBytes int `koanf:"max_request_bytes" yaml:"max_request_bytes"`
+	} `koanf:"api" yaml:"api"`
+	Metrics struct {
+		// Addr serves /metrics; empty disables it.
+		Addr string `koanf:"addr" yaml:"addr"`
+	} `koanf:"metrics" yaml:"metrics"`
+	Log struct {
+		Level  string `koanf:"level" yaml:"level"`   // debug, info, warn, error
+		Format string `koanf:"format" yaml:"format"` // json or text
+	} `koanf:"log" yaml:"log"`
+	Catalog struct {
+		// Endpoints of an external etcd cluster; empty runs an embedded
+		// etcd in DataDir (standalone only).
+		Endpoints []string `koanf:"endpoints" yaml:"endpoints"`
+		// Prefix is prepended to every key walcast writes.
+		Prefix string `koanf:"prefix" yaml:"prefix"`
+		// MaxTxnOps must not exceed the etcd server's --max-txn-ops.
+		MaxTxnOps int `koanf:"max_txn_ops" yaml:"max_txn_ops"`
+		// MaxTxnBytes must not exceed the server's --max-request-bytes.
+		MaxTxnBytes int      `koanf:"max_txn_bytes" yaml:"max_txn_bytes"`
+		DialTimeout Duration `koanf:"dial_timeout" yaml:"dial_timeout"`
+	} `koanf:"catalog" yaml:"catalog"`
+	WAL struct {
+		// Kind is "nats" or "kafka".
+		Kind string `koanf:"kind" yaml:"kind"`
+		// PChannels is the number of pchannels, named <prefix>0 ...
+		PChannels      int    `koanf:"pchannels" yaml:"pchannels"`
+		PChannelPrefix string `koanf:"pchannel_prefix" yaml:"pchannel_prefix"`
+		NATS           struct {
+			// URL of an external NATS server; empty runs an embedded one
+			// in DataDir (standalone only).
+			URL string `koanf:"url" yaml:"url"`
+			// SyncAlways makes the embedded server fsync every write. It
+			// cannot be set for an external server, whose own
+			// jetstream.sync_interval decides; turning it off risks DDLs
+			// reported done that a machine crash loses.
+			SyncAlways  bool     `koanf:"sync_always" yaml:"sync_always"`
+			Replicas    int      `koanf:"replicas" yaml:"replicas"`
+			DedupWindow Duration `koanf:"dedup_window" yaml:"dedup_window"`
+		} `koanf:"nats" yaml:"nats"`
+		Kafka struct {
+			Brokers           []string `koanf:"brokers" yaml:"brokers"`
+			ReplicationFactor int      `koanf:"replication_factor" yaml:"replication_factor"`
+		} `koanf:"kafka" yaml:"kafka"`
+	} `koanf:"wal" yaml:"wal"`
+	Broadcast struct {
+		// ConcurrencyRatio × CPUs bounds concurrent appends.
+		ConcurrencyRatio float64 `koanf:"concurrency_ratio" yaml:"concurrency_ratio"`
+		Backoff          struct {
+			Initial    Duration `koanf:"initial" yaml:"initial"`
+			Multiplier float64  `koanf:"multiplier" yaml:"multiplier"`
+			Max        Duration `koanf:"max" yaml:"max"`
+		} `koanf:"backoff" yaml:"backoff"`
+		Tombstone struct {
+			MaxLifetime   Duration `koanf:"max_lifetime" yaml:"max_lifetime"`
+			MaxCount      int      `koanf:"max_count" yaml:"max_count"`
+			CheckInterval Duration `koanf:"check_interval" yaml:"check_interval"`
+		} `koanf:"tombstone" yaml:"tombstone"`
+		// MaxKeyLength bounds new client idempotency keys, in bytes.
+		MaxKeyLength    int `koanf:"max_key_length" yaml:"max_key_length"`
+		MaxMessageBytes int `koanf:"max_message_bytes" yaml:"max_message_bytes"`
+	} `koanf:"broadcast" yaml:"broadcast"`
+	Nodes struct {
+		// Count is how many streaming nodes a standalone process runs; the
+		// pchannels are spread over them round robin.
+		Count int `koanf:"count" yaml:"count"`
+		// Name and PChannels configure a `walcast node` process: which
+		// pchannels (by index) it consumes.
+		Name      string `koanf:"name" yaml:"name"`
+		PChannels []int  `koanf:"pchannels" yaml:"pchannels"`
+		// Coordinators are the API addresses a `walcast node` acks to.
+		Coordinators []string `koanf:"coordinators" yaml:"coordinators"`
+	} `koanf:"nodes" yaml:"nodes"`
+	Election struct {
+		// TTL is the coordinator lease: a dead leader is replaced after it.
+		TTL Duration `koanf:"ttl" yaml:"ttl"`
+	} `koanf:"election" yaml:"election"`
+	Tracing struct {
+		// Exporter is "none" or "stdout".
+		Exporter string `koanf:"exporter" yaml:"exporter"`
+	} `koanf:"tracing" yaml:"tracing"`
+	Meta struct {
+		// MaxImportJobNum bounds unfinished import jobs (admission).
+		MaxImportJobNum int `koanf:"max_import_job_num" yaml:"max_import_job_num"`
+		// ImportJobRetention is how long finished import jobs are kept; it
+		// must be at least twice the tombstone lifetime, or a retry inside
+		// the idempotency window could find its job gone.
+		ImportJobRetention Duration `koanf:"import_job_retention" yaml:"import_job_retention"`
+		// CollectionShards is the default number of vchannels of a new
+		// collection.
+		CollectionShards int `koanf:"collection_shards" yaml:"collection_shards"`
+	} `koanf:"meta" yaml:"meta"`
+}
+
+// Default returns the configuration with every default of SPEC.md.
+func Default() Config {
+	var c Config
+	c.DataDir = "./walcast-data"
+	c.API.Addr = "127.0.0.1:7070"
+	c.API.MaxRequestBytes = 4 << 20
+	c.Metrics.Addr = "127.0.0.1:7071"
+	c.Log.Level = "info"
+	c.Log.Format = "json"
+	c.Catalog.Prefix = "walcast/"
+	c.Catalog.MaxTxnOps = 128
+	c.Catalog.MaxTxnBytes = 1536 << 10
+	c.Catalog.DialTimeout = Duration(5 * time.Second)
+	c.WAL.Kind = "nats"
+	c.WAL.PChannels = 4
+	c.WAL.PChannelPrefix = "wal-"
+	c.WAL.NATS.SyncAlways = true
+	c.WAL.NATS.Replicas = 1
+	c.WAL.NATS.DedupWindow = Duration(10 * time.Minute)
+	c.WAL.Kafka.ReplicationFactor = 3
+	c.Broadcast.ConcurrencyRatio = 4
+	c.Broadcast.Backoff.Initial = Duration(10 * time.Millisecond)
+	c.Broadcast.Backoff.Multiplier = 2
+	c.Broadcast.Backoff.Max = Duration(10 * time.Second)
+	c.Broadcast.Tombstone.MaxLifetime = Duration(24 * time.Hour)
+	c.Broadcast.Tombstone.MaxCount = 8192
+	c.Broadcast.Tombstone.CheckInterval = Duration(5 * time.Minute)
+	c.Broadcast.MaxKeyLength = 256
+	c.Broadcast.MaxMessageBytes = 256 << 10
+	c.Nodes.Count = 2
+	c.Election.TTL = Duration(10 * time.Second)
+	c.Tracing.Exporter = "none"
+	c.Meta.MaxImportJobNum = 1024
+	c.Meta.ImportJobRetention = Duration(48 * time.Hour)
+	c.Meta.CollectionShards = 2
+	return c
+}
+
+// ErrConfig reports an invalid setting; the message names it.
+var ErrConfig = errors.New("invalid configuration")
+
+// Load builds the configuration from the defaults, the YAML file at path (if
+// path is not empty), the environment (environ, e.g. os.Environ()) and the
+// flags of fs that were set. Flags are mapped to keys by flagKey (a flag
+// "data-dir" to "data_dir", "api-addr" to "api.addr"). Unknown keys in the
+// file or unknown WALCAST_ variables are errors, so a typo cannot silently
+// leave a default in place.
+func Load(path string, environ []string, fs *pflag.FlagSet, flagKey func(string) string) (Config, error) {
+	known := keysOf(reflect.TypeOf(Config{}), "")
+	k := koanf.New(".")
+	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			return Config{}, fmt.Errorf("%w: config file: %w", ErrConfig, err)
+		}
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return Config{}, fmt.Errorf("%w: config file %s: %w", ErrConfig, path, err)
+		}
+	}
+	byEnv := make(map[string]string, len(known))
+	for key := range known {
+		byEnv["WALCAST_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = key
+	}
+	var envErr error
+	ep := env.Provider(".", env.Opt{
+		Prefix:      "WALCAST_",
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, value string) (string, any) {
+			key, ok := byEnv[name]
+			if !ok {
+				envErr = errors.Join(envErr, fmt.Errorf("%w: unknown environment variable %s", ErrConfig, name))
+				return "", nil
+			}
+			if known[key] == reflect.Slice {
+				return key, splitList(value)
+			}
+			return key, value
+		},
+	})
+	if err := k.Load(ep, nil); err != nil {
+		return Config{}, fmt.Errorf("%w: environment: %w", ErrConfig, err)
+	}
+	if envErr != nil {
+		return Config{}, envErr
+	}
+	if fs != nil {
+		fp := posflag.ProviderWithFlag(fs, ".", k, func(f *pflag.Flag) (string, any) {
+			if !f.Changed || flagKey == nil {
+				return "", nil
+			}
+			key := flagKey(f.Name)
+			if key == "" {
+				return "", nil
+			}
+			return key, posflag.FlagVal(fs, f)
+		})
+		if err := k.Load(fp, nil); err != nil {
+			return Config{}, fmt.Errorf("%w: flags: %w", ErrConfig, err)
+		}
+	}
+	for _, key := range k.Keys() {
+		if _, ok := known[key]; !ok {
+			return Config{}, fmt.Errorf("%w: unknown setting %q", ErrConfig, key)
+		}
+	}
+	c := Default()
+	err := k.UnmarshalWithConf("", &c, koanf.UnmarshalConf{DecoderConfig: &mapstructure.DecoderConfig{
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			mapstructure.TextUnmarshallerHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+		),
+		Result:           &c,
+		WeaklyTypedInput: true,
+		TagName:          "koanf",
+	}})
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return c, c.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// keysOf lists the leaf keys of a config struct type with their kinds.
+func keysOf(t reflect.Type, prefix string) map[string]reflect.Kind {
+	out := map[string]reflect.Kind{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("koanf")
+		if tag == "" {
+			continue
+		}
+		key := prefix + tag
+		if f.Type.Kind() == reflect.Struct {
+			for k, v := range keysOf(f.Type, key+".") {
+				out[k] = v
+			}
+			continue
+		}
+		out[key] = f.Type.Kind()
+	}
+	return out
+}
+
+// Validate checks every setting and the couplings between them; an error
+// names the setting.
+func (c Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(format, args...))
+	}
+	b := c.Broadcast
+	switch {
+	case c.DataDir == "":
+		return bad("data_dir", "must not be empty")
+	case c.API.Addr == "":
+		return bad("api.addr", "must not be empty")
+	case c.API.MaxRequestBytes < 1024:
+		return bad("api.max_request_bytes", "%d is below 1 KiB", c.API.MaxRequestBytes)
+	case !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level):
+		return bad("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	case c.Log.Format != "json" && c.Log.Format != "text":
+		return bad("log.format", "%q is not json or text", c.Log.Format)
+	case c.Catalog.MaxTxnOps < 2:
+		return bad("catalog.max_txn_ops", "%d is below 2", c.Catalog.MaxTxnOps)
+	case c.Catalog.DialTimeout <= 0:
+		return bad("catalog.dial_timeout", "must be positive")
+	case c.WAL.Kind != "nats" && c.WAL.Kind != "kafka":
+		return bad("wal.kind", "%q is not nats or kafka", c.WAL.Kind)
+	case c.WAL.PChannels < 1 || c.WAL.PChannels > 1024:
+		return bad("wal.pchannels", "%d is outside 1..1024", c.WAL.PChannels)
+	case c.WAL.NATS.Replicas != 1 && c.WAL.NATS.Replicas != 3 && c.WAL.NATS.Replicas != 5:
+		return bad("wal.nats.replicas", "%d is not 1, 3 or 5", c.WAL.NATS.Replicas)
+	case c.WAL.NATS.DedupWindow < Duration(time.Second):
+		return bad("wal.nats.dedup_window", "%v is below 1s", c.WAL.NATS.DedupWindow.D())
+	case c.WAL.Kind == "kafka" && len(c.WAL.Kafka.Brokers) == 0:
+		return bad("wal.kafka.brokers", "required when wal.kind is kafka")
+	case b.ConcurrencyRatio <= 0:
+		return bad("broadcast.concurrency_ratio", "%v must be positive", b.ConcurrencyRatio)
+	case b.Backoff.Initial <= 0 || b.Backoff.Max < b.Backoff.Initial:
+		return bad("broadcast.backoff", "need 0 < initial (%v) <= max (%v)", b.Backoff.Initial.D(), b.Backoff.Max.D())
+	case b.Backoff.Multiplier < 1:
+		return bad("broadcast.backoff.multiplier", "%v is below 1", b.Backoff.Multiplier)
+	case b.Tombstone.MaxLifetime <= 0:
+		return bad("broadcast.tombstone.max_lifetime", "must be positive")
+	case b.Tombstone.MaxCount < 1:
+		return bad("broadcast.tombstone.max_count", "%d is below 1", b.Tombstone.MaxCount)
+	case b.Tombstone.CheckInterval <= 0:
+		return bad("broadcast.tombstone.check_interval", "must be positive")
+	case b.MaxKeyLength < 1:
+		return bad("broadcast.max_key_length", "%d is below 1", b.MaxKeyLength)
+	case b.MaxMessageBytes < 1024:
+		return bad("broadcast.max_message_bytes", "%d is below 1 KiB", b.MaxMessageBytes)
+	case b.MaxMessageBytes+64<<10 > c.Catalog.MaxTxnBytes:
+		return bad("broadcast.max_message_bytes", "%d plus 64 KiB of record overhead exceeds catalog.max_txn_bytes (%d)", b.MaxMessageBytes, c.Catalog.MaxTxnBytes)
+	case c.API.MaxRequestBytes < b.MaxMessageBytes:
+		return bad("api.max_request_bytes", "%d is below broadcast.max_message_bytes (%d)", c.API.MaxRequestBytes, b.MaxMessageBytes)
+	case c.Nodes.Count < 0:
+		return bad("nodes.count", "%d is negative", c.Nodes.Count)
+	case c.Election.TTL < Duration(2*time.Second):
+		return bad("election.ttl", "%v is below 2s", c.Election.TTL.D())
+	case c.Tracing.Exporter != "none" && c.Tracing.Exporter != "stdout":
+		return bad("tracing.exporter", "%q is not none or stdout", c.Tracing.Exporter)
+	case c.Meta.MaxImportJobNum < 1:
+		return bad("meta.max_import_job_num", "%d is below 1", c.Meta.MaxImportJobNum)
+	case c.Meta.CollectionShards < 1 || c.Meta.CollectionShards > 256:
+		return bad("meta.collection_shards", "%d is outside 1..256", c.Meta.CollectionShards)
+	case c.Meta.ImportJobRetention < 2*b.Tombstone.MaxLifetime:
+		// An idempotency key lives as long as its tombstone; the job it
+		// names must outlive it, or a retry inside the window finds the
+		// job gone (the reference system documented this coupling only).
+		return bad("meta.import_job_retention", "%v is shorter than twice broadcast.tombstone.max_lifetime (%v): retries inside the idempotency window could find their import job deleted",
+			c.Meta.ImportJobRetention.D(), b.Tombstone.MaxLifetime.D())
+	}
+	for _, p := range c.Nodes.PChannels {
+		if p < 0 || p >= c.WAL.PChannels {
+			return bad("nodes.pchannels", "pchannel index %d is outside 0..%d", p, c.WAL.PChannels-1)
+		}
+	}
+	return nil
+}
+
+// YAML returns the configuration as a YAML document, as `walcast config
+// print` shows it.
+func (c Config) YAML() ([]byte, error) { return yamlv3.Marshal(c) }

@@ -1,0 +1,189 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
+	etcdcat "github.com/walcast/walcast/catalog/etcd"
+)
+
+// Coordinator runs the broadcaster while it is the elected leader (R9.2).
+// Several coordinators may run against one etcd: one is elected and serves;
+// the others wait in the election, answer API calls with the leader's
+// address, and take over when the leader's lease expires. A leader whose
+// catalog reports a newer term (fenced) stops its broadcaster at once and
+// campaigns again.
+type Coordinator struct {
+	cfg CoordinatorConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	current *broadcast.Broadcaster // nil unless leading; protected by mu
+	terms   int                    // terms won so far
+}
+
+// CoordinatorConfig configures a Coordinator.
+type CoordinatorConfig struct {
+	// Client talks to the etcd holding the catalog and the election.
+	Client *clientv3.Client
+	// Prefix is the catalog's etcd key prefix; the election lives beside it
+	// at Prefix without its trailing "/" + ".election".
+	Prefix string
+	// Limits must match the etcd server's transaction limits.
+	Limits catalog.Limits
+	// Advertise is the address this coordinator's API is reached at; it is
+	// what standbys tell clients.
+	Advertise string
+	// TTL is the leadership lease.
+	TTL time.Duration
+	// Broadcast is the broadcaster configuration, without Catalog (the
+	// coordinator builds a fenced catalog per term).
+	Broadcast broadcast.Config
+	// BeforeRecover, if set, is called when a term is won, before the
+	// broadcaster recovers (metrics reset their task gauges there).
+	BeforeRecover func()
+	// OnLeader, if set, is called with each new broadcaster when a term
+	// starts, before it serves; OnFollower when a term ends.
+	OnLeader   func(*broadcast.Broadcaster)
+	OnFollower func()
+	Logger     *slog.Logger
+}
+
+// NewCoordinator returns a coordinator; Run makes it campaign.
+func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
+	if cfg.Client == nil || cfg.Advertise == "" || cfg.Prefix == "" {
+		return nil, fmt.Errorf("%w: coordinator needs an etcd client, a prefix and an advertise address", ErrConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Coordinator{cfg: cfg, log: cfg.Logger}, nil
+}
+
+func (c *Coordinator) electionPrefix() string {
+	p := c.cfg.Prefix
+	for len(p) > 0 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	return p + ".election"
+}
+
+// Current returns the broadcaster while this coordinator leads; otherwise an
+// error wrapping ErrNotLeader that names the leader's address, if known.
+func (c *Coordinator) Current() (*broadcast.Broadcaster, error) {
+	c.mu.Lock()
+	b := c.current
+	c.mu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	leader, err := etcdcat.Leader(ctx, c.cfg.Client, c.electionPrefix())
+	if err != nil || leader == c.cfg.Advertise {
+		// Our own key may still be there between terms.
+		leader = ""
+	}
+	return nil, &NotLeaderError{Leader: leader}
+}
+
+// Terms reports how many leadership terms this coordinator has won.
+func (c *Coordinator) Terms() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.terms
+}
+
+// Run campaigns, serves while leading, and campaigns again after losing a
+// term, until ctx ends. It returns an error only for a catalog it must not
+// serve (corrupt metadata); a recovery that fails for a transient reason is
+// retried.
+func (c *Coordinator) Run(ctx context.Context) error {
+	retry := c.cfg.Broadcast.Backoff
+	if retry.Initial == 0 {
+		retry = broadcast.Backoff{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 10 * time.Second}
+	}
+	delay := retry.Initial
+	for ctx.Err() == nil {
+		err := c.term(ctx)
+		if errors.Is(err, broadcast.ErrCorruptCatalog) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Error("coordinator term ended with an error; campaigning again", "err", err, "retry_in", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			delay = min(time.Duration(float64(delay)*retry.Multiplier), retry.Max)
+			continue
+		}
+		delay = retry.Initial
+	}
+	return nil
+}
+
+// term wins one term and serves it until it ends.
+func (c *Coordinator) term(ctx context.Context) error {
+	term, err := etcdcat.Campaign(ctx, c.cfg.Client, c.electionPrefix(), c.cfg.Advertise, c.cfg.TTL)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := term.Resign(rctx); err != nil {
+			c.log.Warn("resign", "err", err)
+		}
+	}()
+	cat, err := etcdcat.New(c.cfg.Client, etcdcat.Config{Prefix: c.cfg.Prefix, Limits: c.cfg.Limits, Fence: term.Fence()})
+	if err != nil {
+		return err
+	}
+	defer cat.Close()
+	bcfg := c.cfg.Broadcast
+	bcfg.Catalog = cat
+	start := time.Now()
+	if c.cfg.BeforeRecover != nil {
+		c.cfg.BeforeRecover()
+	}
+	b, err := broadcast.New(ctx, bcfg)
+	if err != nil {
+		return fmt.Errorf("recover broadcaster: %w", err)
+	}
+	if c.cfg.OnLeader != nil {
+		c.cfg.OnLeader(b)
+	}
+	c.mu.Lock()
+	c.current = b
+	c.terms++
+	c.mu.Unlock()
+	c.log.Info("coordinator leads", "advertise", c.cfg.Advertise, "recovery", time.Since(start).String(), "fence_rev", term.Fence().Rev)
+	var why string
+	select {
+	case <-term.Done():
+		why = "lease lost"
+	case <-b.Done():
+		why = "broadcaster stopped (fenced)"
+	case <-ctx.Done():
+		why = "shutdown"
+	}
+	c.mu.Lock()
+	c.current = nil
+	c.mu.Unlock()
+	if c.cfg.OnFollower != nil {
+		c.cfg.OnFollower()
+	}
+	c.log.Info("coordinator steps down", "why", why)
+	return b.Close()
+}

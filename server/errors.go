@@ -1,0 +1,127 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+)
+
+// ErrNotPrimary refuses DDL/DCL on a secondary cluster (R8.1). It is the
+// error a broadcast.Config.CheckRole hook returns there.
+var ErrNotPrimary = errors.New("cluster is not primary, cannot do any DDL/DCL")
+
+// LeaderHeader is the response header (gRPC: trailer) in which a coordinator
+// that does not lead names the leader's API address.
+const LeaderHeader = "walcast-leader"
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo detail attached to
+// errors whose code alone does not say what a client should do.
+const ErrorDomain = "walcast"
+
+// Reasons of the ErrorInfo detail: a machine-readable refinement of the code.
+const (
+	// ReasonNotLeader (Unavailable): retry at the leader, named in the
+	// detail's "leader" metadata and in LeaderHeader. Nothing was done.
+	ReasonNotLeader = "NOT_LEADER"
+	// ReasonTaskNotCreated (Unavailable): nothing was persisted or appended;
+	// retrying is safe even without an idempotency key.
+	ReasonTaskNotCreated = "TASK_NOT_CREATED"
+	// ReasonBroadcasterClosed (Unavailable): the broadcaster stopped; a task
+	// already created completes when the next leader recovers it. Only a
+	// keyed request can be retried safely.
+	ReasonBroadcasterClosed = "BROADCASTER_CLOSED"
+	// ReasonNotPrimary (FailedPrecondition): the cluster is a secondary.
+	ReasonNotPrimary = "NOT_PRIMARY"
+	// ReasonKeyReused (AlreadyExists): the idempotency key was accepted
+	// for a different request; mint a new key.
+	ReasonKeyReused = "KEY_REUSED"
+)
+
+// codeOf maps an error of the engine or of request parsing to the status a
+// client sees, with the ErrorInfo reason, if any, that refines it. It is the
+// only place where that mapping is decided. Order matters where one error
+// wraps several sentinels.
+func codeOf(err error) (connect.Code, string) {
+	switch {
+	case err == nil:
+		return 0, ""
+	case errors.Is(err, ErrNotLeader):
+		return connect.CodeUnavailable, ReasonNotLeader
+	case errors.Is(err, ErrNotPrimary):
+		return connect.CodeFailedPrecondition, ReasonNotPrimary
+	// Corrupt catalog contents may wrap a message decoding error below; they
+	// are the server's fault, not the request's.
+	case errors.Is(err, broadcast.ErrCorruptCatalog):
+		return connect.CodeInternal, ""
+	case errors.Is(err, broadcast.ErrKeyReusedWithDifferentPayload):
+		return connect.CodeAlreadyExists, ReasonKeyReused
+	case errors.Is(err, broadcast.ErrInvalidArgument),
+		errors.Is(err, broadcast.ErrVChannelNotInTask),
+		errors.Is(err, message.ErrInvalidChannel),
+		errors.Is(err, message.ErrNoTargets),
+		errors.Is(err, message.ErrDuplicateVChannel),
+		errors.Is(err, message.ErrUnknownType),
+		errors.Is(err, message.ErrInvalidPayload),
+		errors.Is(err, message.ErrInvalidKey),
+		errors.Is(err, message.ErrCorrupt),
+		errors.Is(err, resource.ErrInvalidKey):
+		return connect.CodeInvalidArgument, ""
+	case errors.Is(err, broadcast.ErrNotFound):
+		return connect.CodeNotFound, ""
+	case errors.Is(err, broadcast.ErrFailedPrecondition):
+		return connect.CodeFailedPrecondition, ""
+	// ErrTaskNotCreated may wrap ErrClosed or a context error: it is checked
+	// first because "nothing was created" is what the client needs to know.
+	case errors.Is(err, broadcast.ErrTaskNotCreated):
+		return connect.CodeUnavailable, ReasonTaskNotCreated
+	case errors.Is(err, broadcast.ErrClosed):
+		return connect.CodeUnavailable, ReasonBroadcasterClosed
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded, ""
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled, ""
+	}
+	return connect.CodeInternal, ""
+}
+
+// toConnectError turns err into the error the client receives: the code and
+// reason of codeOf, a message that says what to do, and for ErrNotLeader the
+// leader's address in LeaderHeader. Messages come from errors that never
+// hold raw idempotency keys, only their fingerprints (R7.7).
+func toConnectError(err error) *connect.Error {
+	code, reason := codeOf(err)
+	msg := err
+	var leader string
+	switch reason {
+	case ReasonTaskNotCreated:
+		msg = fmt.Errorf("%w (nothing was persisted or appended; retrying is safe)", err)
+	case ReasonBroadcasterClosed:
+		msg = fmt.Errorf("%w (a task already created completes after the next leader recovers it; retry with the same idempotency key to get its result)", err)
+	case ReasonNotLeader:
+		var nl *NotLeaderError
+		if errors.As(err, &nl) {
+			leader = nl.Leader
+		}
+	}
+	ce := connect.NewError(code, msg)
+	if leader != "" {
+		ce.Meta().Set(LeaderHeader, leader)
+	}
+	if reason != "" {
+		info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+		if leader != "" {
+			info.Metadata = map[string]string{"leader": leader}
+		}
+		if d, derr := connect.NewErrorDetail(info); derr == nil {
+			ce.AddDetail(d)
+		}
+	}
+	return ce
+}

@@ -1,0 +1,51 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/walcast/walcast/broadcast"
+)
+
+// ErrNotLeader reports a request sent to a coordinator that does not lead
+// (R9.2). The error a Leader returns wraps it in a *NotLeaderError naming the
+// leader's API address when one is known.
+var ErrNotLeader = errors.New("this coordinator is not the leader")
+
+// NotLeaderError is the error a Leader returns while its coordinator does not
+// lead. The API answers it with code Unavailable, the leader's address in the
+// LeaderHeader response header and in the message, so clients can redirect.
+type NotLeaderError struct {
+	// Leader is the leader's API base URL ("http://host:port"), "" while no
+	// leader is known (an election is running).
+	Leader string
+}
+
+// Error says who leads, if anyone is known to.
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return ErrNotLeader.Error() + "; no leader is known yet, retry later"
+	}
+	return ErrNotLeader.Error() + "; the leader is at " + e.Leader
+}
+
+// Is makes errors.Is(err, ErrNotLeader) hold.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+// Leader gives the API the broadcaster of the coordinator while it leads.
+// Current is called once per request; while the coordinator does not lead it
+// returns an error wrapping ErrNotLeader (normally a *NotLeaderError).
+type Leader interface {
+	Current() (*broadcast.Broadcaster, error)
+}
+
+// LeaderFunc adapts a function to the Leader interface.
+type LeaderFunc func() (*broadcast.Broadcaster, error)
+
+// Current calls f.
+func (f LeaderFunc) Current() (*broadcast.Broadcaster, error) { return f() }
+
+// StaticLeader is a Leader that always leads with b: for tests and for
+// embedding walcast in a process that is its only coordinator.
+func StaticLeader(b *broadcast.Broadcaster) Leader {
+	return LeaderFunc(func() (*broadcast.Broadcaster, error) { return b, nil })
+}

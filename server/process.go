@@ -1,0 +1,457 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/embedetcd"
+	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/internal/metrics"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/node"
+	"github.com/walcast/walcast/wal"
+	walkafka "github.com/walcast/walcast/wal/kafka"
+	walnats "github.com/walcast/walcast/wal/nats"
+)
+
+// App plugs an application into a walcast process: its message types and
+// ack callbacks on the coordinator, its API handlers, and its per-vchannel
+// state on the streaming nodes.
+type App interface {
+	// Register adds the app's types and callbacks. The process calls it once,
+	// before the first broadcaster starts.
+	Register(types *message.Registry, cbs *broadcast.Callbacks) error
+	// Handlers returns extra API handlers by path, served beside
+	// BroadcastService; l gives the broadcaster while this process leads.
+	Handlers(l Leader) map[string]http.Handler
+	// Applier returns the state a streaming node keeps of the copies it
+	// applies.
+	Applier(node string) node.Applier
+}
+
+// PChannels returns the configured pchannel names.
+func (c Config) PChannelNames() []message.PChannel {
+	out := make([]message.PChannel, c.WAL.PChannels)
+	for i := range out {
+		out[i] = message.PChannel(fmt.Sprintf("%s%d", c.WAL.PChannelPrefix, i))
+	}
+	return out
+}
+
+// ControlChannel is the cluster's control channel: on pchannel 0.
+func (c Config) ControlChannel() message.VChannel { return c.PChannelNames()[0].Control() }
+
+// Logger builds the process logger from the log settings.
+func (c Config) Logger() *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Log.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Log.Format == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+func (c Config) broadcastConfig(w *wal.WAL, types *message.Registry, cbs *broadcast.Callbacks, obs broadcast.Observer, log *slog.Logger) broadcast.Config {
+	b := c.Broadcast
+	return broadcast.Config{
+		WAL: w, Types: types, Callbacks: cbs, ControlChannel: c.ControlChannel(), Prefix: "bc/",
+		ConcurrencyRatio: b.ConcurrencyRatio,
+		Backoff:          broadcast.Backoff{Initial: b.Backoff.Initial.D(), Multiplier: b.Backoff.Multiplier, Max: b.Backoff.Max.D()},
+		Tombstone: broadcast.TombstoneConfig{MaxLifetime: b.Tombstone.MaxLifetime.D(), MaxCount: b.Tombstone.MaxCount,
+			CheckInterval: b.Tombstone.CheckInterval.D()},
+		MaxKeyLength: b.MaxKeyLength, MaxMessageBytes: b.MaxMessageBytes,
+		Logger: log, Observer: obs,
+	}
+}
+
+// Process is a running walcast process: standalone, coordinator or node.
+// Close stops everything it started, in reverse order.
+type Process struct {
+	cfg   Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	Coord *Coordinator
+	Nodes []*node.Node
+
+	apiAddr, metricsAddr string
+
+	mu      sync.Mutex
+	closers []func() error // run in reverse by Close
+	errc    chan error     // first fatal error of a background part
+}
+
+// APIAddr is the address the API listens on (the real port when configured
+// with port 0).
+func (p *Process) APIAddr() string { return p.apiAddr }
+
+// MetricsAddr is the address /metrics is served on, "" if disabled.
+func (p *Process) MetricsAddr() string { return p.metricsAddr }
+
+// Registry is the process's Prometheus registry.
+func (p *Process) Registry() *prometheus.Registry { return p.reg }
+
+// Err delivers the first fatal error of a background part (a coordinator
+// refusing a corrupt catalog, a server failing).
+func (p *Process) Err() <-chan error { return p.errc }
+
+func (p *Process) onClose(fn func() error) {
+	p.mu.Lock()
+	p.closers = append(p.closers, fn)
+	p.mu.Unlock()
+}
+
+// Close stops the process; it is safe to call once the start failed half
+// way.
+func (p *Process) Close() error {
+	p.mu.Lock()
+	closers := p.closers
+	p.closers = nil
+	p.mu.Unlock()
+	var errs []error
+	for i := len(closers) - 1; i >= 0; i-- {
+		if err := closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Process) fail(err error) {
+	select {
+	case p.errc <- err:
+	default:
+	}
+}
+
+func newProcess(cfg Config, log *slog.Logger) *Process {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1)}
+}
+
+// StartStandalone starts everything on one machine (R9.1): an embedded etcd
+// and an embedded NATS JetStream server with their data under DataDir, the
+// coordinator with its API, and Nodes.Count streaming nodes sharing the
+// pchannels round robin. Starting again on the same DataDir recovers every
+// task (R4.8).
+func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err error) {
+	log := cfg.Logger()
+	p := newProcess(cfg, log)
+	defer func() {
+		if err != nil {
+			_ = p.Close()
+		}
+	}()
+	if len(cfg.Catalog.Endpoints) > 0 || cfg.WAL.NATS.URL != "" || cfg.WAL.Kind != "nats" {
+		return nil, fmt.Errorf("%w: standalone runs its own etcd and NATS: leave catalog.endpoints, wal.nats.url empty and wal.kind nats (use walcast coord/node for a cluster)", ErrConfig)
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	// The embedded servers log at debug level only: their routine warnings
+	// (single-port serving, shutdown errors) are noise to a walcast user.
+	var embedLog *slog.Logger
+	if cfg.Log.Level == "debug" {
+		embedLog = log
+	}
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), Logger: embedLog})
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	p.onClose(etcd.Close)
+	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	p.onClose(func() error { ns.Close(); return nil })
+	client, err := etcd.Client()
+	if err != nil {
+		return nil, err
+	}
+	p.onClose(client.Close)
+	cfg.WAL.NATS.URL = ns.ClientURL()
+	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
+	w, err := p.openWAL(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	coord, err := p.startCoordinator(ctx, cfg, client, limits, w, app)
+	if err != nil {
+		return nil, err
+	}
+	pchans := cfg.PChannelNames()
+	for i := range cfg.Nodes.Count {
+		var mine []message.PChannel
+		for j := i; j < len(pchans); j += cfg.Nodes.Count {
+			mine = append(mine, pchans[j])
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		name := fmt.Sprintf("node-%d", i)
+		if err := p.startNode(ctx, name, mine, w, filepath.Join(dir, "nodes", name), leaderAcker{coord}, app); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.serveMetrics(cfg); err != nil {
+		return nil, err
+	}
+	// A single member wins its election at once; wait for it so that the
+	// process is ready when StartStandalone returns.
+	if err := p.waitLeader(ctx, coord); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Process) waitLeader(ctx context.Context, c *Coordinator) error {
+	for {
+		if _, err := c.Current(); err == nil {
+			return nil
+		}
+		select {
+		case err := <-p.errc:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// StartCoordinator starts a cluster-mode coordinator (R9.2) against the
+// external etcd and WAL of cfg: it campaigns, serves the API while it leads,
+// and tells clients the leader's address while it stands by.
+func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err error) {
+	log := cfg.Logger()
+	p := newProcess(cfg, log)
+	defer func() {
+		if err != nil {
+			_ = p.Close()
+		}
+	}()
+	if len(cfg.Catalog.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: catalog.endpoints: a coordinator needs the etcd cluster's endpoints (--etcd)", ErrConfig)
+	}
+	if cfg.WAL.Kind == "nats" && cfg.WAL.NATS.URL == "" {
+		return nil, fmt.Errorf("%w: wal.nats.url: a coordinator needs the NATS server's URL (--nats)", ErrConfig)
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Catalog.Endpoints, DialTimeout: cfg.Catalog.DialTimeout.D(),
+		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	p.onClose(client.Close)
+	w, err := p.openWAL(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	limits := catalog.Limits{MaxOps: cfg.Catalog.MaxTxnOps, MaxBytes: cfg.Catalog.MaxTxnBytes}
+	if _, err := p.startCoordinator(ctx, cfg, client, limits, w, app); err != nil {
+		return nil, err
+	}
+	if err := p.serveMetrics(cfg); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// StartNode starts a cluster-mode streaming node consuming the pchannels
+// cfg.Nodes.PChannels and acking through acker (a client of the
+// coordinators).
+func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *Process, err error) {
+	log := cfg.Logger()
+	p := newProcess(cfg, log)
+	defer func() {
+		if err != nil {
+			_ = p.Close()
+		}
+	}()
+	if cfg.Nodes.Name == "" || len(cfg.Nodes.PChannels) == 0 {
+		return nil, fmt.Errorf("%w: nodes.name and nodes.pchannels: a node needs a name and the pchannels it consumes (--name, --consume)", ErrConfig)
+	}
+	w, err := p.openWAL(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	all := cfg.PChannelNames()
+	var mine []message.PChannel
+	for _, i := range cfg.Nodes.PChannels {
+		mine = append(mine, all[i])
+	}
+	dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "nodes", cfg.Nodes.Name))
+	if err != nil {
+		return nil, err
+	}
+	if err := p.startNode(ctx, cfg.Nodes.Name, mine, w, dir, acker, app); err != nil {
+		return nil, err
+	}
+	if err := p.serveMetrics(cfg); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Process) openWAL(ctx context.Context, cfg Config) (*wal.WAL, error) {
+	var log wal.Log
+	var err error
+	switch cfg.WAL.Kind {
+	case "kafka":
+		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: cfg.PChannelNames(),
+			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor)})
+	default:
+		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: cfg.PChannelNames(),
+			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D()})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
+	}
+	p.onClose(log.Close)
+	return wal.New(log), nil
+}
+
+func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, app App) (*Coordinator, error) {
+	types, cbs := message.NewRegistry(), broadcast.NewCallbacks()
+	if err := app.Register(types, cbs); err != nil {
+		return nil, fmt.Errorf("register app: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.API.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("api.addr: %w", err)
+	}
+	p.apiAddr = ln.Addr().String()
+	advertise := cfg.API.Advertise
+	if advertise == "" {
+		advertise = p.apiAddr
+	}
+	obs, err := metrics.NewBroadcaster(p.reg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	coord, err := NewCoordinator(CoordinatorConfig{
+		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, Advertise: advertise, TTL: cfg.Election.TTL.D(),
+		Broadcast: cfg.broadcastConfig(w, types, cbs, obs, p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	p.Coord = coord
+	mux := http.NewServeMux()
+	path, h := NewBroadcastHandler(coord, WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log))
+	mux.Handle(path, h)
+	for path, h := range app.Handlers(coord) {
+		mux.Handle(path, h)
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true) // gRPC without TLS on 127.0.0.1
+	srv.Protocols = &protos
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.fail(fmt.Errorf("api server: %w", err))
+		}
+	}()
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := coord.Run(cctx); err != nil {
+			p.fail(fmt.Errorf("coordinator: %w", err))
+		}
+	}()
+	p.onClose(func() error {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+		cancel()
+		<-done
+		return nil
+	})
+	return coord, nil
+}
+
+func (p *Process) startNode(ctx context.Context, name string, pchans []message.PChannel, w *wal.WAL, dir string, acker node.Acker, app App) error {
+	n, err := node.New(node.Config{Name: name, WAL: w, PChannels: pchans, Applier: app.Applier(name), Acker: acker,
+		StateDir: dir, Logger: p.log})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := n.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	p.Nodes = append(p.Nodes, n)
+	p.onClose(n.Close)
+	return nil
+}
+
+func (p *Process) serveMetrics(cfg Config) error {
+	if cfg.Metrics.Addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.Addr)
+	if err != nil {
+		return fmt.Errorf("metrics.addr: %w", err)
+	}
+	p.metricsAddr = ln.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.fail(fmt.Errorf("metrics server: %w", err))
+		}
+	}()
+	p.onClose(func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return nil
+}
+
+// leaderAcker acks in process to whichever broadcaster leads now.
+type leaderAcker struct{ l Leader }
+
+func (a leaderAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
+	b, err := a.l.Current()
+	if err != nil {
+		return err
+	}
+	return b.Ack(ctx, ack)
+}
+
+// ReadyLine is what a started process prints once it serves.
+func (p *Process) ReadyLine(mode string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "walcast %s ready: api=http://%s", mode, p.apiAddr)
+	if p.metricsAddr != "" {
+		fmt.Fprintf(&b, " metrics=http://%s/metrics", p.metricsAddr)
+	}
+	fmt.Fprintf(&b, " data=%s", p.cfg.DataDir)
+	return b.String()
+}
