@@ -150,7 +150,7 @@ func (a *appender) appendBatch(p message.PChannel, batch []*appendReq) bool {
 		a.retries.Add(1)
 		b.obs.AppendRetry(p, err)
 		for _, r := range batch {
-			r.t.onAppendFailed(err)
+			r.t.onAppendFailed(p, err)
 		}
 		b.log.Warn("wal append failed; retrying", "pchannel", p, "copies", len(items), "err", err)
 		if errors.Is(err, wal.ErrTooLarge) && len(batch) > 1 {

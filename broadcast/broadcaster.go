@@ -9,7 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -24,6 +27,7 @@ type Broadcaster struct {
 	log    *slog.Logger
 	now    func() time.Time
 	obs    Observer
+	tracer trace.Tracer
 	locker *resource.Locker // issuance locks (R3.6)
 	ids    *idAllocator
 	app    *appender
@@ -79,6 +83,7 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 	}
 	b := &Broadcaster{
 		cfg: cfg, cat: cfg.Catalog, log: cfg.Logger, now: cfg.Clock, obs: cfg.Observer,
+		tracer: cfg.TracerProvider.Tracer(tracing.TracerName),
 		locker: resource.NewLocker(),
 		tasks:  make(map[uint64]*task), tombs: make(map[uint64]*tomb),
 		index: make(map[scope]uint64), admissions: make(map[scope]*admission),
@@ -160,7 +165,8 @@ func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 		st := stateFromPB(d.pb.State)
 		sc := scopeOf(d.msg.Type, d.msg.IdempotencyKey)
 		if st == Tombstone {
-			tb := &tomb{id: id, raw: slices.Clone(raw), completed: d.pb.CompletedUnixNano, scope: sc}
+			info, _ := b.cfg.Types.Lookup(d.msg.Type)
+			tb := &tomb{id: id, typ: internType(info, d.msg.Type), raw: slices.Clone(raw), completed: d.pb.CompletedUnixNano, scope: sc}
 			tombs = append(tombs, tb)
 			b.tombs[id] = tb
 			b.indexLocked(sc, id)
@@ -365,7 +371,11 @@ func (h *Handle) Close() {
 // Invalid input returns an error wrapping ErrInvalidArgument and creates
 // nothing. If ctx ends after the task was created, Broadcast returns ctx's
 // error and the task completes in the background, still owning its keys.
-func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (*Result, error) {
+//
+// Broadcast traces the call as span "walcast.broadcast" from ctx and, unless
+// msg already carries a trace context, persists that span's context with the
+// task, so every later step of the task joins the caller's trace (R9.6).
+func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Result, err error) {
 	h.mu.Lock()
 	if h.used {
 		h.mu.Unlock()
@@ -376,6 +386,8 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (*Result, 
 	h.guard, h.adm = nil, nil
 	h.mu.Unlock()
 	b := h.b
+	ctx, span := b.startBroadcastSpan(ctx, msg, orig != nil)
+	defer func() { endBroadcastSpan(span, res, err) }()
 	owned := false
 	defer func() {
 		if !owned {
@@ -411,6 +423,12 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (*Result, 
 	if info.AckSyncUp {
 		stamped.Broadcast.AckSyncUp = true
 	}
+	// The trace context is persisted with the task (R9.6); a caller's own
+	// is kept.
+	tracing.Inject(ctx, stamped)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrBroadcastID.Int64(int64(id)), tracing.AttrVChannels.Int(len(stamped.Broadcast.VChannels)))
+	}
 	raw, err := message.Marshal(stamped)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode: %w", ErrInvalidArgument, err)
@@ -436,6 +454,9 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (*Result, 
 			g.Unlock()
 			b.releaseAdmission(adm)
 			owned = true
+			if span.IsRecording() {
+				span.SetAttributes(tracing.AttrDuplicate.Bool(true))
+			}
 			return b.answerDuplicate(ctx, o, msg, h.idem)
 		}
 		// The length limit applies to new keys only, so lowering it never
@@ -552,13 +573,20 @@ func (b *Broadcaster) drive(t *task, persist bool) {
 		return
 	}
 	if groups, n := t.unappended(); n > 0 {
-		done := t.expectAppends(n)
+		_, span := b.startTaskSpan(b.ctx, t, tracing.SpanAppend)
+		if span.IsRecording() {
+			span.SetAttributes(tracing.AttrCopies.Int(n))
+		}
+		done := t.expectAppends(n, span)
 		if !b.app.submit(t, groups) {
+			endStopped(span)
 			return
 		}
 		select {
 		case <-done:
+			span.End()
 		case <-b.ctx.Done():
+			endStopped(span)
 			return
 		}
 	}
@@ -598,7 +626,9 @@ func (b *Broadcaster) fastAck(t *task, i int) bool {
 
 // persistPending writes the PENDING record, retrying ambiguous failures
 // until it is durable. It returns false if the task ended instead.
-func (b *Broadcaster) persistPending(t *task) bool {
+func (b *Broadcaster) persistPending(t *task) (ok bool) {
+	ctx, span := b.startTaskSpan(b.ctx, t, tracing.SpanPersist)
+	defer func() { endPersistSpan(span, t, ok) }()
 	t.mu.Lock()
 	raw, err := t.record(Pending, time.Time{}, Outcome{})
 	t.mu.Unlock()
@@ -609,7 +639,7 @@ func (b *Broadcaster) persistPending(t *task) bool {
 	bo := b.cfg.Backoff.new()
 	maybeApplied := false
 	for {
-		err := b.commit(b.ctx, "pending", t, catalog.Put(taskKey(b.cfg.Prefix, t.id), raw))
+		err := b.commit(ctx, "pending", t, catalog.Put(taskKey(b.cfg.Prefix, t.id), raw))
 		if err == nil {
 			return true
 		}
@@ -629,6 +659,7 @@ func (b *Broadcaster) persistPending(t *task) bool {
 			maybeApplied = true
 		}
 		b.log.Warn("persist pending task failed; retrying", "broadcast", t.id, "err", err)
+		recordRetry(span, err)
 		if !sleep(b.ctx, bo.NextBackOff()) {
 			return false
 		}
@@ -834,3 +865,11 @@ func (b *Broadcaster) Locks() []resource.KeyState { return b.locker.Snapshot() }
 
 // ControlChannel returns the cluster's control channel.
 func (b *Broadcaster) ControlChannel() message.VChannel { return b.cfg.ControlChannel }
+
+// Done is closed when the broadcaster stops: closed, or deposed because the
+// catalog reported a newer coordinator term.
+func (b *Broadcaster) Done() <-chan struct{} { return b.ctx.Done() }
+
+// Catalog returns the catalog the broadcaster writes (fenced to its term),
+// for applications that read what their callbacks wrote.
+func (b *Broadcaster) Catalog() catalog.Catalog { return b.cat }

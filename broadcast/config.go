@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
@@ -64,6 +66,10 @@ type Config struct {
 	Clock func() time.Time
 	// Observer receives events for metrics. Default none.
 	Observer Observer
+	// TracerProvider creates the engine's spans (R9.6; span names in
+	// internal/tracing). Default otel.GetTracerProvider(), which does
+	// nothing until the process installs a provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Backoff is an exponential retry schedule.
@@ -136,6 +142,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
 	}
 	return cfg
 }

@@ -57,4 +57,18 @@
 // results and its outcome, with Result.Duplicated set (R7.4), and a Window
 // saying how long the key is remembered (R7.7). Lookup answers without
 // waiting.
+//
+// # Observability
+//
+// Config.Observer receives the events behind the metrics of R9.6
+// (internal/metrics exports them to Prometheus). Config.TracerProvider
+// traces each broadcast: Broadcast starts "walcast.broadcast" from the
+// caller's context and, unless the message already carries a W3C trace
+// context, stores that span's context in the message before the task is
+// persisted. The task's later spans — "walcast.persist", "walcast.append",
+// "walcast.callback" (one per attempt; the callback's context carries it) and
+// "walcast.tombstone" — are children of the stored context, so they join the
+// caller's trace even after a restart, and streaming nodes join it from the
+// copies they read (internal/tracing). Spans carry the idempotency key's
+// fingerprint, never the key.
 package broadcast

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
 )
 
 // tomb is a finished task kept for deduplication. Only the record bytes are
@@ -13,6 +14,7 @@ import (
 // payload (SPEC B6).
 type tomb struct {
 	id        uint64
+	typ       message.Type // for the Observer; the registry's copy when registered
 	raw       []byte
 	completed int64 // unix nanoseconds, persisted: restarts do not move it (R6.3)
 	scope     scope
@@ -42,6 +44,15 @@ type collector struct {
 
 func newCollector(b *Broadcaster) *collector {
 	return &collector{b: b, kickc: make(chan struct{}, 1), force: make(chan struct{}, 1)}
+}
+
+// internType returns the registry's copy of t when info is its registration,
+// so tombstones share one name string per type instead of one each.
+func internType(info message.TypeInfo, t message.Type) message.Type {
+	if info.Type == t {
+		return info.Type
+	}
+	return t
 }
 
 // load installs recovered tombstones, sorted by completion.
@@ -175,6 +186,9 @@ func (c *collector) run(ctx context.Context, all bool) {
 			c.head = 0
 		}
 		b.mu.Unlock()
+		for _, tb := range batch {
+			b.obs.TaskState(tb.typ, Tombstone, 0)
+		}
 		b.obs.Evicted(n, nEarly)
 		if nEarly > 0 {
 			b.log.Warn("tombstones evicted by maxCount before maxLifetime: idempotency windows shortened", "count", nEarly)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/resource"
 )
 
@@ -119,10 +120,17 @@ func (b *Broadcaster) runCallback(t *task) {
 		case force != nil:
 			eff.outcome = *force
 		case fn != nil:
+			// The callback's context carries its span (application spans
+			// nest under it) and the broadcaster's cancellation.
+			cctx, span := b.startTaskSpan(actx, t, tracing.SpanCallback)
+			if span.IsRecording() {
+				span.SetAttributes(tracing.AttrAttempt.Int(attempt))
+			}
 			start := time.Now()
 			ev := &Event{Message: t.msg, Results: results, Attempt: attempt, Effects: eff}
-			err = safeCall(func() error { return fn(actx, ev) })
+			err = safeCall(func() error { return fn(cctx, ev) })
 			b.obs.Callback(t.msg.Type, time.Since(start), err)
+			endSpan(span, err)
 		}
 		cancel()
 		if err == nil {
@@ -165,7 +173,12 @@ func (b *Broadcaster) runCallback(t *task) {
 // commitTombstone writes t as TOMBSTONE with its checkpoints, outcome and the
 // callback's effects in one catalog transaction (R5.3), retrying ambiguous
 // failures. It returns the record and its completion time.
-func (b *Broadcaster) commitTombstone(t *task, eff *Effects) ([]byte, time.Time, error) {
+func (b *Broadcaster) commitTombstone(t *task, eff *Effects) (_ []byte, _ time.Time, err error) {
+	ctx, span := b.startTaskSpan(b.ctx, t, tracing.SpanTombstone)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrOutcome.String(eff.outcome.Status.String()))
+	}
+	defer func() { endSpan(span, err) }()
 	completed := b.now()
 	t.mu.Lock()
 	raw, err := t.record(Tombstone, completed, eff.outcome)
@@ -180,7 +193,7 @@ func (b *Broadcaster) commitTombstone(t *task, eff *Effects) ([]byte, time.Time,
 	bo := b.cfg.Backoff.new()
 	maybeApplied := false
 	for {
-		err := b.commit(b.ctx, "tombstone", t, ops...)
+		err := b.commit(ctx, "tombstone", t, ops...)
 		if err == nil {
 			return raw, completed, nil
 		}
@@ -199,6 +212,7 @@ func (b *Broadcaster) commitTombstone(t *task, eff *Effects) ([]byte, time.Time,
 			maybeApplied = true
 		}
 		b.log.Warn("persist tombstone failed; retrying", "broadcast", t.id, "err", err)
+		recordRetry(span, err)
 		if !sleep(b.ctx, bo.NextBackOff()) {
 			return nil, completed, b.ctx.Err()
 		}
@@ -221,7 +235,7 @@ func (b *Broadcaster) finish(t *task, raw []byte, completed time.Time, out Outco
 	g.Unlock()
 	b.mu.Lock()
 	delete(b.tasks, t.id)
-	tb := &tomb{id: t.id, raw: raw, completed: completed.UnixNano(), scope: t.scope}
+	tb := &tomb{id: t.id, typ: t.typ(), raw: raw, completed: completed.UnixNano(), scope: t.scope}
 	b.tombs[t.id] = tb
 	b.gc.pushLocked(tb)
 	b.mu.Unlock()

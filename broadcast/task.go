@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/internal/durablepb"
+	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -67,7 +69,10 @@ type task struct {
 	created  time.Time
 	digest   []byte // sha256 of the payload
 	request  []byte // the caller's request digest, if any
-	done     chan struct{}
+	// trace is the trace context persisted in msg, the parent of the
+	// task's spans; invalid if msg carries none (R9.6).
+	trace trace.SpanContext
+	done  chan struct{}
 
 	// ackMu serialises acks of this task, so an ack-once callback runs once
 	// per copy.
@@ -89,6 +94,7 @@ type task struct {
 	enrolled       bool
 	toAppend       int
 	appendDone     chan struct{} // closed when toAppend reaches 0
+	appendSpan     trace.Span    // span of the appends in flight, records failures
 	appendAttempts int
 	appendErr      string
 	cb             callbackState
@@ -114,7 +120,7 @@ func newTask(msg *message.Message, msgBytes []byte, info message.TypeInfo, state
 	t := &task{
 		id: msg.Broadcast.ID, msg: msg, msgBytes: msgBytes, info: info,
 		scope: scopeOf(msg.Type, msg.IdempotencyKey), keys: msg.Broadcast.ResourceKeys,
-		control: -1, created: created, done: make(chan struct{}),
+		control: -1, created: created, trace: tracing.SpanContext(msg), done: make(chan struct{}),
 		state: state, appended: make([]bool, n), appendCP: make([]wal.Checkpoint, n),
 		acked: make([]bool, n), ackCP: make([]wal.Checkpoint, n),
 	}
@@ -128,6 +134,9 @@ func newTask(msg *message.Message, msgBytes []byte, info message.TypeInfo, state
 	t.digest = sum[:]
 	return t
 }
+
+// typ returns the task's message type, interned (see internType).
+func (t *task) typ() message.Type { return internType(t.info, t.msg.Type) }
 
 // allAcked reports whether every copy is acked. Caller holds t.mu.
 func (t *task) allAcked() bool { return t.nacked == len(t.acked) }
@@ -149,12 +158,13 @@ func (t *task) unappended() (map[message.PChannel][]int, int) {
 }
 
 // expectAppends arms the channel closed once n submitted copies are
-// appended.
-func (t *task) expectAppends(n int) <-chan struct{} {
+// appended; span records the failed rounds until then.
+func (t *task) expectAppends(n int, span trace.Span) <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.toAppend = n
 	t.appendDone = make(chan struct{})
+	t.appendSpan = span
 	return t.appendDone
 }
 
@@ -176,11 +186,15 @@ func (t *task) onAppended(idx []int, cps []wal.Checkpoint) {
 	}
 }
 
-func (t *task) onAppendFailed(err error) {
+func (t *task) onAppendFailed(p message.PChannel, err error) {
 	t.mu.Lock()
 	t.appendAttempts++
 	t.appendErr = err.Error()
+	span := t.appendSpan
 	t.mu.Unlock()
+	if span != nil && span.IsRecording() {
+		recordRetry(span, err, trace.WithAttributes(tracing.AttrPChannel.String(string(p))))
+	}
 }
 
 // results returns where each acked copy landed. Caller holds t.mu.

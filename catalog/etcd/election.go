@@ -140,3 +140,16 @@ func (t *Term) Resign(ctx context.Context) error {
 	})
 	return t.resignErr
 }
+
+// Leader returns the value the current leader on electionPrefix announced
+// (its address), or "" if there is none.
+func Leader(ctx context.Context, client *clientv3.Client, electionPrefix string) (string, error) {
+	resp, err := client.Get(ctx, electionPrefix+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return "", fmt.Errorf("catalog/etcd: read leader: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
