@@ -28,7 +28,8 @@ type Broadcaster struct {
 	now    func() time.Time
 	obs    Observer
 	tracer trace.Tracer
-	locker *resource.Locker // issuance locks (R3.6)
+	locker *resource.Locker          // issuance locks (R3.6)
+	pchans map[message.PChannel]bool // the cluster's pchannels; nil: unchecked
 	ids    *idAllocator
 	app    *appender
 	sched  *scheduler
@@ -87,6 +88,15 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 		locker: resource.NewLocker(),
 		tasks:  make(map[uint64]*task), tombs: make(map[uint64]*tomb),
 		index: make(map[scope]uint64), admissions: make(map[scope]*admission),
+	}
+	if len(cfg.PChannels) > 0 {
+		b.pchans = make(map[message.PChannel]bool, len(cfg.PChannels))
+		for _, p := range cfg.PChannels {
+			b.pchans[p] = true
+		}
+		if !b.pchans[cfg.ControlChannel.PChannel()] {
+			return nil, fmt.Errorf("%w: ControlChannel: pchannel %s is not in PChannels", ErrInvalidConfig, cfg.ControlChannel.PChannel())
+		}
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.app = newAppender(b)
@@ -412,6 +422,18 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 	if err := b.closedErr(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTaskNotCreated, err)
 	}
+	if sc := scopeOf(msg.Type, msg.IdempotencyKey); sc != "" {
+		// A new key over the limit is refused before it costs an id; the
+		// check is repeated at registration, where it decides.
+		b.mu.Lock()
+		isNew := b.originalLocked(sc) == nil
+		b.mu.Unlock()
+		if isNew {
+			if err := msg.IdempotencyKey.CheckLength(b.cfg.MaxKeyLength); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+			}
+		}
+	}
 	id, err := b.ids.alloc(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocate broadcast id: %w", ErrTaskNotCreated, err)
@@ -479,6 +501,17 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 	return b.wait(ctx, t, nil)
 }
 
+// Check validates a message as Broadcast would, without taking locks or
+// creating anything: callers (the API) can refuse bad input before waiting
+// for resource keys. It returns an error wrapping ErrInvalidArgument.
+func (b *Broadcaster) Check(msg *message.Message) error {
+	if msg == nil {
+		return fmt.Errorf("%w: nil message", ErrInvalidArgument)
+	}
+	_, err := b.check(msg)
+	return err
+}
+
 // check validates a message before anything is created.
 func (b *Broadcaster) check(msg *message.Message) (message.TypeInfo, error) {
 	info, err := b.cfg.Types.Check(msg)
@@ -490,6 +523,15 @@ func (b *Broadcaster) check(msg *message.Message) (message.TypeInfo, error) {
 	}
 	if err := checkTargets(msg.Broadcast.VChannels); err != nil {
 		return info, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if b.pchans != nil {
+		for _, v := range msg.Broadcast.VChannels {
+			if !b.pchans[v.PChannel()] {
+				// Persisting it would leave a task whose copies can never be
+				// appended, holding its keys forever.
+				return info, fmt.Errorf("%w: vchannel %s is on pchannel %s, which this cluster does not have", ErrInvalidArgument, v, v.PChannel())
+			}
+		}
 	}
 	if err := msg.IdempotencyKey.Validate(); err != nil {
 		return info, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
@@ -644,10 +686,12 @@ func (b *Broadcaster) persistPending(t *task) (ok bool) {
 			return true
 		}
 		if errors.Is(err, catalog.ErrFenced) {
-			b.depose(err)
+			// Abort first: once deposed, waiters hear "closed, completes
+			// after recovery", which is wrong for a task never written.
 			if !maybeApplied {
 				b.abort(t, fmt.Errorf("%w: %w", ErrTaskNotCreated, err))
 			}
+			b.depose(err)
 			return false
 		}
 		if catalog.NotApplied(err) && !maybeApplied && !errors.Is(err, catalog.ErrClosed) {

@@ -32,6 +32,10 @@ type Config struct {
 	Callbacks *Callbacks
 	// ControlChannel is the cluster's control channel (R2.2, R5.4).
 	ControlChannel message.VChannel
+	// PChannels, if set, are the cluster's pchannels: a broadcast to a
+	// vchannel on any other pchannel is refused as invalid, since its copy
+	// could never be appended.
+	PChannels []message.PChannel
 	// Prefix is prepended to every catalog key the broadcaster writes.
 	// Default "walcast/".
 	Prefix string

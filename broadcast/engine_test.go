@@ -644,3 +644,24 @@ func TestR4_7_CloseLeavesNoGoroutines(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestR2_3_UnknownPChannelRefused: a target on a pchannel the cluster does
+// not have is bad input, refused before anything is persisted.
+func TestR2_3_UnknownPChannelRefused(t *testing.T) {
+	e := newEnv(t)
+	b := e.open(func(c *broadcast.Config) { c.PChannels = pchans })
+	ctx := ctxT(t, 10*time.Second)
+	m := msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a"), "wal-9/x"})
+	if err := b.Check(m); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("Check: %v", err)
+	}
+	if _, err := do(ctx, b, m, resource.ExclusiveCollection("db", "c")); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("Broadcast: %v", err)
+	}
+	if e.store.Applied() != 0 || e.log.Appends() != 0 {
+		t.Fatal("refused broadcast wrote something")
+	}
+	if _, err := e.tryOpen(func(c *broadcast.Config) { c.PChannels = []message.PChannel{"wal-1"} }); !errors.Is(err, broadcast.ErrInvalidConfig) {
+		t.Fatalf("control channel outside PChannels: %v", err)
+	}
+}

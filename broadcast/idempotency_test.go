@@ -410,8 +410,12 @@ func TestR7_1_LoweredKeyLimitKeepsRetries(t *testing.T) {
 		t.Fatalf("retry of an accepted long key after lowering the limit: %+v, %v", r, err)
 	}
 	other := message.ClusterKey(strings.Repeat("x", 257))
+	commits := e.store.Applied()
 	if _, err := keyed(ctx, b, typCreate, other, "p", []message.VChannel{vch(1, "a")}, resource.ExclusiveDatabase("db")); !errors.Is(err, broadcast.ErrInvalidArgument) {
 		t.Fatalf("new oversized key: %v", err)
+	}
+	if e.store.Applied() != commits {
+		t.Fatal("a refused key cost a catalog write (id block)")
 	}
 	at := message.ClusterKey(strings.Repeat("y", 256))
 	if _, err := keyed(ctx, b, typCreate, at, "p", []message.VChannel{vch(1, "a")}, resource.ExclusiveDatabase("db")); err != nil {

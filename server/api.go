@@ -175,6 +175,10 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
+	// Refuse bad input before waiting for resource keys held by others.
+	if err := b.Check(msg); err != nil {
+		return nil, a.fail(proc, err)
+	}
 	var h *broadcast.Handle
 	if ik != "" {
 		idem := broadcast.Idempotent{Type: typ, Key: ik}

@@ -45,7 +45,7 @@ type App interface {
 	Applier(node string) node.Applier
 }
 
-// PChannels returns the configured pchannel names.
+// PChannelNames returns the configured pchannel names.
 func (c Config) PChannelNames() []message.PChannel {
 	out := make([]message.PChannel, c.WAL.PChannels)
 	for i := range out {
@@ -71,7 +71,7 @@ func (c Config) Logger() *slog.Logger {
 func (c Config) broadcastConfig(w *wal.WAL, types *message.Registry, cbs *broadcast.Callbacks, obs broadcast.Observer, log *slog.Logger) broadcast.Config {
 	b := c.Broadcast
 	return broadcast.Config{
-		WAL: w, Types: types, Callbacks: cbs, ControlChannel: c.ControlChannel(), Prefix: "bc/",
+		WAL: w, Types: types, Callbacks: cbs, ControlChannel: c.ControlChannel(), PChannels: c.PChannelNames(), Prefix: "bc/",
 		ConcurrencyRatio: b.ConcurrencyRatio,
 		Backoff:          broadcast.Backoff{Initial: b.Backoff.Initial.D(), Multiplier: b.Backoff.Multiplier, Max: b.Backoff.Max.D()},
 		Tombstone: broadcast.TombstoneConfig{MaxLifetime: b.Tombstone.MaxLifetime.D(), MaxCount: b.Tombstone.MaxCount,
