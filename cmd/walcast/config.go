@@ -1,0 +1,88 @@
+package main
+
+import (
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/walcast/walcast/server"
+)
+
+// serverFlags are the settings server commands take as flags; each maps to a
+// configuration key (flags beat environment beats the YAML file).
+var serverFlags = map[string]string{
+	"data-dir":     "data_dir",
+	"api-addr":     "api.addr",
+	"metrics-addr": "metrics.addr",
+	"pchannels":    "wal.pchannels",
+	"nodes":        "nodes.count",
+	"log-level":    "log.level",
+	"log-format":   "log.format",
+	"etcd":         "catalog.endpoints",
+	"nats":         "wal.nats.url",
+	"kafka":        "wal.kafka.brokers",
+	"wal":          "wal.kind",
+	"name":         "nodes.name",
+	"consume":      "nodes.pchannels",
+	"coordinators": "nodes.coordinators",
+	"advertise":    "api.advertise",
+}
+
+// addServerFlags declares the server flags on fs, with the defaults shown.
+func addServerFlags(fs *pflag.FlagSet, configPath *string) {
+	d := server.Default()
+	fs.StringVarP(configPath, "config", "c", "", "YAML configuration file")
+	fs.String("data-dir", d.DataDir, "directory for all standalone data")
+	fs.String("api-addr", d.API.Addr, "API listen address")
+	fs.String("advertise", "", "API address others reach this process at (default --api-addr)")
+	fs.String("metrics-addr", d.Metrics.Addr, "Prometheus /metrics listen address (empty: off)")
+	fs.Int("pchannels", d.WAL.PChannels, "number of pchannels")
+	fs.Int("nodes", d.Nodes.Count, "streaming nodes a standalone process runs")
+	fs.String("log-level", d.Log.Level, "debug, info, warn or error")
+	fs.String("log-format", d.Log.Format, "json or text")
+	fs.StringSlice("etcd", nil, "external etcd endpoints (cluster mode)")
+	fs.String("nats", "", "external NATS URL (cluster mode)")
+	fs.StringSlice("kafka", nil, "Kafka brokers (cluster mode, with --wal kafka)")
+	fs.String("wal", d.WAL.Kind, "WAL backend: nats or kafka")
+	fs.String("name", "", "node name (walcast node)")
+	fs.IntSlice("consume", nil, "pchannel indexes this node consumes (walcast node)")
+	fs.StringSlice("coordinators", nil, "coordinator API addresses a node acks to (walcast node)")
+}
+
+func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {
+	return server.Load(path, os.Environ(), fs, func(name string) string { return serverFlags[name] })
+}
+
+func configCmd() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{Use: "config", Short: "Inspect the configuration"}
+	print := &cobra.Command{
+		Use:   "print",
+		Short: "Print the effective configuration (defaults < file < WALCAST_* environment < flags)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadConfig(cmd.Flags(), path)
+			if err != nil {
+				return err
+			}
+			y, err := c.YAML()
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(y)
+			return err
+		},
+	}
+	addServerFlags(print.Flags(), &path)
+	cmd.AddCommand(print)
+	return cmd
+}
+
+// envHelp documents the environment mapping in command help.
+var envHelp = strings.TrimSpace(`
+Every setting can also come from a YAML file (--config) or the environment:
+WALCAST_<KEY>, the key's path upper-cased with "." as "_", e.g.
+WALCAST_BROADCAST_TOMBSTONE_MAX_COUNT=10000. Flags beat the environment, which
+beats the file. "walcast config print" shows the result.`)
