@@ -135,7 +135,7 @@ func (a *appender) appendBatch(p message.PChannel, batch []*appendReq) bool {
 		case <-b.ctx.Done():
 			return false
 		}
-		res, err := b.cfg.WAL.Append(b.ctx, p, items)
+		res, err := b.cfg.WAL.AppendSalted(b.ctx, p, b.salt, items)
 		<-a.sem
 		a.rounds.Add(1)
 		if err == nil {

@@ -2,6 +2,8 @@ package broadcast
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +32,11 @@ type Broadcaster struct {
 	tracer trace.Tracer
 	locker *resource.Locker          // issuance locks (R3.6)
 	pchans map[message.PChannel]bool // the cluster's pchannels; nil: unchecked
+	// salt makes this broadcaster's WAL entries distinct from a
+	// predecessor's: after a crash, recovered AckSyncUp tasks must reach
+	// their consumers again (who acked the lost instance), so their
+	// re-appends must not be deduplicated into the old entries.
+	salt string
 	ids    *idAllocator
 	app    *appender
 	sched  *scheduler
@@ -98,6 +105,9 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 			return nil, fmt.Errorf("%w: ControlChannel: pchannel %s is not in PChannels", ErrInvalidConfig, cfg.ControlChannel.PChannel())
 		}
 	}
+	var salt [8]byte
+	_, _ = rand.Read(salt[:])
+	b.salt = hex.EncodeToString(salt[:])
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.app = newAppender(b)
 	b.sched = newScheduler(b)

@@ -344,3 +344,52 @@ func TestR6_1_GCDeletesInBatches(t *testing.T) {
 		t.Fatalf("%d GC commits for %d evictions: not batched", n, st.Evicted)
 	}
 }
+
+// TestR4_8_RecoveredAckSyncUpReachesConsumersAgain: consumers acked an
+// AckSyncUp task to a coordinator that crashed before the TOMBSTONE; the
+// recovered task's copies are appended again as new entries (not
+// deduplicated into the old ones by the WAL), so consumers see them and ack
+// again, and the task completes.
+func TestR4_8_RecoveredAckSyncUpReachesConsumersAgain(t *testing.T) {
+	e := newEnv(t)
+	sw := crash.NewSwitch()
+	b := e.open(func(c *broadcast.Config) {
+		c.Catalog = &crash.Catalog{Catalog: c.Catalog, S: sw, Hook: func(ops []catalog.Op) crash.Action {
+			if commitKind(ops) == "tombstone" {
+				return crash.Before
+			}
+			return crash.Pass
+		}}
+	})
+	ctx := ctxT(t, 10*time.Second)
+	targets := []message.VChannel{vch(1, "a")}
+	go func() { _, _ = do(ctx, b, msgOf(t, typSync, "p", targets), resource.ExclusiveCollection("db", "c")) }()
+	var id uint64
+	waitFor(t, "the appended task", func() bool {
+		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
+		if len(ts) == 1 && ts[0].VChannels[0].Appended && ts[0].VChannels[1].Appended {
+			id = ts[0].ID
+			return true
+		}
+		return false
+	})
+	for _, v := range append(targets, cchan) {
+		if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-sw.Crashed()
+	_ = b.Close()
+	before := len(e.log.Entries("wal-1"))
+	b = e.open()
+	waitFor(t, "the re-append", func() bool { return len(e.log.Entries("wal-1")) > before })
+	for _, v := range append(targets, cchan) {
+		if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, b)
+	if e.effects()[id] != 1 {
+		t.Fatal("effect not applied once")
+	}
+}

@@ -148,8 +148,12 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// normalize checks a coordinator base URL and drops its trailing slashes.
+// normalize checks a coordinator base URL and drops its trailing slashes. A
+// bare host:port (as coordinators advertise themselves) means http://.
 func normalize(addr string) (string, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%w: coordinator address %q is not an http:// or https:// base URL", ErrInvalidArgument, addr)

@@ -527,12 +527,13 @@ func TestAckAndAdminCalls(t *testing.T) {
 }
 
 func TestNewRejectsBadAddresses(t *testing.T) {
-	for _, addrs := range [][]string{nil, {"127.0.0.1:7000"}, {"ftp://x"}, {"http://"}} {
+	for _, addrs := range [][]string{nil, {"ftp://x"}, {"http://"}, {"http://a b"}} {
 		if _, err := client.New(addrs); !errors.Is(err, client.ErrInvalidArgument) {
 			t.Errorf("New(%q): %v", addrs, err)
 		}
 	}
-	c, err := client.New([]string{"http://127.0.0.1:7000/"})
+	// A bare host:port, as coordinators advertise themselves, means http.
+	c, err := client.New([]string{"http://127.0.0.1:7000/", "127.0.0.1:7001"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -448,7 +448,10 @@ func (a leaderAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 // ReadyLine is what a started process prints once it serves.
 func (p *Process) ReadyLine(mode string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "walcast %s ready: api=http://%s", mode, p.apiAddr)
+	fmt.Fprintf(&b, "walcast %s ready:", mode)
+	if p.apiAddr != "" {
+		fmt.Fprintf(&b, " api=http://%s", p.apiAddr)
+	}
 	if p.metricsAddr != "" {
 		fmt.Fprintf(&b, " metrics=http://%s/metrics", p.metricsAddr)
 	}

@@ -21,12 +21,14 @@
 //
 // # Deduplication
 //
-// Every entry carries a dedup id: the SHA-256 of its bytes. A backend that
-// deduplicates (JetStream's Nats-Msg-Id) answers a re-append of identical
-// bytes with the original offset, so retrying an append whose answer was lost
+// Every entry carries a dedup id: the SHA-256 of its bytes, salted by the
+// writer (AppendSalted). A backend that deduplicates (JetStream's
+// Nats-Msg-Id) answers a re-append of an identical entry by the same writer
+// with the original offset, so retrying an append whose answer was lost
 // writes nothing twice. Consumers must still deduplicate copies by broadcast
 // id per vchannel: after a crash, recovery re-appends copies whose append
-// results were never persisted, in entries that differ.
+// results were never persisted, under a new salt, deliberately as new
+// entries.
 package wal
 
 import (
@@ -160,9 +162,24 @@ func EncodedSize(it Item) int {
 // Append writes items as one entry of pchannel p and returns, per item, the
 // checkpoint of each of its vchannels, in order.
 func (w *WAL) Append(ctx context.Context, p message.PChannel, items []Item) ([][]Checkpoint, error) {
+	return w.AppendSalted(ctx, p, "", items)
+}
+
+// AppendSalted is Append with the entry's dedup id salted: identical bytes
+// appended under different salts are different entries to a deduplicating
+// backend. A writer uses one salt for its lifetime, so that retrying an
+// append whose answer was lost is still recognised, while a successor that
+// re-appends the same copies after a crash writes them again - which
+// consumers that acked the first copies to the dead writer need, to ack them
+// again.
+func (w *WAL) AppendSalted(ctx context.Context, p message.PChannel, salt string, items []Item) ([][]Checkpoint, error) {
 	data, id, err := Encode(items)
 	if err != nil {
 		return nil, err
+	}
+	if salt != "" {
+		sum := sha256.Sum256([]byte(id + "/" + salt))
+		id = hex.EncodeToString(sum[:])
 	}
 	if len(data) > w.log.MaxEntryBytes() {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), w.log.MaxEntryBytes())

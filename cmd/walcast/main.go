@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -21,12 +22,15 @@ func main() {
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "walcast") {
+			msg = "walcast: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		var ue usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintln(os.Stderr, "walcast:", err)
 			os.Exit(2)
 		}
-		fmt.Fprintln(os.Stderr, "walcast:", err)
 		os.Exit(1)
 	}
 }

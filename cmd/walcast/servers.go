@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/server"
 )
 
 func serverCmds() []*cobra.Command {
-	return []*cobra.Command{standaloneCmd(), coordCmd()}
+	return []*cobra.Command{standaloneCmd(), coordCmd(), nodeCmd()}
 }
 
 // serve runs a started process until the command's context ends (Ctrl-C) or
@@ -81,4 +86,64 @@ dies. A deposed leader's catalog writes are fenced.
 	}
 	addServerFlags(cmd.Flags(), &path)
 	return cmd
+}
+
+func nodeCmd() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run a streaming node: consume pchannels, apply every copy once per vchannel, ack to the coordinators",
+		Long: `Run a cluster-mode streaming node. It reads the pchannels given by --consume (indexes)
+from the WAL, applies each broadcast copy once per vchannel (deduplicated by broadcast id,
+across re-deliveries and restarts; state under --data-dir/nodes/<name>), and acks every
+copy to the coordinators given by --coordinators, following the leader.
+
+` + envHelp,
+		Example: "  walcast node --name n1 --consume 0,2 --nats nats://10.0.0.5:4222 --coordinators 10.0.0.1:7070,10.0.0.2:7070",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd.Flags(), path)
+			if err != nil {
+				return err
+			}
+			if len(cfg.Nodes.Coordinators) == 0 {
+				return usageError{errors.New("--coordinators: a node acks to the coordinators' API addresses")}
+			}
+			c, err := client.New(cfg.Nodes.Coordinators)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			p, err := server.StartNode(cmd.Context(), cfg, app(), clientAcker{c})
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cmd, p, "node "+cfg.Nodes.Name)
+		},
+	}
+	addServerFlags(cmd.Flags(), &path)
+	return cmd
+}
+
+// clientAcker acks through the API. Rejections the coordinator will repeat
+// (the vchannel is not in the task, a malformed ack) are reported as the
+// broadcast errors the node treats as permanent; everything else is retried
+// by the node.
+type clientAcker struct{ c *client.Client }
+
+func (a clientAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
+	req := &walcastv1.AckRequest{BroadcastId: ack.BroadcastID, Vchannel: string(ack.VChannel),
+		Checkpoint: &walcastv1.Checkpoint{MessageId: ack.Checkpoint.MessageID, TimeTick: ack.Checkpoint.TimeTick, LastConfirmed: ack.Checkpoint.LastConfirmed}}
+	if ack.Message != nil {
+		b, err := message.Marshal(ack.Message)
+		if err != nil {
+			return fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
+		}
+		req.Message = b
+	}
+	err := a.c.Ack(ctx, req)
+	if errors.Is(err, client.ErrInvalidArgument) {
+		return fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
+	}
+	return err
 }

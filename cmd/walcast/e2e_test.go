@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/embedetcd"
+	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/server"
+)
+
+// freeAddr returns a 127.0.0.1 address with a port free right now, for a
+// process that must keep its address across a restart.
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// workload runs keyed broadcasts from several goroutines, each retried by
+// the client (which reuses the operation's key) until it succeeds or the
+// deadline passes. It returns the broadcast id each key resolved to.
+type workload struct {
+	mu     sync.Mutex
+	ids    map[string]uint64 // client key -> broadcast id
+	issued atomic.Int32
+	done   atomic.Int32
+}
+
+func newWorkload() *workload { return &workload{ids: map[string]uint64{}} }
+
+func runWorkload(ctx context.Context, t *testing.T, c *client.Client, workers, perWorker int, syncUp func(i int) bool) *workload {
+	w := newWorkload()
+	w.run(ctx, t, c, workers, perWorker, syncUp)
+	return w
+}
+
+func (w *workload) run(ctx context.Context, t *testing.T, c *client.Client, workers, perWorker int, syncUp func(i int) bool) {
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				key := fmt.Sprintf("w%d-op%d", g, i)
+				typ := server.GenericType
+				if syncUp != nil && syncUp(i) {
+					typ = server.GenericSyncType
+				}
+				req := &client.BroadcastRequest{Type: typ, Payload: []byte(key), Scope: client.ClusterScope(), ClientKey: key,
+					VChannels:    []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/w%d", i%4, g)), message.VChannel(fmt.Sprintf("wal-%d/x%d", (i+1)%4, g))},
+					ResourceKeys: []resource.Key{resource.ExclusiveCollection("db", fmt.Sprint("c", g%3))}}
+				w.issued.Add(1)
+				res, err := c.Broadcast(ctx, req)
+				if err != nil {
+					t.Errorf("%s: %v", key, err)
+					return
+				}
+				w.mu.Lock()
+				w.ids[key] = res.BroadcastID
+				w.mu.Unlock()
+				w.done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// checkExactlyOnce checks that every key resolved to its own broadcast, that
+// the coordinator still answers each key with that broadcast, and that no
+// task is left unfinished.
+func checkExactlyOnce(ctx context.Context, t *testing.T, c *client.Client, w *workload) {
+	t.Helper()
+	seen := map[uint64]string{}
+	for key, id := range w.ids {
+		if other, dup := seen[id]; dup {
+			t.Errorf("keys %s and %s resolved to one broadcast %d", key, other, id)
+		}
+		seen[id] = key
+		typ := server.GenericType
+		r, err := c.LookupKey(ctx, typ, message.ClusterKey(key))
+		if errors.Is(err, client.ErrNotFound) {
+			r, err = c.LookupKey(ctx, server.GenericSyncType, message.ClusterKey(key))
+		}
+		if err != nil {
+			t.Errorf("lookup %s: %v", key, err)
+			continue
+		}
+		if r.GetBroadcastId() != id || r.GetState() != "TOMBSTONE" {
+			t.Errorf("key %s: original %d (%s), client got %d", key, r.GetBroadcastId(), r.GetState(), id)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		live, err := c.ListTasks(ctx, &walcastv1.ListTasksRequest{States: []string{"PENDING", "REPLICATED"}})
+		if err == nil && len(live) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks still live: %v %v", live, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestR4_8_StandaloneRestartRecovers stops standalone with Ctrl-C and starts
+// it again on the same data directory: every task and key is still there.
+func TestR4_8_StandaloneRestartRecovers(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	args := []string{"standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", ""}
+	p := start(t, "standalone", args...)
+	c, err := client.New([]string{p.api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := runWorkload(ctx, t, c, 3, 4, func(i int) bool { return i%2 == 0 })
+	p.stop()
+	p = start(t, "standalone", args...)
+	checkExactlyOnce(ctx, t, c, w)
+	// The CLI reads the recovered tasks.
+	out, err := run(t, "tasks", "list", "--addr", p.api, "--state", "tombstone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, "TOMBSTONE"); n != 12 {
+		t.Fatalf("%d tombstones listed after restart, want 12:\n%s", n, out)
+	}
+	p.stop()
+}
+
+// TestR4_8_StandaloneKill9MidWorkload kills the standalone process with
+// SIGKILL while clients broadcast, restarts it on the same data directory,
+// and lets the clients' retries (same keys) finish: every operation is
+// applied exactly once.
+func TestR4_8_StandaloneKill9MidWorkload(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	args := []string{"standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", ""}
+	p := start(t, "standalone", args...)
+	c, err := client.New([]string{p.api}, client.WithAttemptTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w := newWorkload()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		w.run(ctx, t, c, 4, 10, func(i int) bool { return i%3 == 0 })
+	}()
+	waitUntil(t, "a quarter of the workload", func() bool { return w.done.Load() >= 10 })
+	p.kill()
+	p = start(t, "standalone", args...)
+	<-finished
+	if w.done.Load() != 40 {
+		t.Fatalf("%d of 40 operations finished", w.done.Load())
+	}
+	checkExactlyOnce(ctx, t, c, w)
+	p.stop()
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// shared is an etcd and a NATS server run by the test process, standing in
+// for a cluster's external services.
+var shared struct {
+	once sync.Once
+	dir  string
+	etcd *embedetcd.Server
+	nats *embednats.Server
+	err  error
+}
+
+func startShared(t *testing.T) {
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if shared.dir, shared.err = os.MkdirTemp("", "walcast-e2e-"); shared.err != nil {
+			return
+		}
+		if shared.etcd, shared.err = embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(shared.dir, "etcd")}); shared.err != nil {
+			return
+		}
+		shared.nats, shared.err = embednats.Start(ctx, embednats.Config{Dir: filepath.Join(shared.dir, "nats"), SyncAlways: true})
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+}
+
+func stopShared() {
+	if shared.nats != nil {
+		shared.nats.Close()
+	}
+	if shared.etcd != nil {
+		_ = shared.etcd.Close()
+	}
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
+}
+
+// leaderOf tells which of two coordinators leads: a standby answers a
+// lookup with Unavailable (not leader).
+func leaderOf(ctx context.Context, t *testing.T, addrs ...string) int {
+	t.Helper()
+	for {
+		for i, a := range addrs {
+			c, err := client.New([]string{a}, client.WithMaxAttempts(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.LookupKey(ctx, server.GenericType, message.ClusterKey("probe"))
+			c.Close()
+			if errors.Is(err, client.ErrNotFound) {
+				return i
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no coordinator leads")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestR9_2_CoordinatorFailover runs two coordinators and two nodes as real
+// processes against one etcd and NATS, kills -9 the leader in the middle of
+// a workload, and checks that every accepted broadcast completes exactly
+// once and that the standby took over.
+func TestR9_2_CoordinatorFailover(t *testing.T) {
+	startShared(t)
+	prefix := fmt.Sprintf("failover%d/", time.Now().UnixNano())
+	etcd := strings.Join(shared.etcd.Endpoints(), ",")
+	t.Setenv("WALCAST_ELECTION_TTL", "2s")
+	t.Setenv("WALCAST_CATALOG_PREFIX", prefix)
+	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
+	common := []string{"--etcd", etcd, "--nats", shared.nats.ClientURL(), "--metrics-addr", ""}
+	coords := []*proc{
+		start(t, "coord-a", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
+		start(t, "coord-b", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
+	}
+	addrs := []string{coords[0].api, coords[1].api}
+	for i, consume := range []string{"0,2", "1,3"} {
+		start(t, fmt.Sprint("node-", i), append([]string{"node", "--name", fmt.Sprint("n", i), "--consume", consume,
+			"--coordinators", strings.Join(addrs, ","), "--data-dir", t.TempDir()}, common...)...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leader := leaderOf(ctx, t, addrs...)
+	c, err := client.New(addrs, client.WithAttemptTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := newWorkload()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		w.run(ctx, t, c, 4, 8, func(i int) bool { return i%2 == 0 })
+	}()
+	waitUntil(t, "a quarter of the workload", func() bool { return w.done.Load() >= 8 })
+	coords[leader].kill()
+	<-finished
+	if w.done.Load() != 32 {
+		t.Fatalf("%d of 32 operations finished", w.done.Load())
+	}
+	if now := leaderOf(ctx, t, addrs...); now == leader {
+		t.Fatal("the killed coordinator still leads")
+	}
+	checkExactlyOnce(ctx, t, c, w)
+}
