@@ -36,11 +36,11 @@ type Broadcaster struct {
 	// predecessor's: after a crash, recovered AckSyncUp tasks must reach
 	// their consumers again (who acked the lost instance), so their
 	// re-appends must not be deduplicated into the old entries.
-	salt string
-	ids    *idAllocator
-	app    *appender
-	sched  *scheduler
-	gc     *collector
+	salt  string
+	ids   *idAllocator
+	app   *appender
+	sched *scheduler
+	gc    *collector
 
 	ctx    context.Context // cancelled by Close or when fenced
 	cancel context.CancelFunc

@@ -494,4 +494,3 @@ func keysCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(lookup)
 	return cmd
 }
-

@@ -154,4 +154,3 @@ func run(t testing.TB, args ...string) (string, error) {
 	}
 	return stdout.String(), nil
 }
-
