@@ -185,8 +185,7 @@ func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 		st := stateFromPB(d.pb.State)
 		sc := scopeOf(d.msg.Type, d.msg.IdempotencyKey)
 		if st == Tombstone {
-			info, _ := b.cfg.Types.Lookup(d.msg.Type)
-			tb := &tomb{id: id, typ: internType(info, d.msg.Type), raw: slices.Clone(raw), completed: d.pb.CompletedUnixNano, scope: sc}
+			tb := &tomb{id: id, raw: b.gc.keepLocked(raw), completed: d.pb.CompletedUnixNano}
 			tombs = append(tombs, tb)
 			b.tombs[id] = tb
 			b.indexLocked(sc, id)
@@ -199,7 +198,7 @@ func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 		for i, c := range d.pb.Checkpoints {
 			if c.Acked {
 				t.acked[i] = true
-				t.ackCP[i] = wal.Checkpoint{MessageID: c.MessageId, TimeTick: c.TimeTick, LastConfirmed: c.LastConfirmed}
+				t.ackCP[i] = checkpointOf(c)
 				t.nacked++
 			}
 		}
@@ -432,7 +431,7 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 	if err := b.closedErr(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTaskNotCreated, err)
 	}
-	if sc := scopeOf(msg.Type, msg.IdempotencyKey); sc != "" {
+	if sc := scopeOf(msg.Type, msg.IdempotencyKey); sc != (scope{}) {
 		// A new key over the limit is refused before it costs an id; the
 		// check is repeated at registration, where it decides.
 		b.mu.Lock()
@@ -478,7 +477,7 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 		b.mu.Unlock()
 		return nil, fmt.Errorf("%w: %w", ErrTaskNotCreated, err)
 	}
-	if t.scope != "" {
+	if t.scope != (scope{}) {
 		if o := b.originalLocked(t.scope); o != nil {
 			b.mu.Unlock()
 			// Another request owns the scope: this one is a duplicate. Give
@@ -593,7 +592,7 @@ func (b *Broadcaster) wait(ctx context.Context, t *task, dup *message.Message) (
 	}
 	r := &Result{BroadcastID: t.id, Appends: t.results(), Outcome: t.outcome, Duplicated: dup}
 	t.mu.Unlock()
-	if t.scope != "" {
+	if t.scope != (scope{}) {
 		b.mu.Lock()
 		r.Window = b.windowLocked(t.id, t.created, t.completedAt())
 		b.mu.Unlock()
@@ -742,7 +741,7 @@ func (b *Broadcaster) abort(t *task, err error) {
 	if b.tasks[t.id] == t {
 		delete(b.tasks, t.id)
 	}
-	if t.scope != "" && b.index[t.scope] == t.id {
+	if t.scope != (scope{}) && b.index[t.scope] == t.id {
 		delete(b.index, t.scope)
 	}
 	b.stats.Broadcasts--

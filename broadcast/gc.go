@@ -3,21 +3,19 @@ package broadcast
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/walcast/walcast/catalog"
-	"github.com/walcast/walcast/message"
 )
 
 // tomb is a finished task kept for deduplication. Only the record bytes are
-// kept (decoded on demand), so a tombstone costs little memory beyond its
-// payload (SPEC B6).
+// kept (decoded on demand: a duplicate hit, GC), so a tombstone costs little
+// memory beyond its payload (SPEC B6: the struct is one 48-byte allocation).
 type tomb struct {
 	id        uint64
-	typ       message.Type // for the Observer; the registry's copy when registered
 	raw       []byte
 	completed int64 // unix nanoseconds, persisted: restarts do not move it (R6.3)
-	scope     scope
 	seq       uint64 // position in the collector's order
 }
 
@@ -40,20 +38,34 @@ type collector struct {
 	order []*tomb
 	head  int
 	seq   uint64
+	// chunk is the free tail of the arena the records of new tombstones are
+	// copied into; protected by b.mu. Records are small and immutable, and
+	// tombstones die roughly in the order they were born, so packing them
+	// into shared 1 MiB chunks saves the per-object rounding of separate
+	// allocations; a chunk is freed by Go's GC once its last tombstone goes.
+	chunk []byte
+}
+
+const arenaChunk = 1 << 20
+
+// keepLocked copies a record into the arena. Caller holds b.mu.
+func (c *collector) keepLocked(raw []byte) []byte {
+	if len(raw) > arenaChunk/16 {
+		return slices.Clone(raw)
+	}
+	if len(c.chunk) < len(raw) {
+		c.chunk = make([]byte, arenaChunk)
+	}
+	n := copy(c.chunk, raw)
+	out := c.chunk[:n:n]
+	c.chunk = c.chunk[n:]
+	return out
 }
 
 func newCollector(b *Broadcaster) *collector {
 	return &collector{b: b, kickc: make(chan struct{}, 1), force: make(chan struct{}, 1)}
 }
 
-// internType returns the registry's copy of t when info is its registration,
-// so tombstones share one name string per type instead of one each.
-func internType(info message.TypeInfo, t message.Type) message.Type {
-	if info.Type == t {
-		return info.Type
-	}
-	return t
-}
 
 // load installs recovered tombstones, sorted by completion.
 func (c *collector) load(tombs []*tomb) {
@@ -164,12 +176,20 @@ func (c *collector) run(ctx context.Context, all bool) {
 			}
 			return
 		}
+		// Decode outside the lock: the index entry to retire and the type
+		// the observer counts come from the record.
+		decs := make([]decoded, n)
+		for i, tb := range batch {
+			decs[i], _ = decodeRecord(tb.raw)
+		}
 		nEarly := 0
 		b.mu.Lock()
-		for _, tb := range batch {
+		for i, tb := range batch {
 			delete(b.tombs, tb.id)
-			if tb.scope != "" && b.index[tb.scope] == tb.id {
-				delete(b.index, tb.scope)
+			if d := decs[i]; d.msg != nil {
+				if sc := scopeOf(d.msg.Type, d.msg.IdempotencyKey); sc != (scope{}) && b.index[sc] == tb.id {
+					delete(b.index, sc)
+				}
 			}
 			c.order[c.head] = nil
 			c.head++
@@ -186,8 +206,10 @@ func (c *collector) run(ctx context.Context, all bool) {
 			c.head = 0
 		}
 		b.mu.Unlock()
-		for _, tb := range batch {
-			b.obs.TaskState(tb.typ, Tombstone, 0)
+		for _, d := range decs {
+			if d.msg != nil {
+				b.obs.TaskState(d.msg.Type, Tombstone, 0)
+			}
 		}
 		b.obs.Evicted(n, nEarly)
 		if nEarly > 0 {

@@ -14,16 +14,35 @@ import (
 )
 
 // scope is the deduplication scope of a keyed broadcast: its message type and
-// its scoped idempotency key (R7.2), "" when the broadcast has no key. Two
-// types never share a scope, so CreateIndex and DropIndex with one key do not
-// collide.
-type scope string
+// its scoped idempotency key (R7.2), the zero scope when the broadcast has no
+// key. Two types never share a scope, so CreateIndex and DropIndex with one
+// key do not collide.
+//
+// A scope is a 128-bit digest of (type, key) rather than the strings: the
+// index holds one per remembered key (up to MaxCount tombstones), and SPEC B6
+// bounds a tombstone's memory. Two different scopes collide with probability
+// 2^-128 per pair, as content-addressed stores accept.
+type scope [16]byte
 
 func scopeOf(t message.Type, k message.IdempotencyKey) scope {
 	if k == "" {
-		return ""
+		return scope{}
 	}
-	return scope(t.Name + "." + strconv.FormatUint(uint64(t.Version), 10) + "/" + string(k))
+	h := sha256.New()
+	h.Write([]byte(t.Name))
+	h.Write([]byte{'.'})
+	h.Write([]byte(strconv.FormatUint(uint64(t.Version), 10)))
+	h.Write([]byte{'/'})
+	h.Write([]byte(k))
+	var s scope
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+// payloadDigest is what R7.6 compares: a 128-bit digest of the payload.
+func payloadDigest(p []byte) []byte {
+	sum := sha256.Sum256(p)
+	return sum[:16]
 }
 
 // Idempotent names the request a keyed broadcast answers.
@@ -132,7 +151,7 @@ func (b *Broadcaster) releaseAdmission(adm *admission) {
 // indexLocked registers id as the owner of sc unless sc already has one:
 // the first owner wins (R7.3). Caller holds b.mu.
 func (b *Broadcaster) indexLocked(sc scope, id uint64) {
-	if sc == "" {
+	if sc == (scope{}) {
 		return
 	}
 	if _, ok := b.index[sc]; !ok {
@@ -142,7 +161,7 @@ func (b *Broadcaster) indexLocked(sc scope, id uint64) {
 
 // originalLocked returns the owner of sc, or nil. Caller holds b.mu.
 func (b *Broadcaster) originalLocked(sc scope) *original {
-	if sc == "" {
+	if sc == (scope{}) {
 		return nil
 	}
 	id, ok := b.index[sc]
@@ -190,8 +209,7 @@ func (b *Broadcaster) answerDuplicate(ctx context.Context, o *original, msg *mes
 	if msg != nil {
 		key = msg.IdempotencyKey
 		if req == nil || req.Digest == nil {
-			sum := sha256.Sum256(msg.Payload)
-			if have := o.payloadDigest(); have != nil && !bytes.Equal(have, sum[:]) {
+			if have := o.payloadDigest(); have != nil && !bytes.Equal(have, payloadDigest(msg.Payload)) {
 				return nil, b.reused(key)
 			}
 		}

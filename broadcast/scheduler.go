@@ -235,7 +235,7 @@ func (b *Broadcaster) finish(t *task, raw []byte, completed time.Time, out Outco
 	g.Unlock()
 	b.mu.Lock()
 	delete(b.tasks, t.id)
-	tb := &tomb{id: t.id, typ: t.typ(), raw: raw, completed: completed.UnixNano(), scope: t.scope}
+	tb := &tomb{id: t.id, raw: b.gc.keepLocked(raw), completed: completed.UnixNano()}
 	b.tombs[t.id] = tb
 	b.gc.pushLocked(tb)
 	b.mu.Unlock()

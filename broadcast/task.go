@@ -1,7 +1,6 @@
 package broadcast
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"sync"
@@ -67,7 +66,7 @@ type task struct {
 	keys     []resource.Key
 	control  int // index of the control channel in msg's targets, -1 if none
 	created  time.Time
-	digest   []byte // sha256 of the payload
+	digest   []byte // payloadDigest of the payload
 	request  []byte // the caller's request digest, if any
 	// trace is the trace context persisted in msg, the parent of the
 	// task's spans; invalid if msg carries none (R9.6).
@@ -130,13 +129,10 @@ func newTask(msg *message.Message, msgBytes []byte, info message.TypeInfo, state
 			break
 		}
 	}
-	sum := sha256.Sum256(msg.Payload)
-	t.digest = sum[:]
+	t.digest = payloadDigest(msg.Payload)
 	return t
 }
 
-// typ returns the task's message type, interned (see internType).
-func (t *task) typ() message.Type { return internType(t.info, t.msg.Type) }
 
 // allAcked reports whether every copy is acked. Caller holds t.mu.
 func (t *task) allAcked() bool { return t.nacked == len(t.acked) }
@@ -247,7 +243,7 @@ func (t *task) record(st State, completed time.Time, out Outcome) ([]byte, error
 			cp := &durablepb.Checkpoint{}
 			if t.acked[i] {
 				c := t.ackCP[i]
-				cp = &durablepb.Checkpoint{Acked: true, MessageId: c.MessageID, TimeTick: c.TimeTick, LastConfirmed: c.LastConfirmed}
+				cp = checkpointPB(c)
 			}
 			pb.Checkpoints[i] = cp
 		}
@@ -313,7 +309,7 @@ func (d decoded) checkpoints() map[message.VChannel]wal.Checkpoint {
 	out := make(map[message.VChannel]wal.Checkpoint, len(d.pb.Checkpoints))
 	for i, c := range d.pb.Checkpoints {
 		if c.Acked {
-			out[d.msg.Broadcast.VChannels[i]] = wal.Checkpoint{MessageID: c.MessageId, TimeTick: c.TimeTick, LastConfirmed: c.LastConfirmed}
+			out[d.msg.Broadcast.VChannels[i]] = checkpointOf(c)
 		}
 	}
 	return out
@@ -324,4 +320,30 @@ func (d decoded) outcome() Outcome {
 		return Outcome{}
 	}
 	return Outcome{Status: OutcomeStatus(d.pb.Outcome.Status), Detail: d.pb.Outcome.Detail, Data: d.pb.Outcome.Data}
+}
+
+// checkpointPB encodes an acked checkpoint. The WAL's positions make time
+// tick and last-confirmed id equal to the message id; those are left out
+// (0) to keep tombstones small, and checkpointOf restores them. No acked
+// copy has a zero time tick, so the encoding is unambiguous.
+func checkpointPB(c wal.Checkpoint) *durablepb.Checkpoint {
+	pb := &durablepb.Checkpoint{Acked: true, MessageId: c.MessageID, TimeTick: c.TimeTick, LastConfirmed: c.LastConfirmed}
+	if pb.TimeTick == pb.MessageId {
+		pb.TimeTick = 0
+	}
+	if pb.LastConfirmed == pb.MessageId {
+		pb.LastConfirmed = 0
+	}
+	return pb
+}
+
+func checkpointOf(pb *durablepb.Checkpoint) wal.Checkpoint {
+	c := wal.Checkpoint{MessageID: pb.MessageId, TimeTick: pb.TimeTick, LastConfirmed: pb.LastConfirmed}
+	if c.TimeTick == 0 {
+		c.TimeTick = c.MessageID
+	}
+	if c.LastConfirmed == 0 {
+		c.LastConfirmed = c.MessageID
+	}
+	return c
 }

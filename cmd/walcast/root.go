@@ -34,7 +34,7 @@ client commands below (they use --addr, default 127.0.0.1:7070).`,
 	root.PersistentFlags().StringVar(&g.addr, "addr", "127.0.0.1:7070", "coordinator API address (host:port or http://host:port)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	root.PersistentFlags().StringVar(&g.timeout, "timeout", "30s", "overall deadline of a client command")
-	root.AddCommand(versionCmd(g), configCmd())
+	root.AddCommand(versionCmd(g), configCmd(), benchCmd(g))
 	root.AddCommand(serverCmds()...)
 	root.AddCommand(clientCmds(g)...)
 	root.AddCommand(metaCmds(g)...)
