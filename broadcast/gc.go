@@ -15,7 +15,7 @@ import (
 type tomb struct {
 	id        uint64
 	raw       []byte
-	completed int64 // unix nanoseconds, persisted: restarts do not move it (R6.3)
+	completed int64  // unix nanoseconds, persisted: restarts do not move it (R6.3)
 	seq       uint64 // position in the collector's order
 }
 
@@ -65,7 +65,6 @@ func (c *collector) keepLocked(raw []byte) []byte {
 func newCollector(b *Broadcaster) *collector {
 	return &collector{b: b, kickc: make(chan struct{}, 1), force: make(chan struct{}, 1)}
 }
-
 
 // load installs recovered tombstones, sorted by completion.
 func (c *collector) load(tombs []*tomb) {

@@ -133,7 +133,6 @@ func newTask(msg *message.Message, msgBytes []byte, info message.TypeInfo, state
 	return t
 }
 
-
 // allAcked reports whether every copy is acked. Caller holds t.mu.
 func (t *task) allAcked() bool { return t.nacked == len(t.acked) }
 
