@@ -59,7 +59,13 @@ func (a *appender) submit(t *task, groups map[message.PChannel][]int) bool {
 		for j, i := range idx {
 			vs[j] = t.msg.Broadcast.VChannels[i]
 		}
-		req := &appendReq{t: t, idx: idx, item: wal.Item{Message: t.msgBytes, VChannels: vs}, exclusive: t.info.ExclusiveAppend}
+		t.mu.Lock()
+		bytes := t.msgBytes
+		if t.wire != nil {
+			bytes = t.wire
+		}
+		t.mu.Unlock()
+		req := &appendReq{t: t, idx: idx, item: wal.Item{Message: bytes, VChannels: vs}, exclusive: t.info.ExclusiveAppend}
 		req.size = wal.EncodedSize(req.item)
 		q := a.queues[p]
 		if q == nil {

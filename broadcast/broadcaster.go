@@ -32,6 +32,7 @@ type Broadcaster struct {
 	tracer trace.Tracer
 	locker *resource.Locker          // issuance locks (R3.6)
 	pchans map[message.PChannel]bool // the cluster's pchannels; nil: unchecked
+	repl replication
 	// salt makes this broadcaster's WAL entries distinct from a
 	// predecessor's: after a crash, recovered AckSyncUp tasks must reach
 	// their consumers again (who acked the lost instance), so their
@@ -112,6 +113,14 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 	b.app = newAppender(b)
 	b.sched = newScheduler(b)
 	b.gc = newCollector(b)
+	if err := b.registerReplication(); err != nil {
+		b.cancel()
+		return nil, err
+	}
+	if err := b.loadReplication(ctx); err != nil {
+		b.cancel()
+		return nil, err
+	}
 	rec, err := b.recover(ctx)
 	if err != nil {
 		b.cancel()
@@ -203,6 +212,9 @@ func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 			}
 		}
 		t.ackGen = uint64(t.nacked)
+		if t.allAcked() {
+			close(t.ackedAll)
+		}
 		t.persistedGen = t.ackGen
 		if st == Pending {
 			g, err := b.locker.TryLock(t.keys...)
@@ -295,12 +307,13 @@ func (b *Broadcaster) Close() error {
 type Handle struct {
 	b *Broadcaster
 
-	mu    sync.Mutex
-	used  bool
-	guard *resource.Guard
-	adm   *admission
-	idem  *Idempotent
-	orig  *original
+	mu      sync.Mutex
+	used    bool
+	guard   *resource.Guard
+	adm     *admission
+	idem    *Idempotent
+	orig    *original
+	promote bool // a force promote's handle (see ForcePromote)
 }
 
 // WithResourceKeys blocks until the keys, plus the shared Cluster key unless
@@ -318,6 +331,9 @@ func (b *Broadcaster) begin(ctx context.Context, idem *Idempotent, keys []resour
 	norm, err := resource.WithClusterKey(keys)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if b.Role() != Primary {
+		return nil, ErrNotPrimary
 	}
 	if b.cfg.CheckRole != nil {
 		if err := b.cfg.CheckRole(ctx); err != nil {
@@ -468,6 +484,9 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 		return nil, fmt.Errorf("%w: message is %d bytes encoded, limit %d", ErrInvalidArgument, len(raw), b.cfg.MaxMessageBytes)
 	}
 	t := newTask(stamped, raw, info, Pending, b.now())
+	if t.promote && !h.promote {
+		return nil, fmt.Errorf("%w: force promote messages are sent by ForcePromote only", ErrInvalidArgument)
+	}
 	if h.idem != nil {
 		t.request = h.idem.Digest
 	}
@@ -650,6 +669,10 @@ func (b *Broadcaster) drive(t *task, persist bool) {
 			}
 		}
 	}
+	if t.promote {
+		b.runPromote(t)
+		return
+	}
 	t.mu.Lock()
 	t.enrolled = true
 	t.mu.Unlock()
@@ -772,7 +795,9 @@ func (b *Broadcaster) Ack(ctx context.Context, a Ack) error {
 	t := b.tasks[a.BroadcastID]
 	if t == nil {
 		_, tombstoned := b.tombs[a.BroadcastID]
-		if tombstoned || a.Message == nil || a.Message.Replicate == nil {
+		// Only a secondary not fenced by a force promote takes replicated
+		// copies it does not know yet (R8.2, R8.3).
+		if tombstoned || a.Message == nil || a.Message.Replicate == nil || b.Role() != Secondary || b.repl.fenced.Load() {
 			b.mu.Unlock()
 			return nil
 		}
@@ -841,6 +866,9 @@ func (b *Broadcaster) ackCopy(ctx context.Context, t *task, i int, cp wal.Checkp
 	t.ackCP[i] = cp
 	t.nacked++
 	t.ackGen++
+	if t.allAcked() {
+		close(t.ackedAll)
+	}
 	all := t.allAcked() && t.enrolled
 	t.mu.Unlock()
 	if all {

@@ -191,16 +191,21 @@ func (e *Effects) stage(op catalog.Op) error {
 	if op.Key == "" || strings.HasPrefix(op.Key, e.reserved) {
 		return fmt.Errorf("%w: effect key %q is empty or under the broadcaster's prefix %q", ErrInvalidArgument, op.Key, e.reserved)
 	}
+	e.stageOwn(op)
+	return nil
+}
+
+// stageOwn stages a write of the broadcaster's own (under its prefix).
+func (e *Effects) stageOwn(op catalog.Op) {
 	if e.keys == nil {
 		e.keys = make(map[string]int)
 	}
 	if i, ok := e.keys[op.Key]; ok {
 		e.ops[i] = op
-		return nil
+		return
 	}
 	e.keys[op.Key] = len(e.ops)
 	e.ops = append(e.ops, op)
-	return nil
 }
 
 // SetOutcome records the outcome duplicates of this broadcast will report.

@@ -36,6 +36,9 @@ type Config struct {
 	// vchannel on any other pchannel is refused as invalid, since its copy
 	// could never be appended.
 	PChannels []message.PChannel
+	// ClusterName names this cluster in replication topologies (SPEC §8).
+	// Default "walcast".
+	ClusterName string
 	// Prefix is prepended to every catalog key the broadcaster writes.
 	// Default "walcast/".
 	Prefix string
@@ -105,6 +108,9 @@ type TombstoneConfig struct {
 
 // Defaults returns cfg with every unset field at its default.
 func (cfg Config) withDefaults() Config {
+	if cfg.ClusterName == "" {
+		cfg.ClusterName = "walcast"
+	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "walcast/"
 	}

@@ -359,6 +359,20 @@ func conflictOrder(t testing.TB, calls []call) {
 	}
 }
 
+// secondary makes b's cluster ("walcast") a secondary of "upstream".
+func (e *env) secondary(b *broadcast.Broadcaster) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := b.Configure(ctx, broadcast.ReplicateConfig{Primary: "upstream",
+		Secondaries: []broadcast.SecondaryConfig{{Name: "walcast"}}}); err != nil {
+		e.t.Fatal(err)
+	}
+	if b.Role() != broadcast.Secondary {
+		e.t.Fatalf("role %s after configuring a secondary", b.Role())
+	}
+}
+
 // newBufLogger logs JSON into buf.
 func newBufLogger(buf *strings.Builder, mu *sync.Mutex) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(lockedWriter{buf, mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))

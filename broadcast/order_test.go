@@ -36,6 +36,7 @@ func ackOf(m *message.Message, v message.VChannel, tick uint64) broadcast.Ack {
 func TestR5_4_ReplicatedCallbacksInControlChannelOrder(t *testing.T) {
 	e := newEnv(t)
 	b := e.open()
+	e.secondary(b)
 	ctx := ctxT(t, 10*time.Second)
 	a := replicated(10, typCreate, []message.VChannel{vch(1, "x"), vch(2, "y")}, resource.ExclusiveCollection("db", "c"))
 	bb := replicated(11, typDrop, []message.VChannel{vch(1, "x")}, resource.ExclusiveCollection("db", "c"))
@@ -81,6 +82,7 @@ func TestR5_4_ReplicatedCallbacksInControlChannelOrder(t *testing.T) {
 func TestR8_2_ReplicatedAcksSurviveRestart(t *testing.T) {
 	e := newEnv(t)
 	b := e.open()
+	e.secondary(b)
 	ctx := ctxT(t, 10*time.Second)
 	m := replicated(20, typCreate, []message.VChannel{vch(1, "x"), vch(2, "y")}, resource.ExclusiveCollection("db", "c"))
 	for i, v := range []message.VChannel{cchan, vch(1, "x")} {
@@ -109,11 +111,20 @@ func TestR4_5_UnknownAckWithoutReplicateHeaderIgnored(t *testing.T) {
 	e := newEnv(t)
 	b := e.open()
 	m := replicated(30, typCreate, []message.VChannel{vch(1, "x")})
-	m.Replicate = nil
+	// A primary ignores replicated copies it does not know (the fence).
 	if err := b.Ack(ctxT(t, time.Second), ackOf(m, cchan, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if b.Stats().Live != 0 || e.store.Applied() != 0 {
+		t.Fatal("a primary created a task from a replicated ack")
+	}
+	e.secondary(b)
+	applied := e.store.Applied()
+	m.Replicate = nil
+	if err := b.Ack(ctxT(t, time.Second), ackOf(m, cchan, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if b.Stats().Live != 0 || e.store.Applied() != applied {
 		t.Fatal("an unknown, non-replicated ack created a task")
 	}
 }

@@ -240,6 +240,7 @@ func (b *Broadcaster) finish(t *task, raw []byte, completed time.Time, out Outco
 	b.gc.pushLocked(tb)
 	b.mu.Unlock()
 	b.sched.remove(t)
+	b.applyFinished(t, out)
 	close(t.done)
 	b.obs.TaskState(t.msg.Type, from, Tombstone)
 	b.obs.Completed(t.msg.Type, completed.Sub(t.created))

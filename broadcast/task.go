@@ -72,6 +72,10 @@ type task struct {
 	// task's spans; invalid if msg carries none (R9.6).
 	trace trace.SpanContext
 	done  chan struct{}
+	// ackedAll is closed once every copy is acked.
+	ackedAll chan struct{}
+	// promote marks a force-promote task (see ForcePromote).
+	promote bool
 
 	// ackMu serialises acks of this task, so an ack-once callback runs once
 	// per copy.
@@ -91,6 +95,7 @@ type task struct {
 	ackGen         uint64 // bumped by every recorded ack
 	persistedGen   uint64 // ackGen covered by the last persisted record
 	enrolled       bool
+	wire           []byte // what to append, if not msgBytes (a promote's supplement)
 	toAppend       int
 	appendDone     chan struct{} // closed when toAppend reaches 0
 	appendSpan     trace.Span    // span of the appends in flight, records failures
@@ -119,7 +124,7 @@ func newTask(msg *message.Message, msgBytes []byte, info message.TypeInfo, state
 	t := &task{
 		id: msg.Broadcast.ID, msg: msg, msgBytes: msgBytes, info: info,
 		scope: scopeOf(msg.Type, msg.IdempotencyKey), keys: msg.Broadcast.ResourceKeys,
-		control: -1, created: created, trace: tracing.SpanContext(msg), done: make(chan struct{}),
+		control: -1, created: created, trace: tracing.SpanContext(msg), done: make(chan struct{}), ackedAll: make(chan struct{}),
 		state: state, appended: make([]bool, n), appendCP: make([]wal.Checkpoint, n),
 		acked: make([]bool, n), ackCP: make([]wal.Checkpoint, n),
 	}
@@ -130,6 +135,7 @@ func newTask(msg *message.Message, msgBytes []byte, info message.TypeInfo, state
 		}
 	}
 	t.digest = payloadDigest(msg.Payload)
+	t.promote = msg.Type == AlterReplicateConfig && msg.Properties[unreplicableProperty] == "force-promote"
 	return t
 }
 
