@@ -32,7 +32,7 @@ type Broadcaster struct {
 	tracer trace.Tracer
 	locker *resource.Locker          // issuance locks (R3.6)
 	pchans map[message.PChannel]bool // the cluster's pchannels; nil: unchecked
-	repl replication
+	repl   replication
 	// salt makes this broadcaster's WAL entries distinct from a
 	// predecessor's: after a crash, recovered AckSyncUp tasks must reach
 	// their consumers again (who acked the lost instance), so their

@@ -13,9 +13,22 @@ import (
 	"github.com/walcast/walcast/resource"
 )
 
-// ErrNotPrimary refuses DDL/DCL on a secondary cluster (R8.1). It is the
-// error a broadcast.Config.CheckRole hook returns there.
-var ErrNotPrimary = errors.New("cluster is not primary, cannot do any DDL/DCL")
+// ErrNotPrimary refuses DDL/DCL on a secondary cluster (R8.1); it is the
+// engine's error.
+var ErrNotPrimary = broadcast.ErrNotPrimary
+
+// Errors an application's API handlers (App.Handlers) wrap so that
+// ConnectError maps them like the engine's own: they say what the request
+// ran into, not which part of the server refused it.
+var (
+	// ErrAlreadyExists reports an object the request would create that
+	// exists already (a database or collection name taken).
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrQuotaExceeded reports an admission limit reached by new work (too
+	// many unfinished import jobs). Retries of accepted requests are
+	// answered before such limits are checked (R7.5).
+	ErrQuotaExceeded = errors.New("quota exceeded")
+)
 
 // LeaderHeader is the response header (gRPC: trailer) in which a coordinator
 // that does not lead names the leader's API address.
@@ -39,9 +52,18 @@ const (
 	ReasonBroadcasterClosed = "BROADCASTER_CLOSED"
 	// ReasonNotPrimary (FailedPrecondition): the cluster is a secondary.
 	ReasonNotPrimary = "NOT_PRIMARY"
+	// ReasonNotSecondary: a force promote on a cluster that is not a
+	// secondary.
+	ReasonNotSecondary = "NOT_SECONDARY"
 	// ReasonKeyReused (AlreadyExists): the idempotency key was accepted
 	// for a different request; mint a new key.
 	ReasonKeyReused = "KEY_REUSED"
+	// ReasonAlreadyExists (AlreadyExists): the object exists already; the
+	// idempotency key, if any, is new.
+	ReasonAlreadyExists = "ALREADY_EXISTS"
+	// ReasonQuotaExceeded (ResourceExhausted): an admission limit refused
+	// new work; retry later, with the same idempotency key.
+	ReasonQuotaExceeded = "QUOTA_EXCEEDED"
 )
 
 // codeOf maps an error of the engine or of request parsing to the status a
@@ -56,12 +78,18 @@ func codeOf(err error) (connect.Code, string) {
 		return connect.CodeUnavailable, ReasonNotLeader
 	case errors.Is(err, ErrNotPrimary):
 		return connect.CodeFailedPrecondition, ReasonNotPrimary
+	case errors.Is(err, broadcast.ErrNotSecondary):
+		return connect.CodeFailedPrecondition, ReasonNotSecondary
 	// Corrupt catalog contents may wrap a message decoding error below; they
 	// are the server's fault, not the request's.
 	case errors.Is(err, broadcast.ErrCorruptCatalog):
 		return connect.CodeInternal, ""
 	case errors.Is(err, broadcast.ErrKeyReusedWithDifferentPayload):
 		return connect.CodeAlreadyExists, ReasonKeyReused
+	case errors.Is(err, ErrAlreadyExists):
+		return connect.CodeAlreadyExists, ReasonAlreadyExists
+	case errors.Is(err, ErrQuotaExceeded):
+		return connect.CodeResourceExhausted, ReasonQuotaExceeded
 	case errors.Is(err, broadcast.ErrInvalidArgument),
 		errors.Is(err, broadcast.ErrVChannelNotInTask),
 		errors.Is(err, message.ErrInvalidChannel),
@@ -90,6 +118,10 @@ func codeOf(err error) (connect.Code, string) {
 	}
 	return connect.CodeInternal, ""
 }
+
+// ConnectError is toConnectError for an application's API handlers, so that
+// their errors map to the same codes and reasons as BroadcastService's.
+func ConnectError(err error) *connect.Error { return toConnectError(err) }
 
 // toConnectError turns err into the error the client receives: the code and
 // reason of codeOf, a message that says what to do, and for ErrNotLeader the
