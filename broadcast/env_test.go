@@ -364,7 +364,7 @@ func (e *env) secondary(b *broadcast.Broadcaster) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := b.Configure(ctx, broadcast.ReplicateConfig{Primary: "upstream",
+	if err := b.Follow(ctx, broadcast.ReplicateConfig{Primary: "upstream",
 		Secondaries: []broadcast.SecondaryConfig{{Name: "walcast"}}}); err != nil {
 		e.t.Fatal(err)
 	}

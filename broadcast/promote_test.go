@@ -294,3 +294,37 @@ func TestR8_3_ForcePromoteCrashMidwayNeverAppendsTwice(t *testing.T) {
 	}
 	waitIdle(t, b)
 }
+
+// TestR8_1_FollowAndConfigure: an empty cluster follows a primary and
+// refuses DDL; a cluster with history is refused; a topology change
+// broadcast on a primary names the roles; a secondary cannot configure.
+func TestR8_1_FollowAndConfigure(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	if err := b.Follow(ctx, broadcast.ReplicateConfig{Primary: "walcast"}); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("following oneself: %v", err)
+	}
+	res, err := b.Configure(ctx, broadcast.ReplicateConfig{Primary: "walcast", Secondaries: []broadcast.SecondaryConfig{{Name: "west", Source: "nats://x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Role() != broadcast.Primary || len(res.Appends) != 1 {
+		t.Fatalf("role %s, appends %v", b.Role(), res.Appends)
+	}
+	if s, ok := b.ReplicateConfig().Secondary("west"); !ok || s.Source != "nats://x" {
+		t.Fatalf("topology %+v", b.ReplicateConfig())
+	}
+	if err := b.Follow(ctx, broadcast.ReplicateConfig{Primary: "east"}); !errors.Is(err, broadcast.ErrFailedPrecondition) {
+		t.Fatalf("a cluster with history followed: %v", err)
+	}
+	e2 := newEnv(t)
+	b2 := e2.open()
+	e2.secondary(b2)
+	if _, err := b2.Configure(ctx, broadcast.ReplicateConfig{Primary: "walcast"}); !errors.Is(err, broadcast.ErrNotPrimary) {
+		t.Fatalf("Configure on a secondary: %v", err)
+	}
+	if _, err := b.ForcePromote(ctx); !errors.Is(err, broadcast.ErrNotSecondary) {
+		t.Fatalf("ForcePromote on a primary: %v", err)
+	}
+}

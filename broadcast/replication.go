@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/tracing"
@@ -228,10 +227,44 @@ func (b *Broadcaster) controlTargets() []message.VChannel {
 	return out
 }
 
+// Follow makes an empty cluster a secondary under topology cfg (which must
+// name another primary): it stores the topology and takes the secondary
+// role, refusing DDL from then on. A cluster joins empty, so the broadcast
+// ids it will take from its primary cannot meet ids of its own; a cluster
+// that has any task, tombstones included, is refused with
+// ErrFailedPrecondition.
+func (b *Broadcaster) Follow(ctx context.Context, cfg ReplicateConfig) error {
+	if cfg.ForcePromote || cfg.RoleOf(b.cfg.ClusterName) != Secondary {
+		return fmt.Errorf("%w: the topology must name a primary other than %q", ErrInvalidArgument, b.cfg.ClusterName)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	g, err := b.lockAll(ctx, resource.ExclusiveCluster())
+	if err != nil {
+		return err
+	}
+	defer g.Unlock()
+	b.mu.Lock()
+	n := len(b.tasks) + len(b.tombs)
+	b.mu.Unlock()
+	if n > 0 && b.Role() == Primary {
+		return fmt.Errorf("%w: cluster %s has %d tasks; a cluster joins as a secondary empty", ErrFailedPrecondition, b.cfg.ClusterName, n)
+	}
+	if err := b.commit(ctx, "replicate", nil, catalog.Put(b.replicateKey(), raw)); err != nil {
+		if errors.Is(err, catalog.ErrFenced) {
+			b.depose(err)
+		}
+		return err
+	}
+	b.setReplication(&cfg)
+	return nil
+}
+
 // Configure broadcasts a new replication topology (exclusive Cluster key, to
 // every pchannel). On a secondary it is refused with ErrNotPrimary: a
-// secondary follows its primary's topology, or is force-promoted. A cluster
-// joins as a secondary by configuring itself while still primary.
+// secondary follows its primary's topology (Follow), or is force-promoted.
 func (b *Broadcaster) Configure(ctx context.Context, cfg ReplicateConfig) (*Result, error) {
 	if cfg.ForcePromote {
 		return nil, fmt.Errorf("%w: use ForcePromote", ErrInvalidArgument)
@@ -408,28 +441,16 @@ type copyKey struct {
 func (b *Broadcaster) scanSupplements(ctx context.Context, from map[message.PChannel]uint64) map[copyKey]wal.Checkpoint {
 	found := map[copyKey]wal.Checkpoint{}
 	for p, off := range from {
-		r, err := b.cfg.WAL.Read(ctx, p, off)
+		err := b.cfg.WAL.ReadToEnd(ctx, p, off, func(c wal.Copy) error {
+			found[copyKey{c.Message.Broadcast.ID, c.VChannel}] = c.Checkpoint
+			return nil
+		})
 		if err != nil {
 			b.log.Warn("force promote: cannot scan pchannel", "pchannel", p, "err", err)
-			continue
 		}
-		for {
-			rctx, cancel := context.WithTimeout(ctx, scanIdle)
-			c, err := r.Next(rctx)
-			cancel()
-			if err != nil {
-				break
-			}
-			found[copyKey{c.Message.Broadcast.ID, c.VChannel}] = c.Checkpoint
-		}
-		_ = r.Close()
 	}
 	return found
 }
-
-// scanIdle is how long a promote's scan waits for more entries before it
-// takes a pchannel as read to its end.
-const scanIdle = 300 * time.Millisecond
 
 // supplement finishes one incomplete task during a force promote: its
 // missing copies are acked where a previous run appended them, or appended

@@ -37,6 +37,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -63,6 +64,14 @@ type Log interface {
 	// Close releases the backend's resources; later calls fail with
 	// ErrClosed.
 	Close() error
+}
+
+// Ender is implemented by logs that can tell where a pchannel ends: the
+// offset the next entry will get, or higher (offsets need not be
+// contiguous). Readers that must know when they have read everything (the
+// replicator resuming, a force promote scanning) use it.
+type Ender interface {
+	End(ctx context.Context, p message.PChannel) (uint64, error)
 }
 
 // Cursor reads one pchannel's entries in order.
@@ -235,6 +244,53 @@ func Decode(offset uint64, data []byte) ([]Copy, error) {
 		}
 	}
 	return out, nil
+}
+
+// idleEnd is how long ReadToEnd waits for another entry, on a log that
+// cannot tell its end, before taking the pchannel as read.
+const idleEnd = 300 * time.Millisecond
+
+// ReadToEnd calls fn for every copy of pchannel p from entry offset from to
+// the current end of the log. If the log implements Ender the end is exact;
+// otherwise the read stops once no entry arrived for a moment.
+func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn func(Copy) error) error {
+	end := uint64(0)
+	exact := false
+	if e, ok := w.log.(Ender); ok {
+		var err error
+		if end, err = e.End(ctx, p); err != nil {
+			return err
+		}
+		if end <= from {
+			return nil
+		}
+		exact = true
+	}
+	r, err := w.Read(ctx, p, from)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for {
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if !exact {
+			rctx, cancel = context.WithTimeout(ctx, idleEnd)
+		}
+		c, err := r.Next(rctx)
+		cancel()
+		if err != nil {
+			if !exact && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+		if exact && c.LastInEntry && c.Offset+1 >= end {
+			return nil
+		}
+	}
 }
 
 // Reader reads the copies of one pchannel, optionally only some vchannels.

@@ -52,7 +52,10 @@ type plog struct {
 	grown chan struct{}
 }
 
-var _ wal.Log = (*Log)(nil)
+var (
+	_ wal.Log   = (*Log)(nil)
+	_ wal.Ender = (*Log)(nil)
+)
 
 // New returns a log with the given pchannels.
 func New(pchannels ...message.PChannel) *Log {
@@ -184,6 +187,20 @@ func (l *Log) Read(_ context.Context, p message.PChannel, from uint64) (wal.Curs
 		return nil, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
 	}
 	return &cursor{l: l, p: p, next: from}, nil
+}
+
+// End returns the offset the next entry of p will get.
+func (l *Log) End(_ context.Context, p message.PChannel) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, wal.ErrClosed
+	}
+	c, ok := l.chans[p]
+	if !ok {
+		return 0, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	return uint64(len(c.entries)), nil
 }
 
 // MaxEntryBytes is the entry size limit.

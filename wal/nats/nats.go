@@ -165,7 +165,10 @@ type channel struct {
 	stream, subject string
 }
 
-var _ wal.Log = (*Log)(nil)
+var (
+	_ wal.Log   = (*Log)(nil)
+	_ wal.Ender = (*Log)(nil)
+)
 
 // New connects (or uses cfg.Conn), creates or updates the streams of
 // cfg.PChannels, and returns the log.
@@ -347,6 +350,27 @@ func (l *Log) ensureStream(ctx context.Context, ch channel, cfg Config) (jetstre
 
 // MaxEntryBytes is the largest entry Append accepts.
 func (l *Log) MaxEntryBytes() int { return l.maxEntry }
+
+// End returns the offset the next entry of p will get: the stream's last
+// sequence (offsets are sequences minus one).
+func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
+	if l.closed.Load() {
+		return 0, wal.ErrClosed
+	}
+	ch, ok := l.chans[p]
+	if !ok {
+		return 0, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	s, err := l.js.Stream(ctx, ch.stream)
+	if err != nil {
+		return 0, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("wal/nats: stream %s info: %w", ch.stream, err)
+	}
+	return info.State.LastSeq, nil
+}
 
 // Append publishes data to p's stream with dedupID as its message id and
 // returns its offset once JetStream has acknowledged it. A re-append of a

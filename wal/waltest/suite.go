@@ -35,6 +35,41 @@ func Run(t *testing.T, b Backend) {
 	t.Run("ConcurrentAppends", func(t *testing.T) { testConcurrent(t, b) })
 	t.Run("PackedCopies", func(t *testing.T) { testPacked(t, b) })
 	t.Run("StoppedBackend", func(t *testing.T) { testStopped(t, b) })
+	t.Run("End", func(t *testing.T) { testEnd(t, b) })
+}
+
+// testEnd: for logs that tell where a pchannel ends, the end is above every
+// entry's offset and at or below the next one's.
+func testEnd(t *testing.T, b Backend) {
+	log := b.Open(t, "p0")
+	e, ok := log.(wal.Ender)
+	if !ok {
+		t.Skip("backend does not implement wal.Ender")
+	}
+	ctx := tctx(t)
+	end, err := e.End(ctx, "p0")
+	if err != nil || end != 0 {
+		t.Fatalf("End of an empty pchannel: %d, %v", end, err)
+	}
+	var last uint64
+	for i := range 3 {
+		off, err := log.Append(ctx, "p0", fmt.Sprint("e", i), []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = off
+	}
+	end, err = e.End(ctx, "p0")
+	if err != nil || end <= last {
+		t.Fatalf("End %d after an entry at %d: %v", end, last, err)
+	}
+	next, err := log.Append(ctx, "p0", "after", []byte("y"))
+	if err != nil || next < end {
+		t.Fatalf("next entry at %d below End %d: %v", next, end, err)
+	}
+	if _, err := e.End(ctx, "nope"); !errors.Is(err, wal.ErrUnknownPChannel) {
+		t.Fatalf("End of an unknown pchannel: %v", err)
+	}
 }
 
 func tctx(t *testing.T) context.Context {

@@ -1,0 +1,313 @@
+// Package replicate copies a primary cluster's WAL into a secondary cluster's
+// WAL (SPEC §8, R8.2).
+//
+// A Replicator runs on the secondary's leading coordinator. For every
+// pchannel it reads the primary's entries in order and appends, to the same
+// pchannel of the secondary, one entry per primary entry holding the same
+// copies, each message marked with a replicate header (source cluster,
+// source pchannel, source position). The secondary's streaming nodes consume
+// those copies like any other and ack them; the secondary's broadcaster turns
+// the acks into REPLICATED tasks and runs their callbacks in control-channel
+// order.
+//
+// # Resuming without gaps or duplicates
+//
+// The replicator checkpoints, per pchannel, the next source offset and the
+// secondary's offset it had reached, in the secondary's catalog, every few
+// entries. A crash can leave entries appended after the last checkpoint; on
+// start the replicator reads the secondary's pchannel from the checkpointed
+// offset to its end and resumes after the last source position found in a
+// replicate header there. No entry is skipped and none is copied twice.
+// (The appends are also salted by the source cluster, so a deduplicating WAL
+// would absorb a repeat of identical bytes.)
+//
+// Messages whose type is unreplicable, and force-promote messages, are not
+// copied.
+package replicate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// Config configures a Replicator.
+type Config struct {
+	// SourceCluster names the primary.
+	SourceCluster string
+	// Source is the primary's WAL; Dest the secondary's.
+	Source, Dest *wal.WAL
+	// PChannels are replicated; both clusters have them.
+	PChannels []message.PChannel
+	// Types tells which message types are unreplicable.
+	Types *message.Registry
+	// Catalog holds the checkpoints (the secondary's, fenced to the
+	// leader's term), under Prefix.
+	Catalog catalog.Catalog
+	Prefix  string
+	// CheckpointEvery saves a pchannel's checkpoint after this many entries
+	// (and when the source is caught up). Default 64.
+	CheckpointEvery int
+	Logger          *slog.Logger
+}
+
+// ErrInvalidConfig reports an unusable Config.
+var ErrInvalidConfig = errors.New("replicate: invalid config")
+
+// Replicator copies the source's pchannels into the destination.
+type Replicator struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	status map[message.PChannel]*PChannelStatus // protected by mu
+}
+
+// PChannelStatus is the replication state of one pchannel.
+type PChannelStatus struct {
+	PChannel message.PChannel `json:"pchannel"`
+	// Next is the next source offset to copy; SourceEnd the source's end
+	// when last looked at; Lag the entries between them.
+	Next      uint64    `json:"next"`
+	SourceEnd uint64    `json:"source_end"`
+	Lag       uint64    `json:"lag"`
+	Copied    uint64    `json:"copied"`
+	LastCopy  time.Time `json:"last_copy"`
+	LastError string    `json:"last_error,omitempty"`
+}
+
+// checkpoint is what is saved per pchannel.
+type checkpoint struct {
+	Source uint64 `json:"source"`
+	Dest   uint64 `json:"dest"`
+}
+
+// New returns a replicator; Run starts it.
+func New(cfg Config) (*Replicator, error) {
+	if cfg.SourceCluster == "" || cfg.Source == nil || cfg.Dest == nil || len(cfg.PChannels) == 0 || cfg.Types == nil || cfg.Catalog == nil {
+		return nil, fmt.Errorf("%w: source cluster, source and destination WAL, pchannels, types and catalog are required", ErrInvalidConfig)
+	}
+	if cfg.CheckpointEvery <= 0 {
+		cfg.CheckpointEvery = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Replicator{cfg: cfg, log: cfg.Logger, status: map[message.PChannel]*PChannelStatus{}}
+	for _, p := range cfg.PChannels {
+		r.status[p] = &PChannelStatus{PChannel: p}
+	}
+	return r, nil
+}
+
+// Status returns the state of every pchannel, sorted.
+func (r *Replicator) Status() []PChannelStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PChannelStatus, 0, len(r.status))
+	for _, s := range r.status {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b PChannelStatus) int {
+		if a.PChannel < b.PChannel {
+			return -1
+		}
+		if a.PChannel > b.PChannel {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Run replicates every pchannel until ctx ends.
+func (r *Replicator) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, p := range r.cfg.PChannels {
+		wg.Go(func() { r.runPChannel(ctx, p) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+func (r *Replicator) checkpointKey(p message.PChannel) string {
+	return r.cfg.Prefix + "replicate/checkpoint/" + string(p)
+}
+
+func (r *Replicator) note(p message.PChannel, fn func(s *PChannelStatus)) {
+	r.mu.Lock()
+	fn(r.status[p])
+	r.mu.Unlock()
+}
+
+func newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.Multiplier, b.MaxInterval, b.RandomizationFactor = 10*time.Millisecond, 2, 10*time.Second, 0
+	b.Reset()
+	return b
+}
+
+// runPChannel replicates p, restarting after failures.
+func (r *Replicator) runPChannel(ctx context.Context, p message.PChannel) {
+	bo := newBackoff()
+	for ctx.Err() == nil {
+		err := r.replicate(ctx, p)
+		if ctx.Err() != nil {
+			return
+		}
+		r.note(p, func(s *PChannelStatus) { s.LastError = err.Error() })
+		r.log.Warn("replication of a pchannel failed; resuming", "pchannel", p, "err", err)
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// resume returns where to continue: the checkpoint, advanced past entries
+// already appended after it.
+func (r *Replicator) resume(ctx context.Context, p message.PChannel) (checkpoint, error) {
+	var cp checkpoint
+	raw, err := r.cfg.Catalog.Get(ctx, r.checkpointKey(p))
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+	case err != nil:
+		return cp, err
+	default:
+		if err := json.Unmarshal(raw, &cp); err != nil {
+			return cp, fmt.Errorf("replicate: checkpoint of %s: %w", p, err)
+		}
+	}
+	err = r.cfg.Dest.ReadToEnd(ctx, p, cp.Dest, func(c wal.Copy) error {
+		cp.Dest = max(cp.Dest, c.Offset+1)
+		if h := c.Message.Replicate; h != nil && h.SourceCluster == r.cfg.SourceCluster && h.SourcePChannel == p {
+			cp.Source = max(cp.Source, wal.EntryOffset(h.SourceMessageID)+1)
+		}
+		return nil
+	})
+	return cp, err
+}
+
+func (r *Replicator) save(ctx context.Context, p message.PChannel, cp checkpoint) error {
+	raw, _ := json.Marshal(cp)
+	return r.cfg.Catalog.Commit(ctx, catalog.Put(r.checkpointKey(p), raw))
+}
+
+// replicate copies p from its resume point until ctx ends or a call fails.
+func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
+	cp, err := r.resume(ctx, p)
+	if err != nil {
+		return err
+	}
+	r.note(p, func(s *PChannelStatus) { s.Next = cp.Source; s.LastError = "" })
+	rd, err := r.cfg.Source.Read(ctx, p, cp.Source)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	ender, _ := r.cfg.Source.Log().(wal.Ender)
+	salt := "replicate:" + r.cfg.SourceCluster
+	unsaved := 0
+	var entry []wal.Copy
+	for {
+		c, err := rd.Next(ctx)
+		if err != nil {
+			return err
+		}
+		entry = append(entry, c)
+		if !c.LastInEntry {
+			continue
+		}
+		off := c.Offset
+		items := r.items(p, entry)
+		entry = entry[:0]
+		if len(items) > 0 {
+			res, err := r.appendRetry(ctx, p, salt, items)
+			if err != nil {
+				return err
+			}
+			cp.Dest = wal.EntryOffset(res[0][0].MessageID) + 1
+		}
+		cp.Source = off + 1
+		unsaved++
+		caughtUp := false
+		var end uint64
+		if ender != nil {
+			if end, err = ender.End(ctx, p); err == nil && cp.Source >= end {
+				caughtUp = true
+			}
+		}
+		if unsaved >= r.cfg.CheckpointEvery || caughtUp {
+			if err := r.save(ctx, p, cp); err != nil {
+				return err
+			}
+			unsaved = 0
+		}
+		r.note(p, func(s *PChannelStatus) {
+			s.Next, s.Copied, s.LastCopy = cp.Source, s.Copied+1, time.Now()
+			if end > 0 {
+				s.SourceEnd = end
+				s.Lag = end - min(end, cp.Source)
+			}
+		})
+	}
+}
+
+// items turns one source entry into the items of its replica, dropping
+// unreplicable messages.
+func (r *Replicator) items(p message.PChannel, entry []wal.Copy) []wal.Item {
+	var items []wal.Item
+	var cur *message.Message
+	for _, c := range entry {
+		if broadcast.Unreplicable(r.cfg.Types, c.Message) {
+			continue
+		}
+		if c.Message != cur {
+			cur = c.Message
+			m := *c.Message
+			m.Replicate = &message.ReplicateHeader{SourceCluster: r.cfg.SourceCluster, SourcePChannel: p,
+				SourceMessageID: c.Checkpoint.MessageID, SourceTimeTick: c.Checkpoint.TimeTick}
+			raw, err := message.Marshal(&m)
+			if err != nil {
+				r.log.Error("replicate: encode", "broadcast", m.Broadcast.ID, "err", err)
+				continue
+			}
+			items = append(items, wal.Item{Message: raw})
+		}
+		last := &items[len(items)-1]
+		last.VChannels = append(last.VChannels, c.VChannel)
+	}
+	return items
+}
+
+func (r *Replicator) appendRetry(ctx context.Context, p message.PChannel, salt string, items []wal.Item) ([][]wal.Checkpoint, error) {
+	bo := newBackoff()
+	for {
+		res, err := r.cfg.Dest.AppendSalted(ctx, p, salt, items)
+		if err == nil {
+			return res, nil
+		}
+		r.note(p, func(s *PChannelStatus) { s.LastError = err.Error() })
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package replicate_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/walcast/walcast/broadcast"
+	cmem "github.com/walcast/walcast/catalog/memory"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/node"
+	"github.com/walcast/walcast/replicate"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/wal"
+	wmem "github.com/walcast/walcast/wal/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	pchans   = []message.PChannel{"wal-0", "wal-1"}
+	typDDL   = message.Type{Name: "DDL", Version: 1}
+	typLocal = message.Type{Name: "Local", Version: 1}
+)
+
+func types() *message.Registry {
+	r := message.NewRegistry()
+	r.MustRegister(message.TypeInfo{Type: typDDL})
+	r.MustRegister(message.TypeInfo{Type: typLocal, Unreplicable: true})
+	return r
+}
+
+// appendSource writes n entries to the source: broadcast i to wal-(i%2)/v
+// and the control channel; every fifth is unreplicable.
+func appendSource(t *testing.T, src *wal.WAL, first, n int) {
+	t.Helper()
+	for i := first; i < first+n; i++ {
+		typ := typDDL
+		if i%5 == 4 {
+			typ = typLocal
+		}
+		m := &message.Message{Type: typ, Payload: []byte(fmt.Sprint(i)),
+			Broadcast: message.BroadcastHeader{ID: uint64(i + 1), VChannels: []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/v", i%2)), "wal-0/_control"}}}
+		raw, err := message.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := message.PChannel(fmt.Sprintf("wal-%d", i%2))
+		vs := []message.VChannel{message.VChannel(string(p) + "/v")}
+		if p == "wal-0" {
+			vs = append(vs, "wal-0/_control")
+		}
+		if _, err := src.Append(context.Background(), p, []wal.Item{{Message: raw, VChannels: vs}}); err != nil {
+			t.Fatal(err)
+		}
+		if p != "wal-0" {
+			if _, err := src.Append(context.Background(), "wal-0", []wal.Item{{Message: raw, VChannels: []message.VChannel{"wal-0/_control"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// replicas returns the destination's copies per pchannel, in order.
+func replicas(t *testing.T, dst *wmem.Log) map[message.PChannel][]wal.Copy {
+	out := map[message.PChannel][]wal.Copy{}
+	for _, p := range pchans {
+		for off, data := range dst.Entries(p) {
+			cs, err := wal.Decode(uint64(off), data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[p] = append(out[p], cs...)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func run(t *testing.T, cfg replicate.Config) (stop func()) {
+	t.Helper()
+	r, err := replicate.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// TestR8_2_ReplicatesInOrderWithHeaders: every replicable copy arrives, in
+// source order per pchannel, with a replicate header naming its source;
+// unreplicable messages stay behind.
+func TestR8_2_ReplicatesInOrderWithHeaders(t *testing.T) {
+	srcLog, dstLog := wmem.New(pchans...), wmem.New(pchans...)
+	src, dst := wal.New(srcLog), wal.New(dstLog)
+	appendSource(t, src, 0, 20)
+	cat := cmem.New()
+	stop := run(t, replicate.Config{SourceCluster: "east", Source: src, Dest: dst, PChannels: pchans, Types: types(), Catalog: cat,
+		Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	want := 0
+	for i := range 20 {
+		if i%5 != 4 {
+			want += 2 // a vchannel copy and a control channel copy
+		}
+	}
+	waitFor(t, "the replicas", func() bool {
+		n := 0
+		for _, cs := range replicas(t, dstLog) {
+			n += len(cs)
+		}
+		return n == want
+	})
+	for p, cs := range replicas(t, dstLog) {
+		var lastSrc uint64
+		for _, c := range cs {
+			h := c.Message.Replicate
+			if h == nil || h.SourceCluster != "east" || h.SourcePChannel != p {
+				t.Fatalf("%s: copy without a proper replicate header: %+v", p, c.Message)
+			}
+			if c.Message.Type == typLocal {
+				t.Fatal("an unreplicable message was replicated")
+			}
+			if h.SourceMessageID < lastSrc {
+				t.Fatalf("%s: out of source order", p)
+			}
+			lastSrc = h.SourceMessageID
+		}
+	}
+}
+
+// TestR8_2_ResumesWithoutGapsOrDuplicates stops the replicator between
+// checkpoints (the last entries it appended are not checkpointed), adds
+// source entries, and starts a new one: each source copy is in the
+// destination exactly once, in order.
+func TestR8_2_ResumesWithoutGapsOrDuplicates(t *testing.T) {
+	srcLog, dstLog := wmem.New(pchans...), wmem.New(pchans...)
+	src, dst := wal.New(srcLog), wal.New(dstLog)
+	cat := cmem.New()
+	cfg := replicate.Config{SourceCluster: "east", Source: src, Dest: dst, PChannels: pchans, Types: types(), Catalog: cat,
+		CheckpointEvery: 1000, Logger: slog.New(slog.DiscardHandler)}
+	appendSource(t, src, 0, 10)
+	stop := run(t, cfg)
+	waitFor(t, "the first replicas", func() bool { return len(dstLog.Entries("wal-0")) > 5 })
+	stop()
+	appendSource(t, src, 10, 10)
+	cfg.CheckpointEvery = 3
+	stop = run(t, cfg)
+	defer stop()
+	waitFor(t, "all replicas", func() bool {
+		n := 0
+		for _, cs := range replicas(t, dstLog) {
+			n += len(cs)
+		}
+		return n == 32 // 16 replicable broadcasts x 2 copies
+	})
+	time.Sleep(50 * time.Millisecond)
+	seen := map[string]int{}
+	for p, cs := range replicas(t, dstLog) {
+		var last uint64
+		for _, c := range cs {
+			seen[fmt.Sprint(c.Message.Broadcast.ID, c.VChannel)]++
+			if id := c.Message.Replicate.SourceMessageID; id < last {
+				t.Fatalf("%s out of order", p)
+			} else {
+				last = id
+			}
+		}
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("copy %s replicated %d times", k, n)
+		}
+	}
+	if len(seen) != 32 {
+		t.Fatalf("%d distinct copies, want 32", len(seen))
+	}
+}
+
+// TestR8_2_SecondaryAppliesReplicatedDDL wires a primary broadcaster, a
+// replicator and a secondary broadcaster with a node: DDL broadcast on the
+// primary completes its callback on the secondary, in order.
+func TestR8_2_SecondaryAppliesReplicatedDDL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+	srcLog, dstLog := wmem.New(pchans...), wmem.New(pchans...)
+	var mu sync.Mutex
+	var applied []uint64
+	mk := func(name string, log *wmem.Log, record bool) *broadcast.Broadcaster {
+		cbs := broadcast.NewCallbacks()
+		_ = broadcast.OnAck(cbs, typDDL, broadcast.Raw(), func(_ context.Context, ev *broadcast.TypedEvent[[]byte]) error {
+			if record {
+				mu.Lock()
+				applied = append(applied, ev.Message.Broadcast.ID)
+				mu.Unlock()
+			}
+			return nil
+		})
+		b, err := broadcast.New(ctx, broadcast.Config{Catalog: cmem.New(), WAL: wal.New(log), Types: types(), Callbacks: cbs,
+			ControlChannel: "wal-0/_control", PChannels: pchans, ClusterName: name, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	primary := mk("east", srcLog, false)
+	secondary := mk("west", dstLog, true)
+	if err := secondary.Follow(ctx, broadcast.ReplicateConfig{Primary: "east", Secondaries: []broadcast.SecondaryConfig{{Name: "west"}}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(node.Config{Name: "n", WAL: wal.New(dstLog), PChannels: pchans, Applier: nopApplier{}, Acker: secondary,
+		StateDir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	stop := run(t, replicate.Config{SourceCluster: "east", Source: wal.New(srcLog), Dest: wal.New(dstLog), PChannels: pchans,
+		Types: types(), Catalog: cmem.New(), Logger: quiet})
+	defer stop()
+	var ids []uint64
+	for i := range 5 {
+		h, err := primary.WithResourceKeys(ctx, resource.ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := message.NewBroadcast(typDDL, []byte(fmt.Sprint(i)), []message.VChannel{"wal-1/c"})
+		r, err := h.Broadcast(ctx, m)
+		h.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.BroadcastID)
+	}
+	waitFor(t, "the secondary's callbacks", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(applied) == 5
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range ids {
+		if applied[i] != ids[i] {
+			t.Fatalf("secondary applied %v, primary broadcast %v", applied, ids)
+		}
+	}
+	for _, id := range ids {
+		ti, err := secondary.Task(id)
+		if err != nil || ti.State != broadcast.Tombstone {
+			t.Fatalf("secondary task %d: %+v %v", id, ti, err)
+		}
+	}
+}
+
+type nopApplier struct{}
+
+func (nopApplier) Apply(context.Context, wal.Copy) error     { return nil }
+func (nopApplier) Snapshot(message.PChannel) ([]byte, error) { return nil, nil }
+func (nopApplier) Restore(message.PChannel, []byte) error    { return nil }
