@@ -954,3 +954,12 @@ func (b *Broadcaster) Done() <-chan struct{} { return b.ctx.Done() }
 // Catalog returns the catalog the broadcaster writes (fenced to its term),
 // for applications that read what their callbacks wrote.
 func (b *Broadcaster) Catalog() catalog.Catalog { return b.cat }
+
+// Types returns the message types the broadcaster accepts.
+func (b *Broadcaster) Types() *message.Registry { return b.cfg.Types }
+
+// Prefix returns the catalog prefix the broadcaster writes under.
+func (b *Broadcaster) Prefix() string { return b.cfg.Prefix }
+
+// ClusterName returns this cluster's name in replication topologies.
+func (b *Broadcaster) ClusterName() string { return b.cfg.ClusterName }

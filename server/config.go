@@ -47,6 +47,10 @@ type Config struct {
 	// DataDir holds everything a standalone process stores: the embedded
 	// etcd, the embedded NATS store and the nodes' state.
 	DataDir string `koanf:"data_dir" yaml:"data_dir"`
+	Cluster struct {
+		// Name names the cluster in replication topologies (SPEC §8).
+		Name string `koanf:"name" yaml:"name"`
+	} `koanf:"cluster" yaml:"cluster"`
 	API     struct {
 		// Addr is the coordinator API's listen address (gRPC and HTTP/JSON).
 		Addr string `koanf:"addr" yaml:"addr"`
@@ -152,6 +156,7 @@ type Config struct {
 func Default() Config {
 	var c Config
 	c.DataDir = "./walcast-data"
+	c.Cluster.Name = "walcast"
 	c.API.Addr = "127.0.0.1:7070"
 	c.API.MaxRequestBytes = 4 << 20
 	c.Metrics.Addr = "127.0.0.1:7071"
@@ -309,6 +314,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.DataDir == "":
 		return bad("data_dir", "must not be empty")
+	case c.Cluster.Name == "" || len(c.Cluster.Name) > 64:
+		return bad("cluster.name", "must be 1 to 64 bytes")
 	case c.API.Addr == "":
 		return bad("api.addr", "must not be empty")
 	case c.API.MaxRequestBytes < 1024:

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -72,6 +73,7 @@ func (c Config) broadcastConfig(w *wal.WAL, types *message.Registry, cbs *broadc
 	b := c.Broadcast
 	return broadcast.Config{
 		WAL: w, Types: types, Callbacks: cbs, ControlChannel: c.ControlChannel(), PChannels: c.PChannelNames(), Prefix: "bc/",
+		ClusterName:      c.Cluster.Name,
 		ConcurrencyRatio: b.ConcurrencyRatio,
 		Backoff:          broadcast.Backoff{Initial: b.Backoff.Initial.D(), Multiplier: b.Backoff.Multiplier, Max: b.Backoff.Max.D()},
 		Tombstone: broadcast.TombstoneConfig{MaxLifetime: b.Tombstone.MaxLifetime.D(), MaxCount: b.Tombstone.MaxCount,
@@ -91,6 +93,8 @@ type Process struct {
 	Nodes []*node.Node
 
 	apiAddr, metricsAddr string
+	natsURL              string
+	repl                 *replication
 
 	mu      sync.Mutex
 	closers []func() error // run in reverse by Close
@@ -100,6 +104,10 @@ type Process struct {
 // APIAddr is the address the API listens on (the real port when configured
 // with port 0).
 func (p *Process) APIAddr() string { return p.apiAddr }
+
+// NATSURL is the embedded NATS server's URL (standalone), where a secondary's
+// replicator reads this cluster's WAL; "" otherwise.
+func (p *Process) NATSURL() string { return p.natsURL }
 
 // MetricsAddr is the address /metrics is served on, "" if disabled.
 func (p *Process) MetricsAddr() string { return p.metricsAddr }
@@ -191,6 +199,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	}
 	p.onClose(client.Close)
 	cfg.WAL.NATS.URL = ns.ClientURL()
+	p.natsURL = ns.ClientURL()
 	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
 	w, err := p.openWAL(ctx, cfg)
 	if err != nil {
@@ -365,6 +374,10 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	for path, h := range app.Handlers(coord) {
 		mux.Handle(path, h)
 	}
+	rp := &replication{leader: coord, dest: w, pchans: cfg.PChannelNames(), cluster: cfg.Cluster.Name, log: p.log, interval: 500 * time.Millisecond}
+	p.repl = rp
+	path, h = newReplicationHandler(coord, rp, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	mux.Handle(path, h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	var protos http.Protocols
@@ -377,18 +390,23 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		}
 	}()
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
+	done := make(chan struct{}, 2)
 	go func() {
-		defer close(done)
+		defer func() { done <- struct{}{} }()
 		if err := coord.Run(cctx); err != nil {
 			p.fail(fmt.Errorf("coordinator: %w", err))
 		}
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		rp.loop(cctx)
 	}()
 	p.onClose(func() error {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
 		cancel()
+		<-done
 		<-done
 		return nil
 	})
@@ -454,6 +472,9 @@ func (p *Process) ReadyLine(mode string) string {
 	}
 	if p.metricsAddr != "" {
 		fmt.Fprintf(&b, " metrics=http://%s/metrics", p.metricsAddr)
+	}
+	if p.natsURL != "" {
+		fmt.Fprintf(&b, " wal=%s", p.natsURL)
 	}
 	fmt.Fprintf(&b, " data=%s", p.cfg.DataDir)
 	return b.String()

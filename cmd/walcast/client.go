@@ -25,7 +25,7 @@ import (
 
 // clientCmds are the broadcast API's commands.
 func clientCmds(g *globals) []*cobra.Command {
-	return []*cobra.Command{broadcastCmd(g), tasksCmd(g), locksCmd(g), keysCmd(g)}
+	return []*cobra.Command{broadcastCmd(g), tasksCmd(g), locksCmd(g), keysCmd(g), replicateCmd(g)}
 }
 
 // dial returns a client of --addr and the command's deadline.

@@ -28,6 +28,7 @@ var serverFlags = map[string]string{
 	"consume":      "nodes.pchannels",
 	"coordinators": "nodes.coordinators",
 	"advertise":    "api.advertise",
+	"cluster":      "cluster.name",
 }
 
 // addServerFlags declares the server flags on fs, with the defaults shown.
@@ -35,6 +36,7 @@ func addServerFlags(fs *pflag.FlagSet, configPath *string) {
 	d := server.Default()
 	fs.StringVarP(configPath, "config", "c", "", "YAML configuration file")
 	fs.String("data-dir", d.DataDir, "directory for all standalone data")
+	fs.String("cluster", d.Cluster.Name, "this cluster's name in replication topologies")
 	fs.String("api-addr", d.API.Addr, "API listen address")
 	fs.String("advertise", "", "API address others reach this process at (default --api-addr)")
 	fs.String("metrics-addr", d.Metrics.Addr, "Prometheus /metrics listen address (empty: off)")
@@ -52,7 +54,7 @@ func addServerFlags(fs *pflag.FlagSet, configPath *string) {
 }
 
 func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {
-	return server.Load(path, os.Environ(), fs, func(name string) string { return serverFlags[name] })
+	return configured(server.Load(path, os.Environ(), fs, func(name string) string { return serverFlags[name] }))
 }
 
 func configCmd() *cobra.Command {
