@@ -51,7 +51,7 @@ type Config struct {
 		// Name names the cluster in replication topologies (SPEC §8).
 		Name string `koanf:"name" yaml:"name"`
 	} `koanf:"cluster" yaml:"cluster"`
-	API     struct {
+	API struct {
 		// Addr is the coordinator API's listen address (gRPC and HTTP/JSON).
 		Addr string `koanf:"addr" yaml:"addr"`
 		// Advertise is the address other processes and clients reach this
