@@ -449,6 +449,10 @@ func TestR8_2_AcksCarryTheMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sec.Close() })
+	if err := sec.Follow(ctxT(t, 10*time.Second), broadcast.ReplicateConfig{Primary: "primary",
+		Secondaries: []broadcast.SecondaryConfig{{Name: "walcast"}}}); err != nil {
+		t.Fatal(err)
+	}
 	app := newCountApplier()
 	e.start(app, sec)
 	m := stamped(t, typCreate, 42, vA, vB)
