@@ -52,9 +52,16 @@ func newAppender(b *Broadcaster) *appender {
 // submit queues t's copies, grouped by pchannel. It returns false if the
 // broadcaster is closing.
 func (a *appender) submit(t *task, groups map[message.PChannel][]int) bool {
+	// Copies of pchannels sharing a lane go into one request: one item with
+	// the message once and all their vchannels.
+	lanes := make(map[message.PChannel][]int, len(groups))
+	for p, idx := range groups {
+		lane, _ := a.b.cfg.WAL.Lane(p)
+		lanes[lane] = append(lanes[lane], idx...)
+	}
 	var start []message.PChannel
 	a.mu.Lock()
-	for p, idx := range groups {
+	for p, idx := range lanes {
 		vs := make([]message.VChannel, len(idx))
 		for j, i := range idx {
 			vs[j] = t.msg.Broadcast.VChannels[i]

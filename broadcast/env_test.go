@@ -67,6 +67,8 @@ type env struct {
 	// real ones (newEnvOn).
 	store *cmem.Store
 	log   *wmem.Log
+	// lanes folds the pchannels into this many WAL lanes (0: one each).
+	lanes int
 	types *message.Registry
 	cbs   *broadcast.Callbacks
 	cfg   broadcast.Config // template; Catalog/WAL filled per open
@@ -101,10 +103,13 @@ func (m memBackend) log() wal.Log                                      { return 
 func (m memBackend) keys(_ testing.TB, prefix string) []string         { return m.store.Keys(prefix) }
 func (m memBackend) entries(_ testing.TB, p message.PChannel) [][]byte { return m.l.Entries(p) }
 
-func newEnv(t testing.TB) *env {
-	store, log := cmem.NewStore(), wmem.New(pchans...)
+func newEnv(t testing.TB) *env { return newEnvLanes(t, 0) }
+
+// newEnvLanes is newEnv with the pchannels folded into n WAL lanes.
+func newEnvLanes(t testing.TB, n int) *env {
+	store, log := cmem.NewStore(), wmem.New(wal.Lanes(n, pchans)...)
 	e := newEnvOn(t, memBackend{store, log})
-	e.store, e.log = store, log
+	e.store, e.log, e.lanes = store, log, n
 	return e
 }
 
@@ -206,7 +211,7 @@ func (e *env) tryOpen(mod ...func(*broadcast.Config)) (*broadcast.Broadcaster, e
 	e.cat = c
 	e.mu.Unlock()
 	cfg.Catalog = c
-	cfg.WAL = wal.New(e.be.log())
+	cfg.WAL = wal.New(e.be.log(), wal.WithLanes(e.lanes, pchans))
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -248,7 +253,7 @@ func do(ctx context.Context, b *broadcast.Broadcaster, msg *message.Message, key
 // many copies each vchannel got.
 func (e *env) copies() map[uint64]map[message.VChannel]int {
 	out := map[uint64]map[message.VChannel]int{}
-	for _, p := range pchans {
+	for _, p := range wal.Lanes(e.lanes, pchans) {
 		for off, data := range e.be.entries(e.t, p) {
 			cs, err := wal.Decode(uint64(off), data)
 			if err != nil {

@@ -86,7 +86,13 @@ type Config struct {
 		// PChannels is the number of pchannels, named <prefix>0 ...
 		PChannels      int    `koanf:"pchannels" yaml:"pchannels"`
 		PChannelPrefix string `koanf:"pchannel_prefix" yaml:"pchannel_prefix"`
-		NATS           struct {
+		// Lanes is how many backend channels (JetStream streams, Kafka
+		// topics) the pchannels are folded into; copies for the pchannels
+		// of one lane share entries, so one durable write serves them all.
+		// 0 gives every pchannel its own lane. Replicated clusters must use
+		// the same pchannels and lanes.
+		Lanes int `koanf:"lanes" yaml:"lanes"`
+		NATS  struct {
 			// URL of an external NATS server; empty runs an embedded one
 			// in DataDir (standalone only).
 			URL string `koanf:"url" yaml:"url"`
@@ -169,6 +175,7 @@ func Default() Config {
 	c.WAL.Kind = "nats"
 	c.WAL.PChannels = 4
 	c.WAL.PChannelPrefix = "wal-"
+	c.WAL.Lanes = 1
 	c.WAL.NATS.SyncAlways = true
 	c.WAL.NATS.Replicas = 1
 	c.WAL.NATS.DedupWindow = Duration(10 * time.Minute)
@@ -332,6 +339,8 @@ func (c Config) Validate() error {
 		return bad("wal.kind", "%q is not nats or kafka", c.WAL.Kind)
 	case c.WAL.PChannels < 1 || c.WAL.PChannels > 1024:
 		return bad("wal.pchannels", "%d is outside 1..1024", c.WAL.PChannels)
+	case c.WAL.Lanes < 0:
+		return bad("wal.lanes", "%d is negative", c.WAL.Lanes)
 	case c.WAL.NATS.Replicas != 1 && c.WAL.NATS.Replicas != 3 && c.WAL.NATS.Replicas != 5:
 		return bad("wal.nats.replicas", "%d is not 1, 3 or 5", c.WAL.NATS.Replicas)
 	case c.WAL.NATS.DedupWindow < Duration(time.Second):

@@ -325,19 +325,20 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 func (p *Process) openWAL(ctx context.Context, cfg Config) (*wal.WAL, error) {
 	var log wal.Log
 	var err error
+	lanes := wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames())
 	switch cfg.WAL.Kind {
 	case "kafka":
-		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: cfg.PChannelNames(),
+		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes,
 			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor)})
 	default:
-		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: cfg.PChannelNames(),
+		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes,
 			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D()})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
 	}
 	p.onClose(log.Close)
-	return wal.New(log), nil
+	return wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames())), nil
 }
 
 func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, app App) (*Coordinator, error) {
@@ -374,7 +375,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	for path, h := range app.Handlers(coord) {
 		mux.Handle(path, h)
 	}
-	rp := &replication{leader: coord, dest: w, pchans: cfg.PChannelNames(), cluster: cfg.Cluster.Name, log: p.log, interval: 500 * time.Millisecond}
+	rp := &replication{leader: coord, dest: w, pchans: cfg.PChannelNames(), lanes: cfg.WAL.Lanes, cluster: cfg.Cluster.Name, log: p.log, interval: 500 * time.Millisecond}
 	p.repl = rp
 	path, h = newReplicationHandler(coord, rp, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
 	mux.Handle(path, h)

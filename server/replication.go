@@ -28,6 +28,7 @@ type replication struct {
 	leader   Leader
 	dest     *wal.WAL
 	pchans   []message.PChannel
+	lanes    int // the primary folds its pchannels as this cluster does
 	cluster  string
 	log      *slog.Logger
 	interval time.Duration
@@ -83,12 +84,12 @@ func (rp *replication) reconcile(ctx context.Context) {
 
 func (rp *replication) start(ctx context.Context, b *broadcast.Broadcaster, source string) {
 	cfg := b.ReplicateConfig()
-	src, err := walnats.New(ctx, walnats.Config{URL: source, PChannels: rp.pchans})
+	src, err := walnats.New(ctx, walnats.Config{URL: source, PChannels: wal.Lanes(rp.lanes, rp.pchans)})
 	if err != nil {
 		rp.log.Warn("replicator: cannot open the primary's WAL; will retry", "source", source, "err", err)
 		return
 	}
-	r, err := replicate.New(replicate.Config{SourceCluster: cfg.Primary, Source: wal.New(src), Dest: rp.dest, PChannels: rp.pchans,
+	r, err := replicate.New(replicate.Config{SourceCluster: cfg.Primary, Source: wal.New(src, wal.WithLanes(rp.lanes, rp.pchans)), Dest: rp.dest, PChannels: rp.pchans,
 		Types: b.Types(), Catalog: b.Catalog(), Prefix: b.Prefix(), Logger: rp.log})
 	if err != nil {
 		_ = src.Close()

@@ -126,12 +126,79 @@ type Item struct {
 }
 
 // WAL packs broadcast copies into entries of a Log and reads them back.
+//
+// # Lanes
+//
+// A pchannel is appended to through a lane: a log channel of the backend
+// (a JetStream stream, a Kafka topic). By default every pchannel is its own
+// lane. WithLanes folds several pchannels into one lane: their copies then
+// share entries, so one durable write carries copies for many pchannels (a
+// broadcast to 1,024 vchannels on 64 pchannels is one fsync, not 64), at the
+// price of readers of one pchannel reading the lane's other copies and
+// skipping them. Each pchannel stays totally ordered, and time ticks stay
+// strictly increasing per pchannel, since they are lane positions.
 type WAL struct {
 	log Log
+	// lanes maps each pchannel to its lane, and each lane to itself; nil:
+	// every pchannel is its own lane.
+	lanes map[message.PChannel]message.PChannel
+}
+
+// Option configures a WAL.
+type Option func(*WAL)
+
+// WithLanes spreads pchannels over n lanes named "lane-0" ... round robin;
+// the log must have those lanes as its channels. n <= 0, or n at least the
+// number of pchannels, keeps one lane per pchannel (named as the pchannel).
+func WithLanes(n int, pchannels []message.PChannel) Option {
+	return func(w *WAL) {
+		if n <= 0 || n >= len(pchannels) {
+			return
+		}
+		w.lanes = make(map[message.PChannel]message.PChannel, len(pchannels)+n)
+		for i, p := range pchannels {
+			w.lanes[p] = LaneName(i % n)
+		}
+		for i := range n {
+			w.lanes[LaneName(i)] = LaneName(i)
+		}
+	}
+}
+
+// LaneName is the name of lane i.
+func LaneName(i int) message.PChannel { return message.PChannel(fmt.Sprintf("lane-%d", i)) }
+
+// Lanes returns the lane names WithLanes(n, pchannels) uses: the log's
+// channels.
+func Lanes(n int, pchannels []message.PChannel) []message.PChannel {
+	if n <= 0 || n >= len(pchannels) {
+		return pchannels
+	}
+	out := make([]message.PChannel, n)
+	for i := range out {
+		out[i] = LaneName(i)
+	}
+	return out
 }
 
 // New returns a WAL over log.
-func New(log Log) *WAL { return &WAL{log: log} }
+func New(log Log, opts ...Option) *WAL {
+	w := &WAL{log: log}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
+}
+
+// Lane returns the lane pchannel p (or lane p) is appended to, and whether p
+// is known (with one lane per pchannel every pchannel is: the log decides).
+func (w *WAL) Lane(p message.PChannel) (message.PChannel, bool) {
+	if w.lanes == nil {
+		return p, true
+	}
+	l, ok := w.lanes[p]
+	return l, ok
+}
 
 // Log returns the backend.
 func (w *WAL) Log() Log { return w.log }
@@ -181,7 +248,24 @@ func (w *WAL) Append(ctx context.Context, p message.PChannel, items []Item) ([][
 // re-appends the same copies after a crash writes them again - which
 // consumers that acked the first copies to the dead writer need, to ack them
 // again.
+//
+// p names the lane through any pchannel of it; the items' vchannels may be on
+// any pchannel of that lane.
 func (w *WAL) AppendSalted(ctx context.Context, p message.PChannel, salt string, items []Item) ([][]Checkpoint, error) {
+	lane, ok := w.Lane(p)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
+	}
+	if w.lanes != nil {
+		for _, it := range items {
+			for _, v := range it.VChannels {
+				if l, ok := w.lanes[v.PChannel()]; !ok || l != lane {
+					return nil, fmt.Errorf("%w: vchannel %s is not on lane %s", ErrUnknownPChannel, v, lane)
+				}
+			}
+		}
+	}
+	p = lane
 	data, id, err := Encode(items)
 	if err != nil {
 		return nil, err
@@ -251,14 +335,18 @@ func Decode(offset uint64, data []byte) ([]Copy, error) {
 const idleEnd = 300 * time.Millisecond
 
 // ReadToEnd calls fn for every copy of pchannel p from entry offset from to
-// the current end of the log. If the log implements Ender the end is exact;
+// the current end of its lane. If the log implements Ender the end is exact;
 // otherwise the read stops once no entry arrived for a moment.
 func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn func(Copy) error) error {
+	lane, ok := w.Lane(p)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
+	}
 	end := uint64(0)
 	exact := false
 	if e, ok := w.log.(Ender); ok {
 		var err error
-		if end, err = e.End(ctx, p); err != nil {
+		if end, err = e.End(ctx, lane); err != nil {
 			return err
 		}
 		if end <= from {
@@ -266,17 +354,18 @@ func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn
 		}
 		exact = true
 	}
-	r, err := w.Read(ctx, p, from)
+	cur, err := w.log.Read(ctx, lane, from)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer cur.Close()
+	f := filter{p: p}
 	for {
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if !exact {
 			rctx, cancel = context.WithTimeout(ctx, idleEnd)
 		}
-		c, err := r.Next(rctx)
+		off, data, err := cur.Next(rctx)
 		cancel()
 		if err != nil {
 			if !exact && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -284,34 +373,64 @@ func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn
 			}
 			return err
 		}
-		if err := fn(c); err != nil {
+		copies, err := Decode(off, data)
+		if err != nil {
 			return err
 		}
-		if exact && c.LastInEntry && c.Offset+1 >= end {
+		for _, c := range f.apply(copies) {
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+		if exact && off+1 >= end {
 			return nil
 		}
 	}
 }
 
+// filter keeps the copies of one pchannel, and optionally only some of its
+// vchannels, and marks the last kept copy of an entry.
+type filter struct {
+	p  message.PChannel
+	vs map[message.VChannel]bool
+}
+
+func (f filter) apply(copies []Copy) []Copy {
+	kept := copies[:0]
+	for _, c := range copies {
+		if c.VChannel.PChannel() == f.p && (f.vs == nil || f.vs[c.VChannel]) {
+			kept = append(kept, c)
+		}
+	}
+	if n := len(kept); n > 0 {
+		kept[n-1].LastInEntry = true
+	}
+	return kept
+}
+
 // Reader reads the copies of one pchannel, optionally only some vchannels.
 type Reader struct {
 	cur     Cursor
-	filter  map[message.VChannel]bool
+	filter  filter
 	pending []Copy
 }
 
-// Read returns a reader of pchannel p from entry offset from. If vchannels
-// are given, only their copies are returned.
+// Read returns a reader of pchannel p from entry offset from (an offset of
+// p's lane). If vchannels are given, only their copies are returned.
 func (w *WAL) Read(ctx context.Context, p message.PChannel, from uint64, vchannels ...message.VChannel) (*Reader, error) {
-	cur, err := w.log.Read(ctx, p, from)
+	lane, ok := w.Lane(p)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
+	}
+	cur, err := w.log.Read(ctx, lane, from)
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{cur: cur}
+	r := &Reader{cur: cur, filter: filter{p: p}}
 	if len(vchannels) > 0 {
-		r.filter = make(map[message.VChannel]bool, len(vchannels))
+		r.filter.vs = make(map[message.VChannel]bool, len(vchannels))
 		for _, v := range vchannels {
-			r.filter[v] = true
+			r.filter.vs[v] = true
 		}
 	}
 	return r, nil
@@ -328,19 +447,7 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 		if err != nil {
 			return Copy{}, err
 		}
-		if r.filter != nil {
-			kept := copies[:0]
-			for _, c := range copies {
-				if r.filter[c.VChannel] {
-					kept = append(kept, c)
-				}
-			}
-			copies = kept
-		}
-		if n := len(copies); n > 0 {
-			copies[n-1].LastInEntry = true
-		}
-		r.pending = copies
+		r.pending = r.filter.apply(copies)
 	}
 	c := r.pending[0]
 	r.pending = r.pending[1:]

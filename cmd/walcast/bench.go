@@ -56,5 +56,6 @@ compare ratios, not absolute numbers, across runs.`,
 	f.IntVar(&cfg.Tombstones, "tombstones", cfg.Tombstones, "tombstones B6 recovers")
 	f.IntVar(&cfg.Pending, "pending", cfg.Pending, "pending tasks B6 recovers")
 	f.StringSliceVar(&cfg.Only, "only", nil, "run only these (B1,B2,...)")
+	f.IntVar(&cfg.Lanes, "lanes", cfg.Lanes, "WAL lanes the pchannels are folded into (0: one per pchannel)")
 	return cmd
 }

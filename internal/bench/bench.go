@@ -50,13 +50,16 @@ type Config struct {
 	Tombstones, Pending int
 	// Only, if set, lists the benchmarks to run ("B1" ... "B6").
 	Only []string
+	// Lanes folds the pchannels into this many WAL lanes (see wal.WithLanes;
+	// 0: one per pchannel). Default 1, as walcast standalone.
+	Lanes int
 	// Progress, if set, receives a line before each step.
 	Progress func(string)
 }
 
 // Defaults returns the SPEC §12 setup.
 func Defaults() Config {
-	return Config{Samples: 200, Clients: 64, Duration: 5 * time.Second, Tombstones: 100_000, Pending: 1000}
+	return Config{Samples: 200, Clients: 64, Duration: 5 * time.Second, Tombstones: 100_000, Pending: 1000, Lanes: 1}
 }
 
 // Result is one measured line.
@@ -83,12 +86,13 @@ type Env struct {
 	NC     *nats.Conn
 	URL    string
 	MaxOps int
+	Lanes  int
 	seq    atomic.Int32
 }
 
 // Start brings the backends up.
 func Start(ctx context.Context, cfg Config) (*Env, error) {
-	e := &Env{MaxOps: etcdcat.DefaultMaxOps}
+	e := &Env{MaxOps: etcdcat.DefaultMaxOps, Lanes: cfg.Lanes}
 	var err error
 	if len(cfg.Etcd) == 0 || cfg.NATS == "" {
 		if e.dir, err = os.MkdirTemp("", "walcast-bench-"); err != nil {
@@ -183,7 +187,7 @@ func (e *Env) openBroadcasterWith(ctx context.Context, prefix, streams string, p
 		_ = term.Resign(ctx)
 		return nil, err
 	}
-	log, err := walnats.New(ctx, walnats.Config{Conn: e.NC, PChannels: pchans, StreamPrefix: streams})
+	log, err := walnats.New(ctx, walnats.Config{Conn: e.NC, PChannels: wal.Lanes(e.Lanes, pchans), StreamPrefix: streams})
 	if err != nil {
 		_ = cat.Close()
 		_ = term.Resign(ctx)
@@ -192,7 +196,7 @@ func (e *Env) openBroadcasterWith(ctx context.Context, prefix, streams string, p
 	types := message.NewRegistry()
 	types.MustRegister(message.TypeInfo{Type: BenchType})
 	var appends atomic.Int64
-	b, err := broadcast.New(ctx, broadcast.Config{Catalog: cat, WAL: wal.New(countingLog{log, &appends}), Types: types,
+	b, err := broadcast.New(ctx, broadcast.Config{Catalog: cat, WAL: wal.New(countingLog{log, &appends}, wal.WithLanes(e.Lanes, pchans)), Types: types,
 		ControlChannel: pchans[0].Control(), PChannels: pchans, Prefix: "bc/", Tombstone: tc, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		_ = log.Close()
