@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"syscall"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -22,6 +23,13 @@ var (
 	// ErrKeyReused: the idempotency key was accepted for a different
 	// request; mint a new key for a new operation.
 	ErrKeyReused = errors.New("walcast: idempotency key reused with a different request")
+	// ErrAlreadyExists: the object the request would create exists already
+	// (a metadata name taken). It does not match ErrKeyReused.
+	ErrAlreadyExists = errors.New("walcast: already exists")
+	// ErrQuotaExceeded: an admission limit refused new work (too many
+	// unfinished import jobs); retry later with the same key. It does not
+	// match ErrInvalidArgument.
+	ErrQuotaExceeded = errors.New("walcast: quota exceeded")
 	// ErrFailedPrecondition: the operation does not apply in the current
 	// state (e.g. completing a finished callback), including ErrNotPrimary.
 	ErrFailedPrecondition = errors.New("walcast: failed precondition")
@@ -59,6 +67,10 @@ const (
 	ReasonNotPrimary = "NOT_PRIMARY"
 	// ReasonKeyReused: the idempotency key belongs to another request.
 	ReasonKeyReused = "KEY_REUSED"
+	// ReasonAlreadyExists: the object exists already.
+	ReasonAlreadyExists = "ALREADY_EXISTS"
+	// ReasonQuotaExceeded: an admission limit refused new work.
+	ReasonQuotaExceeded = "QUOTA_EXCEEDED"
 )
 
 // Error is a failed call, after any retries.
@@ -102,11 +114,16 @@ func (e *Error) Unwrap() []error {
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrInvalidArgument:
-		return e.Code == connect.CodeInvalidArgument || e.Code == connect.CodeOutOfRange || e.Code == connect.CodeResourceExhausted
+		return e.Code == connect.CodeInvalidArgument || e.Code == connect.CodeOutOfRange ||
+			e.Code == connect.CodeResourceExhausted && e.Reason != ReasonQuotaExceeded
 	case ErrNotFound:
 		return e.Code == connect.CodeNotFound
 	case ErrKeyReused:
-		return e.Code == connect.CodeAlreadyExists
+		return e.Code == connect.CodeAlreadyExists && e.Reason != ReasonAlreadyExists
+	case ErrAlreadyExists:
+		return e.Code == connect.CodeAlreadyExists && e.Reason == ReasonAlreadyExists
+	case ErrQuotaExceeded:
+		return e.Code == connect.CodeResourceExhausted && e.Reason == ReasonQuotaExceeded
 	case ErrFailedPrecondition:
 		return e.Code == connect.CodeFailedPrecondition
 	case ErrNotPrimary:
@@ -145,6 +162,13 @@ func inspect(err error) failure {
 	}
 	var op *net.OpError
 	f.notSent = errors.As(err, &op) && op.Op == "dial"
+	if f.code == connect.CodeCanceled && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		// connect-go reports a connection the server reset (it crashed or
+		// was killed mid-call) as Canceled, a code meant for the caller's
+		// own cancellation, which call checks on its context. The server
+		// went away: it may have run the call, like any lost answer.
+		f.code = connect.CodeUnavailable
+	}
 	return f
 }
 

@@ -4,4 +4,4 @@
 // see the README).
 package walcastv1
 
-//go:generate protoc --proto_path=../../proto --go_out=../.. --go_opt=module=github.com/walcast/walcast --connect-go_out=../.. --connect-go_opt=module=github.com/walcast/walcast walcast/api/v1/broadcast.proto
+//go:generate protoc --proto_path=../../proto --go_out=../.. --go_opt=module=github.com/walcast/walcast --connect-go_out=../.. --connect-go_opt=module=github.com/walcast/walcast walcast/api/v1/broadcast.proto walcast/api/v1/meta.proto walcast/api/v1/replication.proto

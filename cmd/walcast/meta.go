@@ -1,6 +1,490 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
 
-// metaCmds are the reference metadata service's commands.
-func metaCmds(*globals) []*cobra.Command { return nil }
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/client"
+)
+
+// metaCmds are the reference metadata service's commands (package meta).
+func metaCmds(g *globals) []*cobra.Command {
+	return []*cobra.Command{metaDBCmd(g), metaCollectionCmd(g), metaIndexCmd(g), metaUserCmd(g),
+		metaGrantCmd(g, true), metaGrantCmd(g, false), metaImportCmd(g), metaViewCmd(g)}
+}
+
+// metaRun dials --addr and runs fn with the client and the command's
+// deadline; fn's response is printed as JSON with --json, else by human.
+func metaRun(g *globals, cmd *cobra.Command, fn func(context.Context, *client.Client) (proto.Message, error),
+	human func(io.Writer, proto.Message) error) error {
+	cl, ctx, done, err := g.dial(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	res, err := fn(ctx, cl)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return printProto(cmd.OutOrStdout(), res)
+	}
+	return human(cmd.OutOrStdout(), res)
+}
+
+// keyFlag declares --key, the idempotency key of a DDL command.
+func keyFlag(cmd *cobra.Command, key *string) {
+	cmd.Flags().StringVar(key, "key", "", "idempotency key: repeat the command with the same key to retry it safely (minted if empty)")
+}
+
+// dbFlag declares the required --db.
+func dbFlag(cmd *cobra.Command, db *string) {
+	cmd.Flags().StringVar(db, "db", "", "database name (required)")
+	_ = cmd.MarkFlagRequired("db")
+}
+
+// ddlLine prints the one-line summary of a DDL and how it was answered.
+func ddlLine(w io.Writer, r *walcastv1.DDLResult, format string, args ...any) error {
+	s := fmt.Sprintf(format, args...)
+	if r.GetDuplicated() {
+		s += fmt.Sprintf(" (retry answered by the original, broadcast %d: nothing done again)", r.GetBroadcastId())
+	} else {
+		s += fmt.Sprintf(" (broadcast %d)", r.GetBroadcastId())
+	}
+	_, err := fmt.Fprintln(w, s)
+	return err
+}
+
+func metaDBCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "db", Short: "Create, drop or list databases"}
+	var key string
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create a database", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: args[0], IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.CreateDatabaseResponse)
+				return ddlLine(w, r.GetResult(), "database %s created, id %d", r.GetDatabase().GetName(), r.GetDatabase().GetId())
+			})
+		},
+	}
+	keyFlag(create, &key)
+	drop := &cobra.Command{
+		Use: "drop NAME", Short: "Drop an empty database", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.DropDatabase(ctx, &walcastv1.DropDatabaseRequest{Name: args[0], IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.DropDatabaseResponse)
+				return ddlLine(w, r.GetResult(), "database %s dropped, id %d", args[0], r.GetDatabaseId())
+			})
+		},
+	}
+	keyFlag(drop, &key)
+	list := &cobra.Command{
+		Use: "list", Short: "List the databases", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				dbs, err := c.ListDatabases(ctx)
+				return &walcastv1.ListDatabasesResponse{Databases: dbs}, err
+			}, func(w io.Writer, m proto.Message) error {
+				tb := newTable(w, "ID", "NAME", "CREATED")
+				for _, d := range m.(*walcastv1.ListDatabasesResponse).GetDatabases() {
+					tb.row(fmt.Sprint(d.GetId()), d.GetName(), ts(d.GetCreatedAt()))
+				}
+				return tb.flush()
+			})
+		},
+	}
+	cmd.AddCommand(create, drop, list)
+	return cmd
+}
+
+// parseFields reads --field name:type flags.
+func parseFields(specs []string) ([]*walcastv1.Field, error) {
+	var out []*walcastv1.Field
+	for _, s := range specs {
+		name, typ, ok := strings.Cut(s, ":")
+		if !ok || name == "" || typ == "" {
+			return nil, usageError{fmt.Errorf("--field %q is not <name>:<type>", s)}
+		}
+		out = append(out, &walcastv1.Field{Name: name, Type: typ})
+	}
+	return out, nil
+}
+
+func fieldsString(fs []*walcastv1.Field) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = f.GetName() + ":" + f.GetType()
+	}
+	return strings.Join(parts, ", ")
+}
+
+func indexesString(is []*walcastv1.Index) string {
+	if len(is) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(is))
+	for i, x := range is {
+		parts[i] = fmt.Sprintf("%s(%s %s)", x.GetName(), x.GetField(), x.GetIndexType())
+	}
+	return strings.Join(parts, ", ")
+}
+
+func metaCollectionCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "collection", Aliases: []string{"coll"}, Short: "Create, drop, rename, list or describe collections"}
+	var (
+		db, key string
+		shards  int32
+		fields  []string
+	)
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create a collection: one vchannel per shard, spread over the pchannels", Args: cobra.ExactArgs(1),
+		Example: "  walcast collection create orders --db shop --shards 4 --field id:int64 --field emb:float_vector",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fs, err := parseFields(fields)
+			if err != nil {
+				return err
+			}
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: db, Name: args[0], Shards: shards,
+					Fields: fs, IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.CreateCollectionResponse)
+				cl := r.GetCollection()
+				return ddlLine(w, r.GetResult(), "collection %s.%s created, id %d, vchannels %s", cl.GetDatabase(), cl.GetName(),
+					cl.GetId(), strings.Join(cl.GetVchannels(), " "))
+			})
+		},
+	}
+	dbFlag(create, &db)
+	keyFlag(create, &key)
+	create.Flags().Int32Var(&shards, "shards", 0, "number of shards (vchannels); 0: the server's meta.collection_shards")
+	create.Flags().StringArrayVar(&fields, "field", nil, "a schema field <name>:<type>, repeatable (default id:int64 vector:float_vector)")
+	drop := &cobra.Command{
+		Use: "drop NAME", Short: "Drop a collection and its indexes", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: db, Name: args[0], IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.DropCollectionResponse)
+				return ddlLine(w, r.GetResult(), "collection %s.%s dropped, id %d", db, args[0], r.GetCollectionId())
+			})
+		},
+	}
+	dbFlag(drop, &db)
+	keyFlag(drop, &key)
+	rename := &cobra.Command{
+		Use: "rename OLD NEW", Short: "Rename a collection (it keeps its id)", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: db, OldName: args[0], NewName: args[1], IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.RenameCollectionResponse)
+				return ddlLine(w, r.GetResult(), "collection %s.%s renamed to %s, id %d", db, args[0], r.GetCollection().GetName(), r.GetCollection().GetId())
+			})
+		},
+	}
+	dbFlag(rename, &db)
+	keyFlag(rename, &key)
+	list := &cobra.Command{
+		Use: "list", Short: "List the collections of a database", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				cs, err := c.ListCollections(ctx, db)
+				return &walcastv1.ListCollectionsResponse{Collections: cs}, err
+			}, func(w io.Writer, m proto.Message) error {
+				tb := newTable(w, "ID", "NAME", "SHARDS", "INDEXES", "CREATED")
+				for _, cl := range m.(*walcastv1.ListCollectionsResponse).GetCollections() {
+					tb.row(fmt.Sprint(cl.GetId()), cl.GetName(), fmt.Sprint(cl.GetShards()), indexesString(cl.GetIndexes()), ts(cl.GetCreatedAt()))
+				}
+				return tb.flush()
+			})
+		},
+	}
+	dbFlag(list, &db)
+	describe := &cobra.Command{
+		Use: "describe NAME", Short: "Describe a collection: schema, vchannels, indexes", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.DescribeCollection(ctx, db, args[0])
+			}, func(w io.Writer, m proto.Message) error {
+				cl := m.(*walcastv1.Collection)
+				tb := newTable(w, "FIELD", "VALUE")
+				tb.row("id", fmt.Sprint(cl.GetId()))
+				tb.row("name", cl.GetName())
+				tb.row("database", fmt.Sprintf("%s (id %d)", cl.GetDatabase(), cl.GetDatabaseId()))
+				tb.row("shards", fmt.Sprint(cl.GetShards()))
+				tb.row("vchannels", strings.Join(cl.GetVchannels(), " "))
+				tb.row("schema", fieldsString(cl.GetFields()))
+				tb.row("indexes", indexesString(cl.GetIndexes()))
+				tb.row("created", ts(cl.GetCreatedAt()))
+				return tb.flush()
+			})
+		},
+	}
+	dbFlag(describe, &db)
+	cmd.AddCommand(create, drop, rename, list, describe)
+	return cmd
+}
+
+func metaIndexCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "index", Short: "Create or drop indexes"}
+	var db, key, field, typ string
+	create := &cobra.Command{
+		Use: "create COLLECTION INDEX", Short: "Create an index on a field", Args: cobra.ExactArgs(2),
+		Example: "  walcast index create orders by_emb --db shop --field emb --type HNSW",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: db, Collection: args[0], Name: args[1],
+					Field: field, IndexType: typ, IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.CreateIndexResponse)
+				return ddlLine(w, r.GetResult(), "index %s (%s on %s) created on %s.%s, id %d", r.GetIndex().GetName(),
+					r.GetIndex().GetIndexType(), r.GetIndex().GetField(), db, args[0], r.GetIndex().GetId())
+			})
+		},
+	}
+	dbFlag(create, &db)
+	keyFlag(create, &key)
+	create.Flags().StringVar(&field, "field", "", "the field to index (required)")
+	_ = create.MarkFlagRequired("field")
+	create.Flags().StringVar(&typ, "type", "", "index type (default AUTOINDEX)")
+	drop := &cobra.Command{
+		Use: "drop COLLECTION INDEX", Short: "Drop an index", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.DropIndex(ctx, &walcastv1.DropIndexRequest{Database: db, Collection: args[0], Name: args[1], IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				return ddlLine(w, m.(*walcastv1.DropIndexResponse).GetResult(), "index %s dropped from %s.%s", args[1], db, args[0])
+			})
+		},
+	}
+	dbFlag(drop, &db)
+	keyFlag(drop, &key)
+	cmd.AddCommand(create, drop)
+	return cmd
+}
+
+func metaUserCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "user", Short: "Create or list users"}
+	var key string
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create a user", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.CreateUser(ctx, &walcastv1.CreateUserRequest{Name: args[0], IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				return ddlLine(w, m.(*walcastv1.CreateUserResponse).GetResult(), "user %s created", args[0])
+			})
+		},
+	}
+	keyFlag(create, &key)
+	list := &cobra.Command{
+		Use: "list", Short: "List the users and their grants", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.ListUsers(ctx)
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.ListUsersResponse)
+				grants := map[string][]string{}
+				for _, gr := range r.GetGrants() {
+					grants[gr.GetUser()] = append(grants[gr.GetUser()], fmt.Sprintf("%s on %s.%s", gr.GetPrivilege(), gr.GetDatabase(), gr.GetCollection()))
+				}
+				tb := newTable(w, "USER", "CREATED", "GRANTS")
+				for _, u := range r.GetUsers() {
+					gs := strings.Join(grants[u.GetName()], ", ")
+					if gs == "" {
+						gs = "-"
+					}
+					tb.row(u.GetName(), ts(u.GetCreatedAt()), gs)
+				}
+				return tb.flush()
+			})
+		},
+	}
+	cmd.AddCommand(create, list)
+	return cmd
+}
+
+// metaGrantCmd is `walcast grant` or `walcast revoke`.
+func metaGrantCmd(g *globals, grant bool) *cobra.Command {
+	var db, coll, key string
+	use, short := "grant USER PRIVILEGE", "Grant a user a privilege on a database or collection"
+	if !grant {
+		use, short = "revoke USER PRIVILEGE", "Revoke a granted privilege"
+	}
+	cmd := &cobra.Command{
+		Use: use, Short: short, Args: cobra.ExactArgs(2),
+		Long: short + `. PRIVILEGE is Insert, Delete, Upsert, Query, Search, Import, CreateIndex,
+DropIndex, DescribeCollection or All; --db and --collection may be "*" for all.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gr := &walcastv1.Grant{User: args[0], Privilege: args[1], Database: db, Collection: coll}
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				if grant {
+					return c.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: gr, IdempotencyKey: key})
+				}
+				return c.RevokePrivilege(ctx, &walcastv1.RevokePrivilegeRequest{Grant: gr, IdempotencyKey: key})
+			}, func(w io.Writer, m proto.Message) error {
+				if grant {
+					r := m.(*walcastv1.GrantPrivilegeResponse)
+					return ddlLine(w, r.GetResult(), "granted %s on %s.%s to %s", gr.Privilege, db, r.GetGrant().GetCollection(), gr.User)
+				}
+				r := m.(*walcastv1.RevokePrivilegeResponse)
+				return ddlLine(w, r.GetResult(), "revoked %s on %s.%s from %s", gr.Privilege, db, r.GetGrant().GetCollection(), gr.User)
+			})
+		},
+	}
+	dbFlag(cmd, &db)
+	cmd.Flags().StringVar(&coll, "collection", "*", `collection name, or "*" for every collection of the database`)
+	keyFlag(cmd, &key)
+	return cmd
+}
+
+func jobState(s walcastv1.ImportJobState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "IMPORT_JOB_STATE_"))
+}
+
+func metaImportCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "import", Short: "Start, show or list bulk import jobs"}
+	var db, coll, key string
+	start := &cobra.Command{
+		Use: "start COLLECTION FILE...", Short: "Start a bulk import job", Args: cobra.MinimumNArgs(2),
+		Long: `Start a bulk import job into a collection. The command mints an idempotency key unless
+--key gives one, and prints it: repeat the command with --key to retry it safely — the
+retry returns the original job (also after the collection was renamed, if you name it by
+its new name), never a second one. A retry of a job that failed returns it failed: use a
+new key to import again.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &walcastv1.ImportRequest{Database: db, Collection: args[0], Files: args[1:], IdempotencyKey: key}
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.Import(ctx, req)
+			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.ImportResponse)
+				j := r.GetJob()
+				if err := ddlLine(w, r.GetResult(), "import job %d into %s.%s: %s", j.GetId(), db, args[0], jobState(j.GetState())); err != nil {
+					return err
+				}
+				if j.GetReason() != "" {
+					fmt.Fprintf(w, "reason: %s\n", j.GetReason())
+				}
+				_, err := fmt.Fprintf(w, "key: %s (repeat with --key %s to retry safely)\n", req.IdempotencyKey, req.IdempotencyKey)
+				return err
+			})
+		},
+	}
+	dbFlag(start, &db)
+	keyFlag(start, &key)
+	show := &cobra.Command{
+		Use: "show ID", Short: "Show an import job", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return usageError{fmt.Errorf("import job id %q is not a positive integer", args[0])}
+			}
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.GetImportJob(ctx, id)
+			}, func(w io.Writer, m proto.Message) error {
+				j := m.(*walcastv1.ImportJob)
+				tb := newTable(w, "FIELD", "VALUE")
+				tb.row("id", fmt.Sprint(j.GetId()))
+				tb.row("state", jobState(j.GetState()))
+				if j.GetReason() != "" {
+					tb.row("reason", j.GetReason())
+				}
+				tb.row("collection", fmt.Sprintf("%s (id %d, database id %d)", j.GetCollection(), j.GetCollectionId(), j.GetDatabaseId()))
+				tb.row("files", strings.Join(j.GetFiles(), " "))
+				tb.row("created", ts(j.GetCreatedAt()))
+				tb.row("updated", ts(j.GetUpdatedAt()))
+				return tb.flush()
+			})
+		},
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "List import jobs: all, a database's (--db) or a collection's (--db --collection)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				jobs, err := c.ListImportJobs(ctx, db, coll)
+				return &walcastv1.ListImportJobsResponse{Jobs: jobs}, err
+			}, func(w io.Writer, m proto.Message) error {
+				tb := newTable(w, "ID", "COLLECTION", "STATE", "FILES", "UPDATED", "REASON")
+				for _, j := range m.(*walcastv1.ListImportJobsResponse).GetJobs() {
+					reason := j.GetReason()
+					if reason == "" {
+						reason = "-"
+					}
+					tb.row(fmt.Sprint(j.GetId()), fmt.Sprintf("%s (%d)", j.GetCollection(), j.GetCollectionId()), jobState(j.GetState()),
+						fmt.Sprint(len(j.GetFiles())), ts(j.GetUpdatedAt()), reason)
+				}
+				return tb.flush()
+			})
+		},
+	}
+	list.Flags().StringVar(&db, "db", "", "only jobs of this database")
+	list.Flags().StringVar(&coll, "collection", "", "only jobs of this collection (by its current name; needs --db)")
+	cmd.AddCommand(start, show, list)
+	return cmd
+}
+
+func metaViewCmd(g *globals) *cobra.Command {
+	var vchannel string
+	cmd := &cobra.Command{
+		Use:   "view",
+		Short: "Show a streaming node's view of a vchannel, built from the messages it applied",
+		Long: `Show what the streaming node consuming a vchannel knows of it, built only from the
+messages it applied: a shard vchannel's collection, indexes and import jobs; the control
+channel's databases, users and grants. The process at --addr must run that node (a
+standalone process runs them all).`,
+		Example: "  walcast view --vchannel wal-1/c12v0",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				return c.GetVChannelView(ctx, vchannel)
+			}, func(w io.Writer, m proto.Message) error {
+				v := m.(*walcastv1.VChannelView)
+				tb := newTable(w, "FIELD", "VALUE")
+				tb.row("vchannel", v.GetVchannel())
+				tb.row("node", v.GetNode())
+				if v.GetCollectionId() != 0 {
+					tb.row("collection", fmt.Sprintf("%s (id %d)", v.GetCollection(), v.GetCollectionId()))
+					tb.row("database", fmt.Sprintf("%s (id %d)", v.GetDatabase(), v.GetDatabaseId()))
+					tb.row("shard", fmt.Sprint(v.GetShard()))
+					tb.row("dropped", fmt.Sprint(v.GetDropped()))
+					tb.row("indexes", indexesString(v.GetIndexes()))
+					jobs := make([]string, len(v.GetImportJobs()))
+					for i, j := range v.GetImportJobs() {
+						jobs[i] = fmt.Sprint(j)
+					}
+					tb.row("import jobs", strings.Join(jobs, " "))
+				}
+				if len(v.GetDatabases()) > 0 || len(v.GetUsers()) > 0 || len(v.GetGrants()) > 0 {
+					dbs := make([]string, len(v.GetDatabases()))
+					for i, d := range v.GetDatabases() {
+						dbs[i] = fmt.Sprintf("%s(%d)", d.GetName(), d.GetId())
+					}
+					tb.row("databases", strings.Join(dbs, " "))
+					tb.row("users", strings.Join(v.GetUsers(), " "))
+					tb.row("grants", fmt.Sprint(len(v.GetGrants())))
+				}
+				tb.row("applied", fmt.Sprint(v.GetApplied()))
+				tb.row("last broadcast", fmt.Sprint(v.GetLastBroadcastId()))
+				if len(v.GetAnomalies()) > 0 {
+					tb.row("anomalies", strings.Join(v.GetAnomalies(), "; "))
+				}
+				return tb.flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&vchannel, "vchannel", "", "the vchannel, <pchannel>/<name> (required)")
+	_ = cmd.MarkFlagRequired("vchannel")
+	return cmd
+}

@@ -1,0 +1,211 @@
+package client
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+)
+
+// The MetaService methods below talk to the reference metadata service
+// (package meta) with the same retries and leader redirects as Broadcast.
+//
+// Every DDL/DCL method is idempotent: if the request has no idempotency key,
+// the method mints one (NewRequestKey) before the first attempt and stores
+// it in the request, then sends it on every attempt. An attempt that timed
+// out after the server accepted it is thus answered by the original
+// (DDLResult.Duplicated), never done twice, and every transient failure is
+// retried. To repeat the operation later, even from another process, send
+// the same key again. A retry of an import whose job failed gets that job,
+// marked failed: mint a new key to import again (R7.9).
+
+// metaCall runs one MetaService RPC at the coordinator the client talks to,
+// retrying every transient failure (the request is a read, or carries an
+// idempotency key).
+func metaCall[Req, Res any](ctx context.Context, c *Client, procedure string, req *Req) (*Res, error) {
+	var out *Res
+	_, err := c.call(ctx, anyTransient, func(ctx context.Context, s walcastv1connect.BroadcastServiceClient) error {
+		cl := connect.NewClient[Req, Res](c.http, c.addrOf(s)+procedure, c.connectOptions()...)
+		r, err := cl.CallUnary(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = r.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// addrOf returns the address whose BroadcastService client call handed an
+// attempt: the address that attempt is for.
+func (c *Client) addrOf(s walcastv1connect.BroadcastServiceClient) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, svc := range c.services {
+		if svc == s {
+			return addr
+		}
+	}
+	return c.current
+}
+
+// connectOptions are the Connect options every service client of c uses.
+func (c *Client) connectOptions() []connect.ClientOption {
+	opts := c.cfg.connectOpts
+	if c.cfg.grpc {
+		opts = append([]connect.ClientOption{connect.WithGRPC()}, opts...)
+	}
+	return opts
+}
+
+// mint gives a request without an idempotency key a fresh one.
+func mint(key *string) {
+	if *key == "" {
+		*key = NewRequestKey()
+	}
+}
+
+// CreateDatabase creates a database.
+func (c *Client) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatabaseRequest) (*walcastv1.CreateDatabaseResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.CreateDatabaseRequest, walcastv1.CreateDatabaseResponse](ctx, c, walcastv1connect.MetaServiceCreateDatabaseProcedure, req)
+}
+
+// DropDatabase drops an empty database.
+func (c *Client) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseRequest) (*walcastv1.DropDatabaseResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.DropDatabaseRequest, walcastv1.DropDatabaseResponse](ctx, c, walcastv1connect.MetaServiceDropDatabaseProcedure, req)
+}
+
+// ListDatabases lists the databases.
+func (c *Client) ListDatabases(ctx context.Context) ([]*walcastv1.Database, error) {
+	r, err := metaCall[walcastv1.ListDatabasesRequest, walcastv1.ListDatabasesResponse](ctx, c, walcastv1connect.MetaServiceListDatabasesProcedure, &walcastv1.ListDatabasesRequest{})
+	return r.GetDatabases(), err
+}
+
+// CreateCollection creates a collection.
+func (c *Client) CreateCollection(ctx context.Context, req *walcastv1.CreateCollectionRequest) (*walcastv1.CreateCollectionResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.CreateCollectionRequest, walcastv1.CreateCollectionResponse](ctx, c, walcastv1connect.MetaServiceCreateCollectionProcedure, req)
+}
+
+// DropCollection drops a collection.
+func (c *Client) DropCollection(ctx context.Context, req *walcastv1.DropCollectionRequest) (*walcastv1.DropCollectionResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.DropCollectionRequest, walcastv1.DropCollectionResponse](ctx, c, walcastv1connect.MetaServiceDropCollectionProcedure, req)
+}
+
+// RenameCollection renames a collection.
+func (c *Client) RenameCollection(ctx context.Context, req *walcastv1.RenameCollectionRequest) (*walcastv1.RenameCollectionResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.RenameCollectionRequest, walcastv1.RenameCollectionResponse](ctx, c, walcastv1connect.MetaServiceRenameCollectionProcedure, req)
+}
+
+// ListCollections lists the collections of a database.
+func (c *Client) ListCollections(ctx context.Context, database string) ([]*walcastv1.Collection, error) {
+	r, err := metaCall[walcastv1.ListCollectionsRequest, walcastv1.ListCollectionsResponse](ctx, c, walcastv1connect.MetaServiceListCollectionsProcedure,
+		&walcastv1.ListCollectionsRequest{Database: database})
+	return r.GetCollections(), err
+}
+
+// DescribeCollection describes a collection, indexes included.
+func (c *Client) DescribeCollection(ctx context.Context, database, name string) (*walcastv1.Collection, error) {
+	return metaCall[walcastv1.DescribeCollectionRequest, walcastv1.Collection](ctx, c, walcastv1connect.MetaServiceDescribeCollectionProcedure,
+		&walcastv1.DescribeCollectionRequest{Database: database, Name: name})
+}
+
+// CreateIndex creates an index.
+func (c *Client) CreateIndex(ctx context.Context, req *walcastv1.CreateIndexRequest) (*walcastv1.CreateIndexResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.CreateIndexRequest, walcastv1.CreateIndexResponse](ctx, c, walcastv1connect.MetaServiceCreateIndexProcedure, req)
+}
+
+// DropIndex drops an index.
+func (c *Client) DropIndex(ctx context.Context, req *walcastv1.DropIndexRequest) (*walcastv1.DropIndexResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.DropIndexRequest, walcastv1.DropIndexResponse](ctx, c, walcastv1connect.MetaServiceDropIndexProcedure, req)
+}
+
+// CreateUser creates a user.
+func (c *Client) CreateUser(ctx context.Context, req *walcastv1.CreateUserRequest) (*walcastv1.CreateUserResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.CreateUserRequest, walcastv1.CreateUserResponse](ctx, c, walcastv1connect.MetaServiceCreateUserProcedure, req)
+}
+
+// ListUsers lists the users and their grants.
+func (c *Client) ListUsers(ctx context.Context) (*walcastv1.ListUsersResponse, error) {
+	return metaCall[walcastv1.ListUsersRequest, walcastv1.ListUsersResponse](ctx, c, walcastv1connect.MetaServiceListUsersProcedure, &walcastv1.ListUsersRequest{})
+}
+
+// GrantPrivilege grants a privilege.
+func (c *Client) GrantPrivilege(ctx context.Context, req *walcastv1.GrantPrivilegeRequest) (*walcastv1.GrantPrivilegeResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.GrantPrivilegeRequest, walcastv1.GrantPrivilegeResponse](ctx, c, walcastv1connect.MetaServiceGrantPrivilegeProcedure, req)
+}
+
+// RevokePrivilege revokes a privilege.
+func (c *Client) RevokePrivilege(ctx context.Context, req *walcastv1.RevokePrivilegeRequest) (*walcastv1.RevokePrivilegeResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.RevokePrivilegeRequest, walcastv1.RevokePrivilegeResponse](ctx, c, walcastv1connect.MetaServiceRevokePrivilegeProcedure, req)
+}
+
+// Import starts a bulk import job; a retry with the key gets the original
+// job as it is now (ImportResponse.Job), failed if it failed.
+func (c *Client) Import(ctx context.Context, req *walcastv1.ImportRequest) (*walcastv1.ImportResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.ImportRequest, walcastv1.ImportResponse](ctx, c, walcastv1connect.MetaServiceImportProcedure, req)
+}
+
+// GetImportJob describes one import job.
+func (c *Client) GetImportJob(ctx context.Context, id uint64) (*walcastv1.ImportJob, error) {
+	return metaCall[walcastv1.GetImportJobRequest, walcastv1.ImportJob](ctx, c, walcastv1connect.MetaServiceGetImportJobProcedure,
+		&walcastv1.GetImportJobRequest{Id: id})
+}
+
+// ListImportJobs lists import jobs: all, a database's, or a collection's.
+func (c *Client) ListImportJobs(ctx context.Context, database, collection string) ([]*walcastv1.ImportJob, error) {
+	r, err := metaCall[walcastv1.ListImportJobsRequest, walcastv1.ListImportJobsResponse](ctx, c, walcastv1connect.MetaServiceListImportJobsProcedure,
+		&walcastv1.ListImportJobsRequest{Database: database, Collection: collection})
+	return r.GetJobs(), err
+}
+
+// GetVChannelView shows a streaming node's view of a vchannel. The
+// coordinator answering must run the node (standalone runs them all).
+func (c *Client) GetVChannelView(ctx context.Context, vchannel string) (*walcastv1.VChannelView, error) {
+	return metaCall[walcastv1.GetVChannelViewRequest, walcastv1.VChannelView](ctx, c, walcastv1connect.MetaServiceGetVChannelViewProcedure,
+		&walcastv1.GetVChannelViewRequest{Vchannel: vchannel})
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/meta"
+	"github.com/walcast/walcast/server"
+)
+
+// metaCLI runs walcast commands in process against a standalone process
+// running the meta app.
+type metaCLI struct {
+	t    *testing.T
+	addr string
+}
+
+func startMetaCLI(t *testing.T) *metaCLI {
+	t.Helper()
+	cfg := server.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Metrics.Addr = ""
+	cfg.Log.Level = "error"
+	mc := meta.ConfigFrom(cfg)
+	mc.ImporterInterval = 10 * time.Millisecond
+	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	app, err := meta.NewApp(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := server.StartStandalone(ctx, cfg, app)
+	if err != nil {
+		_ = app.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = app.Close()
+		_ = p.Close()
+	})
+	return &metaCLI{t: t, addr: p.APIAddr()}
+}
+
+// run runs one command and returns its output, failing the test on error.
+func (m *metaCLI) run(args ...string) string {
+	m.t.Helper()
+	out, err := m.try(args...)
+	if err != nil {
+		m.t.Fatalf("walcast %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (m *metaCLI) try(args ...string) (string, error) {
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append([]string{"--addr", m.addr, "--timeout", "20s"}, args...))
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func wantOutput(t *testing.T, out string, patterns ...string) {
+	t.Helper()
+	for _, p := range patterns {
+		if !regexp.MustCompile(p).MatchString(out) {
+			t.Fatalf("output does not match %q:\n%s", p, out)
+		}
+	}
+}
+
+// TestMetaCLI drives every meta command, human and --json, against a
+// standalone process.
+func TestMetaCLI(t *testing.T) {
+	m := startMetaCLI(t)
+	wantOutput(t, m.run("db", "create", "shop"), `^database shop created, id \d+ \(broadcast \d+\)`)
+	m.run("db", "create", "tmp")
+	wantOutput(t, m.run("db", "list"), `(?m)^ID\s+NAME\s+CREATED$`, `(?m)^\d+\s+shop\s+`, `(?m)^\d+\s+tmp\s+`)
+	m.run("db", "drop", "tmp")
+
+	out := m.run("collection", "create", "orders", "--db", "shop", "--shards", "3", "--field", "id:int64", "--field", "emb:float_vector", "--json")
+	var created struct {
+		Collection struct {
+			ID        string   `json:"id"`
+			Vchannels []string `json:"vchannels"`
+		} `json:"collection"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); err != nil || len(created.Collection.Vchannels) != 3 {
+		t.Fatalf("collection create --json: %v\n%s", err, out)
+	}
+	wantOutput(t, m.run("index", "create", "orders", "by_emb", "--db", "shop", "--field", "emb", "--type", "HNSW"),
+		`index by_emb \(HNSW on emb\) created on shop.orders`)
+	wantOutput(t, m.run("collection", "list", "--db", "shop"), `(?m)^ID\s+NAME\s+SHARDS\s+INDEXES\s+CREATED$`, `orders\s+3\s+by_emb\(emb HNSW\)`)
+
+	out = m.run("import", "start", "orders", "a.parquet", "b.parquet", "--db", "shop", "--key", "k1")
+	wantOutput(t, out, `import job (\d+) into shop.orders: pending`, `key: k1`)
+	job := regexp.MustCompile(`import job (\d+)`).FindStringSubmatch(out)[1]
+	wantOutput(t, m.run("import", "start", "orders", "a.parquet", "b.parquet", "--db", "shop", "--key", "k1"),
+		`import job `+job+` .*retry answered by the original`)
+	wantOutput(t, m.run("import", "list", "--db", "shop", "--collection", "orders"), `(?m)^`+job+`\s+orders \(\d+\)\s+`)
+	wantOutput(t, m.run("import", "show", job, "--json"), `"id":\s*"`+job+`"`, `"files"`)
+
+	m.run("user", "create", "alice")
+	wantOutput(t, m.run("grant", "alice", "Search", "--db", "shop"), `granted Search on shop.\* to alice`)
+	wantOutput(t, m.run("user", "list"), `(?m)^alice\s+.*Search on shop\.\*`)
+	wantOutput(t, m.run("revoke", "alice", "Search", "--db", "shop"), `revoked Search on shop.\* from alice`)
+
+	wantOutput(t, m.run("collection", "rename", "orders", "purchases", "--db", "shop"), `renamed to purchases, id `+created.Collection.ID)
+	wantOutput(t, m.run("collection", "describe", "purchases", "--db", "shop"), `(?m)^vchannels\s+`+regexp.QuoteMeta(strings.Join(created.Collection.Vchannels, " ")))
+
+	// The nodes' view of a shard catches up with the rename.
+	var view string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		view = m.run("view", "--vchannel", created.Collection.Vchannels[0])
+		if strings.Contains(view, "purchases") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantOutput(t, view, `(?m)^collection\s+purchases \(id `+created.Collection.ID+`\)$`, `(?m)^indexes\s+by_emb`, `(?m)^import jobs\s+`+job+`$`)
+	wantOutput(t, m.run("view", "--vchannel", "wal-0/_control", "--json"), `"users":\s*\[\s*"alice"\s*\]`)
+
+	m.run("index", "drop", "purchases", "by_emb", "--db", "shop")
+	m.run("collection", "drop", "purchases", "--db", "shop")
+	m.run("db", "drop", "shop")
+
+	// Errors are the server's, typed.
+	if out, err := m.try("collection", "create", "x", "--db", "nope"); err == nil || !strings.Contains(err.Error(), "database not found") {
+		t.Fatalf("unknown database: %v\n%s", err, out)
+	}
+	if _, err := m.try("collection", "create", "x"); err == nil || !strings.Contains(err.Error(), `"db" not set`) {
+		t.Fatalf("missing --db: %v", err)
+	}
+	if _, err := m.try("collection", "create", "x", "--db", "shop", "--field", "nocolon"); err == nil {
+		t.Fatal("malformed --field accepted")
+	}
+}

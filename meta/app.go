@@ -1,0 +1,139 @@
+package meta
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/node"
+	"github.com/walcast/walcast/server"
+)
+
+// App is the metadata service as a walcast application (server.App): it
+// registers the service's types and callbacks besides those of
+// server.GenericApp, serves MetaService beside BroadcastService, runs the
+// simulated importer while the process leads, and gives each streaming node
+// an Applier keeping per-vchannel views. Close it with the process.
+type App struct {
+	cfg Config
+	log *slog.Logger
+
+	// hook, if set, runs at the start of every callback of the service's
+	// types (tests block or fail callbacks with it).
+	hook atomic.Pointer[func(context.Context, *broadcast.Event) error]
+
+	mu       sync.Mutex
+	appliers map[string]*Applier // by node name; protected by mu
+	services []*Service          // protected by mu
+	closed   bool                // protected by mu
+	stop     context.CancelFunc  // stops the importers
+	ctx      context.Context     // the importers' lifetime
+	wg       sync.WaitGroup
+}
+
+var _ server.App = (*App)(nil)
+
+// NewApp returns the application; cfg.PChannels must be the process's
+// pchannels (ConfigFrom gives them).
+func NewApp(cfg Config) (*App, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: cfg.Logger, appliers: make(map[string]*Applier)}
+	a.ctx, a.stop = context.WithCancel(context.Background())
+	return a, nil
+}
+
+// Register adds the generic types (server.GenericApp) and the service's
+// types and ack callbacks.
+func (a *App) Register(types *message.Registry, cbs *broadcast.Callbacks) error {
+	if err := (server.GenericApp{}).Register(types, cbs); err != nil {
+		return err
+	}
+	return a.register(types, cbs)
+}
+
+// Handlers serves MetaService over the broadcaster l gives while it leads,
+// and starts the importer for it (it imports only while l leads).
+func (a *App) Handlers(l server.Leader) map[string]http.Handler {
+	s := a.newService(l)
+	path, h := NewHandler(s, a.log)
+	return map[string]http.Handler{path: h}
+}
+
+func (a *App) newService(l server.Leader) *Service {
+	s := &Service{cfg: a.cfg, leader: l, log: a.log, views: a.View}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.services = append(a.services, s)
+	if !a.closed {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			s.runImporter(a.ctx)
+		}()
+	}
+	return s
+}
+
+// Applier returns the views of node name; a later call for the same name
+// (a node restarted in this process) replaces it.
+func (a *App) Applier(name string) node.Applier {
+	ap := NewApplier(name)
+	a.mu.Lock()
+	a.appliers[name] = ap
+	a.mu.Unlock()
+	return ap
+}
+
+// View returns the view of vchannel v kept by a node of this process, or
+// ErrVChannelNotFound.
+func (a *App) View(v message.VChannel) (*walcastv1.VChannelView, error) {
+	a.mu.Lock()
+	aps := make([]*Applier, 0, len(a.appliers))
+	for _, n := range slices.Sorted(maps.Keys(a.appliers)) {
+		aps = append(aps, a.appliers[n])
+	}
+	a.mu.Unlock()
+	for _, ap := range aps {
+		if out, err := ap.View(v); err == nil {
+			return out, nil
+		}
+	}
+	return nil, errorf(ErrVChannelNotFound, "no node of this process applied a message to %s", v)
+}
+
+// Appliers returns the appliers of this process's nodes, by node name.
+func (a *App) Appliers() map[string]*Applier {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.appliers)
+}
+
+// Services returns the services Handlers made, in order.
+func (a *App) Services() []*Service {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.services)
+}
+
+// Close stops the importers and waits for them; it is idempotent. Close the
+// app just before the process: an importer whose process still leads stops
+// at once, while one that lost its leader may first finish a leadership
+// lookup (up to a second).
+func (a *App) Close() error {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.stop()
+	a.wg.Wait()
+	return nil
+}

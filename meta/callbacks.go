@@ -1,0 +1,190 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
+)
+
+// register adds the service's types, each with a payload validator, and
+// their ack callbacks. A callback stages its catalog writes on the event's
+// Effects: they commit in the transaction that marks the task TOMBSTONE
+// (R5.3), so each DDL's metadata change is applied exactly once, whatever
+// crashes. Callbacks compute their writes from the payload alone: the
+// payload was built under the operation's resource keys, which the task
+// holds until its callback has finished, so nothing it was validated
+// against can have changed.
+func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error {
+	return errors.Join(
+		onAck(a, types, cbs, TypeCreateDatabase, func(p createDatabasePayload) error { return p.Database.check() },
+			func(p createDatabasePayload, e *broadcast.Effects) error {
+				d := p.Database
+				created(e, d.ID, "database")
+				return errors.Join(putJSON(e, dbKey(d.ID), d), putID(e, dbNameKey(d.Name), d.ID))
+			}),
+		onAck(a, types, cbs, TypeDropDatabase, func(p dropDatabasePayload) error { return p.Database.check() },
+			func(p dropDatabasePayload, e *broadcast.Effects) error {
+				d := p.Database
+				return errors.Join(e.Delete(dbKey(d.ID)), e.Delete(dbNameKey(d.Name)))
+			}),
+		onAck(a, types, cbs, TypeCreateCollection, func(p createCollectionPayload) error { return p.Collection.check() },
+			func(p createCollectionPayload, e *broadcast.Effects) error {
+				c := p.Collection
+				created(e, c.ID, "collection")
+				return errors.Join(putJSON(e, collKey(c.ID), c), putID(e, collNameKey(c.DatabaseID, c.Name), c.ID))
+			}),
+		onAck(a, types, cbs, TypeDropCollection, dropCollectionPayload.check,
+			func(p dropCollectionPayload, e *broadcast.Effects) error {
+				c := p.Collection
+				errs := []error{e.Delete(collKey(c.ID)), e.Delete(collNameKey(c.DatabaseID, c.Name)),
+					// A retry of this drop finds the collection's id here.
+					putJSON(e, droppedKey(c.DatabaseID, c.Name, c.ID), droppedRecord{DroppedAt: p.DroppedAt})}
+				for _, i := range p.Indexes {
+					errs = append(errs, e.Delete(indexKey(c.ID, i)))
+				}
+				return errors.Join(errs...)
+			}),
+		onAck(a, types, cbs, TypeRenameCollection, renameCollectionPayload.check,
+			func(p renameCollectionPayload, e *broadcast.Effects) error {
+				c := p.Collection
+				return errors.Join(putJSON(e, collKey(c.ID), c), e.Delete(collNameKey(c.DatabaseID, p.OldName)),
+					putID(e, collNameKey(c.DatabaseID, c.Name), c.ID))
+			}),
+		onAck(a, types, cbs, TypeCreateIndex, indexPayload.check,
+			func(p indexPayload, e *broadcast.Effects) error {
+				created(e, p.Index.ID, "index")
+				return putJSON(e, indexKey(p.CollectionID, p.Index.Name), p.Index)
+			}),
+		onAck(a, types, cbs, TypeDropIndex, indexPayload.check,
+			func(p indexPayload, e *broadcast.Effects) error {
+				return e.Delete(indexKey(p.CollectionID, p.Index.Name))
+			}),
+		onAck(a, types, cbs, TypeCreateUser, func(p userPayload) error { return checkName("user", p.User.Name) },
+			func(p userPayload, e *broadcast.Effects) error { return putJSON(e, userKey(p.User.Name), p.User) }),
+		onAck(a, types, cbs, TypeGrantPrivilege, func(p grantPayload) error { return checkGrant(p.Grant) },
+			func(p grantPayload, e *broadcast.Effects) error { return putJSON(e, grantKey(p.Grant), p.Grant) }),
+		onAck(a, types, cbs, TypeRevokePrivilege, func(p grantPayload) error { return checkGrant(p.Grant) },
+			func(p grantPayload, e *broadcast.Effects) error { return e.Delete(grantKey(p.Grant)) }),
+		onAck(a, types, cbs, TypeImport, importPayload.check,
+			func(p importPayload, e *broadcast.Effects) error {
+				created(e, p.Job.ID, "import job")
+				return putJSON(e, jobKey(p.Job.ID), p.Job)
+			}),
+	)
+}
+
+// onAck registers type t with a validator of its payload, and its ack
+// callback: the test hook, if any, then effects.
+func onAck[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks, t message.Type, check func(P) error,
+	effects func(P, *broadcast.Effects) error) error {
+	validate := func(raw []byte) error {
+		p, err := decodeStrict[P](raw)
+		if err != nil {
+			return err
+		}
+		return check(p)
+	}
+	// The validator keeps malformed payloads sent through the generic
+	// Broadcast API out of the task table: they would fail this callback
+	// forever.
+	if err := types.Register(message.TypeInfo{Type: t, Validate: validate}); err != nil {
+		return err
+	}
+	return broadcast.OnAck(cbs, t, decodeStrict[P], func(ctx context.Context, ev *broadcast.TypedEvent[P]) error {
+		if h := a.hook.Load(); h != nil {
+			if err := (*h)(ctx, ev.Event); err != nil {
+				return err
+			}
+		}
+		return effects(ev.Payload, ev.Effects)
+	})
+}
+
+func decodeStrict[P any](raw []byte) (P, error) {
+	var p P
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("payload: %w", err)
+	}
+	return p, nil
+}
+
+func putJSON(e *broadcast.Effects, key string, v any) error { return e.Put(key, mustJSON(v)) }
+
+func putID(e *broadcast.Effects, key string, id uint64) error { return e.Put(key, []byte(idStr(id))) }
+
+// created records the id of the object a callback created as its outcome,
+// which duplicates report (R7.9).
+func created(e *broadcast.Effects, id uint64, what string) {
+	e.SetOutcome(broadcast.Outcome{Status: broadcast.Succeeded, Detail: what + " " + idStr(id) + " created", Data: []byte(idStr(id))})
+}
+
+// Payload checks: a message of the service's types must describe
+// something the service could have produced.
+
+func (d dbRecord) check() error {
+	if d.ID == 0 {
+		return errorf(ErrInvalidArgument, "database id 0")
+	}
+	return checkName("database", d.Name)
+}
+
+func (c collRecord) check() error {
+	switch {
+	case c.ID == 0 || c.DatabaseID == 0:
+		return errorf(ErrInvalidArgument, "collection or database id 0")
+	case c.Shards < 1 || c.Shards > MaxShards || len(c.VChannels) != c.Shards:
+		return errorf(ErrInvalidArgument, "%d shards with %d vchannels", c.Shards, len(c.VChannels))
+	case len(c.Fields) == 0:
+		return errorf(ErrInvalidArgument, "no fields")
+	}
+	for _, v := range c.VChannels {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
+	return errors.Join(checkName("database", c.Database), checkName("collection", c.Name), checkFields(c.Fields))
+}
+
+func (p dropCollectionPayload) check() error {
+	if len(p.Indexes) > MaxIndexes {
+		return errorf(ErrInvalidArgument, "%d indexes", len(p.Indexes))
+	}
+	errs := []error{p.Collection.check()}
+	for _, i := range p.Indexes {
+		errs = append(errs, checkName("index", i))
+	}
+	return errors.Join(errs...)
+}
+
+func (p renameCollectionPayload) check() error {
+	if p.OldName == p.Collection.Name {
+		return errorf(ErrInvalidArgument, "rename to the same name")
+	}
+	return errors.Join(p.Collection.check(), checkName("collection", p.OldName))
+}
+
+func (p indexPayload) check() error {
+	if p.DatabaseID == 0 || p.CollectionID == 0 || p.Index.ID == 0 {
+		return errorf(ErrInvalidArgument, "id 0")
+	}
+	if !slices.Contains(indexTypes, p.Index.Type) {
+		return errorf(ErrInvalidArgument, "index type %q", printable(p.Index.Type))
+	}
+	return errors.Join(checkName("index", p.Index.Name), checkName("field", p.Index.Field))
+}
+
+func (p importPayload) check() error {
+	j := p.Job
+	if j.ID == 0 || j.DatabaseID == 0 || j.CollectionID == 0 || j.State != jobPending {
+		return errorf(ErrInvalidArgument, "import job %d of collection %d in state %d", j.ID, j.CollectionID, j.State)
+	}
+	return errors.Join(checkName("collection", j.Collection), checkFiles(j.Files))
+}

@@ -1,0 +1,121 @@
+package meta
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/server"
+)
+
+// Limits of the service.
+const (
+	// MaxNameLength bounds database, collection, index, field and user
+	// names, in bytes.
+	MaxNameLength = 128
+	// MaxShards bounds the shards (vchannels) of a collection.
+	MaxShards = 256
+	// MaxFields bounds the fields of a collection's schema.
+	MaxFields = 64
+	// MaxIndexes bounds the indexes of a collection, so that dropping it
+	// deletes them all in the transaction of its TOMBSTONE.
+	MaxIndexes = 32
+	// MaxImportFiles bounds the files of one import job.
+	MaxImportFiles = 64
+	// MaxFileLength bounds one import file name, in bytes.
+	MaxFileLength = 1024
+)
+
+// Config configures the metadata service. PChannels is required; the other
+// fields have defaults (those of server.Default for the settings that exist
+// there).
+type Config struct {
+	// PChannels are the cluster's pchannels, over which collections' shards
+	// are spread: shard i of collection id is on PChannels[(id+i) mod P].
+	PChannels []message.PChannel
+	// CollectionShards is the shard count of a collection created without
+	// one (meta.collection_shards). Default 2.
+	CollectionShards int
+	// MaxImportJobNum bounds the unfinished (pending or running) import
+	// jobs; a new import beyond it is refused with ErrTooManyImportJobs
+	// (meta.max_import_job_num). Default 1024.
+	MaxImportJobNum int
+	// ImportJobRetention is how long a finished import job is kept
+	// (meta.import_job_retention). It must outlive the idempotency window,
+	// so that a retry finds its job. Default 48h.
+	ImportJobRetention time.Duration
+	// ImporterInterval is how often the simulated importer advances jobs
+	// (one state per tick: pending → running → completed or failed) and
+	// deletes expired ones. Default 1s.
+	ImporterInterval time.Duration
+	// Logger receives structured logs; idempotency keys appear only as
+	// fingerprints. Default slog.Default().
+	Logger *slog.Logger
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+}
+
+// ConfigFrom returns the service configuration of a walcast process
+// configuration: its pchannels and its meta settings.
+func ConfigFrom(c server.Config) Config {
+	return Config{
+		PChannels:          c.PChannelNames(),
+		CollectionShards:   c.Meta.CollectionShards,
+		MaxImportJobNum:    c.Meta.MaxImportJobNum,
+		ImportJobRetention: c.Meta.ImportJobRetention.D(),
+		Logger:             c.Logger(),
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.CollectionShards == 0 {
+		c.CollectionShards = 2
+	}
+	if c.MaxImportJobNum == 0 {
+		c.MaxImportJobNum = 1024
+	}
+	if c.ImportJobRetention == 0 {
+		c.ImportJobRetention = 48 * time.Hour
+	}
+	if c.ImporterInterval == 0 {
+		c.ImporterInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: meta config: %s: %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+	}
+	if len(c.PChannels) == 0 {
+		return bad("PChannels", "at least one pchannel is required")
+	}
+	seen := make(map[message.PChannel]bool, len(c.PChannels))
+	for _, p := range c.PChannels {
+		if err := p.Validate(); err != nil {
+			return bad("PChannels", "%v", err)
+		}
+		if seen[p] {
+			return bad("PChannels", "%s named twice", p)
+		}
+		seen[p] = true
+	}
+	switch {
+	case c.CollectionShards < 1 || c.CollectionShards > MaxShards:
+		return bad("CollectionShards", "%d is outside 1..%d", c.CollectionShards, MaxShards)
+	case c.MaxImportJobNum < 1:
+		return bad("MaxImportJobNum", "%d is below 1", c.MaxImportJobNum)
+	case c.ImportJobRetention < 0:
+		return bad("ImportJobRetention", "%v is negative", c.ImportJobRetention)
+	case c.ImporterInterval < 0:
+		return bad("ImporterInterval", "%v is negative", c.ImporterInterval)
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+package meta
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/client"
+)
+
+// walcastBinary builds cmd/walcast once per test binary, with the go
+// command's build cache (fast after the first build), into a directory
+// TestMain removes.
+var bin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+func walcastBinary(t *testing.T) string {
+	t.Helper()
+	bin.once.Do(func() {
+		if bin.dir, bin.err = os.MkdirTemp("", "walcast-meta-"); bin.err != nil {
+			return
+		}
+		bin.path = filepath.Join(bin.dir, "walcast")
+		out, err := exec.Command("go", "build", "-o", bin.path, "github.com/walcast/walcast/cmd/walcast").CombinedOutput()
+		if err != nil {
+			bin.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if bin.err != nil {
+		t.Fatal(bin.err)
+	}
+	return bin.path
+}
+
+func removeBinary() {
+	if bin.dir != "" {
+		_ = os.RemoveAll(bin.dir)
+	}
+}
+
+// proc is a `walcast standalone` subprocess.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	out  strings.Builder
+}
+
+var readyLine = regexp.MustCompile(`ready: api=http://(\S+)`)
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// startStandalone runs walcast standalone on dir, serving the API on addr,
+// and waits until it is ready.
+func startStandalone(t *testing.T, dir, addr string) *proc {
+	t.Helper()
+	p := &proc{done: make(chan struct{})}
+	p.cmd = exec.Command(walcastBinary(t), "standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", "",
+		"--log-level", "warn", "--log-format", "text")
+	// A short lease lets the restarted process win the election soon after
+	// the killed one's lease expires.
+	p.cmd.Env = append(os.Environ(), "WALCAST_BROADCAST_BACKOFF_MAX=100ms", "WALCAST_ELECTION_TTL=2s")
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			_, _ = p.Write([]byte(sc.Text() + "\n"))
+			if readyLine.MatchString(sc.Text()) {
+				close(ready)
+			}
+		}
+	}()
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(p.kill)
+	select {
+	case <-ready:
+	case <-p.done:
+		t.Fatalf("walcast exited before it was ready:\n%s", p.output())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("walcast not ready after 60s:\n%s", p.output())
+	}
+	return p
+}
+
+// kill sends SIGKILL, as a crash; it is idempotent.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop sends SIGINT and waits for a clean exit.
+func (p *proc) stop(t *testing.T) {
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("walcast exited with %d:\n%s", code, p.output())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("walcast did not stop on SIGINT:\n%s", p.output())
+		p.kill()
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// crashWorkload is what the clients did and learned.
+type crashWorkload struct {
+	mu      sync.Mutex
+	live    map[string]uint64 // collection name → id, as the client learned it
+	dropped []*walcastv1.Collection
+	jobs    map[string]uint64 // import key → job id
+	users   []string
+	ops     atomic.Int64 // completed operations
+	dups    atomic.Int64 // answers by an original: retries across the crash
+}
+
+// TestR10_4_CrashDuringMixedDDL kills `walcast standalone` with SIGKILL in
+// the middle of a stream of mixed DDL and imports sent by retrying clients,
+// restarts it on the same data directory, lets the clients' retries finish,
+// and checks that every operation took effect exactly once: each collection
+// exists once, with the id its creator was told; each import key maps to
+// one job and no job is duplicated; and every vchannel view of the nodes
+// equals the metadata (R4.8, R5.3, R7, R10.4).
+func TestR10_4_CrashDuringMixedDDL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the walcast binary")
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	p := startStandalone(t, dir, addr)
+	c, err := client.New([]string{"http://" + addr}, client.WithBackoff(10*time.Millisecond, 200*time.Millisecond),
+		client.WithAttemptTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "crash"}); err != nil {
+		t.Fatal(err)
+	}
+
+	const workers, rounds = 4, 6
+	w := &crashWorkload{live: map[string]uint64{}, jobs: map[string]uint64{}}
+	errs := make(chan error, workers+1)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() { errs <- w.collections(ctx, c, i, rounds) })
+	}
+	wg.Go(func() { errs <- w.rbac(ctx, c, 2*rounds) })
+
+	// Crash once the workload is under way, and restart on the same data.
+	for w.ops.Load() < 30 {
+		select {
+		case err := <-errs:
+			t.Fatalf("a client failed before the crash: %v\n%s", err, p.output())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	p.kill()
+	crashedAt := w.ops.Load()
+	p = startStandalone(t, dir, addr)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("client: %v\n%s", err, p.output())
+		}
+	}
+	t.Logf("crashed after %d of %d operations; %d answered by their original", crashedAt, w.ops.Load(), w.dups.Load())
+
+	// Every collection once, with the id its creator learned.
+	colls, err := c.ListCollections(ctx, "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, cl := range colls {
+		if _, dup := got[cl.Name]; dup {
+			t.Fatalf("collection %s listed twice", cl.Name)
+		}
+		got[cl.Name] = cl.Id
+		if len(cl.Indexes) != 1 {
+			t.Errorf("collection %s has indexes %v, want one", cl.Name, cl.Indexes)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(w.live) {
+		t.Fatalf("collections %v, clients learned %v", got, w.live)
+	}
+	// Each import key made one job; no job was made twice.
+	jobs, err := c.ListImportJobs(ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids, want []uint64
+	for _, j := range jobs {
+		ids = append(ids, j.Id)
+	}
+	for _, id := range w.jobs {
+		want = append(want, id)
+	}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("import jobs %v, clients learned %v", ids, want)
+	}
+	us, err := c.ListUsers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(us.Users) != len(w.users) || len(us.Grants) != len(w.users) {
+		t.Fatalf("users %v, grants %v, want %d of each", us.Users, us.Grants, len(w.users))
+	}
+	// The nodes' views agree with the metadata once they caught up.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := viewsMatch(ctx, c, "wal-0/_control", w.dropped)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("views: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.stop(t)
+}
+
+// collections runs rounds of create, index, import, then rename or drop
+// on collections of worker i.
+func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, rounds int) error {
+	for r := range rounds {
+		name := fmt.Sprintf("w%dc%d", i, r)
+		cr, err := c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "crash", Name: name, Shards: int32(1 + r%3)})
+		if err != nil {
+			return fmt.Errorf("create %s: %w", name, err)
+		}
+		w.done(cr.Result)
+		ix, err := c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: "crash", Collection: name, Name: "idx", Field: "vector"})
+		if err != nil {
+			return fmt.Errorf("index %s: %w", name, err)
+		}
+		w.done(ix.Result)
+		file := name + ".parquet"
+		if r%4 == 3 {
+			file = name + "_fail.parquet"
+		}
+		req := &walcastv1.ImportRequest{Database: "crash", Collection: name, Files: []string{file}}
+		ir, err := c.Import(ctx, req)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", name, err)
+		}
+		w.done(ir.Result)
+		w.mu.Lock()
+		if old, dup := w.jobs[req.IdempotencyKey]; dup && old != ir.Job.Id {
+			w.mu.Unlock()
+			return fmt.Errorf("key of job %d answered with job %d", old, ir.Job.Id)
+		}
+		w.jobs[req.IdempotencyKey] = ir.Job.Id
+		w.mu.Unlock()
+		switch r % 3 {
+		case 1:
+			rr, err := c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "crash", OldName: name, NewName: name + "r"})
+			if err != nil {
+				return fmt.Errorf("rename %s: %w", name, err)
+			}
+			if rr.Collection.Id != cr.Collection.Id {
+				return fmt.Errorf("rename of %s answered for collection %d, created %d", name, rr.Collection.Id, cr.Collection.Id)
+			}
+			name += "r"
+			w.done(rr.Result)
+		case 2:
+			dr, err := c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "crash", Name: name})
+			if err != nil {
+				return fmt.Errorf("drop %s: %w", name, err)
+			}
+			if dr.CollectionId != cr.Collection.Id {
+				return fmt.Errorf("drop of %s answered for collection %d, created %d", name, dr.CollectionId, cr.Collection.Id)
+			}
+			w.mu.Lock()
+			w.dropped = append(w.dropped, cr.Collection)
+			w.mu.Unlock()
+			w.done(dr.Result)
+			continue
+		}
+		w.mu.Lock()
+		w.live[name] = cr.Collection.Id
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// rbac creates users and grants them a privilege each.
+func (w *crashWorkload) rbac(ctx context.Context, c *client.Client, n int) error {
+	for i := range n {
+		u := fmt.Sprintf("user%d", i)
+		ur, err := c.CreateUser(ctx, &walcastv1.CreateUserRequest{Name: u})
+		if err != nil {
+			return fmt.Errorf("user %s: %w", u, err)
+		}
+		w.done(ur.Result)
+		g := &walcastv1.Grant{User: u, Privilege: "Search", Database: "crash", Collection: "*"}
+		gr, err := c.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: g})
+		if err != nil {
+			return fmt.Errorf("grant %s: %w", u, err)
+		}
+		w.done(gr.Result)
+		w.mu.Lock()
+		w.users = append(w.users, u)
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+func (w *crashWorkload) done(r *walcastv1.DDLResult) {
+	w.ops.Add(1)
+	if r.GetDuplicated() {
+		w.dups.Add(1)
+	}
+}

@@ -1,0 +1,112 @@
+// Package meta is walcast's reference application (SPEC §10): a metadata
+// service — databases, collections, indexes, users and privileges, bulk
+// imports — whose every DDL/DCL goes through the broadcaster, and whose
+// streaming nodes keep a per-vchannel view of the schema.
+//
+// # Using it
+//
+//	app, err := meta.NewApp(meta.ConfigFrom(cfg))     // cfg: the process's server.Config
+//	p, err := server.StartStandalone(ctx, cfg, app)   // serves MetaService beside BroadcastService
+//	defer p.Close()
+//	defer app.Close()                                 // first: stops the importer
+//
+// Clients use the MetaService API (proto/walcast/api/v1/meta.proto), the Go
+// client's MetaService methods (package client) or the CLI (walcast db,
+// collection, index, user, grant, revoke, import, view).
+//
+// # One operation
+//
+// Every DDL/DCL runs the same steps (R10.2):
+//
+//  1. check the request's syntax (names, shard count, schema, files);
+//  2. resolve names to ids from the committed metadata (the leader's
+//     catalog), since idempotency keys are scoped by id;
+//  3. resolve the idempotency key, then take the resource keys
+//     (broadcast.Broadcaster.WithIdempotentResourceKeys): a retry of an
+//     accepted request gets the original's result here, before any lock,
+//     validation, id allocation or admission check of its own (R7.5);
+//  4. under the keys, validate against the committed metadata (the name is
+//     still this id, the new name is free, ...) and run admission checks;
+//  5. allocate ids and broadcast a JSON payload that holds everything the
+//     change writes;
+//  6. the type's ack callback stages the metadata writes as effects, which
+//     commit in the transaction that marks the task TOMBSTONE (R5.3): each
+//     change is applied exactly once, whatever crashes happen.
+//
+// Resource keys (R10.2): collection DDL (create, drop, index create and
+// drop) holds Database(db) shared and Collection(db:coll) exclusive, so DDL
+// on different collections proceeds in parallel and DDL on one collection
+// serialises; an import holds both shared, so imports into one collection
+// run together but wait for its DDL; database DDL and RenameCollection hold
+// Database(db) exclusive; RBAC (users, grants) holds Privilege exclusive.
+// Since a task holds its keys until its callback has finished, what step 4
+// validated is still true when the callback writes.
+//
+// Messages: database and RBAC messages target only the control channel;
+// collection messages target the collection's vchannels (and, like every
+// broadcast, the control channel).
+//
+// # Ids and vchannels
+//
+// Databases, collections, indexes and import jobs get ids from one sequence,
+// reserved from the catalog in blocks of 100 through the leader's fenced
+// catalog (key meta/ids, the end of the reserved block): ids are never
+// reused, across crashes and leaders. Names map to ids; RenameCollection
+// keeps the id, a dropped and recreated collection gets a new one. A
+// collection with N shards has N vchannels: shard i of collection id is
+// "<pchannel (id+i) mod P>/c<id>v<i>".
+//
+// # Catalog layout
+//
+// Inside the process's etcd prefix, beside the broadcaster's "bc/":
+//
+//	meta/ids                             end of the reserved id block
+//	meta/db/<db id>                      database record
+//	meta/dbname/<name>                   → db id
+//	meta/coll/<coll id>                  collection record (schema, vchannels)
+//	meta/collname/<db id>/<name>         → coll id
+//	meta/droppedname/<db id>/<name>/<id> a dropped collection, kept for retries
+//	meta/index/<coll id>/<name>          index record
+//	meta/user/<name>                     user record
+//	meta/grant/<user>/<db>/<coll>/<priv> grant record
+//	meta/job/<job id>                    import job record
+//
+// # Idempotency scopes
+//
+// A request's optional client key is scoped (R7.1): CreateDatabase,
+// DropDatabase, CreateUser, GrantPrivilege and RevokePrivilege by the
+// cluster; CreateCollection by its database, by id; DropCollection,
+// RenameCollection, CreateIndex, DropIndex and Import by the collection, by
+// id. The request digest (R7.6) hashes the request's parameters other than
+// those its scope pins, never the payload's freshly allocated ids: reusing a
+// key for another request fails with AlreadyExists (KEY_REUSED). A retry
+// that can no longer resolve its collection by name is looked up under the
+// ids the name had: DropCollection under the dropped-names index (kept for
+// ImportJobRetention), RenameCollection under the new name.
+//
+// # Import jobs
+//
+// Import(db, collection, files, key): the callback creates the job
+// (pending). New imports are admitted while fewer than MaxImportJobNum jobs
+// are unfinished, checked after the key was resolved, so a retry is
+// answered even when the limit is reached. A simulated importer on the
+// leader of a primary cluster moves each job pending → running →
+// completed, or failed if a file name contains "fail" (or the collection was
+// dropped), one step per ImporterInterval, and deletes finished jobs after
+// ImportJobRetention. A retry gets the original job as it is now: a failed
+// job stays failed for its key (R7.9), and the client mints a new key to
+// import again.
+//
+// # Views
+//
+// Each streaming node gets an Applier keeping, per vchannel, a view built
+// only from the messages the vchannel applied: a shard vchannel knows its
+// collection (id, name, database, shard, dropped flag), its indexes and the
+// import jobs it saw; the control channel knows the databases, users and
+// grants. The node applies each copy once per vchannel and snapshots the
+// views with its state, so a view holds every completed DDL exactly once, in
+// order, across crashes (R10.4). A message that does not fit the view (a
+// second create, a drop of a missing index) is recorded as an anomaly, so a
+// double apply is visible. GetVChannelView answers from the nodes of the
+// process serving it.
+package meta

@@ -1,0 +1,81 @@
+package meta
+
+import (
+	"fmt"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/server"
+)
+
+// kindError is a sentinel error of this package that also matches the
+// server-wide error it is a kind of (broadcast.ErrNotFound,
+// server.ErrAlreadyExists, ...), so the API maps it to a status code through
+// server.ConnectError, the one mapping of the process.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+func kind(msg string, k error) error { return &kindError{msg: msg, kind: k} }
+
+// Errors. Check them with errors.Is; each also matches the generic error
+// named in its comment, which decides its API status code.
+var (
+	// ErrInvalidArgument reports a malformed request: an empty, oversized
+	// or ill-formed name, a bad shard count, an unknown field type, index
+	// type or privilege (broadcast.ErrInvalidArgument: InvalidArgument).
+	ErrInvalidArgument = kind("invalid argument", broadcast.ErrInvalidArgument)
+
+	// ErrDatabaseNotFound and the errors below report a name or id that
+	// does not exist (broadcast.ErrNotFound: NotFound).
+	ErrDatabaseNotFound   = kind("database not found", broadcast.ErrNotFound)
+	ErrCollectionNotFound = kind("collection not found", broadcast.ErrNotFound)
+	ErrIndexNotFound      = kind("index not found", broadcast.ErrNotFound)
+	ErrUserNotFound       = kind("user not found", broadcast.ErrNotFound)
+	ErrGrantNotFound      = kind("privilege not granted", broadcast.ErrNotFound)
+	ErrImportJobNotFound  = kind("import job not found", broadcast.ErrNotFound)
+	ErrVChannelNotFound   = kind("vchannel view not found", broadcast.ErrNotFound)
+
+	// ErrDatabaseExists and the errors below report a name that is taken
+	// (server.ErrAlreadyExists: AlreadyExists).
+	ErrDatabaseExists   = kind("database already exists", server.ErrAlreadyExists)
+	ErrCollectionExists = kind("collection already exists", server.ErrAlreadyExists)
+	ErrIndexExists      = kind("index already exists", server.ErrAlreadyExists)
+	ErrUserExists       = kind("user already exists", server.ErrAlreadyExists)
+	ErrGrantExists      = kind("privilege already granted", server.ErrAlreadyExists)
+
+	// ErrDatabaseNotEmpty refuses to drop a database that still has
+	// collections (broadcast.ErrFailedPrecondition: FailedPrecondition).
+	ErrDatabaseNotEmpty = kind("database is not empty", broadcast.ErrFailedPrecondition)
+	// ErrTooManyIndexes refuses an index beyond MaxIndexes per collection
+	// (broadcast.ErrFailedPrecondition: FailedPrecondition).
+	ErrTooManyIndexes = kind("too many indexes", broadcast.ErrFailedPrecondition)
+
+	// ErrTooManyImportJobs refuses a new import while MaxImportJobNum jobs
+	// are unfinished; a retry of an accepted import is never refused
+	// (server.ErrQuotaExceeded: ResourceExhausted).
+	ErrTooManyImportJobs = kind("too many unfinished import jobs", server.ErrQuotaExceeded)
+
+	// ErrConcurrentChange reports that a name kept changing its id while the
+	// request resolved it (dropped and recreated again and again); nothing
+	// was done and the request may be retried (broadcast.ErrTaskNotCreated:
+	// Unavailable).
+	ErrConcurrentChange = kind("name changed while resolving it", broadcast.ErrTaskNotCreated)
+
+	// ErrUnavailable reports a catalog read or id reservation that failed
+	// (etcd unreachable, this coordinator deposed); nothing was done and
+	// the request may be retried (broadcast.ErrTaskNotCreated: Unavailable).
+	ErrUnavailable = kind("metadata unavailable", broadcast.ErrTaskNotCreated)
+
+	// ErrCorruptMetadata reports a catalog record that does not decode
+	// (broadcast.ErrCorruptCatalog: Internal).
+	ErrCorruptMetadata = kind("corrupt metadata", broadcast.ErrCorruptCatalog)
+)
+
+// errorf wraps a sentinel with details.
+func errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}

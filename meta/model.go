@@ -1,0 +1,386 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+)
+
+// Catalog keys. Every key lives under "meta/", beside the broadcaster's own
+// "bc/" (both inside the process's etcd prefix). Records are JSON.
+const (
+	keyIDs          = "meta/ids"          // end of the reserved id block, 8 bytes big endian
+	prefixDB        = "meta/db/"          // <db id> → dbRecord
+	prefixDBName    = "meta/dbname/"      // <name> → db id
+	prefixColl      = "meta/coll/"        // <coll id> → collRecord
+	prefixCollName  = "meta/collname/"    // <db id>/<name> → coll id
+	prefixDropped   = "meta/droppedname/" // <db id>/<name>/<coll id> → droppedRecord
+	prefixIndex     = "meta/index/"       // <coll id>/<name> → indexRecord
+	prefixUser      = "meta/user/"        // <name> → userRecord
+	prefixGrant     = "meta/grant/"       // <user>/<db>/<coll>/<privilege> → grantRecord
+	prefixImportJob = "meta/job/"         // <job id> → jobRecord
+)
+
+func idStr(id uint64) string { return strconv.FormatUint(id, 10) }
+
+func dbKey(id uint64) string                   { return prefixDB + idStr(id) }
+func dbNameKey(name string) string             { return prefixDBName + name }
+func collKey(id uint64) string                 { return prefixColl + idStr(id) }
+func collNamesPrefix(dbID uint64) string       { return prefixCollName + idStr(dbID) + "/" }
+func collNameKey(dbID uint64, n string) string { return collNamesPrefix(dbID) + n }
+func droppedPrefix(dbID uint64, n string) string {
+	return prefixDropped + idStr(dbID) + "/" + n + "/"
+}
+func droppedKey(dbID uint64, n string, id uint64) string { return droppedPrefix(dbID, n) + idStr(id) }
+func indexPrefix(collID uint64) string                   { return prefixIndex + idStr(collID) + "/" }
+func indexKey(collID uint64, n string) string            { return indexPrefix(collID) + n }
+func userKey(name string) string                         { return prefixUser + name }
+func grantKey(g grantRecord) string {
+	return prefixGrant + g.User + "/" + g.Database + "/" + g.Collection + "/" + g.Privilege
+}
+func jobKey(id uint64) string { return prefixImportJob + idStr(id) }
+
+// Records: what the ack callbacks write into the catalog, and what the
+// message payloads carry. Times are Unix nanoseconds.
+type (
+	dbRecord struct {
+		ID        uint64 `json:"id"`
+		Name      string `json:"name"`
+		CreatedAt int64  `json:"created_at"`
+	}
+	fieldRecord struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+	}
+	collRecord struct {
+		ID         uint64             `json:"id"`
+		DatabaseID uint64             `json:"db_id"`
+		Database   string             `json:"db"`
+		Name       string             `json:"name"`
+		Shards     int                `json:"shards"`
+		VChannels  []message.VChannel `json:"vchannels"`
+		Fields     []fieldRecord      `json:"fields"`
+		CreatedAt  int64              `json:"created_at"`
+	}
+	droppedRecord struct {
+		DroppedAt int64 `json:"dropped_at"`
+	}
+	indexRecord struct {
+		ID        uint64 `json:"id"`
+		Name      string `json:"name"`
+		Field     string `json:"field"`
+		Type      string `json:"type"`
+		CreatedAt int64  `json:"created_at"`
+	}
+	userRecord struct {
+		Name      string `json:"name"`
+		CreatedAt int64  `json:"created_at"`
+	}
+	grantRecord struct {
+		User       string `json:"user"`
+		Privilege  string `json:"privilege"`
+		Database   string `json:"db"`
+		Collection string `json:"coll"`
+	}
+	jobRecord struct {
+		ID           uint64   `json:"id"`
+		DatabaseID   uint64   `json:"db_id"`
+		CollectionID uint64   `json:"coll_id"`
+		Collection   string   `json:"coll"`
+		Files        []string `json:"files"`
+		State        jobState `json:"state"`
+		Reason       string   `json:"reason,omitempty"`
+		CreatedAt    int64    `json:"created_at"`
+		UpdatedAt    int64    `json:"updated_at"`
+	}
+)
+
+// jobState is an import job's state; its values are the proto enum's.
+type jobState int32
+
+const (
+	jobPending   = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_PENDING)
+	jobRunning   = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING)
+	jobCompleted = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED)
+	jobFailed    = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED)
+)
+
+func (s jobState) finished() bool { return s == jobCompleted || s == jobFailed }
+
+// Schema vocabulary.
+var (
+	fieldTypes = []string{"bool", "int8", "int16", "int32", "int64", "float", "double", "varchar", "json",
+		"float_vector", "binary_vector"}
+	indexTypes = []string{"AUTOINDEX", "FLAT", "IVF_FLAT", "IVF_SQ8", "IVF_PQ", "HNSW", "DISKANN", "SCANN",
+		"INVERTED", "STL_SORT", "TRIE", "BITMAP"}
+	privileges = []string{"Insert", "Delete", "Upsert", "Query", "Search", "Import", "CreateIndex", "DropIndex",
+		"DescribeCollection", "All"}
+	defaultFields = []fieldRecord{{Name: "id", Type: "int64"}, {Name: "vector", Type: "float_vector"}}
+)
+
+// defaultIndexType is the index type of a CreateIndex that names none.
+const defaultIndexType = "AUTOINDEX"
+
+// wildcard names every database or collection in a grant.
+const wildcard = "*"
+
+// checkName validates a name: 1 to MaxNameLength bytes of [A-Za-z0-9_],
+// not starting with a digit. Names appear in resource keys ("db:coll") and
+// catalog keys ("…/<name>/…"), so ':' and '/' must never occur in them.
+func checkName(what, name string) error {
+	switch {
+	case name == "":
+		return errorf(ErrInvalidArgument, "%s name is empty", what)
+	case len(name) > MaxNameLength:
+		return errorf(ErrInvalidArgument, "%s name is %d bytes, limit %d", what, len(name), MaxNameLength)
+	case name[0] >= '0' && name[0] <= '9':
+		return errorf(ErrInvalidArgument, "%s name %q starts with a digit", what, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return errorf(ErrInvalidArgument, "%s name %q has a character outside [A-Za-z0-9_]", what, printable(name))
+		}
+	}
+	return nil
+}
+
+// printable shortens and sanitises a user-supplied string for an error.
+func printable(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "?")
+	}
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return s
+}
+
+func checkFields(fs []fieldRecord) error {
+	if len(fs) > MaxFields {
+		return errorf(ErrInvalidArgument, "%d fields, limit %d", len(fs), MaxFields)
+	}
+	seen := make(map[string]bool, len(fs))
+	for _, f := range fs {
+		if err := checkName("field", f.Name); err != nil {
+			return err
+		}
+		if !slices.Contains(fieldTypes, f.Type) {
+			return errorf(ErrInvalidArgument, "field %s: type %q is not one of %s", f.Name, printable(f.Type), strings.Join(fieldTypes, ", "))
+		}
+		if seen[f.Name] {
+			return errorf(ErrInvalidArgument, "field %s named twice", f.Name)
+		}
+		seen[f.Name] = true
+	}
+	return nil
+}
+
+func checkFiles(files []string) error {
+	if len(files) == 0 || len(files) > MaxImportFiles {
+		return errorf(ErrInvalidArgument, "an import takes 1 to %d files, got %d", MaxImportFiles, len(files))
+	}
+	for i, f := range files {
+		switch {
+		case f == "":
+			return errorf(ErrInvalidArgument, "files[%d] is empty", i)
+		case len(f) > MaxFileLength:
+			return errorf(ErrInvalidArgument, "files[%d] is %d bytes, limit %d", i, len(f), MaxFileLength)
+		case !utf8.ValidString(f):
+			return errorf(ErrInvalidArgument, "files[%d] is not UTF-8", i)
+		}
+	}
+	return nil
+}
+
+// checkGrant validates a grant's names; "*" stands for every database or
+// collection.
+func checkGrant(g grantRecord) error {
+	if err := checkName("user", g.User); err != nil {
+		return err
+	}
+	if !slices.Contains(privileges, g.Privilege) {
+		return errorf(ErrInvalidArgument, "privilege %q is not one of %s", printable(g.Privilege), strings.Join(privileges, ", "))
+	}
+	if g.Database != wildcard {
+		if err := checkName("database", g.Database); err != nil {
+			return err
+		}
+	}
+	if g.Collection != wildcard {
+		if err := checkName("collection", g.Collection); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vchannelsOf lays out the shards of collection id: shard i is on pchannel
+// (id+i) mod P, named "c<id>v<i>", so consecutive collections start on
+// consecutive pchannels and each spreads its shards over distinct pchannels
+// while it has at most P of them.
+func vchannelsOf(ps []message.PChannel, id uint64, shards int) ([]message.VChannel, error) {
+	out := make([]message.VChannel, shards)
+	for i := range shards {
+		p := ps[(id+uint64(i))%uint64(len(ps))]
+		v, err := message.NewVChannel(p, fmt.Sprintf("c%dv%d", id, i))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// reader reads committed metadata from a catalog.
+type reader struct{ cat catalog.Catalog }
+
+// get decodes the record under key into v; it reports false if there is
+// none.
+func (r reader) get(ctx context.Context, key string, v any) (bool, error) {
+	raw, err := r.cat.Get(ctx, key)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, errorf(ErrCorruptMetadata, "%s: %v", key, err)
+	}
+	return true, nil
+}
+
+// getID reads an id stored in decimal (the name indexes).
+func (r reader) getID(ctx context.Context, key string) (uint64, bool, error) {
+	raw, err := r.cat.Get(ctx, key)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
+	}
+	id, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil {
+		return 0, false, errorf(ErrCorruptMetadata, "%s: %q is not an id", key, printable(string(raw)))
+	}
+	return id, true, nil
+}
+
+// list decodes every record under prefix, in key order.
+func list[T any](ctx context.Context, r reader, prefix string) ([]T, error) {
+	var out []T
+	err := r.cat.List(ctx, prefix, func(key string, raw []byte) error {
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return errorf(ErrCorruptMetadata, "%s: %v", key, err)
+		}
+		out = append(out, v)
+		return nil
+	})
+	if err != nil {
+		return nil, listErr(prefix, err)
+	}
+	return out, nil
+}
+
+// listIDs reads the ids of a name index under prefix, by name.
+func (r reader) listIDs(ctx context.Context, prefix string) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := r.cat.List(ctx, prefix, func(key string, raw []byte) error {
+		id, err := strconv.ParseUint(string(raw), 10, 64)
+		if err != nil {
+			return errorf(ErrCorruptMetadata, "%s: %q is not an id", key, printable(string(raw)))
+		}
+		out[strings.TrimPrefix(key, prefix)] = id
+		return nil
+	})
+	if err != nil {
+		return nil, listErr(prefix, err)
+	}
+	return out, nil
+}
+
+// listErr wraps a List failure: a record that does not decode stays
+// ErrCorruptMetadata, anything else is the catalog's unavailability.
+func listErr(prefix string, err error) error {
+	if errors.Is(err, ErrCorruptMetadata) {
+		return err
+	}
+	return fmt.Errorf("%w: list %s: %w", ErrUnavailable, prefix, err)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Records are plain structs of strings and numbers.
+		panic(fmt.Sprintf("meta: encode %T: %v", v, err))
+	}
+	return b
+}
+
+// Conversions to the API's messages.
+
+func tsPB(ns int64) *timestamppb.Timestamp {
+	if ns == 0 {
+		return nil
+	}
+	return timestamppb.New(time.Unix(0, ns))
+}
+
+func (d dbRecord) pb() *walcastv1.Database {
+	return &walcastv1.Database{Id: d.ID, Name: d.Name, CreatedAt: tsPB(d.CreatedAt)}
+}
+
+func (c collRecord) pb(idx []indexRecord) *walcastv1.Collection {
+	out := &walcastv1.Collection{Id: c.ID, DatabaseId: c.DatabaseID, Database: c.Database, Name: c.Name,
+		Shards: int32(c.Shards), CreatedAt: tsPB(c.CreatedAt)}
+	for _, v := range c.VChannels {
+		out.Vchannels = append(out.Vchannels, string(v))
+	}
+	for _, f := range c.Fields {
+		out.Fields = append(out.Fields, &walcastv1.Field{Name: f.Name, Type: f.Type})
+	}
+	for _, i := range idx {
+		out.Indexes = append(out.Indexes, i.pb())
+	}
+	return out
+}
+
+func (i indexRecord) pb() *walcastv1.Index {
+	return &walcastv1.Index{Id: i.ID, Name: i.Name, Field: i.Field, IndexType: i.Type, CreatedAt: tsPB(i.CreatedAt)}
+}
+
+func (u userRecord) pb() *walcastv1.User {
+	return &walcastv1.User{Name: u.Name, CreatedAt: tsPB(u.CreatedAt)}
+}
+
+func (g grantRecord) pb() *walcastv1.Grant {
+	return &walcastv1.Grant{User: g.User, Privilege: g.Privilege, Database: g.Database, Collection: g.Collection}
+}
+
+func grantFromPB(g *walcastv1.Grant) grantRecord {
+	r := grantRecord{User: g.GetUser(), Privilege: g.GetPrivilege(), Database: g.GetDatabase(), Collection: g.GetCollection()}
+	if r.Collection == "" {
+		r.Collection = wildcard
+	}
+	return r
+}
+
+func (j jobRecord) pb() *walcastv1.ImportJob {
+	return &walcastv1.ImportJob{Id: j.ID, DatabaseId: j.DatabaseID, CollectionId: j.CollectionID, Collection: j.Collection,
+		Files: slices.Clone(j.Files), State: walcastv1.ImportJobState(j.State), Reason: j.Reason,
+		CreatedAt: tsPB(j.CreatedAt), UpdatedAt: tsPB(j.UpdatedAt)}
+}

@@ -1,0 +1,1114 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/server"
+)
+
+// Service runs the metadata operations (the MetaService API, callable in
+// process) over the broadcaster of the current leader. Create it with
+// App.Handlers, which also serves it; it is safe for concurrent use.
+type Service struct {
+	cfg    Config
+	leader server.Leader
+	log    *slog.Logger
+	views  func(message.VChannel) (*walcastv1.VChannelView, error)
+
+	mu     sync.Mutex
+	idsFor *broadcast.Broadcaster // the broadcaster ids was made for; protected by mu
+	ids    *ids                   // protected by mu
+
+	// admitMu serialises the import admission check; inflight counts the
+	// imports admitted whose job is not committed yet, so that concurrent
+	// admissions cannot exceed MaxImportJobNum together.
+	admitMu  sync.Mutex
+	inflight int
+
+	// importerPaused stops the importer's steps (tests); stepMu is held
+	// during a step, so that pausing can wait for the step under way.
+	importerPaused atomic.Bool
+	stepMu         sync.Mutex
+}
+
+// maxResolve bounds how often a request resolves its names again when one
+// changed its id between resolution and locking (a drop and recreate).
+const maxResolve = 3
+
+// errResolveAgain asks resolving to resolve the names again.
+var errResolveAgain = errors.New("meta: resolve again")
+
+// resolving runs fn until it does not ask to resolve again.
+func resolving(fn func() error) error {
+	for range maxResolve {
+		if err := fn(); !errors.Is(err, errResolveAgain) {
+			return err
+		}
+	}
+	return ErrConcurrentChange
+}
+
+// ddl is one DDL/DCL request on its way through the broadcaster.
+type ddl struct {
+	typ    message.Type
+	key    message.IdempotencyKey // scoped; "" without a client key
+	digest []byte
+	keys   []resource.Key
+}
+
+// current returns the leader's broadcaster and a reader of its catalog.
+func (s *Service) current() (*broadcast.Broadcaster, reader, error) {
+	b, err := s.leader.Current()
+	if err != nil {
+		return nil, reader{}, err
+	}
+	return b, reader{b.Catalog()}, nil
+}
+
+// start resolves the request's idempotency key, then takes its resource
+// keys (R7.5): a retry of an accepted request gets the original's result,
+// without a handle, before any lock, validation, id allocation or
+// admission check of its own.
+func (s *Service) start(ctx context.Context, b *broadcast.Broadcaster, d ddl) (*broadcast.Handle, *broadcast.Result, error) {
+	var h *broadcast.Handle
+	var err error
+	if d.key != "" {
+		h, err = b.WithIdempotentResourceKeys(ctx, broadcast.Idempotent{Type: d.typ, Key: d.key, Digest: d.digest}, d.keys...)
+	} else {
+		h, err = b.WithResourceKeys(ctx, d.keys...)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if h.Duplicate() {
+		defer h.Close()
+		res, err := h.Original(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, res, nil
+	}
+	return h, nil, nil
+}
+
+// lookupOriginal answers a retry whose original changed the names it is
+// resolved by (a drop, a rename): for each id the request's collection may
+// have had, it looks the key up without locking, and on a hit waits for and
+// returns the original's result. It returns nil when no candidate knows the
+// key.
+func (s *Service) lookupOriginal(ctx context.Context, b *broadcast.Broadcaster, d ddl, clientKey string, candidates []uint64) (*broadcast.Result, error) {
+	if clientKey == "" {
+		return nil, nil
+	}
+	for _, id := range candidates {
+		d.key = message.CollectionKey(id, clientKey)
+		if _, err := b.Lookup(ctx, d.typ, d.key); err != nil {
+			continue
+		}
+		h, res, err := s.start(ctx, b, d)
+		if err != nil {
+			return nil, err
+		}
+		if h != nil {
+			// The original was forgotten since Lookup: not a retry.
+			h.Close()
+			continue
+		}
+		return res, nil
+	}
+	return nil, nil
+}
+
+// send broadcasts payload to targets through h.
+func (s *Service) send(ctx context.Context, h *broadcast.Handle, d ddl, payload any, targets []message.VChannel) (*broadcast.Result, error) {
+	msg, err := message.NewBroadcast(d.typ, mustJSON(payload), targets, message.WithIdempotencyKey(d.key))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return h.Broadcast(ctx, msg)
+}
+
+// alloc returns a new id from the leader's catalog.
+func (s *Service) alloc(ctx context.Context, b *broadcast.Broadcaster) (uint64, error) {
+	s.mu.Lock()
+	if s.idsFor != b {
+		s.idsFor, s.ids = b, newIDs(b.Catalog())
+	}
+	a := s.ids
+	s.mu.Unlock()
+	return a.alloc(ctx)
+}
+
+// original decodes the payload of the message a result is for: the
+// original's for a duplicate, else sent.
+func original[P any](res *broadcast.Result, sent P) (P, error) {
+	if res.Duplicated == nil {
+		return sent, nil
+	}
+	var p P
+	if err := json.Unmarshal(res.Duplicated.Payload, &p); err != nil {
+		return p, errorf(ErrCorruptMetadata, "payload of broadcast %d: %v", res.BroadcastID, err)
+	}
+	return p, nil
+}
+
+func result(res *broadcast.Result, key message.IdempotencyKey) *walcastv1.DDLResult {
+	return &walcastv1.DDLResult{BroadcastId: res.BroadcastID, Duplicated: res.Duplicated != nil, KeyFingerprint: key.Fingerprint()}
+}
+
+func (s *Service) now() int64 { return s.cfg.Clock().UnixNano() }
+
+// checkKey validates a client idempotency key before it is scoped.
+func checkKey(clientKey string) error {
+	if err := message.ClusterKey(clientKey).Validate(); err != nil {
+		return fmt.Errorf("%w: idempotency_key: %w", ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// resolveDB returns the id of database name.
+func resolveDB(ctx context.Context, r reader, name string) (uint64, error) {
+	id, ok, err := r.getID(ctx, dbNameKey(name))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, errorf(ErrDatabaseNotFound, "%s", name)
+	}
+	return id, nil
+}
+
+// resolveColl returns the ids of database db and its collection name.
+func resolveColl(ctx context.Context, r reader, db, name string) (dbID, collID uint64, err error) {
+	if dbID, err = resolveDB(ctx, r, db); err != nil {
+		return 0, 0, err
+	}
+	collID, ok, err := r.getID(ctx, collNameKey(dbID, name))
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ok {
+		return 0, 0, errorf(ErrCollectionNotFound, "%s.%s", db, name)
+	}
+	return dbID, collID, nil
+}
+
+// recheckColl checks, under the request's resource keys, that db.name still
+// names collection collID, and returns its record. A different id asks to
+// resolve again; no id is ErrCollectionNotFound.
+func recheckColl(ctx context.Context, r reader, dbID uint64, db, name string, collID uint64) (collRecord, error) {
+	var c collRecord
+	id, ok, err := r.getID(ctx, collNameKey(dbID, name))
+	switch {
+	case err != nil:
+		return c, err
+	case !ok:
+		return c, errorf(ErrCollectionNotFound, "%s.%s", db, name)
+	case id != collID:
+		return c, errResolveAgain
+	}
+	ok, err = r.get(ctx, collKey(collID), &c)
+	switch {
+	case err != nil:
+		return c, err
+	case !ok:
+		return c, errorf(ErrCorruptMetadata, "collection %d is named but has no record", collID)
+	}
+	return c, nil
+}
+
+// recheckDB checks, under the request's resource keys, that db still names
+// database dbID.
+func recheckDB(ctx context.Context, r reader, db string, dbID uint64) error {
+	id, err := resolveDB(ctx, r, db)
+	switch {
+	case err != nil:
+		return err
+	case id != dbID:
+		return errResolveAgain
+	}
+	return nil
+}
+
+// CreateDatabase creates a database. Its key is cluster-scoped.
+func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatabaseRequest) (*walcastv1.CreateDatabaseResponse, error) {
+	name, ck := req.GetName(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", name), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	d := ddl{typ: TypeCreateDatabase, key: message.ClusterKey(ck), digest: digest(TypeCreateDatabase, name),
+		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
+	h, res, err := s.start(ctx, b, d)
+	if err != nil {
+		return nil, err
+	}
+	var p createDatabasePayload
+	if h != nil {
+		defer h.Close()
+		if _, ok, err := r.getID(ctx, dbNameKey(name)); err != nil {
+			return nil, err
+		} else if ok {
+			return nil, errorf(ErrDatabaseExists, "%s", name)
+		}
+		id, err := s.alloc(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		p.Database = dbRecord{ID: id, Name: name, CreatedAt: s.now()}
+		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
+			return nil, err
+		}
+	}
+	if p, err = original(res, p); err != nil {
+		return nil, err
+	}
+	return &walcastv1.CreateDatabaseResponse{Result: result(res, d.key), Database: p.Database.pb()}, nil
+}
+
+// DropDatabase drops an empty database. Its key is cluster-scoped.
+func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseRequest) (*walcastv1.DropDatabaseResponse, error) {
+	name, ck := req.GetName(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", name), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	d := ddl{typ: TypeDropDatabase, key: message.ClusterKey(ck), digest: digest(TypeDropDatabase, name),
+		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
+	h, res, err := s.start(ctx, b, d)
+	if err != nil {
+		return nil, err
+	}
+	var p dropDatabasePayload
+	if h != nil {
+		defer h.Close()
+		id, err := resolveDB(ctx, r, name)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := r.get(ctx, dbKey(id), &p.Database)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, errorf(ErrCorruptMetadata, "database %d is named but has no record", id)
+		}
+		names, err := r.listIDs(ctx, collNamesPrefix(id))
+		if err != nil {
+			return nil, err
+		}
+		if len(names) > 0 {
+			return nil, errorf(ErrDatabaseNotEmpty, "%s has %d collections; drop them first", name, len(names))
+		}
+		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
+			return nil, err
+		}
+	}
+	if p, err = original(res, p); err != nil {
+		return nil, err
+	}
+	return &walcastv1.DropDatabaseResponse{Result: result(res, d.key), DatabaseId: p.Database.ID}, nil
+}
+
+// ListDatabases lists the databases by name.
+func (s *Service) ListDatabases(ctx context.Context, _ *walcastv1.ListDatabasesRequest) (*walcastv1.ListDatabasesResponse, error) {
+	_, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	dbs, err := list[dbRecord](ctx, r, prefixDB)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(dbs, func(a, b dbRecord) int { return strings.Compare(a.Name, b.Name) })
+	out := &walcastv1.ListDatabasesResponse{}
+	for _, d := range dbs {
+		out.Databases = append(out.Databases, d.pb())
+	}
+	return out, nil
+}
+
+// CreateCollection creates a collection with one vchannel per shard. Its key
+// is scoped to the database, by id.
+func (s *Service) CreateCollection(ctx context.Context, req *walcastv1.CreateCollectionRequest) (*walcastv1.CreateCollectionResponse, error) {
+	db, name, ck := req.GetDatabase(), req.GetName(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", db), checkName("collection", name), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	shards := int(req.GetShards())
+	switch {
+	case shards == 0:
+		shards = s.cfg.CollectionShards
+	case shards < 0 || shards > MaxShards:
+		return nil, errorf(ErrInvalidArgument, "shards %d is outside 1..%d", req.GetShards(), MaxShards)
+	}
+	fields := make([]fieldRecord, len(req.GetFields()))
+	for i, f := range req.GetFields() {
+		fields[i] = fieldRecord{Name: f.GetName(), Type: f.GetType()}
+	}
+	if err := checkFields(fields); err != nil {
+		return nil, err
+	}
+	params := digest(TypeCreateCollection, name, req.GetShards(), fields)
+	if len(fields) == 0 {
+		fields = defaultFields
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var out *walcastv1.CreateCollectionResponse
+	err = resolving(func() error {
+		dbID, err := resolveDB(ctx, r, db)
+		if err != nil {
+			return err
+		}
+		d := ddl{typ: TypeCreateCollection, key: message.DatabaseKey(dbID, ck), digest: params,
+			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, name)}}
+		h, res, err := s.start(ctx, b, d)
+		if err != nil {
+			return err
+		}
+		var p createCollectionPayload
+		if h != nil {
+			defer h.Close()
+			if err := recheckDB(ctx, r, db, dbID); err != nil {
+				return err
+			}
+			if _, ok, err := r.getID(ctx, collNameKey(dbID, name)); err != nil {
+				return err
+			} else if ok {
+				return errorf(ErrCollectionExists, "%s.%s", db, name)
+			}
+			id, err := s.alloc(ctx, b)
+			if err != nil {
+				return err
+			}
+			vcs, err := vchannelsOf(s.cfg.PChannels, id, shards)
+			if err != nil {
+				return err
+			}
+			p.Collection = collRecord{ID: id, DatabaseID: dbID, Database: db, Name: name, Shards: shards,
+				VChannels: vcs, Fields: fields, CreatedAt: s.now()}
+			if res, err = s.send(ctx, h, d, p, vcs); err != nil {
+				return err
+			}
+		}
+		if p, err = original(res, p); err != nil {
+			return err
+		}
+		out = &walcastv1.CreateCollectionResponse{Result: result(res, d.key), Collection: p.Collection.pb(nil)}
+		return nil
+	})
+	return out, err
+}
+
+// droppedIDs lists the ids of the collections named name in database dbID
+// that were dropped within the retention window, newest first.
+func droppedIDs(ctx context.Context, r reader, dbID uint64, name string) ([]uint64, error) {
+	prefix := droppedPrefix(dbID, name)
+	var out []uint64
+	err := r.cat.List(ctx, prefix, func(key string, _ []byte) error {
+		if id, err := strconv.ParseUint(strings.TrimPrefix(key, prefix), 10, 64); err == nil {
+			out = append(out, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, listErr(prefix, err)
+	}
+	slices.Reverse(out) // ids grow: newest first, roughly
+	return out, nil
+}
+
+// DropCollection drops a collection and its indexes. Its key is scoped to
+// the collection, by id; a retry after the drop finds the collection's id
+// in the index of dropped names.
+func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollectionRequest) (*walcastv1.DropCollectionResponse, error) {
+	db, name, ck := req.GetDatabase(), req.GetName(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", db), checkName("collection", name), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var out *walcastv1.DropCollectionResponse
+	err = resolving(func() error {
+		dbID, err := resolveDB(ctx, r, db)
+		if err != nil {
+			return err
+		}
+		d := ddl{typ: TypeDropCollection, digest: digest(TypeDropCollection),
+			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, name)}}
+		if ck != "" {
+			dropped, err := droppedIDs(ctx, r, dbID, name)
+			if err != nil {
+				return err
+			}
+			res, err := s.lookupOriginal(ctx, b, d, ck, dropped)
+			if err != nil {
+				return err
+			}
+			if res != nil {
+				p, err := original(res, dropCollectionPayload{})
+				if err != nil {
+					return err
+				}
+				out = &walcastv1.DropCollectionResponse{Result: result(res, message.CollectionKey(p.Collection.ID, ck)),
+					CollectionId: p.Collection.ID}
+				return nil
+			}
+		}
+		_, collID, err := resolveColl(ctx, r, db, name)
+		if err != nil {
+			return err
+		}
+		if ck != "" {
+			d.key = message.CollectionKey(collID, ck)
+		}
+		h, res, err := s.start(ctx, b, d)
+		if err != nil {
+			return err
+		}
+		var p dropCollectionPayload
+		if h != nil {
+			defer h.Close()
+			if p.Collection, err = recheckColl(ctx, r, dbID, db, name, collID); err != nil {
+				return err
+			}
+			idx, err := list[indexRecord](ctx, r, indexPrefix(collID))
+			if err != nil {
+				return err
+			}
+			for _, i := range idx {
+				p.Indexes = append(p.Indexes, i.Name)
+			}
+			p.DroppedAt = s.now()
+			if res, err = s.send(ctx, h, d, p, p.Collection.VChannels); err != nil {
+				return err
+			}
+		}
+		if p, err = original(res, p); err != nil {
+			return err
+		}
+		out = &walcastv1.DropCollectionResponse{Result: result(res, d.key), CollectionId: p.Collection.ID}
+		return nil
+	})
+	return out, err
+}
+
+// RenameCollection renames a collection, keeping its id; it holds the
+// database exclusively. Its key is scoped to the collection, by id; a retry
+// after the rename resolves the collection by its new name.
+func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCollectionRequest) (*walcastv1.RenameCollectionResponse, error) {
+	db, oldName, newName, ck := req.GetDatabase(), req.GetOldName(), req.GetNewName(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", db), checkName("collection", oldName), checkName("collection", newName), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	if oldName == newName {
+		return nil, errorf(ErrInvalidArgument, "the new name is the old name %s", oldName)
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var out *walcastv1.RenameCollectionResponse
+	err = resolving(func() error {
+		dbID, err := resolveDB(ctx, r, db)
+		if err != nil {
+			return err
+		}
+		d := ddl{typ: TypeRenameCollection, digest: digest(TypeRenameCollection, newName),
+			keys: []resource.Key{resource.ExclusiveDatabase(db)}}
+		if ck != "" {
+			if id, ok, err := r.getID(ctx, collNameKey(dbID, newName)); err != nil {
+				return err
+			} else if ok {
+				res, err := s.lookupOriginal(ctx, b, d, ck, []uint64{id})
+				if err != nil {
+					return err
+				}
+				if res != nil {
+					p, err := original(res, renameCollectionPayload{})
+					if err != nil {
+						return err
+					}
+					out = &walcastv1.RenameCollectionResponse{Result: result(res, message.CollectionKey(id, ck)),
+						Collection: p.Collection.pb(nil)}
+					return nil
+				}
+			}
+		}
+		_, collID, err := resolveColl(ctx, r, db, oldName)
+		if err != nil {
+			return err
+		}
+		if ck != "" {
+			d.key = message.CollectionKey(collID, ck)
+		}
+		h, res, err := s.start(ctx, b, d)
+		if err != nil {
+			return err
+		}
+		var p renameCollectionPayload
+		if h != nil {
+			defer h.Close()
+			c, err := recheckColl(ctx, r, dbID, db, oldName, collID)
+			if err != nil {
+				return err
+			}
+			if _, ok, err := r.getID(ctx, collNameKey(dbID, newName)); err != nil {
+				return err
+			} else if ok {
+				return errorf(ErrCollectionExists, "%s.%s", db, newName)
+			}
+			p.OldName = oldName
+			p.Collection = c
+			p.Collection.Name = newName
+			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
+				return err
+			}
+		}
+		if p, err = original(res, p); err != nil {
+			return err
+		}
+		out = &walcastv1.RenameCollectionResponse{Result: result(res, d.key), Collection: p.Collection.pb(nil)}
+		return nil
+	})
+	return out, err
+}
+
+// ListCollections lists the collections of a database, by name.
+func (s *Service) ListCollections(ctx context.Context, req *walcastv1.ListCollectionsRequest) (*walcastv1.ListCollectionsResponse, error) {
+	db := req.GetDatabase()
+	if err := checkName("database", db); err != nil {
+		return nil, err
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	dbID, err := resolveDB(ctx, r, db)
+	if err != nil {
+		return nil, err
+	}
+	// Two reads in all: the collection records, then every index.
+	colls, err := list[collRecord](ctx, r, prefixColl)
+	if err != nil {
+		return nil, err
+	}
+	colls = slices.DeleteFunc(colls, func(c collRecord) bool { return c.DatabaseID != dbID })
+	slices.SortFunc(colls, func(a, b collRecord) int { return strings.Compare(a.Name, b.Name) })
+	idx := map[uint64][]indexRecord{}
+	if len(colls) > 0 {
+		err = r.cat.List(ctx, prefixIndex, func(key string, raw []byte) error {
+			id, _, _ := strings.Cut(strings.TrimPrefix(key, prefixIndex), "/")
+			collID, err := strconv.ParseUint(id, 10, 64)
+			if err != nil {
+				return errorf(ErrCorruptMetadata, "%s: not an index key", key)
+			}
+			var i indexRecord
+			if err := json.Unmarshal(raw, &i); err != nil {
+				return errorf(ErrCorruptMetadata, "%s: %v", key, err)
+			}
+			idx[collID] = append(idx[collID], i)
+			return nil
+		})
+		if err != nil {
+			return nil, listErr(prefixIndex, err)
+		}
+	}
+	out := &walcastv1.ListCollectionsResponse{}
+	for _, c := range colls {
+		out.Collections = append(out.Collections, c.pb(idx[c.ID]))
+	}
+	return out, nil
+}
+
+// describe reads collection id with its indexes.
+func describe(ctx context.Context, r reader, id uint64) (*walcastv1.Collection, error) {
+	var c collRecord
+	ok, err := r.get(ctx, collKey(id), &c)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errorf(ErrCollectionNotFound, "id %d", id)
+	}
+	idx, err := list[indexRecord](ctx, r, indexPrefix(id))
+	if err != nil {
+		return nil, err
+	}
+	return c.pb(idx), nil
+}
+
+// DescribeCollection describes a collection, indexes included.
+func (s *Service) DescribeCollection(ctx context.Context, req *walcastv1.DescribeCollectionRequest) (*walcastv1.Collection, error) {
+	db, name := req.GetDatabase(), req.GetName()
+	if err := errors.Join(checkName("database", db), checkName("collection", name)); err != nil {
+		return nil, err
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	_, id, err := resolveColl(ctx, r, db, name)
+	if err != nil {
+		return nil, err
+	}
+	return describe(ctx, r, id)
+}
+
+// CreateIndex creates an index on a field of a collection. Its key is
+// scoped to the collection, by id.
+func (s *Service) CreateIndex(ctx context.Context, req *walcastv1.CreateIndexRequest) (*walcastv1.CreateIndexResponse, error) {
+	db, coll, name, field, ck := req.GetDatabase(), req.GetCollection(), req.GetName(), req.GetField(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", db), checkName("collection", coll), checkName("index", name),
+		checkName("field", field), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	typ := req.GetIndexType()
+	if typ == "" {
+		typ = defaultIndexType
+	}
+	if !slices.Contains(indexTypes, typ) {
+		return nil, errorf(ErrInvalidArgument, "index type %q is not one of %s", printable(typ), strings.Join(indexTypes, ", "))
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var out *walcastv1.CreateIndexResponse
+	err = resolving(func() error {
+		dbID, collID, err := resolveColl(ctx, r, db, coll)
+		if err != nil {
+			return err
+		}
+		d := ddl{typ: TypeCreateIndex, key: message.CollectionKey(collID, ck), digest: digest(TypeCreateIndex, name, field, typ),
+			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, coll)}}
+		h, res, err := s.start(ctx, b, d)
+		if err != nil {
+			return err
+		}
+		var p indexPayload
+		if h != nil {
+			defer h.Close()
+			c, err := recheckColl(ctx, r, dbID, db, coll, collID)
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(c.Fields, func(f fieldRecord) bool { return f.Name == field }) {
+				return errorf(ErrInvalidArgument, "collection %s.%s has no field %s", db, coll, field)
+			}
+			idx, err := list[indexRecord](ctx, r, indexPrefix(collID))
+			if err != nil {
+				return err
+			}
+			for _, i := range idx {
+				switch {
+				case i.Name == name:
+					return errorf(ErrIndexExists, "%s on %s.%s", name, db, coll)
+				case i.Field == field:
+					return errorf(ErrIndexExists, "field %s of %s.%s already has index %s", field, db, coll, i.Name)
+				}
+			}
+			if len(idx) >= MaxIndexes {
+				return errorf(ErrTooManyIndexes, "%s.%s has %d indexes, limit %d", db, coll, len(idx), MaxIndexes)
+			}
+			id, err := s.alloc(ctx, b)
+			if err != nil {
+				return err
+			}
+			p = indexPayload{DatabaseID: dbID, CollectionID: collID,
+				Index: indexRecord{ID: id, Name: name, Field: field, Type: typ, CreatedAt: s.now()}}
+			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
+				return err
+			}
+		}
+		if p, err = original(res, p); err != nil {
+			return err
+		}
+		out = &walcastv1.CreateIndexResponse{Result: result(res, d.key), CollectionId: p.CollectionID, Index: p.Index.pb()}
+		return nil
+	})
+	return out, err
+}
+
+// DropIndex drops an index. Its key is scoped to the collection, by id.
+func (s *Service) DropIndex(ctx context.Context, req *walcastv1.DropIndexRequest) (*walcastv1.DropIndexResponse, error) {
+	db, coll, name, ck := req.GetDatabase(), req.GetCollection(), req.GetName(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", db), checkName("collection", coll), checkName("index", name), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var out *walcastv1.DropIndexResponse
+	err = resolving(func() error {
+		dbID, collID, err := resolveColl(ctx, r, db, coll)
+		if err != nil {
+			return err
+		}
+		d := ddl{typ: TypeDropIndex, key: message.CollectionKey(collID, ck), digest: digest(TypeDropIndex, name),
+			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, coll)}}
+		h, res, err := s.start(ctx, b, d)
+		if err != nil {
+			return err
+		}
+		var p indexPayload
+		if h != nil {
+			defer h.Close()
+			c, err := recheckColl(ctx, r, dbID, db, coll, collID)
+			if err != nil {
+				return err
+			}
+			p = indexPayload{DatabaseID: dbID, CollectionID: collID}
+			if ok, err := r.get(ctx, indexKey(collID, name), &p.Index); err != nil {
+				return err
+			} else if !ok {
+				return errorf(ErrIndexNotFound, "%s on %s.%s", name, db, coll)
+			}
+			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
+				return err
+			}
+		}
+		if p, err = original(res, p); err != nil {
+			return err
+		}
+		out = &walcastv1.DropIndexResponse{Result: result(res, d.key), CollectionId: p.CollectionID}
+		return nil
+	})
+	return out, err
+}
+
+// CreateUser creates a user. It holds the exclusive Privilege key; its key
+// is cluster-scoped.
+func (s *Service) CreateUser(ctx context.Context, req *walcastv1.CreateUserRequest) (*walcastv1.CreateUserResponse, error) {
+	name, ck := req.GetName(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("user", name), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	d := ddl{typ: TypeCreateUser, key: message.ClusterKey(ck), digest: digest(TypeCreateUser, name),
+		keys: []resource.Key{resource.ExclusivePrivilege()}}
+	h, res, err := s.start(ctx, b, d)
+	if err != nil {
+		return nil, err
+	}
+	var p userPayload
+	if h != nil {
+		defer h.Close()
+		var u userRecord
+		if ok, err := r.get(ctx, userKey(name), &u); err != nil {
+			return nil, err
+		} else if ok {
+			return nil, errorf(ErrUserExists, "%s", name)
+		}
+		p.User = userRecord{Name: name, CreatedAt: s.now()}
+		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
+			return nil, err
+		}
+	}
+	if p, err = original(res, p); err != nil {
+		return nil, err
+	}
+	return &walcastv1.CreateUserResponse{Result: result(res, d.key), User: p.User.pb()}, nil
+}
+
+// ListUsers lists the users and every grant.
+func (s *Service) ListUsers(ctx context.Context, _ *walcastv1.ListUsersRequest) (*walcastv1.ListUsersResponse, error) {
+	_, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	users, err := list[userRecord](ctx, r, prefixUser)
+	if err != nil {
+		return nil, err
+	}
+	grants, err := list[grantRecord](ctx, r, prefixGrant)
+	if err != nil {
+		return nil, err
+	}
+	out := &walcastv1.ListUsersResponse{}
+	for _, u := range users {
+		out.Users = append(out.Users, u.pb())
+	}
+	for _, g := range grants {
+		out.Grants = append(out.Grants, g.pb())
+	}
+	return out, nil
+}
+
+// GrantPrivilege grants a privilege; RevokePrivilege revokes one. Both hold
+// the exclusive Privilege key; their keys are cluster-scoped.
+func (s *Service) GrantPrivilege(ctx context.Context, req *walcastv1.GrantPrivilegeRequest) (*walcastv1.GrantPrivilegeResponse, error) {
+	res, g, key, err := s.changeGrant(ctx, TypeGrantPrivilege, req.GetGrant(), req.GetIdempotencyKey())
+	if err != nil {
+		return nil, err
+	}
+	return &walcastv1.GrantPrivilegeResponse{Result: result(res, key), Grant: g.pb()}, nil
+}
+
+// RevokePrivilege revokes a granted privilege.
+func (s *Service) RevokePrivilege(ctx context.Context, req *walcastv1.RevokePrivilegeRequest) (*walcastv1.RevokePrivilegeResponse, error) {
+	res, g, key, err := s.changeGrant(ctx, TypeRevokePrivilege, req.GetGrant(), req.GetIdempotencyKey())
+	if err != nil {
+		return nil, err
+	}
+	return &walcastv1.RevokePrivilegeResponse{Result: result(res, key), Grant: g.pb()}, nil
+}
+
+func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcastv1.Grant, ck string) (*broadcast.Result, grantRecord, message.IdempotencyKey, error) {
+	g := grantFromPB(gpb)
+	if err := errors.Join(checkGrant(g), checkKey(ck)); err != nil {
+		return nil, g, "", err
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, g, "", err
+	}
+	d := ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, g), keys: []resource.Key{resource.ExclusivePrivilege()}}
+	h, res, err := s.start(ctx, b, d)
+	if err != nil {
+		return nil, g, "", err
+	}
+	p := grantPayload{Grant: g}
+	if h != nil {
+		defer h.Close()
+		var u userRecord
+		if ok, err := r.get(ctx, userKey(g.User), &u); err != nil {
+			return nil, g, "", err
+		} else if !ok {
+			return nil, g, "", errorf(ErrUserNotFound, "%s", g.User)
+		}
+		var have grantRecord
+		granted, err := r.get(ctx, grantKey(g), &have)
+		switch {
+		case err != nil:
+			return nil, g, "", err
+		case typ == TypeGrantPrivilege && granted:
+			return nil, g, "", errorf(ErrGrantExists, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
+		case typ == TypeRevokePrivilege && !granted:
+			return nil, g, "", errorf(ErrGrantNotFound, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
+		}
+		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
+			return nil, g, "", err
+		}
+	}
+	if p, err = original(res, p); err != nil {
+		return nil, g, "", err
+	}
+	return res, p.Grant, d.key, nil
+}
+
+// Import starts a bulk import job (R10.3). Its key is scoped to the
+// collection, by id: a retry resolved by the collection's new name after a
+// rename gets the original job, a retry after a drop and recreate under the
+// same name makes a new one. The key is resolved before the admission limit
+// is checked, so a retry is answered even while MaxImportJobNum jobs are
+// unfinished (R7.5); the answer is the job as it is now, failed if it failed
+// (R7.9).
+func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*walcastv1.ImportResponse, error) {
+	db, coll, files, ck := req.GetDatabase(), req.GetCollection(), req.GetFiles(), req.GetIdempotencyKey()
+	if err := errors.Join(checkName("database", db), checkName("collection", coll), checkFiles(files), checkKey(ck)); err != nil {
+		return nil, err
+	}
+	b, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var out *walcastv1.ImportResponse
+	err = resolving(func() error {
+		dbID, collID, err := resolveColl(ctx, r, db, coll)
+		if err != nil {
+			return err
+		}
+		// Imports into one collection do not conflict with each other: they
+		// share the collection's key, which its DDL takes exclusively.
+		d := ddl{typ: TypeImport, key: message.CollectionKey(collID, ck), digest: digest(TypeImport, files),
+			keys: []resource.Key{resource.SharedDatabase(db), resource.SharedCollection(db, coll)}}
+		h, res, err := s.start(ctx, b, d)
+		if err != nil {
+			return err
+		}
+		var p importPayload
+		if h != nil {
+			defer h.Close()
+			c, err := recheckColl(ctx, r, dbID, db, coll, collID)
+			if err != nil {
+				return err
+			}
+			release, err := s.admitImport(ctx, r)
+			if err != nil {
+				return err
+			}
+			defer release()
+			id, err := s.alloc(ctx, b)
+			if err != nil {
+				return err
+			}
+			now := s.now()
+			p.Job = jobRecord{ID: id, DatabaseID: dbID, CollectionID: collID, Collection: coll, Files: slices.Clone(files),
+				State: jobPending, CreatedAt: now, UpdatedAt: now}
+			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
+				return err
+			}
+		}
+		if p, err = original(res, p); err != nil {
+			return err
+		}
+		job := p.Job
+		ok, err := r.get(ctx, jobKey(job.ID), &job)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Deleted after ImportJobRetention, which outlives the window.
+			job.State, job.Reason = 0, "the job's record expired"
+		}
+		if res.Duplicated != nil {
+			s.log.Info("import retry answered by its original job", "key_fp", d.key.Fingerprint(), "job", job.ID,
+				"job_state", walcastv1.ImportJobState(job.State).String(), "broadcast", res.BroadcastID)
+		}
+		out = &walcastv1.ImportResponse{Result: result(res, d.key), Job: job.pb()}
+		return nil
+	})
+	return out, err
+}
+
+// admitImport admits one new import if fewer than MaxImportJobNum jobs are
+// unfinished or being created; release ends its reservation once its job
+// is committed (or was not created).
+func (s *Service) admitImport(ctx context.Context, r reader) (release func(), err error) {
+	s.admitMu.Lock()
+	defer s.admitMu.Unlock()
+	jobs, err := list[jobRecord](ctx, r, prefixImportJob)
+	if err != nil {
+		return nil, err
+	}
+	n := s.inflight
+	for _, j := range jobs {
+		if !j.State.finished() {
+			n++
+		}
+	}
+	if n >= s.cfg.MaxImportJobNum {
+		return nil, errorf(ErrTooManyImportJobs, "%d unfinished, limit %d (meta.max_import_job_num)", n, s.cfg.MaxImportJobNum)
+	}
+	s.inflight++
+	return func() {
+		s.admitMu.Lock()
+		s.inflight--
+		s.admitMu.Unlock()
+	}, nil
+}
+
+// GetImportJob describes one import job.
+func (s *Service) GetImportJob(ctx context.Context, req *walcastv1.GetImportJobRequest) (*walcastv1.ImportJob, error) {
+	if req.GetId() == 0 {
+		return nil, errorf(ErrInvalidArgument, "id is required")
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var j jobRecord
+	ok, err := r.get(ctx, jobKey(req.GetId()), &j)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errorf(ErrImportJobNotFound, "%d", req.GetId())
+	}
+	return j.pb(), nil
+}
+
+// ListImportJobs lists the import jobs by id: all of them, those of a
+// database, or those of a collection (by its current name).
+func (s *Service) ListImportJobs(ctx context.Context, req *walcastv1.ListImportJobsRequest) (*walcastv1.ListImportJobsResponse, error) {
+	db, coll := req.GetDatabase(), req.GetCollection()
+	if coll != "" && db == "" {
+		return nil, errorf(ErrInvalidArgument, "a collection needs its database")
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	keep := func(jobRecord) bool { return true }
+	switch {
+	case coll != "":
+		if err := errors.Join(checkName("database", db), checkName("collection", coll)); err != nil {
+			return nil, err
+		}
+		_, collID, err := resolveColl(ctx, r, db, coll)
+		if err != nil {
+			return nil, err
+		}
+		keep = func(j jobRecord) bool { return j.CollectionID == collID }
+	case db != "":
+		if err := checkName("database", db); err != nil {
+			return nil, err
+		}
+		dbID, err := resolveDB(ctx, r, db)
+		if err != nil {
+			return nil, err
+		}
+		keep = func(j jobRecord) bool { return j.DatabaseID == dbID }
+	}
+	jobs, err := list[jobRecord](ctx, r, prefixImportJob)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(jobs, func(a, b jobRecord) int { return cmpUint(a.ID, b.ID) })
+	out := &walcastv1.ListImportJobsResponse{}
+	for _, j := range jobs {
+		if keep(j) {
+			out.Jobs = append(out.Jobs, j.pb())
+		}
+	}
+	return out, nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// GetVChannelView returns the view the streaming node consuming a vchannel
+// built, if that node runs in this process.
+func (s *Service) GetVChannelView(_ context.Context, req *walcastv1.GetVChannelViewRequest) (*walcastv1.VChannelView, error) {
+	v := message.VChannel(req.GetVchannel())
+	if err := v.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: vchannel: %w", ErrInvalidArgument, err)
+	}
+	return s.views(v)
+}

@@ -1,0 +1,336 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/node"
+	"github.com/walcast/walcast/wal"
+)
+
+// maxAnomalies bounds the anomalies a view keeps.
+const maxAnomalies = 32
+
+// Applier is a streaming node's state: for each vchannel it consumes, a view
+// of the schema built only from the messages the vchannel applied (R10.4).
+// A shard vchannel knows its collection (id, name, database, shard, dropped
+// flag), its indexes and the import jobs it saw; the control channel, which
+// receives every broadcast, knows the databases, users and grants. The node
+// applies each copy once per vchannel and snapshots the views per pchannel,
+// so a view holds every message exactly once, in WAL order, across crashes.
+// Messages of other types (the generic ones) are ignored.
+type Applier struct {
+	node string
+
+	mu    sync.Mutex
+	chans map[message.PChannel]map[message.VChannel]*view // protected by mu
+}
+
+var _ node.Applier = (*Applier)(nil)
+
+// NewApplier returns an empty state for node name.
+func NewApplier(name string) *Applier {
+	return &Applier{node: name, chans: make(map[message.PChannel]map[message.VChannel]*view)}
+}
+
+// view is one vchannel's view, as snapshotted.
+type view struct {
+	CollectionID    uint64                 `json:"coll_id,omitempty"`
+	Collection      string                 `json:"coll,omitempty"`
+	DatabaseID      uint64                 `json:"db_id,omitempty"`
+	Database        string                 `json:"db,omitempty"`
+	Shard           int                    `json:"shard,omitempty"`
+	Dropped         bool                   `json:"dropped,omitempty"`
+	Indexes         map[string]indexRecord `json:"indexes,omitempty"`
+	ImportJobs      []uint64               `json:"jobs,omitempty"`
+	Databases       map[string]dbRecord    `json:"dbs,omitempty"`
+	Users           map[string]userRecord  `json:"users,omitempty"`
+	Grants          map[string]grantRecord `json:"grants,omitempty"`
+	Applied         uint64                 `json:"applied"`
+	LastBroadcastID uint64                 `json:"last,omitempty"`
+	Anomalies       []string               `json:"anomalies,omitempty"`
+}
+
+func (v *view) anomaly(format string, args ...any) {
+	if len(v.Anomalies) < maxAnomalies {
+		v.Anomalies = append(v.Anomalies, fmt.Sprintf(format, args...))
+	}
+}
+
+// isMeta reports whether t is one of the service's types.
+func isMeta(t message.Type) bool { return slices.Contains(Types(), t) }
+
+// Apply applies one copy to its vchannel's view. It never fails: a message
+// that does not fit the view (a payload that does not decode, a create of a
+// collection the vchannel already has) is recorded as an anomaly, since
+// applying it again could not fix it.
+func (a *Applier) Apply(_ context.Context, c wal.Copy) error {
+	m := c.Message
+	if !isMeta(m.Type) {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := c.VChannel.PChannel()
+	if a.chans[p] == nil {
+		a.chans[p] = make(map[message.VChannel]*view)
+	}
+	v := a.chans[p][c.VChannel]
+	if v == nil {
+		v = &view{}
+		a.chans[p][c.VChannel] = v
+	}
+	v.Applied++
+	v.LastBroadcastID = m.Broadcast.ID
+	if err := v.apply(c.VChannel, m); err != nil {
+		v.anomaly("broadcast %d (%s): %v", m.Broadcast.ID, m.Type, err)
+	}
+	return nil
+}
+
+func decodeInto[P any](raw []byte, p *P) error {
+	var err error
+	*p, err = decodeStrict[P](raw)
+	return err
+}
+
+// apply changes v by m; an error is an anomaly.
+func (v *view) apply(vc message.VChannel, m *message.Message) error {
+	control := vc.IsControl()
+	switch m.Type {
+	case TypeCreateDatabase, TypeDropDatabase:
+		var p createDatabasePayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if !control {
+			return fmt.Errorf("database message on a shard vchannel")
+		}
+		d := p.Database
+		_, have := v.Databases[d.Name]
+		if m.Type == TypeCreateDatabase {
+			if have {
+				return fmt.Errorf("database %s created twice", d.Name)
+			}
+			if v.Databases == nil {
+				v.Databases = make(map[string]dbRecord)
+			}
+			v.Databases[d.Name] = d
+			return nil
+		}
+		if !have {
+			return fmt.Errorf("drop of unknown database %s", d.Name)
+		}
+		delete(v.Databases, d.Name)
+	case TypeCreateUser:
+		var p userPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if !control {
+			return fmt.Errorf("user message on a shard vchannel")
+		}
+		if _, have := v.Users[p.User.Name]; have {
+			return fmt.Errorf("user %s created twice", p.User.Name)
+		}
+		if v.Users == nil {
+			v.Users = make(map[string]userRecord)
+		}
+		v.Users[p.User.Name] = p.User
+	case TypeGrantPrivilege, TypeRevokePrivilege:
+		var p grantPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if !control {
+			return fmt.Errorf("grant message on a shard vchannel")
+		}
+		k := grantKey(p.Grant)
+		_, have := v.Grants[k]
+		if m.Type == TypeGrantPrivilege {
+			if have {
+				return fmt.Errorf("grant %s applied twice", k)
+			}
+			if v.Grants == nil {
+				v.Grants = make(map[string]grantRecord)
+			}
+			v.Grants[k] = p.Grant
+			return nil
+		}
+		if !have {
+			return fmt.Errorf("revoke of missing grant %s", k)
+		}
+		delete(v.Grants, k)
+	default:
+		if control {
+			// Collection messages reach the control channel too: their
+			// state lives on the shard vchannels.
+			return nil
+		}
+		return v.applyCollection(vc, m)
+	}
+	return nil
+}
+
+// applyCollection applies a collection message to a shard vchannel.
+func (v *view) applyCollection(vc message.VChannel, m *message.Message) error {
+	switch m.Type {
+	case TypeCreateCollection:
+		var p createCollectionPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if v.CollectionID != 0 {
+			return fmt.Errorf("collection %d created on a vchannel of collection %d", p.Collection.ID, v.CollectionID)
+		}
+		c := p.Collection
+		v.CollectionID, v.Collection, v.DatabaseID, v.Database = c.ID, c.Name, c.DatabaseID, c.Database
+		v.Shard = slices.Index(c.VChannels, vc)
+		return nil
+	case TypeDropCollection:
+		var p dropCollectionPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if err := v.owns(p.Collection.ID); err != nil {
+			return err
+		}
+		if v.Dropped {
+			return fmt.Errorf("collection %d dropped twice", v.CollectionID)
+		}
+		v.Dropped = true
+		v.Indexes = nil
+		return nil
+	case TypeRenameCollection:
+		var p renameCollectionPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if err := v.owns(p.Collection.ID); err != nil {
+			return err
+		}
+		if v.Collection != p.OldName {
+			return fmt.Errorf("rename from %s of collection %d named %s", p.OldName, v.CollectionID, v.Collection)
+		}
+		v.Collection = p.Collection.Name
+		return nil
+	case TypeCreateIndex, TypeDropIndex:
+		var p indexPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if err := v.owns(p.CollectionID); err != nil {
+			return err
+		}
+		_, have := v.Indexes[p.Index.Name]
+		if m.Type == TypeCreateIndex {
+			if have {
+				return fmt.Errorf("index %s created twice", p.Index.Name)
+			}
+			if v.Indexes == nil {
+				v.Indexes = make(map[string]indexRecord)
+			}
+			v.Indexes[p.Index.Name] = p.Index
+			return nil
+		}
+		if !have {
+			return fmt.Errorf("drop of missing index %s", p.Index.Name)
+		}
+		delete(v.Indexes, p.Index.Name)
+		return nil
+	case TypeImport:
+		var p importPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if err := v.owns(p.Job.CollectionID); err != nil {
+			return err
+		}
+		if slices.Contains(v.ImportJobs, p.Job.ID) {
+			return fmt.Errorf("import job %d seen twice", p.Job.ID)
+		}
+		v.ImportJobs = append(v.ImportJobs, p.Job.ID)
+		return nil
+	}
+	return fmt.Errorf("%s on a shard vchannel", m.Type)
+}
+
+// owns checks that a message about collection id fits this vchannel.
+func (v *view) owns(id uint64) error {
+	if v.CollectionID != id {
+		return fmt.Errorf("message for collection %d on a vchannel of collection %d", id, v.CollectionID)
+	}
+	return nil
+}
+
+// Snapshot encodes the views of p's vchannels.
+func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return json.Marshal(a.chans[p])
+}
+
+// Restore replaces the views of p's vchannels with a snapshot.
+func (a *Applier) Restore(p message.PChannel, data []byte) error {
+	var m map[message.VChannel]*view
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("meta: restore the views of %s: %w", p, err)
+	}
+	if m == nil {
+		m = make(map[message.VChannel]*view)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.chans[p] = m
+	return nil
+}
+
+// View returns the view of vchannel vc, or ErrVChannelNotFound if this
+// node applied no message of the service to it.
+func (a *Applier) View(vc message.VChannel) (*walcastv1.VChannelView, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.chans[vc.PChannel()][vc]
+	if v == nil {
+		return nil, errorf(ErrVChannelNotFound, "node %s applied nothing to %s", a.node, vc)
+	}
+	out := &walcastv1.VChannelView{
+		Vchannel: string(vc), Node: a.node,
+		CollectionId: v.CollectionID, Collection: v.Collection, DatabaseId: v.DatabaseID, Database: v.Database,
+		Shard: int32(v.Shard), Dropped: v.Dropped,
+		ImportJobs: slices.Clone(v.ImportJobs), Applied: v.Applied, LastBroadcastId: v.LastBroadcastID,
+		Anomalies: slices.Clone(v.Anomalies),
+	}
+	for _, n := range slices.Sorted(maps.Keys(v.Indexes)) {
+		out.Indexes = append(out.Indexes, v.Indexes[n].pb())
+	}
+	for _, n := range slices.Sorted(maps.Keys(v.Databases)) {
+		out.Databases = append(out.Databases, v.Databases[n].pb())
+	}
+	out.Users = slices.Sorted(maps.Keys(v.Users))
+	for _, k := range slices.Sorted(maps.Keys(v.Grants)) {
+		out.Grants = append(out.Grants, v.Grants[k].pb())
+	}
+	return out, nil
+}
+
+// VChannels lists the vchannels this node has views of.
+func (a *Applier) VChannels() []message.VChannel {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []message.VChannel
+	for _, m := range a.chans {
+		for vc := range m {
+			out = append(out, vc)
+		}
+	}
+	slices.SortFunc(out, func(x, y message.VChannel) int { return strings.Compare(string(x), string(y)) })
+	return out
+}

@@ -1,0 +1,108 @@
+package meta
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// copyOf returns the copy of a stamped broadcast of payload for vc.
+func copyOf(t *testing.T, id uint64, typ message.Type, payload any, vc message.VChannel) wal.Copy {
+	t.Helper()
+	m, err := message.NewBroadcast(typ, mustJSON(payload), []message.VChannel{vc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Stamp(id, message.PChannel("wal-0").Control(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wal.Copy{VChannel: vc, Message: s}
+}
+
+// TestApplierViewsSnapshotAndAnomalies: a view follows the messages applied
+// to its vchannel, survives a snapshot and restore per pchannel, ignores
+// other types, and records a message applied twice as an anomaly instead
+// of failing (which would stall the pchannel forever).
+func TestApplierViewsSnapshotAndAnomalies(t *testing.T) {
+	ctx := context.Background()
+	vc := message.VChannel("wal-1/c7v0")
+	coll := collRecord{ID: 7, DatabaseID: 3, Database: "db", Name: "c", Shards: 1, VChannels: []message.VChannel{vc},
+		Fields: defaultFields}
+	idx := indexRecord{ID: 8, Name: "i", Field: "id", Type: "HNSW"}
+	a := NewApplier("n1")
+	apply := func(c wal.Copy) {
+		t.Helper()
+		if err := a.Apply(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(copyOf(t, 1, TypeCreateCollection, createCollectionPayload{Collection: coll}, vc))
+	apply(copyOf(t, 2, TypeCreateIndex, indexPayload{DatabaseID: 3, CollectionID: 7, Index: idx}, vc))
+	apply(copyOf(t, 3, TypeImport, importPayload{Job: jobRecord{ID: 9, DatabaseID: 3, CollectionID: 7, Collection: "c",
+		Files: []string{"f"}, State: jobPending}}, vc))
+	renamed := coll
+	renamed.Name = "c2"
+	apply(copyOf(t, 4, TypeRenameCollection, renameCollectionPayload{OldName: "c", Collection: renamed}, vc))
+	apply(copyOf(t, 5, message.Type{Name: "Generic", Version: 1}, "opaque", vc))
+	ctl := message.PChannel("wal-0").Control()
+	apply(copyOf(t, 6, TypeCreateDatabase, createDatabasePayload{Database: dbRecord{ID: 3, Name: "db"}}, ctl))
+	apply(copyOf(t, 7, TypeCreateUser, userPayload{User: userRecord{Name: "u"}}, ctl))
+	apply(copyOf(t, 8, TypeGrantPrivilege, grantPayload{Grant: grantRecord{User: "u", Privilege: "All", Database: "*", Collection: "*"}}, ctl))
+	apply(copyOf(t, 1, TypeCreateCollection, createCollectionPayload{Collection: coll}, ctl)) // lives on the shards
+
+	v, err := a.View(vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.CollectionId != 7 || v.Collection != "c2" || v.Database != "db" || v.DatabaseId != 3 || v.Shard != 0 || v.Dropped ||
+		len(v.Indexes) != 1 || v.Indexes[0].Name != "i" || len(v.ImportJobs) != 1 || v.ImportJobs[0] != 9 ||
+		v.Applied != 4 || v.LastBroadcastId != 4 || len(v.Anomalies) != 0 || v.Node != "n1" {
+		t.Fatalf("view %v", v)
+	}
+	cv, err := a.View(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cv.Databases) != 1 || len(cv.Users) != 1 || len(cv.Grants) != 1 || cv.Applied != 4 || len(cv.Anomalies) != 0 {
+		t.Fatalf("control view %v", cv)
+	}
+
+	// Snapshot and restore, per pchannel, into a fresh applier.
+	b := NewApplier("n1")
+	for _, p := range []message.PChannel{"wal-0", "wal-1"} {
+		snap, err := a.Snapshot(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Restore(p, snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, x := range []message.VChannel{vc, ctl} {
+		va, _ := a.View(x)
+		vb, err := b.View(x)
+		if err != nil || !proto.Equal(va, vb) {
+			t.Fatalf("restored view of %s: %v, want %v (%v)", x, vb, va, err)
+		}
+	}
+	if err := b.Restore("wal-2", []byte("{not json")); err == nil {
+		t.Fatal("restored a corrupt snapshot")
+	}
+
+	// A second apply of one message is an anomaly, not an error.
+	apply(copyOf(t, 3, TypeImport, importPayload{Job: jobRecord{ID: 9, DatabaseID: 3, CollectionID: 7, Collection: "c",
+		Files: []string{"f"}, State: jobPending}}, vc))
+	apply(copyOf(t, 10, TypeCreateIndex, []byte("garbage"), vc))
+	v, _ = a.View(vc)
+	if len(v.Anomalies) != 2 || len(v.ImportJobs) != 1 {
+		t.Fatalf("anomalies %q, jobs %v", v.Anomalies, v.ImportJobs)
+	}
+	if _, err := a.View("wal-3/c1v0"); err == nil {
+		t.Fatal("view of an unknown vchannel")
+	}
+}
