@@ -8,7 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -248,11 +252,19 @@ func (c *channel) setStage(s Stage, attempts int, err error) {
 func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 	bo := c.cfg.newBackoff()
 	c.setStage(StageApplying, 0, nil)
+	// The span joins the trace of the broadcast's caller, carried in the
+	// message (R9.6).
+	ctx, span := otel.Tracer(tracing.TracerName).Start(tracing.ContextFromMessage(ctx, cp.Message), tracing.SpanNodeApply,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tracing.MessageAttributes(cp.Message)...),
+		trace.WithAttributes(tracing.AttrVChannel.String(string(cp.VChannel))))
+	defer span.End()
 	for attempt := 1; ; attempt++ {
 		err := safe(func() error { return c.cfg.Applier.Apply(ctx, cp) })
 		if err == nil {
 			return true
 		}
+		span.RecordError(err)
 		if ctx.Err() != nil {
 			return false
 		}

@@ -151,7 +151,13 @@ func (p *Process) fail(err error) {
 func newProcess(cfg Config, log *slog.Logger) *Process {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1)}
+	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1)}
+	if stop, err := setupTracing(cfg); err != nil {
+		log.Error("tracing disabled", "err", err)
+	} else {
+		p.onClose(stop)
+	}
+	return p
 }
 
 // StartStandalone starts everything on one machine (R9.1): an embedded etcd
