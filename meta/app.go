@@ -125,6 +125,10 @@ func (a *App) Services() []*Service {
 	return slices.Clone(a.services)
 }
 
+// OwnedTypes are the service's message types: only MetaService broadcasts
+// them (server.TypeOwner).
+func (a *App) OwnedTypes() []message.Type { return Types() }
+
 // Close stops the importers and waits for them; it is idempotent. Close the
 // app just before the process: an importer whose process still leads stops
 // at once, while one that lost its leader may first finish a leadership

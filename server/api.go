@@ -44,6 +44,7 @@ type apiConfig struct {
 	logger          *slog.Logger
 	connectOpts     []connect.HandlerOption
 	pchannels       map[message.PChannel]bool // nil: not checked
+	reserved        map[message.Type]bool     // types only their application's API may broadcast
 }
 
 // WithMaxRequestBytes rejects requests larger than n bytes (after
@@ -70,6 +71,21 @@ func WithAPILogger(l *slog.Logger) APIOption { return func(c *apiConfig) { c.log
 // pchannel, with code InvalidArgument. Without it such a request passes the
 // API and the engine persists a task whose appends to the unknown pchannel
 // are retried until an operator intervenes, holding its resource keys.
+// WithReservedTypes makes Broadcast refuse messages of types an application
+// owns (their payloads must come from the application's own API, which
+// validates them under its locks), and the built-in AlterReplicateConfig.
+func WithReservedTypes(ts ...message.Type) APIOption {
+	return func(c *apiConfig) {
+		if c.reserved == nil {
+			c.reserved = make(map[message.Type]bool, len(ts))
+		}
+		for _, t := range ts {
+			c.reserved[t] = true
+		}
+	}
+}
+
+// WithPChannels makes Broadcast refuse targets on pchannels not in ps.
 func WithPChannels(ps ...message.PChannel) APIOption {
 	return func(c *apiConfig) {
 		c.pchannels = make(map[message.PChannel]bool, len(ps))
@@ -141,6 +157,9 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	typ, err := message.ParseType(r.GetType())
 	if err != nil {
 		return nil, a.fail(proc, fmt.Errorf("%w: type: %w", broadcast.ErrInvalidArgument, err))
+	}
+	if a.cfg.reserved[typ] || typ == broadcast.AlterReplicateConfig {
+		return nil, a.fail(proc, invalidArg("type %s is broadcast by its own API (validated under its locks), not by BroadcastService", typ))
 	}
 	targets := make([]message.VChannel, len(r.GetVchannels()))
 	for i, v := range r.GetVchannels() {

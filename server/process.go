@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,6 +45,12 @@ type App interface {
 	// Applier returns the state a streaming node keeps of the copies it
 	// applies.
 	Applier(node string) node.Applier
+}
+
+// TypeOwner is implemented by an App whose message types only its own API
+// may broadcast: BroadcastService refuses them.
+type TypeOwner interface {
+	OwnedTypes() []message.Type
 }
 
 // PChannelNames returns the configured pchannel names.
@@ -376,7 +383,11 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	p.Coord = coord
 	mux := http.NewServeMux()
-	path, h := NewBroadcastHandler(coord, WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log))
+	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log)}
+	if o, ok := app.(TypeOwner); ok {
+		opts = append(opts, WithReservedTypes(o.OwnedTypes()...))
+	}
+	path, h := NewBroadcastHandler(coord, opts...)
 	mux.Handle(path, h)
 	for path, h := range app.Handlers(coord) {
 		mux.Handle(path, h)
@@ -417,6 +428,11 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		<-done
 		return nil
 	})
+	// Closed first: an application's background work (the metadata
+	// service's importer) stops before the coordinator under it.
+	if c, ok := app.(io.Closer); ok {
+		p.onClose(c.Close)
+	}
 	return coord, nil
 }
 
