@@ -3,8 +3,11 @@ package meta
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/walcast/walcast/catalog"
@@ -45,7 +48,14 @@ func (a *ids) alloc(ctx context.Context) (uint64, error) {
 		default:
 			a.end = binary.BigEndian.Uint64(v)
 		}
-		a.next = max(a.end, 1)
+		// Ids may exist above the reserved block: a promoted secondary
+		// holds what its primary's callbacks wrote, with the primary's ids,
+		// and never reserved them itself.
+		top, err := highestID(ctx, a.cat)
+		if err != nil {
+			return 0, fmt.Errorf("%w: read the highest id: %w", ErrUnavailable, err)
+		}
+		a.next = max(a.end, top+1, 1)
 		a.end = a.next
 		a.loaded = true
 	}
@@ -63,4 +73,31 @@ func (a *ids) alloc(ctx context.Context) (uint64, error) {
 	id := a.next
 	a.next++
 	return id, nil
+}
+
+// highestID is the highest id any metadata record holds.
+func highestID(ctx context.Context, cat catalog.Catalog) (uint64, error) {
+	var top uint64
+	for _, prefix := range []string{prefixDB, prefixColl, prefixIndex, prefixImportJob} {
+		err := cat.List(ctx, prefix, func(_ string, v []byte) error {
+			var r struct {
+				ID uint64 `json:"id"`
+			}
+			if json.Unmarshal(v, &r) == nil {
+				top = max(top, r.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	// Dropped collections keep their id in the key only.
+	err := cat.List(ctx, prefixDropped, func(k string, _ []byte) error {
+		if id, err := strconv.ParseUint(k[strings.LastIndexByte(k, '/')+1:], 10, 64); err == nil {
+			top = max(top, id)
+		}
+		return nil
+	})
+	return top, err
 }
