@@ -62,6 +62,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -162,7 +163,10 @@ type Log struct {
 	cursors map[*cursor]struct{}
 }
 
-var _ wal.Log = (*Log)(nil)
+var (
+	_ wal.Log   = (*Log)(nil)
+	_ wal.Ender = (*Log)(nil)
+)
 
 // New connects to the cluster, creates the topics that are missing, checks
 // the existing ones and returns the log. ctx bounds the setup.
@@ -397,4 +401,39 @@ func (l *Log) forget(c *cursor) {
 	l.mu.Lock()
 	delete(l.cursors, c)
 	l.mu.Unlock()
+}
+
+// End returns the offset the next record of p's topic will get (the
+// partition's high watermark, as ListOffsets with timestamp -1 reports it).
+func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
+	if l.closed.Load() {
+		return 0, wal.ErrClosed
+	}
+	topic, ok := l.topics[p]
+	if !ok {
+		return 0, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = 0
+	rp.Timestamp = -1 // latest
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, l.cl)
+	if err != nil {
+		return 0, fmt.Errorf("wal/kafka: end of %s: %w", topic, err)
+	}
+	if len(resp.Topics) == 1 && len(resp.Topics[0].Partitions) == 1 {
+		part := resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
+			return 0, fmt.Errorf("wal/kafka: end of %s: %w", topic, err)
+		}
+		if part.Offset < 0 {
+			return 0, fmt.Errorf("wal/kafka: end of %s: offset %d", topic, part.Offset)
+		}
+		return uint64(part.Offset), nil
+	}
+	return 0, fmt.Errorf("wal/kafka: end of %s: no partition in the answer", topic)
 }
