@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -176,7 +177,7 @@ func (a *appender) appendBatch(p message.PChannel, batch []*appendReq) bool {
 			batch = batch[:1]
 			continue
 		}
-		if !sleep(b.ctx, bo.NextBackOff()) {
+		if !wait.Sleep(b.ctx, bo.NextBackOff()) {
 			return false
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -692,7 +693,7 @@ func (b *Broadcaster) fastAck(t *task, i int) bool {
 			return true
 		}
 		b.log.Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", err)
-		if !sleep(b.ctx, bo.NextBackOff()) {
+		if !wait.Sleep(b.ctx, bo.NextBackOff()) {
 			return false
 		}
 	}
@@ -736,7 +737,7 @@ func (b *Broadcaster) persistPending(t *task) (ok bool) {
 		}
 		b.log.Warn("persist pending task failed; retrying", "broadcast", t.id, "err", err)
 		recordRetry(span, err)
-		if !sleep(b.ctx, bo.NextBackOff()) {
+		if !wait.Sleep(b.ctx, bo.NextBackOff()) {
 			return false
 		}
 	}
@@ -857,7 +858,7 @@ func (b *Broadcaster) ackCopy(ctx context.Context, t *task, i int, cp wal.Checkp
 	t.mu.Unlock()
 	if fn := b.cfg.Callbacks.ackOnce(t.msg.Type); fn != nil {
 		ev := &AckEvent{Message: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp}
-		if err := safeCall(func() error { return fn(ctx, ev) }); err != nil {
+		if err := wait.Safely("callback", func() error { return fn(ctx, ev) }); err != nil {
 			return fmt.Errorf("ack-once callback for broadcast %d on %s: %w", t.id, ev.VChannel, err)
 		}
 	}
@@ -875,32 +876,6 @@ func (b *Broadcaster) ackCopy(ctx context.Context, t *task, i int, cp wal.Checkp
 		b.sched.kick()
 	}
 	return nil
-}
-
-// safeCall runs an application callback, turning a panic into an error so a
-// faulty callback cannot take the process down.
-func safeCall(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("callback panicked: %v", r)
-		}
-	}()
-	return fn()
-}
-
-// sleep waits d or until ctx ends; it reports whether the wait completed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // Stats are counters of one broadcaster's life, for tests and benchmarks.

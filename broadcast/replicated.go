@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 )
 
@@ -76,7 +77,7 @@ func (b *Broadcaster) persistAcks(ctx context.Context, t *task) error {
 		if catalog.NotApplied(err) {
 			return err
 		}
-		if !sleep(ctx, bo.NextBackOff()) {
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
 			return fmt.Errorf("persist ack of broadcast %d: %w", t.id, err)
 		}
 	}

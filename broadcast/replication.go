@@ -11,6 +11,7 @@ import (
 
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -424,7 +425,7 @@ func (b *Broadcaster) promotePositions(ctx context.Context, t *task) (map[messag
 			b.depose(err)
 			return nil, err
 		}
-		if !sleep(ctx, bo.NextBackOff()) {
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
 			return nil, ctx.Err()
 		}
 	}

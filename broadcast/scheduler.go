@@ -10,6 +10,7 @@ import (
 
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/resource"
 )
 
@@ -128,7 +129,7 @@ func (b *Broadcaster) runCallback(t *task) {
 			}
 			start := time.Now()
 			ev := &Event{Message: t.msg, Results: results, Attempt: attempt, Effects: eff}
-			err = safeCall(func() error { return fn(cctx, ev) })
+			err = wait.Safely("callback", func() error { return fn(cctx, ev) })
 			b.obs.Callback(t.msg.Type, time.Since(start), err)
 			endSpan(span, err)
 		}
@@ -213,7 +214,7 @@ func (b *Broadcaster) commitTombstone(t *task, eff *Effects) (_ []byte, _ time.T
 		}
 		b.log.Warn("persist tombstone failed; retrying", "broadcast", t.id, "err", err)
 		recordRetry(span, err)
-		if !sleep(b.ctx, bo.NextBackOff()) {
+		if !wait.Sleep(b.ctx, bo.NextBackOff()) {
 			return nil, completed, b.ctx.Err()
 		}
 	}

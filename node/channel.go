@@ -13,6 +13,7 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -83,7 +84,7 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 			_ = r.Close()
 			r, entry = nil, nil
 			for r == nil {
-				if !sleep(ctx, bo.NextBackOff()) {
+				if !wait.Sleep(ctx, bo.NextBackOff()) {
 					return
 				}
 				if r, err = c.cfg.WAL.Read(ctx, c.p, next); err != nil {
@@ -260,7 +261,7 @@ func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 		trace.WithAttributes(tracing.AttrVChannel.String(string(cp.VChannel))))
 	defer span.End()
 	for attempt := 1; ; attempt++ {
-		err := safe(func() error { return c.cfg.Applier.Apply(ctx, cp) })
+		err := wait.Safely("application code", func() error { return c.cfg.Applier.Apply(ctx, cp) })
 		if err == nil {
 			return true
 		}
@@ -271,7 +272,7 @@ func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 		c.setStage(StageApplying, attempt, err)
 		c.log.Warn("apply failed; retrying", "vchannel", cp.VChannel, "broadcast", cp.Message.Broadcast.ID,
 			"offset", cp.Offset, "attempt", attempt, "err", err)
-		if !sleep(ctx, bo.NextBackOff()) {
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
 			return false
 		}
 	}
@@ -285,7 +286,7 @@ func (c *channel) ack(ctx context.Context, cp wal.Copy) bool {
 	c.setStage(StageAcking, 0, nil)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
-		err := safe(func() error { return c.cfg.Acker.Ack(actx, a) })
+		err := wait.Safely("application code", func() error { return c.cfg.Acker.Ack(actx, a) })
 		cancel()
 		switch {
 		case err == nil:
@@ -309,7 +310,7 @@ func (c *channel) ack(ctx context.Context, cp wal.Copy) bool {
 		c.setStage(StageAcking, attempt, err)
 		c.log.Warn("ack failed; retrying", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
 			"attempt", attempt, "err", err)
-		if !sleep(ctx, bo.NextBackOff()) {
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
 			return false
 		}
 	}
@@ -346,7 +347,7 @@ func (c *channel) save() error {
 }
 
 func (c *channel) snapshot() (snap []byte, err error) {
-	err = safe(func() error {
+	err = wait.Safely("application code", func() error {
 		snap, err = c.cfg.Applier.Snapshot(c.p)
 		return err
 	})
@@ -367,7 +368,7 @@ func (c *channel) saveRetry(ctx context.Context) bool {
 		}
 		c.setStage(StageSaving, attempt, err)
 		c.log.Error("saving the state failed; retrying", "attempt", attempt, "err", err)
-		if !sleep(ctx, bo.NextBackOff()) {
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
 			return false
 		}
 	}

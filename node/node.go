@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -54,7 +55,7 @@ func New(cfg Config) (*Node, error) {
 		}
 		if !ok {
 			st = newPState()
-		} else if err := safe(func() error { return cfg.Applier.Restore(p, snap) }); err != nil {
+		} else if err := wait.Safely("application code", func() error { return cfg.Applier.Restore(p, snap) }); err != nil {
 			return nil, fmt.Errorf("node: restore the applier's state of %s: %w", p, err)
 		}
 		c := newChannel(n, p, st, ok)
@@ -257,26 +258,4 @@ func (c *channel) status() PChannelStatus {
 	}
 	slices.SortFunc(s.VChannels, func(a, b VChannelStatus) int { return strings.Compare(string(a.VChannel), string(b.VChannel)) })
 	return s
-}
-
-// safe runs an application function, turning a panic into an error.
-func safe(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("node: application code panicked: %v", r)
-		}
-	}()
-	return fn()
-}
-
-// sleep waits d or until ctx ends; it reports whether the wait completed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

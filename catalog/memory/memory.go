@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/wait"
 )
 
 // Fault is what an injected fault does to one Commit.
@@ -155,7 +156,7 @@ func (c *Catalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 	s.mu.Lock()
 	lat := s.latency
 	s.mu.Unlock()
-	if lat > 0 && !sleepCtx(ctx, lat) {
+	if lat > 0 && !wait.Sleep(ctx, lat) {
 		return ctx.Err()
 	}
 	s.mu.Lock()
@@ -200,17 +201,6 @@ func (c *Catalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 		return fmt.Errorf("%w: answer lost after the commit was applied", ErrInjected)
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // Get returns the value under key.
