@@ -55,12 +55,13 @@ type CallbackInfo struct {
 // Task describes one task, live or tombstoned.
 func (b *Broadcaster) Task(id uint64) (TaskInfo, error) {
 	b.mu.Lock()
-	t, tb := b.tasks[id], b.tombs[id]
+	t := b.tasks[id]
+	tb, tombstoned := b.gc.getLocked(id)
 	b.mu.Unlock()
 	switch {
 	case t != nil:
 		return t.describe(), nil
-	case tb != nil:
+	case tombstoned:
 		return tb.info()
 	}
 	return TaskInfo{}, fmt.Errorf("%w: task %d", ErrNotFound, id)
@@ -81,8 +82,8 @@ func (t *task) describe() TaskInfo {
 	return ti
 }
 
-func (tb *tomb) info() (TaskInfo, error) {
-	d, err := decodeRecord(tb.raw)
+func (tb tomb) info() (TaskInfo, error) {
+	d, err := decodeRecord(tb.record())
 	if err != nil {
 		return TaskInfo{}, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, tb.id, err)
 	}
@@ -119,11 +120,9 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 			live = append(live, t)
 		}
 	}
-	var tombs []*tomb
+	var tombs []tomb
 	if wantState(Tombstone) {
-		for _, tb := range b.tombs {
-			tombs = append(tombs, tb)
-		}
+		tombs = slices.Clone(b.gc.order[b.gc.head:])
 	}
 	b.mu.Unlock()
 	cutoff := b.now().Add(-f.OlderThan)

@@ -58,9 +58,9 @@ type Broadcaster struct {
 
 	// mu protects the task tables and the idempotency index.
 	mu         sync.Mutex
-	tasks      map[uint64]*task // PENDING and REPLICATED tasks
-	tombs      map[uint64]*tomb
-	index      map[scope]uint64 // first owner wins (R7.3)
+	tasks      map[uint64]*task  // PENDING and REPLICATED tasks
+	tombs      map[uint64]uint64 // tombstone id -> sequence in gc.order
+	index      map[scope]uint64  // first owner wins (R7.3)
 	admissions map[scope]*admission
 	stats      Stats
 }
@@ -95,7 +95,7 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 		cfg: cfg, cat: cfg.Catalog, log: cfg.Logger, now: cfg.Clock, obs: cfg.Observer,
 		tracer: cfg.TracerProvider.Tracer(tracing.TracerName),
 		locker: resource.NewLocker(),
-		tasks:  make(map[uint64]*task), tombs: make(map[uint64]*tomb),
+		tasks:  make(map[uint64]*task), tombs: make(map[uint64]uint64),
 		index: make(map[scope]uint64), admissions: make(map[scope]*admission),
 	}
 	if len(cfg.PChannels) > 0 {
@@ -177,7 +177,7 @@ type recovered struct {
 
 func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 	rec := &recovered{}
-	var tombs []*tomb
+	var tombs []tomb
 	prefix := b.cfg.Prefix
 	err := b.cat.List(ctx, prefix+"tasks/", func(key string, raw []byte) error {
 		id, ok := parseTaskKey(prefix, key)
@@ -195,9 +195,7 @@ func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 		st := stateFromPB(d.pb.State)
 		sc := scopeOf(d.msg.Type, d.msg.IdempotencyKey)
 		if st == Tombstone {
-			tb := &tomb{id: id, raw: b.gc.keepLocked(raw), completed: d.pb.CompletedUnixNano}
-			tombs = append(tombs, tb)
-			b.tombs[id] = tb
+			tombs = append(tombs, tomb{id: id, raw: b.gc.keepLocked(raw), completed: d.pb.CompletedUnixNano})
 			b.indexLocked(sc, id)
 			b.obs.TaskState(d.msg.Type, 0, Tombstone)
 			return nil
@@ -239,8 +237,9 @@ func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 		}
 		return nil, err
 	}
-	slices.SortFunc(tombs, func(x, y *tomb) int { return compareTicks(uint64(x.completed), uint64(y.completed), x.id, y.id) })
-	b.gc.load(tombs)
+	slices.SortFunc(tombs, func(x, y tomb) int { return compareTicks(uint64(x.completed), uint64(y.completed), x.id, y.id) })
+	b.tombs = make(map[uint64]uint64, len(tombs))
+	b.gc.load(slices.Clone(tombs)) // exact size: the appended slice has slack
 	rec.tombstones = len(tombs)
 	b.stats.Recovered = len(rec.pending) + len(rec.replicated) + len(tombs)
 	return rec, nil

@@ -406,3 +406,73 @@ func TestR4_8_RecoveredAckSyncUpReachesConsumersAgain(t *testing.T) {
 		t.Fatal("effect not applied once")
 	}
 }
+
+// TestR6_1_LongRunKeepsNewestTombstonesFindable: after many more evictions
+// than MaxCount (the collector's order compacts several times), exactly the
+// newest tombstones are kept, each found by id and by key with its own
+// record, headroom counts down from the newest, and evicted ones are gone
+// with their keys (R6.1, R6.2, R7.7).
+func TestR6_1_LongRunKeepsNewestTombstonesFindable(t *testing.T) {
+	const maxCount, total = 64, 2600
+	e := newEnv(t)
+	b := e.open(func(c *broadcast.Config) {
+		c.Tombstone.MaxCount = maxCount
+		c.Tombstone.CheckInterval = 10 * time.Millisecond // collects the last partial batch
+	})
+	ctx := ctxT(t, 60*time.Second)
+	ids := make([]uint64, total)
+	for i := range total {
+		k := message.ClusterKey(fmt.Sprint("k", i))
+		res, err := do(ctx, b, msgOf(t, typCreate, fmt.Sprint("p", i), []message.VChannel{vch(1, "a")}, message.WithIdempotencyKey(k)), resource.ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = res.BroadcastID
+		// The newest MaxCount are never evicted, whatever GC is doing: each
+		// is found with its own record and its rank among the newest.
+		for _, back := range []int{0, 1, maxCount / 2, maxCount - 1} {
+			if j := i - back; j >= 0 {
+				checkKept(ctx, t, b, ids[j], j, maxCount-1-back)
+			}
+		}
+	}
+	waitFor(t, "GC down to MaxCount", func() bool { return b.Stats().Tombstones == maxCount })
+	if st := b.Stats(); st.Evicted != total-maxCount {
+		t.Fatalf("evicted %d, want %d", st.Evicted, total-maxCount)
+	}
+	for i, id := range ids {
+		if i < total-maxCount {
+			_, errTask := b.Task(id)
+			_, errKey := b.Lookup(ctx, typCreate, message.ClusterKey(fmt.Sprint("k", i)))
+			if errTask == nil || errKey == nil {
+				t.Fatalf("evicted tombstone %d (%d) still found: %v %v", i, id, errTask, errKey)
+			}
+			continue
+		}
+		checkKept(ctx, t, b, id, i, i-(total-maxCount))
+	}
+	if n := len(e.store.Keys("walcast/tasks/")); n != maxCount {
+		t.Fatalf("%d task records in the catalog, want %d", n, maxCount)
+	}
+}
+
+// checkKept asserts that tombstone id, the i-th broadcast of
+// TestR6_1_LongRunKeepsNewestTombstonesFindable, is found by id and key with
+// its own record and the given count headroom.
+func checkKept(ctx context.Context, t *testing.T, b *broadcast.Broadcaster, id uint64, i, headroom int) {
+	t.Helper()
+	ti, err := b.Task(id)
+	if err != nil {
+		t.Fatalf("kept tombstone %d (%d): %v", i, id, err)
+	}
+	if ti.ID != id || ti.State != broadcast.Tombstone || string(ti.Message.Payload) != fmt.Sprint("p", i) {
+		t.Fatalf("tombstone %d: got id %d state %v payload %q", id, ti.ID, ti.State, ti.Message.Payload)
+	}
+	ks, err := b.Lookup(ctx, typCreate, message.ClusterKey(fmt.Sprint("k", i)))
+	if err != nil {
+		t.Fatalf("key of kept tombstone %d: %v", i, err)
+	}
+	if ks.BroadcastID != id || ks.Window.CountHeadroom != headroom {
+		t.Fatalf("key k%d: broadcast %d headroom %d, want %d headroom %d", i, ks.BroadcastID, ks.Window.CountHeadroom, id, headroom)
+	}
+}

@@ -3,20 +3,29 @@ package broadcast
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/walcast/walcast/catalog"
 )
 
 // tomb is a finished task kept for deduplication. Only the record bytes are
 // kept (decoded on demand: a duplicate hit, GC), so a tombstone costs little
-// memory beyond its payload (SPEC B6: the struct is one 48-byte allocation).
+// memory beyond its payload (SPEC B6). Tombs are values held in the
+// collector's order, not separate allocations; they never change, so a copy
+// taken under b.mu stays valid after it is released.
 type tomb struct {
-	id        uint64
-	raw       []byte
-	completed int64  // unix nanoseconds, persisted: restarts do not move it (R6.3)
-	seq       uint64 // position in the collector's order
+	id uint64
+	// raw is the record, a string over arena bytes nothing writes again
+	// (8 bytes smaller than a slice header).
+	raw       string
+	completed int64 // unix nanoseconds, persisted: restarts do not move it (R6.3)
+}
+
+// record returns the record bytes; callers only read them (proto.Unmarshal
+// copies what it keeps).
+func (tb tomb) record() []byte {
+	return unsafe.Slice(unsafe.StringData(tb.raw), len(tb.raw))
 }
 
 // collector deletes tombstones (R6.1-R6.3): those beyond the newest MaxCount
@@ -35,29 +44,33 @@ type collector struct {
 	kickc chan struct{}
 	force chan struct{}
 	// order[head:] are the live tombstones, oldest first; protected by b.mu.
-	order []*tomb
+	// order[i] has sequence number base+i; b.tombs maps an id to it.
+	order []tomb
 	head  int
-	seq   uint64
+	base  uint64
 	// chunk is the free tail of the arena the records of new tombstones are
 	// copied into; protected by b.mu. Records are small and immutable, and
 	// tombstones die roughly in the order they were born, so packing them
-	// into shared 1 MiB chunks saves the per-object rounding of separate
+	// into shared 64 KiB chunks saves the per-object rounding of separate
 	// allocations; a chunk is freed by Go's GC once its last tombstone goes.
 	chunk []byte
 }
 
-const arenaChunk = 1 << 20
+const arenaChunk = 64 << 10
 
 // keepLocked copies a record into the arena. Caller holds b.mu.
-func (c *collector) keepLocked(raw []byte) []byte {
+func (c *collector) keepLocked(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
 	if len(raw) > arenaChunk/16 {
-		return slices.Clone(raw)
+		return string(raw)
 	}
 	if len(c.chunk) < len(raw) {
 		c.chunk = make([]byte, arenaChunk)
 	}
 	n := copy(c.chunk, raw)
-	out := c.chunk[:n:n]
+	out := unsafe.String(&c.chunk[0], n)
 	c.chunk = c.chunk[n:]
 	return out
 }
@@ -66,27 +79,39 @@ func newCollector(b *Broadcaster) *collector {
 	return &collector{b: b, kickc: make(chan struct{}, 1), force: make(chan struct{}, 1)}
 }
 
-// load installs recovered tombstones, sorted by completion.
-func (c *collector) load(tombs []*tomb) {
-	for _, tb := range tombs {
-		c.pushLocked(tb)
+// load installs recovered tombstones, sorted by completion, as the whole
+// order (the collector is empty). Caller holds b.mu.
+func (c *collector) load(tombs []tomb) {
+	c.order, c.head, c.base = tombs, 0, 0
+	for i, tb := range tombs {
+		c.b.tombs[tb.id] = uint64(i)
 	}
 }
 
-func (c *collector) pushLocked(tb *tomb) {
-	c.seq++
-	tb.seq = c.seq
+// pushLocked adds the newest tombstone. Caller holds b.mu.
+func (c *collector) pushLocked(tb tomb) {
+	c.b.tombs[tb.id] = c.base + uint64(len(c.order))
 	c.order = append(c.order, tb)
 }
 
-// headroomLocked is how many newer tombstones may be created before
-// MaxCount evicts tb. Caller holds b.mu.
-func (c *collector) headroomLocked(tb *tomb) int {
-	live := len(c.order) - c.head
-	if live == 0 {
-		return c.b.cfg.Tombstone.MaxCount
+// getLocked returns a copy of tombstone id. Caller holds b.mu.
+func (c *collector) getLocked(id uint64) (tomb, bool) {
+	seq, ok := c.b.tombs[id]
+	if !ok {
+		return tomb{}, false
 	}
-	rank := int(tb.seq - c.order[c.head].seq) // 0 for the oldest
+	return c.order[seq-c.base], true
+}
+
+// headroomLocked is how many newer tombstones may be created before
+// MaxCount evicts tombstone id. Caller holds b.mu.
+func (c *collector) headroomLocked(id uint64) int {
+	seq, ok := c.b.tombs[id]
+	if !ok {
+		return 0
+	}
+	live := len(c.order) - c.head
+	rank := int(seq - c.base - uint64(c.head)) // 0 for the oldest
 	return max(c.b.cfg.Tombstone.MaxCount-live+rank, 0)
 }
 
@@ -138,8 +163,8 @@ func (c *collector) run(ctx context.Context, all bool) {
 	b.mu.Lock()
 	live := len(c.order) - c.head
 	cutoff := b.now().Add(-b.cfg.Tombstone.MaxLifetime).UnixNano()
-	var victims []*tomb
-	early := make(map[*tomb]bool)
+	var victims []tomb
+	var early []bool
 	aged := false
 	for i := c.head; i < len(c.order); i++ {
 		tb := c.order[i]
@@ -148,9 +173,7 @@ func (c *collector) run(ctx context.Context, all bool) {
 		if !byCount && !byAge {
 			break
 		}
-		if !byAge {
-			early[tb] = true
-		}
+		early = append(early, !byAge)
 		aged = aged || byAge
 		victims = append(victims, tb)
 	}
@@ -161,8 +184,8 @@ func (c *collector) run(ctx context.Context, all bool) {
 	maxOps := b.cat.Limits().MaxOps
 	for len(victims) > 0 {
 		n := min(len(victims), maxOps)
-		batch := victims[:n]
-		victims = victims[n:]
+		batch, batchEarly := victims[:n], early[:n]
+		victims, early = victims[n:], early[n:]
 		ops := make([]catalog.Op, n)
 		for i, tb := range batch {
 			ops[i] = catalog.Delete(taskKey(b.cfg.Prefix, tb.id))
@@ -179,7 +202,7 @@ func (c *collector) run(ctx context.Context, all bool) {
 		// the observer counts come from the record.
 		decs := make([]decoded, n)
 		for i, tb := range batch {
-			decs[i], _ = decodeRecord(tb.raw)
+			decs[i], _ = decodeRecord(tb.record())
 		}
 		nEarly := 0
 		b.mu.Lock()
@@ -190,9 +213,9 @@ func (c *collector) run(ctx context.Context, all bool) {
 					delete(b.index, sc)
 				}
 			}
-			c.order[c.head] = nil
+			c.order[c.head] = tomb{}
 			c.head++
-			if early[tb] {
+			if batchEarly[i] {
 				nEarly++
 			}
 		}
@@ -202,6 +225,7 @@ func (c *collector) run(ctx context.Context, all bool) {
 			rest := copy(c.order, c.order[c.head:])
 			clear(c.order[rest:])
 			c.order = c.order[:rest]
+			c.base += uint64(c.head)
 			c.head = 0
 		}
 		b.mu.Unlock()

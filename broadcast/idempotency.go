@@ -69,7 +69,7 @@ type admission struct {
 // original is the task (live or tombstoned) that owns a scope.
 type original struct {
 	t  *task // live task, or nil
-	tb *tomb // tombstone, or nil
+	tb *tomb // copy of the tombstone, or nil
 }
 
 // WithIdempotentResourceKeys is WithResourceKeys for a keyed request. It
@@ -171,8 +171,8 @@ func (b *Broadcaster) originalLocked(sc scope) *original {
 	if t := b.tasks[id]; t != nil {
 		return &original{t: t}
 	}
-	if tb := b.tombs[id]; tb != nil {
-		return &original{tb: tb}
+	if tb, ok := b.gc.getLocked(id); ok {
+		return &original{tb: &tb}
 	}
 	// The owner vanished (aborted): the scope is free again.
 	delete(b.index, sc)
@@ -183,7 +183,7 @@ func (o *original) requestDigest() []byte {
 	if o.t != nil {
 		return o.t.request
 	}
-	d, err := decodeRecord(o.tb.raw)
+	d, err := decodeRecord(o.tb.record())
 	if err != nil {
 		return nil
 	}
@@ -194,7 +194,7 @@ func (o *original) payloadDigest() []byte {
 	if o.t != nil {
 		return o.t.digest
 	}
-	d, err := decodeRecord(o.tb.raw)
+	d, err := decodeRecord(o.tb.record())
 	if err != nil {
 		return nil
 	}
@@ -224,7 +224,7 @@ func (b *Broadcaster) answerDuplicate(ctx context.Context, o *original, msg *mes
 		b.logDuplicate(key, o.t.id, "running")
 		return b.wait(ctx, o.t, o.t.msg)
 	}
-	d, err := decodeRecord(o.tb.raw)
+	d, err := decodeRecord(o.tb.record())
 	if err != nil {
 		return nil, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, o.tb.id, err)
 	}
@@ -268,8 +268,8 @@ func (b *Broadcaster) windowLocked(id uint64, created, completed time.Time) *Win
 	}
 	w.CompletedAt = completed
 	w.ExpiresLatest = completed.Add(b.cfg.Tombstone.MaxLifetime)
-	if tb := b.tombs[id]; tb != nil {
-		w.CountHeadroom = b.gc.headroomLocked(tb)
+	if _, ok := b.tombs[id]; ok {
+		w.CountHeadroom = b.gc.headroomLocked(id)
 	}
 	return w
 }
@@ -303,7 +303,7 @@ func (b *Broadcaster) Lookup(_ context.Context, t message.Type, k message.Idempo
 		return &KeyStatus{BroadcastID: o.t.id, State: o.t.state, Outcome: o.t.outcome, Message: o.t.msg,
 			Window: *b.windowLocked(o.t.id, o.t.created, o.t.completed)}, nil
 	}
-	d, err := decodeRecord(o.tb.raw)
+	d, err := decodeRecord(o.tb.record())
 	if err != nil {
 		return nil, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, o.tb.id, err)
 	}

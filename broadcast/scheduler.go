@@ -236,9 +236,7 @@ func (b *Broadcaster) finish(t *task, raw []byte, completed time.Time, out Outco
 	g.Unlock()
 	b.mu.Lock()
 	delete(b.tasks, t.id)
-	tb := &tomb{id: t.id, raw: b.gc.keepLocked(raw), completed: completed.UnixNano()}
-	b.tombs[t.id] = tb
-	b.gc.pushLocked(tb)
+	b.gc.pushLocked(tomb{id: t.id, raw: b.gc.keepLocked(raw), completed: completed.UnixNano()})
 	b.mu.Unlock()
 	b.sched.remove(t)
 	b.applyFinished(t, out)
