@@ -26,6 +26,7 @@
 package replicate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,11 +79,14 @@ type Replicator struct {
 // PChannelStatus is the replication state of one pchannel.
 type PChannelStatus struct {
 	PChannel message.PChannel `json:"pchannel"`
-	// Next is the next source offset to copy; SourceEnd the source's end
-	// when last looked at; Lag the entries between them.
-	Next      uint64    `json:"next"`
-	SourceEnd uint64    `json:"source_end"`
-	Lag       uint64    `json:"lag"`
+	// Next is the next source offset (of p's lane) to copy; SourceEnd the
+	// source's end; Lag the entries between them. They are refreshed about
+	// once a second.
+	Next      uint64 `json:"next"`
+	SourceEnd uint64 `json:"source_end"`
+	Lag       uint64 `json:"lag"`
+	// Copied counts source entries copied since start; LastCopy is the time
+	// of the last one.
 	Copied    uint64    `json:"copied"`
 	LastCopy  time.Time `json:"last_copy"`
 	LastError string    `json:"last_error,omitempty"`
@@ -120,15 +124,7 @@ func (r *Replicator) Status() []PChannelStatus {
 	for _, s := range r.status {
 		out = append(out, *s)
 	}
-	slices.SortFunc(out, func(a, b PChannelStatus) int {
-		if a.PChannel < b.PChannel {
-			return -1
-		}
-		if a.PChannel > b.PChannel {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b PChannelStatus) int { return cmp.Compare(a.PChannel, b.PChannel) })
 	return out
 }
 
@@ -219,21 +215,40 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 		return err
 	}
 	defer rd.Close()
-	ender, _ := r.cfg.Source.Log().(wal.Ender)
 	salt := "replicate:" + r.cfg.SourceCluster
 	unsaved := 0
 	var entry []wal.Copy
+	var refreshed time.Time
 	for {
-		c, err := rd.Next(ctx)
+		nctx, cancel := context.WithTimeout(ctx, refreshEvery)
+		c, err := rd.Next(nctx)
+		cancel()
 		if err != nil {
-			return err
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			// Idle: everything up to the reader's position is copied,
+			// entries of other pchannels sharing the lane included.
+			// Checkpoint it, so a restart does not rescan it.
+			if pos := rd.Position(); pos > cp.Source || unsaved > 0 {
+				cp.Source = max(cp.Source, pos)
+				if err := r.save(ctx, p, cp); err != nil {
+					return err
+				}
+				unsaved = 0
+			}
+			r.refresh(ctx, p, cp.Source)
+			refreshed = time.Now()
+			continue
 		}
 		entry = append(entry, c)
 		if !c.LastInEntry {
 			continue
 		}
-		off := c.Offset
-		items := r.items(p, entry)
+		items, err := r.items(p, entry)
+		if err != nil {
+			return err
+		}
 		entry = entry[:0]
 		if len(items) > 0 {
 			res, err := r.appendRetry(ctx, p, salt, items)
@@ -242,34 +257,41 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 			}
 			cp.Dest = wal.EntryOffset(res[0][0].MessageID) + 1
 		}
-		cp.Source = off + 1
-		unsaved++
-		caughtUp := false
-		var end uint64
-		if ender != nil {
-			if end, err = ender.End(ctx, p); err == nil && cp.Source >= end {
-				caughtUp = true
-			}
-		}
-		if unsaved >= r.cfg.CheckpointEvery || caughtUp {
+		cp.Source = c.Offset + 1
+		if unsaved++; unsaved >= r.cfg.CheckpointEvery {
 			if err := r.save(ctx, p, cp); err != nil {
 				return err
 			}
 			unsaved = 0
 		}
-		r.note(p, func(s *PChannelStatus) {
-			s.Next, s.Copied, s.LastCopy = cp.Source, s.Copied+1, time.Now()
-			if end > 0 {
-				s.SourceEnd = end
-				s.Lag = end - min(end, cp.Source)
-			}
-		})
+		r.note(p, func(s *PChannelStatus) { s.Copied, s.LastCopy = s.Copied+1, time.Now() })
+		if time.Since(refreshed) >= refreshEvery {
+			r.refresh(ctx, p, cp.Source)
+			refreshed = time.Now()
+		}
 	}
+}
+
+// refreshEvery is how often a busy replicator asks where the source ends
+// (a round trip on real backends), and how long an idle one waits before it
+// checkpoints what it has read.
+const refreshEvery = time.Second
+
+// refresh records the next offset to copy and the source's end in p's
+// status. A failed End only leaves the previous end in place.
+func (r *Replicator) refresh(ctx context.Context, p message.PChannel, next uint64) {
+	end, err := r.cfg.Source.End(ctx, p)
+	r.note(p, func(s *PChannelStatus) {
+		s.Next = next
+		if err == nil {
+			s.SourceEnd, s.Lag = end, end-min(end, next)
+		}
+	})
 }
 
 // items turns one source entry into the items of its replica, dropping
 // unreplicable messages.
-func (r *Replicator) items(p message.PChannel, entry []wal.Copy) []wal.Item {
+func (r *Replicator) items(p message.PChannel, entry []wal.Copy) ([]wal.Item, error) {
 	var items []wal.Item
 	var cur *message.Message
 	for _, c := range entry {
@@ -283,15 +305,14 @@ func (r *Replicator) items(p message.PChannel, entry []wal.Copy) []wal.Item {
 				SourceMessageID: c.Checkpoint.MessageID, SourceTimeTick: c.Checkpoint.TimeTick}
 			raw, err := message.Marshal(&m)
 			if err != nil {
-				r.log.Error("replicate: encode", "broadcast", m.Broadcast.ID, "err", err)
-				continue
+				return nil, fmt.Errorf("replicate: encode broadcast %d: %w", m.Broadcast.ID, err)
 			}
 			items = append(items, wal.Item{Message: raw})
 		}
 		last := &items[len(items)-1]
 		last.VChannels = append(last.VChannels, c.VChannel)
 	}
-	return items
+	return items, nil
 }
 
 func (r *Replicator) appendRetry(ctx context.Context, p message.PChannel, salt string, items []wal.Item) ([][]wal.Checkpoint, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,3 +279,38 @@ type nopApplier struct{}
 func (nopApplier) Apply(context.Context, wal.Copy) error     { return nil }
 func (nopApplier) Snapshot(message.PChannel) ([]byte, error) { return nil, nil }
 func (nopApplier) Restore(message.PChannel, []byte) error    { return nil }
+
+// TestR8_2_CaughtUpReplicatorCheckpointsWithLanes: with pchannels folded into
+// one lane (the server's default), a replicator that has copied everything
+// knows it is caught up: it saves its checkpoint at the source's end without
+// waiting for CheckpointEvery entries, and reports that end with zero lag.
+func TestR8_2_CaughtUpReplicatorCheckpointsWithLanes(t *testing.T) {
+	srcLog, dstLog := wmem.New(wal.Lanes(1, pchans)...), wmem.New(wal.Lanes(1, pchans)...)
+	src, dst := wal.New(srcLog, wal.WithLanes(1, pchans)), wal.New(dstLog, wal.WithLanes(1, pchans))
+	appendSource(t, src, 0, 10)
+	cat := cmem.New()
+	r, err := replicate.New(replicate.Config{SourceCluster: "east", Source: src, Dest: dst, PChannels: pchans, Types: types(), Catalog: cat,
+		CheckpointEvery: 1000, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for _, p := range pchans {
+		end, err := src.End(ctx, p)
+		if err != nil || end == 0 {
+			t.Fatalf("source end of %s: %d, %v", p, end, err)
+		}
+		waitFor(t, "the checkpoint of "+string(p), func() bool {
+			raw, err := cat.Get(ctx, "replicate/checkpoint/"+string(p))
+			return err == nil && strings.Contains(string(raw), fmt.Sprintf(`"source":%d,`, end))
+		})
+	}
+	for _, s := range r.Status() {
+		if end, _ := src.End(ctx, s.PChannel); s.SourceEnd != end || s.Lag != 0 || s.Next != end {
+			t.Errorf("%s: status %+v, want next and source end %d, lag 0", s.PChannel, s, end)
+		}
+	}
+}

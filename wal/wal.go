@@ -37,7 +37,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -59,19 +58,16 @@ type Log interface {
 	Append(ctx context.Context, p message.PChannel, dedupID string, data []byte) (offset uint64, err error)
 	// Read returns a cursor over p's entries with offset >= from.
 	Read(ctx context.Context, p message.PChannel, from uint64) (Cursor, error)
+	// End returns where p's log ends: the offset the next entry will get,
+	// or higher (offsets need not be contiguous). Readers that must know
+	// when they have read everything (the replicator, a force promote
+	// scanning) use it.
+	End(ctx context.Context, p message.PChannel) (uint64, error)
 	// MaxEntryBytes is the largest entry Append accepts.
 	MaxEntryBytes() int
 	// Close releases the backend's resources; later calls fail with
 	// ErrClosed.
 	Close() error
-}
-
-// Ender is implemented by logs that can tell where a pchannel ends: the
-// offset the next entry will get, or higher (offsets need not be
-// contiguous). Readers that must know when they have read everything (the
-// replicator resuming, a force promote scanning) use it.
-type Ender interface {
-	End(ctx context.Context, p message.PChannel) (uint64, error)
 }
 
 // Cursor reads one pchannel's entries in order.
@@ -198,6 +194,16 @@ func (w *WAL) Lane(p message.PChannel) (message.PChannel, bool) {
 	}
 	l, ok := w.lanes[p]
 	return l, ok
+}
+
+// End returns where pchannel p ends: the end of its lane, in the offsets
+// Read and ReadToEnd use for p.
+func (w *WAL) End(ctx context.Context, p message.PChannel) (uint64, error) {
+	lane, ok := w.Lane(p)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
+	}
+	return w.log.End(ctx, lane)
 }
 
 // Log returns the backend.
@@ -330,29 +336,16 @@ func Decode(offset uint64, data []byte) ([]Copy, error) {
 	return out, nil
 }
 
-// idleEnd is how long ReadToEnd waits for another entry, on a log that
-// cannot tell its end, before taking the pchannel as read.
-const idleEnd = 300 * time.Millisecond
-
 // ReadToEnd calls fn for every copy of pchannel p from entry offset from to
-// the current end of its lane. If the log implements Ender the end is exact;
-// otherwise the read stops once no entry arrived for a moment.
+// the end of its lane when the call started.
 func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn func(Copy) error) error {
 	lane, ok := w.Lane(p)
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
 	}
-	end := uint64(0)
-	exact := false
-	if e, ok := w.log.(Ender); ok {
-		var err error
-		if end, err = e.End(ctx, lane); err != nil {
-			return err
-		}
-		if end <= from {
-			return nil
-		}
-		exact = true
+	end, err := w.log.End(ctx, lane)
+	if err != nil || end <= from {
+		return err
 	}
 	cur, err := w.log.Read(ctx, lane, from)
 	if err != nil {
@@ -361,16 +354,8 @@ func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn
 	defer cur.Close()
 	f := filter{p: p}
 	for {
-		rctx, cancel := ctx, context.CancelFunc(func() {})
-		if !exact {
-			rctx, cancel = context.WithTimeout(ctx, idleEnd)
-		}
-		off, data, err := cur.Next(rctx)
-		cancel()
+		off, data, err := cur.Next(ctx)
 		if err != nil {
-			if !exact && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				return nil
-			}
 			return err
 		}
 		copies, err := Decode(off, data)
@@ -382,7 +367,7 @@ func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn
 				return err
 			}
 		}
-		if exact && off+1 >= end {
+		if off+1 >= end {
 			return nil
 		}
 	}
@@ -413,6 +398,7 @@ type Reader struct {
 	cur     Cursor
 	filter  filter
 	pending []Copy
+	read    uint64 // offset after the last entry taken from cur
 }
 
 // Read returns a reader of pchannel p from entry offset from (an offset of
@@ -426,7 +412,7 @@ func (w *WAL) Read(ctx context.Context, p message.PChannel, from uint64, vchanne
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{cur: cur, filter: filter{p: p}}
+	r := &Reader{cur: cur, filter: filter{p: p}, read: from}
 	if len(vchannels) > 0 {
 		r.filter.vs = make(map[message.VChannel]bool, len(vchannels))
 		for _, v := range vchannels {
@@ -447,12 +433,19 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 		if err != nil {
 			return Copy{}, err
 		}
+		r.read = off + 1
 		r.pending = r.filter.apply(copies)
 	}
 	c := r.pending[0]
 	r.pending = r.pending[1:]
 	return c, nil
 }
+
+// Position returns the offset after the last entry the reader has taken from
+// the log, counting entries that held no copy it returns (other pchannels'
+// entries of a shared lane). Once Next has returned every copy, reading can
+// resume there.
+func (r *Reader) Position() uint64 { return r.read }
 
 // Close releases the reader.
 func (r *Reader) Close() error { return r.cur.Close() }

@@ -163,10 +163,7 @@ type Log struct {
 	cursors map[*cursor]struct{}
 }
 
-var (
-	_ wal.Log   = (*Log)(nil)
-	_ wal.Ender = (*Log)(nil)
-)
+var _ wal.Log = (*Log)(nil)
 
 // New connects to the cluster, creates the topics that are missing, checks
 // the existing ones and returns the log. ctx bounds the setup.

@@ -52,10 +52,7 @@ type plog struct {
 	grown chan struct{}
 }
 
-var (
-	_ wal.Log   = (*Log)(nil)
-	_ wal.Ender = (*Log)(nil)
-)
+var _ wal.Log = (*Log)(nil)
 
 // New returns a log with the given pchannels.
 func New(pchannels ...message.PChannel) *Log {

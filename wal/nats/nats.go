@@ -165,10 +165,7 @@ type channel struct {
 	stream, subject string
 }
 
-var (
-	_ wal.Log   = (*Log)(nil)
-	_ wal.Ender = (*Log)(nil)
-)
+var _ wal.Log = (*Log)(nil)
 
 // New connects (or uses cfg.Conn), creates or updates the streams of
 // cfg.PChannels, and returns the log.

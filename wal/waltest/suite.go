@@ -42,12 +42,8 @@ func Run(t *testing.T, b Backend) {
 // entry's offset and at or below the next one's.
 func testEnd(t *testing.T, b Backend) {
 	log := b.Open(t, "p0")
-	e, ok := log.(wal.Ender)
-	if !ok {
-		t.Skip("backend does not implement wal.Ender")
-	}
 	ctx := tctx(t)
-	end, err := e.End(ctx, "p0")
+	end, err := log.End(ctx, "p0")
 	if err != nil || end != 0 {
 		t.Fatalf("End of an empty pchannel: %d, %v", end, err)
 	}
@@ -59,7 +55,7 @@ func testEnd(t *testing.T, b Backend) {
 		}
 		last = off
 	}
-	end, err = e.End(ctx, "p0")
+	end, err = log.End(ctx, "p0")
 	if err != nil || end <= last {
 		t.Fatalf("End %d after an entry at %d: %v", end, last, err)
 	}
@@ -67,7 +63,7 @@ func testEnd(t *testing.T, b Backend) {
 	if err != nil || next < end {
 		t.Fatalf("next entry at %d below End %d: %v", next, end, err)
 	}
-	if _, err := e.End(ctx, "nope"); !errors.Is(err, wal.ErrUnknownPChannel) {
+	if _, err := log.End(ctx, "nope"); !errors.Is(err, wal.ErrUnknownPChannel) {
 		t.Fatalf("End of an unknown pchannel: %v", err)
 	}
 }
