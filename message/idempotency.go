@@ -78,10 +78,11 @@ func (k IdempotencyKey) Validate() error {
 	if k == "" {
 		return nil
 	}
-	if _, _, _, ok := k.parts(); !ok {
+	_, _, ck, ok := k.parts()
+	if !ok {
 		return fmt.Errorf("%w: not <domain>:<scope id>:<client key> (fingerprint %s)", ErrInvalidKey, k.Fingerprint())
 	}
-	if !utf8.ValidString(k.ClientKey()) {
+	if !utf8.ValidString(ck) {
 		return fmt.Errorf("%w: client key is not UTF-8 (fingerprint %s)", ErrInvalidKey, k.Fingerprint())
 	}
 	return nil
