@@ -138,7 +138,7 @@ func (a *appender) run(p message.PChannel) {
 // broadcaster stopped first.
 func (a *appender) appendBatch(p message.PChannel, batch []*appendReq) bool {
 	b := a.b
-	bo := b.cfg.Backoff.new()
+	bo := b.cfg.Backoff.New()
 	for {
 		items := make([]wal.Item, len(batch))
 		for i, r := range batch {

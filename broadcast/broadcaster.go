@@ -682,7 +682,7 @@ func (b *Broadcaster) drive(t *task, persist bool) {
 // fastAck acks copy i from its append result, retrying a failing ack-once
 // callback with backoff. It returns false if the broadcaster stopped.
 func (b *Broadcaster) fastAck(t *task, i int) bool {
-	bo := b.cfg.Backoff.new()
+	bo := b.cfg.Backoff.New()
 	for {
 		t.mu.Lock()
 		cp := t.appendCP[i]
@@ -710,7 +710,7 @@ func (b *Broadcaster) persistPending(t *task) (ok bool) {
 		b.abort(t, fmt.Errorf("%w: encode record: %w", ErrTaskNotCreated, err))
 		return false
 	}
-	bo := b.cfg.Backoff.new()
+	bo := b.cfg.Backoff.New()
 	maybeApplied := false
 	for {
 		err := b.commit(ctx, "pending", t, catalog.Put(taskKey(b.cfg.Prefix, t.id), raw))

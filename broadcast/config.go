@@ -86,7 +86,23 @@ type Backoff struct {
 	Max        time.Duration
 }
 
-func (b Backoff) new() *backoff.ExponentialBackOff {
+// WithDefaults fills zero fields with the defaults: Initial 10 ms,
+// Multiplier 2, Max 10 s.
+func (b Backoff) WithDefaults() Backoff {
+	if b.Initial == 0 {
+		b.Initial = 10 * time.Millisecond
+	}
+	if b.Multiplier == 0 {
+		b.Multiplier = 2
+	}
+	if b.Max == 0 {
+		b.Max = 10 * time.Second
+	}
+	return b
+}
+
+// New returns a fresh schedule (no jitter) that retries forever.
+func (b Backoff) New() *backoff.ExponentialBackOff {
 	e := backoff.NewExponentialBackOff()
 	e.InitialInterval = b.Initial
 	e.Multiplier = b.Multiplier
@@ -117,15 +133,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.ConcurrencyRatio == 0 {
 		cfg.ConcurrencyRatio = 4
 	}
-	if cfg.Backoff.Initial == 0 {
-		cfg.Backoff.Initial = 10 * time.Millisecond
-	}
-	if cfg.Backoff.Multiplier == 0 {
-		cfg.Backoff.Multiplier = 2
-	}
-	if cfg.Backoff.Max == 0 {
-		cfg.Backoff.Max = 10 * time.Second
-	}
+	cfg.Backoff = cfg.Backoff.WithDefaults()
 	if cfg.Tombstone.MaxLifetime == 0 {
 		cfg.Tombstone.MaxLifetime = 24 * time.Hour
 	}

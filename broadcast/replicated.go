@@ -61,7 +61,7 @@ func (b *Broadcaster) persistAcks(ctx context.Context, t *task) error {
 	}
 	ctx, stop := b.bound(ctx)
 	defer stop()
-	bo := b.cfg.Backoff.new()
+	bo := b.cfg.Backoff.New()
 	for {
 		err := b.commit(ctx, "ack", t, catalog.Put(taskKey(b.cfg.Prefix, t.id), raw))
 		if err == nil {

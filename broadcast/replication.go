@@ -415,7 +415,7 @@ func (b *Broadcaster) promotePositions(ctx context.Context, t *task) (map[messag
 	}
 	t.mu.Unlock()
 	raw, _ = json.Marshal(m)
-	bo := b.cfg.Backoff.new()
+	bo := b.cfg.Backoff.New()
 	for {
 		err := b.commit(ctx, "promote", t, catalog.Put(key, raw))
 		if err == nil {

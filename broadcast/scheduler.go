@@ -99,7 +99,7 @@ func (s *scheduler) scanLocked() {
 // durable, with backoff between attempts (R5.2). Failures are visible in the
 // task's callback state; an operator can retry now or complete it (R5.6).
 func (b *Broadcaster) runCallback(t *task) {
-	bo := b.cfg.Backoff.new()
+	bo := b.cfg.Backoff.New()
 	fn := b.cfg.Callbacks.ack(t.msg.Type)
 	for {
 		retry := make(chan struct{}, 1)
@@ -191,7 +191,7 @@ func (b *Broadcaster) commitTombstone(t *task, eff *Effects) (_ []byte, _ time.T
 	if err := catalog.Check(b.cat.Limits(), ops); err != nil {
 		return nil, completed, fmt.Errorf("tombstone and callback effects: %w", err)
 	}
-	bo := b.cfg.Backoff.new()
+	bo := b.cfg.Backoff.New()
 	maybeApplied := false
 	for {
 		err := b.commit(ctx, "tombstone", t, ops...)

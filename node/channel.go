@@ -71,7 +71,7 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 			_ = r.Close()
 		}
 	}()
-	bo := c.cfg.newBackoff()
+	bo := c.cfg.Backoff.New()
 	var entry []wal.Copy
 	for {
 		cp, err := r.Next(ctx)
@@ -251,7 +251,7 @@ func (c *channel) setStage(s Stage, attempts int, err error) {
 // apply calls the Applier until it succeeds; false means ctx ended first and
 // the copy is not applied.
 func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
-	bo := c.cfg.newBackoff()
+	bo := c.cfg.Backoff.New()
 	c.setStage(StageApplying, 0, nil)
 	// The span joins the trace of the broadcast's caller, carried in the
 	// message (R9.6).
@@ -282,7 +282,7 @@ func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 // means ctx (the node's lifetime) ended first.
 func (c *channel) ack(ctx context.Context, cp wal.Copy) bool {
 	a := broadcast.Ack{BroadcastID: cp.Message.Broadcast.ID, VChannel: cp.VChannel, Checkpoint: cp.Checkpoint, Message: cp.Message}
-	bo := c.cfg.newBackoff()
+	bo := c.cfg.Backoff.New()
 	c.setStage(StageAcking, 0, nil)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
@@ -359,7 +359,7 @@ func (c *channel) snapshot() (snap []byte, err error) {
 
 // saveRetry saves until it succeeds; false means ctx ended first.
 func (c *channel) saveRetry(ctx context.Context) bool {
-	bo := c.cfg.newBackoff()
+	bo := c.cfg.Backoff.New()
 	c.setStage(StageSaving, 0, nil)
 	for attempt := 1; ; attempt++ {
 		err := c.save()

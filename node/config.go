@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -92,15 +90,7 @@ var (
 )
 
 func (cfg Config) withDefaults() Config {
-	if cfg.Backoff.Initial == 0 {
-		cfg.Backoff.Initial = 10 * time.Millisecond
-	}
-	if cfg.Backoff.Multiplier == 0 {
-		cfg.Backoff.Multiplier = 2
-	}
-	if cfg.Backoff.Max == 0 {
-		cfg.Backoff.Max = 10 * time.Second
-	}
+	cfg.Backoff = cfg.Backoff.WithDefaults()
 	if cfg.AckTimeout == 0 {
 		cfg.AckTimeout = 30 * time.Second
 	}
@@ -157,14 +147,4 @@ func (cfg Config) validate() error {
 		return bad("SnapshotInterval", "%v is negative", cfg.SnapshotInterval)
 	}
 	return nil
-}
-
-func (cfg Config) newBackoff() *backoff.ExponentialBackOff {
-	e := backoff.NewExponentialBackOff()
-	e.InitialInterval = cfg.Backoff.Initial
-	e.Multiplier = cfg.Backoff.Multiplier
-	e.MaxInterval = cfg.Backoff.Max
-	e.RandomizationFactor = 0
-	e.Reset()
-	return e
 }

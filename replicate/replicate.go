@@ -36,10 +36,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -59,9 +58,12 @@ type Config struct {
 	Catalog catalog.Catalog
 	Prefix  string
 	// CheckpointEvery saves a pchannel's checkpoint after this many entries
-	// (and when the source is caught up). Default 64.
+	// (and when the replicator is idle). Default 64.
 	CheckpointEvery int
-	Logger          *slog.Logger
+	// Backoff paces retries of failed appends and runs (defaults as
+	// broadcast.Backoff's).
+	Backoff broadcast.Backoff
+	Logger  *slog.Logger
 }
 
 // ErrInvalidConfig reports an unusable Config.
@@ -106,6 +108,7 @@ func New(cfg Config) (*Replicator, error) {
 	if cfg.CheckpointEvery <= 0 {
 		cfg.CheckpointEvery = 64
 	}
+	cfg.Backoff = cfg.Backoff.WithDefaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -148,16 +151,9 @@ func (r *Replicator) note(p message.PChannel, fn func(s *PChannelStatus)) {
 	r.mu.Unlock()
 }
 
-func newBackoff() *backoff.ExponentialBackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.Multiplier, b.MaxInterval, b.RandomizationFactor = 10*time.Millisecond, 2, 10*time.Second, 0
-	b.Reset()
-	return b
-}
-
 // runPChannel replicates p, restarting after failures.
 func (r *Replicator) runPChannel(ctx context.Context, p message.PChannel) {
-	bo := newBackoff()
+	bo := r.cfg.Backoff.New()
 	for ctx.Err() == nil {
 		err := r.replicate(ctx, p)
 		if ctx.Err() != nil {
@@ -165,12 +161,7 @@ func (r *Replicator) runPChannel(ctx context.Context, p message.PChannel) {
 		}
 		r.note(p, func(s *PChannelStatus) { s.LastError = err.Error() })
 		r.log.Warn("replication of a pchannel failed; resuming", "pchannel", p, "err", err)
-		t := time.NewTimer(bo.NextBackOff())
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+		wait.Sleep(ctx, bo.NextBackOff())
 	}
 }
 
@@ -316,18 +307,14 @@ func (r *Replicator) items(p message.PChannel, entry []wal.Copy) ([]wal.Item, er
 }
 
 func (r *Replicator) appendRetry(ctx context.Context, p message.PChannel, salt string, items []wal.Item) ([][]wal.Checkpoint, error) {
-	bo := newBackoff()
+	bo := r.cfg.Backoff.New()
 	for {
 		res, err := r.cfg.Dest.AppendSalted(ctx, p, salt, items)
 		if err == nil {
 			return res, nil
 		}
 		r.note(p, func(s *PChannelStatus) { s.LastError = err.Error() })
-		t := time.NewTimer(bo.NextBackOff())
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
 			return nil, ctx.Err()
 		}
 	}
