@@ -47,6 +47,14 @@ func Put(key string, value []byte) Op { return Op{Key: key, Value: value} }
 // Delete returns the op that removes key.
 func Delete(key string) Op { return Op{Key: key, Delete: true} }
 
+// etcd's default bounds on one transaction (--max-txn-ops,
+// --max-request-bytes): catalog/etcd's defaults, which catalog/memory
+// mirrors so that tests meet the same bounds.
+const (
+	DefaultMaxOps   = 128
+	DefaultMaxBytes = 1536 * 1024
+)
+
 // Limits are the backend's bounds on one transaction.
 type Limits struct {
 	// MaxOps is the most ops one Commit may carry (etcd: --max-txn-ops, 128

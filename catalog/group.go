@@ -78,17 +78,16 @@ func (g *Group) flush() {
 	lim := g.c.Limits()
 	for {
 		g.mu.Lock()
-		batch := g.take(lim)
+		batch, n := g.take(lim)
 		if len(batch) == 0 {
 			g.flushing = false
 			g.mu.Unlock()
 			return
 		}
 		g.mu.Unlock()
-		var ops []Op
-		if len(batch) == 1 {
-			ops = batch[0].ops
-		} else {
+		ops := batch[0].ops
+		if len(batch) > 1 {
+			ops = make([]Op, 0, n)
 			for _, c := range batch {
 				ops = append(ops, c.ops...)
 			}
@@ -105,46 +104,47 @@ func (g *Group) flush() {
 }
 
 // take removes from the queue the longest prefix of calls that fits one
-// transaction with distinct keys. Caller holds g.mu.
-func (g *Group) take(lim Limits) []*groupCall {
-	n, ops, bytes := 0, 0, 0
-	var keys map[string]struct{}
+// transaction with distinct keys, and returns it with its number of ops. The
+// first call always fits (Commit checked it alone). Caller holds g.mu.
+func (g *Group) take(lim Limits) (batch []*groupCall, ops int) {
+	n, bytes := 0, 0
+	var keys map[string]struct{} // built once a second call is considered
 	for _, c := range g.queue {
 		size := Size(c.ops)
-		if n > 0 && (ops+len(c.ops) > lim.MaxOps || bytes+size > lim.MaxBytes) {
-			break
-		}
-		if n > 0 && keys == nil {
-			keys = make(map[string]struct{})
-			for _, o := range g.queue[0].ops {
-				keys[o.Key] = struct{}{}
-			}
-		}
 		if n > 0 {
-			clash := false
-			for _, o := range c.ops {
-				if _, ok := keys[o.Key]; ok {
-					clash = true
-					break
-				}
-			}
-			if clash {
+			if ops+len(c.ops) > lim.MaxOps || bytes+size > lim.MaxBytes {
 				break
 			}
-			for _, o := range c.ops {
-				keys[o.Key] = struct{}{}
+			if keys == nil {
+				keys = make(map[string]struct{}, ops+len(c.ops))
+				addKeys(keys, g.queue[0].ops)
+			}
+			if !addKeys(keys, c.ops) {
+				break
 			}
 		}
 		n++
 		ops += len(c.ops)
 		bytes += size
 	}
-	batch := make([]*groupCall, n)
+	batch = make([]*groupCall, n)
 	copy(batch, g.queue[:n])
 	rest := copy(g.queue, g.queue[n:])
 	clear(g.queue[rest:])
 	g.queue = g.queue[:rest]
-	return batch
+	return batch, ops
+}
+
+// addKeys adds the keys of ops to keys; it reports false, leaving keys
+// partly updated, if one was there already.
+func addKeys(keys map[string]struct{}, ops []Op) bool {
+	for _, o := range ops {
+		if _, ok := keys[o.Key]; ok {
+			return false
+		}
+		keys[o.Key] = struct{}{}
+	}
+	return true
 }
 
 // Get reads from the wrapped catalog.

@@ -86,21 +86,30 @@ func Campaign(ctx context.Context, client *clientv3.Client, electionPrefix, valu
 		session.Close()
 		return nil, fmt.Errorf("catalog/etcd: campaign: %w", err)
 	}
+	if testHookCampaigned != nil {
+		testHookCampaigned()
+	}
 	t := &Term{session: session, election: election, fence: Fence{Key: election.Key(), Rev: election.Rev()}}
 	// Campaign returns once every earlier candidate is gone, without
 	// checking that our own key survived the wait: if the lease expired
-	// meanwhile, the term is over before it began.
+	// meanwhile, the term is over before it began. On failure, closing the
+	// session revokes the lease, which deletes the key; unlike Resign it
+	// is bounded (by the TTL), so an unreachable etcd cannot hold us here.
 	resp, err := client.Get(ctx, t.fence.Key)
 	if err != nil {
-		t.Resign(context.WithoutCancel(ctx))
+		session.Close()
 		return nil, fmt.Errorf("catalog/etcd: campaign: confirm leadership: %w", err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.fence.Rev {
-		t.Resign(context.WithoutCancel(ctx))
+		session.Close()
 		return nil, fmt.Errorf("%w: leader key %q expired during the campaign", ErrLostLeadership, t.fence.Key)
 	}
 	return t, nil
 }
+
+// testHookCampaigned, if set, runs when Campaign has been elected, before it
+// confirms its leadership.
+var testHookCampaigned func()
 
 // revoke releases a lease nobody will use, best effort: it expires anyway.
 func revoke(client *clientv3.Client, id clientv3.LeaseID) {

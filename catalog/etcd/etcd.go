@@ -66,9 +66,9 @@ import (
 // Defaults of Config.
 const (
 	// DefaultMaxOps is etcd's default --max-txn-ops.
-	DefaultMaxOps = 128
+	DefaultMaxOps = catalog.DefaultMaxOps
 	// DefaultMaxBytes is etcd's default --max-request-bytes.
-	DefaultMaxBytes = 1536 * 1024
+	DefaultMaxBytes = catalog.DefaultMaxBytes
 	// DefaultPageSize is how many keys List reads per request.
 	DefaultPageSize = 1000
 )

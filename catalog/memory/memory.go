@@ -41,7 +41,7 @@ const (
 var ErrInjected = errors.New("memory catalog: injected fault")
 
 // DefaultLimits mirror etcd's defaults, so tests meet the same bounds.
-var DefaultLimits = catalog.Limits{MaxOps: 128, MaxBytes: 1536 * 1024}
+var DefaultLimits = catalog.Limits{MaxOps: catalog.DefaultMaxOps, MaxBytes: catalog.DefaultMaxBytes}
 
 // Store is the shared state behind Catalog handles.
 type Store struct {
@@ -119,7 +119,7 @@ func (s *Store) Applied() int {
 	return s.applied
 }
 
-// Keys returns every key, sorted.
+// Keys returns the keys with the given prefix ("" for all), sorted.
 func (s *Store) Keys(prefix string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
