@@ -32,12 +32,15 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/internal/durablepb"
@@ -52,9 +55,15 @@ type Log interface {
 	// returns its offset. Offsets of one pchannel strictly increase with
 	// log order; they need not be contiguous. dedupID identifies the
 	// content: a deduplicating backend returns the original offset when the
-	// same dedupID is appended again within its window. Errors wrapping
-	// ErrNotApplied are definite; others are ambiguous (the entry may have
-	// been written).
+	// same dedupID is appended again within its window. A backend may
+	// refuse a dedup id longer than MaxDedupIDBytes (or one it cannot
+	// carry) with ErrBadDedupID. Errors wrapping ErrNotApplied are
+	// definite; others are ambiguous (the entry may have been written).
+	//
+	// The implementation may read data until Append returns, so the caller
+	// must not modify it meanwhile; it must not keep data after Append
+	// returns (copy it if it needs to, as wal/kafka does for a record that
+	// outlives an Append whose context ended).
 	Append(ctx context.Context, p message.PChannel, dedupID string, data []byte) (offset uint64, err error)
 	// Read returns a cursor over p's entries with offset >= from.
 	Read(ctx context.Context, p message.PChannel, from uint64) (Cursor, error)
@@ -90,9 +99,20 @@ var (
 	ErrTooLarge = fmt.Errorf("%w: entry too large", ErrNotApplied)
 	// ErrUnknownPChannel reports a pchannel the log does not have.
 	ErrUnknownPChannel = fmt.Errorf("%w: unknown pchannel", ErrNotApplied)
+	// ErrWrongPChannel reports an item of WAL.Append with a vchannel that is
+	// not on the pchannel (the lane) appended to: readers would never see
+	// its copy. It wraps ErrUnknownPChannel.
+	ErrWrongPChannel = fmt.Errorf("%w: vchannel not on the appended pchannel", ErrUnknownPChannel)
+	// ErrBadDedupID reports a dedup id the backend cannot carry: longer
+	// than MaxDedupIDBytes, or (wal/nats) not printable ASCII.
+	ErrBadDedupID = fmt.Errorf("%w: bad dedup id", ErrNotApplied)
 	// ErrCorrupt reports an entry that does not decode.
 	ErrCorrupt = errors.New("wal: corrupt entry")
 )
+
+// MaxDedupIDBytes is the longest dedup id every backend accepts; WAL's are
+// 64 hex digits.
+const MaxDedupIDBytes = 256
 
 // MaxCopiesPerEntry bounds the copies in one entry; positions reserve 16 bits
 // for the index.
@@ -256,18 +276,19 @@ func (w *WAL) Append(ctx context.Context, p message.PChannel, items []Item) ([][
 // again.
 //
 // p names the lane through any pchannel of it; the items' vchannels may be on
-// any pchannel of that lane.
+// any pchannel of that lane (without lanes: on p). A vchannel elsewhere fails
+// the append with ErrWrongPChannel before anything is written.
 func (w *WAL) AppendSalted(ctx context.Context, p message.PChannel, salt string, items []Item) ([][]Checkpoint, error) {
 	lane, ok := w.Lane(p)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
 	}
-	if w.lanes != nil {
-		for _, it := range items {
-			for _, v := range it.VChannels {
-				if l, ok := w.lanes[v.PChannel()]; !ok || l != lane {
-					return nil, fmt.Errorf("%w: vchannel %s is not on lane %s", ErrUnknownPChannel, v, lane)
-				}
+	// A copy whose vchannel is on another lane would be written where its
+	// readers never look.
+	for _, it := range items {
+		for _, v := range it.VChannels {
+			if l, ok := w.Lane(v.PChannel()); !ok || l != lane {
+				return nil, fmt.Errorf("%w: vchannel %s is not on %s", ErrWrongPChannel, v, lane)
 			}
 		}
 	}
@@ -313,25 +334,96 @@ type Copy struct {
 	LastInEntry bool
 }
 
-// Decode unpacks the entry at offset into its copies, in entry order.
-func Decode(offset uint64, data []byte) ([]Copy, error) {
-	var e durablepb.Entry
-	if err := proto.Unmarshal(data, &e); err != nil {
-		return nil, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, err)
-	}
+// Decode unpacks the entry at offset into its copies, in entry order; the
+// last is marked LastInEntry.
+func Decode(offset uint64, data []byte) ([]Copy, error) { return decode(offset, data, nil) }
+
+// Field numbers of durablepb.Entry and durablepb.Item.
+const (
+	entryItems    protowire.Number = 1
+	itemMessage   protowire.Number = 1
+	itemVChannels protowire.Number = 2
+)
+
+// decode is Decode for a reader: it returns only the copies f keeps (all if
+// f is nil), each at
+// its position in the whole entry, and marks the last one LastInEntry. It
+// walks the entry's wire format instead of unmarshalling it, and unmarshals
+// only the messages of items that have a kept copy: a reader of one
+// pchannel of a lane shared by many skips the others' items at little cost.
+// It reads the encoding as proto.Unmarshal does (unknown fields and fields
+// of an unexpected wire type are skipped, the last message field of an item
+// wins), so both see the same copies.
+func decode(offset uint64, data []byte, f *filter) ([]Copy, error) {
+	corrupt := func(err error) error { return fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, err) }
 	var out []Copy
 	idx := 0
-	for _, it := range e.Items {
-		m, err := message.Unmarshal(it.Message)
-		if err != nil {
-			return nil, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, err)
+	for b := data; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, corrupt(protowire.ParseError(n))
 		}
-		for _, v := range it.Vchannels {
-			pos := Position(offset, idx)
-			out = append(out, Copy{VChannel: message.VChannel(v), Message: m, Offset: offset,
-				Checkpoint: Checkpoint{MessageID: pos, TimeTick: pos, LastConfirmed: pos}})
+		b = b[n:]
+		if num != entryItems || typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return nil, corrupt(protowire.ParseError(n))
+			}
+			b = b[n:]
+			continue
+		}
+		item, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return nil, corrupt(protowire.ParseError(n))
+		}
+		b = b[n:]
+		// The item's copies are kept first, their message filled in once
+		// the whole item is read.
+		first := len(out)
+		var msg []byte
+		for len(item) > 0 {
+			num, typ, n := protowire.ConsumeTag(item)
+			if n < 0 {
+				return nil, corrupt(protowire.ParseError(n))
+			}
+			item = item[n:]
+			if (num != itemMessage && num != itemVChannels) || typ != protowire.BytesType {
+				if n = protowire.ConsumeFieldValue(num, typ, item); n < 0 {
+					return nil, corrupt(protowire.ParseError(n))
+				}
+				item = item[n:]
+				continue
+			}
+			v, n := protowire.ConsumeBytes(item)
+			if n < 0 {
+				return nil, corrupt(protowire.ParseError(n))
+			}
+			item = item[n:]
+			if num == itemMessage {
+				msg = v
+				continue
+			}
+			if !utf8.Valid(v) {
+				return nil, corrupt(errors.New("vchannel is not valid UTF-8"))
+			}
+			if f.keepBytes(v) {
+				pos := Position(offset, idx)
+				out = append(out, Copy{VChannel: message.VChannel(v), Offset: offset,
+					Checkpoint: Checkpoint{MessageID: pos, TimeTick: pos, LastConfirmed: pos}})
+			}
 			idx++
 		}
+		if len(out) > first {
+			m, err := message.Unmarshal(msg)
+			if err != nil {
+				return nil, corrupt(err)
+			}
+			for i := first; i < len(out); i++ {
+				out[i].Message = m
+			}
+		}
+	}
+	if n := len(out); n > 0 {
+		out[n-1].LastInEntry = true
 	}
 	return out, nil
 }
@@ -358,11 +450,11 @@ func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn
 		if err != nil {
 			return err
 		}
-		copies, err := Decode(off, data)
+		copies, err := decode(off, data, &f)
 		if err != nil {
 			return err
 		}
-		for _, c := range f.apply(copies) {
+		for _, c := range copies {
 			if err := fn(c); err != nil {
 				return err
 			}
@@ -374,23 +466,23 @@ func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn
 }
 
 // filter keeps the copies of one pchannel, and optionally only some of its
-// vchannels, and marks the last kept copy of an entry.
+// vchannels.
 type filter struct {
 	p  message.PChannel
 	vs map[message.VChannel]bool
 }
 
-func (f filter) apply(copies []Copy) []Copy {
-	kept := copies[:0]
-	for _, c := range copies {
-		if c.VChannel.PChannel() == f.p && (f.vs == nil || f.vs[c.VChannel]) {
-			kept = append(kept, c)
-		}
+// keepBytes reports whether f keeps vchannel v, without allocating. A nil
+// filter keeps everything.
+func (f *filter) keepBytes(v []byte) bool {
+	if f == nil {
+		return true
 	}
-	if n := len(kept); n > 0 {
-		kept[n-1].LastInEntry = true
+	i := bytes.IndexByte(v, '/')
+	if i < 0 || string(v[:i]) != string(f.p) {
+		return false
 	}
-	return kept
+	return f.vs == nil || f.vs[message.VChannel(v)]
 }
 
 // Reader reads the copies of one pchannel, optionally only some vchannels.
@@ -429,12 +521,12 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 		if err != nil {
 			return Copy{}, err
 		}
-		copies, err := Decode(off, data)
+		copies, err := decode(off, data, &r.filter)
 		if err != nil {
 			return Copy{}, err
 		}
 		r.read = off + 1
-		r.pending = r.filter.apply(copies)
+		r.pending = copies
 	}
 	c := r.pending[0]
 	r.pending = r.pending[1:]

@@ -116,7 +116,12 @@ func Start(ctx context.Context, cfg Config) (*Env, error) {
 		}
 		e.URL = e.ns.ClientURL()
 	}
-	if e.Client, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, MaxCallSendMsgSize: 16 << 20}); err != nil {
+	if e.etcd != nil {
+		e.Client, err = e.etcd.Client()
+	} else {
+		e.Client, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, MaxCallSendMsgSize: 16 << 20})
+	}
+	if err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -658,7 +663,7 @@ func writeRecords(ctx context.Context, cat *etcdcat.Catalog, maxOps int, first u
 			rec.CompletedUnixNano = now.UnixNano()
 			rec.Outcome = &durablepb.Outcome{Status: durablepb.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED}
 			for j := range targets {
-				pos := uint64(i+1)<<16 | uint64(j)
+				pos := wal.Position(uint64(i), j)
 				rec.Checkpoints = append(rec.Checkpoints, &durablepb.Checkpoint{Acked: true, MessageId: pos})
 			}
 		}

@@ -105,8 +105,11 @@ func (c *Catalog) List(ctx context.Context, prefix string, fn func(string, []byt
 }
 
 // Log wraps a WAL log with a crash switch and a hook choosing, per Append,
-// where to crash. Close does not close the wrapped log, which outlives the
-// crashed process.
+// where to crash. After the crash Append, Read and End fail, as the
+// catalog's writes and reads do (a dead process reads nothing either);
+// cursors opened before it are left alone. MaxEntryBytes, a setting, passes
+// through. Close does not close the wrapped log, which outlives the crashed
+// process.
 type Log struct {
 	wal.Log
 	S    *Switch
@@ -136,6 +139,22 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, id string, data []
 		return 0, ErrCrashed
 	}
 	return off, err
+}
+
+// Read opens a cursor unless the process crashed.
+func (l *Log) Read(ctx context.Context, p message.PChannel, from uint64) (wal.Cursor, error) {
+	if l.S.Dead() {
+		return nil, ErrCrashed
+	}
+	return l.Log.Read(ctx, p, from)
+}
+
+// End asks where p ends unless the process crashed.
+func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
+	if l.S.Dead() {
+		return 0, ErrCrashed
+	}
+	return l.Log.End(ctx, p)
 }
 
 // Close does nothing: the log belongs to the surviving world.

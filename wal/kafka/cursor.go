@@ -67,7 +67,7 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 				return 0, nil, ferr
 			}
 		default:
-			return 0, nil, fmt.Errorf("kafka wal: read of %s: %w", c.p, ferr)
+			return 0, nil, fmt.Errorf("wal/kafka: read of %s: %w", c.p, ferr)
 		}
 	}
 }

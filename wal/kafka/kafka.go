@@ -31,8 +31,9 @@
 // is closed, or its delivery timeout (two minutes unless ClientOptions say
 // otherwise) expires while franz-go knows it unwritten (an idempotent
 // producer does not abandon a request whose outcome it does not know).
-// That is the ambiguity the wal.Log contract allows; the caller's buffer is
-// not retained.
+// That is the ambiguity the wal.Log contract allows. Append copies the
+// entry into the record, since wal.Log.Append lends the caller's buffer only
+// until it returns.
 //
 // # Deduplication
 //
@@ -86,9 +87,9 @@ const (
 	// fits Kafka's default message.max.bytes, so the default works on
 	// topics created by hand with a stock configuration too.
 	DefaultMaxEntryBytes = DefaultMaxBatchBytes - EntryOverhead
-	// MaxDedupIDBytes is the longest dedup id Append accepts (wal dedup ids
-	// are 64 hex digits).
-	MaxDedupIDBytes = 256
+	// MaxDedupIDBytes is the longest dedup id Append accepts
+	// (wal.MaxDedupIDBytes; wal dedup ids are 64 hex digits).
+	MaxDedupIDBytes = wal.MaxDedupIDBytes
 	// DedupIDHeader is the record header holding an entry's dedup id.
 	DedupIDHeader = "walcast-dedup-id"
 
@@ -103,16 +104,17 @@ const (
 )
 
 // Errors of this package. Check them with errors.Is; wal errors (ErrClosed,
-// ErrTooLarge, ErrUnknownPChannel) are returned as documented on wal.Log.
+// ErrTooLarge, ErrBadDedupID, ErrUnknownPChannel) are returned as documented
+// on wal.Log.
 var (
 	// ErrInvalidConfig reports a Config that New refuses.
-	ErrInvalidConfig = errors.New("kafka wal: invalid config")
+	ErrInvalidConfig = errors.New("wal/kafka: invalid config")
 	// ErrTopic reports an existing topic that cannot back a pchannel: it
 	// has more than one partition, or its max.message.bytes is below
 	// MaxEntryBytes + EntryOverhead.
-	ErrTopic = errors.New("kafka wal: unusable topic")
+	ErrTopic = errors.New("wal/kafka: unusable topic")
 	// ErrOffsetRange reports a Read offset beyond Kafka's int64 offsets.
-	ErrOffsetRange = errors.New("kafka wal: offset out of range")
+	ErrOffsetRange = errors.New("wal/kafka: offset out of range")
 )
 
 // Config configures New.
@@ -274,11 +276,12 @@ func (l *Log) MaxEntryBytes() int { return l.maxEntry }
 // Append produces data as one record to p's topic and returns its offset once
 // all in-sync replicas have it. Kafka does not deduplicate re-appends:
 // dedupID is only recorded in the DedupIDHeader header. Oversized entries
-// (or dedup ids over MaxDedupIDBytes) fail with wal.ErrTooLarge, unknown
-// pchannels with wal.ErrUnknownPChannel, appends after Close with
-// wal.ErrClosed; a full producer buffer and a batch the broker rejects as
-// too large fail definitely (wal.ErrNotApplied) too. Every other failure,
-// ctx's end included, is ambiguous.
+// fail with wal.ErrTooLarge, dedup ids over MaxDedupIDBytes with
+// wal.ErrBadDedupID, unknown pchannels with wal.ErrUnknownPChannel, appends
+// after Close with wal.ErrClosed; a context that ended before the record
+// was handed to the producer, a full producer buffer and a batch the broker
+// rejects as too large fail definitely (wal.ErrNotApplied) too. Every other
+// failure, ctx's end while the record is in flight included, is ambiguous.
 func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, data []byte) (uint64, error) {
 	if l.closed.Load() {
 		return 0, wal.ErrClosed
@@ -291,13 +294,15 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 		return 0, fmt.Errorf("%w: %d bytes, limit %d", wal.ErrTooLarge, len(data), l.maxEntry)
 	}
 	if len(dedupID) > MaxDedupIDBytes {
-		return 0, fmt.Errorf("%w: dedup id of %d bytes, limit %d", wal.ErrTooLarge, len(dedupID), MaxDedupIDBytes)
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", wal.ErrBadDedupID, len(dedupID), MaxDedupIDBytes)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", wal.ErrNotApplied, err)
 	}
-	// The record outlives this call if ctx ends first, so it must not
-	// share the caller's buffer.
+	// The record outlives this call if ctx ends first (franz-go holds it,
+	// and re-encodes it on a retry, until its promise runs), so it must not
+	// share the caller's buffer, which wal.Log.Append lends only until it
+	// returns.
 	rec := &kgo.Record{Topic: topic, Partition: 0, Value: append([]byte(nil), data...)}
 	if dedupID != "" {
 		rec.Headers = []kgo.RecordHeader{{Key: DedupIDHeader, Value: []byte(dedupID)}}
@@ -316,7 +321,7 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 		select {
 		case err = <-done:
 		default:
-			return 0, fmt.Errorf("kafka wal: append to %s: %w (the entry may still be written)", p, ctx.Err())
+			return 0, fmt.Errorf("wal/kafka: append to %s: %w (the entry may still be written)", p, ctx.Err())
 		}
 	}
 	if err != nil {
@@ -330,14 +335,14 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 func appendError(p message.PChannel, err error) error {
 	switch {
 	case errors.Is(err, kgo.ErrMaxBuffered):
-		return fmt.Errorf("%w: kafka wal: append to %s: %w", wal.ErrNotApplied, p, err)
+		return fmt.Errorf("%w: wal/kafka: append to %s: %w", wal.ErrNotApplied, p, err)
 	case errors.Is(err, kerr.MessageTooLarge):
 		// The broker refused the batch (or the client could not fit the
 		// record in one): the topic's max.message.bytes is below the
 		// producer's batch size, changed since New checked it.
-		return fmt.Errorf("%w: kafka wal: append to %s: batch rejected, check the topic's max.message.bytes: %w", wal.ErrNotApplied, p, err)
+		return fmt.Errorf("%w: wal/kafka: append to %s: batch rejected, check the topic's max.message.bytes: %w", wal.ErrNotApplied, p, err)
 	}
-	return fmt.Errorf("kafka wal: append to %s: %w", p, err)
+	return fmt.Errorf("wal/kafka: append to %s: %w", p, err)
 }
 
 // Read returns a cursor over p's entries with offset >= from, backed by its
@@ -362,7 +367,7 @@ func (l *Log) Read(_ context.Context, p message.PChannel, from uint64) (wal.Curs
 	}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka wal: reader client: %w", err)
+		return nil, fmt.Errorf("wal/kafka: reader client: %w", err)
 	}
 	c := &cursor{l: l, cl: cl, p: p, next: int64(from), closed: make(chan struct{})}
 	l.mu.Lock()

@@ -253,10 +253,11 @@ func TestTooLarge(t *testing.T) {
 	for _, tc := range []struct {
 		id   string
 		size int
-	}{{"x", l.MaxEntryBytes() + 1}, {strings.Repeat("d", MaxDedupIDBytes+1), 1}} {
+		want error
+	}{{"x", l.MaxEntryBytes() + 1, wal.ErrTooLarge}, {strings.Repeat("d", MaxDedupIDBytes+1), 1, wal.ErrBadDedupID}} {
 		_, err := l.Append(ctx, "p", tc.id, make([]byte, tc.size))
-		if !errors.Is(err, wal.ErrTooLarge) || !errors.Is(err, wal.ErrNotApplied) {
-			t.Fatalf("entry of %d bytes, dedup id of %d: %v, want definite ErrTooLarge", tc.size, len(tc.id), err)
+		if !errors.Is(err, tc.want) || !errors.Is(err, wal.ErrNotApplied) {
+			t.Fatalf("entry of %d bytes, dedup id of %d: %v, want definite %v", tc.size, len(tc.id), err, tc.want)
 		}
 	}
 	// The WAL layer checks the size too, before encoding reaches us.
@@ -386,8 +387,12 @@ func TestContext(t *testing.T) {
 	l := open(t, newCluster(t), Config{PChannels: []message.PChannel{"p"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := l.Append(ctx, "p", "a", []byte("a")); !errors.Is(err, context.Canceled) || errors.Is(err, wal.ErrNotApplied) {
-		t.Fatalf("append with a canceled context: %v", err)
+	// Nothing was sent: definite, as on NATS.
+	if _, err := l.Append(ctx, "p", "a", []byte("a")); !errors.Is(err, context.Canceled) || !errors.Is(err, wal.ErrNotApplied) {
+		t.Fatalf("append with a canceled context: %v, want definite", err)
+	}
+	if end, err := l.End(context.Background(), "p"); err != nil || end != 0 {
+		t.Fatalf("end after the canceled append: %d, %v", end, err)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walcast/walcast/internal/wait"
 )
 
 const (
@@ -74,12 +76,8 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 			continue
 		}
 		created = false
-		t := time.NewTimer(readyPoll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("kafka wal: waiting for topics %v: %w", waiting, ctx.Err())
-		case <-t.C:
+		if !wait.Sleep(ctx, readyPoll) {
+			return fmt.Errorf("wal/kafka: waiting for topics %v: %w", waiting, ctx.Err())
 		}
 	}
 	return checkMaxMessageBytes(ctx, cl, topics, batchMax)
@@ -96,7 +94,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[s
 	req.AllowAutoTopicCreation = false
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("kafka wal: metadata: %w", err)
+		return nil, fmt.Errorf("wal/kafka: metadata: %w", err)
 	}
 	state := make(map[string]topicState, len(topics))
 	for _, t := range topics {
@@ -117,7 +115,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[s
 			state[name] = topicState{}
 			continue
 		default:
-			return nil, fmt.Errorf("kafka wal: metadata of topic %s: %w", name, err)
+			return nil, fmt.Errorf("wal/kafka: metadata of topic %s: %w", name, err)
 		}
 		s := topicState{partitions: len(rt.Partitions)}
 		for _, p := range rt.Partitions {
@@ -159,7 +157,7 @@ func createTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("kafka wal: create topics: %w", err)
+		return fmt.Errorf("wal/kafka: create topics: %w", err)
 	}
 	for _, rt := range resp.Topics {
 		err := kerr.ErrorForCode(rt.ErrorCode)
@@ -169,7 +167,7 @@ func createTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 		if rt.ErrorMessage != nil {
 			err = fmt.Errorf("%w: %s", err, *rt.ErrorMessage)
 		}
-		return fmt.Errorf("kafka wal: create topic %s: %w", rt.Topic, err)
+		return fmt.Errorf("wal/kafka: create topic %s: %w", rt.Topic, err)
 	}
 	return nil
 }
@@ -188,7 +186,7 @@ func checkMaxMessageBytes(ctx context.Context, cl *kgo.Client, topics []string, 
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("kafka wal: describe topic configs: %w", err)
+		return fmt.Errorf("wal/kafka: describe topic configs: %w", err)
 	}
 	for _, r := range resp.Resources {
 		switch err := kerr.ErrorForCode(r.ErrorCode); {
@@ -196,7 +194,7 @@ func checkMaxMessageBytes(ctx context.Context, cl *kgo.Client, topics []string, 
 		case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
 			continue
 		default:
-			return fmt.Errorf("kafka wal: describe configs of topic %s: %w", r.ResourceName, err)
+			return fmt.Errorf("wal/kafka: describe configs of topic %s: %w", r.ResourceName, err)
 		}
 		for _, c := range r.Configs {
 			if c.Name != maxMessageBytes || c.Value == nil {

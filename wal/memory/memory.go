@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -108,7 +109,10 @@ func (l *Log) Entries(p message.PChannel) [][]byte {
 // Append writes data at the end of p's log.
 func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, data []byte) (uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", wal.ErrNotApplied, err)
+	}
+	if len(dedupID) > wal.MaxDedupIDBytes {
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", wal.ErrBadDedupID, len(dedupID), wal.MaxDedupIDBytes)
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -133,14 +137,8 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	}
 	l.mu.Unlock()
 
-	if f.Delay > 0 {
-		t := time.NewTimer(f.Delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		}
+	if f.Delay > 0 && !wait.Sleep(ctx, f.Delay) {
+		return 0, ctx.Err()
 	}
 	if f.Hang {
 		<-ctx.Done()

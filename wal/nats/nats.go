@@ -53,7 +53,7 @@
 // # Errors
 //
 // Definite errors wrap wal.ErrNotApplied: wal.ErrClosed, wal.ErrTooLarge,
-// wal.ErrUnknownPChannel, ErrBadDedupID, a context that ended before the
+// wal.ErrUnknownPChannel, wal.ErrBadDedupID, a context that ended before the
 // message was sent, the client refusing to send while disconnected
 // (connections New dials do not buffer while reconnecting), and no server
 // listening on the subject (no responders). Everything else —
@@ -71,9 +71,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -93,7 +95,7 @@ const (
 const headroom = 1024
 
 // maxDedupIDBytes bounds a dedup id; walcast's are 64 hex digits.
-const maxDedupIDBytes = 256
+const maxDedupIDBytes = wal.MaxDedupIDBytes
 
 // maxPrefixBytes bounds StreamPrefix so stream names stay short.
 const maxPrefixBytes = 32
@@ -105,9 +107,10 @@ const maxReplicas = 5
 var (
 	// ErrInvalidConfig reports a Config New rejects.
 	ErrInvalidConfig = errors.New("wal/nats: invalid config")
-	// ErrBadDedupID reports a dedup id that cannot be sent as a header: more
-	// than 256 bytes, or bytes outside printable ASCII (or a space).
-	ErrBadDedupID = fmt.Errorf("%w: bad dedup id", wal.ErrNotApplied)
+	// ErrBadDedupID is wal.ErrBadDedupID, which Append returns for a dedup
+	// id that cannot be sent as a header: more than wal.MaxDedupIDBytes, or
+	// bytes outside printable ASCII (or a space).
+	ErrBadDedupID = wal.ErrBadDedupID
 )
 
 // Config configures a Log.
@@ -358,15 +361,12 @@ func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
 	}
+	// Stream fetches the stream's info: one request.
 	s, err := l.js.Stream(ctx, ch.stream)
 	if err != nil {
 		return 0, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("wal/nats: stream %s info: %w", ch.stream, err)
-	}
-	return info.State.LastSeq, nil
+	return s.CachedInfo().State.LastSeq, nil
 }
 
 // Append publishes data to p's stream with dedupID as its message id and
@@ -397,7 +397,7 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	if dedupID != "" {
 		msg.Header[jetstream.MsgIDHeader] = []string{dedupID}
 	}
-	wait := time.Millisecond
+	var bo *backoff.ExponentialBackOff
 	for {
 		ack, err := l.js.PublishMsg(ctx, msg)
 		if err == nil {
@@ -412,14 +412,12 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 		if isDedupInProgress(err) {
 			// Clustered streams refuse a message id whose first
 			// copy is still being replicated; its outcome decides.
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if bo == nil {
+				bo = wait.Backoff(time.Millisecond, 100*time.Millisecond)
+			}
+			if !wait.Sleep(ctx, bo.NextBackOff()) {
 				return 0, fmt.Errorf("wal/nats: append to %s: %w (while the original was in flight: %w)", p, ctx.Err(), err)
 			}
-			wait = min(2*wait, 100*time.Millisecond)
 			continue
 		}
 		return 0, classify(p, err)

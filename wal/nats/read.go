@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -40,36 +42,50 @@ func (l *Log) Read(ctx context.Context, p message.PChannel, from uint64) (wal.Cu
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", wal.ErrUnknownPChannel, p)
 	}
-	c := &cursor{l: l, p: p, stream: ch.stream, next: from}
+	c := &cursor{l: l, p: p, stream: ch.stream, next: from, bo: wait.Backoff(50*time.Millisecond, time.Second)}
 	// Create the consumer now, so that a missing stream or an unreachable
 	// server shows here rather than in the first Next.
 	if _, err := c.iterator(ctx); err != nil {
 		return nil, err
 	}
+	if testHookReadConsumer != nil {
+		testHookReadConsumer()
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed.Load() {
-		c.stop()
+		// Close ran meanwhile and did not see this cursor: delete its
+		// consumer as Close would have.
+		l.mu.Unlock()
+		if cons := c.stop(); cons != nil {
+			l.deleteConsumer(c.stream, cons)
+		}
 		return nil, wal.ErrClosed
 	}
 	l.cursors[c] = struct{}{}
+	l.mu.Unlock()
 	return c, nil
 }
+
+// testHookReadConsumer, if set, runs when Read has created its consumer,
+// before it registers the cursor.
+var testHookReadConsumer func()
 
 type cursor struct {
 	l      *Log
 	p      message.PChannel
 	stream string
 
-	// nextMu serializes Next; it protects next, dseq and fails.
+	// nextMu serializes Next; it protects next, dseq, fails and bo.
 	nextMu sync.Mutex
 	// next is the smallest offset Next may still return.
 	next uint64
 	// dseq is the consumer sequence of the last message of the current
 	// consumer; a gap means a lost message, and a new consumer.
 	dseq uint64
-	// fails counts consecutive broken iterators, for backoff.
+	// fails counts consecutive broken iterators, for backoff; bo is the
+	// schedule of the waits between them.
 	fails int
+	bo    *backoff.ExponentialBackOff
 
 	mu sync.Mutex
 	// cons and it are the current consumer and its iterator, nil when
@@ -118,7 +134,10 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 			continue
 		}
 		c.dseq = meta.Sequence.Consumer
-		c.fails = 0
+		if c.fails > 0 {
+			c.fails = 0
+			c.bo.Reset()
+		}
 		off := meta.Sequence.Stream - 1
 		if meta.Sequence.Stream == 0 || off < c.next {
 			continue
@@ -195,15 +214,10 @@ func (c *cursor) backoff(ctx context.Context) error {
 	if c.fails <= 1 {
 		return nil
 	}
-	d := min(50*time.Millisecond<<min(c.fails-2, 5), time.Second)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !wait.Sleep(ctx, c.bo.NextBackOff()) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 func (c *cursor) isClosed() bool {

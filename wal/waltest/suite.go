@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -190,6 +191,21 @@ func testErrors(t *testing.T, b Backend) {
 	}
 	if _, err := log.Append(ctx, "nope", "x", []byte("x")); !errors.Is(err, wal.ErrUnknownPChannel) {
 		t.Fatalf("unknown pchannel: %v", err)
+	}
+	long := strings.Repeat("d", wal.MaxDedupIDBytes+1)
+	if _, err := log.Append(ctx, "p0", long, []byte("x")); !errors.Is(err, wal.ErrBadDedupID) || !errors.Is(err, wal.ErrNotApplied) {
+		t.Fatalf("dedup id of %d bytes: %v, want definite ErrBadDedupID", len(long), err)
+	}
+	if _, err := log.Append(ctx, "p0", strings.Repeat("d", wal.MaxDedupIDBytes), []byte("x")); err != nil {
+		t.Fatalf("dedup id of %d bytes: %v", wal.MaxDedupIDBytes, err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := log.Append(ended, "p0", "y", []byte("y")); !errors.Is(err, context.Canceled) || !errors.Is(err, wal.ErrNotApplied) {
+		t.Fatalf("append with an ended context: %v, want definite", err)
+	}
+	if end, err := log.End(ctx, "p0"); err != nil || end != 1 {
+		t.Fatalf("End after one entry and refused appends: %d, %v", end, err)
 	}
 	if _, err := log.Read(ctx, "nope", 0); !errors.Is(err, wal.ErrUnknownPChannel) {
 		t.Fatalf("read of unknown pchannel: %v", err)
