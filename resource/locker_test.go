@@ -351,6 +351,7 @@ func TestR3_7_SnapshotShowsHoldersAndWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.SetOwner("broadcast 7")
+	asked := time.Now() // the waiter's request is no earlier than this
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -369,6 +370,16 @@ func TestR3_7_SnapshotShowsHoldersAndWaiters(t *testing.T) {
 	}
 	if ks.Holders[0].Since.IsZero() || time.Since(ks.Waiters[0].Since) < 0 {
 		t.Fatalf("missing ages in %+v", ks)
+	}
+	// The ages are real times: set, not in the future, and the waiter's no
+	// earlier than its request and no earlier than the holder's grant.
+	now := time.Now()
+	hs, ws := ks.Holders[0].Since, ks.Waiters[0].Since
+	if hs.IsZero() || hs.After(now) || hs.After(asked) {
+		t.Fatalf("holder since %v (asked %v, now %v)", hs, asked, now)
+	}
+	if ws.IsZero() || ws.After(now) || ws.Before(asked) || ws.Before(hs) {
+		t.Fatalf("waiter since %v (holder since %v, asked %v, now %v)", ws, hs, asked, now)
 	}
 	cancel()
 	<-done
@@ -427,16 +438,22 @@ func BenchmarkLockUnlock3Keys(b *testing.B) {
 	}
 }
 
-// BenchmarkLockUnlock3KeysContended runs parallel lockers on a small key
-// space: half the collection keys collide, all share the database and cluster.
+// BenchmarkLockUnlock3KeysContended runs parallel lockers that really
+// collide: goroutines pair up on an exclusive collection key (goroutines 0
+// and 1 on c0, 2 and 3 on c1, ..., over 4 collections, then around again),
+// so every collection key in use has at least two lockers competing for it;
+// all share the database and cluster keys. SetParallelism(2) runs
+// 2 x GOMAXPROCS goroutines, so there is a pair even with GOMAXPROCS=1 (on 2
+// procs: 4 goroutines, two on c0 and two on c1).
 func BenchmarkLockUnlock3KeysContended(b *testing.B) {
 	l := NewLocker()
 	ctx := context.Background()
 	var n atomic.Int64
 	b.ReportAllocs()
+	b.SetParallelism(2)
 	b.RunParallel(func(pb *testing.PB) {
-		i := n.Add(1)
-		keys := []Key{ExclusiveCollection("db", fmt.Sprint("c", i%4)), SharedDatabase("db"), SharedCluster()}
+		i := n.Add(1) - 1
+		keys := []Key{ExclusiveCollection("db", fmt.Sprint("c", i/2%4)), SharedDatabase("db"), SharedCluster()}
 		for pb.Next() {
 			g, err := l.Lock(ctx, keys...)
 			if err != nil {

@@ -535,8 +535,9 @@ type Task struct {
 	Checkpoints       []*Checkpoint `protobuf:"bytes,3,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
 	CreatedUnixNano   int64         `protobuf:"varint,4,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	CompletedUnixNano int64         `protobuf:"varint,5,opt,name=completed_unix_nano,json=completedUnixNano,proto3" json:"completed_unix_nano,omitempty"`
-	// payload_digest is sha256 of the payload; request_digest is the caller's
-	// own digest of its request, if it gave one. Both serve R7.6.
+	// payload_digest is the first 16 bytes (128 bits) of the sha256 of the
+	// payload; request_digest is the caller's own digest of its request, if it
+	// gave one. Both serve R7.6.
 	PayloadDigest []byte   `protobuf:"bytes,6,opt,name=payload_digest,json=payloadDigest,proto3" json:"payload_digest,omitempty"`
 	RequestDigest []byte   `protobuf:"bytes,7,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
 	Outcome       *Outcome `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
