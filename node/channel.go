@@ -43,7 +43,6 @@ type channel struct {
 	nAcks       uint64
 	nAckRetries uint64
 	nRejected   uint64
-	nForeign    uint64
 }
 
 func newChannel(n *Node, p message.PChannel, st *pstate, saved bool) *channel {
@@ -167,14 +166,6 @@ func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
 	var acks []wal.Copy
 	syncUp := false
 	for _, cp := range entry {
-		if cp.VChannel.PChannel() != c.p {
-			c.log.Error("copy of a vchannel hosted on another pchannel; skipped", "vchannel", cp.VChannel,
-				"broadcast", cp.Message.Broadcast.ID, "offset", cp.Offset)
-			c.mu.Lock()
-			c.nForeign++
-			c.mu.Unlock()
-			continue
-		}
 		id := cp.Message.Broadcast.ID
 		pos := cp.Checkpoint.MessageID
 		switch {

@@ -70,10 +70,11 @@
 // partitions cleanly, and each pchannel can save its state at its own entry
 // boundaries without pausing the others. A whole-Applier snapshot would have
 // to stop every pchannel at a boundary at once, and a pchannel stuck retrying
-// an Apply or an ack would block every other pchannel's snapshot. The node
-// only applies a copy on the worker of the pchannel that hosts the copy's
-// vchannel; a copy whose vchannel belongs to another pchannel is logged and
-// skipped (the coordinator never writes one).
+// an Apply or an ack would block every other pchannel's snapshot. A worker
+// only sees copies of its own pchannel's vchannels: the WAL reader of a
+// pchannel returns those alone. (With lanes, wal.WithLanes, one lane's
+// entries routinely hold copies for other pchannels too; the reader skips
+// them.)
 //
 // # Acks
 //

@@ -42,6 +42,7 @@ var (
 type env struct {
 	t     *testing.T
 	log   *wmem.Log
+	chans []message.PChannel // the log's channels: pchans, or their lanes
 	w     *wal.WAL
 	b     *broadcast.Broadcaster
 	dir   string
@@ -50,12 +51,23 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, log: wmem.New(pchans...), types: message.NewRegistry(), dir: t.TempDir()}
-	e.w = wal.New(e.log)
+	return newLanedEnv(t, 0)
+}
+
+// newLanedEnv is newEnv with pchans folded into that many WAL lanes (0:
+// none, each pchannel is its own log channel).
+func newLanedEnv(t *testing.T, lanes int) *env {
+	t.Helper()
+	e := &env{t: t, chans: pchans, types: message.NewRegistry(), dir: t.TempDir()}
+	if lanes > 0 {
+		e.chans = wal.Lanes(lanes, pchans)
+	}
+	e.log = wmem.New(e.chans...)
+	e.w = wal.New(e.log, wal.WithLanes(lanes, pchans))
 	e.types.MustRegister(message.TypeInfo{Type: typCreate})
 	e.types.MustRegister(message.TypeInfo{Type: typSync, AckSyncUp: true})
 	b, err := broadcast.New(ctxT(t, 10*time.Second), broadcast.Config{
-		Catalog: cmem.NewStore().Open(), WAL: wal.New(e.log), Types: e.types, ControlChannel: cchan,
+		Catalog: cmem.NewStore().Open(), WAL: wal.New(e.log, wal.WithLanes(lanes, pchans)), Types: e.types, ControlChannel: cchan,
 		Backoff: fastBackoff, Logger: quiet,
 	})
 	if err != nil {
@@ -121,7 +133,7 @@ type key struct {
 // logCopies returns every copy in the log.
 func (e *env) logCopies() []wal.Copy {
 	var out []wal.Copy
-	for _, p := range pchans {
+	for _, p := range e.chans {
 		for off, data := range e.log.Entries(p) {
 			cs, err := wal.Decode(uint64(off), data)
 			if err != nil {

@@ -172,7 +172,8 @@ const (
 	StageStopped Stage = "stopped"
 )
 
-// Status describes a node for the admin API.
+// Status is a snapshot of a node (Node.Status): whether it runs, and the
+// progress and counters of each of its pchannels.
 type Status struct {
 	Name      string
 	Running   bool
@@ -197,9 +198,8 @@ type PChannelStatus struct {
 	Applied, Duplicates uint64
 	// Acks counts successful acks since New, AckRetries failed attempts,
 	// AcksRejected acks refused for good (vchannel not in the task, invalid
-	// argument); Foreign counts copies whose vchannel is hosted on another
-	// pchannel (skipped).
-	Acks, AckRetries, AcksRejected, Foreign uint64
+	// argument).
+	Acks, AckRetries, AcksRejected uint64
 	// Stage is what the worker does now; Attempts and LastError describe
 	// the retries of the current step (0 and "" when it has not failed).
 	Stage     Stage
@@ -249,7 +249,7 @@ func (c *channel) status() PChannelStatus {
 	s := PChannelStatus{
 		PChannel: c.p, NextOffset: c.st.resume, SavedOffset: c.savedOffset, SavedAt: c.savedAt,
 		LastBroadcastID: c.st.last, Applied: c.nApplied, Duplicates: c.nDup,
-		Acks: c.nAcks, AckRetries: c.nAckRetries, AcksRejected: c.nRejected, Foreign: c.nForeign,
+		Acks: c.nAcks, AckRetries: c.nAckRetries, AcksRejected: c.nRejected,
 		Stage: c.stage, Attempts: c.attempts, LastError: c.lastErr, ReadError: c.readErr,
 		VChannels: make([]VChannelStatus, 0, len(c.st.vchans)),
 	}

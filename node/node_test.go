@@ -662,3 +662,38 @@ func TestCorruptStateFile(t *testing.T) {
 		t.Errorf("the good file does not restore: %v", err)
 	}
 }
+
+// TestLanesEachPChannelHandlesOnlyItsCopies: with both pchannels in one WAL
+// lane, every entry holds copies for both; the reader of each pchannel
+// skips the other's, so each worker applies and acks only its own
+// vchannels' copies, every copy exactly once.
+func TestLanesEachPChannelHandlesOnlyItsCopies(t *testing.T) {
+	e := newLanedEnv(t, 1)
+	app, acker := newCountApplier(), &recAcker{next: e.b}
+	n := e.start(app, acker)
+	for i := range 5 {
+		e.mustBroadcast(typCreate, fmt.Sprint("c", i), vA, vB)
+	}
+	e.waitApplied(app)
+	e.checkExactlyOnce(app)
+	waitFor(t, "every copy to be acked", func() bool { return len(acker.succeeded()) == len(e.distinct()) })
+	for k, n := range acker.succeeded() {
+		if n != 1 {
+			t.Errorf("%s broadcast %d acked %d times", k.v, k.id, n)
+		}
+	}
+	for _, p := range pchans {
+		ps, err := n.PChannel(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps.Applied == 0 {
+			t.Errorf("%s applied nothing", p)
+		}
+		for _, v := range ps.VChannels {
+			if v.VChannel.PChannel() != p {
+				t.Errorf("%s handled %s", p, v.VChannel)
+			}
+		}
+	}
+}
