@@ -83,19 +83,21 @@ func (t *task) describe() TaskInfo {
 }
 
 func (tb tomb) info() (TaskInfo, error) {
-	d, err := decodeRecord(tb.record())
+	d, err := tb.decode()
 	if err != nil {
-		return TaskInfo{}, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, tb.id, err)
+		return TaskInfo{}, err
 	}
 	ti := TaskInfo{
-		ID: tb.id, Type: d.msg.Type, State: Tombstone, CreatedAt: time.Unix(0, d.pb.CreatedUnixNano), CompletedAt: time.Unix(0, tb.completed),
+		ID: tb.id, Type: d.msg.Type, State: Tombstone, CreatedAt: d.created(), CompletedAt: tb.completedAt(),
 		ResourceKeys: d.msg.Broadcast.ResourceKeys, KeyFingerprint: d.msg.IdempotencyKey.Fingerprint(), AckSyncUp: d.msg.Broadcast.AckSyncUp,
 		Outcome: d.outcome(), Message: d.msg,
 	}
-	cps := d.checkpoints()
-	for _, v := range d.msg.Broadcast.VChannels {
-		cp, ok := cps[v]
-		ti.VChannels = append(ti.VChannels, VChannelInfo{VChannel: v, Appended: ok, Acked: ok, Checkpoint: cp})
+	for i, v := range d.msg.Broadcast.VChannels {
+		vi := VChannelInfo{VChannel: v}
+		if i < len(d.pb.Checkpoints) && d.pb.Checkpoints[i].Acked {
+			vi.Appended, vi.Acked, vi.Checkpoint = true, true, checkpointOf(d.pb.Checkpoints[i])
+		}
+		ti.VChannels = append(ti.VChannels, vi)
 	}
 	return ti, nil
 }

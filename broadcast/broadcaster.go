@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -63,6 +66,9 @@ type Broadcaster struct {
 	index      map[scope]uint64  // first owner wins (R7.3)
 	admissions map[scope]*admission
 	stats      Stats
+	// commits counts catalog commits (Stats.CatalogCommits), atomically:
+	// a commit never takes b.mu, whatever lock its caller holds.
+	commits atomic.Int64
 }
 
 // Result is what Broadcast returns.
@@ -210,11 +216,10 @@ func (b *Broadcaster) recover(ctx context.Context) (*recovered, error) {
 				t.nacked++
 			}
 		}
-		t.ackGen = uint64(t.nacked)
 		if t.allAcked() {
 			close(t.ackedAll)
 		}
-		t.persistedGen = t.ackGen
+		t.persistedAcks = t.nacked
 		if st == Pending {
 			g, err := b.locker.TryLock(t.keys...)
 			if err != nil {
@@ -260,7 +265,8 @@ func (b *Broadcaster) spawn(fn func()) bool {
 	return true
 }
 
-// closed returns ErrClosed (or the fencing error) once the broadcaster stops.
+// closedErr returns ErrClosed (or the fencing error) once the broadcaster
+// stops, nil before.
 func (b *Broadcaster) closedErr() error {
 	b.life.Lock()
 	defer b.life.Unlock()
@@ -372,6 +378,15 @@ func (b *Broadcaster) begin(ctx context.Context, idem *Idempotent, keys []resour
 		return nil, err
 	}
 	b.obs.LockWait(norm, time.Since(start))
+	// The role may have changed while this request waited: a demotion
+	// (Configure, Follow) holds the exclusive Cluster key and applies the new
+	// role before releasing it, so a request queued behind it sees the role
+	// it left (R8.1).
+	if b.Role() != Primary {
+		g.Unlock()
+		b.releaseAdmission(h.adm)
+		return nil, ErrNotPrimary
+	}
 	h.guard = g
 	return h, nil
 }
@@ -447,32 +462,51 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 	if err := b.closedErr(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTaskNotCreated, err)
 	}
-	if sc := scopeOf(msg.Type, msg.IdempotencyKey); sc != (scope{}) {
-		// A new key over the limit is refused before it costs an id; the
-		// check is repeated at registration, where it decides.
-		b.mu.Lock()
-		isNew := b.originalLocked(sc) == nil
-		b.mu.Unlock()
-		if isNew {
-			if err := msg.IdempotencyKey.CheckLength(b.cfg.MaxKeyLength); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-			}
+	// The handle's keys include the Cluster key, so the role cannot have
+	// changed since begin checked it, unless this is a force promote queued
+	// behind another one (R8.1, R8.3).
+	if err := b.checkRole(h.promote); err != nil {
+		return nil, err
+	}
+	// Stamped with the widest id until one is allocated: the targets are
+	// validated (R2.3) and the encoded size bounded before the broadcast
+	// costs an id.
+	stamped, err := msg.Stamp(math.MaxUint64, b.cfg.ControlChannel, g.Keys())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if err := b.checkPChannels(stamped.Broadcast.VChannels); err != nil {
+		return nil, err
+	}
+	if info.AckSyncUp {
+		stamped.Broadcast.AckSyncUp = true
+	}
+	if h.promote {
+		setProperty(stamped, unreplicableProperty, forcePromoteMark)
+	}
+	if h.idem != nil && h.idem.Digest != nil {
+		// Carried in the message so that it replicates: a promoted secondary
+		// compares retries' digests too (R7.6, R8.4).
+		setProperty(stamped, requestDigestProperty, hex.EncodeToString(h.idem.Digest))
+	}
+	// The trace context is persisted with the task (R9.6); a caller's own
+	// is kept.
+	tracing.Inject(ctx, stamped)
+	if encodedBound(stamped) > b.cfg.MaxMessageBytes {
+		// Near the limit: measure exactly, with the widest id.
+		raw, err := message.Marshal(stamped)
+		if err != nil {
+			return nil, fmt.Errorf("%w: encode: %w", ErrInvalidArgument, err)
+		}
+		if len(raw) > b.cfg.MaxMessageBytes {
+			return nil, fmt.Errorf("%w: message is %d bytes encoded, limit %d", ErrInvalidArgument, len(raw), b.cfg.MaxMessageBytes)
 		}
 	}
 	id, err := b.ids.alloc(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: allocate broadcast id: %w", ErrTaskNotCreated, err)
 	}
-	stamped, err := msg.Stamp(id, b.cfg.ControlChannel, g.Keys())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if info.AckSyncUp {
-		stamped.Broadcast.AckSyncUp = true
-	}
-	// The trace context is persisted with the task (R9.6); a caller's own
-	// is kept.
-	tracing.Inject(ctx, stamped)
+	stamped.Broadcast.ID = id
 	if span.IsRecording() {
 		span.SetAttributes(tracing.AttrBroadcastID.Int64(int64(id)), tracing.AttrVChannels.Int(len(stamped.Broadcast.VChannels)))
 	}
@@ -480,16 +514,7 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode: %w", ErrInvalidArgument, err)
 	}
-	if len(raw) > b.cfg.MaxMessageBytes {
-		return nil, fmt.Errorf("%w: message is %d bytes encoded, limit %d", ErrInvalidArgument, len(raw), b.cfg.MaxMessageBytes)
-	}
 	t := newTask(stamped, raw, info, Pending, b.now())
-	if t.promote && !h.promote {
-		return nil, fmt.Errorf("%w: force promote messages are sent by ForcePromote only", ErrInvalidArgument)
-	}
-	if h.idem != nil {
-		t.request = h.idem.Digest
-	}
 
 	b.mu.Lock()
 	if err := b.closedErr(); err != nil {
@@ -510,7 +535,8 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 			return b.answerDuplicate(ctx, o, msg, h.idem)
 		}
 		// The length limit applies to new keys only, so lowering it never
-		// breaks a retry of a key already accepted (R7.1).
+		// breaks a retry of a key already accepted (R7.1). A handle from
+		// WithIdempotentResourceKeys had its key checked before its locks.
 		if err := msg.IdempotencyKey.CheckLength(b.cfg.MaxKeyLength); err != nil {
 			b.mu.Unlock()
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
@@ -536,11 +562,18 @@ func (b *Broadcaster) Check(msg *message.Message) error {
 	if msg == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidArgument)
 	}
-	_, err := b.check(msg)
-	return err
+	if _, err := b.check(msg); err != nil {
+		return err
+	}
+	if err := checkTargets(msg.Broadcast.VChannels); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return b.checkPChannels(msg.Broadcast.VChannels)
 }
 
-// check validates a message before anything is created.
+// check validates a message before anything is created, but for its
+// targets: Broadcast has Stamp check those (and Check checkTargets), then
+// checkPChannels.
 func (b *Broadcaster) check(msg *message.Message) (message.TypeInfo, error) {
 	info, err := b.cfg.Types.Check(msg)
 	if err != nil {
@@ -549,23 +582,16 @@ func (b *Broadcaster) check(msg *message.Message) (message.TypeInfo, error) {
 	if msg.Broadcast.ID != 0 {
 		return info, fmt.Errorf("%w: message already stamped with broadcast %d", ErrInvalidArgument, msg.Broadcast.ID)
 	}
-	if err := checkTargets(msg.Broadcast.VChannels); err != nil {
-		return info, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if b.pchans != nil {
-		for _, v := range msg.Broadcast.VChannels {
-			if !b.pchans[v.PChannel()] {
-				// Persisting it would leave a task whose copies can never be
-				// appended, holding its keys forever.
-				return info, fmt.Errorf("%w: vchannel %s is on pchannel %s, which this cluster does not have", ErrInvalidArgument, v, v.PChannel())
-			}
-		}
-	}
 	if err := msg.IdempotencyKey.Validate(); err != nil {
 		return info, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	if msg.Replicate != nil {
 		return info, fmt.Errorf("%w: a new broadcast cannot carry a replicate header", ErrInvalidArgument)
+	}
+	for k := range msg.Properties {
+		if strings.HasPrefix(k, ReservedPropertyPrefix) {
+			return info, fmt.Errorf("%w: property %q: the prefix %q is reserved for walcast", ErrInvalidArgument, k, ReservedPropertyPrefix)
+		}
 	}
 	if len(msg.Payload) > b.cfg.MaxMessageBytes {
 		return info, fmt.Errorf("%w: payload is %d bytes, limit %d", ErrInvalidArgument, len(msg.Payload), b.cfg.MaxMessageBytes)
@@ -573,6 +599,37 @@ func (b *Broadcaster) check(msg *message.Message) (message.TypeInfo, error) {
 	return info, nil
 }
 
+// checkPChannels refuses valid vchannels on pchannels the cluster does not
+// have: persisting such a task would leave copies that can never be
+// appended, holding their keys forever.
+func (b *Broadcaster) checkPChannels(vs []message.VChannel) error {
+	if b.pchans == nil {
+		return nil
+	}
+	for _, v := range vs {
+		if !b.pchans[v.PChannel()] {
+			return fmt.Errorf("%w: vchannel %s is on pchannel %s, which this cluster does not have", ErrInvalidArgument, v, v.PChannel())
+		}
+	}
+	return nil
+}
+
+// checkRole refuses a broadcast the cluster's role does not allow: any but
+// a force promote needs the primary role, a force promote the secondary one.
+func (b *Broadcaster) checkRole(promote bool) error {
+	switch r := b.Role(); {
+	case promote && r != Secondary:
+		return ErrNotSecondary
+	case !promote && r != Primary:
+		return ErrNotPrimary
+	}
+	return nil
+}
+
+// checkTargets is message.NewBroadcast's check of a target list (the
+// message package keeps its own unexported): non-empty, well formed, each
+// vchannel once. Messages that did not come through NewBroadcast (replicated
+// ones, API input) need it.
 func checkTargets(vs []message.VChannel) error {
 	if len(vs) == 0 {
 		return message.ErrNoTargets
@@ -588,6 +645,36 @@ func checkTargets(vs []message.VChannel) error {
 		seen[v] = struct{}{}
 	}
 	return nil
+}
+
+// setProperty sets a property of a message the broadcaster owns (a stamped
+// copy).
+func setProperty(m *message.Message, k, v string) {
+	if m.Properties == nil {
+		m.Properties = make(map[string]string, 1)
+	}
+	m.Properties[k] = v
+}
+
+// encodedBound is an upper bound of len(message.Marshal(m)), whatever m's
+// broadcast id: every field at its widest tag and length prefix. It spares
+// most broadcasts an encoding before their id is allocated.
+func encodedBound(m *message.Message) int {
+	const field = 11 // a one-byte tag and a length (or varint) of at most 10
+	n := 8*field + len(m.Type.Name) + len(m.Payload) + len(m.IdempotencyKey) + len(m.TraceParent) + len(m.TraceState)
+	for k, v := range m.Properties {
+		n += 3*field + len(k) + len(v)
+	}
+	for _, v := range m.Broadcast.VChannels {
+		n += field + len(v)
+	}
+	for _, k := range m.Broadcast.ResourceKeys {
+		n += 4*field + len(k.Name)
+	}
+	if r := m.Replicate; r != nil {
+		n += 5*field + len(r.SourceCluster) + len(r.SourcePChannel)
+	}
+	return n
 }
 
 // wait blocks until t finishes, ctx ends or the broadcaster stops.
@@ -642,23 +729,8 @@ func (b *Broadcaster) drive(t *task, persist bool) {
 	if persist && !b.persistPending(t) {
 		return
 	}
-	if groups, n := t.unappended(); n > 0 {
-		_, span := b.startTaskSpan(b.ctx, t, tracing.SpanAppend)
-		if span.IsRecording() {
-			span.SetAttributes(tracing.AttrCopies.Int(n))
-		}
-		done := t.expectAppends(n, span)
-		if !b.app.submit(t, groups) {
-			endStopped(span)
-			return
-		}
-		select {
-		case <-done:
-			span.End()
-		case <-b.ctx.Done():
-			endStopped(span)
-			return
-		}
+	if groups, n := t.unappended(); n > 0 && !b.appendCopies(t, groups, n) {
+		return
 	}
 	b.obs.Appended(t.msg.Type, b.now().Sub(t.created))
 	if !t.msg.Broadcast.AckSyncUp {
@@ -679,14 +751,44 @@ func (b *Broadcaster) drive(t *task, persist bool) {
 	b.sched.enroll(t)
 }
 
-// fastAck acks copy i from its append result, retrying a failing ack-once
-// callback with backoff. It returns false if the broadcaster stopped.
+// appendCopies appends the n copies of t in groups (by pchannel) and waits
+// until every one is in the WAL, the appender retrying failures (R4.3). It
+// returns false if the broadcaster stopped first.
+func (b *Broadcaster) appendCopies(t *task, groups map[message.PChannel][]int, n int) bool {
+	_, span := b.startTaskSpan(b.ctx, t, tracing.SpanAppend)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrCopies.Int(n))
+	}
+	done := t.expectAppends(n, span)
+	if !b.app.submit(t, groups) {
+		endStopped(span)
+		return false
+	}
+	select {
+	case <-done:
+		span.End()
+		return true
+	case <-b.ctx.Done():
+		endStopped(span)
+		return false
+	}
+}
+
+// fastAck acks copy i from its append result (R4.4). It returns false if
+// the broadcaster stopped.
 func (b *Broadcaster) fastAck(t *task, i int) bool {
+	t.mu.Lock()
+	cp := t.appendCP[i]
+	t.mu.Unlock()
+	return b.ackRetrying(t, i, cp)
+}
+
+// ackRetrying acks copy i at cp on the broadcaster's behalf, retrying a
+// failing ack-once callback with backoff (R5.5). It returns false if the
+// broadcaster stopped.
+func (b *Broadcaster) ackRetrying(t *task, i int, cp wal.Checkpoint) bool {
 	bo := b.cfg.Backoff.New()
 	for {
-		t.mu.Lock()
-		cp := t.appendCP[i]
-		t.mu.Unlock()
 		err := b.ackCopy(b.ctx, t, i, cp)
 		if err == nil {
 			return true
@@ -726,8 +828,10 @@ func (b *Broadcaster) persistPending(t *task) (ok bool) {
 			b.depose(err)
 			return false
 		}
-		if catalog.NotApplied(err) && !maybeApplied && !errors.Is(err, catalog.ErrClosed) {
+		if catalog.NotApplied(err) && !maybeApplied {
 			// Definitely not written, and it never will be: nothing exists.
+			// A closed catalog (ErrClosed) is such a failure too: the
+			// caller hears "not created" (R4.7), and the keys are free.
 			b.abort(t, fmt.Errorf("%w: persist: %w", ErrTaskNotCreated, err))
 			return false
 		}
@@ -746,9 +850,7 @@ func (b *Broadcaster) persistPending(t *task) (ok bool) {
 // it.
 func (b *Broadcaster) commit(ctx context.Context, kind string, t *task, ops ...catalog.Op) error {
 	b.obs.CatalogCommit(kind)
-	b.mu.Lock()
-	b.stats.CatalogCommits++
-	b.mu.Unlock()
+	b.commits.Add(1)
 	if t != nil {
 		t.mu.Lock()
 		t.commits++
@@ -812,13 +914,7 @@ func (b *Broadcaster) Ack(ctx context.Context, a Ack) error {
 	if i < 0 {
 		return fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, a.VChannel, a.BroadcastID)
 	}
-	cp := a.Checkpoint
-	if cp == (wal.Checkpoint{}) {
-		t.mu.Lock()
-		cp = t.appendCP[i]
-		t.mu.Unlock()
-	}
-	if err := b.ackCopy(ctx, t, i, cp); err != nil {
+	if err := b.ackCopy(ctx, t, i, a.Checkpoint); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -845,7 +941,10 @@ type Ack struct {
 }
 
 // ackCopy records copy i as acked at cp, running the type's ack-once
-// callback first; a callback error leaves the copy unacked (R5.5).
+// callback first; a callback error leaves the copy unacked (R5.5). A zero cp
+// (an ack without a checkpoint) means the copy's append result; if the
+// append has not returned yet, onAppended fills the checkpoint in, and the
+// callback cannot run before (drive enrols the task after its appends).
 func (b *Broadcaster) ackCopy(ctx context.Context, t *task, i int, cp wal.Checkpoint) error {
 	t.ackMu.Lock()
 	defer t.ackMu.Unlock()
@@ -853,6 +952,9 @@ func (b *Broadcaster) ackCopy(ctx context.Context, t *task, i int, cp wal.Checkp
 	if t.acked[i] || t.state == Tombstone {
 		t.mu.Unlock()
 		return nil
+	}
+	if cp == (wal.Checkpoint{}) {
+		cp = t.appendCP[i]
 	}
 	t.mu.Unlock()
 	if fn := b.cfg.Callbacks.ackOnce(t.msg.Type); fn != nil {
@@ -862,10 +964,12 @@ func (b *Broadcaster) ackCopy(ctx context.Context, t *task, i int, cp wal.Checkp
 		}
 	}
 	t.mu.Lock()
+	if cp == (wal.Checkpoint{}) {
+		cp = t.appendCP[i] // appended meanwhile, or still zero: see onAppended
+	}
 	t.acked[i] = true
 	t.ackCP[i] = cp
 	t.nacked++
-	t.ackGen++
 	if t.allAcked() {
 		close(t.ackedAll)
 	}
@@ -889,7 +993,8 @@ type Stats struct {
 	CatalogCommits int
 	// AppendRounds counts WAL appends; AppendRetries the failed ones.
 	AppendRounds, AppendRetries int
-	// CallbackFailures counts failed callback attempts.
+	// CallbackFailures counts failed callback attempts, including attempts
+	// whose callback succeeded but whose TOMBSTONE commit failed.
 	CallbackFailures int
 	// Evicted counts tombstones deleted by GC; EarlyEvicted those deleted by
 	// MaxCount before MaxLifetime (R6.3).
@@ -905,6 +1010,7 @@ func (b *Broadcaster) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.stats
+	s.CatalogCommits = int(b.commits.Load())
 	s.Live = len(b.tasks)
 	s.Tombstones = len(b.tombs)
 	s.AppendRounds = int(b.app.rounds.Load())

@@ -142,6 +142,8 @@ const (
 	Ignored OutcomeStatus = 4
 )
 
+// String returns the status's name: "succeeded", "failed",
+// "force-completed", "ignored" ("unknown" otherwise).
 func (s OutcomeStatus) String() string {
 	switch s {
 	case Succeeded:
@@ -215,6 +217,3 @@ func (e *Effects) SetOutcome(o Outcome) {
 	}
 	e.outcome = o
 }
-
-// Ops returns the staged writes.
-func (e *Effects) Ops() []catalog.Op { return e.ops }

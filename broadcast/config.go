@@ -122,7 +122,7 @@ type TombstoneConfig struct {
 	CheckInterval time.Duration // default 5m
 }
 
-// Defaults returns cfg with every unset field at its default.
+// withDefaults returns cfg with every unset field at its default.
 func (cfg Config) withDefaults() Config {
 	if cfg.ClusterName == "" {
 		cfg.ClusterName = "walcast"

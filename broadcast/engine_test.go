@@ -3,6 +3,8 @@ package broadcast_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -602,7 +604,8 @@ func TestR5_5_AckOnceFailureKeepsAckRetryable(t *testing.T) {
 	}
 }
 
-// TestR5_1_TypeWithoutCallbackCompletes.
+// TestR5_1_TypeWithoutCallbackCompletes: a type with no registered callback
+// completes as soon as every copy is acked (nothing to call).
 func TestR5_1_TypeWithoutCallbackCompletes(t *testing.T) {
 	e := newEnv(t)
 	b := e.open()
@@ -610,6 +613,84 @@ func TestR5_1_TypeWithoutCallbackCompletes(t *testing.T) {
 	res, err := do(ctx, b, msgOf(t, typPlain, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
 	if err != nil || res.Outcome.Status != broadcast.Succeeded {
 		t.Fatalf("%+v, %v", res, err)
+	}
+}
+
+// TestR5_1_CallbackGetsMessageAndAllResults: a typed callback registered for
+// a type receives the stamped message with its payload decoded, and the
+// append result of every target vchannel, the control channel's included,
+// the same results Broadcast returns.
+func TestR5_1_CallbackGetsMessageAndAllResults(t *testing.T) {
+	type createIndex struct {
+		Collection string
+		Field      string
+	}
+	typIndex := message.Type{Name: "CreateIndex", Version: 2}
+	e := newEnv(t)
+	e.types.MustRegister(message.TypeInfo{Type: typIndex})
+	type seen struct {
+		payload createIndex
+		msg     *message.Message
+		results map[message.VChannel]wal.Checkpoint
+		attempt int
+		effects bool
+	}
+	got := make(chan seen, 4)
+	if err := broadcast.OnAck(e.cbs, typIndex, broadcast.JSON[createIndex](), func(_ context.Context, ev *broadcast.TypedEvent[createIndex]) error {
+		got <- seen{payload: ev.Payload, msg: ev.Message, results: maps.Clone(ev.Results), attempt: ev.Attempt, effects: ev.Effects != nil}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	targets := []message.VChannel{vch(1, "c1v0"), vch(2, "c1v1"), vch(0, "c1v2")}
+	payload := `{"Collection":"db:c1","Field":"vec"}`
+	res, err := do(ctx, b, msgOf(t, typIndex, payload, targets, message.WithProperty("k", "v")), resource.ExclusiveCollection("db", "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev seen
+	select {
+	case ev = <-got:
+	default:
+		t.Fatal("Broadcast returned without calling the type's callback")
+	}
+	if len(got) != 0 {
+		t.Fatal("callback called more than once")
+	}
+	if ev.payload != (createIndex{Collection: "db:c1", Field: "vec"}) {
+		t.Fatalf("decoded payload %+v", ev.payload)
+	}
+	m := ev.msg
+	if m == nil || m.Type != typIndex || m.Broadcast.ID != res.BroadcastID || string(m.Payload) != payload || m.Properties["k"] != "v" {
+		t.Fatalf("callback message %+v, broadcast %d", m, res.BroadcastID)
+	}
+	if want := append(slices.Clone(targets), cchan); !slices.Equal(m.Broadcast.VChannels, want) {
+		t.Fatalf("callback message targets %v, want %v", m.Broadcast.VChannels, want)
+	}
+	if !slices.Contains(m.Broadcast.ResourceKeys, resource.ExclusiveCollection("db", "c1")) ||
+		!slices.Contains(m.Broadcast.ResourceKeys, resource.SharedCluster()) {
+		t.Fatalf("callback message keys %v", m.Broadcast.ResourceKeys)
+	}
+	if ev.attempt != 1 || !ev.effects {
+		t.Fatalf("attempt %d, effects %v", ev.attempt, ev.effects)
+	}
+	if len(ev.results) != len(targets)+1 {
+		t.Fatalf("callback results %v, want %d targets + control channel", ev.results, len(targets))
+	}
+	cc, ok := ev.results[cchan]
+	if !ok || cc.MessageID == 0 || cc.TimeTick == 0 {
+		t.Fatalf("control channel result %+v (present %v)", cc, ok)
+	}
+	for _, v := range append(targets, cchan) {
+		if cp, ok := ev.results[v]; !ok || cp != res.Appends[v] || cp.TimeTick == 0 {
+			t.Errorf("%s: callback got %+v (present %v), Broadcast returned %+v", v, cp, ok, res.Appends[v])
+		}
+	}
+	// Other types' callbacks were not called for this one.
+	if calls := e.callsCopy(); len(calls) != 0 {
+		t.Fatalf("callbacks of other types ran: %+v", calls)
 	}
 }
 

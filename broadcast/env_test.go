@@ -352,9 +352,16 @@ func (e *env) checkInvariants(b *broadcast.Broadcaster, persisted map[uint64][]m
 }
 
 // conflictOrder checks that callbacks of conflicting tasks ran in control
-// channel order (SPEC §11.3).
+// channel order (SPEC §11.3). A call's tick comes from its event's control
+// channel result; a real time tick is never 0 (wal.Position), so 0 means the
+// callback got no control channel result (R5.1) and nothing can be ordered.
 func conflictOrder(t testing.TB, calls []call) {
 	t.Helper()
+	for _, c := range calls {
+		if c.tick == 0 {
+			t.Errorf("callback of %d got no control channel result", c.id)
+		}
+	}
 	for i := range calls {
 		for j := i + 1; j < len(calls); j++ {
 			if resource.ConflictsAny(calls[i].keys, calls[j].keys) && calls[i].tick > calls[j].tick {

@@ -3,6 +3,7 @@ package broadcast
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 	"unsafe"
 
@@ -27,6 +28,19 @@ type tomb struct {
 func (tb tomb) record() []byte {
 	return unsafe.Slice(unsafe.StringData(tb.raw), len(tb.raw))
 }
+
+// decode decodes the record; a record that does not decode is reported as
+// ErrCorruptCatalog.
+func (tb tomb) decode() (decoded, error) {
+	d, err := decodeRecord(tb.record())
+	if err != nil {
+		return decoded{}, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, tb.id, err)
+	}
+	return d, nil
+}
+
+// completedAt is the persisted completion time.
+func (tb tomb) completedAt() time.Time { return time.Unix(0, tb.completed) }
 
 // collector deletes tombstones (R6.1-R6.3): those beyond the newest MaxCount
 // and those older than MaxLifetime, oldest first, in batches that fit one
@@ -160,12 +174,27 @@ func (c *collector) batch() int {
 // wait until a batch is due.
 func (c *collector) run(ctx context.Context, all bool) {
 	b := c.b
+	minBatch := c.batch()
 	b.mu.Lock()
 	live := len(c.order) - c.head
 	cutoff := b.now().Add(-b.cfg.Tombstone.MaxLifetime).UnixNano()
+	if due := live - b.cfg.Tombstone.MaxCount; !all && due < minBatch {
+		// Too few beyond MaxCount: run only if one of the tombstones due is
+		// aged, that is one of those beyond MaxCount or the next.
+		aged := false
+		for i := c.head; i < len(c.order) && i <= c.head+max(due, 0); i++ {
+			if c.order[i].completed <= cutoff {
+				aged = true
+				break
+			}
+		}
+		if !aged {
+			b.mu.Unlock()
+			return
+		}
+	}
 	var victims []tomb
 	var early []bool
-	aged := false
 	for i := c.head; i < len(c.order); i++ {
 		tb := c.order[i]
 		byCount := i-c.head < live-b.cfg.Tombstone.MaxCount
@@ -174,13 +203,9 @@ func (c *collector) run(ctx context.Context, all bool) {
 			break
 		}
 		early = append(early, !byAge)
-		aged = aged || byAge
 		victims = append(victims, tb)
 	}
 	b.mu.Unlock()
-	if !all && !aged && len(victims) < c.batch() {
-		return
-	}
 	maxOps := b.cat.Limits().MaxOps
 	for len(victims) > 0 {
 		n := min(len(victims), maxOps)

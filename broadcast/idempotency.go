@@ -66,10 +66,14 @@ type admission struct {
 	once  sync.Once
 }
 
-// original is the task (live or tombstoned) that owns a scope.
+// original is the task (live or tombstoned) that owns a scope, as one
+// request sees it.
 type original struct {
 	t  *task // live task, or nil
 	tb *tomb // copy of the tombstone, or nil
+	// dec is tb's record, decoded once per request (decoded).
+	dec    decoded
+	decErr error
 }
 
 // WithIdempotentResourceKeys is WithResourceKeys for a keyed request. It
@@ -78,7 +82,8 @@ type original struct {
 // handle is a duplicate (Duplicate reports true), holds no keys, and its
 // Broadcast returns the original's result once the original's callback has
 // finished, appending nothing (R7.4). Concurrent first requests with one key
-// are serialised here, so exactly one becomes the original (R7.3).
+// are serialised here, so exactly one becomes the original (R7.3). A new key
+// longer than MaxKeyLength is refused here, before any lock (R7.1).
 func (b *Broadcaster) WithIdempotentResourceKeys(ctx context.Context, req Idempotent, keys ...resource.Key) (*Handle, error) {
 	if req.Key == "" {
 		return b.begin(ctx, nil, keys)
@@ -113,6 +118,12 @@ func (b *Broadcaster) admit(ctx context.Context, req *Idempotent) (*original, *a
 		}
 		adm := b.admissions[sc]
 		if adm == nil {
+			// A new key: the length limit applies to new keys only, so
+			// lowering it never breaks a retry of a key already accepted.
+			if err := req.Key.CheckLength(b.cfg.MaxKeyLength); err != nil {
+				b.mu.Unlock()
+				return nil, nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+			}
 			adm = &admission{scope: sc, done: make(chan struct{})}
 			b.admissions[sc] = adm
 			b.mu.Unlock()
@@ -179,11 +190,19 @@ func (b *Broadcaster) originalLocked(sc scope) *original {
 	return nil
 }
 
+// decoded returns the tombstone's record, decoding it on first use.
+func (o *original) decoded() (decoded, error) {
+	if o.dec.pb == nil && o.decErr == nil {
+		o.dec, o.decErr = o.tb.decode()
+	}
+	return o.dec, o.decErr
+}
+
 func (o *original) requestDigest() []byte {
 	if o.t != nil {
 		return o.t.request
 	}
-	d, err := decodeRecord(o.tb.record())
+	d, err := o.decoded()
 	if err != nil {
 		return nil
 	}
@@ -194,7 +213,7 @@ func (o *original) payloadDigest() []byte {
 	if o.t != nil {
 		return o.t.digest
 	}
-	d, err := decodeRecord(o.tb.record())
+	d, err := o.decoded()
 	if err != nil {
 		return nil
 	}
@@ -224,16 +243,16 @@ func (b *Broadcaster) answerDuplicate(ctx context.Context, o *original, msg *mes
 		b.logDuplicate(key, o.t.id, "running")
 		return b.wait(ctx, o.t, o.t.msg)
 	}
-	d, err := decodeRecord(o.tb.record())
+	d, err := o.decoded()
 	if err != nil {
-		return nil, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, o.tb.id, err)
+		return nil, err
 	}
 	b.obs.Duplicate(d.msg.Type)
 	out := d.outcome()
 	b.logDuplicate(key, o.tb.id, out.Status.String())
 	r := &Result{BroadcastID: o.tb.id, Appends: d.checkpoints(), Duplicated: d.msg, Outcome: out}
 	b.mu.Lock()
-	r.Window = b.windowLocked(o.tb.id, time.Unix(0, d.pb.CreatedUnixNano), time.Unix(0, o.tb.completed))
+	r.Window = b.windowLocked(o.tb.id, d.created(), o.tb.completedAt())
 	b.mu.Unlock()
 	return r, nil
 }
@@ -288,27 +307,36 @@ type KeyStatus struct {
 // any lock, so callers can answer retries before their own admission checks
 // (R7.5). It returns ErrNotFound if no original is remembered.
 func (b *Broadcaster) Lookup(_ context.Context, t message.Type, k message.IdempotencyKey) (*KeyStatus, error) {
-	if err := k.Validate(); err != nil || k == "" {
-		return nil, fmt.Errorf("%w: idempotency key: %v", ErrInvalidArgument, err)
+	if k == "" {
+		return nil, fmt.Errorf("%w: idempotency key is empty", ErrInvalidArgument)
+	}
+	if err := k.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	o := b.originalLocked(scopeOf(t, k))
 	if o == nil {
+		b.mu.Unlock()
 		return nil, fmt.Errorf("%w: no broadcast of %s with key fingerprint %s", ErrNotFound, t, k.Fingerprint())
 	}
 	if o.t != nil {
+		defer b.mu.Unlock()
 		o.t.mu.Lock()
 		defer o.t.mu.Unlock()
 		return &KeyStatus{BroadcastID: o.t.id, State: o.t.state, Outcome: o.t.outcome, Message: o.t.msg,
 			Window: *b.windowLocked(o.t.id, o.t.created, o.t.completed)}, nil
 	}
-	d, err := decodeRecord(o.tb.record())
+	b.mu.Unlock()
+	// The tombstone is a copy: decode it without holding b.mu.
+	d, err := o.decoded()
 	if err != nil {
-		return nil, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, o.tb.id, err)
+		return nil, err
 	}
-	return &KeyStatus{BroadcastID: o.tb.id, State: Tombstone, Outcome: d.outcome(), Message: d.msg,
-		Window: *b.windowLocked(o.tb.id, time.Unix(0, d.pb.CreatedUnixNano), time.Unix(0, o.tb.completed))}, nil
+	ks := &KeyStatus{BroadcastID: o.tb.id, State: Tombstone, Outcome: d.outcome(), Message: d.msg}
+	b.mu.Lock()
+	ks.Window = *b.windowLocked(o.tb.id, d.created(), o.tb.completedAt())
+	b.mu.Unlock()
+	return ks, nil
 }
 
 // Original waits for the original of a duplicate handle and returns its

@@ -32,7 +32,9 @@ type Observer interface {
 	// evicted by MaxCount before reaching MaxLifetime (R6.3).
 	Evicted(total, early int)
 	// CatalogCommit is called for every catalog commit the broadcaster
-	// makes; kind is "pending", "ack", "tombstone", "gc" or "ids".
+	// makes; kind is "pending", "ack", "tombstone", "gc", "ids",
+	// "replicate" (Follow) or "promote" (where a force promote's copies
+	// landed).
 	CatalogCommit(kind string)
 	// Fenced is called when the catalog reports a newer coordinator term.
 	Fenced()

@@ -328,3 +328,37 @@ func TestR8_1_FollowAndConfigure(t *testing.T) {
 		t.Fatalf("ForcePromote on a primary: %v", err)
 	}
 }
+
+// TestR8_1_FollowRefusesClusterWhoseHistoryWasCollected: a primary whose
+// tombstones are all collected still has broadcast history (its nodes skip
+// the ids they applied), so it cannot join as a secondary, before or after a
+// restart; a fresh cluster can.
+func TestR8_1_FollowRefusesClusterWhoseHistoryWasCollected(t *testing.T) {
+	e := newEnv(t)
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func(c *broadcast.Config) {
+		c.Clock = func() time.Time { return time.Unix(0, now.Load()) }
+		c.Tombstone.MaxLifetime = time.Hour
+		c.Tombstone.CheckInterval = time.Hour
+	}
+	b := e.open(clock)
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	now.Add(int64(2 * time.Hour))
+	b = e.open(clock)
+	waitFor(t, "GC of the expired tombstone", func() bool { return b.Stats().Tombstones == 0 })
+	if err := b.Follow(ctx, broadcast.ReplicateConfig{Primary: "east"}); !errors.Is(err, broadcast.ErrFailedPrecondition) {
+		t.Fatalf("a cluster whose history was collected followed: %v", err)
+	}
+	if b.Role() != broadcast.Primary {
+		t.Fatalf("role %s after a refused Follow", b.Role())
+	}
+	fresh := newEnv(t).open()
+	if err := fresh.Follow(ctx, broadcast.ReplicateConfig{Primary: "east"}); err != nil || fresh.Role() != broadcast.Secondary {
+		t.Fatalf("a fresh cluster could not follow: %v (role %s)", err, fresh.Role())
+	}
+}

@@ -41,44 +41,80 @@ func (b *Broadcaster) replicatedLocked(a Ack) (*task, error) {
 
 // persistAcks makes t's recorded acks durable before the acker is answered:
 // a secondary does not own the copies, so nothing would re-deliver an ack it
-// lost. Concurrent ackers of one task share one commit.
+// lost. Concurrent ackers of one task share one commit. No attempt starts
+// once the task's TOMBSTONE commit has (commitTombstone): that record holds
+// every ack, and a REPLICATED record landing after it would make recovery
+// run the callback again (R5.3). If ctx ends first, the error wraps ctx's.
 func (b *Broadcaster) persistAcks(ctx context.Context, t *task) error {
 	t.mu.Lock()
-	want := t.ackGen
+	want := t.nacked
 	t.mu.Unlock()
-	t.persistMu.Lock()
-	defer t.persistMu.Unlock()
-	t.mu.Lock()
-	if t.persistedGen >= want || t.state != Replicated {
-		t.mu.Unlock()
-		return nil
-	}
-	gen := t.ackGen
-	raw, err := t.record(Replicated, time.Time{}, Outcome{})
-	t.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	ctx, stop := b.bound(ctx)
 	defer stop()
 	bo := b.cfg.Backoff.New()
 	for {
-		err := b.commit(ctx, "ack", t, catalog.Put(taskKey(b.cfg.Prefix, t.id), raw))
+		t.persistMu.Lock()
+		t.mu.Lock()
+		done := t.persistedAcks >= want || t.state != Replicated || t.tomb == tombDurable
+		inDoubt := t.tomb == tombInDoubt
+		tombstoning := t.tombstoning
+		var raw []byte
+		var err error
+		n := t.nacked
+		if !done && !inDoubt && tombstoning == nil {
+			raw, err = t.record(Replicated, time.Time{}, Outcome{})
+		}
+		t.mu.Unlock()
+		switch {
+		case done:
+			t.persistMu.Unlock()
+			return nil
+		case inDoubt:
+			// Only a stopping broadcaster leaves a TOMBSTONE in doubt; the
+			// acker retries with the next one.
+			t.persistMu.Unlock()
+			return fmt.Errorf("persist ack of broadcast %d: its TOMBSTONE may be written: %w", t.id, ErrClosed)
+		case tombstoning != nil:
+			// The TOMBSTONE commit waits for this lock: let it go first.
+			t.persistMu.Unlock()
+			select {
+			case <-tombstoning:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("persist ack of broadcast %d: %w", t.id, ctx.Err())
+			}
+		case err != nil:
+			t.persistMu.Unlock()
+			return err
+		}
+		// A replicated id passing the persisted id floor raises it in the
+		// same commit, so that ids this cluster hands out once promoted stay
+		// above every id its nodes applied, also after a restart when every
+		// replicated tombstone was collected.
+		ops := []catalog.Op{catalog.Put(taskKey(b.cfg.Prefix, t.id), raw)}
+		floor, raised := b.ids.raiseFloor(t.id)
+		if floor != nil {
+			ops = append(ops, *floor)
+		}
+		err = b.commit(ctx, "ack", t, ops...)
+		raised(err == nil)
 		if err == nil {
 			t.mu.Lock()
-			t.persistedGen = max(t.persistedGen, gen)
+			t.persistedAcks = max(t.persistedAcks, n)
 			t.mu.Unlock()
-			return nil
 		}
-		if errors.Is(err, catalog.ErrFenced) {
+		t.persistMu.Unlock()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, catalog.ErrFenced):
 			b.depose(err)
 			return err
-		}
-		if catalog.NotApplied(err) {
+		case catalog.NotApplied(err) && ctx.Err() == nil:
 			return err
 		}
-		if !wait.Sleep(ctx, bo.NextBackOff()) {
-			return fmt.Errorf("persist ack of broadcast %d: %w", t.id, err)
+		if ctx.Err() != nil || !wait.Sleep(ctx, bo.NextBackOff()) {
+			return fmt.Errorf("persist ack of broadcast %d: %w (last attempt: %v)", t.id, ctx.Err(), err)
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 
 	"github.com/walcast/walcast/catalog"
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -27,6 +26,8 @@ const (
 	Secondary Role = 2
 )
 
+// String returns the role's name: "primary", "secondary" ("unknown"
+// otherwise).
 func (r Role) String() string {
 	switch r {
 	case Primary:
@@ -93,8 +94,21 @@ func (c ReplicateConfig) Secondary(name string) (SecondaryConfig, bool) {
 	return SecondaryConfig{}, false
 }
 
-// unreplicableProperty marks a message the replicator must not copy.
-const unreplicableProperty = "walcast.unreplicable"
+// ReservedPropertyPrefix starts the message properties walcast sets itself.
+// A broadcast whose caller sets one is refused as invalid (Check), so no
+// caller can, say, keep a DDL from replicating.
+const ReservedPropertyPrefix = "walcast."
+
+const (
+	// unreplicableProperty marks a message the replicator must not copy.
+	unreplicableProperty = ReservedPropertyPrefix + "unreplicable"
+	// forcePromoteMark is unreplicableProperty's value on a force promote.
+	forcePromoteMark = "force-promote"
+	// requestDigestProperty carries the hex of the caller's request digest
+	// (Idempotent.Digest), so that it replicates with the message (R7.6,
+	// R8.4).
+	requestDigestProperty = ReservedPropertyPrefix + "request-digest"
+)
 
 // Unreplicable reports whether m must stay in its cluster: its type says so,
 // or it is a force promote.
@@ -231,9 +245,10 @@ func (b *Broadcaster) controlTargets() []message.VChannel {
 // Follow makes an empty cluster a secondary under topology cfg (which must
 // name another primary): it stores the topology and takes the secondary
 // role, refusing DDL from then on. A cluster joins empty, so the broadcast
-// ids it will take from its primary cannot meet ids of its own; a cluster
-// that has any task, tombstones included, is refused with
-// ErrFailedPrecondition.
+// ids it will take from its primary cannot meet ids of its own (its nodes
+// skip ids they applied): a primary that ever allocated a broadcast id
+// (the persisted id floor outlives its tombstones) is refused with
+// ErrFailedPrecondition. A secondary may follow again (a new topology).
 func (b *Broadcaster) Follow(ctx context.Context, cfg ReplicateConfig) error {
 	if cfg.ForcePromote || cfg.RoleOf(b.cfg.ClusterName) != Secondary {
 		return fmt.Errorf("%w: the topology must name a primary other than %q", ErrInvalidArgument, b.cfg.ClusterName)
@@ -247,11 +262,8 @@ func (b *Broadcaster) Follow(ctx context.Context, cfg ReplicateConfig) error {
 		return err
 	}
 	defer g.Unlock()
-	b.mu.Lock()
-	n := len(b.tasks) + len(b.tombs)
-	b.mu.Unlock()
-	if n > 0 && b.Role() == Primary {
-		return fmt.Errorf("%w: cluster %s has %d tasks; a cluster joins as a secondary empty", ErrFailedPrecondition, b.cfg.ClusterName, n)
+	if b.Role() == Primary && b.ids.used() {
+		return fmt.Errorf("%w: cluster %s has broadcast before; a cluster joins as a secondary empty", ErrFailedPrecondition, b.cfg.ClusterName)
 	}
 	if err := b.commit(ctx, "replicate", nil, catalog.Put(b.replicateKey(), raw)); err != nil {
 		if errors.Is(err, catalog.ErrFenced) {
@@ -301,8 +313,10 @@ func (b *Broadcaster) Configure(ctx context.Context, cfg ReplicateConfig) (*Resu
 // pchannels are read from where the first run's force-promote copies landed
 // and the copies found there are acked instead.
 //
-// Stop the replicator before calling it. Calling it while a promote runs
-// waits for that one.
+// Stop the replicator before calling it. A call that finds a promote task
+// running (or recovered) waits for it; a call that got the Cluster key only
+// after another promote made the cluster primary fails with
+// ErrNotSecondary, like any call on a primary.
 func (b *Broadcaster) ForcePromote(ctx context.Context) (*Result, error) {
 	b.mu.Lock()
 	for _, t := range b.tasks {
@@ -316,8 +330,9 @@ func (b *Broadcaster) ForcePromote(ctx context.Context) (*Result, error) {
 		return nil, ErrNotSecondary
 	}
 	payload, _ := json.Marshal(ReplicateConfig{Primary: b.cfg.ClusterName, ForcePromote: true})
-	m, err := message.NewBroadcast(AlterReplicateConfig, payload, b.controlTargets(), message.WithAckSyncUp(),
-		message.WithProperty(unreplicableProperty, "force-promote"))
+	// Broadcast marks it unreplicable (a reserved property callers cannot
+	// set).
+	m, err := message.NewBroadcast(AlterReplicateConfig, payload, b.controlTargets(), message.WithAckSyncUp())
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +344,11 @@ func (b *Broadcaster) ForcePromote(ctx context.Context) (*Result, error) {
 	}
 	h := &Handle{b: b, guard: g, promote: true}
 	defer h.Close()
+	// Another promote may have run while this one waited for the key; it
+	// applied the primary role before releasing the key.
+	if b.Role() != Secondary {
+		return nil, ErrNotSecondary
+	}
 	return h.Broadcast(ctx, m)
 }
 
@@ -350,21 +370,24 @@ func (b *Broadcaster) lockAll(ctx context.Context, keys ...resource.Key) (*resou
 }
 
 // runPromote is a force-promote task's work once its copies are appended:
-// see ForcePromote. It returns false if the broadcaster stopped.
-func (b *Broadcaster) runPromote(t *task) bool {
+// see ForcePromote. It gives up only when the broadcaster stops; recovery
+// resumes it.
+func (b *Broadcaster) runPromote(t *task) {
 	ctx := b.ctx
 	select {
 	case <-t.ackedAll:
 	case <-ctx.Done():
-		return false
+		return
 	}
 	b.repl.fenced.Store(true)
-	from, err := b.promotePositions(ctx, t)
-	if err != nil {
-		b.log.Error("force promote: record positions", "err", err)
-		return false
+	from, ok := b.promotePositions(ctx, t)
+	if !ok {
+		return
 	}
-	found := b.scanSupplements(ctx, from)
+	found, ok := b.scanSupplements(ctx, from)
+	if !ok {
+		return
+	}
 	b.mu.Lock()
 	var incomplete []*task
 	for _, x := range b.tasks {
@@ -377,30 +400,38 @@ func (b *Broadcaster) runPromote(t *task) bool {
 	b.log.Warn("force promote: finishing incomplete tasks", "count", len(incomplete), "promote", t.id)
 	for _, x := range incomplete {
 		if !b.supplement(ctx, x, found) {
-			return false
+			return
 		}
 	}
 	t.mu.Lock()
 	t.enrolled = true
 	t.mu.Unlock()
 	b.sched.enroll(t)
-	return true
 }
 
 // promotePositions returns, per pchannel, the entry offset where the first
-// run of this promote landed its copy, recording it on the first run.
-func (b *Broadcaster) promotePositions(ctx context.Context, t *task) (map[message.PChannel]uint64, error) {
+// run of this promote landed its copy, recording it on the first run. It
+// retries failures until it succeeds, and returns false only if the
+// broadcaster stopped.
+func (b *Broadcaster) promotePositions(ctx context.Context, t *task) (map[message.PChannel]uint64, bool) {
 	key := b.promoteKey(t.id)
-	raw, err := b.cat.Get(ctx, key)
-	if err == nil {
-		var m map[message.PChannel]uint64
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrCorruptCatalog, key, err)
+	bo := b.cfg.Backoff.New()
+	for {
+		m, err := b.readPromotePositions(ctx, key)
+		if err == nil {
+			if m != nil {
+				return m, true
+			}
+			break
 		}
-		return m, nil
-	}
-	if !errors.Is(err, catalog.ErrNotFound) {
-		return nil, err
+		if errors.Is(err, ErrCorruptCatalog) {
+			b.log.Error("force promote: cannot read where its copies landed; retrying", "key", key, "err", err)
+		} else {
+			b.log.Warn("force promote: cannot read where its copies landed; retrying", "key", key, "err", err)
+		}
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
+			return nil, false
+		}
 	}
 	m := map[message.PChannel]uint64{}
 	t.mu.Lock()
@@ -414,21 +445,39 @@ func (b *Broadcaster) promotePositions(ctx context.Context, t *task) (map[messag
 		}
 	}
 	t.mu.Unlock()
-	raw, _ = json.Marshal(m)
-	bo := b.cfg.Backoff.New()
+	raw, _ := json.Marshal(m)
+	bo.Reset()
 	for {
 		err := b.commit(ctx, "promote", t, catalog.Put(key, raw))
 		if err == nil {
-			return m, nil
+			return m, true
 		}
 		if errors.Is(err, catalog.ErrFenced) {
 			b.depose(err)
-			return nil, err
+			return nil, false
 		}
+		b.log.Warn("force promote: cannot record where its copies landed; retrying", "key", key, "err", err)
 		if !wait.Sleep(ctx, bo.NextBackOff()) {
-			return nil, ctx.Err()
+			return nil, false
 		}
 	}
+}
+
+// readPromotePositions reads what promotePositions recorded; nil, nil if
+// nothing.
+func (b *Broadcaster) readPromotePositions(ctx context.Context, key string) (map[message.PChannel]uint64, error) {
+	raw, err := b.cat.Get(ctx, key)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := map[message.PChannel]uint64{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrCorruptCatalog, key, err)
+	}
+	return m, nil
 }
 
 // copyKey names one copy of one broadcast.
@@ -438,26 +487,40 @@ type copyKey struct {
 }
 
 // scanSupplements reads each pchannel from the promote's copy to the end and
-// returns where copies already are, so none is appended twice.
-func (b *Broadcaster) scanSupplements(ctx context.Context, from map[message.PChannel]uint64) map[copyKey]wal.Checkpoint {
+// returns where copies already are, so none is appended twice (R8.3). A
+// pchannel that cannot be read is read again, with backoff: a partial scan
+// could append a copy a second time. It returns false only if the
+// broadcaster stopped.
+func (b *Broadcaster) scanSupplements(ctx context.Context, from map[message.PChannel]uint64) (map[copyKey]wal.Checkpoint, bool) {
 	found := map[copyKey]wal.Checkpoint{}
 	for p, off := range from {
-		err := b.cfg.WAL.ReadToEnd(ctx, p, off, func(c wal.Copy) error {
-			found[copyKey{c.Message.Broadcast.ID, c.VChannel}] = c.Checkpoint
-			return nil
-		})
-		if err != nil {
-			b.log.Warn("force promote: cannot scan pchannel", "pchannel", p, "err", err)
+		bo := b.cfg.Backoff.New()
+		for {
+			err := b.cfg.WAL.ReadToEnd(ctx, p, off, func(c wal.Copy) error {
+				found[copyKey{c.Message.Broadcast.ID, c.VChannel}] = c.Checkpoint
+				return nil
+			})
+			if err == nil {
+				break
+			}
+			// Copies found before the failure are real; the next read finds
+			// them again.
+			b.log.Warn("force promote: cannot scan pchannel; retrying", "pchannel", p, "err", err)
+			if !wait.Sleep(ctx, bo.NextBackOff()) {
+				return nil, false
+			}
 		}
 	}
-	return found
+	return found, true
 }
 
 // supplement finishes one incomplete task during a force promote: its
 // missing copies are acked where a previous run appended them, or appended
 // now without the replicate header; then its callback runs and it becomes
-// TOMBSTONE. It returns false if the broadcaster stopped.
+// TOMBSTONE. An AckSyncUp task's copies count only once consumers ack them
+// (R4.4). It returns false if the broadcaster stopped.
 func (b *Broadcaster) supplement(ctx context.Context, x *task, found map[copyKey]wal.Checkpoint) bool {
+	syncUp := x.msg.Broadcast.AckSyncUp
 	var need []int
 	x.mu.Lock()
 	for i := range x.msg.Broadcast.VChannels {
@@ -466,50 +529,42 @@ func (b *Broadcaster) supplement(ctx context.Context, x *task, found map[copyKey
 		}
 	}
 	x.mu.Unlock()
-	var toAppend []int
+	groups := map[message.PChannel][]int{}
+	n := 0
 	for _, i := range need {
 		v := x.msg.Broadcast.VChannels[i]
 		if cp, ok := found[copyKey{x.id, v}]; ok {
-			if err := b.ackCopy(ctx, x, i, cp); err != nil {
-				b.log.Warn("force promote: ack", "broadcast", x.id, "err", err)
+			// Appended by an earlier run: its consumer acks it (AckSyncUp),
+			// or it is acked here.
+			if !syncUp && !b.ackRetrying(x, i, cp) {
+				return false
 			}
 			continue
 		}
-		toAppend = append(toAppend, i)
+		groups[v.PChannel()] = append(groups[v.PChannel()], i)
+		n++
 	}
-	if len(toAppend) > 0 {
+	if n > 0 {
 		wire, err := message.Marshal(x.msg.WithoutReplicateHeader())
 		if err != nil {
+			// The message was encoded when its task was created: this
+			// cannot fail.
 			b.log.Error("force promote: encode", "broadcast", x.id, "err", err)
 			return false
-		}
-		groups := map[message.PChannel][]int{}
-		for _, i := range toAppend {
-			p := x.msg.Broadcast.VChannels[i].PChannel()
-			groups[p] = append(groups[p], i)
 		}
 		x.mu.Lock()
 		x.wire = wire
 		x.mu.Unlock()
-		_, span := b.startTaskSpan(ctx, x, tracing.SpanAppend)
-		done := x.expectAppends(len(toAppend), span)
-		if !b.app.submit(x, groups) {
-			endStopped(span)
+		if !b.appendCopies(x, groups, n) {
 			return false
 		}
-		select {
-		case <-done:
-			span.End()
-		case <-ctx.Done():
-			endStopped(span)
-			return false
-		}
-		for _, i := range toAppend {
-			x.mu.Lock()
-			cp := x.appendCP[i]
-			x.mu.Unlock()
-			if err := b.ackCopy(ctx, x, i, cp); err != nil {
-				b.log.Warn("force promote: ack", "broadcast", x.id, "err", err)
+		if !syncUp {
+			for _, idx := range groups {
+				for _, i := range idx {
+					if !b.fastAck(x, i) {
+						return false
+					}
+				}
 			}
 		}
 	}
@@ -518,11 +573,11 @@ func (b *Broadcaster) supplement(ctx context.Context, x *task, found map[copyKey
 	x.mu.Unlock()
 	if st == Replicated {
 		if err := b.persistAcks(ctx, x); err != nil {
+			// The TOMBSTONE will hold them; a crash before it runs the
+			// promote again, which finds the copies again.
 			b.log.Warn("force promote: persist acks", "broadcast", x.id, "err", err)
 		}
-		if x.control >= 0 {
-			b.enrollReplicated(x, x.control)
-		}
+		b.enrollReplicated(x, x.control)
 	}
 	b.sched.kick()
 	select {

@@ -14,14 +14,18 @@ import (
 	"github.com/walcast/walcast/resource"
 )
 
-// scheduler runs ack callbacks (R5.4). Tasks enrol in control-channel order
-// (WAL order): on the primary when their copies are appended, on a secondary
-// when their control-channel copy is acked, on recovery sorted by the control
-// channel's time tick. A task's callback may run when every copy is acked and
-// no earlier enrolled, unfinished task holds a conflicting key; a task that
-// cannot run yet reserves its keys only against later tasks that conflict
-// with it, so non-conflicting callbacks run concurrently and a blocked one
-// stalls nothing it does not conflict with.
+// scheduler runs ack callbacks (R5.4). Conflicting tasks enrol in
+// control-channel order (WAL order): on the primary a task enrols when its
+// copies are appended, and a conflicting one cannot even exist before it
+// finished (the issuance keys are held until then); on a secondary a task
+// enrols when its control-channel copy is acked, which the control channel's
+// consumer does in WAL order; on recovery replicated tasks are sorted by the
+// control channel's time tick. Non-conflicting tasks may enrol in any order.
+// A task's callback may run when every copy is acked and no earlier
+// enrolled, unfinished task holds a conflicting key; a task that cannot run
+// yet reserves its keys only against later tasks that conflict with it, so
+// non-conflicting callbacks run concurrently and a blocked one stalls nothing
+// it does not conflict with.
 //
 // The scheduler is event-driven: it rescans on enrolment, on a task becoming
 // fully acked, and when a callback finishes. There is no polling ticker.
@@ -173,13 +177,43 @@ func (b *Broadcaster) runCallback(t *task) {
 
 // commitTombstone writes t as TOMBSTONE with its checkpoints, outcome and the
 // callback's effects in one catalog transaction (R5.3), retrying ambiguous
-// failures. It returns the record and its completion time.
+// failures. It returns the record and its completion time. A transaction
+// beyond the catalog's limits fails definitely (ErrTooLarge, ErrInvalid):
+// that is the callback's failure, retried and visible like any other.
+//
+// For a REPLICATED task it holds t.persistMu, announced first in
+// t.tombstoning: an ack commit in flight finishes before, and none starts
+// after (persistAcks), so a REPLICATED record never lands after the
+// TOMBSTONE.
 func (b *Broadcaster) commitTombstone(t *task, eff *Effects) (_ []byte, _ time.Time, err error) {
+	maybeApplied := false
+	t.mu.Lock()
+	replicated := t.state == Replicated
+	if replicated {
+		t.tombstoning = make(chan struct{})
+	}
+	t.mu.Unlock()
 	ctx, span := b.startTaskSpan(b.ctx, t, tracing.SpanTombstone)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.AttrOutcome.String(eff.outcome.Status.String()))
 	}
 	defer func() { endSpan(span, err) }()
+	if replicated {
+		t.persistMu.Lock()
+		defer func() {
+			t.mu.Lock()
+			switch {
+			case err == nil:
+				t.tomb = tombDurable
+			case maybeApplied:
+				t.tomb = tombInDoubt
+			}
+			close(t.tombstoning)
+			t.tombstoning = nil
+			t.mu.Unlock()
+			t.persistMu.Unlock()
+		}()
+	}
 	completed := b.now()
 	t.mu.Lock()
 	raw, err := t.record(Tombstone, completed, eff.outcome)
@@ -188,11 +222,7 @@ func (b *Broadcaster) commitTombstone(t *task, eff *Effects) (_ []byte, _ time.T
 		return nil, completed, err
 	}
 	ops := append([]catalog.Op{catalog.Put(taskKey(b.cfg.Prefix, t.id), raw)}, eff.ops...)
-	if err := catalog.Check(b.cat.Limits(), ops); err != nil {
-		return nil, completed, fmt.Errorf("tombstone and callback effects: %w", err)
-	}
 	bo := b.cfg.Backoff.New()
-	maybeApplied := false
 	for {
 		err := b.commit(ctx, "tombstone", t, ops...)
 		if err == nil {
@@ -207,7 +237,7 @@ func (b *Broadcaster) commitTombstone(t *task, eff *Effects) (_ []byte, _ time.T
 		// on top of applied ones. A transaction that can never fit is the
 		// callback's problem (visible, retried, force-completable).
 		if !maybeApplied && (errors.Is(err, catalog.ErrTooLarge) || errors.Is(err, catalog.ErrInvalid)) {
-			return nil, completed, err
+			return nil, completed, fmt.Errorf("tombstone and callback effects: %w", err)
 		}
 		if !catalog.NotApplied(err) {
 			maybeApplied = true
@@ -220,9 +250,11 @@ func (b *Broadcaster) commitTombstone(t *task, eff *Effects) (_ []byte, _ time.T
 	}
 }
 
-// finish completes t once its TOMBSTONE is durable: the issuance keys are
-// released (R3.6), the task becomes a tombstone for GC and deduplication,
-// and waiters are answered (R4.6).
+// finish completes t once its TOMBSTONE is durable: a topology it carries
+// is applied, then the issuance keys are released (R3.6) — in that order, so
+// a request queued behind a role change sees the new role (R8.1) —, the
+// task becomes a tombstone for GC and deduplication, and waiters are
+// answered (R4.6).
 func (b *Broadcaster) finish(t *task, raw []byte, completed time.Time, out Outcome) {
 	t.mu.Lock()
 	from := t.state
@@ -233,13 +265,13 @@ func (b *Broadcaster) finish(t *task, raw []byte, completed time.Time, out Outco
 	g := t.guard
 	t.guard = nil
 	t.mu.Unlock()
+	b.applyFinished(t, out)
 	g.Unlock()
 	b.mu.Lock()
 	delete(b.tasks, t.id)
 	b.gc.pushLocked(tomb{id: t.id, raw: b.gc.keepLocked(raw), completed: completed.UnixNano()})
 	b.mu.Unlock()
 	b.sched.remove(t)
-	b.applyFinished(t, out)
 	close(t.done)
 	b.obs.TaskState(t.msg.Type, from, Tombstone)
 	b.obs.Completed(t.msg.Type, completed.Sub(t.created))

@@ -1,6 +1,7 @@
 package broadcast
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
@@ -29,6 +30,8 @@ const (
 	Tombstone State = 3
 )
 
+// String returns the state's name as records and the admin API show it:
+// "PENDING", "REPLICATED", "TOMBSTONE" ("UNKNOWN" otherwise).
 func (s State) String() string {
 	switch s {
 	case Pending:
@@ -53,10 +56,12 @@ func ParseState(s string) (State, error) {
 
 // task is a live (PENDING or REPLICATED) broadcast task.
 //
-// Fields above mu are fixed once the task is registered. Lock order:
+// Fields above ackMu are fixed once the task is registered. Lock order:
 // Broadcaster.mu before task.mu; scheduler.mu before task.mu; task.ackMu
-// before task.mu; nothing is held while calling the catalog, the WAL or a
-// callback.
+// before task.mu; task.persistMu before idAllocator.mu before task.mu.
+// task.mu is never held while calling the catalog, the WAL or a callback;
+// ackMu is held across the ack-once callback, persistMu across the catalog
+// commits of a REPLICATED task (its acks and its TOMBSTONE).
 type task struct {
 	id       uint64
 	msg      *message.Message // stamped, immutable
@@ -66,7 +71,7 @@ type task struct {
 	keys     []resource.Key
 	control  int // index of the control channel in msg's targets, -1 if none
 	created  time.Time
-	digest   []byte // payloadDigest of the payload
+	digest   []byte // payloadDigest of the payload; keyed tasks only
 	request  []byte // the caller's request digest, if any
 	// trace is the trace context persisted in msg, the parent of the
 	// task's spans; invalid if msg carries none (R9.6).
@@ -80,20 +85,25 @@ type task struct {
 	// ackMu serialises acks of this task, so an ack-once callback runs once
 	// per copy.
 	ackMu sync.Mutex
-	// persistMu serialises persisting REPLICATED acks; concurrent ackers
-	// ride on one commit.
+	// persistMu serialises the catalog writes of a REPLICATED task: its
+	// acks (concurrent ackers ride on one commit) and its TOMBSTONE, so that
+	// no REPLICATED record can land after the TOMBSTONE.
 	persistMu sync.Mutex
 
-	mu             sync.Mutex
-	state          State
-	guard          *resource.Guard // issuance locks, nil if none held
-	appended       []bool
-	appendCP       []wal.Checkpoint
-	acked          []bool
-	ackCP          []wal.Checkpoint
-	nacked         int
-	ackGen         uint64 // bumped by every recorded ack
-	persistedGen   uint64 // ackGen covered by the last persisted record
+	mu            sync.Mutex
+	state         State
+	guard         *resource.Guard // issuance locks, nil if none held
+	appended      []bool
+	appendCP      []wal.Checkpoint
+	acked         []bool
+	ackCP         []wal.Checkpoint
+	nacked        int // acked copies; only grows
+	persistedAcks int // nacked covered by the last persisted REPLICATED record
+	// tombstoning is set, for a REPLICATED task, from when commitTombstone
+	// starts until it ends (closed then); tomb says what it left: no REPLICATED
+	// record may be written once a TOMBSTONE may have been.
+	tombstoning    chan struct{}
+	tomb           tombWrite
 	enrolled       bool
 	wire           []byte // what to append, if not msgBytes (a promote's supplement)
 	toAppend       int
@@ -107,6 +117,15 @@ type task struct {
 	commits        int   // catalog commits made for this task
 	err            error // why the task ended without completing (not created)
 }
+
+// tombWrite is what a task's TOMBSTONE commit left in the catalog.
+type tombWrite int
+
+const (
+	tombNone    tombWrite = iota // no attempt applied (yet)
+	tombInDoubt                  // an attempt may have applied; the broadcaster stopped
+	tombDurable                  // committed
+)
 
 type callbackState struct {
 	running  bool
@@ -134,23 +153,33 @@ func newTask(msg *message.Message, msgBytes []byte, info message.TypeInfo, state
 			break
 		}
 	}
-	t.digest = payloadDigest(msg.Payload)
-	t.promote = msg.Type == AlterReplicateConfig && msg.Properties[unreplicableProperty] == "force-promote"
+	if t.scope != (scope{}) {
+		// Only a keyed task is compared with retries (R7.6).
+		t.digest = payloadDigest(msg.Payload)
+	}
+	if d := msg.Properties[requestDigestProperty]; d != "" {
+		// Set by the broadcaster that created the task, here or on a
+		// primary this secondary replicates (R7.6, R8.4).
+		t.request, _ = hex.DecodeString(d)
+	}
+	t.promote = msg.Type == AlterReplicateConfig && msg.Properties[unreplicableProperty] == forcePromoteMark
 	return t
 }
 
 // allAcked reports whether every copy is acked. Caller holds t.mu.
 func (t *task) allAcked() bool { return t.nacked == len(t.acked) }
 
-// unappended groups the indices of copies neither appended nor acked by
-// pchannel, and counts them.
+// unappended groups by pchannel the indices of copies not appended by this
+// broadcaster and not acked with a checkpoint, and counts them. A copy acked
+// without one (after a restart, before its re-append) is appended again:
+// its append result becomes its checkpoint.
 func (t *task) unappended() (map[message.PChannel][]int, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	groups := make(map[message.PChannel][]int)
 	n := 0
 	for i, v := range t.msg.Broadcast.VChannels {
-		if !t.appended[i] && !t.acked[i] {
+		if !t.appended[i] && (!t.acked[i] || t.ackCP[i] == (wal.Checkpoint{})) {
 			groups[v.PChannel()] = append(groups[v.PChannel()], i)
 			n++
 		}
@@ -169,7 +198,8 @@ func (t *task) expectAppends(n int, span trace.Span) <-chan struct{} {
 	return t.appendDone
 }
 
-// onAppended records the append results of copies idx.
+// onAppended records the append results of copies idx. A copy acked before
+// its append returned, without a checkpoint, gets its append result as one.
 func (t *task) onAppended(idx []int, cps []wal.Checkpoint) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -179,6 +209,9 @@ func (t *task) onAppended(idx []int, cps []wal.Checkpoint) {
 		}
 		t.appended[i] = true
 		t.appendCP[i] = cps[j]
+		if t.acked[i] && t.ackCP[i] == (wal.Checkpoint{}) {
+			t.ackCP[i] = cps[j]
+		}
 		t.toAppend--
 	}
 	if t.toAppend == 0 && t.appendDone != nil {
@@ -230,7 +263,8 @@ func parseTaskKey(prefix, key string) (uint64, bool) {
 }
 
 // record encodes the task as its catalog record in state st. Caller holds
-// t.mu. Checkpoints are included only for acked copies.
+// t.mu. A PENDING record has no checkpoints; REPLICATED and TOMBSTONE
+// records have one per target, empty (not acked) for copies not acked.
 func (t *task) record(st State, completed time.Time, out Outcome) ([]byte, error) {
 	pb := &durablepb.Task{
 		Message:         t.msgBytes,
@@ -319,6 +353,9 @@ func (d decoded) checkpoints() map[message.VChannel]wal.Checkpoint {
 	}
 	return out
 }
+
+// created is the task's persisted creation time.
+func (d decoded) created() time.Time { return time.Unix(0, d.pb.CreatedUnixNano) }
 
 func (d decoded) outcome() Outcome {
 	if d.pb.Outcome == nil {

@@ -29,7 +29,7 @@
 // is "pending", "replicated" or "tombstone"; keys is the held resource keys'
 // short forms joined with "|" ("Collection@X|Database@R|Cluster@R", no key
 // names, so its cardinality is bounded by the domains); kind is "pending",
-// "ack", "tombstone", "gc" or "ids". Durations are in seconds, with buckets
+// "ack", "tombstone", "gc", "ids", "replicate" or "promote". Durations are in seconds, with buckets
 // from 1 ms to 10 s, exponential.
 package metrics
 
@@ -62,7 +62,7 @@ var states = [...]broadcast.State{broadcast.Pending, broadcast.Replicated, broad
 const stateSlots = len(states) + 1
 
 // commitKinds are the catalog commit kinds broadcast.Observer documents.
-var commitKinds = [...]string{"pending", "ack", "tombstone", "gc", "ids"}
+var commitKinds = [...]string{"pending", "ack", "tombstone", "gc", "ids", "replicate", "promote"}
 
 // Broadcaster holds a broadcaster's metrics. It implements broadcast.Observer
 // and prometheus.Collector. Its methods are safe for concurrent use and do
