@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -228,5 +229,57 @@ func TestBadInputIsTypedAndChangesNothing(t *testing.T) {
 	}
 	if n := e.b().Stats().Broadcasts; n != broadcasts {
 		t.Fatalf("bad input broadcast %d times", n-broadcasts)
+	}
+}
+
+// TestOverlongKeyConsumesNothing: a new request whose idempotency key is
+// longer than the broadcaster's limit is refused with InvalidArgument
+// before anything is done under its keys: no id is allocated (the next
+// create gets the next id), no metadata is written and nothing is
+// broadcast.
+func TestOverlongKeyConsumesNothing(t *testing.T) {
+	e := startEnv(t)
+	ctx := ctxT(t)
+	long := strings.Repeat("k", e.cfg.Broadcast.MaxKeyLength+1)
+	metadata := func() map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		err := e.b().Catalog().List(ctx, "meta/", func(k string, v []byte) error {
+			out[k] = string(v)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	refused := func(what string, call func() error) {
+		t.Helper()
+		before, broadcasts := metadata(), e.b().Stats().Broadcasts
+		wantCode(t, call(), connect.CodeInvalidArgument)
+		if after := metadata(); !maps.Equal(before, after) {
+			t.Fatalf("%s with an over-long key changed the metadata:\n%v\n%v", what, before, after)
+		}
+		if n := e.b().Stats().Broadcasts; n != broadcasts {
+			t.Fatalf("%s with an over-long key broadcast", what)
+		}
+	}
+
+	db := must[*walcastv1.CreateDatabaseResponse](t)(e.c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "db"})).Database
+	refused("CreateDatabase", func() error {
+		_, err := e.c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "x", IdempotencyKey: long})
+		return err
+	})
+	coll := e.createColl(ctx, "c")
+	if coll.Id != db.Id+1 {
+		t.Fatalf("collection id %d after database id %d: the refused request took an id", coll.Id, db.Id)
+	}
+	refused("Import", func() error {
+		_, err := e.importInto(ctx, "c", long)
+		return err
+	})
+	db2 := must[*walcastv1.CreateDatabaseResponse](t)(e.c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "db2"})).Database
+	if db2.Id != coll.Id+1 {
+		t.Fatalf("database id %d after collection id %d: the refused import took an id", db2.Id, coll.Id)
 	}
 }

@@ -50,8 +50,12 @@
 //
 // Databases, collections, indexes and import jobs get ids from one sequence,
 // reserved from the catalog in blocks of 100 through the leader's fenced
-// catalog (key meta/ids, the end of the reserved block): ids are never
-// reused, across crashes and leaders. Names map to ids; RenameCollection
+// catalog (key meta/ids, the end of the reserved block): within a cluster
+// ids are never reused, across crashes and leaders. A force-promoted
+// secondary continues above the highest id its metadata holds, so there an
+// id whose object left no record (a dropped index or database, a job or
+// dropped collection past ImportJobRetention, an id its lost primary never
+// replicated) can be handed out again. Names map to ids; RenameCollection
 // keeps the id, a dropped and recreated collection gets a new one. A
 // collection with N shards has N vchannels: shard i of collection id is
 // "<pchannel (id+i) mod P>/c<id>v<i>".
@@ -88,8 +92,10 @@
 //
 // Import(db, collection, files, key): the callback creates the job
 // (pending). New imports are admitted while fewer than MaxImportJobNum jobs
-// are unfinished, checked after the key was resolved, so a retry is
-// answered even when the limit is reached. A simulated importer on the
+// are unfinished, counting the imports whose job is not committed yet (an
+// import whose caller gave up counts until its task ends), checked after
+// the key was resolved, so a retry is answered even when the limit is
+// reached. A simulated importer on the
 // leader of a primary cluster moves each job pending → running →
 // completed, or failed if a file name contains "fail" (or the collection was
 // dropped), one step per ImporterInterval, and deletes finished jobs after

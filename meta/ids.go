@@ -19,10 +19,16 @@ const idBlock = 100
 // ids hands out the service's ids (databases, collections, indexes, import
 // jobs; one sequence for all, so an id names one object). The end of the
 // reserved block is persisted before any id of the block is handed out, so
-// ids are never reused, across crashes and leaders: a new leader starts
-// after the last block any leader reserved, and a deposed leader can reserve
-// nothing more, since its catalog is fenced. Allocation rarely costs a
-// round trip.
+// within a cluster ids are never reused, across crashes and leaders: a new
+// leader starts after the last block any leader reserved, and a deposed
+// leader can reserve nothing more, since its catalog is fenced. Allocation
+// rarely costs a round trip.
+//
+// A force-promoted secondary never saw its primary's reservations: it
+// starts above the highest id its metadata holds (see highestID). An id
+// whose object left no record there can be handed out again: a dropped
+// index's or database's, a job's or dropped collection's forgotten after
+// ImportJobRetention, one the lost primary allocated but never replicated.
 type ids struct {
 	cat catalog.Catalog
 

@@ -3,12 +3,16 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/server"
 )
@@ -205,4 +209,61 @@ func TestR10_3_ImportRetryOfFailedJobReturnsItFailed(t *testing.T) {
 	if fresh.Result.Duplicated || fresh.Job.Id == first.Job.Id {
 		t.Fatalf("new key %v", fresh)
 	}
+}
+
+// TestR10_3_ImportWhoseCallerGaveUpStillCounts: an import whose caller's
+// ctx ended while its task runs on (its job not committed yet) still
+// counts towards MaxImportJobNum, so a concurrent import cannot take its
+// place and exceed the limit once both jobs are committed.
+func TestR10_3_ImportWhoseCallerGaveUpStillCounts(t *testing.T) {
+	e, ctx := importEnv(t, func(c *Config) { c.MaxImportJobNum = 1 })
+	e.pauseImporter() // jobs stay unfinished
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first, released sync.Once
+	defer released.Do(func() { close(release) })
+	hook := func(ctx context.Context, ev *broadcast.Event) error {
+		if ev.Message.Type != TypeImport {
+			return nil
+		}
+		block := false
+		first.Do(func() { close(entered); block = true })
+		if !block {
+			return nil
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.app.hook.Store(&hook)
+	defer e.app.hook.Store(nil)
+
+	gaveUp, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.svc().Import(gaveUp, &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"a.parquet"}})
+		errc <- err
+	}()
+	select {
+	case <-entered: // the first import's callback runs: its job is not committed
+	case <-ctx.Done():
+		t.Fatal("the first import's callback did not run")
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first import: %v, want its caller's ctx error", err)
+	}
+	_, err := e.svc().Import(ctx, &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"b.parquet"}})
+	if !errors.Is(err, ErrTooManyImportJobs) {
+		t.Fatalf("import while the first one's task runs on: %v, want %v", err, ErrTooManyImportJobs)
+	}
+	released.Do(func() { close(release) })
+	eventually(t, "the first import's job", func() error {
+		if jobs := e.jobs(ctx); len(jobs) != 1 || !slices.Equal(jobs[0].Files, []string{"a.parquet"}) {
+			return fmt.Errorf("jobs %v", jobs)
+		}
+		return nil
+	})
 }

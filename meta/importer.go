@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +52,7 @@ func (s *Service) runImporter(ctx context.Context) {
 		s.stepMu.Lock()
 		if !s.importerPaused.Load() {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := s.importStep(sctx, b); err != nil && ctx.Err() == nil && !stopped(b) {
+			if err := s.importStep(sctx, b.Catalog()); err != nil && ctx.Err() == nil && !stopped(b) {
 				s.log.Warn("import step failed; retrying at the next tick", "err", err)
 			}
 			cancel()
@@ -70,9 +71,8 @@ func stopped(b *broadcast.Broadcaster) bool {
 	}
 }
 
-// importStep advances the jobs once.
-func (s *Service) importStep(ctx context.Context, b *broadcast.Broadcaster) error {
-	cat := b.Catalog()
+// importStep advances the jobs once, writing through cat (the leader's).
+func (s *Service) importStep(ctx context.Context, cat catalog.Catalog) error {
 	r := reader{cat}
 	now := s.now()
 	expired := func(at int64) bool { return now-at >= int64(s.cfg.ImportJobRetention) }
@@ -80,16 +80,17 @@ func (s *Service) importStep(ctx context.Context, b *broadcast.Broadcaster) erro
 	if err != nil {
 		return err
 	}
+	var colls map[uint64]bool // the live collections, read once if a job is pending
 	var ops []catalog.Op
 	for _, j := range jobs {
 		switch j.State {
 		case jobPending:
-			var c collRecord
-			ok, err := r.get(ctx, collKey(j.CollectionID), &c)
-			if err != nil {
-				return err
+			if colls == nil {
+				if colls, err = collIDs(ctx, cat); err != nil {
+					return err
+				}
 			}
-			if ok {
+			if colls[j.CollectionID] {
 				j.State = jobRunning
 			} else {
 				j.State, j.Reason = jobFailed, "the collection was dropped"
@@ -121,9 +122,8 @@ func (s *Service) importStep(ctx context.Context, b *broadcast.Broadcaster) erro
 	if err != nil {
 		return listErr(prefixDropped, err)
 	}
-	lim := max(cat.Limits().MaxOps, 1)
 	for len(ops) > 0 {
-		n := min(len(ops), lim)
+		n := fitting(cat.Limits(), ops)
 		if err := cat.Commit(ctx, ops[:n]...); err != nil {
 			if errors.Is(err, catalog.ErrFenced) {
 				return nil // no longer the leader: the next one imports
@@ -133,4 +133,36 @@ func (s *Service) importStep(ctx context.Context, b *broadcast.Broadcaster) erro
 		ops = ops[n:]
 	}
 	return nil
+}
+
+// fitting returns how many of ops, from the first, one commit can carry
+// within both of l's bounds (MaxOps and MaxBytes): at least one, so that an
+// op too large alone fails its commit instead of being skipped. (A job
+// record, at most MaxImportFiles names of MaxFileLength bytes, always fits.)
+func fitting(l catalog.Limits, ops []catalog.Op) int {
+	size := 0
+	for i := range ops {
+		size += catalog.Size(ops[i : i+1])
+		if i > 0 && (i >= l.MaxOps || size > l.MaxBytes) {
+			return i
+		}
+	}
+	return len(ops)
+}
+
+// collIDs reads the ids of the collections that exist (not dropped).
+func collIDs(ctx context.Context, cat catalog.Catalog) (map[uint64]bool, error) {
+	ids := map[uint64]bool{}
+	err := cat.List(ctx, prefixColl, func(key string, _ []byte) error {
+		id, err := strconv.ParseUint(strings.TrimPrefix(key, prefixColl), 10, 64)
+		if err != nil {
+			return errorf(ErrCorruptMetadata, "%s: not a collection key", key)
+		}
+		ids[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, listErr(prefixColl, err)
+	}
+	return ids, nil
 }

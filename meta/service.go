@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,11 +33,11 @@ type Service struct {
 	idsFor *broadcast.Broadcaster // the broadcaster ids was made for; protected by mu
 	ids    *ids                   // protected by mu
 
-	// admitMu serialises the import admission check; inflight counts the
-	// imports admitted whose job is not committed yet, so that concurrent
-	// admissions cannot exceed MaxImportJobNum together.
-	admitMu  sync.Mutex
-	inflight int
+	// admitMu serialises the import admission check; admitting holds the
+	// imports admitted whose Broadcast has not returned yet, so that
+	// concurrent admissions cannot exceed MaxImportJobNum together.
+	admitMu   sync.Mutex
+	admitting map[*importSlot]struct{} // protected by admitMu
 
 	// importerPaused stops the importer's steps (tests); stepMu is held
 	// during a step, so that pausing can wait for the step under way.
@@ -83,13 +84,8 @@ func (s *Service) current() (*broadcast.Broadcaster, reader, error) {
 // without a handle, before any lock, validation, id allocation or
 // admission check of its own.
 func (s *Service) start(ctx context.Context, b *broadcast.Broadcaster, d ddl) (*broadcast.Handle, *broadcast.Result, error) {
-	var h *broadcast.Handle
-	var err error
-	if d.key != "" {
-		h, err = b.WithIdempotentResourceKeys(ctx, broadcast.Idempotent{Type: d.typ, Key: d.key, Digest: d.digest}, d.keys...)
-	} else {
-		h, err = b.WithResourceKeys(ctx, d.keys...)
-	}
+	// Without a key this is WithResourceKeys.
+	h, err := b.WithIdempotentResourceKeys(ctx, broadcast.Idempotent{Type: d.typ, Key: d.key, Digest: d.digest}, d.keys...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -139,6 +135,69 @@ func (s *Service) send(ctx context.Context, h *broadcast.Handle, d ddl, payload 
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return h.Broadcast(ctx, msg)
+}
+
+// runDDL runs steps 3-5 of an operation (see the package documentation):
+// start resolves d's key and takes its resource keys; for a new request,
+// prepare validates under the keys, fills the payload and returns its
+// targets, and the payload is broadcast. It returns the result and the
+// payload of the message the result is for: the original's for a retry.
+func runDDL[P any](ctx context.Context, s *Service, b *broadcast.Broadcaster, d ddl, prepare func(p *P) ([]message.VChannel, error)) (*broadcast.Result, P, error) {
+	var p P
+	h, res, err := s.start(ctx, b, d)
+	if err != nil {
+		return nil, p, err
+	}
+	if h != nil {
+		defer h.Close()
+		targets, err := prepare(&p)
+		if err != nil {
+			return nil, p, err
+		}
+		if res, err = s.send(ctx, h, d, p, targets); err != nil {
+			return nil, p, err
+		}
+	}
+	p, err = original(res, p)
+	return res, p, err
+}
+
+// collDDL runs runDDL for an operation on collection db.coll that is scoped
+// to the collection (CreateIndex, DropIndex, Import): it resolves the
+// collection, scopes the client key ck to its id, and under d's keys checks
+// that the name still names that id before prepare fills the payload for
+// the collection's vchannels. A name that changed its id meanwhile is
+// resolved again. It also returns the scoped key.
+func collDDL[P any](ctx context.Context, s *Service, b *broadcast.Broadcaster, r reader, d ddl, db, coll, ck string,
+	prepare func(p *P, dbID, collID uint64, c collRecord) error) (res *broadcast.Result, p P, key message.IdempotencyKey, err error) {
+	err = resolving(func() error {
+		dbID, collID, err := resolveColl(ctx, r, db, coll)
+		if err != nil {
+			return err
+		}
+		d.key = message.CollectionKey(collID, ck)
+		key = d.key
+		res, p, err = runDDL(ctx, s, b, d, func(p *P) ([]message.VChannel, error) {
+			c, err := recheckColl(ctx, r, dbID, db, coll, collID)
+			if err != nil {
+				return nil, err
+			}
+			return c.VChannels, prepare(p, dbID, collID, c)
+		})
+		return err
+	})
+	return res, p, key, err
+}
+
+// collKeys are the resource keys of collection DDL: the database shared,
+// the collection exclusive.
+func collKeys(db, coll string) []resource.Key {
+	return []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, coll)}
+}
+
+// control targets the control channel only.
+func control(b *broadcast.Broadcaster) []message.VChannel {
+	return []message.VChannel{b.ControlChannel()}
 }
 
 // alloc returns a new id from the leader's catalog.
@@ -255,13 +314,7 @@ func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatab
 	}
 	d := ddl{typ: TypeCreateDatabase, key: message.ClusterKey(ck), digest: digest(TypeCreateDatabase, name),
 		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
-	h, res, err := s.start(ctx, b, d)
-	if err != nil {
-		return nil, err
-	}
-	var p createDatabasePayload
-	if h != nil {
-		defer h.Close()
+	res, p, err := runDDL(ctx, s, b, d, func(p *createDatabasePayload) ([]message.VChannel, error) {
 		if _, ok, err := r.getID(ctx, dbNameKey(name)); err != nil {
 			return nil, err
 		} else if ok {
@@ -272,11 +325,9 @@ func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatab
 			return nil, err
 		}
 		p.Database = dbRecord{ID: id, Name: name, CreatedAt: s.now()}
-		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
-			return nil, err
-		}
-	}
-	if p, err = original(res, p); err != nil {
+		return control(b), nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &walcastv1.CreateDatabaseResponse{Result: result(res, d.key), Database: p.Database.pb()}, nil
@@ -294,13 +345,7 @@ func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseR
 	}
 	d := ddl{typ: TypeDropDatabase, key: message.ClusterKey(ck), digest: digest(TypeDropDatabase, name),
 		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
-	h, res, err := s.start(ctx, b, d)
-	if err != nil {
-		return nil, err
-	}
-	var p dropDatabasePayload
-	if h != nil {
-		defer h.Close()
+	res, p, err := runDDL(ctx, s, b, d, func(p *dropDatabasePayload) ([]message.VChannel, error) {
 		id, err := resolveDB(ctx, r, name)
 		if err != nil {
 			return nil, err
@@ -319,11 +364,9 @@ func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseR
 		if len(names) > 0 {
 			return nil, errorf(ErrDatabaseNotEmpty, "%s has %d collections; drop them first", name, len(names))
 		}
-		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
-			return nil, err
-		}
-	}
-	if p, err = original(res, p); err != nil {
+		return control(b), nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &walcastv1.DropDatabaseResponse{Result: result(res, d.key), DatabaseId: p.Database.ID}, nil
@@ -382,38 +425,29 @@ func (s *Service) CreateCollection(ctx context.Context, req *walcastv1.CreateCol
 		if err != nil {
 			return err
 		}
-		d := ddl{typ: TypeCreateCollection, key: message.DatabaseKey(dbID, ck), digest: params,
-			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, name)}}
-		h, res, err := s.start(ctx, b, d)
-		if err != nil {
-			return err
-		}
-		var p createCollectionPayload
-		if h != nil {
-			defer h.Close()
+		d := ddl{typ: TypeCreateCollection, key: message.DatabaseKey(dbID, ck), digest: params, keys: collKeys(db, name)}
+		res, p, err := runDDL(ctx, s, b, d, func(p *createCollectionPayload) ([]message.VChannel, error) {
 			if err := recheckDB(ctx, r, db, dbID); err != nil {
-				return err
+				return nil, err
 			}
 			if _, ok, err := r.getID(ctx, collNameKey(dbID, name)); err != nil {
-				return err
+				return nil, err
 			} else if ok {
-				return errorf(ErrCollectionExists, "%s.%s", db, name)
+				return nil, errorf(ErrCollectionExists, "%s.%s", db, name)
 			}
 			id, err := s.alloc(ctx, b)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			vcs, err := vchannelsOf(s.cfg.PChannels, id, shards)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			p.Collection = collRecord{ID: id, DatabaseID: dbID, Database: db, Name: name, Shards: shards,
 				VChannels: vcs, Fields: fields, CreatedAt: s.now()}
-			if res, err = s.send(ctx, h, d, p, vcs); err != nil {
-				return err
-			}
-		}
-		if p, err = original(res, p); err != nil {
+			return vcs, nil
+		})
+		if err != nil {
 			return err
 		}
 		out = &walcastv1.CreateCollectionResponse{Result: result(res, d.key), Collection: p.Collection.pb(nil)}
@@ -458,8 +492,7 @@ func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollect
 		if err != nil {
 			return err
 		}
-		d := ddl{typ: TypeDropCollection, digest: digest(TypeDropCollection),
-			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, name)}}
+		d := ddl{typ: TypeDropCollection, digest: digest(TypeDropCollection), keys: collKeys(db, name)}
 		if ck != "" {
 			dropped, err := droppedIDs(ctx, r, dbID, name)
 			if err != nil {
@@ -483,32 +516,24 @@ func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollect
 		if err != nil {
 			return err
 		}
-		if ck != "" {
-			d.key = message.CollectionKey(collID, ck)
-		}
-		h, res, err := s.start(ctx, b, d)
-		if err != nil {
-			return err
-		}
-		var p dropCollectionPayload
-		if h != nil {
-			defer h.Close()
-			if p.Collection, err = recheckColl(ctx, r, dbID, db, name, collID); err != nil {
-				return err
+		d.key = message.CollectionKey(collID, ck)
+		res, p, err := runDDL(ctx, s, b, d, func(p *dropCollectionPayload) ([]message.VChannel, error) {
+			c, err := recheckColl(ctx, r, dbID, db, name, collID)
+			if err != nil {
+				return nil, err
 			}
+			p.Collection = c
 			idx, err := list[indexRecord](ctx, r, indexPrefix(collID))
 			if err != nil {
-				return err
+				return nil, err
 			}
 			for _, i := range idx {
 				p.Indexes = append(p.Indexes, i.Name)
 			}
 			p.DroppedAt = s.now()
-			if res, err = s.send(ctx, h, d, p, p.Collection.VChannels); err != nil {
-				return err
-			}
-		}
-		if p, err = original(res, p); err != nil {
+			return p.Collection.VChannels, nil
+		})
+		if err != nil {
 			return err
 		}
 		out = &walcastv1.DropCollectionResponse{Result: result(res, d.key), CollectionId: p.Collection.ID}
@@ -563,33 +588,23 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 		if err != nil {
 			return err
 		}
-		if ck != "" {
-			d.key = message.CollectionKey(collID, ck)
-		}
-		h, res, err := s.start(ctx, b, d)
-		if err != nil {
-			return err
-		}
-		var p renameCollectionPayload
-		if h != nil {
-			defer h.Close()
+		d.key = message.CollectionKey(collID, ck)
+		res, p, err := runDDL(ctx, s, b, d, func(p *renameCollectionPayload) ([]message.VChannel, error) {
 			c, err := recheckColl(ctx, r, dbID, db, oldName, collID)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if _, ok, err := r.getID(ctx, collNameKey(dbID, newName)); err != nil {
-				return err
+				return nil, err
 			} else if ok {
-				return errorf(ErrCollectionExists, "%s.%s", db, newName)
+				return nil, errorf(ErrCollectionExists, "%s.%s", db, newName)
 			}
 			p.OldName = oldName
 			p.Collection = c
 			p.Collection.Name = newName
-			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
-				return err
-			}
-		}
-		if p, err = original(res, p); err != nil {
+			return c.VChannels, nil
+		})
+		if err != nil {
 			return err
 		}
 		out = &walcastv1.RenameCollectionResponse{Result: result(res, d.key), Collection: p.Collection.pb(nil)}
@@ -698,60 +713,38 @@ func (s *Service) CreateIndex(ctx context.Context, req *walcastv1.CreateIndexReq
 	if err != nil {
 		return nil, err
 	}
-	var out *walcastv1.CreateIndexResponse
-	err = resolving(func() error {
-		dbID, collID, err := resolveColl(ctx, r, db, coll)
+	d := ddl{typ: TypeCreateIndex, digest: digest(TypeCreateIndex, name, field, typ), keys: collKeys(db, coll)}
+	res, p, key, err := collDDL(ctx, s, b, r, d, db, coll, ck, func(p *indexPayload, dbID, collID uint64, c collRecord) error {
+		if !slices.ContainsFunc(c.Fields, func(f fieldRecord) bool { return f.Name == field }) {
+			return errorf(ErrInvalidArgument, "collection %s.%s has no field %s", db, coll, field)
+		}
+		idx, err := list[indexRecord](ctx, r, indexPrefix(collID))
 		if err != nil {
 			return err
 		}
-		d := ddl{typ: TypeCreateIndex, key: message.CollectionKey(collID, ck), digest: digest(TypeCreateIndex, name, field, typ),
-			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, coll)}}
-		h, res, err := s.start(ctx, b, d)
+		for _, i := range idx {
+			switch {
+			case i.Name == name:
+				return errorf(ErrIndexExists, "%s on %s.%s", name, db, coll)
+			case i.Field == field:
+				return errorf(ErrIndexExists, "field %s of %s.%s already has index %s", field, db, coll, i.Name)
+			}
+		}
+		if len(idx) >= MaxIndexes {
+			return errorf(ErrTooManyIndexes, "%s.%s has %d indexes, limit %d", db, coll, len(idx), MaxIndexes)
+		}
+		id, err := s.alloc(ctx, b)
 		if err != nil {
 			return err
 		}
-		var p indexPayload
-		if h != nil {
-			defer h.Close()
-			c, err := recheckColl(ctx, r, dbID, db, coll, collID)
-			if err != nil {
-				return err
-			}
-			if !slices.ContainsFunc(c.Fields, func(f fieldRecord) bool { return f.Name == field }) {
-				return errorf(ErrInvalidArgument, "collection %s.%s has no field %s", db, coll, field)
-			}
-			idx, err := list[indexRecord](ctx, r, indexPrefix(collID))
-			if err != nil {
-				return err
-			}
-			for _, i := range idx {
-				switch {
-				case i.Name == name:
-					return errorf(ErrIndexExists, "%s on %s.%s", name, db, coll)
-				case i.Field == field:
-					return errorf(ErrIndexExists, "field %s of %s.%s already has index %s", field, db, coll, i.Name)
-				}
-			}
-			if len(idx) >= MaxIndexes {
-				return errorf(ErrTooManyIndexes, "%s.%s has %d indexes, limit %d", db, coll, len(idx), MaxIndexes)
-			}
-			id, err := s.alloc(ctx, b)
-			if err != nil {
-				return err
-			}
-			p = indexPayload{DatabaseID: dbID, CollectionID: collID,
-				Index: indexRecord{ID: id, Name: name, Field: field, Type: typ, CreatedAt: s.now()}}
-			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
-				return err
-			}
-		}
-		if p, err = original(res, p); err != nil {
-			return err
-		}
-		out = &walcastv1.CreateIndexResponse{Result: result(res, d.key), CollectionId: p.CollectionID, Index: p.Index.pb()}
+		*p = indexPayload{DatabaseID: dbID, CollectionID: collID,
+			Index: indexRecord{ID: id, Name: name, Field: field, Type: typ, CreatedAt: s.now()}}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return &walcastv1.CreateIndexResponse{Result: result(res, key), CollectionId: p.CollectionID, Index: p.Index.pb()}, nil
 }
 
 // DropIndex drops an index. Its key is scoped to the collection, by id.
@@ -764,42 +757,20 @@ func (s *Service) DropIndex(ctx context.Context, req *walcastv1.DropIndexRequest
 	if err != nil {
 		return nil, err
 	}
-	var out *walcastv1.DropIndexResponse
-	err = resolving(func() error {
-		dbID, collID, err := resolveColl(ctx, r, db, coll)
-		if err != nil {
+	d := ddl{typ: TypeDropIndex, digest: digest(TypeDropIndex, name), keys: collKeys(db, coll)}
+	res, p, key, err := collDDL(ctx, s, b, r, d, db, coll, ck, func(p *indexPayload, dbID, collID uint64, _ collRecord) error {
+		*p = indexPayload{DatabaseID: dbID, CollectionID: collID}
+		if ok, err := r.get(ctx, indexKey(collID, name), &p.Index); err != nil {
 			return err
+		} else if !ok {
+			return errorf(ErrIndexNotFound, "%s on %s.%s", name, db, coll)
 		}
-		d := ddl{typ: TypeDropIndex, key: message.CollectionKey(collID, ck), digest: digest(TypeDropIndex, name),
-			keys: []resource.Key{resource.SharedDatabase(db), resource.ExclusiveCollection(db, coll)}}
-		h, res, err := s.start(ctx, b, d)
-		if err != nil {
-			return err
-		}
-		var p indexPayload
-		if h != nil {
-			defer h.Close()
-			c, err := recheckColl(ctx, r, dbID, db, coll, collID)
-			if err != nil {
-				return err
-			}
-			p = indexPayload{DatabaseID: dbID, CollectionID: collID}
-			if ok, err := r.get(ctx, indexKey(collID, name), &p.Index); err != nil {
-				return err
-			} else if !ok {
-				return errorf(ErrIndexNotFound, "%s on %s.%s", name, db, coll)
-			}
-			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
-				return err
-			}
-		}
-		if p, err = original(res, p); err != nil {
-			return err
-		}
-		out = &walcastv1.DropIndexResponse{Result: result(res, d.key), CollectionId: p.CollectionID}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return &walcastv1.DropIndexResponse{Result: result(res, key), CollectionId: p.CollectionID}, nil
 }
 
 // CreateUser creates a user. It holds the exclusive Privilege key; its key
@@ -815,13 +786,7 @@ func (s *Service) CreateUser(ctx context.Context, req *walcastv1.CreateUserReque
 	}
 	d := ddl{typ: TypeCreateUser, key: message.ClusterKey(ck), digest: digest(TypeCreateUser, name),
 		keys: []resource.Key{resource.ExclusivePrivilege()}}
-	h, res, err := s.start(ctx, b, d)
-	if err != nil {
-		return nil, err
-	}
-	var p userPayload
-	if h != nil {
-		defer h.Close()
+	res, p, err := runDDL(ctx, s, b, d, func(p *userPayload) ([]message.VChannel, error) {
 		var u userRecord
 		if ok, err := r.get(ctx, userKey(name), &u); err != nil {
 			return nil, err
@@ -829,11 +794,9 @@ func (s *Service) CreateUser(ctx context.Context, req *walcastv1.CreateUserReque
 			return nil, errorf(ErrUserExists, "%s", name)
 		}
 		p.User = userRecord{Name: name, CreatedAt: s.now()}
-		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
-			return nil, err
-		}
-	}
-	if p, err = original(res, p); err != nil {
+		return control(b), nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &walcastv1.CreateUserResponse{Result: result(res, d.key), User: p.User.pb()}, nil
@@ -892,34 +855,27 @@ func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcas
 		return nil, g, "", err
 	}
 	d := ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, g), keys: []resource.Key{resource.ExclusivePrivilege()}}
-	h, res, err := s.start(ctx, b, d)
-	if err != nil {
-		return nil, g, "", err
-	}
-	p := grantPayload{Grant: g}
-	if h != nil {
-		defer h.Close()
+	res, p, err := runDDL(ctx, s, b, d, func(p *grantPayload) ([]message.VChannel, error) {
 		var u userRecord
 		if ok, err := r.get(ctx, userKey(g.User), &u); err != nil {
-			return nil, g, "", err
+			return nil, err
 		} else if !ok {
-			return nil, g, "", errorf(ErrUserNotFound, "%s", g.User)
+			return nil, errorf(ErrUserNotFound, "%s", g.User)
 		}
 		var have grantRecord
 		granted, err := r.get(ctx, grantKey(g), &have)
 		switch {
 		case err != nil:
-			return nil, g, "", err
+			return nil, err
 		case typ == TypeGrantPrivilege && granted:
-			return nil, g, "", errorf(ErrGrantExists, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
+			return nil, errorf(ErrGrantExists, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
 		case typ == TypeRevokePrivilege && !granted:
-			return nil, g, "", errorf(ErrGrantNotFound, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
+			return nil, errorf(ErrGrantNotFound, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
 		}
-		if res, err = s.send(ctx, h, d, p, []message.VChannel{b.ControlChannel()}); err != nil {
-			return nil, g, "", err
-		}
-	}
-	if p, err = original(res, p); err != nil {
+		p.Grant = g
+		return control(b), nil
+	})
+	if err != nil {
 		return nil, g, "", err
 	}
 	return res, p.Grant, d.key, nil
@@ -941,90 +897,124 @@ func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*wa
 	if err != nil {
 		return nil, err
 	}
-	var out *walcastv1.ImportResponse
-	err = resolving(func() error {
-		dbID, collID, err := resolveColl(ctx, r, db, coll)
+	// Imports into one collection do not conflict with each other: they
+	// share the collection's key, which its DDL takes exclusively.
+	d := ddl{typ: TypeImport, digest: digest(TypeImport, files),
+		keys: []resource.Key{resource.SharedDatabase(db), resource.SharedCollection(db, coll)}}
+	var slot *importSlot
+	res, p, key, err := collDDL(ctx, s, b, r, d, db, coll, ck, func(p *importPayload, dbID, collID uint64, _ collRecord) error {
+		var err error
+		if slot, err = s.admitImport(ctx, b, r); err != nil {
+			return err
+		}
+		id, err := s.alloc(ctx, b)
 		if err != nil {
 			return err
 		}
-		// Imports into one collection do not conflict with each other: they
-		// share the collection's key, which its DDL takes exclusively.
-		d := ddl{typ: TypeImport, key: message.CollectionKey(collID, ck), digest: digest(TypeImport, files),
-			keys: []resource.Key{resource.SharedDatabase(db), resource.SharedCollection(db, coll)}}
-		h, res, err := s.start(ctx, b, d)
-		if err != nil {
-			return err
-		}
-		var p importPayload
-		if h != nil {
-			defer h.Close()
-			c, err := recheckColl(ctx, r, dbID, db, coll, collID)
-			if err != nil {
-				return err
-			}
-			release, err := s.admitImport(ctx, r)
-			if err != nil {
-				return err
-			}
-			defer release()
-			id, err := s.alloc(ctx, b)
-			if err != nil {
-				return err
-			}
-			now := s.now()
-			p.Job = jobRecord{ID: id, DatabaseID: dbID, CollectionID: collID, Collection: coll, Files: slices.Clone(files),
-				State: jobPending, CreatedAt: now, UpdatedAt: now}
-			if res, err = s.send(ctx, h, d, p, c.VChannels); err != nil {
-				return err
-			}
-		}
-		if p, err = original(res, p); err != nil {
-			return err
-		}
-		job := p.Job
+		s.admitted(slot, id)
+		now := s.now()
+		p.Job = jobRecord{ID: id, DatabaseID: dbID, CollectionID: collID, Collection: coll, Files: slices.Clone(files),
+			State: jobPending, CreatedAt: now, UpdatedAt: now}
+		return nil
+	})
+	// Broadcast returned: from here a created import counts as its task
+	// or its job.
+	s.releaseImport(slot)
+	if err != nil {
+		return nil, err
+	}
+	job := p.Job // a new job is as created
+	if res.Duplicated != nil {
 		ok, err := r.get(ctx, jobKey(job.ID), &job)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
 			// Deleted after ImportJobRetention, which outlives the window.
 			job.State, job.Reason = 0, "the job's record expired"
 		}
-		if res.Duplicated != nil {
-			s.log.Info("import retry answered by its original job", "key_fp", d.key.Fingerprint(), "job", job.ID,
-				"job_state", walcastv1.ImportJobState(job.State).String(), "broadcast", res.BroadcastID)
-		}
-		out = &walcastv1.ImportResponse{Result: result(res, d.key), Job: job.pb()}
-		return nil
-	})
-	return out, err
+		s.log.Info("import retry answered by its original job", "key_fp", key.Fingerprint(), "job", job.ID,
+			"job_state", walcastv1.ImportJobState(job.State).String(), "broadcast", res.BroadcastID)
+	}
+	return &walcastv1.ImportResponse{Result: result(res, key), Job: job.pb()}, nil
 }
 
-// admitImport admits one new import if fewer than MaxImportJobNum jobs are
-// unfinished or being created; release ends its reservation once its job
-// is committed (or was not created).
-func (s *Service) admitImport(ctx context.Context, r reader) (release func(), err error) {
+// importSlot is an import admitted by admitImport whose Broadcast has not
+// returned yet; job is its job's id once allocated (0 before).
+type importSlot struct{ job uint64 }
+
+// admitImport admits one new import if fewer than MaxImportJobNum imports
+// are unfinished, counting each import once (by job id) in the first of:
+//
+//   - the committed jobs that are not finished;
+//   - the live Import tasks of the leader: their job commits in the
+//     transaction that ends the task, and a task outlives a Broadcast
+//     whose caller's ctx ended (or whose broadcaster stopped);
+//   - the imports admitted here whose Broadcast has not returned (their
+//     task may not exist yet).
+//
+// The caller records the job's id with admitted once allocated, and ends
+// the slot with releaseImport once Broadcast returned: by then the import
+// committed its job, is a live task, or created nothing.
+func (s *Service) admitImport(ctx context.Context, b *broadcast.Broadcaster, r reader) (*importSlot, error) {
 	s.admitMu.Lock()
 	defer s.admitMu.Unlock()
+	// Tasks before jobs: a task that ends in between is then seen as a job
+	// too, never as neither.
+	tasks, err := b.Tasks(broadcast.Filter{Type: TypeImport, States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list the import tasks: %w", ErrUnavailable, err)
+	}
 	jobs, err := list[jobRecord](ctx, r, prefixImportJob)
 	if err != nil {
 		return nil, err
 	}
-	n := s.inflight
+	n := 0
+	seen := make(map[uint64]bool, len(jobs)+len(tasks))
 	for _, j := range jobs {
+		seen[j.ID] = true
 		if !j.State.finished() {
+			n++
+		}
+	}
+	for _, t := range tasks {
+		// The type's validator admitted the payload.
+		if p, err := decodeStrict[importPayload](t.Message.Payload); err == nil && !seen[p.Job.ID] {
+			seen[p.Job.ID] = true
+			n++
+		}
+	}
+	for sl := range s.admitting {
+		if sl.job == 0 || !seen[sl.job] {
 			n++
 		}
 	}
 	if n >= s.cfg.MaxImportJobNum {
 		return nil, errorf(ErrTooManyImportJobs, "%d unfinished, limit %d (meta.max_import_job_num)", n, s.cfg.MaxImportJobNum)
 	}
-	s.inflight++
-	return func() {
-		s.admitMu.Lock()
-		s.inflight--
-		s.admitMu.Unlock()
-	}, nil
+	if s.admitting == nil {
+		s.admitting = make(map[*importSlot]struct{})
+	}
+	sl := &importSlot{}
+	s.admitting[sl] = struct{}{}
+	return sl, nil
+}
+
+// admitted records the job id of an admitted import.
+func (s *Service) admitted(sl *importSlot, job uint64) {
+	s.admitMu.Lock()
+	sl.job = job
+	s.admitMu.Unlock()
+}
+
+// releaseImport ends an admitted import's slot; nil is a no-op.
+func (s *Service) releaseImport(sl *importSlot) {
+	if sl == nil {
+		return
+	}
+	s.admitMu.Lock()
+	delete(s.admitting, sl)
+	s.admitMu.Unlock()
 }
 
 // GetImportJob describes one import job.
@@ -1083,7 +1073,7 @@ func (s *Service) ListImportJobs(ctx context.Context, req *walcastv1.ListImportJ
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(jobs, func(a, b jobRecord) int { return cmpUint(a.ID, b.ID) })
+	slices.SortFunc(jobs, func(a, b jobRecord) int { return cmp.Compare(a.ID, b.ID) })
 	out := &walcastv1.ListImportJobsResponse{}
 	for _, j := range jobs {
 		if keep(j) {
@@ -1091,16 +1081,6 @@ func (s *Service) ListImportJobs(ctx context.Context, req *walcastv1.ListImportJ
 		}
 	}
 	return out, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // GetVChannelView returns the view the streaming node consuming a vchannel

@@ -30,14 +30,34 @@ type Applier struct {
 	node string
 
 	mu    sync.Mutex
-	chans map[message.PChannel]map[message.VChannel]*view // protected by mu
+	chans map[message.PChannel]*pchannel // protected by mu; entries are never removed
+}
+
+// pchannel holds the views of one pchannel's vchannels. Its own mutex lets
+// the node apply to and snapshot different pchannels concurrently.
+type pchannel struct {
+	mu    sync.Mutex
+	views map[message.VChannel]*view // protected by mu
 }
 
 var _ node.Applier = (*Applier)(nil)
 
 // NewApplier returns an empty state for node name.
 func NewApplier(name string) *Applier {
-	return &Applier{node: name, chans: make(map[message.PChannel]map[message.VChannel]*view)}
+	return &Applier{node: name, chans: make(map[message.PChannel]*pchannel)}
+}
+
+// pchan returns the views of p, created empty if create is set (else nil
+// if p has none).
+func (a *Applier) pchan(p message.PChannel, create bool) *pchannel {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pc := a.chans[p]
+	if pc == nil && create {
+		pc = &pchannel{views: make(map[message.VChannel]*view)}
+		a.chans[p] = pc
+	}
+	return pc
 }
 
 // view is one vchannel's view, as snapshotted.
@@ -56,6 +76,9 @@ type view struct {
 	Applied         uint64                 `json:"applied"`
 	LastBroadcastID uint64                 `json:"last,omitempty"`
 	Anomalies       []string               `json:"anomalies,omitempty"`
+
+	// jobs indexes ImportJobs; built on the first import after a restore.
+	jobs map[uint64]struct{}
 }
 
 func (v *view) anomaly(format string, args ...any) {
@@ -64,8 +87,14 @@ func (v *view) anomaly(format string, args ...any) {
 	}
 }
 
-// isMeta reports whether t is one of the service's types.
-func isMeta(t message.Type) bool { return slices.Contains(Types(), t) }
+// metaTypes are the service's types.
+var metaTypes = func() map[message.Type]bool {
+	m := make(map[message.Type]bool)
+	for _, t := range Types() {
+		m[t] = true
+	}
+	return m
+}()
 
 // Apply applies one copy to its vchannel's view. It never fails: a message
 // that does not fit the view (a payload that does not decode, a create of a
@@ -73,19 +102,16 @@ func isMeta(t message.Type) bool { return slices.Contains(Types(), t) }
 // applying it again could not fix it.
 func (a *Applier) Apply(_ context.Context, c wal.Copy) error {
 	m := c.Message
-	if !isMeta(m.Type) {
+	if !metaTypes[m.Type] {
 		return nil
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := c.VChannel.PChannel()
-	if a.chans[p] == nil {
-		a.chans[p] = make(map[message.VChannel]*view)
-	}
-	v := a.chans[p][c.VChannel]
+	pc := a.pchan(c.VChannel.PChannel(), true)
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	v := pc.views[c.VChannel]
 	if v == nil {
 		v = &view{}
-		a.chans[p][c.VChannel] = v
+		pc.views[c.VChannel] = v
 	}
 	v.Applied++
 	v.LastBroadcastID = m.Broadcast.ID
@@ -105,7 +131,7 @@ func decodeInto[P any](raw []byte, p *P) error {
 func (v *view) apply(vc message.VChannel, m *message.Message) error {
 	control := vc.IsControl()
 	switch m.Type {
-	case TypeCreateDatabase, TypeDropDatabase:
+	case TypeCreateDatabase:
 		var p createDatabasePayload
 		if err := decodeInto(m.Payload, &p); err != nil {
 			return err
@@ -114,21 +140,25 @@ func (v *view) apply(vc message.VChannel, m *message.Message) error {
 			return fmt.Errorf("database message on a shard vchannel")
 		}
 		d := p.Database
-		_, have := v.Databases[d.Name]
-		if m.Type == TypeCreateDatabase {
-			if have {
-				return fmt.Errorf("database %s created twice", d.Name)
-			}
-			if v.Databases == nil {
-				v.Databases = make(map[string]dbRecord)
-			}
-			v.Databases[d.Name] = d
-			return nil
+		if _, have := v.Databases[d.Name]; have {
+			return fmt.Errorf("database %s created twice", d.Name)
 		}
-		if !have {
-			return fmt.Errorf("drop of unknown database %s", d.Name)
+		if v.Databases == nil {
+			v.Databases = make(map[string]dbRecord)
 		}
-		delete(v.Databases, d.Name)
+		v.Databases[d.Name] = d
+	case TypeDropDatabase:
+		var p dropDatabasePayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if !control {
+			return fmt.Errorf("database message on a shard vchannel")
+		}
+		if _, have := v.Databases[p.Database.Name]; !have {
+			return fmt.Errorf("drop of unknown database %s", p.Database.Name)
+		}
+		delete(v.Databases, p.Database.Name)
 	case TypeCreateUser:
 		var p userPayload
 		if err := decodeInto(m.Payload, &p); err != nil {
@@ -253,9 +283,16 @@ func (v *view) applyCollection(vc message.VChannel, m *message.Message) error {
 		if err := v.owns(p.Job.CollectionID); err != nil {
 			return err
 		}
-		if slices.Contains(v.ImportJobs, p.Job.ID) {
+		if v.jobs == nil {
+			v.jobs = make(map[uint64]struct{}, len(v.ImportJobs)+1)
+			for _, id := range v.ImportJobs {
+				v.jobs[id] = struct{}{}
+			}
+		}
+		if _, seen := v.jobs[p.Job.ID]; seen {
 			return fmt.Errorf("import job %d seen twice", p.Job.ID)
 		}
+		v.jobs[p.Job.ID] = struct{}{}
 		v.ImportJobs = append(v.ImportJobs, p.Job.ID)
 		return nil
 	}
@@ -272,9 +309,13 @@ func (v *view) owns(id uint64) error {
 
 // Snapshot encodes the views of p's vchannels.
 func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return json.Marshal(a.chans[p])
+	pc := a.pchan(p, false)
+	if pc == nil {
+		return json.Marshal(map[message.VChannel]*view(nil))
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return json.Marshal(pc.views)
 }
 
 // Restore replaces the views of p's vchannels with a snapshot.
@@ -286,18 +327,23 @@ func (a *Applier) Restore(p message.PChannel, data []byte) error {
 	if m == nil {
 		m = make(map[message.VChannel]*view)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.chans[p] = m
+	pc := a.pchan(p, true)
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.views = m
 	return nil
 }
 
 // View returns the view of vchannel vc, or ErrVChannelNotFound if this
 // node applied no message of the service to it.
 func (a *Applier) View(vc message.VChannel) (*walcastv1.VChannelView, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.chans[vc.PChannel()][vc]
+	pc := a.pchan(vc.PChannel(), false)
+	if pc == nil {
+		return nil, errorf(ErrVChannelNotFound, "node %s applied nothing to %s", a.node, vc)
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	v := pc.views[vc]
 	if v == nil {
 		return nil, errorf(ErrVChannelNotFound, "node %s applied nothing to %s", a.node, vc)
 	}
@@ -324,12 +370,13 @@ func (a *Applier) View(vc message.VChannel) (*walcastv1.VChannelView, error) {
 // VChannels lists the vchannels this node has views of.
 func (a *Applier) VChannels() []message.VChannel {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	pcs := slices.Collect(maps.Values(a.chans))
+	a.mu.Unlock()
 	var out []message.VChannel
-	for _, m := range a.chans {
-		for vc := range m {
-			out = append(out, vc)
-		}
+	for _, pc := range pcs {
+		pc.mu.Lock()
+		out = slices.AppendSeq(out, maps.Keys(pc.views))
+		pc.mu.Unlock()
 	}
 	slices.SortFunc(out, func(x, y message.VChannel) int { return strings.Compare(string(x), string(y)) })
 	return out

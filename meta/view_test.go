@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -104,5 +105,25 @@ func TestApplierViewsSnapshotAndAnomalies(t *testing.T) {
 	}
 	if _, err := a.View("wal-3/c1v0"); err == nil {
 		t.Fatal("view of an unknown vchannel")
+	}
+
+	// The restored applier knows the jobs seen before the snapshot, and a
+	// database drop applies to its control view.
+	for _, c := range []wal.Copy{
+		copyOf(t, 3, TypeImport, importPayload{Job: jobRecord{ID: 9, DatabaseID: 3, CollectionID: 7, Collection: "c",
+			Files: []string{"f"}, State: jobPending}}, vc),
+		copyOf(t, 11, TypeImport, importPayload{Job: jobRecord{ID: 12, DatabaseID: 3, CollectionID: 7, Collection: "c",
+			Files: []string{"f"}, State: jobPending}}, vc),
+		copyOf(t, 13, TypeDropDatabase, dropDatabasePayload{Database: dbRecord{ID: 3, Name: "db"}}, ctl),
+	} {
+		if err := b.Apply(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if vb, _ := b.View(vc); len(vb.Anomalies) != 1 || !slices.Equal(vb.ImportJobs, []uint64{9, 12}) {
+		t.Fatalf("restored view: anomalies %q, jobs %v", vb.Anomalies, vb.ImportJobs)
+	}
+	if cb, _ := b.View(ctl); len(cb.Databases) != 0 || len(cb.Anomalies) != 0 {
+		t.Fatalf("restored control view after the drop %v", cb)
 	}
 }
