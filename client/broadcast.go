@@ -8,7 +8,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
-	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -91,6 +90,9 @@ type BroadcastResult struct {
 // the original's result for a repeated key. See the package documentation
 // for which failures it retries.
 func (c *Client) Broadcast(ctx context.Context, req *BroadcastRequest) (*BroadcastResult, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
 	var key message.IdempotencyKey
 	switch {
 	case req.Scope != (Scope{}):
@@ -126,8 +128,8 @@ func (c *Client) Broadcast(ctx context.Context, req *BroadcastRequest) (*Broadca
 		p = anyTransient
 	}
 	var resp *walcastv1.BroadcastResponse
-	n, err := c.call(ctx, p, func(ctx context.Context, s walcastv1connect.BroadcastServiceClient) error {
-		r, err := s.Broadcast(ctx, connect.NewRequest(pb))
+	n, err := c.call(ctx, p, func(ctx context.Context, e *endpoint) error {
+		r, err := e.broadcast.Broadcast(ctx, connect.NewRequest(pb))
 		if err == nil {
 			resp = r.Msg
 		}

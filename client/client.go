@@ -1,4 +1,5 @@
-// Package client is the Go client of walcast's BroadcastService.
+// Package client is the Go client of walcast's API: BroadcastService, the
+// reference metadata service's MetaService and ReplicationService.
 //
 // A Client talks to one or more coordinators. It sends each call to the
 // coordinator that answered last, follows a non-leader's redirect to the
@@ -31,6 +32,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +41,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/internal/wait"
 )
 
 // Defaults of the options.
@@ -104,13 +107,24 @@ func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n 
 type Client struct {
 	cfg     config
 	http    connect.HTTPClient
-	ownHTTP *http.Transport // New's own transport, closed by Close; nil if given
+	ownHTTP *http.Transport        // New's own transport, closed by Close; nil if given
+	opts    []connect.ClientOption // of every RPC client (connectOptions)
 	addrs   []string
 
-	mu       sync.Mutex
-	services map[string]walcastv1connect.BroadcastServiceClient
-	current  string // address tried first: the last to answer, or the leader named
-	next     int    // index in addrs of the last address rotated to
+	mu        sync.Mutex
+	endpoints map[string]*endpoint // by address, built on first use
+	current   string               // address tried first: the last to answer, or the leader named
+	next      int                  // index in addrs of the last address rotated to
+}
+
+// endpoint is one coordinator address and the RPC clients of it, each built
+// once.
+type endpoint struct {
+	addr      string
+	broadcast walcastv1connect.BroadcastServiceClient
+
+	mu    sync.Mutex
+	procs map[string]any // procedure -> *connect.Client[Req, Res] (procClient)
 }
 
 // New returns a client of the coordinators at addrs, base URLs such as
@@ -126,7 +140,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if cfg.initialBackoff <= 0 || cfg.maxBackoff < cfg.initialBackoff || cfg.attemptTimeout < 0 || cfg.maxAttempts < 0 {
 		return nil, fmt.Errorf("%w: need 0 < initial backoff <= max backoff, attempt timeout >= 0, max attempts >= 0", ErrInvalidArgument)
 	}
-	c := &Client{cfg: cfg, http: cfg.httpClient, services: make(map[string]walcastv1connect.BroadcastServiceClient)}
+	c := &Client{cfg: cfg, http: cfg.httpClient, opts: connectOptions(cfg), endpoints: make(map[string]*endpoint)}
 	for _, a := range addrs {
 		u, err := normalize(a)
 		if err != nil {
@@ -168,20 +182,39 @@ func (c *Client) Close() {
 	}
 }
 
-// service returns the API client of addr.
-func (c *Client) service(addr string) walcastv1connect.BroadcastServiceClient {
+// connectOptions are the Connect options of every RPC client of a Client.
+func connectOptions(cfg config) []connect.ClientOption {
+	opts := slices.Clone(cfg.connectOpts)
+	if cfg.grpc {
+		opts = append([]connect.ClientOption{connect.WithGRPC()}, opts...)
+	}
+	return opts
+}
+
+// endpoint returns the RPC clients of addr.
+func (c *Client) endpoint(addr string) *endpoint {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.services[addr]
-	if s == nil {
-		opts := c.cfg.connectOpts
-		if c.cfg.grpc {
-			opts = append([]connect.ClientOption{connect.WithGRPC()}, opts...)
-		}
-		s = walcastv1connect.NewBroadcastServiceClient(c.http, addr, opts...)
-		c.services[addr] = s
+	e := c.endpoints[addr]
+	if e == nil {
+		e = &endpoint{addr: addr, broadcast: walcastv1connect.NewBroadcastServiceClient(c.http, addr, c.opts...),
+			procs: make(map[string]any)}
+		c.endpoints[addr] = e
 	}
-	return s
+	return e
+}
+
+// procClient returns e's client of one unary procedure (a path such as
+// walcastv1connect.MetaServiceCreateDatabaseProcedure), built on first use.
+func procClient[Req, Res any](c *Client, e *endpoint, procedure string) *connect.Client[Req, Res] {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if pc, ok := e.procs[procedure].(*connect.Client[Req, Res]); ok {
+		return pc
+	}
+	pc := connect.NewClient[Req, Res](c.http, e.addr+procedure, c.opts...)
+	e.procs[procedure] = pc
+	return pc
 }
 
 func (c *Client) target() string {
@@ -232,9 +265,9 @@ const (
 	ifNotRun
 )
 
-// call runs attempt until it succeeds, fails for good, or ctx ends, and
-// returns the number of attempts made.
-func (c *Client) call(ctx context.Context, p policy, attempt func(context.Context, walcastv1connect.BroadcastServiceClient) error) (int, error) {
+// call runs attempt, each time at the endpoint to try, until it succeeds,
+// fails for good, or ctx ends, and returns the number of attempts made.
+func (c *Client) call(ctx context.Context, p policy, attempt func(context.Context, *endpoint) error) (int, error) {
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval: c.cfg.initialBackoff, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: c.cfg.maxBackoff,
 	}
@@ -253,7 +286,7 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 		if p == anyTransient && c.cfg.attemptTimeout > 0 {
 			actx, cancel = context.WithTimeout(ctx, c.cfg.attemptTimeout)
 		}
-		err := attempt(actx, c.service(addr))
+		err := attempt(actx, c.endpoint(addr))
 		cancel()
 		if err == nil {
 			c.answered(addr)
@@ -275,11 +308,7 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 		} else {
 			c.rotate(addr)
 		}
-		t := time.NewTimer(bo.NextBackOff())
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !wait.Sleep(ctx, bo.NextBackOff()) {
 			return n, giveUp(n, f)
 		}
 	}

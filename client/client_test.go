@@ -542,3 +542,24 @@ func TestNewRejectsBadAddresses(t *testing.T) {
 		t.Fatalf("keys %q %q", k1, k2)
 	}
 }
+
+// TestR9_4_NilRequestsAreInvalid: a nil request is refused before any
+// attempt with ErrInvalidArgument, never a panic.
+func TestR9_4_NilRequestsAreInvalid(t *testing.T) {
+	c, err := client.New([]string{deadAddr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	var ce *client.Error
+	if _, err := c.Broadcast(ctx, nil); !errors.Is(err, client.ErrInvalidArgument) || !errors.As(err, &ce) || ce.Attempts != 0 {
+		t.Fatalf("Broadcast(nil): %v", err)
+	}
+	if err := c.Ack(ctx, nil); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("Ack(nil): %v", err)
+	}
+	if _, err := c.Configure(ctx, nil); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("Configure(nil): %v", err)
+	}
+}

@@ -25,38 +25,20 @@ import (
 // retrying every transient failure (the request is a read, or carries an
 // idempotency key).
 func metaCall[Req, Res any](ctx context.Context, c *Client, procedure string, req *Req) (*Res, error) {
+	return procCall[Req, Res](ctx, c, anyTransient, procedure, req)
+}
+
+// procCall runs the unary RPC procedure with the client's retries under p.
+func procCall[Req, Res any](ctx context.Context, c *Client, p policy, procedure string, req *Req) (*Res, error) {
 	var out *Res
-	_, err := c.call(ctx, anyTransient, func(ctx context.Context, s walcastv1connect.BroadcastServiceClient) error {
-		cl := connect.NewClient[Req, Res](c.http, c.addrOf(s)+procedure, c.connectOptions()...)
-		r, err := cl.CallUnary(ctx, connect.NewRequest(req))
+	_, err := c.call(ctx, p, func(ctx context.Context, e *endpoint) error {
+		r, err := procClient[Req, Res](c, e, procedure).CallUnary(ctx, connect.NewRequest(req))
 		if err == nil {
 			out = r.Msg
 		}
 		return err
 	})
 	return out, err
-}
-
-// addrOf returns the address whose BroadcastService client call handed an
-// attempt: the address that attempt is for.
-func (c *Client) addrOf(s walcastv1connect.BroadcastServiceClient) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for addr, svc := range c.services {
-		if svc == s {
-			return addr
-		}
-	}
-	return c.current
-}
-
-// connectOptions are the Connect options every service client of c uses.
-func (c *Client) connectOptions() []connect.ClientOption {
-	opts := c.cfg.connectOpts
-	if c.cfg.grpc {
-		opts = append([]connect.ClientOption{connect.WithGRPC()}, opts...)
-	}
-	return opts
 }
 
 // mint gives a request without an idempotency key a fresh one.

@@ -15,8 +15,8 @@ func unary[Req, Res any](ctx context.Context, c *Client, msg *Req,
 	rpc func(walcastv1connect.BroadcastServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*Res, error) {
 	var out *Res
-	_, err := c.call(ctx, anyTransient, func(ctx context.Context, s walcastv1connect.BroadcastServiceClient) error {
-		r, err := rpc(s, ctx, connect.NewRequest(msg))
+	_, err := c.call(ctx, anyTransient, func(ctx context.Context, e *endpoint) error {
+		r, err := rpc(e.broadcast, ctx, connect.NewRequest(msg))
 		if err == nil {
 			out = r.Msg
 		}
@@ -28,7 +28,13 @@ func unary[Req, Res any](ctx context.Context, c *Client, msg *Req,
 // Ack acknowledges one consumed copy. Acks are idempotent (R4.5), so every
 // transient failure is retried until ctx ends; a consumer that must not lose
 // an ack gives it a context its own shutdown does not cancel.
+// AckRequest.Message is needed only for a replicated copy (a message with a
+// replicate header), whose task a secondary creates from it; leave it empty
+// otherwise.
 func (c *Client) Ack(ctx context.Context, req *walcastv1.AckRequest) error {
+	if req == nil {
+		return invalidRequest("nil request")
+	}
 	_, err := unary(ctx, c, req, walcastv1connect.BroadcastServiceClient.Ack)
 	return err
 }
@@ -41,6 +47,9 @@ func (c *Client) GetTask(ctx context.Context, id uint64) (*walcastv1.Task, error
 // ListTasks lists tasks filtered by state, type and age. The server caps the
 // number returned.
 func (c *Client) ListTasks(ctx context.Context, req *walcastv1.ListTasksRequest) ([]*walcastv1.Task, error) {
+	if req == nil {
+		req = &walcastv1.ListTasksRequest{}
+	}
 	r, err := unary(ctx, c, req, walcastv1connect.BroadcastServiceClient.ListTasks)
 	return r.GetTasks(), err
 }

@@ -34,6 +34,17 @@ const (
 	DefaultMaxListTasks = 1000
 )
 
+// Limits of request fields the engine stores whole: larger values are
+// refused with code InvalidArgument before anything is done.
+const (
+	// MaxRequestDigestBytes bounds BroadcastRequest.request_digest, a hash
+	// of the client's request (32 bytes for SHA-256).
+	MaxRequestDigestBytes = 64
+	// MaxReasonBytes bounds CompleteCallbackRequest.reason, which becomes
+	// the task's recorded outcome, stored in its tombstone.
+	MaxReasonBytes = 1 << 10
+)
+
 // APIOption configures NewBroadcastHandler.
 type APIOption func(*apiConfig)
 
@@ -43,8 +54,7 @@ type apiConfig struct {
 	maxListTasks    int
 	logger          *slog.Logger
 	connectOpts     []connect.HandlerOption
-	pchannels       map[message.PChannel]bool // nil: not checked
-	reserved        map[message.Type]bool     // types only their application's API may broadcast
+	reserved        map[message.Type]bool // types only their application's API may broadcast
 }
 
 // WithMaxRequestBytes rejects requests larger than n bytes (after
@@ -67,13 +77,11 @@ func WithMaxListTasks(n int) APIOption { return func(c *apiConfig) { c.maxListTa
 // Internal). Default slog.Default().
 func WithAPILogger(l *slog.Logger) APIOption { return func(c *apiConfig) { c.logger = l } }
 
-// WithPChannels makes Broadcast refuse a target vchannel on any other
-// pchannel, with code InvalidArgument. Without it such a request passes the
-// API and the engine persists a task whose appends to the unknown pchannel
-// are retried until an operator intervenes, holding its resource keys.
-// WithReservedTypes makes Broadcast refuse messages of types an application
-// owns (their payloads must come from the application's own API, which
-// validates them under its locks), and the built-in AlterReplicateConfig.
+// WithReservedTypes makes Broadcast refuse, with code InvalidArgument,
+// messages of the types ts that an application owns: their payloads must
+// come from the application's own API, which validates them under its locks.
+// The built-in AlterReplicateConfig is always refused (ReplicationService
+// broadcasts it).
 func WithReservedTypes(ts ...message.Type) APIOption {
 	return func(c *apiConfig) {
 		if c.reserved == nil {
@@ -81,16 +89,6 @@ func WithReservedTypes(ts ...message.Type) APIOption {
 		}
 		for _, t := range ts {
 			c.reserved[t] = true
-		}
-	}
-}
-
-// WithPChannels makes Broadcast refuse targets on pchannels not in ps.
-func WithPChannels(ps ...message.PChannel) APIOption {
-	return func(c *apiConfig) {
-		c.pchannels = make(map[message.PChannel]bool, len(ps))
-		for _, p := range ps {
-			c.pchannels[p] = true
 		}
 	}
 }
@@ -131,11 +129,7 @@ var _ walcastv1connect.BroadcastServiceHandler = (*broadcastAPI)(nil)
 
 // fail converts err for the client, logging what only an operator can fix.
 func (a *broadcastAPI) fail(procedure string, err error) error {
-	ce := toConnectError(err)
-	if ce.Code() == connect.CodeInternal {
-		a.cfg.logger.Error("API request failed", "procedure", procedure, "err", err)
-	}
-	return ce
+	return failed(a.cfg.logger, procedure, err)
 }
 
 // invalidArg reports a malformed request field.
@@ -182,23 +176,20 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	for k, v := range r.GetProperties() {
 		mopts = append(mopts, message.WithProperty(k, v))
 	}
+	if d := r.GetRequestDigest(); len(d) > MaxRequestDigestBytes {
+		return nil, a.fail(proc, invalidArg("request_digest is %d bytes, limit %d: send a hash of the request", len(d), MaxRequestDigestBytes))
+	}
 	msg, err := message.NewBroadcast(typ, r.GetPayload(), targets, mopts...)
 	if err != nil {
 		return nil, a.fail(proc, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err))
-	}
-	if a.cfg.pchannels != nil {
-		for i, v := range targets {
-			if !a.cfg.pchannels[v.PChannel()] {
-				return nil, a.fail(proc, invalidArg("vchannels[%d]: %s is on pchannel %s, which this cluster does not have", i, v, v.PChannel()))
-			}
-		}
 	}
 
 	b, err := a.leader.Current()
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	// Refuse bad input before waiting for resource keys held by others.
+	// Refuse bad input before waiting for resource keys held by others
+	// (the engine also refuses targets on pchannels the cluster lacks).
 	if err := b.Check(msg); err != nil {
 		return nil, a.fail(proc, err)
 	}
@@ -246,6 +237,9 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 	if cp := r.GetCheckpoint(); cp != nil {
 		ack.Checkpoint = wal.Checkpoint{MessageID: cp.GetMessageId(), TimeTick: cp.GetTimeTick(), LastConfirmed: cp.GetLastConfirmed()}
 	}
+	// Consumers send the message only for a replicated copy (the engine
+	// needs it only to create the task on a secondary), so ordinary acks
+	// decode nothing.
 	if raw := r.GetMessage(); len(raw) > 0 {
 		m, err := message.Unmarshal(raw)
 		if err != nil {
@@ -405,6 +399,9 @@ func (a *broadcastAPI) CompleteCallback(ctx context.Context, req *connect.Reques
 	const proc = "CompleteCallback"
 	if req.Msg.GetReason() == "" {
 		return nil, a.fail(proc, invalidArg("reason is required: it is recorded as the task's outcome"))
+	}
+	if n := len(req.Msg.GetReason()); n > MaxReasonBytes {
+		return nil, a.fail(proc, invalidArg("reason is %d bytes, limit %d", n, MaxReasonBytes))
 	}
 	b, err := a.leader.Current()
 	if err != nil {

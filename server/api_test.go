@@ -317,9 +317,10 @@ func (s snapshot) equal(o snapshot) bool {
 func TestR9_4_BadInput(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
-		b := env.Open()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil, server.WithMaxRequestBytes(1<<20),
-			server.WithPChannels(apitest.PChannels...)), p)
+		// The cluster's pchannels, as every process configures them: the
+		// engine refuses targets elsewhere.
+		b := env.Open(func(cfg *broadcast.Config) { cfg.PChannels = apitest.PChannels })
+		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil, server.WithMaxRequestBytes(1<<20)), p)
 		ctx := ctxT(t)
 
 		// A first broadcast reserves the term's block of broadcast ids, so
@@ -382,7 +383,11 @@ func TestR9_4_BadInput(t *testing.T) {
 			{"malformed vchannel", bcast(func(r *walcastv1.BroadcastRequest) { r.Vchannels = []string{"wal-0/a", "no-slash"} }),
 				connect.CodeInvalidArgument, `vchannel "no-slash" is not <pchannel>/<name>`, ""},
 			{"vchannel on an unknown pchannel", bcast(func(r *walcastv1.BroadcastRequest) { r.Vchannels = []string{"wal-0/a", "wal-9/b"} }),
-				connect.CodeInvalidArgument, "vchannels[1]: wal-9/b is on pchannel wal-9, which this cluster does not have", ""},
+				connect.CodeInvalidArgument, "wal-9/b is on pchannel wal-9, which this cluster does not have", ""},
+			{"request digest too long", bcast(func(r *walcastv1.BroadcastRequest) {
+				r.IdempotencyKey = string(message.CollectionKey(7, "long-digest"))
+				r.RequestDigest = make([]byte, server.MaxRequestDigestBytes+1)
+			}), connect.CodeInvalidArgument, "request_digest is 65 bytes, limit 64", ""},
 			{"malformed type", bcast(func(r *walcastv1.BroadcastRequest) { r.Type = "CreateCollection" }),
 				connect.CodeInvalidArgument, `"CreateCollection" is not <name>.v<version>`, ""},
 			{"unknown type", bcast(func(r *walcastv1.BroadcastRequest) { r.Type = "Nope.v1" }),
@@ -418,6 +423,11 @@ func TestR9_4_BadInput(t *testing.T) {
 				_, err := c.CompleteCallback(ctx, connect.NewRequest(&walcastv1.CompleteCallbackRequest{Id: liveTask.GetId()}))
 				return err
 			}, connect.CodeInvalidArgument, "reason is required", ""},
+			{"CompleteCallback with an oversized reason", func() error {
+				_, err := c.CompleteCallback(ctx, connect.NewRequest(&walcastv1.CompleteCallbackRequest{Id: liveTask.GetId(),
+					Reason: strings.Repeat("r", server.MaxReasonBytes+1)}))
+				return err
+			}, connect.CodeInvalidArgument, "reason is 1025 bytes, limit 1024", ""},
 			{"CompleteCallback before the callback", func() error {
 				_, err := c.CompleteCallback(ctx, connect.NewRequest(&walcastv1.CompleteCallbackRequest{Id: liveTask.GetId(), Reason: "stuck"}))
 				return err

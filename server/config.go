@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -17,6 +18,9 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 	yamlv3 "go.yaml.in/yaml/v3"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
 )
 
 // Duration is a time.Duration written as "24h" or "10ms" in YAML,
@@ -46,116 +50,117 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 type Config struct {
 	// DataDir holds everything a standalone process stores: the embedded
 	// etcd, the embedded NATS store and the nodes' state.
-	DataDir string `koanf:"data_dir" yaml:"data_dir"`
+	DataDir string `yaml:"data_dir"`
 	Cluster struct {
 		// Name names the cluster in replication topologies (SPEC §8).
-		Name string `koanf:"name" yaml:"name"`
-	} `koanf:"cluster" yaml:"cluster"`
+		Name string `yaml:"name"`
+	} `yaml:"cluster"`
 	API struct {
 		// Addr is the coordinator API's listen address (gRPC and HTTP/JSON).
-		Addr string `koanf:"addr" yaml:"addr"`
+		Addr string `yaml:"addr"`
 		// Advertise is the address other processes and clients reach this
 		// coordinator at; default Addr.
-		Advertise string `koanf:"advertise" yaml:"advertise"`
+		Advertise string `yaml:"advertise"`
 		// MaxRequestBytes bounds one API request.
-		MaxRequestBytes int `koanf:"max_request_bytes" yaml:"max_request_bytes"`
-	} `koanf:"api" yaml:"api"`
+		MaxRequestBytes int `yaml:"max_request_bytes"`
+	} `yaml:"api"`
 	Metrics struct {
 		// Addr serves /metrics; empty disables it.
-		Addr string `koanf:"addr" yaml:"addr"`
-	} `koanf:"metrics" yaml:"metrics"`
+		Addr string `yaml:"addr"`
+	} `yaml:"metrics"`
 	Log struct {
-		Level  string `koanf:"level" yaml:"level"`   // debug, info, warn, error
-		Format string `koanf:"format" yaml:"format"` // json or text
-	} `koanf:"log" yaml:"log"`
+		Level  string `yaml:"level"`  // debug, info, warn, error
+		Format string `yaml:"format"` // json or text
+	} `yaml:"log"`
 	Catalog struct {
 		// Endpoints of an external etcd cluster; empty runs an embedded
 		// etcd in DataDir (standalone only).
-		Endpoints []string `koanf:"endpoints" yaml:"endpoints"`
+		Endpoints []string `yaml:"endpoints"`
 		// Prefix is prepended to every key walcast writes.
-		Prefix string `koanf:"prefix" yaml:"prefix"`
+		Prefix string `yaml:"prefix"`
 		// MaxTxnOps must not exceed the etcd server's --max-txn-ops.
-		MaxTxnOps int `koanf:"max_txn_ops" yaml:"max_txn_ops"`
+		MaxTxnOps int `yaml:"max_txn_ops"`
 		// MaxTxnBytes must not exceed the server's --max-request-bytes.
-		MaxTxnBytes int      `koanf:"max_txn_bytes" yaml:"max_txn_bytes"`
-		DialTimeout Duration `koanf:"dial_timeout" yaml:"dial_timeout"`
-	} `koanf:"catalog" yaml:"catalog"`
+		MaxTxnBytes int      `yaml:"max_txn_bytes"`
+		DialTimeout Duration `yaml:"dial_timeout"`
+	} `yaml:"catalog"`
 	WAL struct {
 		// Kind is "nats" or "kafka".
-		Kind string `koanf:"kind" yaml:"kind"`
+		Kind string `yaml:"kind"`
 		// PChannels is the number of pchannels, named <prefix>0 ...
-		PChannels      int    `koanf:"pchannels" yaml:"pchannels"`
-		PChannelPrefix string `koanf:"pchannel_prefix" yaml:"pchannel_prefix"`
+		PChannels      int    `yaml:"pchannels"`
+		PChannelPrefix string `yaml:"pchannel_prefix"`
 		// Lanes is how many backend channels (JetStream streams, Kafka
 		// topics) the pchannels are folded into; copies for the pchannels
 		// of one lane share entries, so one durable write serves them all.
 		// 0 gives every pchannel its own lane. Replicated clusters must use
 		// the same pchannels and lanes.
-		Lanes int `koanf:"lanes" yaml:"lanes"`
+		Lanes int `yaml:"lanes"`
 		NATS  struct {
 			// URL of an external NATS server; empty runs an embedded one
 			// in DataDir (standalone only).
-			URL string `koanf:"url" yaml:"url"`
-			// SyncAlways makes the embedded server fsync every write. It
-			// cannot be set for an external server, whose own
-			// jetstream.sync_interval decides; turning it off risks DDLs
-			// reported done that a machine crash loses.
-			SyncAlways  bool     `koanf:"sync_always" yaml:"sync_always"`
-			Replicas    int      `koanf:"replicas" yaml:"replicas"`
-			DedupWindow Duration `koanf:"dedup_window" yaml:"dedup_window"`
-		} `koanf:"nats" yaml:"nats"`
+			URL string `yaml:"url"`
+			// SyncAlways makes the embedded server (standalone) fsync every
+			// write; turning it off risks DDLs reported done that a machine
+			// crash loses. It has no effect on an external server (URL
+			// set), whose own jetstream sync_interval decides: set it to
+			// always there.
+			SyncAlways  bool     `yaml:"sync_always"`
+			Replicas    int      `yaml:"replicas"`
+			DedupWindow Duration `yaml:"dedup_window"`
+		} `yaml:"nats"`
 		Kafka struct {
-			Brokers           []string `koanf:"brokers" yaml:"brokers"`
-			ReplicationFactor int      `koanf:"replication_factor" yaml:"replication_factor"`
-		} `koanf:"kafka" yaml:"kafka"`
-	} `koanf:"wal" yaml:"wal"`
+			Brokers           []string `yaml:"brokers"`
+			ReplicationFactor int      `yaml:"replication_factor"`
+		} `yaml:"kafka"`
+	} `yaml:"wal"`
 	Broadcast struct {
 		// ConcurrencyRatio × CPUs bounds concurrent appends.
-		ConcurrencyRatio float64 `koanf:"concurrency_ratio" yaml:"concurrency_ratio"`
+		ConcurrencyRatio float64 `yaml:"concurrency_ratio"`
 		Backoff          struct {
-			Initial    Duration `koanf:"initial" yaml:"initial"`
-			Multiplier float64  `koanf:"multiplier" yaml:"multiplier"`
-			Max        Duration `koanf:"max" yaml:"max"`
-		} `koanf:"backoff" yaml:"backoff"`
+			Initial    Duration `yaml:"initial"`
+			Multiplier float64  `yaml:"multiplier"`
+			Max        Duration `yaml:"max"`
+		} `yaml:"backoff"`
 		Tombstone struct {
-			MaxLifetime   Duration `koanf:"max_lifetime" yaml:"max_lifetime"`
-			MaxCount      int      `koanf:"max_count" yaml:"max_count"`
-			CheckInterval Duration `koanf:"check_interval" yaml:"check_interval"`
-		} `koanf:"tombstone" yaml:"tombstone"`
+			MaxLifetime   Duration `yaml:"max_lifetime"`
+			MaxCount      int      `yaml:"max_count"`
+			CheckInterval Duration `yaml:"check_interval"`
+		} `yaml:"tombstone"`
 		// MaxKeyLength bounds new client idempotency keys, in bytes.
-		MaxKeyLength    int `koanf:"max_key_length" yaml:"max_key_length"`
-		MaxMessageBytes int `koanf:"max_message_bytes" yaml:"max_message_bytes"`
-	} `koanf:"broadcast" yaml:"broadcast"`
+		MaxKeyLength    int `yaml:"max_key_length"`
+		MaxMessageBytes int `yaml:"max_message_bytes"`
+	} `yaml:"broadcast"`
 	Nodes struct {
 		// Count is how many streaming nodes a standalone process runs; the
 		// pchannels are spread over them round robin.
-		Count int `koanf:"count" yaml:"count"`
+		Count int `yaml:"count"`
 		// Name and PChannels configure a `walcast node` process: which
 		// pchannels (by index) it consumes.
-		Name      string `koanf:"name" yaml:"name"`
-		PChannels []int  `koanf:"pchannels" yaml:"pchannels"`
+		Name      string `yaml:"name"`
+		PChannels []int  `yaml:"pchannels"`
 		// Coordinators are the API addresses a `walcast node` acks to.
-		Coordinators []string `koanf:"coordinators" yaml:"coordinators"`
-	} `koanf:"nodes" yaml:"nodes"`
+		Coordinators []string `yaml:"coordinators"`
+	} `yaml:"nodes"`
 	Election struct {
 		// TTL is the coordinator lease: a dead leader is replaced after it.
-		TTL Duration `koanf:"ttl" yaml:"ttl"`
-	} `koanf:"election" yaml:"election"`
+		TTL Duration `yaml:"ttl"`
+	} `yaml:"election"`
 	Tracing struct {
 		// Exporter is "none" or "stdout".
-		Exporter string `koanf:"exporter" yaml:"exporter"`
-	} `koanf:"tracing" yaml:"tracing"`
+		Exporter string `yaml:"exporter"`
+	} `yaml:"tracing"`
 	Meta struct {
 		// MaxImportJobNum bounds unfinished import jobs (admission).
-		MaxImportJobNum int `koanf:"max_import_job_num" yaml:"max_import_job_num"`
+		MaxImportJobNum int `yaml:"max_import_job_num"`
 		// ImportJobRetention is how long finished import jobs are kept; it
 		// must be at least twice the tombstone lifetime, or a retry inside
 		// the idempotency window could find its job gone.
-		ImportJobRetention Duration `koanf:"import_job_retention" yaml:"import_job_retention"`
+		ImportJobRetention Duration `yaml:"import_job_retention"`
 		// CollectionShards is the default number of vchannels of a new
 		// collection.
-		CollectionShards int `koanf:"collection_shards" yaml:"collection_shards"`
-	} `koanf:"meta" yaml:"meta"`
+		CollectionShards int `yaml:"collection_shards"`
+	} `yaml:"meta"`
 }
 
 // Default returns the configuration with every default of SPEC.md.
@@ -181,13 +186,14 @@ func Default() Config {
 	c.WAL.NATS.DedupWindow = Duration(10 * time.Minute)
 	c.WAL.Kafka.ReplicationFactor = 3
 	c.Broadcast.ConcurrencyRatio = 4
-	c.Broadcast.Backoff.Initial = Duration(10 * time.Millisecond)
-	c.Broadcast.Backoff.Multiplier = 2
-	c.Broadcast.Backoff.Max = Duration(10 * time.Second)
+	bo := broadcast.Backoff{}.WithDefaults()
+	c.Broadcast.Backoff.Initial = Duration(bo.Initial)
+	c.Broadcast.Backoff.Multiplier = bo.Multiplier
+	c.Broadcast.Backoff.Max = Duration(bo.Max)
 	c.Broadcast.Tombstone.MaxLifetime = Duration(24 * time.Hour)
 	c.Broadcast.Tombstone.MaxCount = 8192
 	c.Broadcast.Tombstone.CheckInterval = Duration(5 * time.Minute)
-	c.Broadcast.MaxKeyLength = 256
+	c.Broadcast.MaxKeyLength = message.DefaultMaxKeyLength
 	c.Broadcast.MaxMessageBytes = 256 << 10
 	c.Nodes.Count = 2
 	c.Election.TTL = Duration(10 * time.Second)
@@ -272,7 +278,7 @@ func Load(path string, environ []string, fs *pflag.FlagSet, flagKey func(string)
 		),
 		Result:           &c,
 		WeaklyTypedInput: true,
-		TagName:          "koanf",
+		TagName:          configTag,
 	}})
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -290,13 +296,17 @@ func splitList(s string) []string {
 	return out
 }
 
+// configTag is the struct tag naming a setting's key: the YAML key, which
+// the file, the environment and `walcast config print` share.
+const configTag = "yaml"
+
 // keysOf lists the leaf keys of a config struct type with their kinds.
 func keysOf(t reflect.Type, prefix string) map[string]reflect.Kind {
 	out := map[string]reflect.Kind{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		tag := f.Tag.Get("koanf")
-		if tag == "" {
+		tag, _, _ := strings.Cut(f.Tag.Get(configTag), ",")
+		if tag == "" || tag == "-" {
 			continue
 		}
 		key := prefix + tag
@@ -347,6 +357,8 @@ func (c Config) Validate() error {
 		return bad("wal.nats.dedup_window", "%v is below 1s", c.WAL.NATS.DedupWindow.D())
 	case c.WAL.Kind == "kafka" && len(c.WAL.Kafka.Brokers) == 0:
 		return bad("wal.kafka.brokers", "required when wal.kind is kafka")
+	case c.WAL.Kafka.ReplicationFactor < 0 || c.WAL.Kafka.ReplicationFactor > math.MaxInt16:
+		return bad("wal.kafka.replication_factor", "%d is outside 0..%d (0: the brokers' default)", c.WAL.Kafka.ReplicationFactor, math.MaxInt16)
 	case b.ConcurrencyRatio <= 0:
 		return bad("broadcast.concurrency_ratio", "%v must be positive", b.ConcurrencyRatio)
 	case b.Backoff.Initial <= 0 || b.Backoff.Max < b.Backoff.Initial:
@@ -383,6 +395,13 @@ func (c Config) Validate() error {
 		// job gone (the reference system documented this coupling only).
 		return bad("meta.import_job_retention", "%v is shorter than twice broadcast.tombstone.max_lifetime (%v): retries inside the idempotency window could find their import job deleted",
 			c.Meta.ImportJobRetention.D(), b.Tombstone.MaxLifetime.D())
+	}
+	// The longest pchannel name decides whether every name is valid.
+	if err := message.PChannel(fmt.Sprintf("%s%d", c.WAL.PChannelPrefix, c.WAL.PChannels-1)).Validate(); err != nil {
+		return bad("wal.pchannel_prefix", "%q makes invalid pchannel names: %v", c.WAL.PChannelPrefix, err)
+	}
+	if n := c.Nodes.Name; n != "" && (n == "." || n == ".." || len(n) > 255 || strings.ContainsAny(n, "/\\\x00")) {
+		return bad("nodes.name", "%q must be a single path component (the node's state lives in data_dir/nodes/<name>): no '/', '\\', and not '.' or '..'", n)
 	}
 	for _, p := range c.Nodes.PChannels {
 		if p < 0 || p >= c.WAL.PChannels {

@@ -97,6 +97,38 @@ func TestR9_7_InvalidSettingsNameTheSetting(t *testing.T) {
 	}
 }
 
+// TestR9_7_InvalidNamesAndRangesNameTheSetting: settings that become a
+// Kafka topic's replication factor (an int16), pchannel names and a node's
+// state directory are refused at start, naming the setting, instead of
+// wrapping, failing later or escaping data_dir.
+func TestR9_7_InvalidNamesAndRangesNameTheSetting(t *testing.T) {
+	cases := []struct {
+		env  string
+		want string
+	}{
+		{"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=70000", "wal.kafka.replication_factor"},
+		{"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=-1", "wal.kafka.replication_factor"},
+		{"WALCAST_WAL_PCHANNEL_PREFIX=wal/", "wal.pchannel_prefix"},
+		{"WALCAST_WAL_PCHANNEL_PREFIX=" + strings.Repeat("p", 64), "wal.pchannel_prefix"},
+		{"WALCAST_NODES_NAME=..", "nodes.name"},
+		{"WALCAST_NODES_NAME=../../etc", "nodes.name"},
+		{"WALCAST_NODES_NAME=a/b", "nodes.name"},
+	}
+	for _, c := range cases {
+		_, err := Load("", []string{c.env}, nil, nil)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %s", c.env, err, c.want)
+		}
+	}
+	// Valid values at the edges pass.
+	for _, env := range [][]string{{"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=0"}, {"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=32767"},
+		{"WALCAST_WAL_PCHANNEL_PREFIX=" + strings.Repeat("p", 63)}, {"WALCAST_NODES_NAME=node-1.a"}} {
+		if _, err := Load("", env, nil, nil); err != nil {
+			t.Errorf("%s: %v", env, err)
+		}
+	}
+}
+
 func TestR9_7_PrintedConfigLoadsBack(t *testing.T) {
 	c := Default()
 	c.Broadcast.Tombstone.MaxCount = 77

@@ -13,6 +13,7 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	etcdcat "github.com/walcast/walcast/catalog/etcd"
+	"github.com/walcast/walcast/internal/wait"
 )
 
 // Coordinator runs the broadcaster while it is the elected leader (R9.2).
@@ -78,11 +79,10 @@ func (c *Coordinator) electionPrefix() string {
 
 // Current returns the broadcaster while this coordinator leads; otherwise an
 // error wrapping ErrNotLeader that names the leader's address, if known.
+// It asks etcd who leads while this coordinator does not: the process's own
+// loops use leading instead.
 func (c *Coordinator) Current() (*broadcast.Broadcaster, error) {
-	c.mu.Lock()
-	b := c.current
-	c.mu.Unlock()
-	if b != nil {
+	if b, ok := c.leading(); ok {
 		return b, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -93,6 +93,15 @@ func (c *Coordinator) Current() (*broadcast.Broadcaster, error) {
 		leader = ""
 	}
 	return nil, &NotLeaderError{Leader: leader}
+}
+
+// leading returns the broadcaster while this coordinator leads, without
+// asking etcd who leads otherwise: for callers that only need to know
+// whether to act (the replication loop, waiting for a first term).
+func (c *Coordinator) leading() (*broadcast.Broadcaster, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current, c.current != nil
 }
 
 // Terms reports how many leadership terms this coordinator has won.
@@ -107,28 +116,19 @@ func (c *Coordinator) Terms() int {
 // serve (corrupt metadata); a recovery that fails for a transient reason is
 // retried.
 func (c *Coordinator) Run(ctx context.Context) error {
-	retry := c.cfg.Broadcast.Backoff
-	if retry.Initial == 0 {
-		retry = broadcast.Backoff{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 10 * time.Second}
-	}
-	delay := retry.Initial
+	retry := c.cfg.Broadcast.Backoff.WithDefaults().New()
 	for ctx.Err() == nil {
 		err := c.term(ctx)
 		if errors.Is(err, broadcast.ErrCorruptCatalog) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
+			delay := retry.NextBackOff()
 			c.log.Error("coordinator term ended with an error; campaigning again", "err", err, "retry_in", delay)
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-			delay = min(time.Duration(float64(delay)*retry.Multiplier), retry.Max)
+			wait.Sleep(ctx, delay)
 			continue
 		}
-		delay = retry.Initial
+		retry.Reset()
 	}
 	return nil
 }

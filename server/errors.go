@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -41,7 +43,9 @@ const ErrorDomain = "walcast"
 // Reasons of the ErrorInfo detail: a machine-readable refinement of the code.
 const (
 	// ReasonNotLeader (Unavailable): retry at the leader, named in the
-	// detail's "leader" metadata and in LeaderHeader. Nothing was done.
+	// detail's "leader" metadata and in LeaderHeader when known. Nothing was
+	// done. A coordinator whose catalog write was fenced (a newer term
+	// exists) answers so too.
 	ReasonNotLeader = "NOT_LEADER"
 	// ReasonTaskNotCreated (Unavailable): nothing was persisted or appended;
 	// retrying is safe even without an idempotency key.
@@ -111,12 +115,28 @@ func codeOf(err error) (connect.Code, string) {
 		return connect.CodeUnavailable, ReasonTaskNotCreated
 	case errors.Is(err, broadcast.ErrClosed):
 		return connect.CodeUnavailable, ReasonBroadcasterClosed
+	// A fenced catalog write did nothing, and another coordinator leads
+	// now. Checked after ErrClosed: a task created before the fencing
+	// completes only under the next leader.
+	case errors.Is(err, catalog.ErrFenced):
+		return connect.CodeUnavailable, ReasonNotLeader
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded, ""
 	case errors.Is(err, context.Canceled):
 		return connect.CodeCanceled, ""
 	}
 	return connect.CodeInternal, ""
+}
+
+// failed converts err for the client of procedure, logging what only an
+// operator can fix (code Internal). Every API handler returns its errors
+// through it.
+func failed(log *slog.Logger, procedure string, err error) error {
+	ce := toConnectError(err)
+	if ce.Code() == connect.CodeInternal {
+		log.Error("API request failed", "procedure", procedure, "err", err)
+	}
+	return ce
 }
 
 // ConnectError is toConnectError for an application's API handlers, so that
@@ -140,6 +160,8 @@ func toConnectError(err error) *connect.Error {
 		var nl *NotLeaderError
 		if errors.As(err, &nl) {
 			leader = nl.Leader
+		} else {
+			msg = fmt.Errorf("%w (this coordinator no longer leads; retry at the leader)", err)
 		}
 	}
 	ce := connect.NewError(code, msg)

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -44,6 +45,9 @@ func TestCodeOf(t *testing.T) {
 		{"not leader, wrapped", wrap(errors.New("api"), &NotLeaderError{}), connect.CodeUnavailable, ReasonNotLeader},
 		{"task not created, closing", wrap(broadcast.ErrTaskNotCreated, broadcast.ErrClosed), connect.CodeUnavailable, ReasonTaskNotCreated},
 		{"task not created, id allocation timed out", wrap(broadcast.ErrTaskNotCreated, context.DeadlineExceeded), connect.CodeUnavailable, ReasonTaskNotCreated},
+		{"fenced", wrap(errors.New("follow"), catalog.ErrFenced), connect.CodeUnavailable, ReasonNotLeader},
+		{"task not created, fenced", wrap(broadcast.ErrTaskNotCreated, catalog.ErrFenced), connect.CodeUnavailable, ReasonTaskNotCreated},
+		{"closed after creation, fenced", wrap(errors.New("broadcast 5 completes after recovery"), broadcast.ErrClosed, catalog.ErrFenced), connect.CodeUnavailable, ReasonBroadcasterClosed},
 		{"closed after creation", wrap(errors.New("broadcast 5 was created and completes after recovery"), broadcast.ErrClosed), connect.CodeUnavailable, ReasonBroadcasterClosed},
 		{"deadline", wrap(errors.New("broadcast 5 continues in the background"), context.DeadlineExceeded), connect.CodeDeadlineExceeded, ""},
 		{"canceled", context.Canceled, connect.CodeCanceled, ""},

@@ -15,8 +15,10 @@ var ErrNotLeader = errors.New("this coordinator is not the leader")
 // lead. The API answers it with code Unavailable, the leader's address in the
 // LeaderHeader response header and in the message, so clients can redirect.
 type NotLeaderError struct {
-	// Leader is the leader's API base URL ("http://host:port"), "" while no
-	// leader is known (an election is running).
+	// Leader is the leader's API address as it advertises it (api.advertise,
+	// by default its listen address: a bare "host:port", which clients take
+	// as http://host:port); "" while no leader is known (an election is
+	// running).
 	Leader string
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/internal/metrics"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/wal"
@@ -101,7 +102,6 @@ type Process struct {
 
 	apiAddr, metricsAddr string
 	natsURL              string
-	repl                 *replication
 
 	mu      sync.Mutex
 	closers []func() error // run in reverse by Close
@@ -249,15 +249,16 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 
 func (p *Process) waitLeader(ctx context.Context, c *Coordinator) error {
 	for {
-		if _, err := c.Current(); err == nil {
+		if _, ok := c.leading(); ok {
 			return nil
 		}
 		select {
 		case err := <-p.errc:
 			return err
-		case <-ctx.Done():
+		default:
+		}
+		if !wait.Sleep(ctx, 10*time.Millisecond) {
 			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
@@ -341,6 +342,7 @@ func (p *Process) openWAL(ctx context.Context, cfg Config) (*wal.WAL, error) {
 	lanes := wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames())
 	switch cfg.WAL.Kind {
 	case "kafka":
+		// Validate bounds the replication factor to 0..MaxInt16.
 		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes,
 			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor)})
 	default:
@@ -392,9 +394,8 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	for path, h := range app.Handlers(coord) {
 		mux.Handle(path, h)
 	}
-	rp := &replication{leader: coord, dest: w, pchans: cfg.PChannelNames(), lanes: cfg.WAL.Lanes, cluster: cfg.Cluster.Name, log: p.log, interval: 500 * time.Millisecond}
-	p.repl = rp
-	path, h = newReplicationHandler(coord, rp, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	rp := newReplication(coord.leading, w, cfg.PChannelNames(), cfg.WAL.Lanes, cfg.Cluster.Name, p.log)
+	path, h = newReplicationHandler(coord, rp, p.log, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
 	mux.Handle(path, h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -69,6 +71,47 @@ func progress(cmd *cobra.Command, g *globals, what string) func() {
 		}
 	}()
 	return func() { close(done) }
+}
+
+// runClient dials --addr, runs call with the client and the command's
+// deadline, and prints its result: with --json as JSON (protojson for a
+// proto message, encoding/json otherwise), else by human.
+func runClient[T any](g *globals, cmd *cobra.Command, call func(context.Context, *client.Client) (T, error),
+	human func(io.Writer, T) error) error {
+	cl, ctx, done, err := g.dial(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	res, err := call(ctx, cl)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if g.json {
+		if m, ok := any(res).(proto.Message); ok {
+			return printProto(w, m)
+		}
+		return printJSON(w, res)
+	}
+	return human(w, res)
+}
+
+// okResult is the one-line result of a command that changes something.
+type okResult struct {
+	Result string `json:"result"`
+}
+
+// runOK is runClient for a command whose result is one line, which call
+// returns: printed as is, or as {"result": line} with --json.
+func runOK(g *globals, cmd *cobra.Command, call func(context.Context, *client.Client) (string, error)) error {
+	return runClient(g, cmd, func(ctx context.Context, c *client.Client) (okResult, error) {
+		line, err := call(ctx, c)
+		return okResult{line}, err
+	}, func(w io.Writer, r okResult) error {
+		_, err := fmt.Fprintln(w, r.Result)
+		return err
+	})
 }
 
 // printProto prints a response as JSON (protojson, field names as in the
@@ -140,55 +183,15 @@ func broadcastCmd(g *globals) *cobra.Command {
 			if req.Scope, err = parseScope(scope); err != nil {
 				return usageError{err}
 			}
-			c, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			stop := progress(cmd, g, "the broadcast's callback")
-			res, err := c.Broadcast(ctx, req)
-			stop()
-			if err != nil {
-				return err
-			}
-			vs := make([]string, 0, len(res.Appends))
-			for v := range res.Appends {
-				vs = append(vs, string(v))
-			}
-			slices.Sort(vs)
-			if g.json {
-				out := map[string]any{"broadcast_id": res.BroadcastID, "duplicated": res.Duplicated,
-					"outcome": outcomeString(res.Outcome), "attempts": res.Attempts}
-				appends := map[string]any{}
-				for _, v := range vs {
-					cp := res.Appends[message.VChannel(v)]
-					appends[v] = map[string]uint64{"message_id": cp.GetMessageId(), "time_tick": cp.GetTimeTick()}
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*broadcastOutput, error) {
+				stop := progress(cmd, g, "the broadcast's callback")
+				res, err := c.Broadcast(ctx, req)
+				stop()
+				if err != nil {
+					return nil, err
 				}
-				out["appends"] = appends
-				if res.IdempotencyKey != "" {
-					out["key_fingerprint"] = res.IdempotencyKey.Fingerprint()
-					out["client_key"] = req.ClientKey
-					if w := res.Window; w != nil {
-						out["expires_latest"] = w.GetExpiresLatest().AsTime()
-					}
-				}
-				return printJSON(cmd.OutOrStdout(), out)
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "broadcast %d", res.BroadcastID)
-			if res.Duplicated {
-				fmt.Fprint(w, " (duplicate: answered by the original)")
-			}
-			fmt.Fprintf(w, "  outcome %s\n", outcomeString(res.Outcome))
-			if res.IdempotencyKey != "" {
-				fmt.Fprintf(w, "idempotency key fingerprint %s, client key %q\n", res.IdempotencyKey.Fingerprint(), req.ClientKey)
-			}
-			tb := newTable(w, "VCHANNEL", "MESSAGE ID", "TIME TICK")
-			for _, v := range vs {
-				cp := res.Appends[message.VChannel(v)]
-				tb.row(v, fmt.Sprint(cp.GetMessageId()), fmt.Sprint(cp.GetTimeTick()))
-			}
-			return tb.flush()
+				return newBroadcastOutput(req, res), nil
+			}, printBroadcast)
 		},
 	}
 	f := cmd.Flags()
@@ -201,6 +204,58 @@ func broadcastCmd(g *globals) *cobra.Command {
 	f.StringVar(&clientKey, "client-key", "", "idempotency client key (minted if --scope is set without it)")
 	f.BoolVar(&syncUp, "ack-sync-up", false, "complete only once the streaming nodes acked every copy")
 	return cmd
+}
+
+// broadcastOutput is what the broadcast command prints; its JSON form is
+// the --json output.
+type broadcastOutput struct {
+	Appends        map[string]appendOutput `json:"appends"`
+	Attempts       int                     `json:"attempts"`
+	BroadcastID    uint64                  `json:"broadcast_id"`
+	ClientKey      string                  `json:"client_key,omitempty"`
+	Duplicated     bool                    `json:"duplicated"`
+	ExpiresLatest  *time.Time              `json:"expires_latest,omitempty"`
+	KeyFingerprint string                  `json:"key_fingerprint,omitempty"`
+	Outcome        string                  `json:"outcome"`
+}
+
+type appendOutput struct {
+	MessageID uint64 `json:"message_id"`
+	TimeTick  uint64 `json:"time_tick"`
+}
+
+func newBroadcastOutput(req *client.BroadcastRequest, res *client.BroadcastResult) *broadcastOutput {
+	out := &broadcastOutput{Appends: make(map[string]appendOutput, len(res.Appends)), Attempts: res.Attempts,
+		BroadcastID: res.BroadcastID, Duplicated: res.Duplicated, Outcome: outcomeString(res.Outcome)}
+	for v, cp := range res.Appends {
+		out.Appends[string(v)] = appendOutput{MessageID: cp.GetMessageId(), TimeTick: cp.GetTimeTick()}
+	}
+	if res.IdempotencyKey != "" {
+		out.KeyFingerprint = res.IdempotencyKey.Fingerprint()
+		out.ClientKey = req.ClientKey
+		if w := res.Window; w != nil {
+			t := w.GetExpiresLatest().AsTime()
+			out.ExpiresLatest = &t
+		}
+	}
+	return out
+}
+
+func printBroadcast(w io.Writer, o *broadcastOutput) error {
+	fmt.Fprintf(w, "broadcast %d", o.BroadcastID)
+	if o.Duplicated {
+		fmt.Fprint(w, " (duplicate: answered by the original)")
+	}
+	fmt.Fprintf(w, "  outcome %s\n", o.Outcome)
+	if o.KeyFingerprint != "" {
+		fmt.Fprintf(w, "idempotency key fingerprint %s, client key %q\n", o.KeyFingerprint, o.ClientKey)
+	}
+	tb := newTable(w, "VCHANNEL", "MESSAGE ID", "TIME TICK")
+	for _, v := range slices.Sorted(maps.Keys(o.Appends)) {
+		cp := o.Appends[v]
+		tb.row(v, fmt.Sprint(cp.MessageID), fmt.Sprint(cp.TimeTick))
+	}
+	return tb.flush()
 }
 
 func outcomeString(o *walcastv1.Outcome) string {
@@ -228,6 +283,55 @@ func age(t *timestamppb.Timestamp) string {
 	return time.Since(t.AsTime()).Round(time.Second).String()
 }
 
+// printTasks prints a task list as a table.
+func printTasks(w io.Writer, r *walcastv1.ListTasksResponse) error {
+	tb := newTable(w, "ID", "TYPE", "STATE", "AGE", "ACKED", "CALLBACK", "OUTCOME")
+	for _, t := range r.GetTasks() {
+		acked := 0
+		for _, v := range t.GetVchannels() {
+			if v.GetAcked() {
+				acked++
+			}
+		}
+		cb := "-"
+		if c := t.GetCallback(); c.GetAttempts() > 0 {
+			cb = fmt.Sprintf("%d attempts", c.GetAttempts())
+			if c.GetLastError() != "" && t.GetState() != "TOMBSTONE" {
+				cb += ", failing"
+			}
+		}
+		tb.row(fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), age(t.GetCreatedAt()),
+			fmt.Sprintf("%d/%d", acked, len(t.GetVchannels())), cb, outcomeString(t.GetOutcome()))
+	}
+	return tb.flush()
+}
+
+// printTask prints one task: its state, callback and vchannels.
+func printTask(w io.Writer, t *walcastv1.Task) error {
+	fmt.Fprintf(w, "task %d  %s  %s\n", t.GetId(), t.GetType(), t.GetState())
+	fmt.Fprintf(w, "created    %s (%s ago)\ncompleted  %s\n", ts(t.GetCreatedAt()), age(t.GetCreatedAt()), ts(t.GetCompletedAt()))
+	fmt.Fprintf(w, "keys       %s\n", strings.Join(t.GetResourceKeys(), " "))
+	if t.GetKeyFingerprint() != "" {
+		fmt.Fprintf(w, "key fp     %s\n", t.GetKeyFingerprint())
+	}
+	fmt.Fprintf(w, "ack sync   %v\ncommits    %d\n", t.GetAckSyncUp(), t.GetCatalogCommits())
+	if t.GetAppendAttempts() > 0 {
+		fmt.Fprintf(w, "appends    %d failed rounds, last: %s\n", t.GetAppendAttempts(), t.GetLastAppendError())
+	}
+	c := t.GetCallback()
+	fmt.Fprintf(w, "callback   %d attempts, running %v, last attempt %s, next %s\n", c.GetAttempts(), c.GetRunning(), ts(c.GetLastAttemptAt()), ts(c.GetNextAttemptAt()))
+	if c.GetLastError() != "" {
+		fmt.Fprintf(w, "last error %s\n", c.GetLastError())
+	}
+	fmt.Fprintf(w, "outcome    %s\n\n", outcomeString(t.GetOutcome()))
+	tb := newTable(w, "VCHANNEL", "APPENDED", "ACKED", "MESSAGE ID", "TIME TICK")
+	for _, v := range t.GetVchannels() {
+		tb.row(v.GetVchannel(), fmt.Sprint(v.GetAppended()), fmt.Sprint(v.GetAcked()),
+			fmt.Sprint(v.GetCheckpoint().GetMessageId()), fmt.Sprint(v.GetCheckpoint().GetTimeTick()))
+	}
+	return tb.flush()
+}
+
 func tasksCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tasks", Short: "List, show, retry or complete broadcast tasks"}
 	list := func(use, short string, hanging bool) *cobra.Command {
@@ -240,6 +344,9 @@ func tasksCmd(g *globals) *cobra.Command {
 			Short: short,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				if limit < 0 || limit > math.MaxInt32 {
+					return usageError{fmt.Errorf("--limit %d is outside 0..%d", limit, math.MaxInt32)}
+				}
 				req := &walcastv1.ListTasksRequest{Type: typ, Limit: int32(limit)}
 				for _, s := range states {
 					req.States = append(req.States, strings.ToUpper(s))
@@ -253,37 +360,10 @@ func tasksCmd(g *globals) *cobra.Command {
 				if older > 0 {
 					req.OlderThan = durationpb.New(older)
 				}
-				cl, ctx, done, err := g.dial(cmd)
-				if err != nil {
-					return err
-				}
-				defer done()
-				tasks, err := cl.ListTasks(ctx, req)
-				if err != nil {
-					return err
-				}
-				if g.json {
-					return printProto(cmd.OutOrStdout(), &walcastv1.ListTasksResponse{Tasks: tasks})
-				}
-				tb := newTable(cmd.OutOrStdout(), "ID", "TYPE", "STATE", "AGE", "ACKED", "CALLBACK", "OUTCOME")
-				for _, t := range tasks {
-					acked := 0
-					for _, v := range t.GetVchannels() {
-						if v.GetAcked() {
-							acked++
-						}
-					}
-					cb := "-"
-					if c := t.GetCallback(); c.GetAttempts() > 0 {
-						cb = fmt.Sprintf("%d attempts", c.GetAttempts())
-						if c.GetLastError() != "" && t.GetState() != "TOMBSTONE" {
-							cb += ", failing"
-						}
-					}
-					tb.row(fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), age(t.GetCreatedAt()),
-						fmt.Sprintf("%d/%d", acked, len(t.GetVchannels())), cb, outcomeString(t.GetOutcome()))
-				}
-				return tb.flush()
+				return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.ListTasksResponse, error) {
+					tasks, err := c.ListTasks(ctx, req)
+					return &walcastv1.ListTasksResponse{Tasks: tasks}, err
+				}, printTasks)
 			},
 		}
 		f := c.Flags()
@@ -304,41 +384,9 @@ func tasksCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			t, err := cl.GetTask(ctx, id)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printProto(cmd.OutOrStdout(), t)
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "task %d  %s  %s\n", t.GetId(), t.GetType(), t.GetState())
-			fmt.Fprintf(w, "created    %s (%s ago)\ncompleted  %s\n", ts(t.GetCreatedAt()), age(t.GetCreatedAt()), ts(t.GetCompletedAt()))
-			fmt.Fprintf(w, "keys       %s\n", strings.Join(t.GetResourceKeys(), " "))
-			if t.GetKeyFingerprint() != "" {
-				fmt.Fprintf(w, "key fp     %s\n", t.GetKeyFingerprint())
-			}
-			fmt.Fprintf(w, "ack sync   %v\ncommits    %d\n", t.GetAckSyncUp(), t.GetCatalogCommits())
-			if t.GetAppendAttempts() > 0 {
-				fmt.Fprintf(w, "appends    %d failed rounds, last: %s\n", t.GetAppendAttempts(), t.GetLastAppendError())
-			}
-			c := t.GetCallback()
-			fmt.Fprintf(w, "callback   %d attempts, running %v, last attempt %s, next %s\n", c.GetAttempts(), c.GetRunning(), ts(c.GetLastAttemptAt()), ts(c.GetNextAttemptAt()))
-			if c.GetLastError() != "" {
-				fmt.Fprintf(w, "last error %s\n", c.GetLastError())
-			}
-			fmt.Fprintf(w, "outcome    %s\n\n", outcomeString(t.GetOutcome()))
-			tb := newTable(w, "VCHANNEL", "APPENDED", "ACKED", "MESSAGE ID", "TIME TICK")
-			for _, v := range t.GetVchannels() {
-				tb.row(v.GetVchannel(), fmt.Sprint(v.GetAppended()), fmt.Sprint(v.GetAcked()),
-					fmt.Sprint(v.GetCheckpoint().GetMessageId()), fmt.Sprint(v.GetCheckpoint().GetTimeTick()))
-			}
-			return tb.flush()
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.Task, error) {
+				return c.GetTask(ctx, id)
+			}, printTask)
 		},
 	}
 	retry := &cobra.Command{
@@ -350,15 +398,9 @@ func tasksCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := cl.RetryCallback(ctx, id); err != nil {
-				return err
-			}
-			return okLine(cmd, g, "retrying the callback of task %d now", id)
+			return runOK(g, cmd, func(ctx context.Context, c *client.Client) (string, error) {
+				return fmt.Sprintf("retrying the callback of task %d now", id), c.RetryCallback(ctx, id)
+			})
 		},
 	}
 	var reason string
@@ -374,30 +416,15 @@ func tasksCmd(g *globals) *cobra.Command {
 			if strings.TrimSpace(reason) == "" {
 				return usageError{errors.New("--reason is required: it becomes the task's recorded outcome")}
 			}
-			cl, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := cl.CompleteCallback(ctx, id, reason); err != nil {
-				return err
-			}
-			return okLine(cmd, g, "task %d completed by operator", id)
+			return runOK(g, cmd, func(ctx context.Context, c *client.Client) (string, error) {
+				return fmt.Sprintf("task %d completed by operator", id), c.CompleteCallback(ctx, id, reason)
+			})
 		},
 	}
 	complete.Flags().StringVar(&reason, "reason", "", "why the callback is completed by hand")
 	cmd.AddCommand(list("list", "List tasks (filter by state and type)", false),
 		list("hanging", "List pending or replicated tasks older than --older-than", true), show, retry, complete)
 	return cmd
-}
-
-func okLine(cmd *cobra.Command, g *globals, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	if g.json {
-		return printJSON(cmd.OutOrStdout(), map[string]string{"result": msg})
-	}
-	_, err := fmt.Fprintln(cmd.OutOrStdout(), msg)
-	return err
 }
 
 func parseID(s string) (uint64, error) {
@@ -414,29 +441,22 @@ func locksCmd(g *globals) *cobra.Command {
 		Short: "Show held and awaited resource keys, with owners and ages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			locks, err := cl.ListLocks(ctx)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printProto(cmd.OutOrStdout(), &walcastv1.ListLocksResponse{Locks: locks})
-			}
-			tb := newTable(cmd.OutOrStdout(), "KEY", "ROLE", "OWNER", "MODE", "FOR")
-			for _, l := range locks {
-				key := l.GetDomain() + ":" + l.GetName()
-				for _, h := range l.GetHolders() {
-					tb.row(key, "holder", h.GetOwner(), h.GetMode(), age(h.GetSince()))
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.ListLocksResponse, error) {
+				locks, err := c.ListLocks(ctx)
+				return &walcastv1.ListLocksResponse{Locks: locks}, err
+			}, func(w io.Writer, r *walcastv1.ListLocksResponse) error {
+				tb := newTable(w, "KEY", "ROLE", "OWNER", "MODE", "FOR")
+				for _, l := range r.GetLocks() {
+					key := l.GetDomain() + ":" + l.GetName()
+					for _, h := range l.GetHolders() {
+						tb.row(key, "holder", h.GetOwner(), h.GetMode(), age(h.GetSince()))
+					}
+					for _, wt := range l.GetWaiters() {
+						tb.row(key, "waiter", wt.GetOwner(), wt.GetMode(), age(wt.GetSince()))
+					}
 				}
-				for _, w := range l.GetWaiters() {
-					tb.row(key, "waiter", w.GetOwner(), w.GetMode(), age(w.GetSince()))
-				}
-			}
-			return tb.flush()
+				return tb.flush()
+			})
 		},
 	}
 }
@@ -464,25 +484,17 @@ func keysCmd(g *globals) *cobra.Command {
 					return usageError{err}
 				}
 			}
-			cl, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := cl.LookupKey(ctx, t, k)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printProto(cmd.OutOrStdout(), r)
-			}
-			w := r.GetWindow()
-			fmt.Fprintf(cmd.OutOrStdout(), "key fingerprint  %s\noriginal         broadcast %d (%s)\noutcome          %s\nfirst seen       %s\ncompleted        %s\nexpires latest   %s\n",
-				k.Fingerprint(), r.GetBroadcastId(), r.GetState(), outcomeString(r.GetOutcome()), ts(w.GetFirstSeen()), ts(w.GetCompletedAt()), ts(w.GetExpiresLatest()))
-			if h := w.GetCountHeadroom(); h >= 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "count headroom   %d more tombstones before max_count evicts it\n", h)
-			}
-			return nil
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.LookupKeyResponse, error) {
+				return c.LookupKey(ctx, t, k)
+			}, func(out io.Writer, r *walcastv1.LookupKeyResponse) error {
+				w := r.GetWindow()
+				fmt.Fprintf(out, "key fingerprint  %s\noriginal         broadcast %d (%s)\noutcome          %s\nfirst seen       %s\ncompleted        %s\nexpires latest   %s\n",
+					k.Fingerprint(), r.GetBroadcastId(), r.GetState(), outcomeString(r.GetOutcome()), ts(w.GetFirstSeen()), ts(w.GetCompletedAt()), ts(w.GetExpiresLatest()))
+				if h := w.GetCountHeadroom(); h >= 0 {
+					fmt.Fprintf(out, "count headroom   %d more tombstones before max_count evicts it\n", h)
+				}
+				return nil
+			})
 		},
 	}
 	f := lookup.Flags()

@@ -54,7 +54,7 @@ func addServerFlags(fs *pflag.FlagSet, configPath *string) {
 }
 
 func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {
-	return configured(server.Load(path, os.Environ(), fs, func(name string) string { return serverFlags[name] }))
+	return server.Load(path, os.Environ(), fs, func(name string) string { return serverFlags[name] })
 }
 
 func configCmd() *cobra.Command {

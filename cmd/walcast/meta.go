@@ -20,25 +20,6 @@ func metaCmds(g *globals) []*cobra.Command {
 		metaGrantCmd(g, true), metaGrantCmd(g, false), metaImportCmd(g), metaViewCmd(g)}
 }
 
-// metaRun dials --addr and runs fn with the client and the command's
-// deadline; fn's response is printed as JSON with --json, else by human.
-func metaRun(g *globals, cmd *cobra.Command, fn func(context.Context, *client.Client) (proto.Message, error),
-	human func(io.Writer, proto.Message) error) error {
-	cl, ctx, done, err := g.dial(cmd)
-	if err != nil {
-		return err
-	}
-	defer done()
-	res, err := fn(ctx, cl)
-	if err != nil {
-		return err
-	}
-	if g.json {
-		return printProto(cmd.OutOrStdout(), res)
-	}
-	return human(cmd.OutOrStdout(), res)
-}
-
 // keyFlag declares --key, the idempotency key of a DDL command.
 func keyFlag(cmd *cobra.Command, key *string) {
 	cmd.Flags().StringVar(key, "key", "", "idempotency key: repeat the command with the same key to retry it safely (minted if empty)")
@@ -68,7 +49,7 @@ func metaDBCmd(g *globals) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a database", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.CreateDatabaseResponse)
@@ -80,7 +61,7 @@ func metaDBCmd(g *globals) *cobra.Command {
 	drop := &cobra.Command{
 		Use: "drop NAME", Short: "Drop an empty database", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.DropDatabase(ctx, &walcastv1.DropDatabaseRequest{Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.DropDatabaseResponse)
@@ -92,7 +73,7 @@ func metaDBCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List the databases", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				dbs, err := c.ListDatabases(ctx)
 				return &walcastv1.ListDatabasesResponse{Databases: dbs}, err
 			}, func(w io.Writer, m proto.Message) error {
@@ -155,7 +136,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: db, Name: args[0], Shards: shards,
 					Fields: fs, IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
@@ -173,7 +154,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	drop := &cobra.Command{
 		Use: "drop NAME", Short: "Drop a collection and its indexes", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: db, Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.DropCollectionResponse)
@@ -186,7 +167,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	rename := &cobra.Command{
 		Use: "rename OLD NEW", Short: "Rename a collection (it keeps its id)", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: db, OldName: args[0], NewName: args[1], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.RenameCollectionResponse)
@@ -199,7 +180,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List the collections of a database", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				cs, err := c.ListCollections(ctx, db)
 				return &walcastv1.ListCollectionsResponse{Collections: cs}, err
 			}, func(w io.Writer, m proto.Message) error {
@@ -215,7 +196,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	describe := &cobra.Command{
 		Use: "describe NAME", Short: "Describe a collection: schema, vchannels, indexes", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.DescribeCollection(ctx, db, args[0])
 			}, func(w io.Writer, m proto.Message) error {
 				cl := m.(*walcastv1.Collection)
@@ -244,7 +225,7 @@ func metaIndexCmd(g *globals) *cobra.Command {
 		Use: "create COLLECTION INDEX", Short: "Create an index on a field", Args: cobra.ExactArgs(2),
 		Example: "  walcast index create orders by_emb --db shop --field emb --type HNSW",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: db, Collection: args[0], Name: args[1],
 					Field: field, IndexType: typ, IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
@@ -262,7 +243,7 @@ func metaIndexCmd(g *globals) *cobra.Command {
 	drop := &cobra.Command{
 		Use: "drop COLLECTION INDEX", Short: "Drop an index", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.DropIndex(ctx, &walcastv1.DropIndexRequest{Database: db, Collection: args[0], Name: args[1], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				return ddlLine(w, m.(*walcastv1.DropIndexResponse).GetResult(), "index %s dropped from %s.%s", args[1], db, args[0])
@@ -281,7 +262,7 @@ func metaUserCmd(g *globals) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a user", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateUser(ctx, &walcastv1.CreateUserRequest{Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				return ddlLine(w, m.(*walcastv1.CreateUserResponse).GetResult(), "user %s created", args[0])
@@ -292,7 +273,7 @@ func metaUserCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List the users and their grants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.ListUsers(ctx)
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.ListUsersResponse)
@@ -329,7 +310,7 @@ func metaGrantCmd(g *globals, grant bool) *cobra.Command {
 DropIndex, DescribeCollection or All; --db and --collection may be "*" for all.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gr := &walcastv1.Grant{User: args[0], Privilege: args[1], Database: db, Collection: coll}
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				if grant {
 					return c.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: gr, IdempotencyKey: key})
 				}
@@ -366,7 +347,7 @@ its new name), never a second one. A retry of a job that failed returns it faile
 new key to import again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &walcastv1.ImportRequest{Database: db, Collection: args[0], Files: args[1:], IdempotencyKey: key}
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.Import(ctx, req)
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.ImportResponse)
@@ -391,7 +372,7 @@ new key to import again.`,
 			if err != nil || id == 0 {
 				return usageError{fmt.Errorf("import job id %q is not a positive integer", args[0])}
 			}
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.GetImportJob(ctx, id)
 			}, func(w io.Writer, m proto.Message) error {
 				j := m.(*walcastv1.ImportJob)
@@ -412,7 +393,7 @@ new key to import again.`,
 	list := &cobra.Command{
 		Use: "list", Short: "List import jobs: all, a database's (--db) or a collection's (--db --collection)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				jobs, err := c.ListImportJobs(ctx, db, coll)
 				return &walcastv1.ListImportJobsResponse{Jobs: jobs}, err
 			}, func(w io.Writer, m proto.Message) error {
@@ -447,7 +428,7 @@ standalone process runs them all).`,
 		Example: "  walcast view --vchannel wal-1/c12v0",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return metaRun(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.GetVChannelView(ctx, vchannel)
 			}, func(w io.Writer, m proto.Message) error {
 				v := m.(*walcastv1.VChannelView)

@@ -1,25 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net/http"
+	"io"
 	"strings"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/walcast/walcast/api/walcastv1"
-	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/client"
 )
-
-func (g *globals) replicationClient() walcastv1connect.ReplicationServiceClient {
-	addr := strings.Split(g.addr, ",")[0]
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	return walcastv1connect.NewReplicationServiceClient(http.DefaultClient, strings.TrimRight(addr, "/"))
-}
 
 // parseTopology reads --primary and repeated --secondary name=source.
 func parseTopology(primary string, secondaries []string) (*walcastv1.Topology, error) {
@@ -56,15 +48,9 @@ func replicateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if _, err := g.replicationClient().Follow(ctx, connect.NewRequest(&walcastv1.FollowRequest{Topology: t})); err != nil {
-				return err
-			}
-			return okLine(cmd, g, "following %s", primary)
+			return runOK(g, cmd, func(ctx context.Context, c *client.Client) (string, error) {
+				return "following " + primary, c.Follow(ctx, t)
+			})
 		},
 	}
 	topo(follow)
@@ -77,16 +63,10 @@ func replicateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			res, err := g.replicationClient().Configure(ctx, connect.NewRequest(&walcastv1.ConfigureRequest{Topology: t}))
-			if err != nil {
-				return err
-			}
-			return okLine(cmd, g, "topology configured by broadcast %d", res.Msg.GetBroadcastId())
+			return runOK(g, cmd, func(ctx context.Context, c *client.Client) (string, error) {
+				id, err := c.Configure(ctx, t)
+				return fmt.Sprintf("topology configured by broadcast %d", id), err
+			})
 		},
 	}
 	topo(configure)
@@ -95,45 +75,9 @@ func replicateCmd(g *globals) *cobra.Command {
 		Short: "Show the role, the topology, replication lag per pchannel and incomplete tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			res, err := g.replicationClient().Status(ctx, connect.NewRequest(&walcastv1.ReplicationStatusRequest{}))
-			if err != nil {
-				return err
-			}
-			s := res.Msg
-			if g.json {
-				return printProto(cmd.OutOrStdout(), s)
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "cluster    %s\nrole       %s\nprimary    %s\npromoting  %v\nreplicating %v\n", s.GetCluster(), s.GetRole(),
-				s.GetTopology().GetPrimary(), s.GetPromoting(), s.GetReplicating())
-			for _, sec := range s.GetTopology().GetSecondaries() {
-				fmt.Fprintf(w, "secondary  %s (reads %s)\n", sec.GetName(), sec.GetSource())
-			}
-			if len(s.GetPchannels()) > 0 {
-				fmt.Fprintln(w)
-				tb := newTable(w, "PCHANNEL", "NEXT", "SOURCE END", "LAG", "COPIED", "LAST COPY", "LAST ERROR")
-				for _, p := range s.GetPchannels() {
-					tb.row(p.GetPchannel(), fmt.Sprint(p.GetNext()), fmt.Sprint(p.GetSourceEnd()), fmt.Sprint(p.GetLag()),
-						fmt.Sprint(p.GetCopied()), ts(p.GetLastCopy()), p.GetLastError())
-				}
-				if err := tb.flush(); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(w, "\n%d incomplete tasks\n", len(s.GetIncomplete()))
-			if len(s.GetIncomplete()) > 0 {
-				tb := newTable(w, "ID", "TYPE", "STATE", "ACKED")
-				for _, t := range s.GetIncomplete() {
-					tb.row(fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), fmt.Sprintf("%d/%d", t.GetAcked(), t.GetVchannels()))
-				}
-				return tb.flush()
-			}
-			return nil
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.ReplicationStatusResponse, error) {
+				return c.ReplicationStatus(ctx)
+			}, printReplicationStatus)
 		},
 	}
 	promote := &cobra.Command{
@@ -145,20 +89,44 @@ finished in broadcast-id order (missing copies appended, callbacks run) before t
 becomes primary. Running it again, or after a crash midway, never appends a copy twice.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, ctx, done, err := g.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			stop := progress(cmd, g, "the force promote")
-			res, err := g.replicationClient().ForcePromote(ctx, connect.NewRequest(&walcastv1.ForcePromoteRequest{}))
-			stop()
-			if err != nil {
-				return err
-			}
-			return okLine(cmd, g, "promoted to primary (broadcast %d)", res.Msg.GetBroadcastId())
+			return runOK(g, cmd, func(ctx context.Context, c *client.Client) (string, error) {
+				stop := progress(cmd, g, "the force promote")
+				id, err := c.ForcePromote(ctx)
+				stop()
+				return fmt.Sprintf("promoted to primary (broadcast %d)", id), err
+			})
 		},
 	}
 	cmd.AddCommand(follow, configure, status, promote)
 	return cmd
+}
+
+// printReplicationStatus prints the role, the topology, the replicator's lag
+// per pchannel and the incomplete tasks.
+func printReplicationStatus(w io.Writer, s *walcastv1.ReplicationStatusResponse) error {
+	fmt.Fprintf(w, "cluster    %s\nrole       %s\nprimary    %s\npromoting  %v\nreplicating %v\n", s.GetCluster(), s.GetRole(),
+		s.GetTopology().GetPrimary(), s.GetPromoting(), s.GetReplicating())
+	for _, sec := range s.GetTopology().GetSecondaries() {
+		fmt.Fprintf(w, "secondary  %s (reads %s)\n", sec.GetName(), sec.GetSource())
+	}
+	if len(s.GetPchannels()) > 0 {
+		fmt.Fprintln(w)
+		tb := newTable(w, "PCHANNEL", "NEXT", "SOURCE END", "LAG", "COPIED", "LAST COPY", "LAST ERROR")
+		for _, p := range s.GetPchannels() {
+			tb.row(p.GetPchannel(), fmt.Sprint(p.GetNext()), fmt.Sprint(p.GetSourceEnd()), fmt.Sprint(p.GetLag()),
+				fmt.Sprint(p.GetCopied()), ts(p.GetLastCopy()), p.GetLastError())
+		}
+		if err := tb.flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\n%d incomplete tasks\n", len(s.GetIncomplete()))
+	if len(s.GetIncomplete()) > 0 {
+		tb := newTable(w, "ID", "TYPE", "STATE", "ACKED")
+		for _, t := range s.GetIncomplete() {
+			tb.row(fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), fmt.Sprintf("%d/%d", t.GetAcked(), t.GetVchannels()))
+		}
+		return tb.flush()
+	}
+	return nil
 }

@@ -34,54 +34,47 @@ func serve(ctx context.Context, cmd *cobra.Command, p *server.Process, mode stri
 }
 
 func standaloneCmd() *cobra.Command {
-	var path string
-	cmd := &cobra.Command{
-		Use:   "standalone",
-		Short: "Run everything on this machine: embedded etcd and NATS, coordinator, API, streaming nodes",
-		Long: `Run walcast on one machine with embedded defaults: an embedded etcd (the catalog), an
+	return serverCmd("standalone", "standalone",
+		"Run everything on this machine: embedded etcd and NATS, coordinator, API, streaming nodes",
+		`Run walcast on one machine with embedded defaults: an embedded etcd (the catalog), an
 embedded NATS JetStream server (the WAL, fsync on every write), the coordinator with its
 API on 127.0.0.1, and streaming nodes. All data lives under --data-dir; starting again on
-the same directory recovers every task. Ctrl-C stops everything cleanly.
-
-` + envHelp,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd.Flags(), path)
-			if err != nil {
-				return err
-			}
-			p, err := server.StartStandalone(cmd.Context(), cfg, app())
-			if err != nil {
-				return err
-			}
-			return serve(cmd.Context(), cmd, p, "standalone")
-		},
-	}
-	addServerFlags(cmd.Flags(), &path)
-	return cmd
+the same directory recovers every task. Ctrl-C stops everything cleanly.`,
+		server.StartStandalone)
 }
 
 func coordCmd() *cobra.Command {
+	return serverCmd("coord", "coordinator",
+		"Run a coordinator against an external etcd and NATS (or Kafka)",
+		`Run a cluster-mode coordinator. Several coordinators against one etcd elect one leader;
+the others stand by, answer API calls with the leader's address, and take over when it
+dies. A deposed leader's catalog writes are fenced.`,
+		server.StartCoordinator)
+}
+
+// serverCmd is a command that loads the configuration, starts a process of
+// the application with start, and serves it as mode until Ctrl-C.
+func serverCmd(use, mode, short, long string, start func(context.Context, server.Config, server.App) (*server.Process, error)) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
-		Use:   "coord",
-		Short: "Run a coordinator against an external etcd and NATS (or Kafka)",
-		Long: `Run a cluster-mode coordinator. Several coordinators against one etcd elect one leader;
-the others stand by, answer API calls with the leader's address, and take over when it
-dies. A deposed leader's catalog writes are fenced.
-
-` + envHelp,
-		Args: cobra.NoArgs,
+		Use:   use,
+		Short: short,
+		Long:  long + "\n\n" + envHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd.Flags(), path)
 			if err != nil {
 				return err
 			}
-			p, err := server.StartCoordinator(cmd.Context(), cfg, app())
+			a, err := app(cfg)
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cmd, p, "coordinator")
+			p, err := start(cmd.Context(), cfg, a)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cmd, p, mode)
 		},
 	}
 	addServerFlags(cmd.Flags(), &path)
@@ -109,12 +102,16 @@ copy to the coordinators given by --coordinators, following the leader.
 			if len(cfg.Nodes.Coordinators) == 0 {
 				return usageError{errors.New("--coordinators: a node acks to the coordinators' API addresses")}
 			}
+			a, err := app(cfg)
+			if err != nil {
+				return err
+			}
 			c, err := client.New(cfg.Nodes.Coordinators)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			p, err := server.StartNode(cmd.Context(), cfg, app(), clientAcker{c})
+			p, err := server.StartNode(cmd.Context(), cfg, a, clientAcker{c})
 			if err != nil {
 				return err
 			}
@@ -134,7 +131,10 @@ type clientAcker struct{ c *client.Client }
 func (a clientAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 	req := &walcastv1.AckRequest{BroadcastId: ack.BroadcastID, Vchannel: string(ack.VChannel),
 		Checkpoint: &walcastv1.Checkpoint{MessageId: ack.Checkpoint.MessageID, TimeTick: ack.Checkpoint.TimeTick, LastConfirmed: ack.Checkpoint.LastConfirmed}}
-	if ack.Message != nil {
+	// The coordinator uses the message only to create a replicated copy's
+	// task on a secondary (broadcast.Ack): an ordinary ack, the hot path,
+	// sends the id, vchannel and checkpoint alone.
+	if ack.Message != nil && ack.Message.Replicate != nil {
 		b, err := message.Marshal(ack.Message)
 		if err != nil {
 			return fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
