@@ -205,10 +205,9 @@ func runCrashPointOn(t *testing.T, e *env, pt crashPoint) {
 // persisted completion time, so a restart does not extend it (R6.3).
 func TestR4_8_RecoveredTombstonesKeepTheirAge(t *testing.T) {
 	e := newEnv(t)
-	var now atomic.Int64
-	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := newManualClock()
 	clock := func(c *broadcast.Config) {
-		c.Clock = func() time.Time { return time.Unix(0, now.Load()) }
+		c.Clock = now.Now
 		c.Tombstone.MaxLifetime = time.Hour
 		c.Tombstone.CheckInterval = time.Hour
 	}
@@ -219,11 +218,11 @@ func TestR4_8_RecoveredTombstonesKeepTheirAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	latest := res.Window.ExpiresLatest
-	if !latest.Equal(time.Unix(0, now.Load()).Add(time.Hour)) {
+	if !latest.Equal(now.Now().Add(time.Hour)) {
 		t.Fatalf("window %+v", res.Window)
 	}
 	_ = b.Close()
-	now.Add(int64(50 * time.Minute))
+	now.Add(50 * time.Minute)
 	b = e.open(clock)
 	st, err := b.Lookup(ctx, typCreate, message.ClusterKey("k"))
 	if err != nil {
@@ -233,7 +232,7 @@ func TestR4_8_RecoveredTombstonesKeepTheirAge(t *testing.T) {
 		t.Fatalf("restart moved the window's end from %v to %v", latest, st.Window.ExpiresLatest)
 	}
 	_ = b.Close()
-	now.Add(int64(11 * time.Minute)) // 61 minutes after completion
+	now.Add(11 * time.Minute) // 61 minutes after completion
 	b = e.open(clock)
 	waitFor(t, "GC of the expired tombstone", func() bool { return b.Stats().Tombstones == 0 })
 	if _, err := b.Lookup(ctx, typCreate, message.ClusterKey("k")); err == nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,3 +401,19 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// manualClock is a clock a test moves by hand (Config.Clock = c.Now),
+// starting at 2026-01-01 UTC.
+type manualClock struct{ ns atomic.Int64 }
+
+func newManualClock() *manualClock {
+	c := &manualClock{}
+	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+// Now returns the clock's time.
+func (c *manualClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// Add moves the clock by d.
+func (c *manualClock) Add(d time.Duration) { c.ns.Add(int64(d)) }

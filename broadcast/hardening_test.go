@@ -466,17 +466,7 @@ func TestR8_3_ForcePromoteRetriesPositionsRead(t *testing.T) {
 // appended a second time.
 func TestR8_3_ForcePromoteRescansUnreadablePChannel(t *testing.T) {
 	sw := crash.NewSwitch()
-	var appends atomic.Int32
-	p := newPromoteEnv(t, func(c *broadcast.Config) {
-		c.WAL = wal.New(&crash.Log{Log: c.WAL.Log(), S: sw, Hook: func(_ message.PChannel, data []byte) crash.Action {
-			cs, err := wal.Decode(0, data)
-			if err == nil && len(cs) > 0 && cs[0].Message.Broadcast.ID == 10 && appends.Add(1) == 1 {
-				return crash.After
-			}
-			return crash.Pass
-		}})
-		c.Catalog = &crash.Catalog{Catalog: c.Catalog, S: sw}
-	})
+	p := newPromoteEnv(t, crashAfterFirstAppendOf(sw, 10))
 	ctx := ctxT(t, 30*time.Second)
 	drop := replicated(10, typDrop, []message.VChannel{vch(1, "x"), vch(2, "y")}, resource.ExclusiveCollection("db", "c"))
 	p.replicate(t, drop, cchan)

@@ -236,17 +236,7 @@ func TestR8_3_ForcePromoteRetriesFailedAppends(t *testing.T) {
 // promote again: every task completes once and no copy is appended twice.
 func TestR8_3_ForcePromoteCrashMidwayNeverAppendsTwice(t *testing.T) {
 	sw := crash.NewSwitch()
-	var appends atomic.Int32
-	p := newPromoteEnv(t, func(c *broadcast.Config) {
-		c.WAL = wal.New(&crash.Log{Log: c.WAL.Log(), S: sw, Hook: func(_ message.PChannel, data []byte) crash.Action {
-			cs, err := wal.Decode(0, data)
-			if err == nil && len(cs) > 0 && cs[0].Message.Broadcast.ID == 10 && appends.Add(1) == 1 {
-				return crash.After // the first supplement lands, the process dies
-			}
-			return crash.Pass
-		}})
-		c.Catalog = &crash.Catalog{Catalog: c.Catalog, S: sw}
-	})
+	p := newPromoteEnv(t, crashAfterFirstAppendOf(sw, 10))
 	ctx := ctxT(t, 30*time.Second)
 	drop := replicated(10, typDrop, []message.VChannel{vch(1, "x"), vch(2, "y")}, resource.ExclusiveCollection("db", "c"))
 	p.replicate(t, drop, cchan)
@@ -335,10 +325,9 @@ func TestR8_1_FollowAndConfigure(t *testing.T) {
 // restart; a fresh cluster can.
 func TestR8_1_FollowRefusesClusterWhoseHistoryWasCollected(t *testing.T) {
 	e := newEnv(t)
-	var now atomic.Int64
-	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := newManualClock()
 	clock := func(c *broadcast.Config) {
-		c.Clock = func() time.Time { return time.Unix(0, now.Load()) }
+		c.Clock = now.Now
 		c.Tombstone.MaxLifetime = time.Hour
 		c.Tombstone.CheckInterval = time.Hour
 	}
@@ -348,7 +337,7 @@ func TestR8_1_FollowRefusesClusterWhoseHistoryWasCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = b.Close()
-	now.Add(int64(2 * time.Hour))
+	now.Add(2 * time.Hour)
 	b = e.open(clock)
 	waitFor(t, "GC of the expired tombstone", func() bool { return b.Stats().Tombstones == 0 })
 	if err := b.Follow(ctx, broadcast.ReplicateConfig{Primary: "east"}); !errors.Is(err, broadcast.ErrFailedPrecondition) {
@@ -360,5 +349,22 @@ func TestR8_1_FollowRefusesClusterWhoseHistoryWasCollected(t *testing.T) {
 	fresh := newEnv(t).open()
 	if err := fresh.Follow(ctx, broadcast.ReplicateConfig{Primary: "east"}); err != nil || fresh.Role() != broadcast.Secondary {
 		t.Fatalf("a fresh cluster could not follow: %v (role %s)", err, fresh.Role())
+	}
+}
+
+// crashAfterFirstAppendOf makes the WAL and catalog crash (through sw) right
+// after the first entry holding a copy of broadcast id is written: the copy
+// lands, the process dies.
+func crashAfterFirstAppendOf(sw *crash.Switch, id uint64) func(*broadcast.Config) {
+	var appends atomic.Int32
+	return func(c *broadcast.Config) {
+		c.WAL = wal.New(&crash.Log{Log: c.WAL.Log(), S: sw, Hook: func(_ message.PChannel, data []byte) crash.Action {
+			cs, err := wal.Decode(0, data)
+			if err == nil && len(cs) > 0 && cs[0].Message.Broadcast.ID == id && appends.Add(1) == 1 {
+				return crash.After
+			}
+			return crash.Pass
+		}})
+		c.Catalog = &crash.Catalog{Catalog: c.Catalog, S: sw}
 	}
 }

@@ -189,20 +189,19 @@ func transitions(states []string) []string { return slices.Compact(slices.Clone(
 // append results or consumer acks. A replicated task's record goes
 // REPLICATED → TOMBSTONE → deleted.
 func TestR4_1_PersistedStateTransitions(t *testing.T) {
-	var now atomic.Int64
-	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := newManualClock()
 	var rec *stateRecorder
 	setup := func(c *broadcast.Config) {
 		rec = newStateRecorder(c.Catalog)
 		c.Catalog = rec
-		c.Clock = func() time.Time { return time.Unix(0, now.Load()) }
+		c.Clock = now.Now
 		c.Tombstone.MaxLifetime = time.Hour
 		c.Tombstone.CheckInterval = 5 * time.Millisecond
 	}
 	// expire ages every tombstone past MaxLifetime and waits for GC.
 	expire := func(t *testing.T, e *env, b *broadcast.Broadcaster) {
 		t.Helper()
-		now.Add(int64(2 * time.Hour))
+		now.Add(2 * time.Hour)
 		waitFor(t, "GC of every tombstone", func() bool { return b.Stats().Tombstones == 0 })
 		waitFor(t, "task records deleted", func() bool { return len(e.store.Keys("walcast/tasks/")) == 0 })
 	}
