@@ -53,7 +53,19 @@
 //
 // # The Cluster key
 //
-// Every broadcast also holds the shared Cluster key unless it already names a
-// Cluster-domain key ([WithClusterKey], R3.4), so the exclusive Cluster key is a
-// barrier against all other DDL/DCL.
+// Every broadcast also holds the shared Cluster key unless it already holds
+// the Cluster key ([WithClusterKey], R3.4), so the exclusive Cluster key is a
+// barrier against all other DDL/DCL. The Cluster domain has exactly one key,
+// the empty name: a named Cluster key ("Cluster:foo@R") is invalid
+// ([ErrInvalidKey]) wherever a key is built, parsed, normalised or locked, so
+// no request can replace the implicit shared key by one that does not
+// conflict with the barrier.
+//
+// # Names
+//
+// [Key.Validate] is the one rule for names: at most [MaxNameLength] bytes of
+// UTF-8, no '@' (it ends the name in the "<Domain>:<name>@R|X" form, so
+// "Database:a@R@X" is refused instead of naming "a@R"), no control
+// characters; Collection, Database, Snapshot and ImportJob keys need a
+// non-empty name; Cluster keys must have the empty one.
 package resource

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -37,8 +38,8 @@ const MaxNameLength = 1024
 
 // Errors returned by this package. Check them with errors.Is.
 var (
-	// ErrInvalidKey reports a malformed key: unknown domain, bad mode, name
-	// too long or not UTF-8.
+	// ErrInvalidKey reports a malformed key: unknown domain, bad mode, or a
+	// name that does not fit its domain (see Key.Validate).
 	ErrInvalidKey = errors.New("resource: invalid key")
 	// ErrDomainTaken reports a RegisterDomain call for a number or name that is
 	// already registered.
@@ -176,8 +177,19 @@ func New(d Domain, name string, m Mode) (Key, error) {
 	return k, k.Validate()
 }
 
-// Validate reports whether the key has a registered domain, a valid mode and a
-// name of at most MaxNameLength bytes of UTF-8.
+// Validate reports whether the key is well formed: a registered domain, a
+// valid mode, and a name that fits its domain (R3.4, R7.1's sibling for
+// resource keys):
+//
+//   - at most MaxNameLength bytes of UTF-8, without '@' (which ends the name
+//     in the "<Domain>:<name>@R|X" form, so a name can never smuggle a mode)
+//     and without control characters;
+//   - the Cluster domain has exactly one key, the empty name: a named Cluster
+//     key could stand in for the implicit shared Cluster key and so run
+//     beside an exclusive Cluster holder, the barrier;
+//   - Collection, Database, Snapshot and ImportJob keys name something: the
+//     empty name is refused. Privilege keys and keys of registered domains
+//     may have any name, the empty one included.
 func (k Key) Validate() error {
 	if !k.Domain.Registered() {
 		return fmt.Errorf("%w: unknown domain %d", ErrInvalidKey, uint16(k.Domain))
@@ -185,13 +197,58 @@ func (k Key) Validate() error {
 	if k.Mode != Shared && k.Mode != Exclusive {
 		return fmt.Errorf("%w: %s key %q has no mode", ErrInvalidKey, k.Domain, k.Name)
 	}
+	switch k.Domain {
+	case Cluster:
+		if k.Name != "" {
+			return fmt.Errorf("%w: the Cluster domain has one key, the empty name; got %q", ErrInvalidKey, printable(k.Name))
+		}
+		return nil
+	case Collection, Database, Snapshot, ImportJob:
+		if k.Name == "" {
+			return fmt.Errorf("%w: %s key without a name", ErrInvalidKey, k.Domain)
+		}
+	}
 	if len(k.Name) > MaxNameLength {
 		return fmt.Errorf("%w: %s name is %d bytes, limit %d", ErrInvalidKey, k.Domain, len(k.Name), MaxNameLength)
 	}
-	if !utf8.ValidString(k.Name) {
-		return fmt.Errorf("%w: %s name is not UTF-8", ErrInvalidKey, k.Domain)
+	return checkNameChars(k.Domain, k.Name)
+}
+
+// checkNameChars refuses a name that is not UTF-8 or holds '@' or a control
+// character, in one pass over its bytes (ASCII names, the usual ones, never
+// decode a rune).
+func checkNameChars(d Domain, name string) error {
+	for i := 0; i < len(name); {
+		c := name[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '@':
+				return fmt.Errorf("%w: %s name %q holds '@', which ends a key's name", ErrInvalidKey, d, printable(name))
+			case c < 0x20 || c == 0x7f:
+				return fmt.Errorf("%w: %s name %q holds a control character", ErrInvalidKey, d, printable(name))
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(name[i:])
+		if r == utf8.RuneError && n == 1 {
+			return fmt.Errorf("%w: %s name is not UTF-8", ErrInvalidKey, d)
+		}
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s name %q holds a control character", ErrInvalidKey, d, printable(name))
+		}
+		i += n
 	}
 	return nil
+}
+
+// printable quotes at most 64 bytes of a name for an error message.
+func printable(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return s
 }
 
 // String formats the key as "<Domain>:<name>@R" or "...@X"; Parse reads it
@@ -210,18 +267,24 @@ func (k Key) Conflicts(o Key) bool {
 	return k.Domain == o.Domain && k.Name == o.Name && (k.Mode == Exclusive || o.Mode == Exclusive)
 }
 
-// Parse reads a key in the form String writes: "<Domain>:<name>@R|X". The name
-// may itself contain ':' and '@'; the domain ends at the first ':' and the mode
-// follows the last '@'.
+// Parse reads a key in the form String writes: "<Domain>:<name>@R|X". The
+// domain ends at the first ':' (a name may contain ':'), the name at the
+// '@' before the mode; a name holds no '@' (see Validate), so anything after
+// the mode, such as "Database:a@R@X", is refused rather than read as part of
+// a name.
 func Parse(s string) (Key, error) {
 	colon := strings.IndexByte(s, ':')
-	at := strings.LastIndexByte(s, '@')
-	if colon < 0 || at < colon {
-		return Key{}, fmt.Errorf("%w: %q is not <Domain>:<name>@R|X", ErrInvalidKey, s)
+	if colon < 0 {
+		return Key{}, fmt.Errorf("%w: %q is not <Domain>:<name>@R|X", ErrInvalidKey, printable(s))
 	}
+	at := strings.IndexByte(s[colon+1:], '@')
+	if at < 0 {
+		return Key{}, fmt.Errorf("%w: %q is not <Domain>:<name>@R|X", ErrInvalidKey, printable(s))
+	}
+	at += colon + 1
 	d, ok := DomainByName(s[:colon])
 	if !ok {
-		return Key{}, fmt.Errorf("%w: unknown domain %q", ErrInvalidKey, s[:colon])
+		return Key{}, fmt.Errorf("%w: unknown domain %q", ErrInvalidKey, printable(s[:colon]))
 	}
 	var m Mode
 	switch s[at+1:] {
@@ -230,7 +293,7 @@ func Parse(s string) (Key, error) {
 	case "X":
 		m = Exclusive
 	default:
-		return Key{}, fmt.Errorf("%w: mode %q is neither R nor X", ErrInvalidKey, s[at+1:])
+		return Key{}, fmt.Errorf("%w: mode %q is neither R nor X", ErrInvalidKey, printable(s[at+1:]))
 	}
 	return New(d, s[colon+1:at], m)
 }
@@ -326,7 +389,10 @@ func normalize(keys []Key) []Key {
 }
 
 // WithClusterKey returns the normalised keys plus the shared Cluster key,
-// unless they already contain a Cluster-domain key (R3.4).
+// unless they already hold the Cluster key (R3.4). Since a Cluster key with a
+// name is invalid, a key set that holds any Cluster key holds the one every
+// other broadcast holds too, and the exclusive Cluster key conflicts with all
+// of them.
 func WithClusterKey(keys []Key) ([]Key, error) {
 	n, err := Normalize(keys)
 	if err != nil {

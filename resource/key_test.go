@@ -3,6 +3,7 @@ package resource
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -74,15 +75,59 @@ func TestR3_4_ClusterKeyAddedUnlessPresent(t *testing.T) {
 }
 
 func TestKeyStringParseRoundTrip(t *testing.T) {
-	for _, k := range []Key{ExclusiveCollection("db", "a:b@c"), SharedDatabase(""), ExclusiveCluster(), SharedSnapshot(9, "x@y")} {
+	for _, k := range []Key{ExclusiveCollection("db", "a:b"), SharedDatabase("d b"), ExclusiveCluster(), SharedCluster(),
+		SharedSnapshot(9, "x:y"), ExclusivePrivilege(), ExclusiveImportJob(4), SharedDatabase("名前")} {
 		got, err := Parse(k.String())
 		if err != nil || got != k {
 			t.Errorf("Parse(%q) = %v, %v", k.String(), got, err)
 		}
 	}
-	for _, s := range []string{"", "Collection", "Nope:x@R", "Database:x@Z", "Database:x", "Database@R"} {
+	for _, s := range []string{"", "Collection", "Nope:x@R", "Database:x@Z", "Database:x", "Database@R", "Database:x@", "Database:x@RX"} {
 		if _, err := Parse(s); !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("Parse(%q) = %v, want ErrInvalidKey", s, err)
+		}
+	}
+}
+
+// TestR3_1_KeyNamesFitTheirDomain: a key's name must fit its domain (R3.1,
+// R3.4): keys that name something have a name, the Cluster key has none, and
+// no name holds '@' (which would let trailing garbage such as
+// "Database:a@R@X" read as a name) or a control character. Parse, New,
+// Normalize and the Locker all refuse such keys with ErrInvalidKey.
+func TestR3_1_KeyNamesFitTheirDomain(t *testing.T) {
+	bad := []string{
+		"Collection:@X", "Collection:@R", "Database:@X", "Snapshot:@R", "ImportJob:@X",
+		"Database:a@R@X", "Collection:db:c@X@R", "Database:a@b@R",
+		"Cluster:foo@R", "Cluster:foo@X", "Cluster: @X",
+		"Database:a\nb@R", "Database:a\x00@R", "Database:\x7f@R", "Database:a\u0085b@R", "Database:\xff@R",
+	}
+	l := NewLocker()
+	for _, s := range bad {
+		if k, err := Parse(s); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("Parse(%q) = %v, %v; want ErrInvalidKey", s, k, err)
+		}
+		at := strings.LastIndexByte(s, '@')
+		colon := strings.IndexByte(s, ':')
+		d, _ := DomainByName(s[:colon])
+		k := Key{Domain: d, Name: s[colon+1 : at], Mode: Exclusive}
+		if _, err := New(k.Domain, k.Name, k.Mode); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("New(%v) = %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := Normalize([]Key{SharedDatabase("ok"), k}); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("Normalize(%v) = %v, want ErrInvalidKey", k, err)
+		}
+		if g, err := l.TryLock(k); !errors.Is(err, ErrInvalidKey) {
+			if g != nil {
+				g.Unlock()
+			}
+			t.Errorf("TryLock(%v) = %v, want ErrInvalidKey", k, err)
+		}
+	}
+	// Privilege keys and application domains may have any name, the empty
+	// one included.
+	for _, k := range []Key{{Domain: Privilege, Mode: Exclusive}, {Domain: Privilege, Name: "rbac", Mode: Shared}} {
+		if err := k.Validate(); err != nil {
+			t.Errorf("%v: %v", k, err)
 		}
 	}
 }
