@@ -38,6 +38,11 @@
 // the two leading fields are canonical decimals, so a crafted client key
 // containing ':' cannot impersonate another scope (a fuzz test checks that
 // every string that parses is exactly what the constructors would print for
-// its parts). An empty client key yields the empty key, which means "not
-// idempotent". Keys are never logged raw: use [IdempotencyKey.Fingerprint].
+// its parts). The domain must be registered (the built-in cluster, database
+// and collection domains, or one an application adds with
+// [RegisterScopeDomain]) and the scope id one the domain allows: the cluster
+// has only scope 0, databases and collections are numbered from 1, so
+// "4:0:x" and "1:5:x" are invalid keys rather than scopes of their own. An
+// empty client key yields the empty key, which means "not idempotent". Keys
+// are never logged raw: use [IdempotencyKey.Fingerprint].
 package message

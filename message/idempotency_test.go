@@ -3,8 +3,22 @@ package message
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 )
+
+// appScope is an application scope domain the tests register once.
+const appScope ScopeDomain = 16
+
+var registerApp sync.Once
+
+func withAppScope(t testing.TB) {
+	registerApp.Do(func() {
+		if err := RegisterScopeDomain(appScope, "tenant", ScopeIDAny); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
 
 func TestR7_1_ScopedKeyEncoding(t *testing.T) {
 	cases := []struct {
@@ -31,12 +45,78 @@ func TestR7_1_ScopedKeyEncoding(t *testing.T) {
 			t.Errorf("%q: %v", c.key, err)
 		}
 	}
+	withAppScope(t)
 	k, err := ScopedKey(16, 3, "app")
 	if err != nil || k != "16:3:app" {
 		t.Fatalf("ScopedKey = %q, %v", k, err)
 	}
 	if _, err := ScopedKey(0, 3, "app"); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("ScopedKey domain 0: %v", err)
+	}
+}
+
+// TestR7_1_ScopeMustBeRegisteredAndAllowed: a key's domain must be
+// registered and its scope id one the domain allows — the cluster has only
+// scope 0, databases and collections are numbered from 1 — so "4:0:x" or
+// "1:5:x" is an invalid key, not a scope of its own, for the parser and for
+// ScopedKey alike.
+func TestR7_1_ScopeMustBeRegisteredAndAllowed(t *testing.T) {
+	withAppScope(t)
+	for _, s := range []string{"4:0:x", "15:1:x", "17:1:x", "4294967295:1:x", "1:5:x", "1:1:x", "2:0:x", "3:0:x"} {
+		if _, err := ParseIdempotencyKey(s); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("ParseIdempotencyKey(%q) = %v, want ErrInvalidKey", s, err)
+		}
+		k := IdempotencyKey(s)
+		d, id, _ := k.Scope()
+		if _, err := ScopedKey(d, id, k.ClientKey()); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("ScopedKey(%d, %d) = %v, want ErrInvalidKey", d, id, err)
+		}
+	}
+	for _, s := range []string{"1:0:x", "2:1:x", "3:18446744073709551615:x", "16:0:x", "16:9:x"} {
+		if _, err := ParseIdempotencyKey(s); err != nil {
+			t.Errorf("ParseIdempotencyKey(%q) = %v", s, err)
+		}
+	}
+	// The message names the reason, never the raw key.
+	_, err := ParseIdempotencyKey("1:5:secret")
+	if err == nil || !strings.Contains(err.Error(), "one scope, id 0") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("error %v", err)
+	}
+}
+
+// TestRegisterScopeDomain: applications register domains from
+// MinAppScopeDomain up, once per number and name.
+func TestRegisterScopeDomain(t *testing.T) {
+	withAppScope(t)
+	for _, tc := range []struct {
+		d    ScopeDomain
+		name string
+		ids  ScopeIDs
+		want error
+	}{
+		{appScope, "other", ScopeIDAny, ErrScopeDomainTaken},
+		{40, "tenant", ScopeIDAny, ErrScopeDomainTaken},
+		{4, "low", ScopeIDAny, ErrInvalidKey},
+		{ScopeCluster, "cluster2", ScopeIDZero, ErrInvalidKey},
+		{41, "bad name", ScopeIDAny, ErrInvalidKey},
+		{42, "", ScopeIDAny, ErrInvalidKey},
+		{43, "rule", 0, ErrInvalidKey},
+	} {
+		if err := RegisterScopeDomain(tc.d, tc.name, tc.ids); !errors.Is(err, tc.want) {
+			t.Errorf("RegisterScopeDomain(%d, %q, %d) = %v, want %v", tc.d, tc.name, tc.ids, err, tc.want)
+		}
+	}
+	if err := RegisterScopeDomain(44, "objects", ScopeIDNonZero); err != nil {
+		t.Fatal(err)
+	}
+	if !ScopeDomain(44).Registered() || ScopeDomain(44).String() != "objects" || ScopeDomain(45).Registered() {
+		t.Fatal("registry does not show domain 44 only")
+	}
+	if _, err := ScopedKey(44, 0, "x"); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("id 0 in a ScopeIDNonZero domain: %v", err)
+	}
+	if k, err := ScopedKey(44, 1, "x"); err != nil || k != "44:1:x" {
+		t.Errorf("ScopedKey(44, 1) = %q, %v", k, err)
 	}
 }
 
@@ -78,7 +158,8 @@ func TestR7_1_EmptyClientKeyIsNotIdempotent(t *testing.T) {
 			t.Error("empty key not treated as absent")
 		}
 	}
-	if k, _ := ScopedKey(20, 1, ""); k != "" {
+	withAppScope(t)
+	if k, _ := ScopedKey(appScope, 1, ""); k != "" {
 		t.Errorf("ScopedKey with empty client key = %q", k)
 	}
 }
@@ -153,14 +234,20 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 func FuzzScopedKeyRoundTrip(f *testing.F) {
 	f.Add(uint32(3), uint64(9), "k")
 	f.Add(uint32(1), uint64(0), "3:9:k")
+	f.Add(uint32(1), uint64(5), "k")
+	f.Add(uint32(16), uint64(0), "k")
 	f.Add(uint32(2), uint64(1), ":")
 	f.Fuzz(func(t *testing.T, d uint32, id uint64, ck string) {
+		withAppScope(t)
 		k, err := ScopedKey(ScopeDomain(d), id, ck)
-		if d == 0 {
-			if err == nil {
-				t.Fatal("domain 0 accepted")
+		if checkScope(ScopeDomain(d), id) != nil {
+			if !errors.Is(err, ErrInvalidKey) {
+				t.Fatalf("scope (%d, %d) accepted: %q, %v", d, id, k, err)
 			}
 			return
+		}
+		if err != nil {
+			t.Fatalf("valid scope (%d, %d): %v", d, id, err)
 		}
 		if ck == "" {
 			if k != "" {

@@ -29,6 +29,9 @@ var (
 	ErrInvalidPayload = errors.New("message: invalid payload")
 	// ErrInvalidKey reports a malformed or oversized idempotency key.
 	ErrInvalidKey = errors.New("message: invalid idempotency key")
+	// ErrScopeDomainTaken reports a RegisterScopeDomain call for a number or
+	// name already registered.
+	ErrScopeDomainTaken = errors.New("message: scope domain already registered")
 	// ErrCorrupt reports bytes that do not decode as a message.
 	ErrCorrupt = errors.New("message: corrupt encoding")
 )
