@@ -18,12 +18,14 @@ const maxRequestBytes = 1 << 20
 
 // NewHandler returns the MetaService handler over s, and the path to mount
 // it on. Errors map to status codes through server.ConnectError, like
-// BroadcastService's; those only an operator can fix are logged to log.
+// BroadcastService's; those only an operator can fix are logged to log. JSON
+// requests with unknown fields are refused (server.StrictJSON).
 func NewHandler(s *Service, log *slog.Logger) (string, http.Handler) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return walcastv1connect.NewMetaServiceHandler(&handler{s: s, log: log}, connect.WithReadMaxBytes(maxRequestBytes))
+	opts := append(server.StrictJSON(), connect.WithReadMaxBytes(maxRequestBytes))
+	return walcastv1connect.NewMetaServiceHandler(&handler{s: s, log: log}, opts...)
 }
 
 type handler struct {

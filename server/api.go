@@ -101,7 +101,8 @@ func WithConnectOptions(opts ...connect.HandlerOption) APIOption {
 
 // NewBroadcastHandler returns the BroadcastService handler over the
 // broadcaster l gives while it leads, and the path to mount it on. Every
-// error maps to a status code: see codeOf in errors.go.
+// error maps to a status code: see codeOf in errors.go. JSON requests with
+// unknown fields are refused (StrictJSON).
 func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
 	cfg := apiConfig{
 		maxRequestBytes: DefaultMaxRequestBytes,
@@ -115,7 +116,7 @@ func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
 		cfg.logger = slog.Default()
 	}
 	a := &broadcastAPI{leader: l, cfg: cfg}
-	hopts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.maxRequestBytes)}, cfg.connectOpts...)
+	hopts := append(append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.maxRequestBytes)}, StrictJSON()...), cfg.connectOpts...)
 	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
 }
 

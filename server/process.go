@@ -395,7 +395,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		mux.Handle(path, h)
 	}
 	rp := newReplication(coord.leading, w, cfg.PChannelNames(), cfg.WAL.Lanes, cfg.Cluster.Name, p.log)
-	path, h = newReplicationHandler(coord, rp, p.log, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	path, h = newReplicationHandler(coord, rp, p.log, append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))...)
 	mux.Handle(path, h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
