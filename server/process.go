@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -101,6 +102,7 @@ type Process struct {
 	Nodes []*node.Node
 
 	apiAddr, metricsAddr string
+	ready                *prober // nil unless the process runs a coordinator
 	natsURL              string
 
 	mu      sync.Mutex
@@ -118,6 +120,31 @@ func (p *Process) NATSURL() string { return p.natsURL }
 
 // MetricsAddr is the address /metrics is served on, "" if disabled.
 func (p *Process) MetricsAddr() string { return p.metricsAddr }
+
+// Ready probes the coordinator's readiness as /readyz does; a process
+// without a coordinator (a streaming node) reports ready with no checks.
+func (p *Process) Ready(ctx context.Context) Readiness {
+	if p.ready != nil {
+		return p.ready.Ready(ctx)
+	}
+	r := Readiness{Ready: true, Role: "node"}
+	for _, n := range p.Nodes {
+		st := n.Status()
+		c := Check{Name: "node " + st.Name, OK: st.Running, Detail: "running"}
+		if !st.Running {
+			c.Detail = "stopped"
+		}
+		for _, pc := range st.PChannels {
+			if pc.ReadError != "" {
+				c.OK, c.Detail = false, fmt.Sprintf("%s: WAL read fails: %s", pc.PChannel, pc.ReadError)
+				break
+			}
+		}
+		r.Ready = r.Ready && c.OK
+		r.Checks = append(r.Checks, c)
+	}
+	return r
+}
 
 // Registry is the process's Prometheus registry.
 func (p *Process) Registry() *prometheus.Registry { return p.reg }
@@ -280,8 +307,10 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 	if cfg.WAL.Kind == "nats" && cfg.WAL.NATS.URL == "" {
 		return nil, fmt.Errorf("%w: wal.nats.url: a coordinator needs the NATS server's URL (--nats)", ErrConfig)
 	}
+	// The etcd client logs through the process logger, in its format,
+	// not in zap's default JSON.
 	client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Catalog.Endpoints, DialTimeout: cfg.Catalog.DialTimeout.D(),
-		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20})
+		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
@@ -391,13 +420,18 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	path, h := NewBroadcastHandler(coord, opts...)
 	mux.Handle(path, h)
+	services := []string{serviceName(path)}
 	for path, h := range app.Handlers(coord) {
 		mux.Handle(path, h)
+		services = append(services, serviceName(path))
 	}
 	rp := newReplication(coord.leading, w, cfg.PChannelNames(), cfg.WAL.Lanes, cfg.Cluster.Name, p.log)
 	path, h = newReplicationHandler(coord, rp, p.log, append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))...)
 	mux.Handle(path, h)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	services = append(services, serviceName(path))
+	slices.Sort(services[1:])
+	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout}
+	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	var protos http.Protocols
 	protos.SetHTTP1(true)
@@ -462,6 +496,10 @@ func (p *Process) serveMetrics(cfg Config) error {
 	p.metricsAddr = ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
+	// Probes for every kind of process, streaming nodes included (they
+	// serve no API).
+	mux.HandleFunc("/healthz", serveHealthz)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { writeReadiness(w, r, p.Ready(r.Context())) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -82,7 +82,19 @@ func Campaign(ctx context.Context, client *clientv3.Client, electionPrefix, valu
 		return nil, fmt.Errorf("catalog/etcd: campaign: session: %w", err)
 	}
 	election := concurrency.NewElection(session, electionPrefix)
-	if err := election.Campaign(ctx, value); err != nil {
+	// When ctx ends while it waits, etcd's Campaign resigns on the client's
+	// own (unbounded) context, which blocks for as long as etcd is
+	// unreachable; a coordinator shutting down must not wait for that. The
+	// abandoned call ends when the client is closed; closing the session
+	// (bounded by the TTL) revokes the lease, which deletes our key.
+	errc := make(chan error, 1)
+	go func() { errc <- election.Campaign(ctx, value) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
 		session.Close()
 		return nil, fmt.Errorf("catalog/etcd: campaign: %w", err)
 	}

@@ -10,6 +10,13 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// ZapLogger returns a zap logger that passes warnings and errors to l, as
+// records of l's own handler (so in l's format, JSON or text, with
+// component=etcd), and drops everything when l is nil. Give it to etcd
+// clients (clientv3.Config.Logger), whose default logger writes zap's own
+// JSON to stderr.
+func ZapLogger(l *slog.Logger) *zap.Logger { return zapLogger(l) }
+
 // zapLogger returns the logger etcd gets: nothing when l is nil, else l for
 // warnings and above (etcd's info level logs every start-up detail and slow
 // request).
