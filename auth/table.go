@@ -1,0 +1,79 @@
+package auth
+
+import (
+	"strings"
+
+	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+)
+
+// procedures maps every procedure of every walcast service to the role it
+// needs (R9.8). It is the only place where that is decided: the middleware
+// refuses a procedure missing from it, and a test walks every service
+// descriptor so that a new RPC cannot be added without an entry here.
+var procedures = map[string]Role{
+	// BroadcastService.
+	walcastv1connect.BroadcastServiceBroadcastProcedure:        Writer,
+	walcastv1connect.BroadcastServiceAckProcedure:              Node,
+	walcastv1connect.BroadcastServiceGetTaskProcedure:          Reader,
+	walcastv1connect.BroadcastServiceListTasksProcedure:        Reader,
+	walcastv1connect.BroadcastServiceListLocksProcedure:        Reader,
+	walcastv1connect.BroadcastServiceLookupKeyProcedure:        Reader,
+	walcastv1connect.BroadcastServiceRetryCallbackProcedure:    Admin,
+	walcastv1connect.BroadcastServiceCompleteCallbackProcedure: Admin,
+
+	// MetaService: DDL is Writer (plus the metadata privilege on its
+	// object, checked by the service), DCL is Admin: a writer cannot grant
+	// itself privileges.
+	walcastv1connect.MetaServiceCreateDatabaseProcedure:     Writer,
+	walcastv1connect.MetaServiceDropDatabaseProcedure:       Writer,
+	walcastv1connect.MetaServiceListDatabasesProcedure:      Reader,
+	walcastv1connect.MetaServiceCreateCollectionProcedure:   Writer,
+	walcastv1connect.MetaServiceDropCollectionProcedure:     Writer,
+	walcastv1connect.MetaServiceRenameCollectionProcedure:   Writer,
+	walcastv1connect.MetaServiceListCollectionsProcedure:    Reader,
+	walcastv1connect.MetaServiceDescribeCollectionProcedure: Reader,
+	walcastv1connect.MetaServiceCreateIndexProcedure:        Writer,
+	walcastv1connect.MetaServiceDropIndexProcedure:          Writer,
+	walcastv1connect.MetaServiceCreateUserProcedure:         Admin,
+	walcastv1connect.MetaServiceListUsersProcedure:          Reader,
+	walcastv1connect.MetaServiceGrantPrivilegeProcedure:     Admin,
+	walcastv1connect.MetaServiceRevokePrivilegeProcedure:    Admin,
+	walcastv1connect.MetaServiceImportProcedure:             Writer,
+	walcastv1connect.MetaServiceGetImportJobProcedure:       Reader,
+	walcastv1connect.MetaServiceListImportJobsProcedure:     Reader,
+	walcastv1connect.MetaServiceGetVChannelViewProcedure:    Reader,
+
+	// ReplicationService.
+	walcastv1connect.ReplicationServiceFollowProcedure:       Admin,
+	walcastv1connect.ReplicationServiceConfigureProcedure:    Admin,
+	walcastv1connect.ReplicationServiceStatusProcedure:       Reader,
+	walcastv1connect.ReplicationServiceForcePromoteProcedure: Admin,
+}
+
+// Required returns the role procedure (a path such as
+// "/walcast.api.v1.BroadcastService/Broadcast") needs, and false if the
+// procedure is not in the table (the middleware refuses it).
+func Required(procedure string) (Role, bool) {
+	r, ok := procedures[procedure]
+	return r, ok
+}
+
+// Procedures returns a copy of the table: every procedure and its role.
+func Procedures() map[string]Role {
+	out := make(map[string]Role, len(procedures))
+	for p, r := range procedures {
+		out[p] = r
+	}
+	return out
+}
+
+// IsProcedure reports whether an HTTP path is in the RPC namespace: its first
+// segment names a service ("/<package>.<Service>/..."), the form every
+// protocol (gRPC, gRPC-Web, Connect) uses. The middleware checks every such
+// path against the table, refusing those missing from it (even malformed
+// ones: it fails closed), and passes other paths (health, console pages) to
+// their handlers, which do their own checks.
+func IsProcedure(path string) bool {
+	svc, _, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return ok && strings.Contains(svc, ".")
+}
