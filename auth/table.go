@@ -3,6 +3,9 @@ package auth
 import (
 	"strings"
 
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 )
 
@@ -48,6 +51,15 @@ var procedures = map[string]Role{
 	walcastv1connect.ReplicationServiceConfigureProcedure:    Admin,
 	walcastv1connect.ReplicationServiceStatusProcedure:       Reader,
 	walcastv1connect.ReplicationServiceForcePromoteProcedure: Admin,
+
+	// Introspection: load balancers probe health without credentials;
+	// reflection (the API's schema, for grpcurl and the like) needs a
+	// reader.
+	"/" + grpchealth.HealthV1ServiceName + "/Check":                       Public,
+	"/" + grpchealth.HealthV1ServiceName + "/Watch":                       Public,
+	"/" + grpchealth.HealthV1ServiceName + "/List":                        Public, // in the proto, not served
+	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      Reader,
+	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": Reader,
 }
 
 // Required returns the role procedure (a path such as

@@ -11,14 +11,32 @@ import (
 	"github.com/walcast/walcast/auth"
 )
 
+// introspection are the procedures of the gRPC health and reflection
+// services a process serves beside the API (their generated descriptors
+// are registered under other names, so they are listed here; the server's
+// tests list what a running process serves, through reflection, and check
+// every service against the table).
+var introspection = []string{
+	"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List",
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+}
+
 // TestR9_8_EveryProcedureHasARole walks every service of the walcast API
 // (every file of package walcast.api.v1 the generated code registers) and
-// fails if a method has no entry in the role table, so that a new RPC
-// cannot be served without a decision on who may call it; and it fails on
-// table entries no service has (a renamed RPC left behind).
+// the introspection services, and fails if a method has no entry in the
+// role table, so that a new RPC cannot be served without a decision on who
+// may call it; and it fails on table entries no service has (a renamed RPC
+// left behind).
 func TestR9_8_EveryProcedureHasARole(t *testing.T) {
 	table := auth.Procedures()
 	seen := map[string]bool{}
+	for _, p := range introspection {
+		seen[p] = true
+		if _, ok := table[p]; !ok {
+			t.Errorf("%s has no role in auth's table", p)
+		}
+	}
 	services := 0
 	protoregistry.GlobalFiles.RangeFilesByPackage("walcast.api.v1", func(fd protoreflect.FileDescriptor) bool {
 		for i := range fd.Services().Len() {

@@ -29,9 +29,11 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -41,6 +43,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/auth"
+	"github.com/walcast/walcast/internal/tlsfiles"
 	"github.com/walcast/walcast/internal/wait"
 )
 
@@ -63,6 +67,9 @@ type Option func(*config)
 
 type config struct {
 	httpClient     connect.HTTPClient
+	tls            *tls.Config
+	token          string
+	tokenFile      string
 	grpc           bool
 	connectOpts    []connect.ClientOption
 	attemptTimeout time.Duration
@@ -74,6 +81,39 @@ type config struct {
 // WithHTTPClient sends requests with hc instead of a client of New's own.
 // For gRPC over http:// URLs it must speak unencrypted HTTP/2 (h2c).
 func WithHTTPClient(hc connect.HTTPClient) Option { return func(c *config) { c.httpClient = hc } }
+
+// WithTLS makes the client speak TLS with tc (nil: the system's roots,
+// no client certificate): addresses without a scheme, and leaders named by
+// redirects, mean https://. Build tc from PEM files with TLSConfig.
+// It is ignored with WithHTTPClient, whose transport decides.
+func WithTLS(tc *tls.Config) Option {
+	return func(c *config) {
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		c.tls = tc
+	}
+}
+
+// TLSConfig returns a client TLS configuration from PEM files: caFile the
+// CA bundle the server's certificate must chain to ("" for the system's
+// roots), certFile and keyFile a client certificate for mTLS (both or
+// neither).
+func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+	c, err := tlsfiles.Client(tlsfiles.ClientFiles{CAFile: caFile, CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return c, nil
+}
+
+// WithToken authenticates every call with a bearer token (walcast auth
+// token create). Send tokens over TLS only, except to 127.0.0.1.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithTokenFile is WithToken with the token read from a file (surrounding
+// white space ignored) when New runs.
+func WithTokenFile(path string) Option { return func(c *config) { c.tokenFile = path } }
 
 // WithGRPC speaks gRPC instead of the Connect protocol. New's own HTTP client
 // then uses HTTP/2, unencrypted for http:// addresses.
@@ -140,9 +180,21 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if cfg.initialBackoff <= 0 || cfg.maxBackoff < cfg.initialBackoff || cfg.attemptTimeout < 0 || cfg.maxAttempts < 0 {
 		return nil, fmt.Errorf("%w: need 0 < initial backoff <= max backoff, attempt timeout >= 0, max attempts >= 0", ErrInvalidArgument)
 	}
+	if cfg.tokenFile != "" {
+		raw, err := os.ReadFile(cfg.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: token file: %w", ErrInvalidArgument, err)
+		}
+		cfg.token = strings.TrimSpace(string(raw))
+	}
+	if cfg.token != "" {
+		if _, err := auth.ParseToken(cfg.token); err != nil {
+			return nil, fmt.Errorf("%w: token: %w", ErrInvalidArgument, err)
+		}
+	}
 	c := &Client{cfg: cfg, http: cfg.httpClient, opts: connectOptions(cfg), endpoints: make(map[string]*endpoint)}
 	for _, a := range addrs {
-		u, err := normalize(a)
+		u, err := c.normalize(a)
 		if err != nil {
 			return nil, err
 		}
@@ -151,6 +203,10 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	c.current = c.addrs[0]
 	if c.http == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if cfg.tls != nil {
+			tr.TLSClientConfig = cfg.tls.Clone()
+			tr.ForceAttemptHTTP2 = true
+		}
 		if cfg.grpc {
 			tr.Protocols = new(http.Protocols)
 			tr.Protocols.SetHTTP2(true)
@@ -163,10 +219,15 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 }
 
 // normalize checks a coordinator base URL and drops its trailing slashes. A
-// bare host:port (as coordinators advertise themselves) means http://.
-func normalize(addr string) (string, error) {
+// bare host:port (as coordinators advertise themselves) means http://, or
+// https:// with WithTLS.
+func (c *Client) normalize(addr string) (string, error) {
 	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+		if c.cfg.tls != nil {
+			addr = "https://" + addr
+		} else {
+			addr = "http://" + addr
+		}
 	}
 	u, err := url.Parse(addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -187,6 +248,15 @@ func connectOptions(cfg config) []connect.ClientOption {
 	opts := slices.Clone(cfg.connectOpts)
 	if cfg.grpc {
 		opts = append([]connect.ClientOption{connect.WithGRPC()}, opts...)
+	}
+	if cfg.token != "" {
+		bearer := "Bearer " + cfg.token
+		opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+				req.Header().Set("Authorization", bearer)
+				return next(ctx, req)
+			}
+		})))
 	}
 	return opts
 }
@@ -233,7 +303,7 @@ func (c *Client) answered(addr string) {
 // redirect makes the leader that from named the first address to try; it
 // reports false if the name is unusable.
 func (c *Client) redirect(from, leader string) bool {
-	u, err := normalize(leader)
+	u, err := c.normalize(leader)
 	if err != nil || u == from {
 		return false
 	}

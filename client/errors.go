@@ -1,9 +1,12 @@
 package client
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -39,6 +42,18 @@ var (
 	// ErrUnavailable: no coordinator could serve the call before the
 	// retries ended.
 	ErrUnavailable = errors.New("walcast: unavailable")
+	// ErrUnauthenticated: the server needs credentials and got none or
+	// bad ones (no token, a malformed, unknown, expired or revoked token,
+	// a client certificate no trusted CA signed). Nothing was done.
+	ErrUnauthenticated = errors.New("walcast: unauthenticated")
+	// ErrPermissionDenied: the caller's role (or metadata privileges) do
+	// not allow the call. Nothing was done.
+	ErrPermissionDenied = errors.New("walcast: permission denied")
+	// ErrTLS: the TLS connection could not be made (the server's
+	// certificate is not trusted or not valid for the address, one side
+	// does not speak TLS, the server refused the client's certificate).
+	// Retrying does not help; the error says what to change.
+	ErrTLS = errors.New("walcast: TLS handshake failed")
 	// ErrTaskNotCreated: the server certainly did nothing (it refused before
 	// creating a task, did not lead, or was never reached), so the call can
 	// be repeated safely, keyed or not.
@@ -83,15 +98,19 @@ type Error struct {
 	// before any was sent).
 	Attempts int
 
-	err     error // the last attempt's error
-	ctxErr  error // the caller's context error, if it ended the retries
-	notSent bool  // the last attempt never reached a server
+	err     error  // the last attempt's error
+	ctxErr  error  // the caller's context error, if it ended the retries
+	notSent bool   // the last attempt never reached a server
+	tlsHint string // what to change, for a TLS failure
 }
 
 // Error describes the last attempt's failure; raw idempotency keys never
 // appear in it, only fingerprints.
 func (e *Error) Error() string {
 	s := "walcast: " + e.err.Error()
+	if e.tlsHint != "" && !strings.Contains(s, plainTextHint) {
+		s += " (" + e.tlsHint + ")"
+	}
 	if e.Attempts > 1 {
 		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
 	}
@@ -132,6 +151,12 @@ func (e *Error) Is(target error) bool {
 		return e.Code == connect.CodeUnavailable
 	case ErrTaskNotCreated:
 		return e.notSent || e.Reason == ReasonTaskNotCreated || e.Reason == ReasonNotLeader
+	case ErrUnauthenticated:
+		return e.Code == connect.CodeUnauthenticated
+	case ErrPermissionDenied:
+		return e.Code == connect.CodePermissionDenied
+	case ErrTLS:
+		return e.tlsHint != ""
 	}
 	return false
 }
@@ -142,7 +167,8 @@ type failure struct {
 	code    connect.Code
 	reason  string
 	leader  string
-	notSent bool // the connection was never made: no server saw the request
+	notSent bool   // the connection was never made: no server saw the request
+	tlsHint string // set for a TLS failure: retrying cannot help
 }
 
 func inspect(err error) failure {
@@ -162,6 +188,9 @@ func inspect(err error) failure {
 	}
 	var op *net.OpError
 	f.notSent = errors.As(err, &op) && op.Op == "dial"
+	if f.tlsHint = tlsHint(err); f.tlsHint != "" {
+		f.notSent = true // the handshake comes before any request
+	}
 	if f.code == connect.CodeCanceled && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 		// connect-go reports a connection the server reset (it crashed or
 		// was killed mid-call) as Canceled, a code meant for the caller's
@@ -174,6 +203,9 @@ func inspect(err error) failure {
 
 // retryable reports whether another attempt may succeed and is safe under p.
 func (f failure) retryable(p policy) bool {
+	if f.tlsHint != "" {
+		return false // the same handshake fails again
+	}
 	if f.code != connect.CodeUnavailable && f.code != connect.CodeDeadlineExceeded {
 		return false // the server decided; asking again gets the same answer
 	}
@@ -185,10 +217,43 @@ func (f failure) retryable(p policy) bool {
 }
 
 func (f failure) toError(attempts int, ctxErr error) *Error {
-	return &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent}
+	return &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent, tlsHint: f.tlsHint}
 }
 
 // invalidRequest is a request refused before any attempt.
 func invalidRequest(format string, args ...any) *Error {
 	return &Error{Code: connect.CodeInvalidArgument, err: connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))}
+}
+
+// plainTextHint is what a walcast server tells a client that speaks plain
+// HTTP to its TLS port (tlsfiles.PlainTextHint).
+const plainTextHint = "this address serves TLS"
+
+// tlsHint says what to change when err is a TLS failure, "" otherwise.
+func tlsHint(err error) string {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		record   tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &unknown):
+		return "the server's certificate is not signed by a CA this client trusts: pass the CA bundle with --tls-ca (Go: client.WithTLS)"
+	case errors.As(err, &hostname):
+		return "the server's certificate is not valid for this address: use a name or IP it lists, or --tls-server-name"
+	case errors.As(err, &invalid):
+		return "the server's certificate is invalid (expired or not for servers): " + invalid.Error()
+	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return "the server does not speak TLS: use an http:// address without --tls-ca"
+	case strings.Contains(err.Error(), "remote error: tls: certificate required"):
+		return "the server requires a client certificate: pass --tls-cert and --tls-key"
+	case strings.Contains(err.Error(), "remote error: tls: "):
+		// An alert from the server: the handshake failed on its side
+		// (the only thing a client sends it to judge is a certificate).
+		return "the server refused the TLS handshake: check --tls-cert and --tls-key"
+	case strings.Contains(err.Error(), plainTextHint):
+		return "the server serves TLS: use an https:// address (and --tls-ca for its CA)"
+	}
+	return ""
 }

@@ -19,13 +19,14 @@ const maxRequestBytes = 1 << 20
 // NewHandler returns the MetaService handler over s, and the path to mount
 // it on. Errors map to status codes through server.ConnectError, like
 // BroadcastService's; those only an operator can fix are logged to log. JSON
-// requests with unknown fields are refused (server.StrictJSON).
-func NewHandler(s *Service, log *slog.Logger) (string, http.Handler) {
+// requests with unknown fields are refused (server.StrictJSON). opts are
+// passed to the Connect handler (the process's audit interceptor).
+func NewHandler(s *Service, log *slog.Logger, opts ...connect.HandlerOption) (string, http.Handler) {
 	if log == nil {
 		log = slog.Default()
 	}
-	opts := append(server.StrictJSON(), connect.WithReadMaxBytes(maxRequestBytes))
-	return walcastv1connect.NewMetaServiceHandler(&handler{s: s, log: log}, opts...)
+	hopts := append(server.StrictJSON(), connect.WithReadMaxBytes(maxRequestBytes))
+	return walcastv1connect.NewMetaServiceHandler(&handler{s: s, log: log}, append(hopts, opts...)...)
 }
 
 type handler struct {
@@ -38,7 +39,11 @@ var _ walcastv1connect.MetaServiceHandler = (*handler)(nil)
 // serve runs one RPC through fn, converting its error for the client.
 func serve[Req, Res any](ctx context.Context, h *handler, proc string, req *connect.Request[Req],
 	fn func(context.Context, *Req) (*Res, error)) (*connect.Response[Res], error) {
-	out, err := fn(ctx, req.Msg)
+	err := h.s.authorize(ctx, req.Msg)
+	var out *Res
+	if err == nil {
+		out, err = fn(ctx, req.Msg)
+	}
 	if err != nil {
 		ce := server.ConnectError(err)
 		if ce.Code() == connect.CodeInternal {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"connectrpc.com/connect"
+
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
@@ -63,9 +65,9 @@ func (a *App) Register(types *message.Registry, cbs *broadcast.Callbacks) error 
 
 // Handlers serves MetaService over the broadcaster l gives while it leads,
 // and starts the importer for it (it imports only while l leads).
-func (a *App) Handlers(l server.Leader) map[string]http.Handler {
+func (a *App) Handlers(l server.Leader, opts ...connect.HandlerOption) map[string]http.Handler {
 	s := a.newService(l)
-	path, h := NewHandler(s, a.log)
+	path, h := NewHandler(s, a.log, opts...)
 	return map[string]http.Handler{path: h}
 }
 

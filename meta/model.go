@@ -125,8 +125,12 @@ var (
 		"float_vector", "binary_vector"}
 	indexTypes = []string{"AUTOINDEX", "FLAT", "IVF_FLAT", "IVF_SQ8", "IVF_PQ", "HNSW", "DISKANN", "SCANN",
 		"INVERTED", "STL_SORT", "TRIE", "BITMAP"}
+	// privileges are what a grant can give. Those enforced when the API
+	// authenticates callers are in privilegeOf (authz.go); All gives
+	// every privilege on the grant's scope.
 	privileges = []string{"Insert", "Delete", "Upsert", "Query", "Search", "Import", "CreateIndex", "DropIndex",
-		"DescribeCollection", "All"}
+		"DescribeCollection", "CreateDatabase", "DropDatabase", "CreateCollection", "DropCollection",
+		"RenameCollection", "All"}
 	defaultFields = []fieldRecord{{Name: "id", Type: "int64"}, {Name: "vector", Type: "float_vector"}}
 )
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"reflect"
 	"slices"
@@ -63,11 +64,53 @@ type Config struct {
 		Advertise string `yaml:"advertise"`
 		// MaxRequestBytes bounds one API request.
 		MaxRequestBytes int `yaml:"max_request_bytes"`
+		// Secure (standalone only) makes, once, a local CA, a server
+		// certificate and an admin token under data_dir/secure, and
+		// serves the API with them: TLS, tokens, and client
+		// certificates of that CA (see SetupSecure).
+		Secure bool `yaml:"secure"`
+		// Insecure allows serving the API on a non-loopback address
+		// without TLS and authentication (R9.8): by default that refuses
+		// to start.
+		Insecure bool `yaml:"insecure"`
+		// TLS serves the API (gRPC, gRPC-Web, Connect) over TLS.
+		TLS struct {
+			// CertFile and KeyFile are the server's certificate (chain)
+			// and key, PEM; reloaded when they change (ReloadInterval) or
+			// on SIGHUP, without a restart.
+			CertFile string `yaml:"cert_file"`
+			KeyFile  string `yaml:"key_file"`
+			// ClientCAFile is the CA bundle client certificates are
+			// verified against (mTLS): a verified certificate
+			// authenticates its subject CN with the role of its
+			// "walcast:<role>" OU. Reloaded like the certificate.
+			ClientCAFile string `yaml:"client_ca_file"`
+			// RequireClientCert refuses connections without a client
+			// certificate (tokens alone are then not enough).
+			RequireClientCert bool `yaml:"require_client_cert"`
+		} `yaml:"tls"`
+		Auth struct {
+			// TokenFile holds the bearer tokens (salted argon2id hashes)
+			// that `walcast auth token` manages; reloaded when it
+			// changes. Authentication is on when it or
+			// api.tls.client_ca_file is set.
+			TokenFile string `yaml:"token_file"`
+		} `yaml:"auth"`
+		// ReloadInterval is how often the TLS files and the token file
+		// are checked for changes.
+		ReloadInterval Duration `yaml:"reload_interval"`
 	} `yaml:"api"`
 	Metrics struct {
 		// Addr serves /metrics; empty disables it.
 		Addr string `yaml:"addr"`
+		// TLS serves /metrics over TLS with api.tls's certificate.
+		TLS bool `yaml:"tls"`
 	} `yaml:"metrics"`
+	Audit struct {
+		// File receives the audit log (JSON lines): "stderr", "off", or
+		// a file path (appended to).
+		File string `yaml:"file"`
+	} `yaml:"audit"`
 	Log struct {
 		Level  string `yaml:"level"`  // debug, info, warn, error
 		Format string `yaml:"format"` // json or text
@@ -83,6 +126,12 @@ type Config struct {
 		// MaxTxnBytes must not exceed the server's --max-request-bytes.
 		MaxTxnBytes int      `yaml:"max_txn_bytes"`
 		DialTimeout Duration `yaml:"dial_timeout"`
+		// TLS of the connections to etcd (https:// endpoints).
+		TLS ClientTLS `yaml:"tls"`
+		// Username and PasswordFile authenticate to etcd (etcd auth);
+		// the password is read from the file, never from the config.
+		Username     string `yaml:"username"`
+		PasswordFile string `yaml:"password_file"`
 	} `yaml:"catalog"`
 	WAL struct {
 		// Kind is "nats" or "kafka".
@@ -108,10 +157,28 @@ type Config struct {
 			SyncAlways  bool     `yaml:"sync_always"`
 			Replicas    int      `yaml:"replicas"`
 			DedupWindow Duration `yaml:"dedup_window"`
+			// TLS of the connection to NATS.
+			TLS ClientTLS `yaml:"tls"`
+			// Credentials, at most one kind: a creds file (JWT and
+			// nkey seed), an nkey seed file, or a user and password
+			// file.
+			CredsFile    string `yaml:"creds_file"`
+			NKeyFile     string `yaml:"nkey_file"`
+			User         string `yaml:"user"`
+			PasswordFile string `yaml:"password_file"`
 		} `yaml:"nats"`
 		Kafka struct {
 			Brokers           []string `yaml:"brokers"`
 			ReplicationFactor int      `yaml:"replication_factor"`
+			// TLS of the connections to the brokers.
+			TLS  ClientTLS `yaml:"tls"`
+			SASL struct {
+				// Mechanism is "", PLAIN, SCRAM-SHA-256 or
+				// SCRAM-SHA-512.
+				Mechanism    string `yaml:"mechanism"`
+				User         string `yaml:"user"`
+				PasswordFile string `yaml:"password_file"`
+			} `yaml:"sasl"`
 		} `yaml:"kafka"`
 	} `yaml:"wal"`
 	Broadcast struct {
@@ -141,6 +208,13 @@ type Config struct {
 		PChannels []int  `yaml:"pchannels"`
 		// Coordinators are the API addresses a `walcast node` acks to.
 		Coordinators []string `yaml:"coordinators"`
+		// TokenFile holds the token (role node) a `walcast node`
+		// authenticates to the coordinators with.
+		TokenFile string `yaml:"token_file"`
+		// TLS of a `walcast node`'s connections to the coordinators: the
+		// CA their certificates chain to, and a client certificate (OU
+		// walcast:node) if it authenticates with one.
+		TLS ClientTLS `yaml:"tls"`
 	} `yaml:"nodes"`
 	Election struct {
 		// TTL is the coordinator lease: a dead leader is replaced after it.
@@ -163,6 +237,25 @@ type Config struct {
 	} `yaml:"meta"`
 }
 
+// ClientTLS is the TLS of a connection walcast makes (to etcd, NATS, Kafka,
+// coordinators). It is on when Enabled or any file is set.
+type ClientTLS struct {
+	// Enabled turns TLS on with the system's roots, without any file.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is the CA bundle the server's certificate must chain to;
+	// empty means the system's roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate and key (mTLS).
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name the server's certificate is checked
+	// against.
+	ServerName string `yaml:"server_name"`
+}
+
+// On reports whether the connection uses TLS.
+func (t ClientTLS) On() bool { return t != ClientTLS{} }
+
 // Default returns the configuration with every default of SPEC.md.
 func Default() Config {
 	var c Config
@@ -170,6 +263,8 @@ func Default() Config {
 	c.Cluster.Name = "walcast"
 	c.API.Addr = "127.0.0.1:7070"
 	c.API.MaxRequestBytes = 4 << 20
+	c.API.ReloadInterval = Duration(2 * time.Second)
+	c.Audit.File = "stderr"
 	c.Metrics.Addr = "127.0.0.1:7071"
 	c.Log.Level = "info"
 	c.Log.Format = "json"
@@ -408,7 +503,81 @@ func (c Config) Validate() error {
 			return bad("nodes.pchannels", "pchannel index %d is outside 0..%d", p, c.WAL.PChannels-1)
 		}
 	}
+	return c.validateSecurity(bad)
+}
+
+// validateSecurity checks the TLS, authentication and credential settings
+// (R9.8), and refuses an API on a non-loopback address without TLS and
+// authentication unless api.insecure says so.
+func (c Config) validateSecurity(bad func(key, format string, args ...any) error) error {
+	t := c.API.TLS
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return bad("api.tls", "cert_file and key_file go together")
+	case t.ClientCAFile != "" && t.CertFile == "":
+		return bad("api.tls.client_ca_file", "client certificates need TLS: set api.tls.cert_file and api.tls.key_file")
+	case t.RequireClientCert && t.ClientCAFile == "":
+		return bad("api.tls.require_client_cert", "needs api.tls.client_ca_file")
+	case c.API.ReloadInterval < Duration(100*time.Millisecond):
+		return bad("api.reload_interval", "%v is below 100ms", c.API.ReloadInterval.D())
+	case c.Metrics.TLS && t.CertFile == "":
+		return bad("metrics.tls", "serves with api.tls's certificate: set api.tls.cert_file and api.tls.key_file")
+	case c.Audit.File == "":
+		return bad("audit.file", `must be "stderr", "off" or a file path`)
+	}
+	for key, ct := range map[string]ClientTLS{"catalog.tls": c.Catalog.TLS, "wal.nats.tls": c.WAL.NATS.TLS,
+		"wal.kafka.tls": c.WAL.Kafka.TLS, "nodes.tls": c.Nodes.TLS} {
+		if (ct.CertFile == "") != (ct.KeyFile == "") {
+			return bad(key, "cert_file and key_file go together")
+		}
+	}
+	n := c.WAL.NATS
+	kinds := 0
+	for _, set := range []bool{n.CredsFile != "", n.NKeyFile != "", n.User != "" || n.PasswordFile != ""} {
+		if set {
+			kinds++
+		}
+	}
+	sasl := c.WAL.Kafka.SASL
+	switch {
+	case (c.Catalog.Username == "") != (c.Catalog.PasswordFile == ""):
+		return bad("catalog.username", "username and password_file go together")
+	case kinds > 1:
+		return bad("wal.nats", "set one kind of credentials: creds_file, nkey_file, or user and password_file")
+	case (n.User == "") != (n.PasswordFile == ""):
+		return bad("wal.nats.user", "user and password_file go together")
+	case !slices.Contains([]string{"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}, sasl.Mechanism):
+		return bad("wal.kafka.sasl.mechanism", "%q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", sasl.Mechanism)
+	case sasl.Mechanism != "" && (sasl.User == "" || sasl.PasswordFile == ""):
+		return bad("wal.kafka.sasl", "mechanism %s needs user and password_file", sasl.Mechanism)
+	case sasl.Mechanism == "" && (sasl.User != "" || sasl.PasswordFile != ""):
+		return bad("wal.kafka.sasl.mechanism", "user and password_file need a mechanism")
+	}
+	if c.API.Secure && (t.CertFile != "" || t.ClientCAFile != "" || c.API.Auth.TokenFile != "") {
+		return bad("api.secure", "makes its own api.tls and api.auth files: leave api.tls.* and api.auth.token_file unset")
+	}
+	if !c.API.Insecure && !c.API.Secure && !loopback(c.API.Addr) && !(t.CertFile != "" && c.AuthOn()) {
+		return bad("api.addr", "%s is not a loopback address: serving the API there needs TLS (api.tls.cert_file and api.tls.key_file, --api-tls-cert/--api-tls-key) and authentication (api.auth.token_file or api.tls.client_ca_file, --api-token-file/--api-client-ca), or api.insecure: true (--insecure) to serve it unprotected", c.API.Addr)
+	}
 	return nil
+}
+
+// AuthOn reports whether the API authenticates callers: with a token file
+// or a client CA bundle.
+func (c Config) AuthOn() bool { return c.API.Auth.TokenFile != "" || c.API.TLS.ClientCAFile != "" }
+
+// loopback reports whether a listen address binds to loopback only:
+// 127.0.0.0/8, ::1 or localhost. An empty host (every interface) is not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // YAML returns the configuration as a YAML document, as `walcast config

@@ -156,3 +156,80 @@ func TestR9_7_PrintedConfigLoadsBack(t *testing.T) {
 		t.Fatalf("printed config loads back differently:\n%s\n---\n%s", y, y2)
 	}
 }
+
+// TestR9_8_NonLoopbackNeedsTLSAndAuth: an API on an address other than
+// loopback refuses to start without TLS and authentication, naming the
+// settings, unless api.insecure says so; loopback runs as before.
+func TestR9_8_NonLoopbackNeedsTLSAndAuth(t *testing.T) {
+	with := func(mod func(*Config)) error {
+		c := Default()
+		mod(&c)
+		return c.Validate()
+	}
+	for _, addr := range []string{"127.0.0.1:7070", "[::1]:7070", "localhost:7070", "127.0.0.2:0"} {
+		if err := with(func(c *Config) { c.API.Addr = addr }); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"0.0.0.0:7070", ":7070", "10.0.0.11:7070", "[::]:7070", "walcast.example:7070"} {
+		err := with(func(c *Config) { c.API.Addr = addr })
+		if !errors.Is(err, ErrConfig) {
+			t.Errorf("%s without TLS and auth: %v", addr, err)
+			continue
+		}
+		for _, key := range []string{"api.addr", "api.tls.cert_file", "api.auth.token_file", "api.tls.client_ca_file", "api.insecure"} {
+			if !strings.Contains(err.Error(), key) {
+				t.Errorf("%s: error does not name %s: %v", addr, key, err)
+			}
+		}
+	}
+	ok := map[string]func(*Config){
+		"insecure": func(c *Config) { c.API.Insecure = true },
+		"TLS and tokens": func(c *Config) {
+			c.API.TLS.CertFile, c.API.TLS.KeyFile, c.API.Auth.TokenFile = "s.crt", "s.key", "tokens.json"
+		},
+		"TLS and client certificates": func(c *Config) {
+			c.API.TLS.CertFile, c.API.TLS.KeyFile, c.API.TLS.ClientCAFile = "s.crt", "s.key", "ca.crt"
+		},
+		"secure standalone": func(c *Config) { c.API.Secure = true },
+	}
+	for name, mod := range ok {
+		if err := with(func(c *Config) { c.API.Addr = "0.0.0.0:7070"; mod(c) }); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, mod := range map[string]func(*Config){
+		"tokens without TLS": func(c *Config) { c.API.Auth.TokenFile = "tokens.json" },
+		"TLS without auth":   func(c *Config) { c.API.TLS.CertFile, c.API.TLS.KeyFile = "s.crt", "s.key" },
+	} {
+		if err := with(func(c *Config) { c.API.Addr = "0.0.0.0:7070"; mod(c) }); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s on 0.0.0.0: %v", name, err)
+		}
+	}
+}
+
+func TestR9_8_SecuritySettingsNameTheSetting(t *testing.T) {
+	for key, mod := range map[string]func(*Config){
+		"api.tls":                     func(c *Config) { c.API.TLS.CertFile = "s.crt" },
+		"api.tls.client_ca_file":      func(c *Config) { c.API.TLS.ClientCAFile = "ca.crt" },
+		"api.tls.require_client_cert": func(c *Config) { c.API.TLS.RequireClientCert = true },
+		"api.reload_interval":         func(c *Config) { c.API.ReloadInterval = Duration(time.Millisecond) },
+		"api.secure":                  func(c *Config) { c.API.Secure = true; c.API.Auth.TokenFile = "t.json" },
+		"metrics.tls":                 func(c *Config) { c.Metrics.TLS = true },
+		"audit.file":                  func(c *Config) { c.Audit.File = "" },
+		"catalog.tls":                 func(c *Config) { c.Catalog.TLS.KeyFile = "k" },
+		"catalog.username":            func(c *Config) { c.Catalog.Username = "root" },
+		"wal.nats":                    func(c *Config) { c.WAL.NATS.CredsFile, c.WAL.NATS.NKeyFile = "a", "b" },
+		"wal.nats.user":               func(c *Config) { c.WAL.NATS.User = "u" },
+		"wal.kafka.sasl.mechanism":    func(c *Config) { c.WAL.Kafka.SASL.Mechanism = "GSSAPI" },
+		"wal.kafka.sasl":              func(c *Config) { c.WAL.Kafka.SASL.Mechanism = "PLAIN" },
+		"nodes.tls":                   func(c *Config) { c.Nodes.TLS.CertFile = "c" },
+	} {
+		c := Default()
+		mod(&c)
+		err := c.Validate()
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
@@ -78,6 +79,10 @@ func codeOf(err error) (connect.Code, string) {
 	switch {
 	case err == nil:
 		return 0, ""
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return connect.CodeUnauthenticated, ""
+	case errors.Is(err, auth.ErrPermissionDenied):
+		return connect.CodePermissionDenied, ""
 	case errors.Is(err, ErrNotLeader):
 		return connect.CodeUnavailable, ReasonNotLeader
 	case errors.Is(err, ErrNotPrimary):
@@ -151,6 +156,9 @@ func toConnectError(err error) *connect.Error {
 	code, reason := codeOf(err)
 	msg := err
 	var leader string
+	if code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied {
+		msg = errors.New(auth.Message(err)) // the code says it already
+	}
 	switch reason {
 	case ReasonTaskNotCreated:
 		msg = fmt.Errorf("%w (nothing was persisted or appended; retrying is safe)", err)

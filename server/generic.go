@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 
+	"connectrpc.com/connect"
+
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
@@ -32,7 +34,7 @@ func (GenericApp) Register(types *message.Registry, _ *broadcast.Callbacks) erro
 }
 
 // Handlers adds none.
-func (GenericApp) Handlers(Leader) map[string]http.Handler { return nil }
+func (GenericApp) Handlers(Leader, ...connect.HandlerOption) map[string]http.Handler { return nil }
 
 // Applier counts applied copies per vchannel.
 func (GenericApp) Applier(string) node.Applier { return &CountingApplier{} }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/embedetcd"
@@ -43,7 +45,8 @@ type App interface {
 	Register(types *message.Registry, cbs *broadcast.Callbacks) error
 	// Handlers returns extra API handlers by path, served beside
 	// BroadcastService; l gives the broadcaster while this process leads.
-	Handlers(l Leader) map[string]http.Handler
+	// The process passes opts (its audit interceptor) for the handlers.
+	Handlers(l Leader, opts ...connect.HandlerOption) map[string]http.Handler
 	// Applier returns the state a streaming node keeps of the copies it
 	// applies.
 	Applier(node string) node.Applier
@@ -104,6 +107,9 @@ type Process struct {
 	apiAddr, metricsAddr string
 	ready                *prober // nil unless the process runs a coordinator
 	natsURL              string
+	sec                  *security
+	metricsScheme        string       // "https" with metrics.tls
+	secure               *SecureFiles // api.secure's files
 
 	mu      sync.Mutex
 	closers []func() error // run in reverse by Close
@@ -146,6 +152,10 @@ func (p *Process) Ready(ctx context.Context) Readiness {
 	return r
 }
 
+// Secure returns the files of a secure standalone (api.secure), nil
+// otherwise.
+func (p *Process) Secure() *SecureFiles { return p.secure }
+
 // Registry is the process's Prometheus registry.
 func (p *Process) Registry() *prometheus.Registry { return p.reg }
 
@@ -182,17 +192,32 @@ func (p *Process) fail(err error) {
 	}
 }
 
-func newProcess(cfg Config, log *slog.Logger) *Process {
+func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
+	sec, err := newSecurity(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1)}
+	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec}
+	p.onClose(sec.close)
 	if stop, err := setupTracing(cfg); err != nil {
 		log.Error("tracing disabled", "err", err)
 	} else {
 		p.onClose(stop)
 	}
-	return p
+	return p, nil
 }
+
+// Reload reads the API's TLS files and token file again if they changed
+// (walcast reloads them on SIGHUP, and every api.reload_interval). On error
+// what was loaded before stays in force.
+func (p *Process) Reload() error { return p.sec.reload() }
+
+// Auth is the authenticator of the API's callers, nil when authentication
+// is off. Plain HTTP handlers served beside the API (the console) check
+// their requests with it (Authenticate, RequireRole).
+func (p *Process) Auth() *auth.Authenticator { return p.sec.authn }
 
 // StartStandalone starts everything on one machine (R9.1): an embedded etcd
 // and an embedded NATS JetStream server with their data under DataDir, the
@@ -201,7 +226,19 @@ func newProcess(cfg Config, log *slog.Logger) *Process {
 // task (R4.8).
 func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err error) {
 	log := cfg.Logger()
-	p := newProcess(cfg, log)
+	var files *SecureFiles
+	if cfg.API.Secure {
+		c, f, err := SetupSecure(cfg)
+		if err != nil {
+			return nil, err
+		}
+		cfg, files = c, &f
+	}
+	p, err := newProcess(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	p.secure = files
 	defer func() {
 		if err != nil {
 			_ = p.Close()
@@ -295,12 +332,18 @@ func (p *Process) waitLeader(ctx context.Context, c *Coordinator) error {
 // and tells clients the leader's address while it stands by.
 func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err error) {
 	log := cfg.Logger()
-	p := newProcess(cfg, log)
+	p, err := newProcess(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			_ = p.Close()
 		}
 	}()
+	if cfg.API.Secure {
+		return nil, fmt.Errorf("%w: api.secure is for standalone: give a coordinator the cluster's certificates and token file (api.tls.*, api.auth.token_file)", ErrConfig)
+	}
 	if len(cfg.Catalog.Endpoints) == 0 {
 		return nil, fmt.Errorf("%w: catalog.endpoints: a coordinator needs the etcd cluster's endpoints (--etcd)", ErrConfig)
 	}
@@ -334,7 +377,10 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 // coordinators).
 func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *Process, err error) {
 	log := cfg.Logger()
-	p := newProcess(cfg, log)
+	p, err := newProcess(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			_ = p.Close()
@@ -414,36 +460,32 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	p.Coord = coord
 	mux := http.NewServeMux()
-	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log)}
+	hopts := p.sec.handlerOptions()
+	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...)}
 	if o, ok := app.(TypeOwner); ok {
 		opts = append(opts, WithReservedTypes(o.OwnedTypes()...))
 	}
 	path, h := NewBroadcastHandler(coord, opts...)
 	mux.Handle(path, h)
 	services := []string{serviceName(path)}
-	for path, h := range app.Handlers(coord) {
+	for path, h := range app.Handlers(coord, hopts...) {
 		mux.Handle(path, h)
 		services = append(services, serviceName(path))
 	}
 	rp := newReplication(coord.leading, w, cfg.PChannelNames(), cfg.WAL.Lanes, cfg.Cluster.Name, p.log)
-	path, h = newReplicationHandler(coord, rp, p.log, append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))...)
+	path, h = newReplicationHandler(coord, rp, p.log, append(append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
 	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout}
 	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true) // gRPC without TLS on 127.0.0.1
-	srv.Protocols = &protos
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			p.fail(fmt.Errorf("api server: %w", err))
-		}
-	}()
+	shutdown := p.sec.serve(ln, p.sec.handler(mux), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		p.sec.watch(cctx, cfg.API.ReloadInterval.D())
+	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
 		if err := coord.Run(cctx); err != nil {
@@ -457,8 +499,9 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	p.onClose(func() error {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
-		_ = srv.Shutdown(sctx)
+		_ = shutdown(sctx)
 		cancel()
+		<-done
 		<-done
 		<-done
 		return nil
@@ -500,7 +543,13 @@ func (p *Process) serveMetrics(cfg Config) error {
 	// serve no API).
 	mux.HandleFunc("/healthz", serveHealthz)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { writeReadiness(w, r, p.Ready(r.Context())) })
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)}
+	if tc := p.sec.metricsTLS(cfg); tc != nil {
+		srv.TLSConfig = tc
+		ln = tls.NewListener(ln, tc)
+		p.metricsScheme = "https"
+	}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			p.fail(fmt.Errorf("metrics server: %w", err))
@@ -530,14 +579,22 @@ func (p *Process) ReadyLine(mode string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "walcast %s ready:", mode)
 	if p.apiAddr != "" {
-		fmt.Fprintf(&b, " api=http://%s", p.apiAddr)
+		fmt.Fprintf(&b, " api=%s://%s", p.sec.scheme(), p.apiAddr)
 	}
 	if p.metricsAddr != "" {
-		fmt.Fprintf(&b, " metrics=http://%s/metrics", p.metricsAddr)
+		scheme := p.metricsScheme
+		if scheme == "" {
+			scheme = "http"
+		}
+		fmt.Fprintf(&b, " metrics=%s://%s/metrics", scheme, p.metricsAddr)
 	}
 	if p.natsURL != "" {
 		fmt.Fprintf(&b, " wal=%s", p.natsURL)
 	}
 	fmt.Fprintf(&b, " data=%s", p.cfg.DataDir)
+	if f := p.secure; f != nil {
+		fmt.Fprintf(&b, "\nsecure: TLS with CA %s, admin token in %s; for example\n  walcast tasks list --addr %s --tls-ca %s --token-file %s",
+			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
+	}
 	return b.String()
 }

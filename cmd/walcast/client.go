@@ -36,13 +36,11 @@ func (g *globals) dial(cmd *cobra.Command) (*client.Client, context.Context, con
 	if err != nil || d <= 0 {
 		return nil, nil, nil, usageError{fmt.Errorf("--timeout %q is not a positive duration", g.timeout)}
 	}
-	var addrs []string
-	for _, a := range strings.Split(g.addr, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
+	opts, err := g.conn.options()
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	c, err := client.New(addrs)
+	c, err := client.New(g.conn.addrs(), opts...)
 	if err != nil {
 		return nil, nil, nil, usageError{err}
 	}

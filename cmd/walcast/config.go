@@ -13,22 +13,29 @@ import (
 // serverFlags are the settings server commands take as flags; each maps to a
 // configuration key (flags beat environment beats the YAML file).
 var serverFlags = map[string]string{
-	"data-dir":     "data_dir",
-	"api-addr":     "api.addr",
-	"metrics-addr": "metrics.addr",
-	"pchannels":    "wal.pchannels",
-	"nodes":        "nodes.count",
-	"log-level":    "log.level",
-	"log-format":   "log.format",
-	"etcd":         "catalog.endpoints",
-	"nats":         "wal.nats.url",
-	"kafka":        "wal.kafka.brokers",
-	"wal":          "wal.kind",
-	"name":         "nodes.name",
-	"consume":      "nodes.pchannels",
-	"coordinators": "nodes.coordinators",
-	"advertise":    "api.advertise",
-	"cluster":      "cluster.name",
+	"data-dir":       "data_dir",
+	"api-addr":       "api.addr",
+	"metrics-addr":   "metrics.addr",
+	"pchannels":      "wal.pchannels",
+	"nodes":          "nodes.count",
+	"log-level":      "log.level",
+	"log-format":     "log.format",
+	"etcd":           "catalog.endpoints",
+	"nats":           "wal.nats.url",
+	"kafka":          "wal.kafka.brokers",
+	"wal":            "wal.kind",
+	"name":           "nodes.name",
+	"consume":        "nodes.pchannels",
+	"coordinators":   "nodes.coordinators",
+	"advertise":      "api.advertise",
+	"cluster":        "cluster.name",
+	"api-tls-cert":   "api.tls.cert_file",
+	"api-tls-key":    "api.tls.key_file",
+	"api-client-ca":  "api.tls.client_ca_file",
+	"api-token-file": "api.auth.token_file",
+	"insecure":       "api.insecure",
+	"secure":         "api.secure",
+	"audit-file":     "audit.file",
 }
 
 // addServerFlags declares the server flags on fs, with the defaults shown.
@@ -51,6 +58,13 @@ func addServerFlags(fs *pflag.FlagSet, configPath *string) {
 	fs.String("name", "", "node name (walcast node)")
 	fs.IntSlice("consume", nil, "pchannel indexes this node consumes (walcast node)")
 	fs.StringSlice("coordinators", nil, "coordinator API addresses a node acks to (walcast node)")
+	fs.String("api-tls-cert", "", "serve the API over TLS with this certificate (PEM; reloaded on change or SIGHUP)")
+	fs.String("api-tls-key", "", "key of --api-tls-cert")
+	fs.String("api-client-ca", "", "CA bundle client certificates are verified against (mTLS identities)")
+	fs.String("api-token-file", "", "token file of the API's bearer tokens (walcast auth token create)")
+	fs.Bool("insecure", false, "allow a non-loopback --api-addr without TLS and authentication")
+	fs.Bool("secure", false, "standalone: make (once) a local CA, server certificate and admin token under --data-dir/secure and require TLS and credentials")
+	fs.String("audit-file", d.Audit.File, `audit log: "stderr", "off" or a file`)
 }
 
 func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {

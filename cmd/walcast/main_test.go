@@ -57,7 +57,7 @@ type proc struct {
 	output strings.Builder
 }
 
-var readyRE = regexp.MustCompile(`ready:(?: api=http://(\S+))?`)
+var readyRE = regexp.MustCompile(`ready:(?: api=https?://(\S+))?`)
 
 // start runs walcast with args and waits for its ready line.
 func start(t testing.TB, name string, args ...string) *proc {

@@ -307,7 +307,12 @@ func metaGrantCmd(g *globals, grant bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: use, Short: short, Args: cobra.ExactArgs(2),
 		Long: short + `. PRIVILEGE is Insert, Delete, Upsert, Query, Search, Import, CreateIndex,
-DropIndex, DescribeCollection or All; --db and --collection may be "*" for all.`,
+DropIndex, DescribeCollection, CreateDatabase, DropDatabase, CreateCollection,
+DropCollection, RenameCollection or All; --db and --collection may be "*" for all.
+With authentication on, a writer's metadata DDL needs the matching privilege for
+the user named like its token or certificate (admins need none); database-level
+privileges (CreateCollection, DropDatabase) need --collection "*", CreateDatabase
+needs --db "*".`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gr := &walcastv1.Grant{User: args[0], Privilege: args[1], Database: db, Collection: coll}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {

@@ -12,7 +12,7 @@ var version = "dev"
 
 // globals are the flags every client command shares.
 type globals struct {
-	addr    string
+	conn    connFlags
 	json    bool
 	timeout string
 }
@@ -31,11 +31,11 @@ client commands below (they use --addr, default 127.0.0.1:7070).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.addr, "addr", "127.0.0.1:7070", "coordinator API address (host:port or http://host:port)")
+	addConnFlags(root.PersistentFlags(), &g.conn)
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	root.PersistentFlags().StringVar(&g.timeout, "timeout", "30s", "overall deadline of a client command")
-	root.AddCommand(versionCmd(g), configCmd(), benchCmd(g))
-	root.AddCommand(serverCmds()...)
+	root.AddCommand(versionCmd(g), configCmd(), benchCmd(g), authCmd(g))
+	root.AddCommand(serverCmds(g)...)
 	root.AddCommand(clientCmds(g)...)
 	root.AddCommand(metaCmds(g)...)
 	return root

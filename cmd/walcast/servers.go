@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
@@ -14,18 +18,31 @@ import (
 	"github.com/walcast/walcast/server"
 )
 
-func serverCmds() []*cobra.Command {
-	return []*cobra.Command{standaloneCmd(), coordCmd(), nodeCmd()}
+func serverCmds(g *globals) []*cobra.Command {
+	return []*cobra.Command{standaloneCmd(), coordCmd(), nodeCmd(g)}
 }
 
 // serve runs a started process until the command's context ends (Ctrl-C) or
-// a part fails, then stops it.
+// a part fails, then stops it. SIGHUP reloads the API's certificates and
+// token file.
 func serve(ctx context.Context, cmd *cobra.Command, p *server.Process, mode string) error {
 	fmt.Fprintln(cmd.OutOrStdout(), p.ReadyLine(mode))
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-p.Err():
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err = <-p.Err():
+			break wait
+		case <-hup:
+			if rerr := p.Reload(); rerr != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "walcast: reload on SIGHUP:", rerr)
+			}
+		}
 	}
 	if cerr := p.Close(); err == nil {
 		err = cerr
@@ -81,7 +98,7 @@ func serverCmd(use, mode, short, long string, start func(context.Context, server
 	return cmd
 }
 
-func nodeCmd() *cobra.Command {
+func nodeCmd(g *globals) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -89,7 +106,9 @@ func nodeCmd() *cobra.Command {
 		Long: `Run a cluster-mode streaming node. It reads the pchannels given by --consume (indexes)
 from the WAL, applies each broadcast copy once per vchannel (deduplicated by broadcast id,
 across re-deliveries and restarts; state under --data-dir/nodes/<name>), and acks every
-copy to the coordinators given by --coordinators, following the leader.
+copy to the coordinators given by --coordinators, following the leader. With
+authentication on, it authenticates as a token or certificate of role node
+(nodes.token_file, nodes.tls.*, or the --token-file/--tls-* flags).
 
 ` + envHelp,
 		Example: "  walcast node --name n1 --consume 0,2 --nats nats://10.0.0.5:4222 --coordinators 10.0.0.1:7070,10.0.0.2:7070",
@@ -106,7 +125,11 @@ copy to the coordinators given by --coordinators, following the leader.
 			if err != nil {
 				return err
 			}
-			c, err := client.New(cfg.Nodes.Coordinators)
+			opts, err := nodeClientOptions(cfg, &g.conn, cmd.Flags())
+			if err != nil {
+				return err
+			}
+			c, err := client.New(cfg.Nodes.Coordinators, opts...)
 			if err != nil {
 				return err
 			}
@@ -146,4 +169,37 @@ func (a clientAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 		return fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
 	}
 	return err
+}
+
+// nodeClientOptions are the options of a node's client of the coordinators:
+// nodes.token_file and nodes.tls, each overridden by the connection flags
+// when given.
+func nodeClientOptions(cfg server.Config, f *connFlags, fs *pflag.FlagSet) ([]client.Option, error) {
+	set := func(name string, v string, into *string) {
+		if fs.Changed(name) {
+			*into = v
+		}
+	}
+	tf, t := cfg.Nodes.TokenFile, cfg.Nodes.TLS
+	set("token-file", f.tokenFile, &tf)
+	set("tls-ca", f.tlsCA, &t.CAFile)
+	set("tls-cert", f.tlsCert, &t.CertFile)
+	set("tls-key", f.tlsKey, &t.KeyFile)
+	set("tls-server-name", f.tlsServerName, &t.ServerName)
+	var opts []client.Option
+	switch {
+	case f.token != "":
+		opts = append(opts, client.WithToken(f.token))
+	case tf != "":
+		opts = append(opts, client.WithTokenFile(tf))
+	}
+	if t.On() {
+		tc, err := client.TLSConfig(t.CAFile, t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nodes.tls: %w", err)
+		}
+		tc.ServerName = t.ServerName
+		opts = append(opts, client.WithTLS(tc))
+	}
+	return opts, nil
 }

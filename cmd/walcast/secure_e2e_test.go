@@ -1,0 +1,106 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestR9_8_SecureStandaloneThroughTheCLI runs `walcast standalone --secure`
+// as a real process and drives it with the CLI only: TLS and the admin
+// token it made work, missing credentials and plain HTTP are refused with
+// errors that say what to do, a writer token made with `walcast auth token
+// create` broadcasts but cannot complete a callback, its revocation takes
+// effect on SIGHUP, a client certificate made with `walcast auth cert
+// create` authenticates with its role, and the audit log records the
+// refusals without any token.
+func TestR9_8_SecureStandaloneThroughTheCLI(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	p := start(t, "standalone", "standalone", "--secure", "--data-dir", dir, "--api-addr", "127.0.0.1:0",
+		"--metrics-addr", "", "--audit-file", audit)
+	if !regexp.MustCompile(`ready: api=https://127\.0\.0\.1:\d+ `).MatchString(p.out()) {
+		t.Fatalf("ready line without https:\n%s", p.out())
+	}
+	sec := filepath.Join(dir, "secure")
+	ca, adminTok, tokens := filepath.Join(sec, "ca.crt"), filepath.Join(sec, "admin.token"), filepath.Join(sec, "tokens.json")
+	tlsFlags := []string{"--addr", p.api, "--tls-ca", ca}
+	cli := func(args ...string) (string, error) { return run(t, args...) }
+	mustFail := func(want string, args ...string) {
+		t.Helper()
+		out, err := cli(args...)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("walcast %s: %v (%s); want a failure saying %q", strings.Join(args, " "), err, out, want)
+		}
+	}
+
+	if out, err := cli(append([]string{"tasks", "list", "--token-file", adminTok}, tlsFlags...)...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	mustFail("unauthenticated: no credentials", append([]string{"tasks", "list"}, tlsFlags...)...)
+	mustFail("this address serves TLS", "tasks", "list", "--addr", p.api)
+	mustFail("not signed by a CA this client trusts", "tasks", "list", "--addr", "https://"+p.api, "--token-file", adminTok)
+
+	// A writer token, made while the server runs.
+	out, err := cli("auth", "token", "create", "--file", tokens, "--name", "ci", "--role", "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writerTok := filepath.Join(t.TempDir(), "ci.token")
+	if err := os.WriteFile(writerTok, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	broadcast := append([]string{"broadcast", "--type", "Generic.v1", "--payload", "x", "--vchannel", "wal-1/a",
+		"--key", "Collection:db:c@X", "--token-file", writerTok}, tlsFlags...)
+	waitUntil(t, "the server to load the new token", func() bool {
+		_, err := cli(broadcast...)
+		return err == nil
+	})
+	mustFail("permission_denied", append([]string{"tasks", "complete", "1", "--reason", "r", "--token-file", writerTok}, tlsFlags...)...)
+	if out, err := cli("auth", "token", "list", "--file", tokens); err != nil || !strings.Contains(out, "ci") || !strings.Contains(out, "writer") {
+		t.Fatalf("token list: %v\n%s", err, out)
+	}
+	if _, err := cli("auth", "token", "revoke", "--file", tokens, "ci"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "SIGHUP to revoke the token", func() bool {
+		_, err := cli(append([]string{"tasks", "list", "--token-file", writerTok}, tlsFlags...)...)
+		return err != nil && strings.Contains(err.Error(), "unauthenticated")
+	})
+
+	// A reader certificate of the local CA.
+	certOut := filepath.Join(t.TempDir(), "viewer")
+	if _, err := cli("auth", "cert", "create", "--ca-cert", ca, "--ca-key", filepath.Join(sec, "ca.key"),
+		"--name", "viewer", "--role", "reader", "--out", certOut); err != nil {
+		t.Fatal(err)
+	}
+	certFlags := append([]string{"--tls-cert", certOut + ".crt", "--tls-key", certOut + ".key"}, tlsFlags...)
+	if out, err := cli(append([]string{"tasks", "list"}, certFlags...)...); err != nil || !strings.Contains(out, "Generic.v1") {
+		t.Fatalf("tasks list with a reader certificate: %v\n%s", err, out)
+	}
+	mustFail("permission_denied", append([]string{"broadcast", "--type", "Generic.v1", "--payload", "x", "--vchannel", "wal-1/b"}, certFlags...)...)
+
+	p.stop()
+	raw, err := os.ReadFile(audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(raw), `"msg":"refused"`); n < 4 {
+		t.Errorf("audit log has %d refusals, want at least 4:\n%s", n, raw)
+	}
+	for _, f := range []string{adminTok, writerTok} {
+		tok, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := strings.TrimSpace(string(tok)); strings.Contains(string(raw), s[len(s)-43:]) {
+			t.Errorf("audit log holds the token of %s", f)
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/auth"
+)
+
+// privilegeOf names the privilege a request needs when the API
+// authenticates its callers (R9.8), and the object it needs it on: a
+// collection (db and coll), a database (coll empty: the grant must cover
+// the whole database, collection "*"), or, for CreateDatabase, the new
+// database's name. Requests it does not name need no privilege: listings
+// and views (role reader), users and grants (role admin, which bypasses
+// privileges anyway).
+func privilegeOf(req any) (priv, db, coll string, ok bool) {
+	switch r := req.(type) {
+	case *walcastv1.CreateDatabaseRequest:
+		return "CreateDatabase", r.GetName(), "", true
+	case *walcastv1.DropDatabaseRequest:
+		return "DropDatabase", r.GetName(), "", true
+	case *walcastv1.CreateCollectionRequest:
+		return "CreateCollection", r.GetDatabase(), "", true
+	case *walcastv1.DropCollectionRequest:
+		return "DropCollection", r.GetDatabase(), r.GetName(), true
+	case *walcastv1.RenameCollectionRequest:
+		return "RenameCollection", r.GetDatabase(), r.GetOldName(), true
+	case *walcastv1.DescribeCollectionRequest:
+		return "DescribeCollection", r.GetDatabase(), r.GetName(), true
+	case *walcastv1.CreateIndexRequest:
+		return "CreateIndex", r.GetDatabase(), r.GetCollection(), true
+	case *walcastv1.DropIndexRequest:
+		return "DropIndex", r.GetDatabase(), r.GetCollection(), true
+	case *walcastv1.ImportRequest:
+		return "Import", r.GetDatabase(), r.GetCollection(), true
+	}
+	return "", "", "", false
+}
+
+// covers reports whether grant g gives priv on db (and coll, if not
+// empty) to its user: the same privilege or All, on that object or a
+// wildcard over it.
+func covers(g grantRecord, priv, db, coll string) bool {
+	if g.Privilege != priv && g.Privilege != "All" {
+		return false
+	}
+	if g.Database != wildcard && g.Database != db {
+		return false
+	}
+	if coll == "" {
+		return g.Collection == wildcard
+	}
+	return g.Collection == wildcard || g.Collection == coll
+}
+
+// authorize checks that the caller of req (the identity the API's
+// authentication put in ctx) holds the metadata privilege req needs.
+// Without an identity (authentication off, or a call in process) and for
+// admins nothing is checked. Refusals match auth.ErrPermissionDenied and
+// change nothing: they come before any lock or broadcast.
+func (s *Service) authorize(ctx context.Context, req any) error {
+	id, ok := auth.FromContext(ctx)
+	if !ok || id.Role == auth.Admin {
+		return nil
+	}
+	priv, db, coll, ok := privilegeOf(req)
+	if !ok {
+		return nil
+	}
+	obj := db
+	if coll != "" {
+		obj += "." + coll
+	}
+	// The identity is the metadata user of the same name; a name that
+	// cannot be one (a certificate CN with a "/") holds no grants.
+	if checkName("user", id.Name) != nil {
+		return fmt.Errorf("%w: %s needs privilege %s on %s; %q is not a metadata user name, so it holds no grants",
+			auth.ErrPermissionDenied, id.Name, priv, obj, id.Name)
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return err
+	}
+	grants, err := list[grantRecord](ctx, r, prefixGrant+id.Name+"/")
+	if err != nil {
+		return err
+	}
+	for _, g := range grants {
+		if g.User == id.Name && covers(g, priv, db, coll) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s needs privilege %s on %s", auth.ErrPermissionDenied, id.Name, priv, obj)
+}
