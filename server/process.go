@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
@@ -278,7 +279,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	cfg.WAL.NATS.URL = ns.ClientURL()
 	p.natsURL = ns.ClientURL()
 	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
-	w, err := p.openWAL(ctx, cfg)
+	w, err := p.openWAL(ctx, cfg, false)
 	if err != nil {
 		return nil, err
 	}
@@ -352,13 +353,17 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 	}
 	// The etcd client logs through the process logger, in its format,
 	// not in zap's default JSON.
-	client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Catalog.Endpoints, DialTimeout: cfg.Catalog.DialTimeout.D(),
-		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)})
+	ec := clientv3.Config{Endpoints: cfg.Catalog.Endpoints, DialTimeout: cfg.Catalog.DialTimeout.D(),
+		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)}
+	if err := etcdTLS(cfg, &ec); err != nil {
+		return nil, err
+	}
+	client, err := clientv3.New(ec)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.onClose(client.Close)
-	w, err := p.openWAL(ctx, cfg)
+	w, err := p.openWAL(ctx, cfg, true)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +394,7 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	if cfg.Nodes.Name == "" || len(cfg.Nodes.PChannels) == 0 {
 		return nil, fmt.Errorf("%w: nodes.name and nodes.pchannels: a node needs a name and the pchannels it consumes (--name, --consume)", ErrConfig)
 	}
-	w, err := p.openWAL(ctx, cfg)
+	w, err := p.openWAL(ctx, cfg, true)
 	if err != nil {
 		return nil, err
 	}
@@ -411,18 +416,36 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	return p, nil
 }
 
-func (p *Process) openWAL(ctx context.Context, cfg Config) (*wal.WAL, error) {
+// openWAL opens the WAL of cfg; external says it is not the embedded NATS
+// of standalone, which takes no TLS or credentials.
+func (p *Process) openWAL(ctx context.Context, cfg Config, external bool) (*wal.WAL, error) {
 	var log wal.Log
 	var err error
 	lanes := wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames())
 	switch cfg.WAL.Kind {
 	case "kafka":
+		opts, oerr := kafkaOptions(cfg)
+		if oerr != nil {
+			return nil, oerr
+		}
+		if len(opts) > 0 {
+			if oerr := kafkaPreflight(ctx, cfg.WAL.Kafka.Brokers, opts); oerr != nil {
+				return nil, oerr
+			}
+		}
 		// Validate bounds the replication factor to 0..MaxInt16.
 		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes,
-			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor)})
+			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), ClientOptions: opts})
 	default:
+		var opts []natsgo.Option
+		if external {
+			var oerr error
+			if opts, oerr = natsOptions(cfg); oerr != nil {
+				return nil, oerr
+			}
+		}
 		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes,
-			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D()})
+			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D(), Options: opts})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
@@ -473,6 +496,10 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		services = append(services, serviceName(path))
 	}
 	rp := newReplication(coord.leading, w, cfg.PChannelNames(), cfg.WAL.Lanes, cfg.Cluster.Name, p.log)
+	if rp.sourceOptions, err = natsOptions(cfg); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	path, h = newReplicationHandler(coord, rp, p.log, append(append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	natsgo "github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -33,6 +34,9 @@ type replication struct {
 	cluster  string
 	log      *slog.Logger
 	interval time.Duration
+	// sourceOptions are the NATS options the primary's WAL is read with:
+	// this process's wal.nats TLS and credentials.
+	sourceOptions []natsgo.Option
 	// start opens the primary's WAL at source and runs a replicator on it
 	// (startReplicator; tests replace it).
 	start func(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error)
@@ -113,7 +117,7 @@ func (rp *replication) reconcile(ctx context.Context) {
 // startReplicator opens the primary's WAL and runs a replicator from it into
 // this cluster's WAL until the run is cancelled.
 func (rp *replication) startReplicator(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error) {
-	src, err := walnats.New(ctx, walnats.Config{URL: source, PChannels: wal.Lanes(rp.lanes, rp.pchans)})
+	src, err := walnats.New(ctx, walnats.Config{URL: source, PChannels: wal.Lanes(rp.lanes, rp.pchans), Options: rp.sourceOptions})
 	if err != nil {
 		return nil, err
 	}

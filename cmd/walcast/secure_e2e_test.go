@@ -1,12 +1,17 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/walcast/walcast/auth"
+	"github.com/walcast/walcast/internal/pki"
 )
 
 // TestR9_8_SecureStandaloneThroughTheCLI runs `walcast standalone --secure`
@@ -102,5 +107,55 @@ func TestR9_8_SecureStandaloneThroughTheCLI(t *testing.T) {
 		if s := strings.TrimSpace(string(tok)); strings.Contains(string(raw), s[len(s)-43:]) {
 			t.Errorf("audit log holds the token of %s", f)
 		}
+	}
+}
+
+// TestR9_8_NodeAcksWithTheNodeRole runs a coordinator serving TLS and
+// tokens and a streaming node as real processes: the node authenticates
+// with a token of role node over TLS, and its acks complete a broadcast
+// that waits for them (GenericSync).
+func TestR9_8_NodeAcksWithTheNodeRole(t *testing.T) {
+	startShared(t)
+	dir := t.TempDir()
+	ca, err := pki.NewCA("cluster CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, k, err := ca.Issue(pki.Localhost())
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile, tokens := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "coord.crt"), filepath.Join(dir, "coord.key"), filepath.Join(dir, "tokens.json")
+	for path, data := range map[string][]byte{caFile: ca.CertPEM, certFile: c, keyFile: k} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokenFile := func(name string, role auth.Role) string {
+		tok, _, err := auth.CreateToken(tokens, name, role, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, name+".token")
+		if err := os.WriteFile(f, []byte(tok), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	admin, nodeTok := tokenFile("ops", auth.Admin), tokenFile("n0", auth.Node)
+	t.Setenv("WALCAST_CATALOG_PREFIX", fmt.Sprintf("securenode%d/", time.Now().UnixNano()))
+	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
+	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--metrics-addr", ""}
+	coord := start(t, "coord", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--api-tls-cert", certFile, "--api-tls-key", keyFile, "--api-token-file", tokens, "--audit-file", "off"}, common...)...)
+	if !strings.Contains(coord.out(), "api=https://") {
+		t.Fatalf("coordinator ready line:\n%s", coord.out())
+	}
+	start(t, "node", append([]string{"node", "--name", "n0", "--consume", "0,1,2,3", "--coordinators", coord.api,
+		"--data-dir", t.TempDir(), "--tls-ca", caFile, "--token-file", nodeTok}, common...)...)
+	out, err := run(t, "broadcast", "--type", "GenericSync.v1", "--payload", "acked", "--vchannel", "wal-1/s",
+		"--addr", coord.api, "--tls-ca", caFile, "--token-file", admin, "--timeout", "60s")
+	if err != nil || !strings.Contains(out, "outcome succeeded") {
+		t.Fatalf("a broadcast the node must ack: %v\n%s", err, out)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -89,10 +90,27 @@ type Config struct {
 	// Logger receives etcd's warnings and errors; nil drops all of etcd's
 	// logs.
 	Logger *slog.Logger
+	// TLS, if set, serves clients over TLS: the endpoints are https://.
+	TLS *TLS
+}
+
+// TLS is the client-facing TLS of a member, PEM files.
+type TLS struct {
+	// CertFile and KeyFile are the member's certificate and key.
+	CertFile, KeyFile string
+	// CAFile is the CA bundle that clients' certificates are verified
+	// against when ClientCertAuth is set, and that Server.Client trusts.
+	CAFile string
+	// ClientCertAuth requires client certificates.
+	ClientCertAuth bool
+	// ClientCertFile and ClientKeyFile are the certificate Server.Client
+	// presents.
+	ClientCertFile, ClientKeyFile string
 }
 
 // Server is a running embedded member.
 type Server struct {
+	tls         *TLS
 	etcd        *embed.Etcd
 	lock        *fileutil.LockedFile
 	endpoints   []string
@@ -199,7 +217,11 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 			}
 		}
 	}
-	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+	}
+	clientURL := url.URL{Scheme: scheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
 	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
 
 	ec := embed.NewConfig()
@@ -212,6 +234,10 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
 	ec.MaxRequestBytes = uint(cfg.MaxRequestBytes)
+	if t := cfg.TLS; t != nil {
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile,
+			ClientCertAuth: t.ClientCertAuth}
+	}
 	// The catalog speaks gRPC only; the JSON gateway would be one more
 	// server to start and stop.
 	ec.EnableGRPCGateway = false
@@ -226,6 +252,7 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		return nil, picked, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
 	}
 	s = &Server{
+		tls:         cfg.TLS,
 		etcd:        e,
 		endpoints:   []string{clientURL.String()},
 		maxTxnOps:   cfg.MaxTxnOps,
@@ -276,12 +303,20 @@ const grpcOverhead = 512 << 10
 // Client returns a new client of the member, allowed to send requests up to
 // the member's MaxRequestBytes, logging nothing. The caller closes it.
 func (s *Server) Client() (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{
+	cc := clientv3.Config{
 		Endpoints:          s.Endpoints(),
 		DialTimeout:        5 * time.Second,
 		MaxCallSendMsgSize: s.maxReqBytes + grpcOverhead,
 		Logger:             zap.NewNop(),
-	})
+	}
+	if t := s.tls; t != nil {
+		tc, err := (transport.TLSInfo{TrustedCAFile: t.CAFile, CertFile: t.ClientCertFile, KeyFile: t.ClientKeyFile}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("embedetcd: client TLS: %w", err)
+		}
+		cc.TLS = tc
+	}
+	c, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: client: %w", err)
 	}

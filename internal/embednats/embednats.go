@@ -24,6 +24,7 @@ package embednats
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,22 @@ type Config struct {
 	// Logger receives the server's notices, warnings and errors; nil
 	// discards them.
 	Logger *slog.Logger
+	// TLS, if set, makes clients connect with TLS (the URL stays
+	// nats://; clients need nats.Secure). With ClientAuth set to
+	// tls.RequireAndVerifyClientCert, clients need a certificate of
+	// TLS.ClientCAs.
+	TLS *tls.Config
+	// Users and NKeys, if set, are the only credentials the server
+	// accepts: user/password pairs, and public nkeys (whose seeds
+	// clients sign with). All use the global account, which has
+	// JetStream.
+	Users []User
+	NKeys []string
+}
+
+// User is a user/password pair of Config.Users.
+type User struct {
+	Name, Password string
 }
 
 // Server is a running embedded NATS server. Close stops it.
@@ -104,6 +121,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// No signal handlers, no monitoring port, no cluster: the
 		// process embedding the server owns all of that.
 		NoSigs: true,
+	}
+	if cfg.TLS != nil {
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, cfg.TLS, 2
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+	}
+	for _, u := range cfg.Users {
+		opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: u.Password})
+	}
+	for _, k := range cfg.NKeys {
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: k})
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
