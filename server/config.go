@@ -224,6 +224,16 @@ type Config struct {
 		// Exporter is "none" or "stdout".
 		Exporter string `yaml:"exporter"`
 	} `yaml:"tracing"`
+	Console struct {
+		// Enabled serves the operator console at /ui/ on the API address.
+		Enabled bool `yaml:"enabled"`
+		// TraceURL links a task's trace id to a trace UI: "{trace_id}" in
+		// it is replaced (e.g. http://127.0.0.1:16686/trace/{trace_id}).
+		TraceURL string `yaml:"trace_url"`
+		// Hanging is the age from which the tasks page's "hanging" filter
+		// shows a live task.
+		Hanging Duration `yaml:"hanging"`
+	} `yaml:"console"`
 	Meta struct {
 		// MaxImportJobNum bounds unfinished import jobs (admission).
 		MaxImportJobNum int `yaml:"max_import_job_num"`
@@ -293,6 +303,8 @@ func Default() Config {
 	c.Nodes.Count = 2
 	c.Election.TTL = Duration(10 * time.Second)
 	c.Tracing.Exporter = "none"
+	c.Console.Enabled = true
+	c.Console.Hanging = Duration(time.Minute)
 	c.Meta.MaxImportJobNum = 1024
 	c.Meta.ImportJobRetention = Duration(48 * time.Hour)
 	c.Meta.CollectionShards = 2
@@ -480,6 +492,10 @@ func (c Config) Validate() error {
 		return bad("election.ttl", "%v is below 2s", c.Election.TTL.D())
 	case c.Tracing.Exporter != "none" && c.Tracing.Exporter != "stdout":
 		return bad("tracing.exporter", "%q is not none or stdout", c.Tracing.Exporter)
+	case c.Console.Hanging <= 0:
+		return bad("console.hanging", "must be positive")
+	case c.Console.TraceURL != "" && !strings.Contains(c.Console.TraceURL, "{trace_id}"):
+		return bad("console.trace_url", "%q has no {trace_id} placeholder", c.Console.TraceURL)
 	case c.Meta.MaxImportJobNum < 1:
 		return bad("meta.max_import_job_num", "%d is below 1", c.Meta.MaxImportJobNum)
 	case c.Meta.CollectionShards < 1 || c.Meta.CollectionShards > 256:

@@ -26,9 +26,10 @@ type Coordinator struct {
 	cfg CoordinatorConfig
 	log *slog.Logger
 
-	mu      sync.Mutex
-	current *broadcast.Broadcaster // nil unless leading; protected by mu
-	terms   int                    // terms won so far
+	mu       sync.Mutex
+	current  *broadcast.Broadcaster // nil unless leading; protected by mu
+	terms    int                    // terms won so far
+	fenceRev int64                  // the current term's fence revision, 0 unless leading; protected by mu
 }
 
 // CoordinatorConfig configures a Coordinator.
@@ -111,6 +112,15 @@ func (c *Coordinator) Terms() int {
 	return c.terms
 }
 
+// Term identifies the current leadership term while this coordinator leads:
+// the etcd revision that created its election key, which grows with every
+// term of the cluster. It is 0 while the coordinator does not lead.
+func (c *Coordinator) Term() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fenceRev
+}
+
 // Run campaigns, serves while leading, and campaigns again after losing a
 // term, until ctx ends. It returns an error only for a catalog it must not
 // serve (corrupt metadata); a recovery that fails for a transient reason is
@@ -167,6 +177,7 @@ func (c *Coordinator) term(ctx context.Context) error {
 	c.mu.Lock()
 	c.current = b
 	c.terms++
+	c.fenceRev = term.Fence().Rev
 	c.mu.Unlock()
 	c.log.Info("coordinator leads", "advertise", c.cfg.Advertise, "recovery", time.Since(start).String(), "fence_rev", term.Fence().Rev)
 	var why string
@@ -180,6 +191,7 @@ func (c *Coordinator) term(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.current = nil
+	c.fenceRev = 0
 	c.mu.Unlock()
 	if c.cfg.OnFollower != nil {
 		c.cfg.OnFollower()

@@ -32,6 +32,7 @@ import (
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
+	"github.com/walcast/walcast/server/console"
 	"github.com/walcast/walcast/wal"
 	walkafka "github.com/walcast/walcast/wal/kafka"
 	walnats "github.com/walcast/walcast/wal/nats"
@@ -135,7 +136,10 @@ func (p *Process) Ready(ctx context.Context) Readiness {
 		return p.ready.Ready(ctx)
 	}
 	r := Readiness{Ready: true, Role: "node"}
-	for _, n := range p.Nodes {
+	p.mu.Lock()
+	nodes := append([]*node.Node(nil), p.Nodes...)
+	p.mu.Unlock()
+	for _, n := range nodes {
 		st := n.Status()
 		c := Check{Name: "node " + st.Name, OK: st.Running, Detail: "running"}
 		if !st.Running {
@@ -506,6 +510,15 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	slices.Sort(services[1:])
 	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout}
 	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	if cfg.Console.Enabled {
+		ui, err := p.newConsole(cfg, coord, w, rp, obs, app)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		mux.Handle(console.Prefix, ui)
+		mux.Handle("GET /ui", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
+	}
 	shutdown := p.sec.serve(ln, p.sec.handler(mux), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{}, 3)
@@ -550,7 +563,9 @@ func (p *Process) startNode(ctx context.Context, name string, pchans []message.P
 	if err := n.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
+	p.mu.Lock()
 	p.Nodes = append(p.Nodes, n)
+	p.mu.Unlock()
 	p.onClose(n.Close)
 	return nil
 }

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
@@ -187,8 +188,11 @@ func (m *Broadcaster) Collect(ch chan<- prometheus.Metric) {
 func (m *Broadcaster) ResetTaskCounts() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.tasks.Reset()
-	clear(m.byType)
+	for _, tm := range m.byType {
+		for _, s := range states {
+			tm.tasks[s].Set(0)
+		}
+	}
 }
 
 // of returns t's children, creating them on first use.
@@ -320,3 +324,43 @@ func (m *Broadcaster) CatalogCommit(kind string) {
 
 // Fenced counts a fencing event.
 func (m *Broadcaster) Fenced() { m.fenced.Inc() }
+
+// TaskCount is the number of tasks of one type in one state.
+type TaskCount struct {
+	Type  string
+	State string // "pending", "replicated" or "tombstone"
+	N     int
+}
+
+// TaskCounts returns the task gauge's values, tombstones included, by type
+// and state (zero counts left out), for the operator console.
+func (m *Broadcaster) TaskCounts() []TaskCount {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []TaskCount
+	for t, tm := range m.byType {
+		for _, s := range states {
+			var pb dto.Metric
+			if tm.tasks[s] == nil || tm.tasks[s].Write(&pb) != nil {
+				continue
+			}
+			if n := int(pb.GetGauge().GetValue()); n > 0 {
+				out = append(out, TaskCount{Type: t.String(), State: stateLabel(s), N: n})
+			}
+		}
+	}
+	return out
+}
+
+// Init creates the labelled series of every message type and pchannel the
+// broadcaster will use, at zero, so that they are exported from the start:
+// a counter that appears only after its first event breaks rate() and
+// absent()-based alerts. Call it once the types are registered.
+func (m *Broadcaster) Init(types []message.Type, pchans []message.PChannel) {
+	for _, t := range types {
+		m.of(t)
+	}
+	for _, p := range pchans {
+		m.appendRetries.WithLabelValues(string(p))
+	}
+}

@@ -1,0 +1,255 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/chromedp"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/meta"
+	"github.com/walcast/walcast/server"
+)
+
+// stuckType's callback fails while the test says so.
+var stuckType = message.Type{Name: "Stuck", Version: 1}
+
+// stuckError is what the failing callback returns: markup and an ESC, which
+// the pages must show escaped.
+const stuckError = "downstream refused: <b>quota</b> \x1b[31m exceeded"
+
+// testApp is the metadata service (for the imports page) plus stuckType.
+type testApp struct {
+	*meta.App
+	fail *atomic.Bool
+}
+
+func (a testApp) Register(types *message.Registry, cbs *broadcast.Callbacks) error {
+	if err := a.App.Register(types, cbs); err != nil {
+		return err
+	}
+	if err := types.Register(message.TypeInfo{Type: stuckType}); err != nil {
+		return err
+	}
+	return broadcast.OnAck(cbs, stuckType, broadcast.Raw(), func(context.Context, *broadcast.TypedEvent[[]byte]) error {
+		if a.fail.Load() {
+			return errors.New(stuckError)
+		}
+		return nil
+	})
+}
+
+// findBrowser returns Debian's chromium (or another Chromium build on PATH).
+func findBrowser() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestR9_9_Browser drives headless Chromium against a real standalone
+// (embedded etcd and NATS, the metadata service): every page loads, a
+// broadcast made through the API appears on the tasks page without a
+// reload, a held lock appears on the locks page, and the retry button
+// re-runs a failing callback (the backoff is an hour, so only the button
+// can). With WALCAST_CONSOLE_SCREENSHOTS set to a directory it writes a
+// PNG of each page there (docs/console/ holds the committed ones).
+func TestR9_9_Browser(t *testing.T) {
+	browser := findBrowser()
+	if browser == "" {
+		t.Skip("SKIPPED: NO BROWSER. The console's browser tests need Chromium: apt-get install -y chromium (.ci/run installs it).")
+	}
+	shots := os.Getenv("WALCAST_CONSOLE_SCREENSHOTS")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	cfg := server.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.Cluster.Name = "east"
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Metrics.Addr = ""
+	cfg.Log.Level = "error"
+	cfg.Broadcast.Backoff.Initial = server.Duration(time.Hour)
+	cfg.Broadcast.Backoff.Max = server.Duration(time.Hour)
+	mapp, err := meta.NewApp(meta.ConfigFrom(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	p, err := server.StartStandalone(ctx, cfg, testApp{App: mapp, fail: &fail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	base := "http://" + p.APIAddr()
+	api := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, base)
+	metaAPI := walcastv1connect.NewMetaServiceClient(http.DefaultClient, base)
+
+	// Some history for the pages: a database, a collection, an import, a
+	// keyed broadcast.
+	if _, err := metaAPI.CreateDatabase(ctx, connect.NewRequest(&walcastv1.CreateDatabaseRequest{Name: "shop"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metaAPI.CreateCollection(ctx, connect.NewRequest(&walcastv1.CreateCollectionRequest{Database: "shop", Name: "orders"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metaAPI.Import(ctx, connect.NewRequest(&walcastv1.ImportRequest{Database: "shop", Collection: "orders",
+		Files: []string{"s3://bucket/orders-<1>.parquet", "s3://bucket/orders-2.parquet"}})); err != nil {
+		t.Fatal(err)
+	}
+	ck := "request-42"
+	key := message.ClusterKey(ck)
+	if _, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("hi"),
+		Vchannels: []string{"wal-1/c1v0", "wal-2/c1v1"}, ResourceKeys: []string{"Collection:db1:c1@X"}, IdempotencyKey: string(key)})); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	// step runs browser actions with a bound, naming what failed.
+	step := func(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 20*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(t *testing.T, expr string) string {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+		defer scancel()
+		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	shoot := func(t *testing.T, name string) {
+		t.Helper()
+		if shots == "" {
+			return
+		}
+		sctx, scancel := context.WithTimeout(bctx, 20*time.Second)
+		defer scancel()
+		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := chromedp.WaitVisible(chromedp.CSS("#conn.on")) // the events stream is open
+
+	t.Run("PagesLoad", func(t *testing.T) {
+		for _, pg := range []struct{ path, page, shows string }{
+			{"/ui/", "overview", "Streaming nodes"},
+			{"/ui/tasks", "tasks", "Generic.v1"},
+			{"/ui/locks", "locks", "no key is held"},
+			{"/ui/keys?type=Generic.v1&scope=cluster&client_key=" + ck, "keys", "count headroom"},
+			{"/ui/imports", "imports", "orders-&lt;1&gt;.parquet"},
+			{"/ui/replication", "replication", "every cluster is primary"},
+		} {
+			step(t, "load "+pg.path, chromedp.Navigate(base+pg.path), chromedp.WaitVisible(chromedp.CSS(`body[data-page="`+pg.page+`"]`)), live)
+			if html := eval(t, `document.getElementById("live").innerHTML`); !strings.Contains(html, pg.shows) {
+				t.Errorf("%s does not show %q:\n%s", pg.path, pg.shows, html)
+			}
+			if pg.page != "locks" {
+				shoot(t, pg.page)
+			}
+		}
+	})
+
+	t.Run("BroadcastAppearsLive", func(t *testing.T) {
+		step(t, "tasks page", chromedp.Navigate(base+"/ui/tasks?state=TOMBSTONE"), live)
+		eval(t, `window.walcastMark = "same page"; ""`) // gone if the page reloads
+		res, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("live"),
+			Vchannels: []string{"wal-3/c9v0"}, ResourceKeys: []string{"Collection:db1:c9@X"}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.Msg.GetBroadcastId()
+		step(t, "the new task's row", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#tasks tr[data-id="%d"]`, id))))
+		if got := eval(t, `window.walcastMark || "reloaded"`); got != "same page" {
+			t.Errorf("the page reloaded (%s) instead of updating live", got)
+		}
+	})
+
+	// A Stuck broadcast's callback fails and is not retried for an hour:
+	// the task stays live holding its key.
+	fail.Store(true)
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: stuckType.String(), Payload: []byte("x"),
+			Vchannels: []string{"wal-1/s0"}, ResourceKeys: []string{"Database:shop@R", "Collection:shop:locked@X"}}))
+		stuck <- err
+	}()
+	var stuckID uint64
+	waitFor(t, "the stuck task's failed attempt", func() bool {
+		b, err := p.Coord.Current()
+		if err != nil {
+			return false
+		}
+		ts, _ := b.Tasks(broadcast.Filter{Type: stuckType})
+		if len(ts) == 1 && ts[0].Callback.LastError != "" {
+			stuckID = ts[0].ID
+			return true
+		}
+		return false
+	})
+
+	t.Run("HeldLockAppears", func(t *testing.T) {
+		step(t, "locks page", chromedp.Navigate(base+"/ui/locks"), live)
+		html := eval(t, `document.getElementById("locks").innerHTML`)
+		if !strings.Contains(html, "shop:locked") || !strings.Contains(html, fmt.Sprintf("broadcast %d", stuckID)) {
+			t.Errorf("the locks page does not show broadcast %d holding Collection shop:locked:\n%s", stuckID, html)
+		}
+		shoot(t, "locks")
+	})
+
+	t.Run("RetryAction", func(t *testing.T) {
+		page := fmt.Sprintf("%s/ui/tasks/%d", base, stuckID)
+		step(t, "task page", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#retry")), live)
+		if got := eval(t, `document.getElementById("cb-error").textContent`); !strings.Contains(got, `<b>quota</b> \x1b[31m`) {
+			t.Errorf("callback error shown as %q", got)
+		}
+		shoot(t, "task")
+		fail.Store(false)
+		step(t, "retry", chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#done")))
+		step(t, "the task completes", chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "TOMBSTONE"`,
+			chromedp.WithPollingTimeout(15*time.Second)))
+		select {
+		case err := <-stuck:
+			if err != nil {
+				t.Errorf("the stuck broadcast: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("the stuck broadcast did not return after the retry")
+		}
+	})
+}

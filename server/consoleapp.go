@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/internal/metrics"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/node"
+	"github.com/walcast/walcast/replicate"
+	"github.com/walcast/walcast/server/console"
+	"github.com/walcast/walcast/wal"
+)
+
+// ImportJobLister is implemented by an App whose import jobs the operator
+// console shows (the metadata service).
+type ImportJobLister interface {
+	ImportJobs(ctx context.Context) ([]*walcastv1.ImportJob, error)
+}
+
+// newConsole builds the operator console (R9.9) over the coordinator, the
+// WAL, the replicator, the metrics and the app.
+func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *replication, obs *metrics.Broadcaster, app App) (*console.Console, error) {
+	cc := console.Config{
+		Broadcaster: func() (*broadcast.Broadcaster, error) {
+			if b, ok := coord.leading(); ok {
+				return b, nil
+			}
+			return nil, ErrNotLeader
+		},
+		Status: func(ctx context.Context) console.Status {
+			r := p.ready.Ready(ctx)
+			st := console.Status{Role: r.Role, Leader: r.Leader, Self: r.Self, Term: coord.Term(), Ready: r.Ready}
+			for _, c := range r.Checks {
+				st.Checks = append(st.Checks, console.Check{Name: c.Name, OK: c.OK, Detail: c.Detail})
+			}
+			return st
+		},
+		PChannels: cfg.PChannelNames(),
+		Lane: func(pc message.PChannel) message.PChannel {
+			l, _ := w.Lane(pc)
+			return l
+		},
+		WALEnd: w.End,
+		Nodes: func() []node.Status {
+			p.mu.Lock()
+			nodes := append([]*node.Node(nil), p.Nodes...)
+			p.mu.Unlock()
+			out := make([]node.Status, len(nodes))
+			for i, n := range nodes {
+				out[i] = n.Status()
+			}
+			return out
+		},
+		Replication: func() (bool, []replicate.PChannelStatus) { return rp.status() },
+		TaskCounts: func() []console.TaskCount {
+			var out []console.TaskCount
+			for _, tc := range obs.TaskCounts() {
+				out = append(out, console.TaskCount{Type: tc.Type, State: tc.State, N: tc.N})
+			}
+			return out
+		},
+		Tombstone: broadcast.TombstoneConfig{MaxLifetime: cfg.Broadcast.Tombstone.MaxLifetime.D(), MaxCount: cfg.Broadcast.Tombstone.MaxCount},
+		TraceURL:  cfg.Console.TraceURL,
+		Hanging:   cfg.Console.Hanging.D(),
+		Logger:    p.log,
+	}
+	if l, ok := app.(ImportJobLister); ok {
+		cc.Imports = l.ImportJobs
+	}
+	return console.New(cc)
+}
