@@ -221,8 +221,28 @@ type Config struct {
 		TTL Duration `yaml:"ttl"`
 	} `yaml:"election"`
 	Tracing struct {
-		// Exporter is "none" or "stdout".
+		// Exporter is "none", "stdout" (JSON spans on stderr) or "otlp".
 		Exporter string `yaml:"exporter"`
+		// SamplingRatio is the share of new traces recorded (0..1); a
+		// caller's sampled trace is always followed.
+		SamplingRatio float64 `yaml:"sampling_ratio"`
+		// InstanceID is the resource's service.instance.id; default
+		// <hostname>/<pid>.
+		InstanceID string `yaml:"instance_id"`
+		OTLP       struct {
+			// Protocol is "grpc" (port 4317) or "http" (protobuf over
+			// HTTP, port 4318).
+			Protocol string `yaml:"protocol"`
+			// Endpoint is the collector's host:port.
+			Endpoint string `yaml:"endpoint"`
+			// Headers are sent with every export, as key=value
+			// (authentication for a hosted collector).
+			Headers []string `yaml:"headers"`
+			// Insecure sends without TLS; otherwise TLS, verified with
+			// CAFile (default: the system's roots).
+			Insecure bool   `yaml:"insecure"`
+			CAFile   string `yaml:"ca_file"`
+		} `yaml:"otlp"`
 	} `yaml:"tracing"`
 	Console struct {
 		// Enabled serves the operator console at /ui/ on the API address.
@@ -303,6 +323,9 @@ func Default() Config {
 	c.Nodes.Count = 2
 	c.Election.TTL = Duration(10 * time.Second)
 	c.Tracing.Exporter = "none"
+	c.Tracing.SamplingRatio = 1
+	c.Tracing.OTLP.Protocol = "grpc"
+	c.Tracing.OTLP.Endpoint = "127.0.0.1:4317"
 	c.Console.Enabled = true
 	c.Console.Hanging = Duration(time.Minute)
 	c.Meta.MaxImportJobNum = 1024
@@ -490,8 +513,16 @@ func (c Config) Validate() error {
 		return bad("nodes.count", "%d is negative", c.Nodes.Count)
 	case c.Election.TTL < Duration(2*time.Second):
 		return bad("election.ttl", "%v is below 2s", c.Election.TTL.D())
-	case c.Tracing.Exporter != "none" && c.Tracing.Exporter != "stdout":
-		return bad("tracing.exporter", "%q is not none or stdout", c.Tracing.Exporter)
+	case c.Tracing.Exporter != "none" && c.Tracing.Exporter != "stdout" && c.Tracing.Exporter != "otlp":
+		return bad("tracing.exporter", "%q is not none, stdout or otlp", c.Tracing.Exporter)
+	case c.Tracing.SamplingRatio < 0 || c.Tracing.SamplingRatio > 1 || math.IsNaN(c.Tracing.SamplingRatio):
+		return bad("tracing.sampling_ratio", "%v is outside 0..1", c.Tracing.SamplingRatio)
+	case c.Tracing.OTLP.Protocol != "grpc" && c.Tracing.OTLP.Protocol != "http":
+		return bad("tracing.otlp.protocol", "%q is not grpc or http", c.Tracing.OTLP.Protocol)
+	case c.Tracing.Exporter == "otlp" && c.Tracing.OTLP.Endpoint == "":
+		return bad("tracing.otlp.endpoint", "required when tracing.exporter is otlp (the collector's host:port)")
+	case c.Tracing.OTLP.Insecure && c.Tracing.OTLP.CAFile != "":
+		return bad("tracing.otlp.ca_file", "set with tracing.otlp.insecure: choose TLS or not")
 	case c.Console.Hanging <= 0:
 		return bad("console.hanging", "must be positive")
 	case c.Console.TraceURL != "" && !strings.Contains(c.Console.TraceURL, "{trace_id}"):
@@ -506,6 +537,9 @@ func (c Config) Validate() error {
 		// job gone (the reference system documented this coupling only).
 		return bad("meta.import_job_retention", "%v is shorter than twice broadcast.tombstone.max_lifetime (%v): retries inside the idempotency window could find their import job deleted",
 			c.Meta.ImportJobRetention.D(), b.Tombstone.MaxLifetime.D())
+	}
+	if _, err := otlpHeaders(c.Tracing.OTLP.Headers); err != nil {
+		return bad("tracing.otlp.headers", "%v", err)
 	}
 	// The longest pchannel name decides whether every name is valid.
 	if err := message.PChannel(fmt.Sprintf("%s%d", c.WAL.PChannelPrefix, c.WAL.PChannels-1)).Validate(); err != nil {

@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
+	"net/http"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/internal/metrics"
 	"github.com/walcast/walcast/message"
-	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/replicate"
 	"github.com/walcast/walcast/server/console"
 	"github.com/walcast/walcast/wal"
@@ -42,17 +44,8 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 			l, _ := w.Lane(pc)
 			return l
 		},
-		WALEnd: w.End,
-		Nodes: func() []node.Status {
-			p.mu.Lock()
-			nodes := append([]*node.Node(nil), p.Nodes...)
-			p.mu.Unlock()
-			out := make([]node.Status, len(nodes))
-			for i, n := range nodes {
-				out[i] = n.Status()
-			}
-			return out
-		},
+		WALEnd:      w.End,
+		Nodes:       p.nodeStatuses,
 		Replication: func() (bool, []replicate.PChannelStatus) { return rp.status() },
 		TaskCounts: func() []console.TaskCount {
 			var out []console.TaskCount
@@ -66,8 +59,33 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 		Hanging:   cfg.Console.Hanging.D(),
 		Logger:    p.log,
 	}
+	if a := p.sec.authn; a != nil {
+		// The API's own authentication (R9.8): a browser presents its
+		// client certificate, or a proxy in front adds the bearer token.
+		cc.Authorize = func(r *http.Request) (console.Identity, error) {
+			id, err := a.Authenticate(r)
+			if err != nil {
+				return console.Identity{}, errors.New(auth.Message(err))
+			}
+			return console.Identity{Name: id.Name, Role: consoleRole(id.Role)}, nil
+		}
+	}
 	if l, ok := app.(ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
 	}
 	return console.New(cc)
+}
+
+// consoleRole maps an API role to the console's: streaming nodes may not
+// read the console.
+func consoleRole(r auth.Role) console.Role {
+	switch r {
+	case auth.Admin:
+		return console.RoleAdmin
+	case auth.Writer:
+		return console.RoleWriter
+	case auth.Reader:
+		return console.RoleReader
+	}
+	return console.RoleNone
 }

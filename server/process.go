@@ -29,6 +29,7 @@ import (
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/internal/metrics"
+	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
@@ -77,10 +78,11 @@ func (c Config) Logger() *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.Log.Level))
 	opts := &slog.HandlerOptions{Level: lvl}
+	// Records logged with a traced context carry trace_id and span_id.
 	if c.Log.Format == "text" {
-		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+		return slog.New(tracing.LogHandler(slog.NewTextHandler(os.Stderr, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	return slog.New(tracing.LogHandler(slog.NewJSONHandler(os.Stderr, opts)))
 }
 
 func (c Config) broadcastConfig(w *wal.WAL, types *message.Registry, cbs *broadcast.Callbacks, obs broadcast.Observer, log *slog.Logger) broadcast.Config {
@@ -204,6 +206,10 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := metrics.RegisterBuildInfo(reg); err != nil {
+		_ = sec.close()
+		return nil, err
+	}
 	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec}
 	p.onClose(sec.close)
 	if stop, err := setupTracing(cfg); err != nil {
@@ -455,7 +461,10 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, external bool) (*wal.
 		return nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
 	}
 	p.onClose(log.Close)
-	return wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames())), nil
+	w := wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames()))
+	// The nodes' apply lag is read against this WAL's ends.
+	p.reg.MustRegister(metrics.Nodes{Status: p.nodeStatuses, End: w.End})
+	return w, nil
 }
 
 func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, app App) (*Coordinator, error) {
@@ -477,6 +486,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		ln.Close()
 		return nil, err
 	}
+	obs.Init(types.Types(), cfg.PChannelNames())
 	coord, err := NewCoordinator(CoordinatorConfig{
 		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, Advertise: advertise, TTL: cfg.Election.TTL.D(),
 		Broadcast: cfg.broadcastConfig(w, types, cbs, obs, p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
@@ -519,7 +529,23 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		mux.Handle(console.Prefix, ui)
 		mux.Handle("GET /ui", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
 	}
-	shutdown := p.sec.serve(ln, p.sec.handler(mux), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
+	p.reg.MustRegister(
+		metrics.Coordinator{Leading: func() (bool, int64) { _, ok := coord.leading(); return ok, coord.Term() },
+			Role: func() string {
+				if b, ok := coord.leading(); ok {
+					return b.Role().String()
+				}
+				return ""
+			},
+			Live: func() (int, time.Time) { return liveTasks(coord) }},
+		metrics.Replication{PChannels: cfg.PChannelNames(), Status: rp.status})
+	apiMetrics, err := metrics.NewAPI(p.reg, services...)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	// Outside the authentication, so that refused calls are counted too.
+	shutdown := p.sec.serve(ln, apiMetrics.Wrap(p.sec.handler(mux)), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{}, 3)
 	go func() {
@@ -603,6 +629,38 @@ func (p *Process) serveMetrics(cfg Config) error {
 		return srv.Shutdown(sctx)
 	})
 	return nil
+}
+
+// nodeStatuses returns the status of the process's streaming nodes.
+func (p *Process) nodeStatuses() []node.Status {
+	p.mu.Lock()
+	nodes := append([]*node.Node(nil), p.Nodes...)
+	p.mu.Unlock()
+	out := make([]node.Status, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.Status()
+	}
+	return out
+}
+
+// liveTasks counts the leader's live tasks and finds the oldest's creation
+// time.
+func liveTasks(c *Coordinator) (int, time.Time) {
+	b, ok := c.leading()
+	if !ok {
+		return 0, time.Time{}
+	}
+	live, err := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
+	if err != nil {
+		return 0, time.Time{}
+	}
+	var oldest time.Time
+	for _, t := range live {
+		if oldest.IsZero() || t.CreatedAt.Before(oldest) {
+			oldest = t.CreatedAt
+		}
+	}
+	return len(live), oldest
 }
 
 // leaderAcker acks in process to whichever broadcaster leads now.

@@ -25,6 +25,10 @@
 //	walcast_broadcaster_catalog_commits_total{kind}            counter
 //	walcast_broadcaster_fenced_total                           counter
 //
+// The process's other metrics (leader, term, role, oldest live task, node
+// apply lag, replication lag, API requests, build info) are read when
+// scraped: see Coordinator, Nodes, Replication, API and RegisterBuildInfo.
+//
 // Label values: type is message.Type.String() ("CreateCollection.v1"); state
 // is "pending", "replicated" or "tombstone"; keys is the held resource keys'
 // short forms joined with "|" ("Collection@X|Database@R|Cluster@R", no key

@@ -1,0 +1,203 @@
+package metrics
+
+import (
+	"context"
+	"runtime"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/node"
+	"github.com/walcast/walcast/replicate"
+)
+
+// Metrics of a walcast process besides the engine's, read when scraped:
+//
+//	walcast_build_info{version,revision,go_version}            gauge (1)
+//	walcast_coordinator_leader                                 gauge (1 while leading)
+//	walcast_coordinator_term                                   gauge (the term's etcd revision; 0 unless leading)
+//	walcast_cluster_role{role}                                 gauge (1 for "primary" or "secondary", while leading)
+//	walcast_broadcaster_live_tasks                             gauge
+//	walcast_broadcaster_oldest_live_task_age_seconds           gauge (0 without live tasks)
+//	walcast_node_apply_lag_entries{node,pchannel}              gauge
+//	walcast_node_up{node}                                      gauge
+//	walcast_replication_running                                gauge
+//	walcast_replication_lag_entries{pchannel}                  gauge
+//	walcast_replication_errors{pchannel}                       gauge (1 while the last copy failed)
+//	walcast_api_requests_total{method,code}                    counter
+//	walcast_api_request_duration_seconds{method}               histogram
+
+// Version returns the running binary's module version ("(devel)" for a
+// build from a work tree) and VCS revision ("" if unknown).
+func Version() (version, revision string) {
+	version = "(devel)"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version, ""
+	}
+	if v := bi.Main.Version; v != "" {
+		version = v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			revision = s.Value
+		}
+	}
+	return version, revision
+}
+
+// RegisterBuildInfo registers walcast_build_info.
+func RegisterBuildInfo(reg prometheus.Registerer) error {
+	v, rev := Version()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+		Help:        "Always 1; the labels say which walcast runs.",
+		ConstLabels: prometheus.Labels{"version": v, "revision": rev, "go_version": runtime.Version()}})
+	g.Set(1)
+	return reg.Register(g)
+}
+
+// Coordinator reads a coordinator's state for its gauges.
+type Coordinator struct {
+	// Leading reports whether this coordinator leads, and its term.
+	Leading func() (bool, int64)
+	// Role returns the cluster role ("primary", "secondary") while
+	// leading.
+	Role func() string
+	// Live returns the number of live tasks and the creation time of the
+	// oldest, while leading.
+	Live func() (int, time.Time)
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+}
+
+var (
+	descLeader = prometheus.NewDesc(namespace+"_coordinator_leader", "1 while this coordinator is the elected leader and serves.", nil, nil)
+	descTerm   = prometheus.NewDesc(namespace+"_coordinator_term",
+		"The leadership term (its election key's etcd revision, growing with every term) while leading; 0 otherwise.", nil, nil)
+	descRole = prometheus.NewDesc(namespace+"_cluster_role", "1 for the cluster's replication role, reported by its leader.", []string{"role"}, nil)
+	descLive = prometheus.NewDesc(namespace+"_"+subsystem+"_live_tasks", "Tasks not yet TOMBSTONE, on the leader.", nil, nil)
+	descAge  = prometheus.NewDesc(namespace+"_"+subsystem+"_oldest_live_task_age_seconds",
+		"Age of the oldest task not yet TOMBSTONE (0 without one): a hanging task shows here.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c Coordinator) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLeader, descTerm, descRole, descLive, descAge} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c Coordinator) Collect(ch chan<- prometheus.Metric) {
+	leading, term := c.Leading()
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, b2f(leading))
+	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(term))
+	role := ""
+	if leading && c.Role != nil {
+		role = c.Role()
+	}
+	for _, r := range []string{"primary", "secondary"} {
+		ch <- prometheus.MustNewConstMetric(descRole, prometheus.GaugeValue, b2f(r == role), r)
+	}
+	var n int
+	var oldest time.Time
+	if leading && c.Live != nil {
+		n, oldest = c.Live()
+	}
+	age := 0.0
+	if n > 0 && !oldest.IsZero() {
+		now := time.Now
+		if c.Clock != nil {
+			now = c.Clock
+		}
+		age = max(now().Sub(oldest).Seconds(), 0)
+	}
+	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, age)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Nodes reads the streaming nodes of a process for their gauges.
+type Nodes struct {
+	// Status returns the nodes' status.
+	Status func() []node.Status
+	// End returns where a pchannel's log ends; the apply lag is the
+	// entries between it and a node's next offset.
+	End func(ctx context.Context, p message.PChannel) (uint64, error)
+}
+
+var (
+	descNodeLag = prometheus.NewDesc(namespace+"_node_apply_lag_entries",
+		"WAL entries of a pchannel a streaming node has not applied and acked yet.", []string{"node", "pchannel"}, nil)
+	descNodeUp = prometheus.NewDesc(namespace+"_node_up", "1 while a streaming node runs.", []string{"node"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (n Nodes) Describe(ch chan<- *prometheus.Desc) { ch <- descNodeLag; ch <- descNodeUp }
+
+// Collect implements prometheus.Collector. A pchannel whose end cannot be
+// read within a second is left out (the lag is unknown, not zero).
+func (n Nodes) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range n.Status() {
+		ch <- prometheus.MustNewConstMetric(descNodeUp, prometheus.GaugeValue, b2f(st.Running), st.Name)
+		for _, p := range st.PChannels {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			end, err := n.End(ctx, p.PChannel)
+			cancel()
+			if err != nil {
+				continue
+			}
+			lag := 0.0
+			if end > p.NextOffset {
+				lag = float64(end - p.NextOffset)
+			}
+			ch <- prometheus.MustNewConstMetric(descNodeLag, prometheus.GaugeValue, lag, st.Name, string(p.PChannel))
+		}
+	}
+}
+
+// Replication reads a secondary's replicator for its gauges.
+type Replication struct {
+	// PChannels are the cluster's pchannels: their series exist (at 0)
+	// while no replicator runs.
+	PChannels []message.PChannel
+	// Status reports whether the replicator runs and its progress.
+	Status func() (bool, []replicate.PChannelStatus)
+}
+
+var (
+	descReplRunning = prometheus.NewDesc(namespace+"_replication_running", "1 while this cluster's replicator copies a primary's WAL.", nil, nil)
+	descReplLag     = prometheus.NewDesc(namespace+"_replication_lag_entries",
+		"Primary WAL entries of a pchannel not yet copied into this cluster.", []string{"pchannel"}, nil)
+	descReplErr = prometheus.NewDesc(namespace+"_replication_errors", "1 while the replicator's last attempt on a pchannel failed.", []string{"pchannel"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (r Replication) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descReplRunning
+	ch <- descReplLag
+	ch <- descReplErr
+}
+
+// Collect implements prometheus.Collector.
+func (r Replication) Collect(ch chan<- prometheus.Metric) {
+	running, chans := r.Status()
+	ch <- prometheus.MustNewConstMetric(descReplRunning, prometheus.GaugeValue, b2f(running))
+	byName := make(map[message.PChannel]replicate.PChannelStatus, len(chans))
+	for _, c := range chans {
+		byName[c.PChannel] = c
+	}
+	for _, p := range r.PChannels {
+		c := byName[p]
+		ch <- prometheus.MustNewConstMetric(descReplLag, prometheus.GaugeValue, float64(c.Lag), string(p))
+		ch <- prometheus.MustNewConstMetric(descReplErr, prometheus.GaugeValue, b2f(c.LastError != ""), string(p))
+	}
+}
