@@ -48,7 +48,8 @@ type Config struct {
 	Duration time.Duration
 	// Tombstones and Pending size the recovery benchmark (B6).
 	Tombstones, Pending int
-	// Only, if set, lists the benchmarks to run ("B1" ... "B6").
+	// Only, if set, lists the benchmarks to run ("B1" ... "B6", and "S1",
+	// "S2": the cost of TLS and authentication through the API).
 	Only []string
 	// Lanes folds the pchannels into this many WAL lanes (see wal.WithLanes;
 	// 0: one per pchannel). Default 1, as walcast standalone.
@@ -363,6 +364,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		rs, err := env.b6(ctx, cfg)
 		if err != nil {
 			return out, fmt.Errorf("B6: %w", err)
+		}
+		out = append(out, rs...)
+	}
+	if want("S1") || want("S2") {
+		rs, err := security(ctx, cfg, want, say)
+		if err != nil {
+			return out, fmt.Errorf("S1/S2: %w", err)
 		}
 		out = append(out, rs...)
 	}

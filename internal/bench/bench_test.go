@@ -32,7 +32,7 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("duplicate hits did I/O: %s", r.Note)
 		}
 	}
-	for id, n := range map[string]int{"B1": 1, "B2": 1, "B3": 2, "B4": 1, "B5": 1, "B6": 2} {
+	for id, n := range map[string]int{"B1": 1, "B2": 1, "B3": 2, "B4": 1, "B5": 1, "B6": 2, "S1": 1, "S2": 1} {
 		if ids[id] != n {
 			t.Errorf("%d results for %s, want %d", ids[id], id, n)
 		}
@@ -59,8 +59,10 @@ func benchOne(b *testing.B, id string) {
 	}
 }
 
-func BenchmarkB1UncontendedLatency(b *testing.B) { benchOne(b, "B1") }
-func BenchmarkB2Throughput(b *testing.B)         { benchOne(b, "B2") }
-func BenchmarkB4WideBroadcast(b *testing.B)      { benchOne(b, "B4") }
-func BenchmarkB5DuplicateHit(b *testing.B)       { benchOne(b, "B5") }
-func BenchmarkB6Recovery(b *testing.B)           { benchOne(b, "B6") }
+func BenchmarkB1UncontendedLatency(b *testing.B)   { benchOne(b, "B1") }
+func BenchmarkB2Throughput(b *testing.B)           { benchOne(b, "B2") }
+func BenchmarkB4WideBroadcast(b *testing.B)        { benchOne(b, "B4") }
+func BenchmarkB5DuplicateHit(b *testing.B)         { benchOne(b, "B5") }
+func BenchmarkB6Recovery(b *testing.B)             { benchOne(b, "B6") }
+func BenchmarkS1APILatencyTLSAuth(b *testing.B)    { benchOne(b, "S1") }
+func BenchmarkS2APIThroughputTLSAuth(b *testing.B) { benchOne(b, "S2") }
