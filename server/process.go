@@ -489,7 +489,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	obs.Init(types.Types(), cfg.PChannelNames())
 	coord, err := NewCoordinator(CoordinatorConfig{
 		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, Advertise: advertise, TTL: cfg.Election.TTL.D(),
-		Broadcast: cfg.broadcastConfig(w, types, cbs, obs, p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
+		Broadcast: cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
 	})
 	if err != nil {
 		ln.Close()
@@ -520,8 +520,9 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	slices.Sort(services[1:])
 	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout}
 	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	var ui *console.Console
 	if cfg.Console.Enabled {
-		ui, err := p.newConsole(cfg, coord, w, rp, obs, app)
+		ui, err = p.newConsole(cfg, coord, w, rp, obs, app)
 		if err != nil {
 			ln.Close()
 			return nil, err
@@ -565,6 +566,9 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	p.onClose(func() error {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
+		if ui != nil {
+			ui.Close() // its event streams never go idle: end them first
+		}
 		_ = shutdown(sctx)
 		cancel()
 		<-done

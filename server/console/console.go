@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -170,6 +171,14 @@ type Console struct {
 	static http.Handler
 	key    []byte // CSRF HMAC key, per process
 	mux    *http.ServeMux
+	done   chan struct{} // closed by Close: event streams end
+	close  sync.Once
+}
+
+// Close ends every open event stream (a server's graceful shutdown waits
+// for them otherwise, as they never go idle). Pages are still served.
+func (c *Console) Close() {
+	c.close.Do(func() { close(c.done) })
 }
 
 // New returns a console.
@@ -195,7 +204,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Lane == nil {
 		cfg.Lane = func(p message.PChannel) message.PChannel { return p }
 	}
-	c := &Console{cfg: cfg, pages: map[string]*template.Template{}, key: make([]byte, 32)}
+	c := &Console{cfg: cfg, pages: map[string]*template.Template{}, key: make([]byte, 32), done: make(chan struct{})}
 	if _, err := rand.Read(c.key); err != nil {
 		return nil, err
 	}

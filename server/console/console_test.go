@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,6 +35,7 @@ const evil = "<script>alert(1)</script>\x00\x1b[31mred\u2028"
 type fixture struct {
 	t    *testing.T
 	b    *broadcast.Broadcaster
+	c    *console.Console
 	srv  *httptest.Server
 	fail atomic.Bool // the callback fails while set
 	id   uint64      // a task whose callback fails
@@ -74,6 +76,7 @@ func newFixture(t *testing.T, mod func(*console.Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.c = c
 	f.srv = apitest.ServeHandler(t, c)
 	f.fail.Store(true)
 	f.id = f.broadcast(evil)
@@ -412,6 +415,77 @@ func TestR9_9_StandbyLinksToLeader(t *testing.T) {
 		link := `href="http://127.0.0.9:7070` + strings.ReplaceAll(tc.path, "&", "&amp;") + `"`
 		if resp.StatusCode != tc.code || !strings.Contains(string(b), link) {
 			t.Errorf("%s: %d, want %d with %s:\n%s", tc.path, resp.StatusCode, tc.code, link, b)
+		}
+	}
+}
+
+// TestR9_9_EventsStreamUpdatesAndCloses: the events stream sends the live
+// region, sends it again when it changes, and ends on Close (a server's
+// graceful shutdown would wait for it otherwise).
+func TestR9_9_EventsStreamUpdatesAndCloses(t *testing.T) {
+	f := newFixture(t, nil)
+	resp, err := http.Get(f.srv.URL + "/ui/events?page=" + url.QueryEscape("/ui/tasks?state=PENDING"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, ct)
+	}
+	events := make(chan string, 16)
+	go func() {
+		defer close(events)
+		buf := make([]byte, 64<<10)
+		var acc string
+		for {
+			n, err := resp.Body.Read(buf)
+			acc += string(buf[:n])
+			for {
+				i := strings.Index(acc, "\n\n")
+				if i < 0 {
+					break
+				}
+				events <- acc[:i]
+				acc = acc[i+2:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	next := func() string {
+		t.Helper()
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatal("the stream ended early")
+				}
+				if strings.HasPrefix(ev, "event: update") {
+					return ev
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event")
+			}
+		}
+	}
+	first := next()
+	if !strings.Contains(first, fmt.Sprintf(`data-id="%d"`, f.id)) {
+		t.Fatalf("first update lacks task %d:\n%s", f.id, first)
+	}
+	second := f.broadcast("y")
+	for ev := next(); !strings.Contains(ev, fmt.Sprintf(`data-id="%d"`, second)); ev = next() {
+	}
+	f.c.Close()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the stream did not end on Close")
 		}
 	}
 }

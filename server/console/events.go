@@ -61,6 +61,12 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, badRequest("page %q is not a console page with live updates", clean(raw)))
 		return
 	}
+	select {
+	case <-c.done:
+		c.fail(w, r, &httpError{code: http.StatusServiceUnavailable, msg: "the console is shutting down"})
+		return
+	default:
+	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		c.fail(w, r, &httpError{code: http.StatusNotImplemented, msg: "streaming is not supported here"})
@@ -100,6 +106,8 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			return
+		case <-c.done:
 			return
 		case <-tick.C:
 		}
