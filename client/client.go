@@ -31,6 +31,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -233,7 +234,20 @@ func (c *Client) normalize(addr string) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%w: coordinator address %q is not an http:// or https:// base URL", ErrInvalidArgument, addr)
 	}
+	if c.cfg.token != "" && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		// A server that takes tokens off loopback serves TLS (it refuses
+		// to start otherwise): plain HTTP there would only leak the token.
+		return "", fmt.Errorf("%w: refusing to send a token over plain HTTP to %s: use https:// (and WithTLS)", ErrInvalidArgument, u.Host)
+	}
 	return strings.TrimRight(addr, "/"), nil
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Close releases the client's idle connections.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -561,5 +562,33 @@ func TestR9_4_NilRequestsAreInvalid(t *testing.T) {
 	}
 	if _, err := c.Configure(ctx, nil); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Fatalf("Configure(nil): %v", err)
+	}
+}
+
+// A token is never sent over plain HTTP off loopback: such an address is
+// refused (a coordinator that takes tokens there serves TLS).
+func TestR9_8_NoTokenOverPlainHTTP(t *testing.T) {
+	tok := "wct_0123456789abcdef_" + strings.Repeat("A", 43)
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:7070": true, "http://localhost:7070": true, "http://[::1]:7070": true,
+		"https://10.0.0.1:7070": true, "http://10.0.0.1:7070": false, "walcast.example:7070": false,
+	} {
+		c, err := client.New([]string{addr}, client.WithToken(tok))
+		if ok != (err == nil) {
+			t.Errorf("%s: %v, want ok=%v", addr, err, ok)
+		}
+		if err == nil {
+			c.Close()
+		} else if !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("%s: %v is not ErrInvalidArgument", addr, err)
+		}
+	}
+	if c, err := client.New([]string{"walcast.example:7070"}, client.WithToken(tok), client.WithTLS(nil)); err != nil {
+		t.Errorf("bare address with TLS: %v", err)
+	} else {
+		c.Close()
+	}
+	if _, err := client.New([]string{"127.0.0.1:7070"}, client.WithToken("not-a-token")); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Errorf("malformed token: %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +28,7 @@ import (
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/internal/metrics"
+	"github.com/walcast/walcast/internal/tlsfiles"
 	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
@@ -619,7 +619,7 @@ func (p *Process) serveMetrics(cfg Config) error {
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)}
 	if tc := p.sec.metricsTLS(cfg); tc != nil {
 		srv.TLSConfig = tc
-		ln = tls.NewListener(ln, tc)
+		ln = tlsfiles.Listener(ln, tc)
 		p.metricsScheme = "https"
 	}
 	go func() {

@@ -578,3 +578,28 @@ func TestR9_8_EveryServedServiceIsInTheTable(t *testing.T) {
 		t.Fatalf("reflection lists %v", names)
 	}
 }
+
+// metrics.tls serves /metrics with the API's certificate.
+func TestR9_8_MetricsOverTLS(t *testing.T) {
+	e := startSecure(t, func(c *server.Config) { c.Metrics.Addr = "127.0.0.1:0"; c.Metrics.TLS = true })
+	if !strings.Contains(e.p.ReadyLine("standalone"), "metrics=https://") {
+		t.Fatalf("ready line: %s", e.p.ReadyLine("standalone"))
+	}
+	res, err := e.httpClient(t, nil).Get("https://" + e.p.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "go_goroutines") {
+		t.Fatalf("metrics over TLS: %d %.200s", res.StatusCode, body)
+	}
+	res, err = http.Get("http://" + e.p.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("plain HTTP to the TLS metrics port: %d", res.StatusCode)
+	}
+}
