@@ -223,11 +223,23 @@ func TestR9_9_Browser(t *testing.T) {
 		return false
 	})
 
+	// A second broadcast on the same key waits for the first.
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: stuckType.String(), Payload: []byte("y"),
+			Vchannels: []string{"wal-2/s1"}, ResourceKeys: []string{"Collection:shop:locked@X"}}))
+		waiter <- err
+	}()
+
 	t.Run("HeldLockAppears", func(t *testing.T) {
 		step(t, "locks page", chromedp.Navigate(base+"/ui/locks"), live)
+		step(t, "the waiter", chromedp.WaitVisible(chromedp.CSS("#locks .waiter")))
 		html := eval(t, `document.getElementById("locks").innerHTML`)
 		if !strings.Contains(html, "shop:locked") || !strings.Contains(html, fmt.Sprintf("broadcast %d", stuckID)) {
 			t.Errorf("the locks page does not show broadcast %d holding Collection shop:locked:\n%s", stuckID, html)
+		}
+		if !strings.Contains(html, "wants <b>X</b>") {
+			t.Errorf("the locks page does not show the waiter:\n%s", html)
 		}
 		shoot(t, "locks")
 	})
@@ -250,6 +262,14 @@ func TestR9_9_Browser(t *testing.T) {
 			}
 		case <-time.After(15 * time.Second):
 			t.Error("the stuck broadcast did not return after the retry")
+		}
+		select {
+		case err := <-waiter:
+			if err != nil {
+				t.Errorf("the waiting broadcast: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("the waiting broadcast did not get its key after the first completed")
 		}
 	})
 }
