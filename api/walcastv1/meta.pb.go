@@ -502,17 +502,25 @@ func (x *User) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Grant is a privilege granted to a user on a database or collection that
+// exists (or on every one: "*"). A grant belongs to its object by id: it is
+// removed when the object is dropped, follows a renamed collection, and a
+// recreated object of the same name starts with none.
 type Grant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
 	// Insert, Delete, Upsert, Query, Search, Import, CreateIndex, DropIndex,
 	// DescribeCollection or All.
 	Privilege string `protobuf:"bytes,2,opt,name=privilege,proto3" json:"privilege,omitempty"`
-	// A database name, or "*" for every database.
+	// A database name, or "*" for every database (then the collection must be
+	// "*" too).
 	Database string `protobuf:"bytes,3,opt,name=database,proto3" json:"database,omitempty"`
-	// A collection name, or "*" (or empty) for every collection of the
-	// database.
-	Collection    string `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	// A collection name (its current one), or "*" (or empty) for every
+	// collection of the database.
+	Collection string `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Output only: the ids of the database and collection, 0 for "*".
+	DatabaseId    uint64 `protobuf:"varint,5,opt,name=database_id,json=databaseId,proto3" json:"database_id,omitempty"`
+	CollectionId  uint64 `protobuf:"varint,6,opt,name=collection_id,json=collectionId,proto3" json:"collection_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -575,19 +583,45 @@ func (x *Grant) GetCollection() string {
 	return ""
 }
 
+func (x *Grant) GetDatabaseId() uint64 {
+	if x != nil {
+		return x.DatabaseId
+	}
+	return 0
+}
+
+func (x *Grant) GetCollectionId() uint64 {
+	if x != nil {
+		return x.CollectionId
+	}
+	return 0
+}
+
+// ImportJob is one bulk import. Its files are read from the server's import
+// root (meta.import_root), validated row by row against the collection's
+// fields, and counted. A job whose collection is dropped fails with reason
+// "collection dropped"; a job never completes into a dropped collection.
 type ImportJob struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	DatabaseId   uint64                 `protobuf:"varint,2,opt,name=database_id,json=databaseId,proto3" json:"database_id,omitempty"`
 	CollectionId uint64                 `protobuf:"varint,3,opt,name=collection_id,json=collectionId,proto3" json:"collection_id,omitempty"`
-	// The collection's name when the job was created.
-	Collection string         `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
-	Files      []string       `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`
-	State      ImportJobState `protobuf:"varint,6,opt,name=state,proto3,enum=walcast.api.v1.ImportJobState" json:"state,omitempty"`
-	// Why the job failed.
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The collection's current name (the new one after a rename; its last one
+	// if it was dropped).
+	Collection string `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Paths relative to the import root.
+	Files []string       `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`
+	State ImportJobState `protobuf:"varint,6,opt,name=state,proto3,enum=walcast.api.v1.ImportJobState" json:"state,omitempty"`
+	// Why the job failed: for a bad file, the file and line.
+	Reason    string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The database's name.
+	Database string `protobuf:"bytes,10,opt,name=database,proto3" json:"database,omitempty"`
+	// Progress: the files imported completely, and the rows validated so far
+	// (all rows once the job completed).
+	FilesDone     uint32 `protobuf:"varint,11,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
+	Rows          uint64 `protobuf:"varint,12,opt,name=rows,proto3" json:"rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +717,27 @@ func (x *ImportJob) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *ImportJob) GetDatabase() string {
+	if x != nil {
+		return x.Database
+	}
+	return ""
+}
+
+func (x *ImportJob) GetFilesDone() uint32 {
+	if x != nil {
+		return x.FilesDone
+	}
+	return 0
+}
+
+func (x *ImportJob) GetRows() uint64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
 }
 
 type CreateDatabaseRequest struct {
@@ -2145,8 +2200,14 @@ type ImportRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Database   string                 `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
 	Collection string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
-	// Files to import, 1 to 64. The simulated importer fails a job one of
-	// whose file names contains "fail".
+	// Files to import, 1 to 64: paths relative to the server's import root
+	// (meta.import_root, default <data dir>/imports), without "..", control
+	// characters or a leading "/", each ending in .jsonl or .ndjson (one JSON
+	// object per line) or .csv (a header row naming the fields, then one row
+	// per line). Every row must give every field of the collection, and
+	// nothing else, in the field's type. Files are read when the job runs: a
+	// missing, unreadable or malformed file fails the job, its reason naming
+	// the file and line.
 	Files          []string `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
 	IdempotencyKey string   `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -2468,10 +2529,13 @@ type VChannelView struct {
 	Dropped bool     `protobuf:"varint,8,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	Indexes []*Index `protobuf:"bytes,9,rep,name=indexes,proto3" json:"indexes,omitempty"`
 	// Import jobs whose message the vchannel applied, in order.
-	ImportJobs []uint64    `protobuf:"varint,10,rep,packed,name=import_jobs,json=importJobs,proto3" json:"import_jobs,omitempty"`
-	Databases  []*Database `protobuf:"bytes,11,rep,name=databases,proto3" json:"databases,omitempty"`
-	Users      []string    `protobuf:"bytes,12,rep,name=users,proto3" json:"users,omitempty"`
-	Grants     []*Grant    `protobuf:"bytes,13,rep,name=grants,proto3" json:"grants,omitempty"`
+	ImportJobs []uint64 `protobuf:"varint,10,rep,packed,name=import_jobs,json=importJobs,proto3" json:"import_jobs,omitempty"`
+	// Import jobs whose completion or failure (FinishImport) the vchannel
+	// applied, in order.
+	FinishedImportJobs []uint64    `protobuf:"varint,17,rep,packed,name=finished_import_jobs,json=finishedImportJobs,proto3" json:"finished_import_jobs,omitempty"`
+	Databases          []*Database `protobuf:"bytes,11,rep,name=databases,proto3" json:"databases,omitempty"`
+	Users              []string    `protobuf:"bytes,12,rep,name=users,proto3" json:"users,omitempty"`
+	Grants             []*Grant    `protobuf:"bytes,13,rep,name=grants,proto3" json:"grants,omitempty"`
 	// Meta messages applied to the vchannel.
 	Applied         uint64 `protobuf:"varint,14,opt,name=applied,proto3" json:"applied,omitempty"`
 	LastBroadcastId uint64 `protobuf:"varint,15,opt,name=last_broadcast_id,json=lastBroadcastId,proto3" json:"last_broadcast_id,omitempty"`
@@ -2583,6 +2647,13 @@ func (x *VChannelView) GetImportJobs() []uint64 {
 	return nil
 }
 
+func (x *VChannelView) GetFinishedImportJobs() []uint64 {
+	if x != nil {
+		return x.FinishedImportJobs
+	}
+	return nil
+}
+
 func (x *VChannelView) GetDatabases() []*Database {
 	if x != nil {
 		return x.Databases
@@ -2668,14 +2739,17 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x04User\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x129\n" +
 	"\n" +
-	"created_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"u\n" +
+	"created_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xbb\x01\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1c\n" +
 	"\tprivilege\x18\x02 \x01(\tR\tprivilege\x12\x1a\n" +
 	"\bdatabase\x18\x03 \x01(\tR\bdatabase\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x04 \x01(\tR\n" +
-	"collection\"\xdb\x02\n" +
+	"collection\x12\x1f\n" +
+	"\vdatabase_id\x18\x05 \x01(\x04R\n" +
+	"databaseId\x12#\n" +
+	"\rcollection_id\x18\x06 \x01(\x04R\fcollectionId\"\xaa\x03\n" +
 	"\tImportJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1f\n" +
 	"\vdatabase_id\x18\x02 \x01(\x04R\n" +
@@ -2690,7 +2764,12 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"T\n" +
+	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1a\n" +
+	"\bdatabase\x18\n" +
+	" \x01(\tR\bdatabase\x12\x1d\n" +
+	"\n" +
+	"files_done\x18\v \x01(\rR\tfilesDone\x12\x12\n" +
+	"\x04rows\x18\f \x01(\x04R\x04rows\"T\n" +
 	"\x15CreateDatabaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\x81\x01\n" +
@@ -2808,7 +2887,7 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x16ListImportJobsResponse\x12-\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x19.walcast.api.v1.ImportJobR\x04jobs\"4\n" +
 	"\x16GetVChannelViewRequest\x12\x1a\n" +
-	"\bvchannel\x18\x01 \x01(\tR\bvchannel\"\xa3\x04\n" +
+	"\bvchannel\x18\x01 \x01(\tR\bvchannel\"\xd5\x04\n" +
 	"\fVChannelView\x12\x1a\n" +
 	"\bvchannel\x18\x01 \x01(\tR\bvchannel\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12#\n" +
@@ -2824,7 +2903,8 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\aindexes\x18\t \x03(\v2\x15.walcast.api.v1.IndexR\aindexes\x12\x1f\n" +
 	"\vimport_jobs\x18\n" +
 	" \x03(\x04R\n" +
-	"importJobs\x126\n" +
+	"importJobs\x120\n" +
+	"\x14finished_import_jobs\x18\x11 \x03(\x04R\x12finishedImportJobs\x126\n" +
 	"\tdatabases\x18\v \x03(\v2\x18.walcast.api.v1.DatabaseR\tdatabases\x12\x14\n" +
 	"\x05users\x18\f \x03(\tR\x05users\x12-\n" +
 	"\x06grants\x18\r \x03(\v2\x15.walcast.api.v1.GrantR\x06grants\x12\x18\n" +
