@@ -34,7 +34,7 @@ func metaServer(t *testing.T, leader server.Leader, wrap func(http.Handler) http
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	ps := []message.PChannel{"wal-0", "wal-1"}
-	app, err := meta.NewApp(meta.Config{PChannels: ps, Logger: quiet, ImporterInterval: 10 * time.Millisecond})
+	app, err := meta.NewApp(meta.Config{PChannels: ps, Logger: quiet, ImporterInterval: 10 * time.Millisecond, ImportRoot: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestMetaRetryReusesTheKey(t *testing.T) {
 			}
 			l := &lossy{n: 2, after: after, decode: importKey}
 			cur.Store(l)
-			req := &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"f.parquet"}}
+			req := &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"f.jsonl"}}
 			res, err := c.Import(ctx, req)
 			if err != nil {
 				t.Fatal(err)

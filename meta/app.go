@@ -21,7 +21,7 @@ import (
 // App is the metadata service as a walcast application (server.App): it
 // registers the service's types and callbacks besides those of
 // server.GenericApp, serves MetaService beside BroadcastService, runs the
-// simulated importer while the process leads, and gives each streaming node
+// importer while the process leads, and gives each streaming node
 // an Applier keeping per-vchannel views. Close it with the process.
 type App struct {
 	cfg Config

@@ -39,22 +39,6 @@ func privilegeOf(req any) (priv, db, coll string, ok bool) {
 	return "", "", "", false
 }
 
-// covers reports whether grant g gives priv on db (and coll, if not
-// empty) to its user: the same privilege or All, on that object or a
-// wildcard over it.
-func covers(g grantRecord, priv, db, coll string) bool {
-	if g.Privilege != priv && g.Privilege != "All" {
-		return false
-	}
-	if g.Database != wildcard && g.Database != db {
-		return false
-	}
-	if coll == "" {
-		return g.Collection == wildcard
-	}
-	return g.Collection == wildcard || g.Collection == coll
-}
-
 // authorize checks that the caller of req (the identity the API's
 // authentication put in ctx) holds the metadata privilege req needs.
 // Without an identity (authentication off, or a call in process) and for
@@ -83,14 +67,14 @@ func (s *Service) authorize(ctx context.Context, req any) error {
 	if err != nil {
 		return err
 	}
-	grants, err := list[grantRecord](ctx, r, prefixGrant+id.Name+"/")
-	if err != nil {
-		return err
+	// By the objects' ids (see holds): a recreated object of the same name
+	// does not inherit a dropped one's grants.
+	if coll == "" {
+		coll = wildcard
 	}
-	for _, g := range grants {
-		if g.User == id.Name && covers(g, priv, db, coll) {
-			return nil
-		}
+	ok, err = holds(ctx, r, id.Name, priv, db, coll)
+	if err != nil || ok {
+		return err
 	}
 	return fmt.Errorf("%w: %s needs privilege %s on %s", auth.ErrPermissionDenied, id.Name, priv, obj)
 }

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func TestBadInputIsTypedAndChangesNothing(t *testing.T) {
 	long := strings.Repeat("n", MaxNameLength+1)
 	manyFiles := make([]string, MaxImportFiles+1)
 	for i := range manyFiles {
-		manyFiles[i] = "f.parquet"
+		manyFiles[i] = fmt.Sprintf("f%d.csv", i)
 	}
 	const (
 		invalid  = connect.CodeInvalidArgument
@@ -165,7 +166,7 @@ func TestBadInputIsTypedAndChangesNothing(t *testing.T) {
 			return err
 		}},
 		{"import into unknown collection", notFound, func(ctx context.Context) error {
-			_, err := c.Import(ctx, &walcastv1.ImportRequest{Database: "db", Collection: "nope", Files: []string{"f"}})
+			_, err := c.Import(ctx, &walcastv1.ImportRequest{Database: "db", Collection: "nope", Files: []string{"f.csv"}})
 			return err
 		}},
 		{"import without files", invalid, func(ctx context.Context) error {

@@ -28,10 +28,14 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 				created(e, d.ID, "database")
 				return errors.Join(putJSON(e, dbKey(d.ID), d), putID(e, dbNameKey(d.Name), d.ID))
 			}),
-		onAck(a, types, cbs, TypeDropDatabase, func(p dropDatabasePayload) error { return p.Database.check() },
+		onAck(a, types, cbs, TypeDropDatabase, dropDatabasePayload.check,
 			func(p dropDatabasePayload, e *broadcast.Effects) error {
 				d := p.Database
-				return errors.Join(e.Delete(dbKey(d.ID)), e.Delete(dbNameKey(d.Name)))
+				errs := []error{e.Delete(dbKey(d.ID)), e.Delete(dbNameKey(d.Name))}
+				for _, g := range p.Grants {
+					errs = append(errs, e.Delete(grantKey(g)))
+				}
+				return errors.Join(errs...)
 			}),
 		onAck(a, types, cbs, TypeCreateCollection, func(p createCollectionPayload) error { return p.Collection.check() },
 			func(p createCollectionPayload, e *broadcast.Effects) error {
@@ -48,13 +52,20 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 				for _, i := range p.Indexes {
 					errs = append(errs, e.Delete(indexKey(c.ID, i)))
 				}
+				for _, g := range p.Grants {
+					errs = append(errs, e.Delete(grantKey(g)))
+				}
 				return errors.Join(errs...)
 			}),
 		onAck(a, types, cbs, TypeRenameCollection, renameCollectionPayload.check,
 			func(p renameCollectionPayload, e *broadcast.Effects) error {
 				c := p.Collection
-				return errors.Join(putJSON(e, collKey(c.ID), c), e.Delete(collNameKey(c.DatabaseID, p.OldName)),
-					putID(e, collNameKey(c.DatabaseID, c.Name), c.ID))
+				errs := []error{putJSON(e, collKey(c.ID), c), e.Delete(collNameKey(c.DatabaseID, p.OldName)),
+					putID(e, collNameKey(c.DatabaseID, c.Name), c.ID)}
+				for _, g := range p.Grants {
+					errs = append(errs, putJSON(e, grantKey(g), g)) // same key (ids), new name
+				}
+				return errors.Join(errs...)
 			}),
 		onAck(a, types, cbs, TypeCreateIndex, indexPayload.check,
 			func(p indexPayload, e *broadcast.Effects) error {
@@ -67,14 +78,24 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 			}),
 		onAck(a, types, cbs, TypeCreateUser, func(p userPayload) error { return checkName("user", p.User.Name) },
 			func(p userPayload, e *broadcast.Effects) error { return putJSON(e, userKey(p.User.Name), p.User) }),
-		onAck(a, types, cbs, TypeGrantPrivilege, func(p grantPayload) error { return checkGrant(p.Grant) },
+		onAck(a, types, cbs, TypeGrantPrivilege, grantPayload.check,
 			func(p grantPayload, e *broadcast.Effects) error { return putJSON(e, grantKey(p.Grant), p.Grant) }),
-		onAck(a, types, cbs, TypeRevokePrivilege, func(p grantPayload) error { return checkGrant(p.Grant) },
+		onAck(a, types, cbs, TypeRevokePrivilege, grantPayload.check,
 			func(p grantPayload, e *broadcast.Effects) error { return e.Delete(grantKey(p.Grant)) }),
 		onAck(a, types, cbs, TypeImport, importPayload.check,
 			func(p importPayload, e *broadcast.Effects) error {
 				created(e, p.Job.ID, "import job")
 				return putJSON(e, jobKey(p.Job.ID), p.Job)
+			}),
+		onAck(a, types, cbs, TypeFinishImport, finishImportPayload.check,
+			func(p finishImportPayload, e *broadcast.Effects) error {
+				j := p.Job
+				detail := fmt.Sprintf("import job %d completed: %d rows from %d files", j.ID, j.Rows, j.FilesDone)
+				if j.State == jobFailed {
+					detail = fmt.Sprintf("import job %d failed: %s", j.ID, j.Reason)
+				}
+				e.SetOutcome(broadcast.Outcome{Status: broadcast.Succeeded, Detail: detail, Data: []byte(idStr(j.ID))})
+				return errors.Join(putJSON(e, jobKey(j.ID), j), e.Delete(progressKey(j.ID)))
 			}),
 	)
 }
@@ -153,11 +174,16 @@ func (c collRecord) check() error {
 	return errors.Join(checkName("database", c.Database), checkName("collection", c.Name), checkFields(c.Fields))
 }
 
+func (p dropDatabasePayload) check() error {
+	return errors.Join(p.Database.check(), checkObjectGrants(p.Grants, p.Database.ID, p.Database.Name, 0, wildcard))
+}
+
 func (p dropCollectionPayload) check() error {
 	if len(p.Indexes) > MaxIndexes {
 		return errorf(ErrInvalidArgument, "%d indexes", len(p.Indexes))
 	}
-	errs := []error{p.Collection.check()}
+	c := p.Collection
+	errs := []error{c.check(), checkObjectGrants(p.Grants, c.DatabaseID, c.Database, c.ID, c.Name)}
 	for _, i := range p.Indexes {
 		errs = append(errs, checkName("index", i))
 	}
@@ -168,7 +194,32 @@ func (p renameCollectionPayload) check() error {
 	if p.OldName == p.Collection.Name {
 		return errorf(ErrInvalidArgument, "rename to the same name")
 	}
-	return errors.Join(p.Collection.check(), checkName("collection", p.OldName))
+	c := p.Collection
+	return errors.Join(c.check(), checkName("collection", p.OldName),
+		checkObjectGrants(p.Grants, c.DatabaseID, c.Database, c.ID, c.Name))
+}
+
+// checkObjectGrants checks the grants a drop or rename carries: at most
+// MaxGrantsPerObject, each on the object (database dbID, collection collID,
+// 0 for the database itself) under its name.
+func checkObjectGrants(gs []grantRecord, dbID uint64, db string, collID uint64, coll string) error {
+	if len(gs) > MaxGrantsPerObject {
+		return errorf(ErrInvalidArgument, "%d grants, limit %d", len(gs), MaxGrantsPerObject)
+	}
+	for _, g := range gs {
+		if err := (grantPayload{Grant: g}).check(); err != nil {
+			return err
+		}
+		if g.DatabaseID != dbID || g.Database != db || g.CollectionID != collID || g.Collection != coll {
+			return errorf(ErrInvalidArgument, "grant on %s.%s (%d.%d) carried by a change of %s.%s (%d.%d)",
+				g.Database, g.Collection, g.DatabaseID, g.CollectionID, db, coll, dbID, collID)
+		}
+	}
+	return nil
+}
+
+func (p grantPayload) check() error {
+	return errors.Join(checkGrant(p.Grant), checkGrantIDs(p.Grant))
 }
 
 func (p indexPayload) check() error {
@@ -183,8 +234,29 @@ func (p indexPayload) check() error {
 
 func (p importPayload) check() error {
 	j := p.Job
-	if j.ID == 0 || j.DatabaseID == 0 || j.CollectionID == 0 || j.State != jobPending {
+	if j.ID == 0 || j.DatabaseID == 0 || j.CollectionID == 0 || j.State != jobPending || j.FilesDone != 0 || j.Rows != 0 {
 		return errorf(ErrInvalidArgument, "import job %d of collection %d in state %d", j.ID, j.CollectionID, j.State)
 	}
-	return errors.Join(checkName("collection", j.Collection), checkFiles(j.Files))
+	return j.checkNames()
+}
+
+func (p finishImportPayload) check() error {
+	j := p.Job
+	switch {
+	case j.ID == 0 || j.DatabaseID == 0 || j.CollectionID == 0 || !j.State.finished():
+		return errorf(ErrInvalidArgument, "finish of import job %d of collection %d in state %d", j.ID, j.CollectionID, j.State)
+	case j.FilesDone < 0 || j.FilesDone > len(j.Files) || j.State == jobCompleted && j.FilesDone != len(j.Files):
+		return errorf(ErrInvalidArgument, "import job %d: %d of %d files done", j.ID, j.FilesDone, len(j.Files))
+	case j.State == jobFailed && j.Reason == "" || len(j.Reason) > MaxReasonLength:
+		return errorf(ErrInvalidArgument, "import job %d: reason of %d bytes", j.ID, len(j.Reason))
+	}
+	return j.checkNames()
+}
+
+func (j jobRecord) checkNames() error {
+	errs := []error{checkName("collection", j.Collection), checkFiles(j.Files)}
+	if j.Database != "" { // records before the database name was kept have none
+		errs = append(errs, checkName("database", j.Database))
+	}
+	return errors.Join(errs...)
 }

@@ -24,7 +24,7 @@ func TestR10_2_DDLOnDifferentCollectionsInParallel(t *testing.T) {
 	c := e.c
 	must[*walcastv1.CreateDatabaseResponse](t)(c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "db"}))
 	blocked := must[*walcastv1.CreateCollectionResponse](t)(c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "blocked"})).Collection
-	imp := &walcastv1.ImportRequest{Database: "db", Collection: "blocked", Files: []string{"f.parquet"}}
+	imp := &walcastv1.ImportRequest{Database: "db", Collection: "blocked", Files: []string{e.writeImport("f.jsonl", jsonlRows(1))}}
 	job := must[*walcastv1.ImportResponse](t)(c.Import(ctx, imp)).Job
 
 	entered, release := make(chan struct{}), make(chan struct{})

@@ -25,6 +25,14 @@ const (
 	MaxImportFiles = 64
 	// MaxFileLength bounds one import file name, in bytes.
 	MaxFileLength = 1024
+	// MaxGrantsPerObject bounds the grants on one database or collection,
+	// so that dropping (or renaming) it rewrites them all in the
+	// transaction of its TOMBSTONE.
+	MaxGrantsPerObject = 64
+	// MaxRowBytes bounds one row (line) of an import file.
+	MaxRowBytes = 1 << 20
+	// MaxReasonLength bounds the reason of a failed import job, in bytes.
+	MaxReasonLength = 1024
 )
 
 // Config configures the metadata service. PChannels is required; the other
@@ -45,9 +53,14 @@ type Config struct {
 	// (meta.import_job_retention). It must outlive the idempotency window,
 	// so that a retry finds its job. Default 48h.
 	ImportJobRetention time.Duration
-	// ImporterInterval is how often the simulated importer advances jobs
-	// (one state per tick: pending → running → completed or failed) and
-	// deletes expired ones. Default 1s.
+	// ImportRoot is the directory import files are read from
+	// (meta.import_root): an import's paths are relative to it, and none
+	// may lead out of it. The leader's importer creates it when it first
+	// runs a job. Required; ConfigFrom gives the process's setting or
+	// "<data dir>/imports".
+	ImportRoot string
+	// ImporterInterval is how often the importer looks for jobs to run
+	// and deletes expired ones. Default 1s.
 	ImporterInterval time.Duration
 	// Logger receives structured logs; idempotency keys appear only as
 	// fingerprints. Default slog.Default().
@@ -64,6 +77,7 @@ func ConfigFrom(c server.Config) Config {
 		CollectionShards:   c.Meta.CollectionShards,
 		MaxImportJobNum:    c.Meta.MaxImportJobNum,
 		ImportJobRetention: c.Meta.ImportJobRetention.D(),
+		ImportRoot:         c.ImportRoot(),
 		Logger:             c.Logger(),
 	}
 }
@@ -96,6 +110,9 @@ func (c Config) validate() error {
 	}
 	if len(c.PChannels) == 0 {
 		return bad("PChannels", "at least one pchannel is required")
+	}
+	if c.ImportRoot == "" {
+		return bad("ImportRoot", "the import root directory is required (meta.import_root)")
 	}
 	seen := make(map[message.PChannel]bool, len(c.PChannels))
 	for _, p := range c.PChannels {

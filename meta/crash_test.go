@@ -150,6 +150,7 @@ func freeAddr(t *testing.T) string {
 
 // crashWorkload is what the clients did and learned.
 type crashWorkload struct {
+	root    string // the process's import root
 	mu      sync.Mutex
 	live    map[string]uint64 // collection name → id, as the client learned it
 	dropped []*walcastv1.Collection
@@ -185,7 +186,7 @@ func TestR10_4_CrashDuringMixedDDL(t *testing.T) {
 	}
 
 	const workers, rounds = 4, 6
-	w := &crashWorkload{live: map[string]uint64{}, jobs: map[string]uint64{}}
+	w := &crashWorkload{root: filepath.Join(dir, "imports"), live: map[string]uint64{}, jobs: map[string]uint64{}}
 	errs := make(chan error, workers+1)
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -247,6 +248,8 @@ func TestR10_4_CrashDuringMixedDDL(t *testing.T) {
 	if !slices.Equal(ids, want) {
 		t.Fatalf("import jobs %v, clients learned %v", ids, want)
 	}
+	// Every job ends (none is left running), through one FinishImport.
+	checkJobsEndOnce(ctx, t, c, len(want))
 	us, err := c.ListUsers(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -269,6 +272,144 @@ func TestR10_4_CrashDuringMixedDDL(t *testing.T) {
 	p.stop(t)
 }
 
+// checkJobsEndOnce waits until the n import jobs have all ended, and checks
+// that each ended through exactly one FinishImport task, with the outcome
+// its record shows: a job is never left running by a crash, nor ended twice.
+func checkJobsEndOnce(ctx context.Context, t *testing.T, c *client.Client, n int) {
+	t.Helper()
+	var jobs []*walcastv1.ImportJob
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var err error
+		jobs, err = c.ListImportJobs(ctx, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks, err := c.ListTasks(ctx, &walcastv1.ListTasksRequest{Type: TypeFinishImport.String(), States: []string{"TOMBSTONE"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := map[uint64]int{}
+		for _, tk := range tasks {
+			p, err := decodeStrict[finishImportPayload](tk.GetPayload())
+			if err != nil {
+				t.Fatalf("FinishImport %d: %v", tk.GetId(), err)
+			}
+			ended[p.Job.ID]++
+		}
+		done := len(jobs) == n
+		for _, j := range jobs {
+			if ended[j.Id] > 1 {
+				t.Fatalf("job %d ended by %d FinishImport tasks", j.Id, ended[j.Id])
+			}
+			finished := j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED
+			if ended[j.Id] == 0 || !finished {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("import jobs not all ended once: %v; FinishImport tasks per job %v", jobs, ended)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestR10_3_CrashDuringImportCompletesOnce kills `walcast standalone` with
+// SIGKILL while an import job is running (some of its files done), restarts
+// it on the same data directory, and checks that the job resumes and
+// completes exactly once: every file done, every row counted once (the
+// importer resumed at the file it was reading, not from the start), one
+// FinishImport task, and each of the collection's vchannels applying the
+// job's end once.
+func TestR10_3_CrashDuringImportCompletesOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the walcast binary")
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	const files, rows = 48, 2500
+	var names []string
+	for i := range files {
+		name := fmt.Sprintf("big/part-%02d.jsonl", i)
+		if err := writeImportFile(filepath.Join(dir, "imports", "big"), filepath.Base(name), jsonlRows(rows)); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	p := startStandalone(t, dir, addr)
+	c, err := client.New([]string{"http://" + addr}, client.WithBackoff(10*time.Millisecond, 200*time.Millisecond),
+		client.WithAttemptTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if _, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	coll, err := c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Import until a job is caught running (a job that ends before it is
+	// seen running is simply followed by another).
+	var job *walcastv1.ImportJob
+	var jobs int
+	for attempt := 0; job == nil && attempt < 5; attempt++ {
+		r, err := c.Import(ctx, &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: names})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs++
+		for {
+			j, err := c.GetImportJob(ctx, r.Job.Id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING && j.FilesDone >= 1 && int(j.FilesDone) < files/2 {
+				p.kill()
+				job = j
+				break
+			}
+			if j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED ||
+				int(j.FilesDone) >= files/2 {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if job == nil {
+		t.Fatal("never caught a job running: the files are read too fast for this test")
+	}
+	t.Logf("killed with job %d running, %d of %d files and %d rows done", job.Id, job.FilesDone, files, job.Rows)
+	p = startStandalone(t, dir, addr)
+	checkJobsEndOnce(ctx, t, c, jobs)
+	j, err := c.GetImportJob(ctx, job.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || j.FilesDone != files || j.Rows != files*rows {
+		t.Fatalf("job after the crash %v, want completed with %d files and %d rows", j, files, files*rows)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, vc := range coll.Collection.Vchannels {
+		for {
+			v, err := c.GetVChannelView(ctx, vc)
+			if err == nil && slices.Contains(v.FinishedImportJobs, job.Id) && len(v.FinishedImportJobs) == jobs && len(v.Anomalies) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("view of %s: %v, %v", vc, v, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	p.stop(t)
+}
+
 // collections runs rounds of create, index, import, then rename or drop
 // on collections of worker i.
 func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, rounds int) error {
@@ -284,9 +425,15 @@ func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, ro
 			return fmt.Errorf("index %s: %w", name, err)
 		}
 		w.done(ix.Result)
-		file := name + ".parquet"
+		// Real files in the process's import root; one import in four
+		// fails on a malformed row.
+		file := name + ".jsonl"
+		content := jsonlRows(50 + r)
 		if r%4 == 3 {
-			file = name + "_fail.parquet"
+			content += "{\"id\": \"nope\", \"vector\": [1]}\n"
+		}
+		if err := writeImportFile(w.root, file, content); err != nil {
+			return err
 		}
 		req := &walcastv1.ImportRequest{Database: "crash", Collection: name, Files: []string{file}}
 		ir, err := c.Import(ctx, req)
@@ -353,6 +500,14 @@ func (w *crashWorkload) rbac(ctx context.Context, c *client.Client, n int) error
 		w.mu.Unlock()
 	}
 	return nil
+}
+
+// writeImportFile writes an import file under root.
+func writeImportFile(root, name, content string) error {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(root, name), []byte(content), 0o644)
 }
 
 func (w *crashWorkload) done(r *walcastv1.DDLResult) {

@@ -18,7 +18,8 @@
 //
 // Every DDL/DCL runs the same steps (R10.2):
 //
-//  1. check the request's syntax (names, shard count, schema, files);
+//  1. check the request's syntax (names, shard count, schema, files; see
+//     Names below);
 //  2. resolve names to ids from the committed metadata (the leader's
 //     catalog), since idempotency keys are scoped by id;
 //  3. resolve the idempotency key, then take the resource keys
@@ -40,7 +41,21 @@
 // run together but wait for its DDL; database DDL and RenameCollection hold
 // Database(db) exclusive; RBAC (users, grants) holds Privilege exclusive.
 // Since a task holds its keys until its callback has finished, what step 4
-// validated is still true when the callback writes.
+// validated is still true when the callback writes. Grants and revokes also
+// hold the database and collection they name shared (they must exist), and
+// an import's FinishImport holds its collection's keys shared and the job's
+// ImportJob key exclusive.
+//
+// # Names
+//
+// One rule for database, collection, field, index and user names: 1 to
+// MaxNameLength (128) bytes of ASCII letters, digits and '_', not starting
+// with a digit. So no name holds a control character, a space, '.', ':',
+// '/' or '@' — names appear in resource keys, catalog keys and CLI output.
+// A name that breaks the rule is refused with InvalidArgument before
+// anything is done. JSON requests with unknown fields are refused too
+// (server.StrictJSON): a misspelt idempotency_key never makes a request
+// silently non-idempotent.
 //
 // Messages: database and RBAC messages target only the control channel;
 // collection messages target the collection's vchannels (and, like every
@@ -72,14 +87,16 @@
 //	meta/droppedname/<db id>/<name>/<id> a dropped collection, kept for retries
 //	meta/index/<coll id>/<name>          index record
 //	meta/user/<name>                     user record
-//	meta/grant/<user>/<db>/<coll>/<priv> grant record
+//	meta/grant/<user>/<db id>/<coll id>/<priv>  grant record ("*" for every)
 //	meta/job/<job id>                    import job record
+//	meta/jobprogress/<job id>            a running job's progress (importer)
 //
 // # Idempotency scopes
 //
 // A request's optional client key is scoped (R7.1): CreateDatabase,
 // DropDatabase, CreateUser, GrantPrivilege and RevokePrivilege by the
-// cluster; CreateCollection by its database, by id; DropCollection,
+// cluster; FinishImport (the importer's) by the job's collection, one key
+// per job; CreateCollection by its database, by id; DropCollection,
 // RenameCollection, CreateIndex, DropIndex and Import by the collection, by
 // id. The request digest (R7.6) hashes the request's parameters other than
 // those its scope pins, never the payload's freshly allocated ids: reusing a
@@ -95,13 +112,60 @@
 // are unfinished, counting the imports whose job is not committed yet (an
 // import whose caller gave up counts until its task ends), checked after
 // the key was resolved, so a retry is answered even when the limit is
-// reached. A simulated importer on the
-// leader of a primary cluster moves each job pending → running →
-// completed, or failed if a file name contains "fail" (or the collection was
-// dropped), one step per ImporterInterval, and deletes finished jobs after
-// ImportJobRetention. A retry gets the original job as it is now: a failed
-// job stays failed for its key (R7.9), and the client mints a new key to
-// import again.
+// reached. A retry gets the original job as it is now: a failed job stays
+// failed for its key (R7.9), and the client mints a new key to import
+// again.
+//
+// Files are paths relative to the import root (Config.ImportRoot,
+// meta.import_root, default "<data dir>/imports"); a path that is absolute,
+// climbs out with "..", holds a control character or names an unsupported
+// format is refused with the request. Formats, by extension: JSON lines
+// (.jsonl, .ndjson: one object per line, its keys the collection's fields)
+// and CSV (.csv: a header row naming the fields, then one row per record;
+// vectors and json fields as JSON text). Parquet is not supported: it
+// would need a dependency as large as the rest of walcast.
+//
+// The importer runs on the leader of a primary cluster, one job at a time
+// in id order, every ImporterInterval. It opens each file through an
+// os.Root of the import root (so a symlink cannot lead out of it, and only
+// regular files are read), checks every row against the collection's
+// fields — each field present, no other, of its type; vectors non-empty
+// with the same dimensions in one file — and counts the rows. Its progress
+// (files done, rows) is a record of its own beside the job, written after
+// each file and every second within one, which the API folds into the job
+// (running); after a crash the next importer resumes at the file under way.
+// A missing, unreadable, escaping or malformed file fails the job with a
+// reason naming the file and the line.
+//
+// A job ends with FinishImport, a broadcast of its own (effect-once, like
+// every change): its callback writes the finished job — completed with its
+// counts, or failed with its reason — and deletes the progress in the
+// transaction of its TOMBSTONE, and its idempotency key, one per job, makes
+// a second attempt (after a crash, by a new leader) an answer by the first.
+// A job thus ends exactly once and is never left running. FinishImport
+// holds its collection's keys shared, so a drop (exclusive) runs before or
+// after it, never during: a job whose collection is gone fails, reason
+// "collection dropped", and never completes into a dropped collection. The
+// API shows an unfinished job of a dropped collection as failed at once,
+// and admission no longer counts it. Finished jobs are deleted after
+// ImportJobRetention. Jobs show their collection's current name (after a
+// rename) and id.
+//
+// Only the leader's process reads files: in cluster mode every
+// coordinator's import root must hold the same files (a shared mount). A
+// secondary mirrors its primary's jobs (FinishImport is replicated) and
+// imports nothing until promoted.
+//
+// # Grants
+//
+// A grant names a user, a privilege and a database and collection ("*" for
+// every one; a collection grant names its database). The objects must exist
+// when granting, and a grant belongs to them by id: a renamed collection
+// keeps its grants (under its new name), dropping a collection or database
+// removes its grants in the drop's transaction (at most MaxGrantsPerObject
+// per object, so they fit), and a recreated object of the same name starts
+// with none. Service.Granted answers whether a user holds a privilege on a
+// database or collection.
 //
 // # Views
 //

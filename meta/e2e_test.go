@@ -53,11 +53,13 @@ func TestR10_EveryDDLEndToEnd(t *testing.T) {
 	must[*walcastv1.DropIndexResponse](t)(c.DropIndex(ctx, &walcastv1.DropIndexRequest{Database: "shop", Collection: "orders", Name: "by_note"}))
 	must[*walcastv1.CreateIndexResponse](t)(c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: "shop", Collection: "gone", Name: "doomed", Field: "id"}))
 
-	job := must[*walcastv1.ImportResponse](t)(c.Import(ctx, &walcastv1.ImportRequest{Database: "shop", Collection: "orders", Files: []string{"a.parquet", "b.parquet"}}))
+	e.writeImport("orders/a.jsonl", `{"pk": 1, "emb": [0.5, 1], "note": "first"}`+"\n"+`{"pk": 2, "emb": [1, 0], "note": ""}`+"\n")
+	e.writeImport("orders/b.csv", "pk,note,emb\n3,third,\"[0, 0]\"\n")
+	job := must[*walcastv1.ImportResponse](t)(c.Import(ctx, &walcastv1.ImportRequest{Database: "shop", Collection: "orders", Files: []string{"orders/a.jsonl", "orders/b.csv"}}))
 	if job.Job.Id == 0 || job.Job.CollectionId != oc.Id {
 		t.Fatalf("import: %v", job)
 	}
-	must[*walcastv1.ImportResponse](t)(c.Import(ctx, &walcastv1.ImportRequest{Database: "shop", Collection: "users", Files: []string{"u.json"}}))
+	must[*walcastv1.ImportResponse](t)(c.Import(ctx, &walcastv1.ImportRequest{Database: "shop", Collection: "users", Files: []string{e.writeImport("u.ndjson", jsonlRows(5))}}))
 
 	ren := must[*walcastv1.RenameCollectionResponse](t)(c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "shop", OldName: "orders", NewName: "purchases"}))
 	if ren.Collection.Id != oc.Id || ren.Collection.Name != "purchases" {
@@ -97,17 +99,22 @@ func TestR10_EveryDDLEndToEnd(t *testing.T) {
 		t.Fatalf("users %v", us)
 	}
 	jobs := must[[]*walcastv1.ImportJob](t)(c.ListImportJobs(ctx, "shop", "purchases"))
-	if len(jobs) != 1 || jobs[0].Id != job.Job.Id || jobs[0].Collection != "orders" {
+	if len(jobs) != 1 || jobs[0].Id != job.Job.Id || jobs[0].Collection != "purchases" || jobs[0].CollectionId != oc.Id {
 		t.Fatalf("jobs of purchases %v", jobs)
 	}
+	rows := map[uint64]uint64{}
 	eventually(t, "import jobs complete", func() error {
 		for _, j := range must[[]*walcastv1.ImportJob](t)(c.ListImportJobs(ctx, "", "")) {
 			if j.State != walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED {
-				return errorf(ErrInvalidArgument, "job %d is %v", j.Id, j.State)
+				return errorf(ErrInvalidArgument, "job %d is %v (%s)", j.Id, j.State, j.Reason)
 			}
+			rows[j.CollectionId] = j.Rows
 		}
 		return nil
 	})
+	if rows[oc.Id] != 3 || rows[users.Collection.Id] != 5 {
+		t.Fatalf("rows imported %v", rows)
+	}
 
 	// Every node's views equal the metadata once the nodes caught up.
 	eventually(t, "views equal the metadata", func() error {
@@ -122,3 +129,75 @@ func TestR10_EveryDDLEndToEnd(t *testing.T) {
 }
 
 func itoa(v uint64) string { return idStr(v) }
+
+// TestR10_3_BulkImportStoryEndToEnd runs the reference system's BulkImport
+// story against a standalone process, on real files in its import root:
+// an import keyed by the client completes with its rows counted; a retry
+// with the key returns the original job, also by the collection's new name
+// after a rename; a retry is answered while max_import_job_num jobs are
+// unfinished, where a new import is refused; a failed original stays failed
+// for its key; after a drop and recreate, the key makes a new job (R10.3,
+// R7.5, R7.9).
+func TestR10_3_BulkImportStoryEndToEnd(t *testing.T) {
+	e, ctx := importEnv(t, func(c *Config) { c.MaxImportJobNum = 2 })
+	c := e.c
+	e.writeImport("day1/a.jsonl", jsonlRows(120))
+	e.writeImport("day1/b.csv", csvRows(80))
+	req := func(coll, key string, files ...string) *walcastv1.ImportRequest {
+		return &walcastv1.ImportRequest{Database: "db", Collection: coll, Files: files, IdempotencyKey: key}
+	}
+	const k = "bulk-day1"
+	orig := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c", k, "day1/a.jsonl", "day1/b.csv")))
+	e.waitJob(ctx, orig.Job.Id, stateCompleted)
+	if j := must[*walcastv1.ImportJob](t)(c.GetImportJob(ctx, orig.Job.Id)); j.Rows != 200 || j.FilesDone != 2 {
+		t.Fatalf("job %v, want 200 rows from 2 files", j)
+	}
+	again := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c", k, "day1/a.jsonl", "day1/b.csv")))
+	if !again.Result.Duplicated || again.Job.Id != orig.Job.Id || again.Job.Rows != 200 {
+		t.Fatalf("retry %v", again)
+	}
+	must[*walcastv1.RenameCollectionResponse](t)(c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "db", OldName: "c", NewName: "c2"}))
+	byNewName := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c2", k, "day1/a.jsonl", "day1/b.csv")))
+	if !byNewName.Result.Duplicated || byNewName.Job.Id != orig.Job.Id || byNewName.Job.Collection != "c2" {
+		t.Fatalf("retry by the new name %v", byNewName)
+	}
+
+	// At the limit: new imports are refused, retries answered.
+	e.pauseImporter()
+	e.writeImport("day2.jsonl", jsonlRows(10))
+	e.writeImport("broken.csv", csvRows(3)+"\"[1, 2, 3]\"\n")
+	pending := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c2", "bulk-day2", "day2.jsonl")))
+	broken := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c2", "bulk-broken", "broken.csv")))
+	_, err := c.Import(ctx, req("c2", "bulk-day3", "day2.jsonl"))
+	wantCode(t, err, 8) // ResourceExhausted
+	if r := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c2", "bulk-day2", "day2.jsonl"))); !r.Result.Duplicated || r.Job.Id != pending.Job.Id {
+		t.Fatalf("retry at the limit %v", r)
+	}
+	e.svc().importerPaused.Store(false)
+	e.waitJob(ctx, pending.Job.Id, stateCompleted)
+	e.waitJob(ctx, broken.Job.Id, stateFailed)
+	failed := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c2", "bulk-broken", "broken.csv")))
+	if !failed.Result.Duplicated || failed.Job.State != stateFailed ||
+		failed.Job.Reason != "file broken.csv, line 5: wrong number of values: the header names 2 fields" || failed.Job.Rows != 3 {
+		t.Fatalf("retry of the failed job %v", failed)
+	}
+
+	// Dropped and recreated: the same key is a new request.
+	must[*walcastv1.DropCollectionResponse](t)(c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: "c2"}))
+	must[*walcastv1.CreateCollectionResponse](t)(c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "c2"}))
+	fresh := must[*walcastv1.ImportResponse](t)(c.Import(ctx, req("c2", k, "day1/a.jsonl", "day1/b.csv")))
+	if fresh.Result.Duplicated || fresh.Job.Id == orig.Job.Id {
+		t.Fatalf("import after drop and recreate %v", fresh)
+	}
+	e.waitJob(ctx, fresh.Job.Id, stateCompleted)
+	if j := must[*walcastv1.ImportJob](t)(c.GetImportJob(ctx, fresh.Job.Id)); j.Rows != 200 {
+		t.Fatalf("new job %v", j)
+	}
+	// The first job, of the dropped collection, stays completed.
+	if j := must[*walcastv1.ImportJob](t)(c.GetImportJob(ctx, orig.Job.Id)); j.State != stateCompleted {
+		t.Fatalf("the dropped collection's completed job %v", j)
+	}
+	if err := e.noAnomalies(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -44,6 +45,7 @@ type env struct {
 	p   *server.Process
 	c   *client.Client
 	cfg server.Config
+	mc  Config
 }
 
 // quiet is the logger of test processes.
@@ -71,6 +73,7 @@ func startEnv(t testing.TB, mod ...func(*server.Config, *Config)) *env {
 
 func (e *env) start(mc Config) {
 	e.t.Helper()
+	e.mc = mc
 	app, err := NewApp(mc)
 	if err != nil {
 		e.t.Fatal(err)
@@ -247,9 +250,12 @@ func viewsMatch(ctx context.Context, c *client.Client, control string, dropped [
 	if err != nil {
 		return err
 	}
-	jobsOf := map[uint64][]uint64{}
+	jobsOf, finishedOf := map[uint64][]uint64{}, map[uint64][]uint64{}
 	for _, j := range s.Jobs {
 		jobsOf[j.CollectionId] = append(jobsOf[j.CollectionId], j.Id)
+		if j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED {
+			finishedOf[j.CollectionId] = append(finishedOf[j.CollectionId], j.Id)
+		}
 	}
 	for _, colls := range s.Collections {
 		for _, coll := range colls {
@@ -260,9 +266,10 @@ func viewsMatch(ctx context.Context, c *client.Client, control string, dropped [
 				}
 				want := &walcastv1.VChannelView{Vchannel: vc, Node: v.Node, CollectionId: coll.Id, Collection: coll.Name,
 					DatabaseId: coll.DatabaseId, Database: coll.Database, Shard: int32(i), Indexes: coll.Indexes,
-					ImportJobs: jobsOf[coll.Id], Applied: v.Applied, LastBroadcastId: v.LastBroadcastId}
+					ImportJobs: jobsOf[coll.Id], FinishedImportJobs: finishedOf[coll.Id], Applied: v.Applied, LastBroadcastId: v.LastBroadcastId}
 				got := proto.Clone(v).(*walcastv1.VChannelView)
 				slices.Sort(got.ImportJobs)
+				slices.Sort(got.FinishedImportJobs)
 				if !proto.Equal(got, want) {
 					return fmt.Errorf("view of %s:\n got %v\nwant %v", vc, got, want)
 				}
@@ -289,9 +296,12 @@ func viewsMatch(ctx context.Context, c *client.Client, control string, dropped [
 	for _, u := range s.Users.Users {
 		want.Users = append(want.Users, u.Name)
 	}
-	slices.SortFunc(want.Grants, func(a, b *walcastv1.Grant) int {
-		return strings.Compare(grantKey(grantFromPB(a)), grantKey(grantFromPB(b)))
-	})
+	key := func(g *walcastv1.Grant) string {
+		r := grantFromPB(g)
+		r.DatabaseID, r.CollectionID = g.DatabaseId, g.CollectionId
+		return grantKey(r)
+	}
+	slices.SortFunc(want.Grants, func(a, b *walcastv1.Grant) int { return strings.Compare(key(a), key(b)) })
 	if !proto.Equal(v, want) {
 		return fmt.Errorf("view of %s:\n got %v\nwant %v", control, v, want)
 	}
@@ -316,3 +326,43 @@ func (e *env) noAnomalies() error {
 
 // key returns a fresh client key.
 func key() string { return client.NewRequestKey() }
+
+// root is the process's import root.
+func (e *env) root() string { return e.app.cfg.ImportRoot }
+
+// writeImport writes an import file under the import root (directories
+// included) and returns its name.
+func (e *env) writeImport(name, content string) string {
+	e.t.Helper()
+	writeFile(e.t, filepath.Join(e.root(), name), content)
+	return name
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// jsonlRows is n JSON lines rows of the default schema (id, vector).
+func jsonlRows(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "{\"id\": %d, \"vector\": [%d.5, 1, -2]}\n", i, i%7)
+	}
+	return b.String()
+}
+
+// csvRows is n CSV rows of the default schema, with its header.
+func csvRows(n int) string {
+	var b strings.Builder
+	b.WriteString("vector,id\n")
+	for i := range n {
+		fmt.Fprintf(&b, "\"[%d, 0.25, 3]\",%d\n", i%5, i)
+	}
+	return b.String()
+}

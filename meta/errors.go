@@ -53,6 +53,10 @@ var (
 	// ErrTooManyIndexes refuses an index beyond MaxIndexes per collection
 	// (broadcast.ErrFailedPrecondition: FailedPrecondition).
 	ErrTooManyIndexes = kind("too many indexes", broadcast.ErrFailedPrecondition)
+	// ErrTooManyGrants refuses a grant beyond MaxGrantsPerObject on one
+	// database or collection (broadcast.ErrFailedPrecondition:
+	// FailedPrecondition).
+	ErrTooManyGrants = kind("too many grants", broadcast.ErrFailedPrecondition)
 
 	// ErrTooManyImportJobs refuses a new import while MaxImportJobNum jobs
 	// are unfinished; a retry of an accepted import is never refused

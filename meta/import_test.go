@@ -48,9 +48,11 @@ func (e *env) createColl(ctx context.Context, name string) *walcastv1.Collection
 		&walcastv1.CreateCollectionRequest{Database: "db", Name: name})).Collection
 }
 
+// importInto imports files (default: data.jsonl, 3 rows, written here)
+// into db.coll.
 func (e *env) importInto(ctx context.Context, coll, key string, files ...string) (*walcastv1.ImportResponse, error) {
 	if len(files) == 0 {
-		files = []string{"data.parquet"}
+		files = []string{e.writeImport("data.jsonl", jsonlRows(3))}
 	}
 	return e.c.Import(ctx, &walcastv1.ImportRequest{Database: "db", Collection: coll, Files: files, IdempotencyKey: key})
 }
@@ -91,7 +93,7 @@ func TestR10_3_ImportRetrySameKeyReturnsOriginalJob(t *testing.T) {
 		t.Fatalf("jobs %v", jobs)
 	}
 	// The same key with other files is another request: refused.
-	_, err := e.importInto(ctx, "c", k, "other.parquet")
+	_, err := e.importInto(ctx, "c", k, "other.jsonl")
 	wantCode(t, err, connect.CodeAlreadyExists)
 	if !errors.Is(err, client.ErrKeyReused) || errors.Is(err, client.ErrAlreadyExists) {
 		t.Fatalf("key reuse error %v", err)
@@ -122,6 +124,7 @@ func TestR10_3_ImportRetryByOldNameAfterRenameNotFound(t *testing.T) {
 	e, ctx := importEnv(t)
 	k := key()
 	must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", k))
+	e.pauseImporter() // its FinishImport would count as a broadcast below
 	must[*walcastv1.RenameCollectionResponse](t)(e.c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "db", OldName: "c", NewName: "c2"}))
 	tasks := e.b().Stats().Broadcasts
 	_, err := e.importInto(ctx, "c", k)
@@ -195,17 +198,20 @@ func TestR10_3_ImportRetryWhileQuotaFull(t *testing.T) {
 func TestR10_3_ImportRetryOfFailedJobReturnsItFailed(t *testing.T) {
 	e, ctx := importEnv(t)
 	k := key()
-	first := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", k, "ok.parquet", "will_fail.parquet"))
+	e.writeImport("ok.jsonl", jsonlRows(2))
+	e.writeImport("bad.jsonl", jsonlRows(1)+"{\"id\": \"one\", \"vector\": [1]}\n")
+	first := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", k, "ok.jsonl", "bad.jsonl"))
 	e.waitJob(ctx, first.Job.Id, walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED)
-	again := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", k, "ok.parquet", "will_fail.parquet"))
+	again := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", k, "ok.jsonl", "bad.jsonl"))
 	if !again.Result.Duplicated || again.Job.Id != first.Job.Id ||
-		again.Job.State != walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED || again.Job.Reason == "" {
+		again.Job.State != walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED ||
+		again.Job.Reason != `file bad.jsonl, line 2: field id: "one" is not an int64` {
 		t.Fatalf("retry of the failed job %v", again)
 	}
 	if jobs := e.jobs(ctx); len(jobs) != 1 {
 		t.Fatalf("jobs %v", jobs)
 	}
-	fresh := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", key(), "ok.parquet"))
+	fresh := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", key(), "ok.jsonl"))
 	if fresh.Result.Duplicated || fresh.Job.Id == first.Job.Id {
 		t.Fatalf("new key %v", fresh)
 	}
@@ -243,7 +249,7 @@ func TestR10_3_ImportWhoseCallerGaveUpStillCounts(t *testing.T) {
 	gaveUp, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := e.svc().Import(gaveUp, &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"a.parquet"}})
+		_, err := e.svc().Import(gaveUp, &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"a.jsonl"}})
 		errc <- err
 	}()
 	select {
@@ -255,13 +261,13 @@ func TestR10_3_ImportWhoseCallerGaveUpStillCounts(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first import: %v, want its caller's ctx error", err)
 	}
-	_, err := e.svc().Import(ctx, &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"b.parquet"}})
+	_, err := e.svc().Import(ctx, &walcastv1.ImportRequest{Database: "db", Collection: "c", Files: []string{"b.jsonl"}})
 	if !errors.Is(err, ErrTooManyImportJobs) {
 		t.Fatalf("import while the first one's task runs on: %v, want %v", err, ErrTooManyImportJobs)
 	}
 	released.Do(func() { close(release) })
 	eventually(t, "the first import's job", func() error {
-		if jobs := e.jobs(ctx); len(jobs) != 1 || !slices.Equal(jobs[0].Files, []string{"a.parquet"}) {
+		if jobs := e.jobs(ctx); len(jobs) != 1 || !slices.Equal(jobs[0].Files, []string{"a.jsonl"}) {
 			return fmt.Errorf("jobs %v", jobs)
 		}
 		return nil

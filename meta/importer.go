@@ -1,26 +1,33 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
 )
 
-// runImporter is the simulated importer: while this process leads a
-// primary cluster, every
-// ImporterInterval it advances each unfinished job by one state (pending →
-// running → completed, or failed if a file name contains "fail" or the
-// collection was dropped) and deletes what outlived ImportJobRetention
+// reasonDropped is the reason of a job whose collection was dropped.
+const reasonDropped = "collection dropped"
+
+// runImporter is the importer: while this process leads a primary cluster,
+// every ImporterInterval it runs the unfinished jobs, one at a time in id
+// order (see importStep), and deletes what outlived ImportJobRetention
 // (finished jobs, entries of the dropped-names index). It writes through the
-// leader's fenced catalog, so a deposed leader's importer writes nothing. A
-// secondary's jobs, created by replicated Import messages, wait for the
-// cluster's promotion. It returns when ctx ends.
+// leader's fenced catalog and broadcaster, so a deposed leader's importer
+// writes nothing. A secondary's jobs, created by replicated Import messages,
+// wait for the cluster's promotion. It returns when ctx ends.
 func (s *Service) runImporter(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ImporterInterval)
 	defer t.Stop()
@@ -51,8 +58,16 @@ func (s *Service) runImporter(ctx context.Context) {
 		}
 		s.stepMu.Lock()
 		if !s.importerPaused.Load() {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := s.importStep(sctx, b.Catalog()); err != nil && ctx.Err() == nil && !stopped(b) {
+			// A step ends with the importer's life or the leader's term.
+			sctx, cancel := context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-b.Done():
+					cancel()
+				case <-sctx.Done():
+				}
+			}()
+			if err := s.importStep(sctx, b); err != nil && ctx.Err() == nil && !stopped(b) {
 				s.log.Warn("import step failed; retrying at the next tick", "err", err)
 			}
 			cancel()
@@ -71,46 +86,49 @@ func stopped(b *broadcast.Broadcaster) bool {
 	}
 }
 
-// importStep advances the jobs once, writing through cat (the leader's).
-func (s *Service) importStep(ctx context.Context, cat catalog.Catalog) error {
-	r := reader{cat}
-	now := s.now()
-	expired := func(at int64) bool { return now-at >= int64(s.cfg.ImportJobRetention) }
-	jobs, err := list[jobRecord](ctx, r, prefixImportJob)
+// importStep deletes what expired, then runs every unfinished job, in id
+// order, until it ends or the step must stop (the importer is paused or
+// closed, the leader's term ended). A job's progress is recorded after each
+// file, so a job interrupted — by a crash too — resumes at the file it was
+// reading.
+func (s *Service) importStep(ctx context.Context, b *broadcast.Broadcaster) error {
+	cat := b.Catalog()
+	if err := s.expire(ctx, cat); err != nil {
+		return err
+	}
+	jobs, err := list[jobRecord](ctx, reader{cat}, prefixImportJob)
 	if err != nil {
 		return err
 	}
-	var colls map[uint64]bool // the live collections, read once if a job is pending
-	var ops []catalog.Op
+	slices.SortFunc(jobs, func(a, b jobRecord) int { return cmp.Compare(a.ID, b.ID) })
 	for _, j := range jobs {
-		switch j.State {
-		case jobPending:
-			if colls == nil {
-				if colls, err = collIDs(ctx, cat); err != nil {
-					return err
-				}
-			}
-			if colls[j.CollectionID] {
-				j.State = jobRunning
-			} else {
-				j.State, j.Reason = jobFailed, "the collection was dropped"
-			}
-		case jobRunning:
-			j.State = jobCompleted
-			for _, f := range j.Files {
-				if strings.Contains(f, "fail") {
-					j.State, j.Reason = jobFailed, "cannot read file "+printable(f)+" (simulated failure)"
-					break
-				}
-			}
-		default:
-			if j.State.finished() && expired(j.UpdatedAt) {
-				ops = append(ops, catalog.Delete(jobKey(j.ID)))
-			}
+		if j.State.finished() {
 			continue
 		}
-		j.UpdatedAt = now
-		ops = append(ops, catalog.Put(jobKey(j.ID), mustJSON(j)))
+		if s.importerPaused.Load() {
+			return nil
+		}
+		if err := s.runJob(ctx, b, j); err != nil {
+			return fmt.Errorf("import job %d: %w", j.ID, err)
+		}
+	}
+	return nil
+}
+
+// expire deletes the finished jobs and the entries of the dropped-names
+// index that outlived ImportJobRetention.
+func (s *Service) expire(ctx context.Context, cat catalog.Catalog) error {
+	now := s.now()
+	expired := func(at int64) bool { return now-at >= int64(s.cfg.ImportJobRetention) }
+	var ops []catalog.Op
+	jobs, err := list[jobRecord](ctx, reader{cat}, prefixImportJob)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if j.State.finished() && expired(j.UpdatedAt) {
+			ops = append(ops, catalog.Delete(jobKey(j.ID)), catalog.Delete(progressKey(j.ID)))
+		}
 	}
 	err = cat.List(ctx, prefixDropped, func(key string, raw []byte) error {
 		var d droppedRecord
@@ -126,7 +144,7 @@ func (s *Service) importStep(ctx context.Context, cat catalog.Catalog) error {
 		n := fitting(cat.Limits(), ops)
 		if err := cat.Commit(ctx, ops[:n]...); err != nil {
 			if errors.Is(err, catalog.ErrFenced) {
-				return nil // no longer the leader: the next one imports
+				return nil // no longer the leader: the next one expires
 			}
 			return err
 		}
@@ -135,10 +153,193 @@ func (s *Service) importStep(ctx context.Context, cat catalog.Catalog) error {
 	return nil
 }
 
+// runJob imports job j from the file its progress names on: it reads each
+// file from the import root, validates its rows against the collection's
+// fields and counts them, records its progress after each file (and every
+// progressEvery within one), and ends the job with FinishImport: completed,
+// or failed at the first file that is missing, unreadable, outside the
+// import root or malformed, or because the collection was dropped. It
+// returns nil when the job ended or must wait for the next step (paused),
+// and an error when it should be retried (the catalog or the broadcaster
+// failed, ctx ended).
+func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRecord) error {
+	cat := b.Catalog()
+	r := reader{cat}
+	var c collRecord
+	alive, err := r.get(ctx, collKey(j.CollectionID), &c)
+	if err != nil {
+		return err
+	}
+	var p progressRecord
+	started, err := r.get(ctx, progressKey(j.ID), &p)
+	if err != nil {
+		return err
+	}
+	if !alive {
+		return s.finishJob(ctx, b, j, p, jobFailed, reasonDropped)
+	}
+	save := func() error {
+		p.UpdatedAt = s.now()
+		return cat.Commit(ctx, catalog.Put(progressKey(j.ID), mustJSON(p)))
+	}
+	if !started {
+		p = progressRecord{StartedAt: s.now()}
+		if err := save(); err != nil { // the job runs
+			return err
+		}
+	}
+	// The leader's importer makes the default root on first use; a root it
+	// cannot make or open fails the job, naming it.
+	_ = os.MkdirAll(s.cfg.ImportRoot, 0o750)
+	root, err := os.OpenRoot(s.cfg.ImportRoot)
+	if err != nil {
+		return s.finishJob(ctx, b, j, p, jobFailed, fmt.Sprintf("import root %s cannot be opened: %v", s.cfg.ImportRoot, unwrapPath(err)))
+	}
+	defer root.Close()
+	for p.FilesDone < len(j.Files) {
+		if s.importerPaused.Load() {
+			return nil
+		}
+		if h := s.beforeFile.Load(); h != nil {
+			(*h)(ctx, j.ID, p.FilesDone)
+		}
+		name := j.Files[p.FilesDone]
+		fr := &fileReader{ctx: ctx, name: name, chk: newRowChecker(c.Fields), last: time.Now(), progress: func(rows uint64) {
+			p.FileRows = rows
+			if err := save(); err != nil && ctx.Err() == nil {
+				s.log.Warn("record import progress", "job", j.ID, "err", err)
+			}
+		}}
+		f, err := openImport(root, s.cfg.ImportRoot, name)
+		var rows uint64
+		if err == nil {
+			rows, err = fr.read(f)
+			f.Close()
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var fe *fileError
+		if errors.As(err, &fe) {
+			p.FileRows = rows
+			return s.finishJob(ctx, b, j, p, jobFailed, fe.Error())
+		}
+		if err != nil {
+			return err
+		}
+		p.FilesDone++
+		p.RowsDone += rows
+		p.FileRows = 0
+		if err := save(); err != nil {
+			return err
+		}
+		// A dropped collection ends the job at once, not after its files.
+		if alive, err = r.get(ctx, collKey(j.CollectionID), &c); err != nil {
+			return err
+		} else if !alive {
+			return s.finishJob(ctx, b, j, p, jobFailed, reasonDropped)
+		}
+	}
+	return s.finishJob(ctx, b, j, p, jobCompleted, "")
+}
+
+// errJobEnded stops a FinishImport whose job already ended.
+var errJobEnded = errors.New("meta: import job already ended")
+
+// finishKey is the idempotency key of job id's FinishImport: one per job,
+// so that a retry of the finish (after a crash, by the next leader) is
+// answered by the first one instead of ending the job again. Its digest is
+// the job's id alone: a retry that counted differently (a file changed) is
+// still the same request, and the first finish stands.
+func finishKey(collID, jobID uint64) message.IdempotencyKey {
+	return message.CollectionKey(collID, "import-job-"+idStr(jobID))
+}
+
+// finishJob ends job j with state (and reason, if failed) by broadcasting
+// FinishImport, whose callback writes the finished job (and deletes its
+// progress) in the transaction of the task's TOMBSTONE: a job ends exactly
+// once, whatever crashes. It holds the collection's Database and Collection
+// keys shared (so no drop or rename runs meanwhile) and the job's key
+// exclusive; under them a collection found dropped turns the end into
+// failed, "collection dropped": a job never completes into a dropped
+// collection. The message goes to the collection's vchannels, or to the
+// control channel alone if the collection is gone.
+func (s *Service) finishJob(ctx context.Context, b *broadcast.Broadcaster, j jobRecord, p progressRecord, state jobState, reason string) error {
+	r := reader{b.Catalog()}
+	d := ddl{typ: TypeFinishImport, key: finishKey(j.CollectionID, j.ID), digest: digest(TypeFinishImport, j.ID)}
+	err := resolving(func() error {
+		var c collRecord
+		alive, err := r.get(ctx, collKey(j.CollectionID), &c)
+		if err != nil {
+			return err
+		}
+		d.keys = []resource.Key{resource.ExclusiveImportJob(int64(j.ID))}
+		if alive {
+			d.keys = append(d.keys, resource.SharedDatabase(c.Database), resource.SharedCollection(c.Database, c.Name))
+		}
+		_, _, err = runDDL(ctx, s, b, d, func(out *finishImportPayload) ([]message.VChannel, error) {
+			var cur jobRecord
+			if ok, err := r.get(ctx, jobKey(j.ID), &cur); err != nil {
+				return nil, err
+			} else if !ok || cur.State.finished() {
+				return nil, errJobEnded
+			}
+			targets := control(b)
+			end, why := state, reason
+			if alive {
+				id, named, err := r.getID(ctx, collNameKey(c.DatabaseID, c.Name))
+				if err != nil {
+					return nil, err
+				}
+				switch {
+				case named && id == c.ID:
+					targets = c.VChannels
+				case named:
+					return nil, errResolveAgain // renamed, and its name taken again
+				default:
+					if ok, err := r.get(ctx, collKey(c.ID), &c); err != nil {
+						return nil, err
+					} else if ok {
+						return nil, errResolveAgain // renamed
+					}
+					alive = false // dropped before we held its keys
+				}
+			}
+			if !alive {
+				end, why = jobFailed, reasonDropped
+			}
+			cur.State, cur.Reason = end, truncate(why, MaxReasonLength)
+			cur.FilesDone = p.FilesDone
+			cur.Rows = p.RowsDone + p.FileRows
+			if end == jobCompleted {
+				cur.Rows = p.RowsDone
+			}
+			if cur.Database == "" && c.Database != "" {
+				cur.Database = c.Database
+			}
+			cur.UpdatedAt = s.now()
+			out.Job = cur
+			return targets, nil
+		})
+		return err
+	})
+	if errors.Is(err, errJobEnded) {
+		return nil
+	}
+	return err
+}
+
+// truncate shortens s to at most n bytes of UTF-8.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
+}
+
 // fitting returns how many of ops, from the first, one commit can carry
 // within both of l's bounds (MaxOps and MaxBytes): at least one, so that an
-// op too large alone fails its commit instead of being skipped. (A job
-// record, at most MaxImportFiles names of MaxFileLength bytes, always fits.)
+// op too large alone fails its commit instead of being skipped.
 func fitting(l catalog.Limits, ops []catalog.Op) int {
 	size := 0
 	for i := range ops {

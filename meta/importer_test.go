@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -9,52 +8,56 @@ import (
 	"github.com/walcast/walcast/catalog/memory"
 )
 
-// TestImporterSplitsCommitsByBytes: a step's writes are split by the
-// catalog's byte limit as well as by its op limit, so that many unfinished
-// jobs with long file lists (which together exceed one transaction's bytes
-// though not its ops) still advance, instead of failing every step.
-func TestImporterSplitsCommitsByBytes(t *testing.T) {
+// TestImporterExpiresInBatches: the jobs and dropped names that outlived
+// ImportJobRetention are deleted in commits within the catalog's op limit,
+// so that many of them (more than one transaction holds) still go, instead
+// of failing every step; the others stay.
+func TestImporterExpiresInBatches(t *testing.T) {
 	ctx := ctxT(t)
 	store := memory.NewStore()
 	cat := store.Open()
-	files := make([]string, MaxImportFiles)
-	for i := range files {
-		files[i] = strings.Repeat("f", MaxFileLength-8) + ".parquet"
+	now := time.Now()
+	const jobs = 150 // two ops each: beyond one transaction of 128
+	for i := range uint64(jobs) {
+		j := jobRecord{ID: 100 + i, DatabaseID: 2, CollectionID: 1, Collection: "c", Files: []string{"f.csv"}, State: jobCompleted,
+			UpdatedAt: now.Add(-2 * time.Hour).UnixNano()}
+		if i%10 == 0 {
+			j.State, j.UpdatedAt = jobPending, now.Add(-3*time.Hour).UnixNano() // unfinished: kept, however old
+		}
+		if i%10 == 1 {
+			j.UpdatedAt = now.UnixNano() // finished just now: kept
+		}
+		if err := cat.Commit(ctx, catalog.Put(jobKey(j.ID), mustJSON(j))); err != nil {
+			t.Fatal(err)
+		}
 	}
-	coll := collRecord{ID: 1, DatabaseID: 2, Database: "db", Name: "c"}
-	if err := cat.Commit(ctx, catalog.Put(collKey(coll.ID), mustJSON(coll))); err != nil {
+	old := catalog.Put(droppedKey(2, "gone", 7), mustJSON(droppedRecord{DroppedAt: now.Add(-2 * time.Hour).UnixNano()}))
+	recent := catalog.Put(droppedKey(2, "gone", 8), mustJSON(droppedRecord{DroppedAt: now.UnixNano()}))
+	if err := cat.Commit(ctx, old, recent); err != nil {
 		t.Fatal(err)
 	}
-	const jobs = 20
-	var one int
-	for i := range uint64(jobs) {
-		j := jobRecord{ID: 100 + i, DatabaseID: 2, CollectionID: coll.ID, Collection: "c", Files: files, State: jobPending}
-		op := catalog.Put(jobKey(j.ID), mustJSON(j))
-		one = catalog.Size([]catalog.Op{op})
-		if err := cat.Commit(ctx, op); err != nil {
-			t.Fatal(err)
+	s := &Service{cfg: Config{ImportJobRetention: time.Hour, Clock: time.Now}, log: quiet}
+	if err := s.expire(ctx, cat); err != nil {
+		t.Fatal(err)
+	}
+	got, err := list[jobRecord](ctx, reader{cat}, prefixImportJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2*jobs/10 {
+		t.Fatalf("%d jobs left, want %d", len(got), 2*jobs/10)
+	}
+	for _, j := range got {
+		if (j.ID-100)%10 > 1 {
+			t.Fatalf("expired job %d kept", j.ID)
 		}
 	}
-	// Room for a few jobs per transaction, and for all of them by ops.
-	store.SetLimits(catalog.Limits{MaxOps: 128, MaxBytes: 3*one + one/2})
-
-	s := &Service{cfg: Config{ImportJobRetention: time.Hour, Clock: time.Now}, log: quiet}
-	for _, want := range []jobState{jobRunning, jobCompleted} {
-		if err := s.importStep(ctx, cat); err != nil {
-			t.Fatalf("import step towards state %d: %v", want, err)
-		}
-		got, err := list[jobRecord](ctx, reader{cat}, prefixImportJob)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != jobs {
-			t.Fatalf("%d jobs, want %d", len(got), jobs)
-		}
-		for _, j := range got {
-			if j.State != want {
-				t.Fatalf("job %d in state %d after the step, want %d", j.ID, j.State, want)
-			}
-		}
+	var names []string
+	if err := cat.List(ctx, prefixDropped, func(k string, _ []byte) error { names = append(names, k); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0] != recent.Key {
+		t.Fatalf("dropped names %v, want only %s", names, recent.Key)
 	}
 }
 

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,8 +31,9 @@ const (
 	prefixDropped   = "meta/droppedname/" // <db id>/<name>/<coll id> → droppedRecord
 	prefixIndex     = "meta/index/"       // <coll id>/<name> → indexRecord
 	prefixUser      = "meta/user/"        // <name> → userRecord
-	prefixGrant     = "meta/grant/"       // <user>/<db>/<coll>/<privilege> → grantRecord
+	prefixGrant     = "meta/grant/"       // <user>/<db id|*>/<coll id|*>/<privilege> → grantRecord
 	prefixImportJob = "meta/job/"         // <job id> → jobRecord
+	prefixProgress  = "meta/jobprogress/" // <job id> → progressRecord, while the job runs
 )
 
 func idStr(id uint64) string { return strconv.FormatUint(id, 10) }
@@ -47,10 +50,21 @@ func droppedKey(dbID uint64, n string, id uint64) string { return droppedPrefix(
 func indexPrefix(collID uint64) string                   { return prefixIndex + idStr(collID) + "/" }
 func indexKey(collID uint64, n string) string            { return indexPrefix(collID) + n }
 func userKey(name string) string                         { return prefixUser + name }
+
+// grantKey names a grant by its objects' ids, not their names: a renamed
+// collection keeps its grants, a recreated one (a new id) has none.
 func grantKey(g grantRecord) string {
-	return prefixGrant + g.User + "/" + g.Database + "/" + g.Collection + "/" + g.Privilege
+	return grantsOfUser(g.User) + idOrWildcard(g.DatabaseID) + "/" + idOrWildcard(g.CollectionID) + "/" + g.Privilege
 }
-func jobKey(id uint64) string { return prefixImportJob + idStr(id) }
+func grantsOfUser(user string) string { return prefixGrant + user + "/" }
+func idOrWildcard(id uint64) string {
+	if id == 0 {
+		return wildcard
+	}
+	return idStr(id)
+}
+func jobKey(id uint64) string      { return prefixImportJob + idStr(id) }
+func progressKey(id uint64) string { return prefixProgress + idStr(id) }
 
 // Records: what the ack callbacks write into the catalog, and what the
 // message payloads carry. Times are Unix nanoseconds.
@@ -88,22 +102,44 @@ type (
 		Name      string `json:"name"`
 		CreatedAt int64  `json:"created_at"`
 	}
+	// grantRecord is a privilege of a user on a database and collection,
+	// by name and id; "*" (id 0) is every database or collection. The names
+	// are the objects' current ones: a rename rewrites them.
 	grantRecord struct {
-		User       string `json:"user"`
-		Privilege  string `json:"privilege"`
-		Database   string `json:"db"`
-		Collection string `json:"coll"`
+		User         string `json:"user"`
+		Privilege    string `json:"privilege"`
+		Database     string `json:"db"`
+		Collection   string `json:"coll"`
+		DatabaseID   uint64 `json:"db_id,omitempty"`
+		CollectionID uint64 `json:"coll_id,omitempty"`
 	}
+	// jobRecord is an import job as its callbacks wrote it: pending (Import)
+	// or finished (FinishImport). While it runs, its progress is a
+	// progressRecord beside it.
 	jobRecord struct {
 		ID           uint64   `json:"id"`
 		DatabaseID   uint64   `json:"db_id"`
+		Database     string   `json:"db,omitempty"`
 		CollectionID uint64   `json:"coll_id"`
-		Collection   string   `json:"coll"`
+		Collection   string   `json:"coll"` // the name at creation
 		Files        []string `json:"files"`
 		State        jobState `json:"state"`
 		Reason       string   `json:"reason,omitempty"`
+		FilesDone    int      `json:"files_done,omitempty"`
+		Rows         uint64   `json:"rows,omitempty"`
 		CreatedAt    int64    `json:"created_at"`
 		UpdatedAt    int64    `json:"updated_at"`
+	}
+	// progressRecord is how far the importer got with a job: FilesDone
+	// files (RowsDone rows) completely, and FileRows rows of the next one.
+	// The importer writes it after each file and every progressEvery while
+	// reading one; after a crash it resumes at file FilesDone.
+	progressRecord struct {
+		FilesDone int    `json:"files_done"`
+		RowsDone  uint64 `json:"rows_done"`
+		FileRows  uint64 `json:"file_rows,omitempty"`
+		StartedAt int64  `json:"started_at"`
+		UpdatedAt int64  `json:"updated_at"`
 	}
 )
 
@@ -140,9 +176,11 @@ const defaultIndexType = "AUTOINDEX"
 // wildcard names every database or collection in a grant.
 const wildcard = "*"
 
-// checkName validates a name: 1 to MaxNameLength bytes of [A-Za-z0-9_],
-// not starting with a digit. Names appear in resource keys ("db:coll") and
-// catalog keys ("…/<name>/…"), so ':' and '/' must never occur in them.
+// checkName is the service's one naming rule, for database, collection,
+// field, index and user names: 1 to MaxNameLength bytes of ASCII letters,
+// digits and '_', not starting with a digit. So a name holds no control
+// character, space, '.', ':', '/' or '@': names appear in resource keys
+// ("Collection:db:coll@X"), catalog keys ("…/<name>/…") and CLI output.
 func checkName(what, name string) error {
 	switch {
 	case name == "":
@@ -192,10 +230,16 @@ func checkFields(fs []fieldRecord) error {
 	return nil
 }
 
+// checkFiles validates an import's file list: 1 to MaxImportFiles distinct
+// paths, each at most MaxFileLength bytes of UTF-8 without control
+// characters, local to the import root (relative, no ".." element; the
+// importer also refuses a symlink out of the root when it opens the file),
+// and in a format the importer reads (formatOf).
 func checkFiles(files []string) error {
 	if len(files) == 0 || len(files) > MaxImportFiles {
 		return errorf(ErrInvalidArgument, "an import takes 1 to %d files, got %d", MaxImportFiles, len(files))
 	}
+	seen := make(map[string]int, len(files))
 	for i, f := range files {
 		switch {
 		case f == "":
@@ -204,13 +248,25 @@ func checkFiles(files []string) error {
 			return errorf(ErrInvalidArgument, "files[%d] is %d bytes, limit %d", i, len(f), MaxFileLength)
 		case !utf8.ValidString(f):
 			return errorf(ErrInvalidArgument, "files[%d] is not UTF-8", i)
+		case strings.ContainsFunc(f, unicode.IsControl):
+			return errorf(ErrInvalidArgument, "files[%d] %q holds a control character", i, printable(f))
+		case !filepath.IsLocal(f) || strings.Contains(f, `\`):
+			return errorf(ErrInvalidArgument, "files[%d] %q is not a path inside the import root (relative, no \"..\")", i, printable(f))
 		}
+		if _, err := formatOf(f); err != nil {
+			return errorf(ErrInvalidArgument, "files[%d] %q: %v", i, printable(f), err)
+		}
+		clean := filepath.Clean(f)
+		if j, dup := seen[clean]; dup {
+			return errorf(ErrInvalidArgument, "files[%d] %q is files[%d] again", i, printable(f), j)
+		}
+		seen[clean] = i
 	}
 	return nil
 }
 
 // checkGrant validates a grant's names; "*" stands for every database or
-// collection.
+// collection, and a grant on every database is on every collection too.
 func checkGrant(g grantRecord) error {
 	if err := checkName("user", g.User); err != nil {
 		return err
@@ -224,9 +280,20 @@ func checkGrant(g grantRecord) error {
 		}
 	}
 	if g.Collection != wildcard {
+		if g.Database == wildcard {
+			return errorf(ErrInvalidArgument, "a grant on collection %s names its database, not \"*\"", printable(g.Collection))
+		}
 		if err := checkName("collection", g.Collection); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkGrantIDs checks that a stored grant's ids match its wildcards.
+func checkGrantIDs(g grantRecord) error {
+	if (g.Database == wildcard) != (g.DatabaseID == 0) || (g.Collection == wildcard) != (g.CollectionID == 0) {
+		return errorf(ErrInvalidArgument, "grant %s on %s.%s with ids %d.%d", g.Privilege, g.Database, g.Collection, g.DatabaseID, g.CollectionID)
 	}
 	return nil
 }
@@ -372,9 +439,12 @@ func (u userRecord) pb() *walcastv1.User {
 }
 
 func (g grantRecord) pb() *walcastv1.Grant {
-	return &walcastv1.Grant{User: g.User, Privilege: g.Privilege, Database: g.Database, Collection: g.Collection}
+	return &walcastv1.Grant{User: g.User, Privilege: g.Privilege, Database: g.Database, Collection: g.Collection,
+		DatabaseId: g.DatabaseID, CollectionId: g.CollectionID}
 }
 
+// grantFromPB reads a grant of a request: names only (the ids are output
+// only, resolved by the service).
 func grantFromPB(g *walcastv1.Grant) grantRecord {
 	r := grantRecord{User: g.GetUser(), Privilege: g.GetPrivilege(), Database: g.GetDatabase(), Collection: g.GetCollection()}
 	if r.Collection == "" {
@@ -384,7 +454,7 @@ func grantFromPB(g *walcastv1.Grant) grantRecord {
 }
 
 func (j jobRecord) pb() *walcastv1.ImportJob {
-	return &walcastv1.ImportJob{Id: j.ID, DatabaseId: j.DatabaseID, CollectionId: j.CollectionID, Collection: j.Collection,
-		Files: slices.Clone(j.Files), State: walcastv1.ImportJobState(j.State), Reason: j.Reason,
-		CreatedAt: tsPB(j.CreatedAt), UpdatedAt: tsPB(j.UpdatedAt)}
+	return &walcastv1.ImportJob{Id: j.ID, DatabaseId: j.DatabaseID, Database: j.Database, CollectionId: j.CollectionID,
+		Collection: j.Collection, Files: slices.Clone(j.Files), State: walcastv1.ImportJobState(j.State), Reason: j.Reason,
+		FilesDone: uint32(j.FilesDone), Rows: j.Rows, CreatedAt: tsPB(j.CreatedAt), UpdatedAt: tsPB(j.UpdatedAt)}
 }

@@ -16,10 +16,13 @@ import (
 )
 
 // normalised drops what only a primary changes outside broadcasts: the
-// importer's progress of jobs (a secondary's importer does not run).
+// importer's progress of running jobs (a secondary's importer does not run;
+// the end of a job, FinishImport, is replicated).
 func normalised(s *snapshot) *snapshot {
 	for _, j := range s.Jobs {
-		j.State, j.Reason, j.UpdatedAt = 0, "", nil
+		if j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING {
+			j.State, j.FilesDone, j.Rows, j.UpdatedAt = walcastv1.ImportJobState_IMPORT_JOB_STATE_PENDING, 0, 0, nil
+		}
 	}
 	return s
 }
@@ -50,12 +53,22 @@ func TestR8_SecondaryConvergesAndHonoursKeysAfterPromote(t *testing.T) {
 	dropped := must[*walcastv1.Collection](t)(east.c.DescribeCollection(ctx, "shop", "users"))
 	must[*walcastv1.DropCollectionResponse](t)(east.c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "shop", Name: "users"}))
 	importKey := "bulk-2026-11-29"
+	rows := func(n int) string {
+		out := "pk,emb\n"
+		for i := range n {
+			out += fmt.Sprintf("%d,\"[%d, 1]\"\n", i, i)
+		}
+		return out
+	}
+	east.writeImport("a.csv", rows(3))
+	east.writeImport("b.csv", rows(4))
 	orig := must[*walcastv1.ImportResponse](t)(east.c.Import(ctx, &walcastv1.ImportRequest{Database: "shop", Collection: "orders",
-		Files: []string{"a.parquet", "b.parquet"}, IdempotencyKey: importKey}))
+		Files: []string{"a.csv", "b.csv"}, IdempotencyKey: importKey}))
 	for i := range 3 {
 		must[*walcastv1.ImportResponse](t)(east.c.Import(ctx, &walcastv1.ImportRequest{Database: "shop", Collection: "baskets",
-			Files: []string{fmt.Sprintf("f%d.parquet", i)}, IdempotencyKey: fmt.Sprint("k", i)}))
+			Files: []string{east.writeImport(fmt.Sprintf("f%d.csv", i), rows(i))}, IdempotencyKey: fmt.Sprint("k", i)}))
 	}
+	east.waitJob(ctx, orig.Job.Id, walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED)
 
 	eventually(t, "west to converge on east's metadata", func() error {
 		want := normalised(east.snapshot(ctx))
@@ -80,13 +93,14 @@ func TestR8_SecondaryConvergesAndHonoursKeysAfterPromote(t *testing.T) {
 		t.Fatal(err)
 	}
 	retry, err := west.c.Import(ctx, &walcastv1.ImportRequest{Database: "shop", Collection: "orders",
-		Files: []string{"a.parquet", "b.parquet"}, IdempotencyKey: importKey})
+		Files: []string{"a.csv", "b.csv"}, IdempotencyKey: importKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !retry.Result.Duplicated || retry.Job.Id != orig.Job.Id {
-		t.Fatalf("import retried on the promoted cluster: job %d (duplicated %v), want the original %d",
-			retry.Job.Id, retry.Result.Duplicated, orig.Job.Id)
+	if !retry.Result.Duplicated || retry.Job.Id != orig.Job.Id || retry.Job.State != walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED ||
+		retry.Job.Rows != 7 {
+		t.Fatalf("import retried on the promoted cluster: job %v (duplicated %v), want the original %d, completed on east with 7 rows",
+			retry.Job, retry.Result.Duplicated, orig.Job.Id)
 	}
 	must[*walcastv1.CreateDatabaseResponse](t)(west.c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "after"}))
 	eventually(t, "west's views after the promote", func() error {

@@ -43,6 +43,9 @@ type Service struct {
 	// during a step, so that pausing can wait for the step under way.
 	importerPaused atomic.Bool
 	stepMu         sync.Mutex
+	// beforeFile, if set, runs before the importer reads file i of job id
+	// (tests hold a job there, running).
+	beforeFile atomic.Pointer[func(ctx context.Context, job uint64, i int)]
 }
 
 // maxResolve bounds how often a request resolves its names again when one
@@ -364,6 +367,9 @@ func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseR
 		if len(names) > 0 {
 			return nil, errorf(ErrDatabaseNotEmpty, "%s has %d collections; drop them first", name, len(names))
 		}
+		if p.Grants, err = grantsOn(ctx, r, id, 0); err != nil {
+			return nil, err
+		}
 		return control(b), nil
 	})
 	if err != nil {
@@ -530,6 +536,9 @@ func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollect
 			for _, i := range idx {
 				p.Indexes = append(p.Indexes, i.Name)
 			}
+			if p.Grants, err = grantsOn(ctx, r, dbID, collID); err != nil {
+				return nil, err
+			}
 			p.DroppedAt = s.now()
 			return p.Collection.VChannels, nil
 		})
@@ -602,6 +611,12 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 			p.OldName = oldName
 			p.Collection = c
 			p.Collection.Name = newName
+			if p.Grants, err = grantsOn(ctx, r, dbID, collID); err != nil {
+				return nil, err
+			}
+			for i := range p.Grants {
+				p.Grants[i].Collection = newName
+			}
 			return c.VChannels, nil
 		})
 		if err != nil {
@@ -845,6 +860,12 @@ func (s *Service) RevokePrivilege(ctx context.Context, req *walcastv1.RevokePriv
 	return &walcastv1.RevokePrivilegeResponse{Result: result(res, key), Grant: g.pb()}, nil
 }
 
+// changeGrant grants or revokes a privilege. Besides the exclusive
+// Privilege key it holds the database and collection the grant names
+// shared, so that they cannot be dropped or renamed while it checks that
+// they exist and resolves their ids: a grant belongs to its objects by id
+// (grantKey), which their drop removes and a recreated object of the same
+// name does not have.
 func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcastv1.Grant, ck string) (*broadcast.Result, grantRecord, message.IdempotencyKey, error) {
 	g := grantFromPB(gpb)
 	if err := errors.Join(checkGrant(g), checkKey(ck)); err != nil {
@@ -854,13 +875,23 @@ func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcas
 	if err != nil {
 		return nil, g, "", err
 	}
-	d := ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, g), keys: []resource.Key{resource.ExclusivePrivilege()}}
+	keys := []resource.Key{resource.ExclusivePrivilege()}
+	if g.Database != wildcard {
+		keys = append(keys, resource.SharedDatabase(g.Database))
+		if g.Collection != wildcard {
+			keys = append(keys, resource.SharedCollection(g.Database, g.Collection))
+		}
+	}
+	d := ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, g), keys: keys}
 	res, p, err := runDDL(ctx, s, b, d, func(p *grantPayload) ([]message.VChannel, error) {
 		var u userRecord
 		if ok, err := r.get(ctx, userKey(g.User), &u); err != nil {
 			return nil, err
 		} else if !ok {
 			return nil, errorf(ErrUserNotFound, "%s", g.User)
+		}
+		if err := resolveGrant(ctx, r, &g); err != nil {
+			return nil, err
 		}
 		var have grantRecord
 		granted, err := r.get(ctx, grantKey(g), &have)
@@ -872,6 +903,15 @@ func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcas
 		case typ == TypeRevokePrivilege && !granted:
 			return nil, errorf(ErrGrantNotFound, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
 		}
+		if typ == TypeGrantPrivilege && g.DatabaseID != 0 {
+			on, err := grantsOn(ctx, r, g.DatabaseID, g.CollectionID)
+			if err != nil {
+				return nil, err
+			}
+			if len(on) >= MaxGrantsPerObject {
+				return nil, errorf(ErrTooManyGrants, "%s.%s has %d grants, limit %d", g.Database, g.Collection, len(on), MaxGrantsPerObject)
+			}
+		}
 		p.Grant = g
 		return control(b), nil
 	})
@@ -879,6 +919,102 @@ func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcas
 		return nil, g, "", err
 	}
 	return res, p.Grant, d.key, nil
+}
+
+// resolveGrant fills in the ids of the objects g names, which must exist:
+// an unknown database or collection is ErrDatabaseNotFound or
+// ErrCollectionNotFound.
+func resolveGrant(ctx context.Context, r reader, g *grantRecord) error {
+	g.DatabaseID, g.CollectionID = 0, 0
+	if g.Database == wildcard {
+		return nil
+	}
+	if g.Collection == wildcard {
+		id, err := resolveDB(ctx, r, g.Database)
+		g.DatabaseID = id
+		return err
+	}
+	dbID, collID, err := resolveColl(ctx, r, g.Database, g.Collection)
+	g.DatabaseID, g.CollectionID = dbID, collID
+	return err
+}
+
+// grantsOn lists the grants on database dbID (collID 0) or on its
+// collection collID.
+func grantsOn(ctx context.Context, r reader, dbID, collID uint64) ([]grantRecord, error) {
+	all, err := list[grantRecord](ctx, r, prefixGrant)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(g grantRecord) bool { return g.DatabaseID != dbID || g.CollectionID != collID }), nil
+}
+
+// Granted reports whether user holds privilege priv (one of the privileges
+// GrantPrivilege takes) on collection coll of database db, or on database db
+// itself when coll is "" or "*": through a grant of priv or of "All" on
+// that collection, on every collection of db, or on every database ("*").
+// Grants belong to their objects by id, so a dropped and recreated object
+// of the same name has none, and a renamed collection keeps its own. An
+// unknown user, database or collection holds nothing (false, no error).
+// This is the check privilege enforcement builds on; it reads the leader's
+// committed metadata.
+func (s *Service) Granted(ctx context.Context, user, priv, db, coll string) (bool, error) {
+	if !slices.Contains(privileges, priv) {
+		return false, errorf(ErrInvalidArgument, "privilege %q is not one of %s", printable(priv), strings.Join(privileges, ", "))
+	}
+	if err := errors.Join(checkName("user", user), checkName("database", db)); err != nil {
+		return false, err
+	}
+	if coll == "" {
+		coll = wildcard
+	}
+	if coll != wildcard {
+		if err := checkName("collection", coll); err != nil {
+			return false, err
+		}
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return false, err
+	}
+	return holds(ctx, r, user, priv, db, coll)
+}
+
+// holds reports whether user's grants give priv on db (coll "*": the
+// database itself) or its collection coll, matching objects by id and
+// failing closed: a grant counts if it is on every database, or on this
+// database's id (for every collection, or this collection's id). A database
+// or collection that does not exist is matched by the grants on every
+// database (and, for a collection, on its database) only.
+func holds(ctx context.Context, r reader, user, priv, db, coll string) (bool, error) {
+	dbID, _, err := r.getID(ctx, dbNameKey(db))
+	if err != nil {
+		return false, err
+	}
+	var collID uint64
+	if coll != wildcard && dbID != 0 {
+		if collID, _, err = r.getID(ctx, collNameKey(dbID, coll)); err != nil {
+			return false, err
+		}
+	}
+	grants, err := list[grantRecord](ctx, r, grantsOfUser(user))
+	if err != nil {
+		return false, err
+	}
+	for _, g := range grants {
+		if g.User != user || g.Privilege != priv && g.Privilege != "All" {
+			continue
+		}
+		switch {
+		case g.Database == wildcard && g.Collection == wildcard:
+			return true, nil
+		case dbID != 0 && g.DatabaseID == dbID && g.Collection == wildcard:
+			return true, nil
+		case collID != 0 && g.DatabaseID == dbID && g.CollectionID == collID:
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Import starts a bulk import job (R10.3). Its key is scoped to the
@@ -913,7 +1049,7 @@ func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*wa
 		}
 		s.admitted(slot, id)
 		now := s.now()
-		p.Job = jobRecord{ID: id, DatabaseID: dbID, CollectionID: collID, Collection: coll, Files: slices.Clone(files),
+		p.Job = jobRecord{ID: id, DatabaseID: dbID, Database: db, CollectionID: collID, Collection: coll, Files: slices.Clone(files),
 			State: jobPending, CreatedAt: now, UpdatedAt: now}
 		return nil
 	})
@@ -923,20 +1059,109 @@ func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*wa
 	if err != nil {
 		return nil, err
 	}
-	job := p.Job // a new job is as created
+	// The job as it is now (a new one may have started already).
+	job, ok, err := jobNow(ctx, r, p.Job.ID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		// Deleted after ImportJobRetention, which outlives the window.
+		job = p.Job
+		job.State, job.Reason = 0, "the job's record expired"
+	}
 	if res.Duplicated != nil {
-		ok, err := r.get(ctx, jobKey(job.ID), &job)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			// Deleted after ImportJobRetention, which outlives the window.
-			job.State, job.Reason = 0, "the job's record expired"
-		}
 		s.log.Info("import retry answered by its original job", "key_fp", key.Fingerprint(), "job", job.ID,
 			"job_state", walcastv1.ImportJobState(job.State).String(), "broadcast", res.BroadcastID)
 	}
 	return &walcastv1.ImportResponse{Result: result(res, key), Job: job.pb()}, nil
+}
+
+// jobNow reads job id as the API shows it (see jobView); ok is false if
+// there is none.
+func jobNow(ctx context.Context, r reader, id uint64) (jobRecord, bool, error) {
+	var j jobRecord
+	ok, err := r.get(ctx, jobKey(id), &j)
+	if err != nil || !ok {
+		return j, ok, err
+	}
+	var c collRecord
+	alive, err := r.get(ctx, collKey(j.CollectionID), &c)
+	if err != nil {
+		return j, false, err
+	}
+	var p progressRecord
+	started, err := r.get(ctx, progressKey(id), &p)
+	if err != nil {
+		return j, false, err
+	}
+	if !alive {
+		c.ID = 0
+	}
+	if !started {
+		return jobView(j, nil, c), true, nil
+	}
+	return jobView(j, &p, c), true, nil
+}
+
+// jobView is what the API shows of job j, given its progress p (nil if it
+// did not start) and its collection c (ID 0 if dropped): the collection's
+// current name, and for an unfinished job, failed "collection dropped" if
+// the collection is gone (the importer then records that with
+// FinishImport), else running with its progress if it started, else
+// pending.
+func jobView(j jobRecord, p *progressRecord, c collRecord) jobRecord {
+	if c.ID != 0 {
+		j.Collection = c.Name
+		if j.Database == "" {
+			j.Database = c.Database
+		}
+	}
+	if j.State.finished() {
+		return j
+	}
+	switch {
+	case c.ID == 0:
+		j.State, j.Reason = jobFailed, reasonDropped
+	case p != nil:
+		j.State = jobRunning
+		j.FilesDone, j.Rows = p.FilesDone, p.RowsDone+p.FileRows
+		j.UpdatedAt = max(j.UpdatedAt, p.UpdatedAt)
+	}
+	return j
+}
+
+// jobsNow lists the jobs as the API shows them (see jobView), by id.
+func jobsNow(ctx context.Context, r reader) ([]jobRecord, error) {
+	jobs, err := list[jobRecord](ctx, r, prefixImportJob)
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	colls, err := list[collRecord](ctx, r, prefixColl)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[uint64]collRecord, len(colls))
+	for _, c := range colls {
+		byID[c.ID] = c
+	}
+	progress := map[uint64]*progressRecord{}
+	err = r.cat.List(ctx, prefixProgress, func(key string, raw []byte) error {
+		id, err := strconv.ParseUint(strings.TrimPrefix(key, prefixProgress), 10, 64)
+		var p progressRecord
+		if err != nil || json.Unmarshal(raw, &p) != nil {
+			return errorf(ErrCorruptMetadata, "%s: not an import job's progress", key)
+		}
+		progress[id] = &p
+		return nil
+	})
+	if err != nil {
+		return nil, listErr(prefixProgress, err)
+	}
+	for i, j := range jobs {
+		jobs[i] = jobView(j, progress[j.ID], byID[j.CollectionID])
+	}
+	slices.SortFunc(jobs, func(a, b jobRecord) int { return cmp.Compare(a.ID, b.ID) })
+	return jobs, nil
 }
 
 // importSlot is an import admitted by admitImport whose Broadcast has not
@@ -946,7 +1171,8 @@ type importSlot struct{ job uint64 }
 // admitImport admits one new import if fewer than MaxImportJobNum imports
 // are unfinished, counting each import once (by job id) in the first of:
 //
-//   - the committed jobs that are not finished;
+//   - the committed jobs that are not finished, of collections that exist
+//     (a dropped collection's jobs have failed);
 //   - the live Import tasks of the leader: their job commits in the
 //     transaction that ends the task, and a task outlives a Broadcast
 //     whose caller's ctx ended (or whose broadcaster stopped);
@@ -969,11 +1195,17 @@ func (s *Service) admitImport(ctx context.Context, b *broadcast.Broadcaster, r r
 	if err != nil {
 		return nil, err
 	}
+	colls, err := collIDs(ctx, r.cat)
+	if err != nil {
+		return nil, err
+	}
 	n := 0
 	seen := make(map[uint64]bool, len(jobs)+len(tasks))
 	for _, j := range jobs {
 		seen[j.ID] = true
-		if !j.State.finished() {
+		// A job of a dropped collection has failed, though the importer
+		// may not have recorded it yet.
+		if !j.State.finished() && colls[j.CollectionID] {
 			n++
 		}
 	}
@@ -1026,8 +1258,7 @@ func (s *Service) GetImportJob(ctx context.Context, req *walcastv1.GetImportJobR
 	if err != nil {
 		return nil, err
 	}
-	var j jobRecord
-	ok, err := r.get(ctx, jobKey(req.GetId()), &j)
+	j, ok, err := jobNow(ctx, r, req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -1038,7 +1269,8 @@ func (s *Service) GetImportJob(ctx context.Context, req *walcastv1.GetImportJobR
 }
 
 // ListImportJobs lists the import jobs by id: all of them, those of a
-// database, or those of a collection (by its current name).
+// database, or those of a collection (by its current name). Each shows its
+// collection's current name and its progress (see jobView).
 func (s *Service) ListImportJobs(ctx context.Context, req *walcastv1.ListImportJobsRequest) (*walcastv1.ListImportJobsResponse, error) {
 	db, coll := req.GetDatabase(), req.GetCollection()
 	if coll != "" && db == "" {
@@ -1069,11 +1301,10 @@ func (s *Service) ListImportJobs(ctx context.Context, req *walcastv1.ListImportJ
 		}
 		keep = func(j jobRecord) bool { return j.DatabaseID == dbID }
 	}
-	jobs, err := list[jobRecord](ctx, r, prefixImportJob)
+	jobs, err := jobsNow(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(jobs, func(a, b jobRecord) int { return cmp.Compare(a.ID, b.ID) })
 	out := &walcastv1.ListImportJobsResponse{}
 	for _, j := range jobs {
 		if keep(j) {

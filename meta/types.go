@@ -22,13 +22,17 @@ var (
 	TypeGrantPrivilege   = message.Type{Name: "GrantPrivilege", Version: 1}
 	TypeRevokePrivilege  = message.Type{Name: "RevokePrivilege", Version: 1}
 	TypeImport           = message.Type{Name: "Import", Version: 1}
+	// TypeFinishImport ends an import job, completed or failed; the
+	// importer broadcasts it, once per job (its key is scoped to the job),
+	// so that a job's end is effect-once like every other change.
+	TypeFinishImport = message.Type{Name: "FinishImport", Version: 1}
 )
 
 // Types lists the service's message types.
 func Types() []message.Type {
 	return []message.Type{TypeCreateDatabase, TypeDropDatabase, TypeCreateCollection, TypeDropCollection,
 		TypeRenameCollection, TypeCreateIndex, TypeDropIndex, TypeCreateUser, TypeGrantPrivilege,
-		TypeRevokePrivilege, TypeImport}
+		TypeRevokePrivilege, TypeImport, TypeFinishImport}
 }
 
 // Payloads (JSON). Each carries everything its ack callback writes and its
@@ -41,6 +45,8 @@ type (
 	}
 	dropDatabasePayload struct {
 		Database dbRecord `json:"db"`
+		// Grants are the grants on the database, dropped with it.
+		Grants []grantRecord `json:"grants,omitempty"`
 	}
 	createCollectionPayload struct {
 		Collection collRecord `json:"coll"`
@@ -48,13 +54,17 @@ type (
 	dropCollectionPayload struct {
 		Collection collRecord `json:"coll"`
 		// Indexes are the names of the indexes dropped with it.
-		Indexes   []string `json:"indexes,omitempty"`
-		DroppedAt int64    `json:"dropped_at"`
+		Indexes []string `json:"indexes,omitempty"`
+		// Grants are the grants on the collection, dropped with it.
+		Grants    []grantRecord `json:"grants,omitempty"`
+		DroppedAt int64         `json:"dropped_at"`
 	}
 	renameCollectionPayload struct {
 		OldName string `json:"old_name"`
 		// Collection is the record after the rename.
 		Collection collRecord `json:"coll"`
+		// Grants are the grants on the collection, under its new name.
+		Grants []grantRecord `json:"grants,omitempty"`
 	}
 	indexPayload struct {
 		DatabaseID   uint64      `json:"db_id"`
@@ -69,6 +79,11 @@ type (
 	}
 	importPayload struct {
 		// Job is the job as created: pending.
+		Job jobRecord `json:"job"`
+	}
+	finishImportPayload struct {
+		// Job is the job as it ends: completed (every file read, its rows
+		// counted) or failed (with the reason).
 		Job jobRecord `json:"job"`
 	}
 )

@@ -70,6 +70,7 @@ type view struct {
 	Dropped         bool                   `json:"dropped,omitempty"`
 	Indexes         map[string]indexRecord `json:"indexes,omitempty"`
 	ImportJobs      []uint64               `json:"jobs,omitempty"`
+	FinishedJobs    []uint64               `json:"finished,omitempty"`
 	Databases       map[string]dbRecord    `json:"dbs,omitempty"`
 	Users           map[string]userRecord  `json:"users,omitempty"`
 	Grants          map[string]grantRecord `json:"grants,omitempty"`
@@ -77,8 +78,9 @@ type view struct {
 	LastBroadcastID uint64                 `json:"last,omitempty"`
 	Anomalies       []string               `json:"anomalies,omitempty"`
 
-	// jobs indexes ImportJobs; built on the first import after a restore.
-	jobs map[uint64]struct{}
+	// jobs indexes ImportJobs, finished FinishedJobs; built on the first
+	// import message after a restore.
+	jobs, finished map[uint64]struct{}
 }
 
 func (v *view) anomaly(format string, args ...any) {
@@ -159,6 +161,7 @@ func (v *view) apply(vc message.VChannel, m *message.Message) error {
 			return fmt.Errorf("drop of unknown database %s", p.Database.Name)
 		}
 		delete(v.Databases, p.Database.Name)
+		return v.dropGrants(p.Grants)
 	case TypeCreateUser:
 		var p userPayload
 		if err := decodeInto(m.Payload, &p); err != nil {
@@ -201,10 +204,49 @@ func (v *view) apply(vc message.VChannel, m *message.Message) error {
 	default:
 		if control {
 			// Collection messages reach the control channel too: their
-			// state lives on the shard vchannels.
-			return nil
+			// state lives on the shard vchannels, except the grants on the
+			// collection, which live here.
+			return v.applyCollectionGrants(m)
 		}
 		return v.applyCollection(vc, m)
+	}
+	return nil
+}
+
+// applyCollectionGrants applies a drop or rename to the grants on the
+// collection, on the control channel.
+func (v *view) applyCollectionGrants(m *message.Message) error {
+	switch m.Type {
+	case TypeDropCollection:
+		var p dropCollectionPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		return v.dropGrants(p.Grants)
+	case TypeRenameCollection:
+		var p renameCollectionPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		for _, g := range p.Grants {
+			k := grantKey(g)
+			if _, have := v.Grants[k]; !have {
+				return fmt.Errorf("rename of the collection of missing grant %s", k)
+			}
+			v.Grants[k] = g
+		}
+	}
+	return nil
+}
+
+// dropGrants removes the grants of a dropped object.
+func (v *view) dropGrants(gs []grantRecord) error {
+	for _, g := range gs {
+		k := grantKey(g)
+		if _, have := v.Grants[k]; !have {
+			return fmt.Errorf("drop of missing grant %s", k)
+		}
+		delete(v.Grants, k)
 	}
 	return nil
 }
@@ -283,20 +325,51 @@ func (v *view) applyCollection(vc message.VChannel, m *message.Message) error {
 		if err := v.owns(p.Job.CollectionID); err != nil {
 			return err
 		}
-		if v.jobs == nil {
-			v.jobs = make(map[uint64]struct{}, len(v.ImportJobs)+1)
-			for _, id := range v.ImportJobs {
-				v.jobs[id] = struct{}{}
-			}
-		}
+		v.indexJobs()
 		if _, seen := v.jobs[p.Job.ID]; seen {
 			return fmt.Errorf("import job %d seen twice", p.Job.ID)
 		}
 		v.jobs[p.Job.ID] = struct{}{}
 		v.ImportJobs = append(v.ImportJobs, p.Job.ID)
 		return nil
+	case TypeFinishImport:
+		var p finishImportPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if err := v.owns(p.Job.CollectionID); err != nil {
+			return err
+		}
+		v.indexJobs()
+		if _, seen := v.jobs[p.Job.ID]; !seen {
+			return fmt.Errorf("finish of import job %d the vchannel never saw", p.Job.ID)
+		}
+		if _, done := v.finished[p.Job.ID]; done {
+			return fmt.Errorf("import job %d finished twice", p.Job.ID)
+		}
+		if v.Dropped {
+			return fmt.Errorf("import job %d finished into dropped collection %d", p.Job.ID, v.CollectionID)
+		}
+		v.finished[p.Job.ID] = struct{}{}
+		v.FinishedJobs = append(v.FinishedJobs, p.Job.ID)
+		return nil
 	}
 	return fmt.Errorf("%s on a shard vchannel", m.Type)
+}
+
+// indexJobs builds the indexes of the job lists, after a restore.
+func (v *view) indexJobs() {
+	if v.jobs != nil {
+		return
+	}
+	v.jobs = make(map[uint64]struct{}, len(v.ImportJobs)+1)
+	for _, id := range v.ImportJobs {
+		v.jobs[id] = struct{}{}
+	}
+	v.finished = make(map[uint64]struct{}, len(v.FinishedJobs)+1)
+	for _, id := range v.FinishedJobs {
+		v.finished[id] = struct{}{}
+	}
 }
 
 // owns checks that a message about collection id fits this vchannel.
@@ -351,7 +424,8 @@ func (a *Applier) View(vc message.VChannel) (*walcastv1.VChannelView, error) {
 		Vchannel: string(vc), Node: a.node,
 		CollectionId: v.CollectionID, Collection: v.Collection, DatabaseId: v.DatabaseID, Database: v.Database,
 		Shard: int32(v.Shard), Dropped: v.Dropped,
-		ImportJobs: slices.Clone(v.ImportJobs), Applied: v.Applied, LastBroadcastId: v.LastBroadcastID,
+		ImportJobs: slices.Clone(v.ImportJobs), FinishedImportJobs: slices.Clone(v.FinishedJobs),
+		Applied: v.Applied, LastBroadcastId: v.LastBroadcastID,
 		Anomalies: slices.Clone(v.Anomalies),
 	}
 	for _, n := range slices.Sorted(maps.Keys(v.Indexes)) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -264,6 +265,9 @@ type Config struct {
 		// CollectionShards is the default number of vchannels of a new
 		// collection.
 		CollectionShards int `yaml:"collection_shards"`
+		// ImportRoot is the directory import files are read from; empty
+		// means "<data_dir>/imports" (see Config.ImportRoot).
+		ImportRoot string `yaml:"import_root"`
 	} `yaml:"meta"`
 }
 
@@ -285,6 +289,15 @@ type ClientTLS struct {
 
 // On reports whether the connection uses TLS.
 func (t ClientTLS) On() bool { return t != ClientTLS{} }
+
+// ImportRoot is the directory the metadata service reads import files
+// from: meta.import_root, or "<data_dir>/imports" if it is empty.
+func (c Config) ImportRoot() string {
+	if c.Meta.ImportRoot != "" {
+		return c.Meta.ImportRoot
+	}
+	return filepath.Join(c.DataDir, "imports")
+}
 
 // Default returns the configuration with every default of SPEC.md.
 func Default() Config {

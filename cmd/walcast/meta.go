@@ -345,11 +345,16 @@ func metaImportCmd(g *globals) *cobra.Command {
 	var db, coll, key string
 	start := &cobra.Command{
 		Use: "start COLLECTION FILE...", Short: "Start a bulk import job", Args: cobra.MinimumNArgs(2),
-		Long: `Start a bulk import job into a collection. The command mints an idempotency key unless
---key gives one, and prints it: repeat the command with --key to retry it safely — the
-retry returns the original job (also after the collection was renamed, if you name it by
-its new name), never a second one. A retry of a job that failed returns it failed: use a
-new key to import again.`,
+		Long: `Start a bulk import job into a collection. Each FILE is a path relative to the server's
+import root (meta.import_root, default <data dir>/imports): JSON lines (.jsonl, .ndjson, one
+object per line) or CSV (.csv, a header row naming the fields). The server reads the files,
+checks every row against the collection's fields and counts them; a missing or malformed
+file fails the job, naming the file and line.
+
+The command mints an idempotency key unless --key gives one, and prints it: repeat the
+command with --key to retry it safely — the retry returns the original job (also after the
+collection was renamed, if you name it by its new name), never a second one. A retry of a
+job that failed returns it failed: use a new key to import again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &walcastv1.ImportRequest{Database: db, Collection: args[0], Files: args[1:], IdempotencyKey: key}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
@@ -387,8 +392,10 @@ new key to import again.`,
 				if j.GetReason() != "" {
 					tb.row("reason", j.GetReason())
 				}
-				tb.row("collection", fmt.Sprintf("%s (id %d, database id %d)", j.GetCollection(), j.GetCollectionId(), j.GetDatabaseId()))
+				tb.row("collection", fmt.Sprintf("%s (id %d)", j.GetCollection(), j.GetCollectionId()))
+				tb.row("database", fmt.Sprintf("%s (id %d)", j.GetDatabase(), j.GetDatabaseId()))
 				tb.row("files", strings.Join(j.GetFiles(), " "))
+				tb.row("progress", fmt.Sprintf("%d of %d files, %d rows", j.GetFilesDone(), len(j.GetFiles()), j.GetRows()))
 				tb.row("created", ts(j.GetCreatedAt()))
 				tb.row("updated", ts(j.GetUpdatedAt()))
 				return tb.flush()
@@ -402,14 +409,15 @@ new key to import again.`,
 				jobs, err := c.ListImportJobs(ctx, db, coll)
 				return &walcastv1.ListImportJobsResponse{Jobs: jobs}, err
 			}, func(w io.Writer, m proto.Message) error {
-				tb := newTable(w, "ID", "COLLECTION", "STATE", "FILES", "UPDATED", "REASON")
+				tb := newTable(w, "ID", "COLLECTION", "STATE", "FILES", "ROWS", "UPDATED", "REASON")
 				for _, j := range m.(*walcastv1.ListImportJobsResponse).GetJobs() {
 					reason := j.GetReason()
 					if reason == "" {
 						reason = "-"
 					}
-					tb.row(fmt.Sprint(j.GetId()), fmt.Sprintf("%s (%d)", j.GetCollection(), j.GetCollectionId()), jobState(j.GetState()),
-						fmt.Sprint(len(j.GetFiles())), ts(j.GetUpdatedAt()), reason)
+					tb.row(fmt.Sprint(j.GetId()), fmt.Sprintf("%s.%s (%d)", j.GetDatabase(), j.GetCollection(), j.GetCollectionId()),
+						jobState(j.GetState()), fmt.Sprintf("%d/%d", j.GetFilesDone(), len(j.GetFiles())), fmt.Sprint(j.GetRows()),
+						ts(j.GetUpdatedAt()), reason)
 				}
 				return tb.flush()
 			})
@@ -451,6 +459,11 @@ standalone process runs them all).`,
 						jobs[i] = fmt.Sprint(j)
 					}
 					tb.row("import jobs", strings.Join(jobs, " "))
+					ended := make([]string, len(v.GetFinishedImportJobs()))
+					for i, j := range v.GetFinishedImportJobs() {
+						ended[i] = fmt.Sprint(j)
+					}
+					tb.row("finished jobs", strings.Join(ended, " "))
 				}
 				if len(v.GetDatabases()) > 0 || len(v.GetUsers()) > 0 || len(v.GetGrants()) > 0 {
 					dbs := make([]string, len(v.GetDatabases()))

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 type metaCLI struct {
 	t    *testing.T
 	addr string
+	root string // the import root
 }
 
 func startMetaCLI(t *testing.T) *metaCLI {
@@ -47,7 +50,7 @@ func startMetaCLI(t *testing.T) *metaCLI {
 		_ = app.Close()
 		_ = p.Close()
 	})
-	return &metaCLI{t: t, addr: p.APIAddr()}
+	return &metaCLI{t: t, addr: p.APIAddr(), root: mc.ImportRoot}
 }
 
 // run runs one command and returns its output, failing the test on error.
@@ -68,6 +71,16 @@ func (m *metaCLI) try(args ...string) (string, error) {
 	root.SetArgs(append([]string{"--addr", m.addr, "--timeout", "20s"}, args...))
 	err := root.ExecuteContext(context.Background())
 	return out.String(), err
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func wantOutput(t *testing.T, out string, patterns ...string) {
@@ -102,13 +115,27 @@ func TestMetaCLI(t *testing.T) {
 		`index by_emb \(HNSW on emb\) created on shop.orders`)
 	wantOutput(t, m.run("collection", "list", "--db", "shop"), `(?m)^ID\s+NAME\s+SHARDS\s+INDEXES\s+CREATED$`, `orders\s+3\s+by_emb\(emb HNSW\)`)
 
-	out = m.run("import", "start", "orders", "a.parquet", "b.parquet", "--db", "shop", "--key", "k1")
-	wantOutput(t, out, `import job (\d+) into shop.orders: pending`, `key: k1`)
+	// Real files in the server's import root.
+	writeFile(t, filepath.Join(m.root, "a.jsonl"), `{"id": 1, "emb": [1, 2]}`+"\n"+`{"id": 2, "emb": [3, 4]}`+"\n")
+	writeFile(t, filepath.Join(m.root, "b.csv"), "id,emb\n3,\"[5, 6]\"\n")
+	out = m.run("import", "start", "orders", "a.jsonl", "b.csv", "--db", "shop", "--key", "k1")
+	wantOutput(t, out, `import job (\d+) into shop.orders: (pending|running|completed)`, `key: k1`)
 	job := regexp.MustCompile(`import job (\d+)`).FindStringSubmatch(out)[1]
-	wantOutput(t, m.run("import", "start", "orders", "a.parquet", "b.parquet", "--db", "shop", "--key", "k1"),
+	wantOutput(t, m.run("import", "start", "orders", "a.jsonl", "b.csv", "--db", "shop", "--key", "k1"),
 		`import job `+job+` .*retry answered by the original`)
-	wantOutput(t, m.run("import", "list", "--db", "shop", "--collection", "orders"), `(?m)^`+job+`\s+orders \(\d+\)\s+`)
-	wantOutput(t, m.run("import", "show", job, "--json"), `"id":\s*"`+job+`"`, `"files"`)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		out = m.run("import", "show", job)
+		if strings.Contains(out, "completed") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantOutput(t, out, `(?m)^state\s+completed$`, `(?m)^progress\s+2 of 2 files, 3 rows$`, `(?m)^database\s+shop \(id \d+\)$`)
+	wantOutput(t, m.run("import", "show", job, "--json"), `"id":\s*"`+job+`"`, `"files"`, `"rows":\s*"3"`)
+	out, err := m.try("import", "start", "orders", "../escape.csv", "--db", "shop")
+	if err == nil || !strings.Contains(err.Error(), "not a path inside the import root") {
+		t.Fatalf("an import path outside the root: %v\n%s", err, out)
+	}
 
 	m.run("user", "create", "alice")
 	wantOutput(t, m.run("grant", "alice", "Search", "--db", "shop"), `granted Search on shop.\* to alice`)
@@ -116,6 +143,10 @@ func TestMetaCLI(t *testing.T) {
 	wantOutput(t, m.run("revoke", "alice", "Search", "--db", "shop"), `revoked Search on shop.\* from alice`)
 
 	wantOutput(t, m.run("collection", "rename", "orders", "purchases", "--db", "shop"), `renamed to purchases, id `+created.Collection.ID)
+	// The job shows the collection's current name, and its id.
+	wantOutput(t, m.run("import", "list", "--db", "shop", "--collection", "purchases"),
+		`(?m)^`+job+`\s+shop.purchases \(`+created.Collection.ID+`\)\s+completed\s+2/2\s+3\s+`)
+	wantOutput(t, m.run("import", "show", job), `(?m)^collection\s+purchases \(id `+created.Collection.ID+`\)$`)
 	wantOutput(t, m.run("collection", "describe", "purchases", "--db", "shop"), `(?m)^vchannels\s+`+regexp.QuoteMeta(strings.Join(created.Collection.Vchannels, " ")))
 
 	// The nodes' view of a shard catches up with the rename.
