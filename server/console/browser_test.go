@@ -109,7 +109,7 @@ func TestR9_9_Browser(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := metaAPI.Import(ctx, connect.NewRequest(&walcastv1.ImportRequest{Database: "shop", Collection: "orders",
-		Files: []string{"s3://bucket/orders-<1>.parquet", "s3://bucket/orders-2.parquet"}})); err != nil {
+		Files: []string{"orders-<1>.csv", "bulk/orders-2.csv"}})); err != nil {
 		t.Fatal(err)
 	}
 	ck := "request-42"
@@ -172,7 +172,7 @@ func TestR9_9_Browser(t *testing.T) {
 			{"/ui/tasks", "tasks", "Generic.v1"},
 			{"/ui/locks", "locks", "no key is held"},
 			{"/ui/keys?type=Generic.v1&scope=cluster&client_key=" + ck, "keys", "count headroom"},
-			{"/ui/imports", "imports", "orders-&lt;1&gt;.parquet"},
+			{"/ui/imports", "imports", "orders-&lt;1&gt;.csv"},
 			{"/ui/replication", "replication", "every cluster is primary"},
 		} {
 			step(t, "load "+pg.path, chromedp.Navigate(base+pg.path), chromedp.WaitVisible(chromedp.CSS(`body[data-page="`+pg.page+`"]`)), live)
