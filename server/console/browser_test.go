@@ -108,10 +108,29 @@ func TestR9_9_Browser(t *testing.T) {
 	if _, err := metaAPI.CreateCollection(ctx, connect.NewRequest(&walcastv1.CreateCollectionRequest{Database: "shop", Name: "orders"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := metaAPI.Import(ctx, connect.NewRequest(&walcastv1.ImportRequest{Database: "shop", Collection: "orders",
-		Files: []string{"orders-<1>.csv", "bulk/orders-2.csv"}})); err != nil {
+	// Real files in the import root, so that the job completes.
+	root := cfg.ImportRoot()
+	for name, rows := range map[string]string{"orders-<1>.csv": "1,\"[0.1,0.2]\"\n2,\"[0.3,0.4]\"\n", "bulk/orders-2.csv": "3,\"[0.5,0.6]\"\n"} {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("id,vector\n"+rows), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	imp, err := metaAPI.Import(ctx, connect.NewRequest(&walcastv1.ImportRequest{Database: "shop", Collection: "orders",
+		Files: []string{"orders-<1>.csv", "bulk/orders-2.csv"}}))
+	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the import to complete", func() bool {
+		j, err := metaAPI.GetImportJob(ctx, connect.NewRequest(&walcastv1.GetImportJobRequest{Id: imp.Msg.GetJob().GetId()}))
+		if err == nil && j.Msg.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED {
+			t.Fatalf("the import failed: %s", j.Msg.GetReason())
+		}
+		return err == nil && j.Msg.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED
+	})
 	ck := "request-42"
 	key := message.ClusterKey(ck)
 	if _, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("hi"),
