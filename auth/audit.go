@@ -47,6 +47,31 @@ func NewAudit(w io.Writer) *Audit {
 	return &Audit{log: slog.New(h)}
 }
 
+// Record writes an action taken outside the RPCs, such as an admin button
+// of the web console: who, the action (its path), the result ("ok",
+// "unauthenticated", "permission_denied", ...) and, unless ok, why
+// (detail). Refusals are written as "refused", the rest as "call", like
+// the RPCs' lines.
+func (a *Audit) Record(r *http.Request, who Identity, action, result, detail string) {
+	if a == nil {
+		return
+	}
+	attrs := []slog.Attr{slog.String("rpc", action)}
+	attrs = append(attrs, whoAttrs(who)...)
+	attrs = append(attrs, slog.String("remote", r.RemoteAddr), slog.String("result", result))
+	if detail != "" {
+		attrs = append(attrs, slog.String("error", detail))
+	}
+	if t := traceID(r.Context(), r.Header); t != "" {
+		attrs = append(attrs, slog.String("trace_id", t))
+	}
+	msg := "call"
+	if result == connect.CodeUnauthenticated.String() || result == connect.CodePermissionDenied.String() {
+		msg = "refused"
+	}
+	a.log.LogAttrs(r.Context(), slog.LevelInfo, msg, attrs...)
+}
+
 // refused records a call the middleware refused; its body was not read, so
 // the target is unknown.
 func (a *Audit) refused(r *http.Request, id Identity, proc string, code connect.Code, err error) {

@@ -70,10 +70,28 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 			return console.Identity{Name: id.Name, Role: consoleRole(id.Role)}, nil
 		}
 	}
+	if a := p.sec.audit; a != nil {
+		cc.Audit = func(r *http.Request, who console.Identity, action, result, detail string) {
+			a.Record(r, auth.Identity{Name: who.Name, Role: apiRole(who.Role)}, action, result, detail)
+		}
+	}
 	if l, ok := app.(ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
 	}
 	return console.New(cc)
+}
+
+// apiRole maps a console role back to the API's, for the audit log.
+func apiRole(r console.Role) auth.Role {
+	switch r {
+	case console.RoleAdmin:
+		return auth.Admin
+	case console.RoleWriter:
+		return auth.Writer
+	case console.RoleReader:
+		return auth.Reader
+	}
+	return auth.NoRole
 }
 
 // consoleRole maps an API role to the console's: streaming nodes may not

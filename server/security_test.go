@@ -603,3 +603,40 @@ func TestR9_8_MetricsOverTLS(t *testing.T) {
 		t.Fatalf("plain HTTP to the TLS metrics port: %d", res.StatusCode)
 	}
 }
+
+// The web console's actions go to the audit log like the RPCs' admin
+// actions, refusals included.
+func TestR9_8_ConsoleActionsAudited(t *testing.T) {
+	e := startSecure(t)
+	req, err := http.NewRequest(http.MethodPost, e.base+"/ui/tasks/1/retry", strings.NewReader("csrf=x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+e.tokens["reader"])
+	res, err := e.httpClient(t, nil).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("a reader's retry: %d", res.StatusCode)
+	}
+	raw, err := os.ReadFile(e.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["rpc"] == "/ui/tasks/1/retry" {
+			found = l["msg"] == "refused" && l["who"] == "reader_user" && l["role"] == "reader" && l["result"] == "permission_denied"
+			if !found {
+				t.Fatalf("audit line %s", line)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no audit line for the console action:\n%s", raw)
+	}
+}

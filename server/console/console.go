@@ -154,6 +154,11 @@ type Config struct {
 	Interval time.Duration
 	// Logger receives the audit lines of actions. Default slog.Default().
 	Logger *slog.Logger
+	// Audit, if set, also receives every action, refused ones included:
+	// who, the action (its path), the result ("ok", "unauthenticated",
+	// "permission_denied", or "error") and, unless ok, why. The process
+	// writes it to its audit log (R9.8).
+	Audit func(r *http.Request, who Identity, action, result, detail string)
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 }
@@ -333,7 +338,8 @@ func (c *Console) authorize(r *http.Request, need Role) (Identity, error) {
 		return Identity{}, &httpError{code: http.StatusUnauthorized, msg: "not authenticated: " + err.Error()}
 	}
 	if who.Role < need {
-		return Identity{}, &httpError{code: http.StatusForbidden,
+		// The caller is known, only not allowed: the audit log names it.
+		return who, &httpError{code: http.StatusForbidden,
 			msg: fmt.Sprintf("%s has role %s; this needs %s", who.Name, who.Role, need)}
 	}
 	return who, nil
@@ -480,6 +486,27 @@ func (c *Console) checkCSRF(r *http.Request, who Identity) error {
 	return nil
 }
 
+// audit passes an action's outcome to Config.Audit.
+func (c *Console) audit(r *http.Request, who Identity, err error) {
+	if c.cfg.Audit == nil {
+		return
+	}
+	result, detail := "ok", ""
+	if err != nil {
+		result, detail = "error", err.Error()
+		var he *httpError
+		if errors.As(err, &he) {
+			switch he.code {
+			case http.StatusUnauthorized:
+				result = "unauthenticated"
+			case http.StatusForbidden:
+				result = "permission_denied"
+			}
+		}
+	}
+	c.cfg.Audit(r, who, r.URL.Path, result, detail)
+}
+
 // maxFormBytes bounds an action's form.
 const maxFormBytes = 8 << 10
 
@@ -493,15 +520,19 @@ func (c *Console) action(fn func(*request) (string, error)) http.HandlerFunc {
 			err = c.checkCSRF(r, who)
 		}
 		if err != nil {
+			c.audit(r, who, err)
 			c.fail(w, r, err)
 			return
 		}
 		b, err := c.cfg.Broadcaster()
 		if err != nil {
-			c.fail(w, r, &httpError{code: http.StatusServiceUnavailable, msg: "this coordinator does not lead: " + err.Error()})
+			err = &httpError{code: http.StatusServiceUnavailable, msg: "this coordinator does not lead: " + err.Error()}
+			c.audit(r, who, err)
+			c.fail(w, r, err)
 			return
 		}
 		done, err := fn(&request{Request: r, who: who, b: b, now: c.cfg.Clock()})
+		c.audit(r, who, err)
 		result := "ok"
 		if err != nil {
 			result = err.Error()
