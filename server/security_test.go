@@ -640,3 +640,57 @@ func TestR9_8_ConsoleActionsAudited(t *testing.T) {
 		t.Fatalf("no audit line for the console action:\n%s", raw)
 	}
 }
+
+// TestR9_8_MetaPrivilegesFollowTheirObjects: through the API with
+// authentication on, a grant on a collection that does not exist is
+// refused; a grant survives a rename (it names the collection's id); and
+// after a drop and a recreate under the same name the user can no longer
+// do what the grant allowed on the old collection.
+func TestR9_8_MetaPrivilegesFollowTheirObjects(t *testing.T) {
+	e := startSecure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := e.client(t, client.WithTokenFile(e.files.AdminToken))
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := admin.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "shop"})
+	must(err)
+	_, err = admin.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "shop", Name: "orders"})
+	must(err)
+	_, err = admin.CreateUser(ctx, &walcastv1.CreateUserRequest{Name: "alice"})
+	must(err)
+	grant := func(coll string) error {
+		_, err := admin.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: &walcastv1.Grant{User: "alice",
+			Privilege: "All", Database: "shop", Collection: coll}})
+		return err
+	}
+	if err := grant("missing"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("grant on a missing collection: %v, want ErrNotFound", err)
+	}
+	must(grant("orders"))
+	tok, _, err := auth.CreateToken(e.files.TokenFile, "alice", auth.Writer, time.Time{})
+	must(err)
+	must(e.p.Reload())
+	alice := e.client(t, client.WithToken(tok))
+	index := func(coll, name string) error {
+		_, err := alice.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: "shop", Collection: coll, Name: name, Field: "vector"})
+		return err
+	}
+	must(index("orders", "i1"))
+	_, err = admin.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "shop", OldName: "orders", NewName: "purchases"})
+	must(err)
+	if _, err := alice.DropIndex(ctx, &walcastv1.DropIndexRequest{Database: "shop", Collection: "purchases", Name: "i1"}); err != nil {
+		t.Fatalf("drop an index after a rename: %v (the grant follows the collection)", err)
+	}
+	_, err = admin.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "shop", Name: "purchases"})
+	must(err)
+	_, err = admin.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "shop", Name: "purchases"})
+	must(err)
+	if err := index("purchases", "i3"); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("index on a recreated collection: %v, want ErrPermissionDenied", err)
+	}
+}
