@@ -407,7 +407,7 @@ func TestLockRejectsInvalidKeys(t *testing.T) {
 func waiters(l *Locker, d Domain, name string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.table[lockID{d, name}]; ok {
+	if e, ok := l.t.entries[lockID{d, name}]; ok {
 		return len(e.waiters)
 	}
 	return 0

@@ -1,0 +1,403 @@
+package resource
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Table is the lock table behind Locker, as a plain data structure: no
+// goroutines, no clock, no blocking. A caller that cannot wait (the
+// broadcast engine's decision core, a simulator) uses it directly and learns
+// from the return values which requests were granted; Locker adds the
+// waiting. The time of each grant and wait comes from the Now function the
+// table's user sets (Unix nanoseconds); it is only kept for introspection
+// (R3.7), and read only when something is granted or queued.
+//
+// A Request acquires its keys in their normalised order (R3.3). When a key
+// is held in a conflicting mode, or another request already waits for it,
+// the request queues on that key, keeping the keys it holds; so a request
+// that waits never overtakes an earlier one (fairness, R3.5) and ordered
+// acquisition rules out deadlock. TryAcquire fails only on a key actually
+// held in a conflicting mode, not because someone waits for it.
+//
+// A Table is not safe for concurrent use; the zero value is ready to use.
+type Table struct {
+	// Now returns the current time in Unix nanoseconds; nil reads 0.
+	Now func() int64
+	// entries holds an entry for every (domain, name) that is held or waited
+	// for, and recently idle ones: an entry that empties stays (so that
+	// locking the same key again costs one lookup and no allocation) until
+	// more than maxIdle entries are idle, when idle entries are swept.
+	entries map[lockID]*entry
+	idle    int
+	nextID  uint64
+}
+
+// maxIdle bounds how many idle entries the table keeps.
+const maxIdle = 256
+
+type lockID struct {
+	domain Domain
+	name   string
+}
+
+// entry is the state of one (domain, name).
+//
+// Invariant: if waiters is not empty, its head is incompatible with the
+// current holders. New requests queue behind any waiter, which is what makes
+// the table fair.
+type entry struct {
+	shared    int  // number of shared holders
+	exclusive bool // an exclusive holder exists
+	holders   []holding
+	waiters   []waiting
+	counted   bool // counted in Table.idle
+}
+
+type holding struct {
+	r     *Request
+	mode  Mode
+	since int64
+}
+
+type waiting struct {
+	r     *Request
+	mode  Mode
+	since int64
+}
+
+// Request is one multi-key acquisition in a Table. Create it with
+// NewRequest; it is used once.
+type Request struct {
+	// Ref is the caller's: the table never reads it. Locker keeps its Guard
+	// there; the engine its handle or task.
+	Ref any
+	// Owner labels the request in Snapshot ("broadcast 42"); "" shows as
+	// "guard #<n>".
+	Owner string
+
+	id uint64
+	// keys are normalised, in acquisition order; ents[i] is the entry of
+	// keys[i] while it is held.
+	keys []Key
+	ents []*entry
+	// held counts the keys acquired so far; waitingOn is the entry this
+	// request is queued on, nil if none.
+	held      int
+	waitingOn *entry
+	done      bool // released or cancelled
+	small     [3]Key
+	smallE    [3]*entry
+}
+
+// NewRequest validates and normalises keys (see Normalize) into a request of
+// t. An invalid key is reported with ErrInvalidKey.
+func (t *Table) NewRequest(keys []Key) (*Request, error) {
+	r := &Request{}
+	if err := t.initRequest(r, keys); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// initRequest fills r in; Locker embeds a Request in its guard to save an
+// allocation. It touches nothing of t, so it needs no lock.
+func (t *Table) initRequest(r *Request, keys []Key) error {
+	for i := range keys {
+		if err := keys[i].Validate(); err != nil {
+			return err
+		}
+	}
+	if len(keys) <= len(r.small) {
+		r.keys = r.small[:len(keys)]
+		r.ents = r.smallE[:0]
+	} else {
+		r.keys = make([]Key, len(keys))
+	}
+	copy(r.keys, keys)
+	r.keys = normalize(r.keys)
+	if cap(r.ents) < len(r.keys) {
+		r.ents = make([]*entry, 0, len(r.keys))
+	}
+	r.ents = r.ents[:len(r.keys)]
+	return nil
+}
+
+// number gives r its id, the first time it is used.
+func (t *Table) number(r *Request) {
+	if r.id == 0 {
+		t.nextID++
+		r.id = t.nextID
+	}
+}
+
+// Keys returns the request's normalised keys.
+func (r *Request) Keys() []Key { return slices.Clone(r.keys) }
+
+// Granted reports whether the request holds every key.
+func (r *Request) Granted() bool { return !r.done && r.held == len(r.keys) }
+
+// Acquire takes as many of r's keys as it can, in order, and queues r on the
+// first one it cannot take. It reports whether r now holds every key; if
+// not, a later Release or Cancel returns r once it does.
+func (t *Table) Acquire(r *Request) bool {
+	if t.entries == nil {
+		t.entries = make(map[lockID]*entry)
+	}
+	t.number(r)
+	return t.advance(r, t.now())
+}
+
+// advance continues r's acquisition from its next key.
+func (t *Table) advance(r *Request, now int64) bool {
+	for r.held < len(r.keys) {
+		k := r.keys[r.held]
+		e := t.entryFor(k)
+		t.use(e)
+		if len(e.waiters) == 0 && e.compatible(k.Mode) {
+			e.grant(r, k.Mode, now)
+			r.ents[r.held] = e
+			r.held++
+			continue
+		}
+		e.waiters = append(e.waiters, waiting{r: r, mode: k.Mode, since: now})
+		r.waitingOn = e
+		return false
+	}
+	return true
+}
+
+// TryAcquire takes every key of r at once, or none: it fails with an error
+// wrapping ErrConflict only when a key is held in a conflicting mode.
+func (t *Table) TryAcquire(r *Request) error {
+	if t.entries == nil {
+		t.entries = make(map[lockID]*entry)
+	}
+	for _, k := range r.keys {
+		if e, ok := t.entries[lockID{k.Domain, k.Name}]; ok && !e.compatible(k.Mode) {
+			return fmt.Errorf("%w: %s is held by %s", ErrConflict, k, e.describeHolders())
+		}
+	}
+	t.number(r)
+	now := t.now()
+	for _, k := range r.keys {
+		e := t.entryFor(k)
+		t.use(e)
+		e.grant(r, k.Mode, now)
+		r.ents[r.held] = e
+		r.held++
+	}
+	return nil
+}
+
+// Holder returns a description of who holds key k in a mode conflicting
+// with it ("broadcast 42@X"), "" if nobody does.
+func (t *Table) Holder(k Key) string {
+	if e, ok := t.entries[lockID{k.Domain, k.Name}]; ok && !e.compatible(k.Mode) {
+		return e.describeHolders()
+	}
+	return ""
+}
+
+// Release gives back every key r holds, in reverse order, and withdraws it
+// from the queue it waits in (so Release also cancels a request not yet
+// granted). It returns the requests that became fully granted as a result,
+// in grant order. Releasing twice does nothing.
+func (t *Table) Release(r *Request) []*Request {
+	if r.done {
+		return nil
+	}
+	r.done = true
+	var granted []*Request
+	if e := r.waitingOn; e != nil {
+		e.removeWaiter(r)
+		r.waitingOn = nil
+		granted = t.promote(e, granted)
+		t.maybeFree(e)
+	}
+	for i := r.held - 1; i >= 0; i-- {
+		k, e := r.keys[i], r.ents[i]
+		e.release(r, k.Mode)
+		granted = t.promote(e, granted)
+		t.maybeFree(e)
+		r.ents[i] = nil
+	}
+	r.held = 0
+	return granted
+}
+
+func (t *Table) now() int64 {
+	if t.Now == nil {
+		return 0
+	}
+	return t.Now()
+}
+
+// entryFor returns the entry of k, creating it if needed.
+func (t *Table) entryFor(k Key) *entry {
+	id := lockID{k.Domain, k.Name}
+	if e, ok := t.entries[id]; ok {
+		return e
+	}
+	e := &entry{}
+	t.entries[id] = e
+	return e
+}
+
+// use marks e busy before a grant or enqueue.
+func (t *Table) use(e *entry) {
+	if e.counted {
+		e.counted = false
+		t.idle--
+	}
+}
+
+// maybeFree counts e as idle once nobody holds or waits for it, and sweeps
+// idle entries when there are too many.
+func (t *Table) maybeFree(e *entry) {
+	if e.counted || !e.idle() {
+		return
+	}
+	e.counted = true
+	t.idle++
+	if t.idle <= maxIdle {
+		return
+	}
+	for id, e := range t.entries {
+		if e.idle() {
+			delete(t.entries, id)
+		}
+	}
+	t.idle = 0
+}
+
+func (e *entry) idle() bool { return e.shared == 0 && !e.exclusive && len(e.waiters) == 0 }
+
+// promote grants queued waiters from the head of e's queue while they are
+// compatible with the holders; each granted request continues with its next
+// keys at once. Requests that end up holding every key are appended to
+// granted.
+func (t *Table) promote(e *entry, granted []*Request) []*Request {
+	var now int64
+	for i := 0; len(e.waiters) > 0 && e.compatible(e.waiters[0].mode); i++ {
+		if i == 0 {
+			now = t.now()
+		}
+		w := e.waiters[0]
+		rest := copy(e.waiters, e.waiters[1:])
+		e.waiters[rest] = waiting{}
+		e.waiters = e.waiters[:rest]
+		r := w.r
+		r.waitingOn = nil
+		e.grant(r, w.mode, now)
+		r.ents[r.held] = e
+		r.held++
+		if t.advance(r, now) {
+			granted = append(granted, r)
+		}
+	}
+	return granted
+}
+
+func (e *entry) compatible(m Mode) bool {
+	if m == Exclusive {
+		return !e.exclusive && e.shared == 0
+	}
+	return !e.exclusive
+}
+
+func (e *entry) grant(r *Request, m Mode, now int64) {
+	if m == Exclusive {
+		e.exclusive = true
+	} else {
+		e.shared++
+	}
+	e.holders = append(e.holders, holding{r: r, mode: m, since: now})
+}
+
+func (e *entry) release(r *Request, m Mode) {
+	if m == Exclusive {
+		e.exclusive = false
+	} else {
+		e.shared--
+	}
+	for i := range e.holders {
+		if e.holders[i].r == r {
+			last := len(e.holders) - 1
+			e.holders[i] = e.holders[last]
+			e.holders[last] = holding{}
+			e.holders = e.holders[:last]
+			return
+		}
+	}
+}
+
+func (e *entry) removeWaiter(r *Request) {
+	if i := slices.IndexFunc(e.waiters, func(w waiting) bool { return w.r == r }); i >= 0 {
+		e.waiters = slices.Delete(e.waiters, i, i+1)
+	}
+}
+
+func (e *entry) describeHolders() string {
+	parts := make([]string, 0, len(e.holders))
+	for _, h := range e.holders {
+		parts = append(parts, h.r.label()+"@"+h.mode.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// label is the owner, or "guard #<id>" if none was set.
+func (r *Request) label() string {
+	if r.Owner != "" {
+		return r.Owner
+	}
+	return fmt.Sprintf("guard #%d", r.id)
+}
+
+// KeyState is the state of one locked or awaited (domain, name).
+type KeyState struct {
+	Domain  Domain
+	Name    string
+	Holders []Holder
+	// Waiters are in queue order: the first is granted next.
+	Waiters []Holder
+}
+
+// Holder is one holder or waiter of a key.
+type Holder struct {
+	Owner string
+	Mode  Mode
+	// Since is when the key was granted (holders) or requested (waiters).
+	Since time.Time
+}
+
+// Snapshot lists every key that is held or waited for, ordered by (domain,
+// name), with holders oldest first.
+func (t *Table) Snapshot() []KeyState {
+	out := make([]KeyState, 0, len(t.entries)-t.idle)
+	for id, e := range t.entries {
+		if e.idle() {
+			continue
+		}
+		ks := KeyState{Domain: id.domain, Name: id.name}
+		for _, h := range e.holders {
+			ks.Holders = append(ks.Holders, Holder{Owner: h.r.label(), Mode: h.mode, Since: time.Unix(0, h.since)})
+		}
+		for _, w := range e.waiters {
+			ks.Waiters = append(ks.Waiters, Holder{Owner: w.r.label(), Mode: w.mode, Since: time.Unix(0, w.since)})
+		}
+		out = append(out, ks)
+	}
+	slices.SortFunc(out, func(a, b KeyState) int {
+		return less(Key{Domain: a.Domain, Name: a.Name}, Key{Domain: b.Domain, Name: b.Name})
+	})
+	for i := range out {
+		slices.SortStableFunc(out[i].Holders, func(a, b Holder) int { return a.Since.Compare(b.Since) })
+	}
+	return out
+}
+
+// Len returns how many (domain, name) entries are held or awaited.
+func (t *Table) Len() int { return len(t.entries) - t.idle }
