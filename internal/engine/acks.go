@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// Acks (R4.4, R4.5, R5.5, R8.2). A copy is acked once: the first checkpoint
+// wins and repeats are no-ops. The type's ack-once callback runs first; its
+// failure leaves the copy unacked. Without AckSyncUp the engine acks every
+// copy itself from its append result (FastAck), retrying a failing ack-once
+// callback with backoff; with it, only consumers' acks count. A REPLICATED
+// task's acks are durable before the acker is answered: nothing would
+// re-deliver a secondary's copies.
+
+type ackOnceRef struct {
+	t  *task
+	i  int
+	cp wal.Checkpoint
+}
+
+// startAcking acks every copy from its append result (FastAck); a force
+// promote waits for its consumers instead.
+func (c *Core) startAcking(t *task) {
+	if !t.msg.Broadcast.AckSyncUp {
+		for i := range t.copies {
+			c.fastAck(t, i)
+		}
+	}
+	c.checkAcked(t)
+}
+
+// fastAck acks copy i on the engine's behalf.
+func (c *Core) fastAck(t *task, i int) {
+	cp := &t.copies[i]
+	if cp.acked || cp.ackOnce != 0 {
+		return
+	}
+	cp.fast = true
+	c.ackCopy(t, i, cp.appendCP, nil)
+}
+
+// ack handles a consumer's ack.
+func (c *Core) ack(e Ack) {
+	t := c.tasks[e.ID]
+	if t == nil {
+		var err error
+		if t, err = c.replicatedTask(e); err != nil || t == nil {
+			c.reply(e.To, Reply{Err: err})
+			return
+		}
+	}
+	i := t.msg.Index(e.VChannel)
+	if i < 0 {
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
+		return
+	}
+	c.ackCopy(t, i, e.Checkpoint, e.To)
+}
+
+// replicatedTask creates a REPLICATED task from the first ack of a copy the
+// replicator wrote into this (secondary) cluster's WAL (R8.2); it returns
+// nil, nil for an ack to ignore: a tombstoned or unknown broadcast that is
+// not a replicated copy on a secondary not fenced by a force promote, or a
+// stale re-ack of a collected one (#86). The task holds no issuance keys;
+// its idempotency key is indexed so that a promoted secondary honours keys
+// accepted before a failover (R7.8).
+func (c *Core) replicatedTask(e Ack) (*task, error) {
+	m := e.Msg
+	if c.tombs.has(e.ID) || m == nil || m.Replicate == nil || c.roles.role != Secondary || c.roles.fenced {
+		return nil, nil
+	}
+	if m.Broadcast.ID != e.ID {
+		return nil, fmt.Errorf("%w: ack for broadcast %d carries broadcast %d", ErrInvalidArgument, e.ID, m.Broadcast.ID)
+	}
+	if pos := e.Checkpoint.MessageID; pos != 0 && pos <= c.floors[e.VChannel.PChannel()] {
+		c.stats.StaleAcks++
+		c.log.Info("stale ack of a collected replicated broadcast ignored", "broadcast", e.ID, "vchannel", e.VChannel)
+		return nil, nil
+	}
+	if err := CheckTargets(m.Broadcast.VChannels); err != nil {
+		return nil, fmt.Errorf("%w: replicated broadcast %d: %w", ErrInvalidArgument, m.Broadcast.ID, err)
+	}
+	if err := m.IdempotencyKey.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: replicated broadcast %d: %w", ErrInvalidArgument, m.Broadcast.ID, err)
+	}
+	info, _ := c.cfg.Types.Lookup(m.Type)
+	t := newTask(m, nil, info, c.now)
+	t.replicated = true
+	t.class = c.cfg.ClassOf(m.Type)
+	c.tasks[t.id] = t
+	c.indexTask(t)
+	c.ids.observe(t.id)
+	c.obs.TaskState(m.Type, 0, Replicated)
+	c.move(t, OnReplicatedAck, Collecting)
+	return t, nil
+}
+
+// ackCopy acks copy i at cp (zero: its append result) for to (nil: the
+// engine's own FastAck).
+func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target) {
+	copy := &t.copies[i]
+	if copy.acked || t.stage >= Tombstoning {
+		if t.durableAcks() && to != nil {
+			c.waitAcksDurable(t, to)
+			return
+		}
+		c.reply(to, Reply{})
+		return
+	}
+	if copy.ackOnce != 0 {
+		if to != nil {
+			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
+		}
+		return
+	}
+	if cp == (wal.Checkpoint{}) {
+		cp = copy.appendCP
+	}
+	if c.cfg.HasAckOnce(t.msg.Type) {
+		id := c.nextID()
+		copy.ackOnce = id
+		if to != nil {
+			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
+		}
+		c.ackOnces[id] = ackOnceRef{t: t, i: i, cp: cp}
+		c.emit(AckOnce{ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
+		return
+	}
+	c.recordAck(t, i, cp)
+	if to != nil {
+		c.answerAck(t, to)
+	}
+}
+
+func (c *Core) ackOnceDone(e AckOnceDone) {
+	ref, ok := c.ackOnces[e.ID]
+	if !ok {
+		return
+	}
+	delete(c.ackOnces, e.ID)
+	t, i := ref.t, ref.i
+	if c.tasks[t.id] != t {
+		return
+	}
+	copy := &t.copies[i]
+	copy.ackOnce = 0
+	waiters := copy.ackOnceWaiters
+	copy.ackOnceWaiters = nil
+	if e.Err != nil {
+		err := fmt.Errorf("ack-once callback for broadcast %d on %s: %w", t.id, t.msg.Broadcast.VChannels[i], e.Err)
+		for _, to := range waiters {
+			c.reply(to, Reply{Err: err})
+		}
+		if copy.fast {
+			c.log.Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", e.Err)
+			if copy.fastBack == nil {
+				copy.fastBack = c.newBackoff()
+			}
+			c.after(copy.fastBack.NextBackOff(), func() {
+				if c.tasks[t.id] == t && !t.copies[i].acked {
+					c.ackCopy(t, i, t.copies[i].appendCP, nil)
+				}
+			})
+		}
+		return
+	}
+	c.recordAck(t, i, ref.cp)
+	for _, to := range waiters {
+		c.answerAck(t, to)
+	}
+}
+
+// answerAck answers an acker once its ack counts: at once on a primary,
+// once durable for a REPLICATED task.
+func (c *Core) answerAck(t *task, to Target) {
+	if t.durableAcks() {
+		c.waitAcksDurable(t, to)
+		return
+	}
+	c.reply(to, Reply{})
+}
+
+// recordAck records copy i as acked at cp.
+func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint) {
+	copy := &t.copies[i]
+	if copy.acked {
+		return
+	}
+	if cp == (wal.Checkpoint{}) {
+		cp = copy.appendCP // still zero if the append has not returned: copiesAppended fills it in
+	}
+	copy.acked, copy.ackCP = true, cp
+	t.nacked++
+	if t.replicated {
+		if p := t.msg.Broadcast.VChannels[i].PChannel(); cp.MessageID > c.highest[p] {
+			c.highest[p] = cp.MessageID
+		}
+		if t.stage == Collecting && (i == t.control || t.control < 0 && t.allAcked()) {
+			// Enrolled in ack order of the control channel, which its
+			// consumer makes WAL order (R5.4, R8.2).
+			c.move(t, OnControlAcked, Queued)
+			return
+		}
+	}
+	c.checkAcked(t)
+}
+
+// checkAcked moves a task on once its last copy is acked.
+func (c *Core) checkAcked(t *task) {
+	if !t.allAcked() {
+		return
+	}
+	switch t.stage {
+	case Acking:
+		if t.promote {
+			if t.msg.Broadcast.AckSyncUp && !t.acksPersisted() {
+				return // the promote's acks are persisted first
+			}
+			c.move(t, OnAcked, Promoting)
+			return
+		}
+		c.move(t, OnAcked, Queued)
+	case Queued:
+		c.schedule(t)
+	}
+}
+
+// waitAcksDurable answers to once a record holding every ack recorded so
+// far is durable.
+func (c *Core) waitAcksDurable(t *task, to Target) {
+	if t.persistedAcks >= t.nacked {
+		c.reply(to, Reply{})
+		return
+	}
+	t.ackWaiters = append(t.ackWaiters, ackWaiter{to: to, want: t.nacked})
+	c.persistAcks(t)
+}
+
+// durableAcks says t's acks are persisted before the acker is answered: a
+// REPLICATED task's (nothing would re-deliver a secondary's copies) and a
+// force promote's (a crash must not lose an ack its node will not repeat).
+func (t *task) durableAcks() bool { return t.replicated || t.promote }
+
+// acksPersisted reports whether every recorded ack is durable.
+func (t *task) acksPersisted() bool { return t.persistedAcks >= t.nacked }
+
+// persistAcks writes t's record with its acks, unless a write of t is in
+// flight (its completion writes again if needed) or its TOMBSTONE is being
+// written (which holds every ack).
+func (c *Core) persistAcks(t *task) {
+	if t.stage >= Tombstoning || t.tombDue {
+		return
+	}
+	if t.write != nil {
+		return
+	}
+	n := t.nacked
+	st := Replicated
+	if !t.replicated {
+		st = Pending // a force promote's acks (R8.3)
+	}
+	c.write(WriteAcks, t, t.record(st), nil, func(w *writeOp, d Decision, err error) {
+		if t.bytes == nil && w.msg != nil {
+			t.bytes = w.msg
+		}
+		switch d {
+		case Done:
+			t.persistedAcks = max(t.persistedAcks, n)
+			keep := t.ackWaiters[:0]
+			for _, a := range t.ackWaiters {
+				if a.want <= t.persistedAcks {
+					c.reply(a.to, Reply{})
+				} else {
+					keep = append(keep, a)
+				}
+			}
+			clear(t.ackWaiters[len(keep):])
+			t.ackWaiters = keep
+		case Refuse:
+			keep := t.ackWaiters[:0]
+			for _, a := range t.ackWaiters {
+				if a.want <= n {
+					c.reply(a.to, Reply{Err: fmt.Errorf("persist ack of broadcast %d: %w", t.id, err)})
+				} else {
+					keep = append(keep, a)
+				}
+			}
+			clear(t.ackWaiters[len(keep):])
+			t.ackWaiters = keep
+		}
+		c.afterWrite(t)
+	})
+}
+
+// afterWrite continues a task whose write finished: a TOMBSTONE that
+// waited for it, or acks recorded meanwhile.
+func (c *Core) afterWrite(t *task) {
+	if c.tasks[t.id] != t || c.stopped {
+		return
+	}
+	if t.tombDue {
+		t.tombDue = false
+		c.tombstone(t)
+		return
+	}
+	if len(t.ackWaiters) > 0 {
+		c.persistAcks(t)
+	}
+	if t.stage == Acking {
+		c.checkAcked(t)
+	}
+}
+
+// CheckTargets checks a target list: non-empty, well formed, each vchannel
+// once (R2.3). Messages that did not come through message.NewBroadcast
+// (replicated ones, API input) need it.
+func CheckTargets(vs []message.VChannel) error {
+	if len(vs) == 0 {
+		return message.ErrNoTargets
+	}
+	seen := make(map[message.VChannel]struct{}, len(vs))
+	for _, v := range vs {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+		if _, dup := seen[v]; dup {
+			return fmt.Errorf("%w: %s", message.ErrDuplicateVChannel, v)
+		}
+		seen[v] = struct{}{}
+	}
+	return nil
+}

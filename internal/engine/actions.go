@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// Action is an output of the core: something the driver must do, and
+// report back as an Event when it is an I/O.
+type Action interface{ action() }
+
+// Reply answers a request.
+type Reply struct {
+	To  Target
+	Err error
+	// Admitted: the Resolve found no original; the handle holds the slot.
+	Admitted bool
+	// Grant: the Lock was granted with this broadcast id.
+	Grant uint64
+	// Original: the request is a duplicate of this original.
+	Original *Original
+	// Result: the task finished.
+	Result *Result
+}
+
+// Original is the broadcast that owns a scope, as a duplicate sees it.
+type Original struct {
+	ID uint64
+	// Live is set while the original runs: Wait for its Result. Msg is then
+	// its message, Digest its payload digest and Request its request
+	// digest.
+	Live    bool
+	Msg     *message.Message
+	Digest  []byte
+	Request []byte
+	// Record is a tombstoned original's record (decode it with
+	// DecodeRecord), Window its idempotency window.
+	Record string
+	Window Window
+}
+
+// Result is a finished task, as Broadcast returns it.
+type Result struct {
+	ID      uint64
+	Msg     *message.Message
+	Appends map[message.VChannel]wal.Checkpoint
+	Outcome Outcome
+	// Window is set for a keyed task (R7.7).
+	Window *Window
+}
+
+// Window is the idempotency window of a key (R7.7).
+type Window struct {
+	FirstSeen     time.Time
+	CompletedAt   time.Time
+	ExpiresLatest time.Time
+	// CountHeadroom is how many newer tombstones of the key's class may be
+	// created before its MaxCount evicts this one; -1 while running.
+	CountHeadroom int
+	// Class is the retention class.
+	Class string
+}
+
+// Write asks for one catalog commit. The driver encodes Record (if set)
+// and puts it under the task's key as the first op, then commits Ops with
+// it, and reports Written.
+type Write struct {
+	ID     uint64
+	Kind   WriteKind
+	Task   uint64
+	Record *RecordSpec
+	Ops    []catalog.Op
+}
+
+// Append asks for one WAL append of Items as one entry of Lane, with the
+// driver's salt; the driver reports Appended.
+type Append struct {
+	ID    uint64
+	Lane  message.PChannel
+	Items []wal.Item
+}
+
+// Callback asks for one attempt of task Task's ack callback; the driver
+// reports CallbackDone. Until then, a CancelCallback may cancel it.
+type Callback struct {
+	Task    uint64
+	Attempt int
+	Msg     *message.Message
+	Results map[message.VChannel]wal.Checkpoint
+}
+
+// CancelCallback cancels the running attempt of Task's callback (an
+// operator completed it).
+type CancelCallback struct{ Task uint64 }
+
+// AckOnce asks for one run of the ack-once callback of one copy (R5.5); the
+// driver reports AckOnceDone.
+type AckOnce struct {
+	ID         uint64
+	Task       uint64
+	Msg        *message.Message
+	VChannel   message.VChannel
+	Checkpoint wal.Checkpoint
+}
+
+// Scan asks for every copy of PChannel from entry offset From to the end of
+// its lane (a force promote looking for copies an earlier run appended);
+// the driver reports Scanned.
+type Scan struct {
+	ID       uint64
+	PChannel message.PChannel
+	From     uint64
+}
+
+// RoleChanged tells the driver the cluster's role and topology changed.
+type RoleChanged struct {
+	Role   Role
+	Config ReplicateConfig
+}
+
+// Fenced tells the driver the catalog reported a newer coordinator term:
+// the core wrote nothing more and must be stopped (R9.2).
+type Fenced struct{ Err error }
+
+func (Reply) action()          {}
+func (Write) action()          {}
+func (Append) action()         {}
+func (Callback) action()       {}
+func (CancelCallback) action() {}
+func (AckOnce) action()        {}
+func (Scan) action()           {}
+func (RoleChanged) action()    {}
+func (Fenced) action()         {}

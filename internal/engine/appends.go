@@ -1,0 +1,260 @@
+package engine
+
+import (
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// Appends (R4.3). Copies go to the WAL through lanes (a backend channel
+// several pchannels may share): per lane one append at a time, carrying
+// every copy queued for the lane (from one broadcast or many) that fits one
+// entry. While an append is in flight new copies queue, so under load many
+// broadcasts share one durable write (DESIGN: batch the durable work).
+//
+// A failed append is retried as the same entry, ahead of new work, with
+// exponential backoff: identical bytes let a deduplicating backend
+// recognise an append whose answer was lost. Only the failed lane waits;
+// the others go on. At most AppendConcurrency appends are in flight.
+
+type lane struct {
+	name    message.PChannel
+	queue   []*appendReq
+	batch   *batch // in flight or waiting to be retried
+	bo      *backoff.ExponentialBackOff
+	waiting bool // a retry of batch is scheduled
+}
+
+type appendReq struct {
+	t         *task
+	idx       []int
+	item      wal.Item
+	exclusive bool
+	size      int
+}
+
+type batch struct {
+	id   uint64
+	lane *lane
+	reqs []*appendReq
+}
+
+// maxCopiesPerAppend keeps entries far below wal.MaxCopiesPerEntry.
+const maxCopiesPerAppend = 4096
+
+// startAppends queues every copy of t not appended yet (and not acked with
+// a checkpoint: a copy acked without one, after a restart, is appended
+// again and its append result becomes its checkpoint).
+func (c *Core) startAppends(t *task) {
+	if !c.queueCopies(t, func(i int) bool {
+		cp := t.copies[i]
+		return !cp.appended && !cp.queued && (!cp.acked || cp.ackCP == (wal.Checkpoint{}))
+	}) {
+		c.allAppended(t)
+	}
+}
+
+// allAppended moves a task in Appending on once every copy is in the WAL;
+// a force promote first records where they landed.
+func (c *Core) allAppended(t *task) {
+	c.obs.Appended(t.msg.Type, c.now.Sub(t.created))
+	if t.promote {
+		c.recordPromote(t)
+		return
+	}
+	c.move(t, OnAppended, c.afterAppend(t))
+}
+
+// afterAppend is the stage a task in Appending goes to once appended.
+func (c *Core) afterAppend(t *task) Stage {
+	if t.msg.Broadcast.AckSyncUp && !t.promote {
+		return Queued
+	}
+	return Acking
+}
+
+// queueCopies queues the copies of t that want says, grouped by lane, and
+// reports whether it queued any.
+func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
+	byLane := map[message.PChannel][]int{}
+	var order []message.PChannel
+	for i, v := range t.msg.Broadcast.VChannels {
+		if !want(i) {
+			continue
+		}
+		l := c.cfg.Lane(v.PChannel())
+		if _, ok := byLane[l]; !ok {
+			order = append(order, l)
+		}
+		byLane[l] = append(byLane[l], i)
+		t.copies[i].queued = true
+	}
+	if len(order) == 0 {
+		return false
+	}
+	bytes := t.bytes
+	if t.wire != nil {
+		bytes = t.wire
+	}
+	for _, name := range order {
+		idx := byLane[name]
+		vs := make([]message.VChannel, len(idx))
+		for j, i := range idx {
+			vs[j] = t.msg.Broadcast.VChannels[i]
+		}
+		r := &appendReq{t: t, idx: idx, item: wal.Item{Message: bytes, VChannels: vs}, exclusive: t.info.ExclusiveAppend}
+		r.size = wal.EncodedSize(r.item)
+		l := c.laneOf(name)
+		l.queue = append(l.queue, r)
+	}
+	c.startLanes()
+	return true
+}
+
+func (c *Core) laneOf(name message.PChannel) *lane {
+	l := c.lanes[name]
+	if l == nil {
+		l = &lane{name: name}
+		c.lanes[name] = l
+		c.laneList = append(c.laneList, l)
+	}
+	return l
+}
+
+// startLanes starts an append on every idle lane with queued copies, up to
+// the concurrency bound.
+func (c *Core) startLanes() {
+	for _, l := range c.laneList {
+		if c.inflight >= c.cfg.AppendConcurrency {
+			return
+		}
+		if l.batch != nil || len(l.queue) == 0 {
+			continue
+		}
+		l.batch = &batch{lane: l, reqs: c.take(l)}
+		c.sendBatch(l.batch)
+	}
+}
+
+// take removes the next batch from l's queue: as many queued copies as fit
+// one entry, an exclusive-append broadcast alone (R2.5).
+func (c *Core) take(l *lane) []*appendReq {
+	maxBytes := c.cfg.MaxEntryBytes - 4096
+	n, size, copies := 0, 0, 0
+	for _, r := range l.queue {
+		if n > 0 && (r.exclusive || l.queue[0].exclusive || size+r.size > maxBytes || copies+len(r.idx) > maxCopiesPerAppend) {
+			break
+		}
+		n++
+		size += r.size
+		copies += len(r.idx)
+	}
+	out := make([]*appendReq, n)
+	copy(out, l.queue[:n])
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	return out
+}
+
+func (c *Core) sendBatch(b *batch) {
+	b.id = c.nextID()
+	c.batches[b.id] = b
+	c.inflight++
+	c.stats.AppendRounds++
+	items := make([]wal.Item, len(b.reqs))
+	for i, r := range b.reqs {
+		items[i] = r.item
+	}
+	c.emit(Append{ID: b.id, Lane: b.lane.name, Items: items})
+}
+
+func (c *Core) appended(e Appended) {
+	b := c.batches[e.ID]
+	if b == nil {
+		return
+	}
+	delete(c.batches, e.ID)
+	c.inflight--
+	l := b.lane
+	v := ClassifyAppend(e.Err)
+	switch Decide(AppendCopies, v, false) {
+	case Done:
+		l.batch, l.bo = nil, nil
+		for i, r := range b.reqs {
+			c.copiesAppended(r, e.Results[i])
+		}
+	case Split:
+		c.appendFailed(b, e.Err)
+		if len(b.reqs) > 1 {
+			// Put all but the first back at the head of the queue and try
+			// smaller entries at once.
+			l.queue = append(append([]*appendReq(nil), b.reqs[1:]...), l.queue...)
+			b.reqs = b.reqs[:1]
+			c.sendBatch(b)
+			return
+		}
+		c.retryBatch(b)
+	default:
+		c.appendFailed(b, e.Err)
+		c.retryBatch(b)
+	}
+	c.startLanes()
+}
+
+func (c *Core) appendFailed(b *batch, err error) {
+	c.stats.AppendRetries++
+	c.obs.AppendRetry(b.lane.name, err)
+	for _, r := range b.reqs {
+		r.t.appendAttempts++
+		r.t.appendErr = err.Error()
+	}
+	c.log.Warn("wal append failed; retrying", "pchannel", b.lane.name, "items", len(b.reqs), "err", err)
+}
+
+// retryBatch sends b again after the lane's backoff, ahead of new work.
+func (c *Core) retryBatch(b *batch) {
+	l := b.lane
+	if l.bo == nil {
+		l.bo = c.newBackoff()
+	}
+	l.waiting = true
+	c.after(l.bo.NextBackOff(), func() {
+		l.waiting = false
+		if c.inflight >= c.cfg.AppendConcurrency {
+			// Wait for a slot: the retry goes first once one frees.
+			l.batch = nil
+			l.queue = append(append([]*appendReq(nil), b.reqs...), l.queue...)
+			return
+		}
+		c.sendBatch(b)
+	})
+}
+
+// copiesAppended records where r's copies landed. A copy acked before its
+// append returned, without a checkpoint, gets its append result as one.
+func (c *Core) copiesAppended(r *appendReq, cps []wal.Checkpoint) {
+	t := r.t
+	if c.tasks[t.id] != t {
+		return
+	}
+	for j, i := range r.idx {
+		cp := &t.copies[i]
+		cp.queued = false
+		if cp.appended {
+			continue
+		}
+		cp.appended = true
+		cp.appendCP = cps[j]
+		if cp.acked && cp.ackCP == (wal.Checkpoint{}) {
+			cp.ackCP = cps[j]
+		}
+		if t.supplementing && !t.msg.Broadcast.AckSyncUp {
+			c.fastAck(t, i)
+		}
+	}
+	if t.stage == Appending && t.allAppended() {
+		c.allAppended(t)
+	}
+}

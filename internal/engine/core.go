@@ -1,0 +1,520 @@
+package engine
+
+import (
+	"container/heap"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+)
+
+// Core is the broadcast engine's decision core: a state machine stepped by
+// events (Step) that returns what to do next (Ready) and when to be woken
+// (Deadline). It holds every rule of the engine — the task state machine
+// (transitions.go), the issuance lock table, the idempotency index, the
+// callback order, the tombstones and their GC, the id allocator, the
+// replication role and force promote — and does no I/O, starts no
+// goroutine and reads no clock: the time comes with each Step. It is not
+// safe for concurrent use; one driver steps it.
+type Core struct {
+	cfg Config
+	obs Observer
+	log *slog.Logger
+	now time.Time
+	out []Action
+	seq uint64 // ids of writes, appends, ack-once runs and scans
+
+	tasks   map[uint64]*task
+	handles map[HandleID]*handle
+	locks   resource.Table
+	index   map[Scope]uint64 // first owner wins (R7.3)
+	admits  map[Scope]*admission
+	sched   scheduler
+	tombs   tombstones
+	ids     ids
+	roles   roles
+	prom    *promoter
+	// promotes holds, per force promote, the positions its copies landed
+	// at (recovered, or recorded by this run).
+	promotes map[uint64]map[message.VChannel]uint64
+	// promotesOld marks positions recovered in the first record format.
+	promotesOld map[uint64]bool
+
+	lanes    map[message.PChannel]*lane
+	laneList []*lane // lanes in creation order, for fair starts
+	inflight int     // appends in flight
+	batches  map[uint64]*batch
+	writes   map[uint64]*writeOp
+	ackOnces map[uint64]ackOnceRef
+	scans    map[uint64]*scanOp
+
+	// Replicated floors (#86): per pchannel, the durable position up to
+	// which every replicated copy belongs to a completed broadcast, and the
+	// highest position acked this life.
+	floors  map[message.PChannel]uint64
+	highest map[message.PChannel]uint64
+
+	timers deadlines
+	gc     gcState
+	stats  Stats
+
+	stopped bool
+	stopErr error
+}
+
+// Stats are counters of a core's life.
+type Stats struct {
+	Broadcasts, Duplicates, CatalogCommits, AppendRounds, AppendRetries int
+	CallbackFailures, Evicted, EarlyEvicted, Recovered, StaleAcks       int
+	// Bugs counts moves the transition table does not have (0 unless the
+	// engine has a bug; the simulator checks it).
+	Bugs int
+}
+
+// Snapshot is what recovery reads from the catalog: every record under the
+// core's prefix that matters (R4.8).
+type Snapshot struct {
+	// Tasks are the task records, any order.
+	Tasks []RawRecord
+	// IDFloor is the persisted id floor (0 if none).
+	IDFloor uint64
+	// Topology is the stored replication topology (zero: none, primary).
+	Topology ReplicateConfig
+	// Promotes are the force promotes' recorded positions, by task id.
+	Promotes map[uint64][]byte
+	// Floors are the replicated floors, by pchannel.
+	Floors map[message.PChannel]uint64
+}
+
+// RawRecord is one task record as stored.
+type RawRecord struct {
+	ID  uint64
+	Raw []byte
+}
+
+// New returns a core recovered from snap at time now (R4.8). Its first
+// actions (appends of recovered tasks, GC) are in Ready. A conflict between
+// the keys of two recovered pending tasks, or a record that does not
+// decode, is reported as ErrCorruptCatalog.
+func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Classes) == 0 {
+		return nil, fmt.Errorf("engine: no retention class")
+	}
+	if cfg.ClassOf == nil {
+		cfg.ClassOf = func(message.Type) int { return 0 }
+	}
+	if cfg.HasAckOnce == nil {
+		cfg.HasAckOnce = func(message.Type) bool { return false }
+	}
+	if cfg.Lane == nil {
+		cfg.Lane = func(p message.PChannel) message.PChannel { return p }
+	}
+	if cfg.AppendConcurrency <= 0 {
+		cfg.AppendConcurrency = 1
+	}
+	c := &Core{
+		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
+		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
+		index: make(map[Scope]uint64), admits: make(map[Scope]*admission),
+		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
+		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
+		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
+		floors: make(map[message.PChannel]uint64), highest: make(map[message.PChannel]uint64),
+	}
+	c.locks.Now = func() int64 { return c.now.UnixNano() }
+	c.sched.init()
+	c.tombs.init(cfg.Classes)
+	if err := c.recover(snap); err != nil {
+		return nil, err
+	}
+	c.gc.timer = c.after(cfg.CheckInterval, func() { c.runGC(true) })
+	c.runGC(true)
+	return c, nil
+}
+
+// Step applies one event at time now.
+func (c *Core) Step(now time.Time, ev Event) {
+	c.now = now
+	c.fireDue()
+	if c.stopped {
+		c.refuseStopped(ev)
+		return
+	}
+	switch e := ev.(type) {
+	case Resolve:
+		c.resolve(e)
+	case Lock:
+		c.lock(e)
+	case Close:
+		c.closeHandle(e.Handle)
+	case Submit:
+		c.submit(e)
+	case Wait:
+		c.wait(e)
+	case Ack:
+		c.ack(e)
+	case Follow:
+		c.follow(e, e.Handle)
+	case RetryNow:
+		c.retryNow(e)
+	case Complete:
+		c.complete(e)
+	case Inspect:
+		e.Fn(c)
+	case Written:
+		c.written(e)
+	case Appended:
+		c.appended(e)
+	case CallbackDone:
+		c.callbackDone(e)
+	case AckOnceDone:
+		c.ackOnceDone(e)
+	case Scanned:
+		c.scanned(e)
+	case Tick:
+	case Stop:
+		c.stop(e.Err)
+	default:
+		panic(fmt.Sprintf("engine: unknown event %T", ev))
+	}
+	c.fireDue()
+}
+
+// Ready returns the actions to perform and forgets them.
+func (c *Core) Ready() []Action {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+// Deadline returns when the core must be stepped next (with a Tick) and
+// whether it has anything scheduled.
+func (c *Core) Deadline() (time.Time, bool) {
+	for len(c.timers) > 0 && c.timers[0].cancelled {
+		heap.Pop(&c.timers)
+	}
+	if len(c.timers) == 0 {
+		return time.Time{}, false
+	}
+	return c.timers[0].at, true
+}
+
+// Now returns the time of the last Step.
+func (c *Core) Now() time.Time { return c.now }
+
+// Stopped reports whether the core was stopped.
+func (c *Core) Stopped() bool { return c.stopped }
+
+func (c *Core) emit(a Action) { c.out = append(c.out, a) }
+
+func (c *Core) reply(to Target, r Reply) {
+	if to == nil {
+		return
+	}
+	r.To = to
+	c.emit(r)
+}
+
+func (c *Core) nextID() uint64 {
+	c.seq++
+	return c.seq
+}
+
+// move takes t along a row of the transition table and runs the new
+// stage's entry work. A move the table does not have is a bug: it is
+// logged loudly and the task stays where it is.
+func (c *Core) move(t *task, on Trigger, to Stage) {
+	from := t.stage
+	if !allowed(from, on, to) {
+		c.log.Error("engine bug: transition not in the table", "broadcast", t.id, "from", from.String(),
+			"on", on.String(), "to", to.String())
+		c.stats.Bugs++
+		return
+	}
+	t.stage = to
+	c.obs.Stage(t.id, t.msg, from, to)
+	c.enter(t, from)
+}
+
+// enter does the work of t's new stage.
+func (c *Core) enter(t *task, from Stage) {
+	switch t.stage {
+	case Persisting:
+		c.persistPending(t)
+	case Appending:
+		c.startAppends(t)
+	case Acking:
+		c.startAcking(t)
+	case Queued:
+		if !t.enrolled {
+			c.sched.enroll(t)
+		}
+		c.schedule(t)
+	case Promoting:
+		c.startPromote(t)
+	case Calling:
+		c.startCallback(t)
+	case Backoff:
+	case Tombstoning:
+		c.tombstone(t)
+	case Collecting:
+	}
+}
+
+// Timers. A deadline runs fn when due; a cancelled one is skipped.
+
+type deadline struct {
+	at        time.Time
+	seq       uint64
+	fn        func()
+	cancelled bool
+}
+
+// cancel stops d from running; nil is fine.
+func (d *deadline) cancel() {
+	if d != nil {
+		d.cancelled = true
+	}
+}
+
+type deadlines []*deadline
+
+func (h deadlines) Len() int { return len(h) }
+func (h deadlines) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h deadlines) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *deadlines) Push(x any)   { *h = append(*h, x.(*deadline)) }
+func (h *deadlines) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}
+
+// after schedules fn d from now.
+func (c *Core) after(d time.Duration, fn func()) *deadline {
+	dl := &deadline{at: c.now.Add(d), seq: c.nextID(), fn: fn}
+	heap.Push(&c.timers, dl)
+	return dl
+}
+
+// fireDue runs every deadline due by now, in deadline order.
+func (c *Core) fireDue() {
+	for len(c.timers) > 0 && !c.timers[0].at.After(c.now) {
+		d := heap.Pop(&c.timers).(*deadline)
+		if d.cancelled || c.stopped {
+			continue
+		}
+		d.cancelled = true
+		d.fn()
+	}
+}
+
+// newBackoff returns a fresh retry schedule of the core's policy.
+func (c *Core) newBackoff() *backoff.ExponentialBackOff { return c.cfg.Backoff.Schedule() }
+
+// Writes. Every catalog write goes through write: it counts the commit,
+// classifies the result, retries the same bytes when the durable-write
+// policy says so (with backoff), and hands every other decision to done.
+
+type writeOp struct {
+	id    uint64
+	kind  WriteKind
+	task  *task
+	rec   *RecordSpec
+	ops   []catalog.Op
+	maybe bool // an attempt may have applied
+	bo    *backoff.ExponentialBackOff
+	retry *deadline
+	// done gets every decision but RetrySame; w's fields say what was
+	// written (raw, msg).
+	done func(w *writeOp, d Decision, err error)
+	// failed, if set, hears about every failed attempt.
+	failed   func(err error)
+	raw, msg []byte
+	inFlight bool
+}
+
+// write issues a catalog write.
+func (c *Core) write(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, done func(*writeOp, Decision, error)) *writeOp {
+	w := &writeOp{kind: kind, task: t, rec: rec, ops: ops, done: done}
+	if t != nil {
+		t.write = w
+	}
+	c.issue(w)
+	return w
+}
+
+func (c *Core) issue(w *writeOp) {
+	w.id = c.nextID()
+	w.inFlight = true
+	w.retry = nil
+	c.writes[w.id] = w
+	c.stats.CatalogCommits++
+	c.obs.CatalogCommit(w.kind.String())
+	if w.task != nil {
+		w.task.commits++
+	}
+	c.emit(Write{ID: w.id, Kind: w.kind, Task: taskID(w.task), Record: w.rec, Ops: w.ops})
+}
+
+func taskID(t *task) uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.id
+}
+
+func (c *Core) written(e Written) {
+	w := c.writes[e.ID]
+	if w == nil {
+		return
+	}
+	delete(c.writes, e.ID)
+	w.inFlight = false
+	v := Classify(e.Err)
+	d := Decide(w.kind, v, w.maybe)
+	if MayHaveApplied(v) {
+		w.maybe = true
+	}
+	if v == Applied {
+		w.raw, w.msg = e.Record, e.Message
+	}
+	if w.task != nil && w.task.write == w && d != RetrySame {
+		w.task.write = nil
+	}
+	switch d {
+	case RetrySame:
+		if w.failed != nil {
+			w.failed(e.Err)
+		}
+		if w.bo == nil {
+			w.bo = c.newBackoff()
+		}
+		c.log.Warn("catalog write failed; retrying", "kind", w.kind.String(), "broadcast", taskID(w.task), "err", e.Err)
+		w.retry = c.after(w.bo.NextBackOff(), func() { c.issue(w) })
+	case StepDown:
+		w.done(w, d, e.Err)
+		c.fence(e.Err)
+	default:
+		if d != Done && w.failed != nil {
+			w.failed(e.Err)
+		}
+		w.done(w, d, e.Err)
+	}
+}
+
+// cancelRetry drops a write that waits to be retried (not one in flight);
+// it reports whether it did.
+func (c *Core) cancelRetry(w *writeOp) bool {
+	if w == nil || w.inFlight || w.retry == nil {
+		return false
+	}
+	w.retry.cancel()
+	if w.task != nil && w.task.write == w {
+		w.task.write = nil
+	}
+	return true
+}
+
+// fence stops the core after the catalog reported a newer term: a deposed
+// coordinator writes nothing more (R9.2).
+func (c *Core) fence(err error) {
+	if c.stopped {
+		return
+	}
+	c.obs.Fenced()
+	c.log.Error("broadcaster fenced: a newer coordinator term exists; stopping", "err", err)
+	c.emit(Fenced{Err: err})
+	c.stop(fmt.Errorf("%w: %w", ErrClosed, err))
+}
+
+// stop answers every waiter and stops the core.
+func (c *Core) stop(err error) {
+	if c.stopped {
+		return
+	}
+	if err == nil {
+		err = ErrClosed
+	}
+	c.stopped, c.stopErr = true, err
+	for _, h := range c.handles {
+		if h.to != nil {
+			c.reply(h.to, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
+			h.to = nil
+		}
+	}
+	for _, a := range c.admits {
+		for _, r := range a.waiters {
+			c.reply(r.To, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
+		}
+		a.waiters = nil
+	}
+	for _, t := range c.tasks {
+		var werr error
+		if t.stage == Persisting && !t.maybePersisted {
+			werr = fmt.Errorf("%w: %w", ErrTaskNotCreated, err)
+		} else {
+			werr = fmt.Errorf("broadcast %d was created and completes after recovery: %w", t.id, err)
+		}
+		for _, to := range t.waiters {
+			c.reply(to, Reply{Err: werr})
+		}
+		t.waiters = nil
+		for _, a := range t.ackWaiters {
+			c.reply(a.to, Reply{Err: fmt.Errorf("ack of broadcast %d: %w", t.id, err)})
+		}
+		t.ackWaiters = nil
+		for i := range t.copies {
+			for _, to := range t.copies[i].ackOnceWaiters {
+				c.reply(to, Reply{Err: fmt.Errorf("ack of broadcast %d: %w", t.id, err)})
+			}
+			t.copies[i].ackOnceWaiters = nil
+		}
+		for _, to := range t.completeWaits {
+			c.reply(to, Reply{Err: err})
+		}
+		t.completeWaits = nil
+	}
+}
+
+// refuseStopped answers a request that arrives after Stop.
+func (c *Core) refuseStopped(ev Event) {
+	notCreated := fmt.Errorf("%w: %w", ErrTaskNotCreated, c.stopErr)
+	switch e := ev.(type) {
+	case Resolve:
+		c.reply(e.To, Reply{Err: notCreated})
+	case Lock:
+		c.reply(e.To, Reply{Err: notCreated})
+	case Submit:
+		c.reply(e.To, Reply{Err: notCreated})
+	case Wait:
+		c.reply(e.To, Reply{Err: c.stopErr})
+	case Ack:
+		c.reply(e.To, Reply{Err: c.stopErr})
+	case Follow:
+		c.reply(e.To, Reply{Err: notCreated})
+	case RetryNow:
+		c.reply(e.To, Reply{Err: c.stopErr})
+	case Complete:
+		c.reply(e.To, Reply{Err: c.stopErr})
+	case Inspect:
+		e.Fn(c)
+	}
+}

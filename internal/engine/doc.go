@@ -1,0 +1,49 @@
+// Package engine is the decision core of walcast's broadcast engine: every
+// rule of the engine as a state machine with no goroutines, no I/O and no
+// clock, in the manner of etcd's raft package. Package broadcast is its
+// face and driver; internal/sim drives it deterministically.
+//
+// # The loop
+//
+// A driver owns one Core and runs the only loop that touches it:
+//
+//	c, err := engine.New(cfg, snapshot, clock.Now())   // recovery from the catalog
+//	for {
+//		for _, a := range c.Ready() {
+//			perform(a)        // Reply to a caller, Write the catalog, Append to the WAL,
+//			                  // run a Callback, an AckOnce, a Scan ... asynchronously
+//		}
+//		ev := next()          // an API request, an I/O result, or a Tick at c.Deadline()
+//		c.Step(clock.Now(), ev)
+//	}
+//
+// Events are the engine's API requests (Resolve, Lock, Submit, Close, Wait,
+// Ack, Follow, RetryNow, Complete, Inspect) and the results of the actions
+// the driver performed (Written, Appended, CallbackDone, AckOnceDone,
+// Scanned), plus Tick (time passed) and Stop. Actions say what to do: reply
+// to a request, write a catalog transaction, append one WAL entry, run one
+// callback attempt. The core never waits: an action's result is just
+// another event, whenever it comes.
+//
+// # What lives here
+//
+//   - the task state machine: transitions.go, one table;
+//   - the durable-write policy (R6.5): policy.go, what every outcome of
+//     every kind of catalog or WAL write means;
+//   - the issuance lock table (a resource.Table), handles and admissions:
+//     handles.go;
+//   - the idempotency index: index.go; tombstones and GC with retention
+//     classes: tombs.go; broadcast ids: ids.go;
+//   - appends in lanes: appends.go; acks, FastAck, REPLICATED tasks:
+//     acks.go; the callback order and callbacks: sched.go;
+//   - roles and the replication topology: roles.go; force promote: promote.go;
+//   - recovery: recover.go; reads for introspection: inspect.go;
+//   - the durable record format: records.go.
+//
+// # Time
+//
+// The core's time is the time of the last Step. Retries wait on deadlines
+// the core keeps (Deadline says the earliest); they fire on the first Step
+// at or after them. With the same events at the same times, a core makes the
+// same decisions: that is what lets the simulator replay a seed exactly.
+package engine

@@ -1,0 +1,21 @@
+package engine
+
+import "errors"
+
+// Errors the core reports; package broadcast exports them under the same
+// names (they are the same values, so errors.Is works on both).
+var (
+	ErrTaskNotCreated                = errors.New("broadcast task not created")
+	ErrClosed                        = errors.New("broadcaster closed")
+	ErrInvalidArgument               = errors.New("invalid argument")
+	ErrKeyReusedWithDifferentPayload = errors.New("idempotency key reused with a different payload")
+	ErrNotFound                      = errors.New("not found")
+	ErrVChannelNotInTask             = errors.New("vchannel is not a target of the broadcast")
+	ErrCorruptCatalog                = errors.New("corrupt catalog")
+	ErrFailedPrecondition            = errors.New("failed precondition")
+	ErrNotPrimary                    = errors.New("cluster is not primary, cannot do any DDL/DCL")
+	ErrNotSecondary                  = errors.New("cluster is not secondary, cannot perform force promote")
+	// ErrBusy reports a try-acquire that found a key held (it wraps
+	// resource.ErrConflict's message naming the holder).
+	ErrBusy = errors.New("resource keys busy")
+)

@@ -1,0 +1,300 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+)
+
+// handle is one right to broadcast while holding resource keys (R3.6):
+// from Resolve/Lock to Submit or Close.
+type handle struct {
+	id HandleID
+	// to is where the pending Lock's reply goes (nil once answered).
+	to Target
+	// adm is the admission slot the handle holds for its scope, nil if none.
+	adm   *admission
+	scope Scope
+	// lock is the issuance lock request; granted once it holds every key.
+	lock    *resource.Request
+	need    Role
+	wantID  bool
+	granted bool
+	bid     uint64 // broadcast id allocated at grant (wantID)
+	// follow is set once the handle's Follow write is in flight.
+	follow bool
+}
+
+// admission reserves a scope while its first request takes its locks, so a
+// concurrent request with the same key waits for it instead of taking
+// locks of its own (R7.3, R7.5).
+type admission struct {
+	owner   HandleID
+	waiters []Resolve
+}
+
+func (c *Core) handle(id HandleID) *handle {
+	h := c.handles[id]
+	if h == nil {
+		h = &handle{id: id}
+		c.handles[id] = h
+	}
+	return h
+}
+
+// resolve answers a keyed request before any lock: its original, or an
+// admission for it as the scope's first (R7.3-R7.5).
+func (c *Core) resolve(e Resolve) {
+	if o := c.original(e.Scope); o != nil {
+		if e.Digest != nil {
+			if have := c.requestDigestOf(o); have != nil && !bytes.Equal(have, e.Digest) {
+				c.reply(e.To, Reply{Err: c.reused(e.Key)})
+				return
+			}
+		}
+		c.reply(e.To, Reply{Original: o})
+		return
+	}
+	if a := c.admits[e.Scope]; a != nil && a.owner != e.Handle {
+		a.waiters = append(a.waiters, e)
+		return
+	}
+	// A new key: the length limit applies to new keys only, so lowering it
+	// never breaks a retry of a key already accepted (R7.1).
+	if e.CheckNew {
+		if err := e.Key.CheckLength(c.cfg.MaxKeyLength); err != nil {
+			c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+			return
+		}
+	}
+	h := c.handle(e.Handle)
+	a := &admission{owner: e.Handle}
+	c.admits[e.Scope] = a
+	h.adm, h.scope = a, e.Scope
+	c.reply(e.To, Reply{Admitted: true})
+}
+
+func (c *Core) reused(k message.IdempotencyKey) error {
+	c.log.Warn("idempotency key reused with a different payload", "key_fp", k.Fingerprint())
+	return fmt.Errorf("%w (key fingerprint %s)", ErrKeyReusedWithDifferentPayload, k.Fingerprint())
+}
+
+// releaseAdmission frees h's scope reservation and resolves its waiters
+// again.
+func (c *Core) releaseAdmission(h *handle) {
+	a := h.adm
+	if a == nil {
+		return
+	}
+	h.adm = nil
+	if c.admits[h.scope] == a {
+		delete(c.admits, h.scope)
+	}
+	for _, r := range a.waiters {
+		c.resolve(r)
+	}
+}
+
+// lock asks for a handle's issuance locks.
+func (c *Core) lock(e Lock) {
+	h := c.handle(e.Handle)
+	if err := c.checkRole(e.Need); err != nil {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: err})
+		return
+	}
+	r, err := c.locks.NewRequest(e.Keys)
+	if err != nil {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+		return
+	}
+	r.Ref, r.Owner = h, fmt.Sprintf("handle %d", h.id)
+	h.lock, h.need, h.wantID, h.to = r, e.Need, e.WantID, e.To
+	if e.Try {
+		if err := c.locks.TryAcquire(r); err != nil {
+			h.lock = nil
+			c.dropHandle(h)
+			c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrBusy, err)})
+			return
+		}
+		c.granted(h)
+		return
+	}
+	if c.locks.Acquire(r) {
+		c.granted(h)
+	}
+}
+
+// checkRole refuses what the cluster's role does not allow (R8.1, R8.3).
+func (c *Core) checkRole(need Role) error {
+	switch {
+	case need == Primary && c.roles.role != Primary:
+		return ErrNotPrimary
+	case need == Secondary && c.roles.role != Secondary:
+		return ErrNotSecondary
+	}
+	return nil
+}
+
+// granted continues a handle whose locks are all held: the role is checked
+// again (a request queued behind a demotion sees the role it left, R8.1),
+// then an id is allocated.
+func (c *Core) granted(h *handle) {
+	if err := c.checkRole(h.need); err != nil {
+		to := h.to
+		c.dropHandle(h)
+		c.reply(to, Reply{Err: err})
+		return
+	}
+	h.granted = true
+	if !h.wantID {
+		c.reply(h.to, Reply{Grant: 0})
+		h.to = nil
+		return
+	}
+	c.ids.alloc(c, h)
+}
+
+// grantedAll continues every request a lock release granted.
+func (c *Core) grantedAll(rs []*resource.Request) {
+	for _, r := range rs {
+		switch x := r.Ref.(type) {
+		case *handle:
+			c.granted(x)
+		}
+	}
+}
+
+// closeHandle ends a handle that did not broadcast (R3.6).
+func (c *Core) closeHandle(id HandleID) {
+	if h := c.handles[id]; h != nil && !h.follow {
+		c.dropHandle(h)
+	}
+}
+
+// dropHandle releases everything a handle holds.
+func (c *Core) dropHandle(h *handle) {
+	delete(c.handles, h.id)
+	if h.lock != nil {
+		c.grantedAll(c.locks.Release(h.lock))
+		h.lock = nil
+	}
+	c.ids.forget(h)
+	c.releaseAdmission(h)
+}
+
+// submit creates a task from a granted handle (R4.2, R7.3).
+func (c *Core) submit(e Submit) {
+	h := c.handles[e.Handle]
+	if h == nil || !h.granted || h.bid == 0 {
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: handle %d holds no granted locks", ErrFailedPrecondition, e.Handle)})
+		return
+	}
+	if e.Msg.Broadcast.ID != h.bid {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: message stamped %d, handle got %d", ErrInvalidArgument, e.Msg.Broadcast.ID, h.bid)})
+		return
+	}
+	promote := h.need == Secondary
+	if err := c.checkRole(h.need); err != nil {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: err})
+		return
+	}
+	info, _ := c.cfg.Types.Lookup(e.Msg.Type)
+	t := newTask(e.Msg, e.Bytes, info, c.now)
+	t.request = e.Request
+	t.class = c.cfg.ClassOf(e.Msg.Type)
+	if t.promote != promote {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a force promote needs the promote handle", ErrInvalidArgument)})
+		return
+	}
+	if t.scope != (Scope{}) {
+		if o := c.original(t.scope); o != nil {
+			// Another request owns the scope: this one is a duplicate. The
+			// keys go back first, since the original may need them.
+			c.dropHandle(h)
+			c.reply(e.To, Reply{Original: o})
+			return
+		}
+		if h.adm == nil {
+			// Not checked by Resolve: a keyed message on a plain handle.
+			if err := e.Msg.IdempotencyKey.CheckLength(c.cfg.MaxKeyLength); err != nil {
+				c.dropHandle(h)
+				c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+				return
+			}
+		}
+	}
+	t.lock = h.lock
+	t.lock.Ref, t.lock.Owner = t, fmt.Sprintf("broadcast %d", t.id)
+	h.lock = nil
+	delete(c.handles, h.id)
+	c.releaseAdmission(h)
+	c.tasks[t.id] = t
+	c.indexTask(t)
+	c.stats.Broadcasts++
+	t.waiters = append(t.waiters, e.To)
+	c.obs.TaskState(t.msg.Type, 0, Pending)
+	c.move(t, OnSubmit, Persisting)
+}
+
+// persistPending writes the PENDING record (R4.2): the task is created once
+// it is durable; definitely not written, it never was.
+func (c *Core) persistPending(t *task) {
+	w := c.write(WritePending, t, t.record(Pending), nil, func(w *writeOp, d Decision, err error) {
+		switch d {
+		case Done:
+			c.move(t, OnPersisted, Appending)
+		case Abort:
+			c.abort(t, fmt.Errorf("%w: persist: %w", ErrTaskNotCreated, err))
+		case StepDown:
+			if !t.maybePersisted {
+				c.abort(t, fmt.Errorf("%w: %w", ErrTaskNotCreated, err))
+			}
+		}
+	})
+	w.failed = func(err error) {
+		if MayHaveApplied(Classify(err)) {
+			t.maybePersisted = true
+		}
+	}
+}
+
+// abort ends a task that was never created: it leaves the tables and gives
+// its keys back (R4.7).
+func (c *Core) abort(t *task, err error) {
+	c.move(t, OnNotCreated, Aborted)
+	delete(c.tasks, t.id)
+	if t.scope != (Scope{}) && c.index[t.scope] == t.id {
+		delete(c.index, t.scope)
+	}
+	c.stats.Broadcasts--
+	if t.lock != nil {
+		c.grantedAll(c.locks.Release(t.lock))
+		t.lock = nil
+	}
+	for _, to := range t.waiters {
+		c.reply(to, Reply{Err: err})
+	}
+	t.waiters = nil
+	c.obs.TaskState(t.msg.Type, Pending, 0)
+}
+
+// wait answers with live task id's result once it is done (a duplicate
+// waiting for its original, R7.4).
+func (c *Core) wait(e Wait) {
+	if t := c.tasks[e.ID]; t != nil {
+		t.waiters = append(t.waiters, e.To)
+		return
+	}
+	if tb, ok := c.tombs.get(e.ID); ok {
+		c.reply(e.To, Reply{Original: c.tombOriginal(tb)})
+		return
+	}
+	c.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d is no longer remembered", ErrNotFound, e.ID)})
+}

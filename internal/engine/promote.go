@@ -1,0 +1,292 @@
+package engine
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// Force promote (R8.3) makes a secondary the primary after its primary was
+// lost. Its task is an AlterReplicateConfig to every pchannel's control
+// channel, AckSyncUp, holding the exclusive Cluster key. It runs:
+//
+//  1. Persisting, Appending as any task; once its copies are appended, it
+//     records where they landed (WritePromote) before anything else, so
+//     that a run after a crash neither appends them again nor scans from
+//     the wrong place (#36).
+//  2. Acking: it waits for the streaming nodes' acks, each made durable
+//     before the node is answered (a PENDING record with checkpoints), so
+//     that no ack is lost to a crash.
+//  3. Promoting (the promoter): replication is fenced (later replicated
+//     copies create no task); every pchannel is read from the promote's
+//     copy to the end, so that copies an earlier run appended are found
+//     and acked instead of appended again; then every incomplete task is
+//     finished in broadcast-id order — its missing copies appended without
+//     the replicate header, its callback run and its TOMBSTONE durable
+//     before the next starts (stale AlterReplicateConfig tasks are
+//     ignored by their callback).
+//  4. Queued, Calling: its own callback stores this cluster as the primary;
+//     once TOMBSTONE, the role is applied and the Cluster key released.
+//
+// The promoter talks to the rest of the core through a few calls: the
+// live tasks (incomplete), queueing a task's missing copies, fast acks,
+// and finished (called when any task is Done).
+
+type promoter struct {
+	t       *task
+	from    map[message.PChannel]uint64
+	found   map[copyKey]wal.Checkpoint
+	todo    []*task // incomplete tasks, in id order
+	current *task
+}
+
+type copyKey struct {
+	id uint64
+	v  message.VChannel
+}
+
+// scanOp reads one pchannel; done gets its copies once the whole read
+// succeeded.
+type scanOp struct {
+	p     message.PChannel
+	from  uint64
+	bo    *backoff.ExponentialBackOff
+	found []Found
+	done  func(found []Found)
+}
+
+// recordPromote records where t's copies landed, then moves it on to wait
+// for its acks.
+func (c *Core) recordPromote(t *task) {
+	pos := map[message.VChannel]uint64{}
+	for i, v := range t.msg.Broadcast.VChannels {
+		cp := t.copies[i].appendCP
+		if !t.copies[i].appended {
+			cp = t.copies[i].ackCP
+		}
+		if cp.MessageID != 0 {
+			pos[v] = cp.MessageID
+		}
+	}
+	if old := c.promotes[t.id]; old != nil {
+		// Recovered: the first run recorded them.
+		c.move(t, OnAppended, Acking)
+		return
+	}
+	raw, _ := json.Marshal(promoteRecord{Copies: pos})
+	c.write(WritePromote, t, nil, []catalog.Op{catalog.Put(PromoteKey(c.cfg.Prefix, t.id), raw)}, func(_ *writeOp, d Decision, _ error) {
+		if d == Done {
+			c.promotes[t.id] = pos
+			c.move(t, OnAppended, Acking)
+		}
+	})
+}
+
+// promoteRecord is what WritePromote stores: the message id of each of the
+// promote's copies.
+type promoteRecord struct {
+	Copies map[message.VChannel]uint64 `json:"copies"`
+}
+
+// decodePromote reads a promote record; a record of the first format (the
+// entry offset per pchannel) is read as positions of index 0.
+func decodePromote(raw []byte) (map[message.VChannel]uint64, map[message.PChannel]uint64, error) {
+	var r promoteRecord
+	if err := json.Unmarshal(raw, &r); err == nil && r.Copies != nil {
+		return r.Copies, nil, nil
+	}
+	old := map[message.PChannel]uint64{}
+	if err := json.Unmarshal(raw, &old); err != nil {
+		return nil, nil, err
+	}
+	return nil, old, nil
+}
+
+// startPromote runs step 3 once every ack of the promote is durable.
+func (c *Core) startPromote(t *task) {
+	c.roles.fenced = true
+	p := &promoter{t: t, from: map[message.PChannel]uint64{}, found: map[copyKey]wal.Checkpoint{}}
+	c.prom = p
+	for v, pos := range c.promotes[t.id] {
+		pc := v.PChannel()
+		if off, ok := p.from[pc]; !ok || wal.EntryOffset(pos) < off {
+			p.from[pc] = wal.EntryOffset(pos)
+		}
+	}
+	for i, v := range t.msg.Broadcast.VChannels {
+		if _, ok := p.from[v.PChannel()]; !ok && t.copies[i].ackCP.MessageID != 0 {
+			p.from[v.PChannel()] = wal.EntryOffset(t.copies[i].ackCP.MessageID)
+		}
+	}
+	c.scanAll(p.from, func(found []Found) {
+		for _, f := range found {
+			p.found[copyKey{f.ID, f.VChannel}] = f.Checkpoint
+		}
+		c.supplementAll()
+	})
+}
+
+// scanAll reads every pchannel of from (from its entry offset to the end)
+// and calls done with every copy found once all reads succeeded.
+func (c *Core) scanAll(from map[message.PChannel]uint64, done func([]Found)) {
+	pcs := make([]message.PChannel, 0, len(from))
+	for pc := range from {
+		pcs = append(pcs, pc)
+	}
+	slices.Sort(pcs)
+	if len(pcs) == 0 {
+		done(nil)
+		return
+	}
+	left := len(pcs)
+	var all []Found
+	for _, pc := range pcs {
+		c.scan(&scanOp{p: pc, from: from[pc], done: func(found []Found) {
+			all = append(all, found...)
+			left--
+			if left == 0 {
+				done(all)
+			}
+		}})
+	}
+}
+
+func (c *Core) scan(s *scanOp) {
+	id := c.nextID()
+	c.scans[id] = s
+	c.emit(Scan{ID: id, PChannel: s.p, From: s.from})
+}
+
+// scanned collects one pchannel's copies; a pchannel that cannot be read is
+// read again with backoff (a partial scan could append a copy twice).
+func (c *Core) scanned(e Scanned) {
+	s := c.scans[e.ID]
+	if s == nil {
+		return
+	}
+	delete(c.scans, e.ID)
+	if e.Err != nil {
+		// Copies found before the failure are real; the next read finds
+		// them again.
+		c.log.Warn("force promote: cannot scan pchannel; retrying", "pchannel", s.p, "err", e.Err)
+		if s.bo == nil {
+			s.bo = c.newBackoff()
+		}
+		c.after(s.bo.NextBackOff(), func() { c.scan(s) })
+		return
+	}
+	s.done(e.Found)
+}
+
+// supplementAll lists the incomplete tasks and finishes them in id order.
+func (c *Core) supplementAll() {
+	p := c.prom
+	for _, x := range c.tasks {
+		if x != p.t {
+			p.todo = append(p.todo, x)
+		}
+	}
+	slices.SortFunc(p.todo, func(a, b *task) int { return compareTicks(a.id, b.id, 0, 0) })
+	c.log.Warn("force promote: finishing incomplete tasks", "count", len(p.todo), "promote", p.t.id)
+	c.supplementNext()
+}
+
+// supplementNext finishes the next incomplete task, or the promote itself.
+func (c *Core) supplementNext() {
+	p := c.prom
+	for len(p.todo) > 0 {
+		x := p.todo[0]
+		p.todo = p.todo[1:]
+		if c.tasks[x.id] != x {
+			continue // finished meanwhile
+		}
+		p.current = x
+		c.supplement(x)
+		return
+	}
+	p.current = nil
+	t := p.t
+	c.prom = nil
+	c.move(t, OnPromoted, Queued)
+}
+
+// supplement gives x every missing copy: acked where an earlier run
+// appended it (unless AckSyncUp: its consumer acks it), appended now without
+// the replicate header otherwise. An AckSyncUp task's copies count only once
+// consumers ack them (R4.4).
+func (c *Core) supplement(x *task) {
+	p := c.prom
+	syncUp := x.msg.Broadcast.AckSyncUp
+	var missing []int
+	for i, v := range x.msg.Broadcast.VChannels {
+		if x.copies[i].acked {
+			continue
+		}
+		if cp, ok := p.found[copyKey{x.id, v}]; ok {
+			x.copies[i].appended, x.copies[i].appendCP = true, cp
+			if !syncUp {
+				c.fastAck(x, i)
+			}
+			continue
+		}
+		if !x.copies[i].queued && !x.copies[i].appended {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		if x.replicated {
+			wire, err := message.Marshal(x.msg.WithoutReplicateHeader())
+			if err != nil {
+				// The message was encoded when its task was created: this
+				// cannot fail.
+				c.log.Error("force promote: encode", "broadcast", x.id, "err", err)
+				return
+			}
+			x.wire = wire
+		}
+		x.supplementing = true
+		want := map[int]bool{}
+		for _, i := range missing {
+			want[i] = true
+		}
+		c.queueCopies(x, func(i int) bool { return want[i] })
+	}
+	switch x.stage {
+	case Collecting:
+		c.move(x, OnSupplement, Queued)
+	case Queued:
+		c.move(x, OnSupplement, Queued)
+	}
+}
+
+// finished is called whenever a task is Done.
+func (p *promoter) finished(c *Core, t *task) {
+	if p.current == t {
+		c.supplementNext()
+	}
+}
+
+// Promoting reports whether a force promote is under way.
+func (c *Core) Promoting() bool {
+	for _, t := range c.tasks {
+		if t.promote {
+			return true
+		}
+	}
+	return false
+}
+
+// PromoteTask returns the id of the force promote under way, 0 if none.
+func (c *Core) PromoteTask() uint64 {
+	for _, t := range c.tasks {
+		if t.promote {
+			return t.id
+		}
+	}
+	return 0
+}

@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walcast/walcast/internal/durablepb"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// RecordSpec is a task record to encode (EncodeRecord) and put under the
+// task's key. The core builds specs; the driver (or simulator) encodes them
+// outside the core's loop, so the core spends no time on encoding.
+type RecordSpec struct {
+	ID    uint64
+	State State
+	// Message is the encoded message; if nil, Msg is encoded (a replicated
+	// task's first record) and Written reports the bytes.
+	Message []byte
+	Msg     *message.Message
+	Created time.Time
+	// Completed is set for a TOMBSTONE.
+	Completed     time.Time
+	PayloadDigest []byte
+	RequestDigest []byte
+	// Acked and Checkpoints are per target; nil for a PENDING record, which
+	// has no checkpoints.
+	Acked       []bool
+	Checkpoints []wal.Checkpoint
+	// Outcome is set for a TOMBSTONE.
+	Outcome *Outcome
+}
+
+// EncodeRecord encodes a record deterministically (the same spec gives the
+// same bytes, so a retried write writes the same bytes). It returns the
+// record and the message bytes it holds.
+func EncodeRecord(s *RecordSpec) (record, msg []byte, err error) {
+	msg = s.Message
+	if msg == nil {
+		if msg, err = message.Marshal(s.Msg); err != nil {
+			return nil, nil, fmt.Errorf("encode broadcast %d: %w", s.ID, err)
+		}
+	}
+	pb := &durablepb.Task{
+		Message:         msg,
+		State:           stateToPB(s.State),
+		CreatedUnixNano: s.Created.UnixNano(),
+		PayloadDigest:   s.PayloadDigest,
+		RequestDigest:   s.RequestDigest,
+	}
+	if !s.Completed.IsZero() {
+		pb.CompletedUnixNano = s.Completed.UnixNano()
+	}
+	if s.Acked != nil {
+		pb.Checkpoints = make([]*durablepb.Checkpoint, len(s.Acked))
+		for i, a := range s.Acked {
+			cp := &durablepb.Checkpoint{}
+			if a {
+				cp = checkpointPB(s.Checkpoints[i])
+			}
+			pb.Checkpoints[i] = cp
+		}
+	}
+	if o := s.Outcome; o != nil {
+		pb.Outcome = &durablepb.Outcome{Status: durablepb.OutcomeStatus(o.Status), Detail: o.Detail, Data: o.Data}
+	}
+	record, err = proto.MarshalOptions{Deterministic: true}.Marshal(pb)
+	return record, msg, err
+}
+
+// Record is a decoded task record.
+type Record struct {
+	State         State
+	Msg           *message.Message
+	Message       []byte // the encoded message
+	Created       time.Time
+	Completed     time.Time // zero unless TOMBSTONE
+	PayloadDigest []byte
+	RequestDigest []byte
+	// Acked and Checkpoints are per target; all false for a PENDING record.
+	Acked       []bool
+	Checkpoints []wal.Checkpoint
+	Outcome     Outcome
+}
+
+// DecodeRecord decodes a task record.
+func DecodeRecord(raw []byte) (*Record, error) {
+	var pb durablepb.Task
+	if err := proto.Unmarshal(raw, &pb); err != nil {
+		return nil, err
+	}
+	m, err := message.Unmarshal(pb.Message)
+	if err != nil {
+		return nil, err
+	}
+	n := len(m.Broadcast.VChannels)
+	if m.Broadcast.ID == 0 || n == 0 {
+		return nil, fmt.Errorf("record has no broadcast id or targets")
+	}
+	if c := len(pb.Checkpoints); c != 0 && c != n {
+		return nil, fmt.Errorf("record has %d checkpoints for %d vchannels", c, n)
+	}
+	st := stateFromPB(pb.State)
+	if st == 0 {
+		return nil, fmt.Errorf("record has unknown state %v", pb.State)
+	}
+	r := &Record{State: st, Msg: m, Message: pb.Message, Created: time.Unix(0, pb.CreatedUnixNano),
+		PayloadDigest: pb.PayloadDigest, RequestDigest: pb.RequestDigest,
+		Acked: make([]bool, n), Checkpoints: make([]wal.Checkpoint, n)}
+	if pb.CompletedUnixNano != 0 {
+		r.Completed = time.Unix(0, pb.CompletedUnixNano)
+	}
+	for i, c := range pb.Checkpoints {
+		if c.Acked {
+			r.Acked[i] = true
+			r.Checkpoints[i] = checkpointOf(c)
+		}
+	}
+	if o := pb.Outcome; o != nil {
+		r.Outcome = Outcome{Status: OutcomeStatus(o.Status), Detail: o.Detail, Data: o.Data}
+	}
+	return r, nil
+}
+
+// Results returns where each acked copy of the record landed.
+func (r *Record) Results() map[message.VChannel]wal.Checkpoint {
+	out := make(map[message.VChannel]wal.Checkpoint, len(r.Acked))
+	for i, v := range r.Msg.Broadcast.VChannels {
+		if r.Acked[i] {
+			out[v] = r.Checkpoints[i]
+		}
+	}
+	return out
+}
+
+func stateToPB(s State) durablepb.TaskState {
+	switch s {
+	case Pending:
+		return durablepb.TaskState_TASK_STATE_PENDING
+	case Replicated:
+		return durablepb.TaskState_TASK_STATE_REPLICATED
+	case Tombstone:
+		return durablepb.TaskState_TASK_STATE_TOMBSTONE
+	}
+	return durablepb.TaskState_TASK_STATE_UNSPECIFIED
+}
+
+func stateFromPB(s durablepb.TaskState) State {
+	switch s {
+	case durablepb.TaskState_TASK_STATE_PENDING:
+		return Pending
+	case durablepb.TaskState_TASK_STATE_REPLICATED:
+		return Replicated
+	case durablepb.TaskState_TASK_STATE_TOMBSTONE:
+		return Tombstone
+	}
+	return 0
+}
+
+// checkpointPB encodes an acked checkpoint. The WAL's positions make time
+// tick and last-confirmed id equal to the message id; those are left out
+// (0) to keep tombstones small, and checkpointOf restores them. No acked
+// copy has a zero time tick, so the encoding is unambiguous.
+func checkpointPB(c wal.Checkpoint) *durablepb.Checkpoint {
+	pb := &durablepb.Checkpoint{Acked: true, MessageId: c.MessageID, TimeTick: c.TimeTick, LastConfirmed: c.LastConfirmed}
+	if pb.TimeTick == pb.MessageId {
+		pb.TimeTick = 0
+	}
+	if pb.LastConfirmed == pb.MessageId {
+		pb.LastConfirmed = 0
+	}
+	return pb
+}
+
+func checkpointOf(pb *durablepb.Checkpoint) wal.Checkpoint {
+	c := wal.Checkpoint{MessageID: pb.MessageId, TimeTick: pb.TimeTick, LastConfirmed: pb.LastConfirmed}
+	if c.TimeTick == 0 {
+		c.TimeTick = c.MessageID
+	}
+	if c.LastConfirmed == 0 {
+		c.LastConfirmed = c.MessageID
+	}
+	return c
+}
+
+// Catalog keys, under the core's prefix.
+
+// TaskKey is the key of task id's record; ids are zero-padded so that a
+// listing returns tasks in id order.
+func TaskKey(prefix string, id uint64) string { return prefix + "tasks/" + fmt.Sprintf("%020d", id) }
+
+// TasksPrefix is the prefix of every task record.
+func TasksPrefix(prefix string) string { return prefix + "tasks/" }
+
+// ParseTaskKey returns the id of a key under TasksPrefix.
+func ParseTaskKey(prefix, key string) (uint64, bool) {
+	s := key[len(TasksPrefix(prefix)):]
+	id, err := strconv.ParseUint(s, 10, 64)
+	return id, err == nil && id != 0
+}
+
+// IDsKey holds the end of the reserved broadcast id block (the id floor).
+func IDsKey(prefix string) string { return prefix + "ids/broadcast" }
+
+// ReplicateKey holds the replication topology.
+func ReplicateKey(prefix string) string { return prefix + "replicate" }
+
+// PromotePrefix holds, per force promote, where its copies landed.
+func PromotePrefix(prefix string) string { return prefix + "promote/" }
+
+// PromoteKey is the key of force promote id's positions.
+func PromoteKey(prefix string, id uint64) string {
+	return PromotePrefix(prefix) + strconv.FormatUint(id, 10)
+}
+
+// FloorPrefix holds, per pchannel, the position up to which every replicated
+// copy belongs to a completed broadcast (see Core.replicatedFloor).
+func FloorPrefix(prefix string) string { return prefix + "replicated/floor/" }

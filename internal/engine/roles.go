@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+)
+
+// Role is a cluster's part in replication (SPEC §8).
+type Role int32
+
+// Roles.
+const (
+	Primary   Role = 1
+	Secondary Role = 2
+)
+
+// String returns "primary", "secondary" or "unknown".
+func (r Role) String() string {
+	switch r {
+	case Primary:
+		return "primary"
+	case Secondary:
+		return "secondary"
+	}
+	return "unknown"
+}
+
+// ReplicateConfig is the replication topology: every cluster in it has the
+// same view, and its role follows from its name.
+type ReplicateConfig struct {
+	// Primary names the primary cluster; "" means no replication: every
+	// cluster is primary.
+	Primary string `json:"primary"`
+	// Secondaries are the clusters following the primary.
+	Secondaries []SecondaryConfig `json:"secondaries,omitempty"`
+	// ForcePromote marks the message of a force promote (never set in a
+	// stored topology).
+	ForcePromote bool `json:"force_promote,omitempty"`
+}
+
+// SecondaryConfig is one secondary cluster.
+type SecondaryConfig struct {
+	Name string `json:"name"`
+	// Source is where the secondary's replicator reads the primary's WAL.
+	Source string `json:"source,omitempty"`
+}
+
+// RoleOf returns the role the topology gives the cluster named name.
+func (c ReplicateConfig) RoleOf(name string) Role {
+	if c.Primary == "" || c.Primary == name {
+		return Primary
+	}
+	return Secondary
+}
+
+// Secondary returns the settings of the secondary named name.
+func (c ReplicateConfig) Secondary(name string) (SecondaryConfig, bool) {
+	for _, s := range c.Secondaries {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return SecondaryConfig{}, false
+}
+
+// AlterReplicateConfig is the built-in message type that changes the
+// replication topology. The core runs its callback itself: it stores the
+// topology (effect-once) and, once TOMBSTONE, applies the role it gives
+// this cluster, before releasing the exclusive Cluster key it holds.
+var AlterReplicateConfig = message.Type{Name: "AlterReplicateConfig", Version: 1}
+
+// Reserved message properties (callers cannot set walcast.* properties).
+const (
+	ReservedPropertyPrefix = "walcast."
+	// UnreplicableProperty marks a message the replicator must not copy.
+	UnreplicableProperty = ReservedPropertyPrefix + "unreplicable"
+	// ForcePromoteMark is UnreplicableProperty's value on a force promote.
+	ForcePromoteMark = "force-promote"
+	// RequestDigestProperty carries the hex of the caller's request digest,
+	// so that it replicates with the message (R7.6, R8.4).
+	RequestDigestProperty = ReservedPropertyPrefix + "request-digest"
+)
+
+// roles is the cluster's replication state.
+type roles struct {
+	role Role
+	cfg  ReplicateConfig
+	// fenced is set once a force promote has every pchannel's ack: no
+	// replicated copy may create a task any more (R8.3).
+	fenced bool
+}
+
+func (c *Core) setTopology(cfg ReplicateConfig) {
+	r := cfg.RoleOf(c.cfg.ClusterName)
+	if old := c.roles.role; old != r && old != 0 {
+		c.log.Warn("cluster role changed", "from", old.String(), "to", r.String(), "primary", cfg.Primary)
+	}
+	c.roles.role, c.roles.cfg = r, cfg
+	if r == Primary {
+		c.roles.fenced = false
+	}
+	c.emit(RoleChanged{Role: r, Config: cfg})
+}
+
+// topologyCallback is AlterReplicateConfig's callback. A replicated topology
+// change that a force promote overtook is ignored, so an old configuration
+// cannot overwrite the promoted one (R8.3).
+func (c *Core) topologyCallback(t *task) ([]catalog.Op, Outcome, error) {
+	var cfg ReplicateConfig
+	if err := json.Unmarshal(t.msg.Payload, &cfg); err != nil {
+		return nil, Outcome{}, fmt.Errorf("decode %s payload: %w", AlterReplicateConfig, err)
+	}
+	if t.msg.Replicate != nil && (c.roles.fenced || c.roles.role == Primary) {
+		return nil, Outcome{Status: Ignored, Detail: "replicated configuration superseded by a force promote"}, nil
+	}
+	if cfg.ForcePromote {
+		cfg = ReplicateConfig{Primary: c.cfg.ClusterName}
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	detail := "cluster " + c.cfg.ClusterName + " is " + cfg.RoleOf(c.cfg.ClusterName).String()
+	return []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, Outcome{Status: Succeeded, Detail: detail, Data: raw}, nil
+}
+
+// applyTopology applies the topology a finished AlterReplicateConfig task
+// stored.
+func (c *Core) applyTopology(t *task) {
+	if t.msg.Type != AlterReplicateConfig || t.outcome.Status != Succeeded || t.outcome.Data == nil {
+		return
+	}
+	var cfg ReplicateConfig
+	if err := json.Unmarshal(t.outcome.Data, &cfg); err != nil {
+		c.log.Error("applied replication config does not decode", "broadcast", t.id, "err", err)
+		return
+	}
+	c.setTopology(cfg)
+}
+
+// follow makes the cluster a secondary under e.Config (R8.1), from a handle
+// holding the exclusive Cluster key. A cluster joins empty, so the broadcast
+// ids it will take from its primary cannot meet ids of its own (its nodes
+// skip ids they applied): a primary that ever allocated or saw a broadcast
+// id (the persisted id floor outlives its tombstones) is refused with
+// ErrFailedPrecondition. A secondary may follow again (a new topology).
+func (c *Core) follow(e Follow, h HandleID) {
+	hd := c.handles[h]
+	if hd == nil || !hd.granted {
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: follow needs the exclusive Cluster key", ErrFailedPrecondition)})
+		return
+	}
+	if c.roles.role == Primary && (c.ids.used() || len(c.tasks) > 0 || c.tombs.count() > 0) {
+		c.dropHandle(hd)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: cluster %s has broadcast before; a cluster joins as a secondary empty", ErrFailedPrecondition, c.cfg.ClusterName)})
+		return
+	}
+	raw, err := json.Marshal(e.Config)
+	if err != nil {
+		c.dropHandle(hd)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+		return
+	}
+	hd.follow = true
+	c.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *writeOp, d Decision, err error) {
+		hd.follow = false
+		if d == Done {
+			c.setTopology(e.Config)
+		}
+		c.dropHandle(hd)
+		if d != Done {
+			c.reply(e.To, Reply{Err: err})
+			return
+		}
+		c.reply(e.To, Reply{})
+	})
+}

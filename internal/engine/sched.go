@@ -1,0 +1,338 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/walcast/walcast/resource"
+)
+
+// The callback order (R5.4). Conflicting tasks enrol in control-channel
+// order (WAL order): on the primary a task enrols when its copies are
+// appended, and a conflicting one cannot even exist before it finished (the
+// issuance keys are held until then); on a secondary a task enrols when its
+// control-channel copy is acked, which the control channel's consumer does
+// in WAL order; on recovery replicated tasks enrol by the control channel's
+// time tick. A task's callback may run when every copy is acked and no
+// earlier enrolled, unfinished task holds a conflicting key; a task that
+// cannot run yet reserves its keys only against later tasks that conflict
+// with it, so non-conflicting callbacks run concurrently and a blocked one
+// stalls nothing it does not conflict with.
+//
+// Each key has a queue of the enrolled tasks claiming it, in enrolment
+// order: a task is blocked on a key while an earlier claim conflicts with
+// its own. Deciding whether a task may run, and which tasks a finished one
+// unblocks, looks only at the heads of its keys' queues, so the cost of a
+// completion does not grow with the number of queued tasks.
+
+type claimKey struct {
+	d    resource.Domain
+	name string
+}
+
+// claim is one enrolled task's claim on one key; pos is its absolute
+// position in the key's queue.
+type claim struct {
+	t    *task
+	q    *keyQueue
+	excl bool
+	pos  uint64
+	gone bool
+}
+
+// keyQueue is one key's claims in enrolment order: claims[head:] start with
+// the first pending claim; claims[i] is at position base+i. firstExcl is the
+// position of the first pending exclusive claim (none if there is none).
+type keyQueue struct {
+	key       claimKey
+	claims    []*claim
+	head      int
+	base      uint64
+	firstExcl uint64
+}
+
+const none = ^uint64(0)
+
+func (q *keyQueue) at(pos uint64) *claim { return q.claims[pos-q.base] }
+func (q *keyQueue) end() uint64          { return q.base + uint64(len(q.claims)) }
+
+type scheduler struct {
+	queues map[claimKey]*keyQueue
+	claims map[*task][]*claim
+}
+
+func (s *scheduler) init() {
+	s.queues = make(map[claimKey]*keyQueue)
+	s.claims = make(map[*task][]*claim)
+}
+
+// enroll adds t at the end of the order.
+func (s *scheduler) enroll(t *task) {
+	t.enrolled = true
+	cs := make([]*claim, 0, len(t.keys))
+	for _, k := range t.keys {
+		ck := claimKey{k.Domain, k.Name}
+		q := s.queues[ck]
+		if q == nil {
+			q = &keyQueue{key: ck, firstExcl: none}
+			s.queues[ck] = q
+		}
+		cl := &claim{t: t, q: q, excl: k.Mode == resource.Exclusive, pos: q.end()}
+		q.claims = append(q.claims, cl)
+		if cl.excl && q.firstExcl == none {
+			q.firstExcl = cl.pos
+		}
+		cs = append(cs, cl)
+	}
+	s.claims[t] = cs
+}
+
+// blocked reports whether an earlier unfinished task conflicts with t: on
+// some key, an exclusive claim of t is not the first pending one, or a
+// shared claim of t is behind a pending exclusive one.
+func (s *scheduler) blocked(t *task) bool {
+	for _, cl := range s.claims[t] {
+		q := cl.q
+		if cl.excl && q.claims[q.head] != cl || !cl.excl && q.firstExcl < cl.pos {
+			return true
+		}
+	}
+	return false
+}
+
+// remove takes a finished t out of the order and returns the tasks that may
+// have been waiting for it.
+func (s *scheduler) remove(t *task) []*task {
+	var next []*task
+	for _, cl := range s.claims[t] {
+		cl.gone = true
+		q := cl.q
+		for q.head < len(q.claims) && q.claims[q.head].gone {
+			q.claims[q.head] = nil
+			q.head++
+		}
+		if cl.pos == q.firstExcl {
+			q.firstExcl = none
+			for p := cl.pos + 1; p < q.end(); p++ {
+				if x := q.at(p); !x.gone && x.excl {
+					q.firstExcl = p
+					break
+				}
+			}
+		}
+		if q.head == len(q.claims) {
+			delete(s.queues, q.key)
+			continue
+		}
+		if q.head > 64 && q.head > len(q.claims)/2 {
+			rest := copy(q.claims, q.claims[q.head:])
+			clear(q.claims[rest:])
+			q.claims = q.claims[:rest]
+			q.base += uint64(q.head)
+			q.head = 0
+		}
+		head := q.claims[q.head]
+		switch {
+		case cl.excl && !head.excl:
+			// The shared claims it held back may run now.
+			for p := head.pos; p < q.end() && p < q.firstExcl; p++ {
+				if x := q.at(p); !x.gone {
+					next = append(next, x.t)
+				}
+			}
+		case head.excl && head.pos == q.firstExcl:
+			next = append(next, head.t)
+		}
+	}
+	delete(s.claims, t)
+	t.enrolled = false
+	return next
+}
+
+// schedule starts t's callback if it may run.
+func (c *Core) schedule(t *task) {
+	if t.stage != Queued || !t.allAcked() || c.sched.blocked(t) {
+		return
+	}
+	c.move(t, OnRun, Calling)
+}
+
+// startCallback starts an attempt of t's callback (R5.2).
+func (c *Core) startCallback(t *task) {
+	t.attempts++
+	t.lastAt = c.now
+	t.nextAt = timeZero
+	if t.msg.Type == AlterReplicateConfig {
+		ops, out, err := c.topologyCallback(t)
+		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Ops: ops, Outcome: out, Err: err})
+		return
+	}
+	c.emit(Callback{Task: t.id, Attempt: t.attempts, Msg: t.msg, Results: t.results()})
+}
+
+func (c *Core) callbackDone(e CallbackDone) {
+	t := c.tasks[e.Task]
+	if t == nil || t.stage != Calling || e.Attempt != t.attempts {
+		return
+	}
+	if e.Err == nil {
+		if e.Outcome.Status == 0 {
+			e.Outcome.Status = Succeeded
+		}
+		t.tombOps, t.outcome, t.completed = e.Ops, e.Outcome, c.now
+		c.move(t, OnCallbackOK, Tombstoning)
+		return
+	}
+	if t.force != nil {
+		c.forceTombstone(t, OnForce)
+		return
+	}
+	c.callbackFailed(t, e.Err)
+}
+
+// callbackFailed records a failed attempt and waits for the next.
+func (c *Core) callbackFailed(t *task, err error) {
+	if t.cbBack == nil {
+		t.cbBack = c.newBackoff()
+	}
+	d := t.cbBack.NextBackOff()
+	t.lastErr = err.Error()
+	t.nextAt = c.now.Add(d)
+	c.stats.CallbackFailures++
+	c.log.Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
+		"retry_in", d, "err", err)
+	t.cbTimer = c.after(d, func() {
+		if t.stage == Backoff {
+			c.move(t, OnRetry, Calling)
+		}
+	})
+}
+
+// forceTombstone completes t with the operator's outcome, without its
+// callback's effects (R5.6).
+func (c *Core) forceTombstone(t *task, on Trigger) {
+	t.cbTimer.cancel()
+	t.tombOps, t.outcome, t.completed = nil, *t.force, c.now
+	c.move(t, on, Tombstoning)
+}
+
+// tombstone writes t as TOMBSTONE with its checkpoints, outcome and the
+// callback's effects in one catalog transaction (R5.3). A write of t in
+// flight (its acks) finishes first; one waiting to be retried is dropped,
+// since the TOMBSTONE holds every ack.
+func (c *Core) tombstone(t *task) {
+	if t.write != nil && !c.cancelRetry(t.write) {
+		t.tombDue = true
+		return
+	}
+	rec := t.record(Tombstone)
+	rec.Completed = t.completed
+	out := t.outcome
+	rec.Outcome = &out
+	c.write(WriteTombstone, t, rec, t.tombOps, func(w *writeOp, d Decision, err error) {
+		switch d {
+		case Done:
+			c.finish(t, w.raw)
+		case Refuse:
+			t.tombOps = nil
+			c.move(t, OnTombstoneRefused, Backoff)
+			c.callbackFailed(t, fmt.Errorf("tombstone and callback effects: %w", err))
+		}
+	})
+}
+
+// finish completes t once its TOMBSTONE is durable: a topology it carries
+// is applied, then the issuance keys are released (R3.6) — in that order,
+// so that a request queued behind a role change sees the new role (R8.1) —,
+// the task becomes a tombstone for GC and deduplication, and waiters are
+// answered (R4.6).
+func (c *Core) finish(t *task, raw []byte) {
+	from := t.state()
+	c.move(t, OnTombstoned, Tombstoned)
+	c.applyTopology(t)
+	delete(c.tasks, t.id)
+	c.tombs.push(tomb{id: t.id, raw: c.tombs.keep(raw), created: t.created.UnixNano(), completed: t.completed.UnixNano(),
+		cls: uint16(t.class), replicated: t.replicated})
+	next := c.sched.remove(t)
+	if t.lock != nil {
+		c.grantedAll(c.locks.Release(t.lock))
+		t.lock = nil
+	}
+	res := &Result{ID: t.id, Msg: t.msg, Appends: t.results(), Outcome: t.outcome}
+	if t.scope != (Scope{}) {
+		w := c.window(t.class, t.id, t.created, t.completed)
+		res.Window = &w
+	}
+	for _, to := range t.waiters {
+		c.reply(to, Reply{Result: res})
+	}
+	t.waiters = nil
+	for _, a := range t.ackWaiters {
+		c.reply(a.to, Reply{})
+	}
+	t.ackWaiters = nil
+	for _, to := range t.completeWaits {
+		c.reply(to, Reply{})
+	}
+	t.completeWaits = nil
+	c.obs.TaskState(t.msg.Type, from, Tombstone)
+	c.obs.Completed(t.id, t.msg, t.completed.Sub(t.created), t.commits, t.outcome)
+	for _, x := range next {
+		c.schedule(x)
+	}
+	if c.prom != nil {
+		c.prom.finished(c, t)
+	}
+	c.runGC(false)
+}
+
+// retryNow makes a failing callback's next attempt start now (R5.6).
+func (c *Core) retryNow(e RetryNow) {
+	t, err := c.liveTask(e.ID)
+	if err != nil {
+		c.reply(e.To, Reply{Err: err})
+		return
+	}
+	if t.stage != Backoff {
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has no callback waiting to retry", ErrFailedPrecondition, e.ID)})
+		return
+	}
+	t.cbTimer.cancel()
+	c.move(t, OnRetry, Calling)
+	c.reply(e.To, Reply{})
+}
+
+// complete completes a stuck task without its callback's effects (R5.6):
+// the running attempt, if any, is cancelled; the reply comes once the task
+// is TOMBSTONE.
+func (c *Core) complete(e Complete) {
+	t, err := c.liveTask(e.ID)
+	if err != nil {
+		c.reply(e.To, Reply{Err: err})
+		return
+	}
+	if t.attempts == 0 {
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has not reached its callback (all copies must be acked first)", ErrFailedPrecondition, e.ID)})
+		return
+	}
+	if t.force == nil {
+		t.force = &Outcome{Status: ForceCompleted, Detail: e.Reason}
+	}
+	c.log.Warn("operator force-completes a callback", "broadcast", e.ID, "reason", e.Reason)
+	t.completeWaits = append(t.completeWaits, e.To)
+	switch t.stage {
+	case Calling:
+		c.emit(CancelCallback{Task: t.id})
+	case Backoff:
+		c.forceTombstone(t, OnForce)
+	}
+}
+
+func (c *Core) liveTask(id uint64) (*task, error) {
+	if t := c.tasks[id]; t != nil {
+		return t, nil
+	}
+	if c.tombs.has(id) {
+		return nil, fmt.Errorf("%w: task %d is already TOMBSTONE", ErrFailedPrecondition, id)
+	}
+	return nil, fmt.Errorf("%w: task %d", ErrNotFound, id)
+}

@@ -1,0 +1,382 @@
+package engine
+
+import (
+	"slices"
+	"strconv"
+	"unsafe"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+)
+
+// tomb is a finished task kept for deduplication (§6, §7). Only its record
+// is kept (decoded on demand: a duplicate hit, GC), packed into a shared
+// arena, so a tombstone costs little memory beyond its payload (SPEC B6).
+// Tombs are values in their class's completion order, never changed.
+type tomb struct {
+	id uint64
+	// raw is the record, a string over arena bytes nothing writes again
+	// (8 bytes smaller than a slice header).
+	raw string
+	// created and completed are persisted (unix nanoseconds): restarts do
+	// not move a window (R6.3).
+	created, completed int64
+	cls                uint16
+	replicated         bool
+}
+
+func (tb tomb) class() int { return int(tb.cls) }
+
+// rawBytes returns a record string's bytes without copying; callers only
+// read them (proto.Unmarshal copies what it keeps).
+func rawBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// tombClass is one retention class's tombstones, oldest completion first:
+// order[head:] are live; order[i] has sequence number base+i.
+type tombClass struct {
+	cfg   Class
+	idx   int
+	order []tomb
+	head  int
+	base  uint64
+}
+
+func (cl *tombClass) live() int { return len(cl.order) - cl.head }
+
+// tombstones are every class's tombstones and the id map over them.
+type tombstones struct {
+	classes []*tombClass
+	// byID maps an id to its class (top 16 bits) and sequence number.
+	byID map[uint64]uint64
+	// early counts, per class, tombstones evicted by MaxCount before their
+	// MaxLifetime (R6.3, R6.4).
+	early []int
+	// chunk is the free tail of the arena the records of new tombstones are
+	// copied into. Records are small and immutable, and tombstones die
+	// roughly in the order they were born, so packing them into shared
+	// 64 KiB chunks saves the per-object rounding of separate allocations; a
+	// chunk is freed by Go's GC once its last tombstone goes.
+	chunk []byte
+}
+
+const (
+	arenaChunk = 64 << 10
+	seqBits    = 48
+)
+
+func (ts *tombstones) init(classes []Class) {
+	ts.byID = make(map[uint64]uint64)
+	for i, cl := range classes {
+		ts.classes = append(ts.classes, &tombClass{cfg: cl, idx: i})
+	}
+	ts.early = make([]int, len(classes))
+}
+
+// keep copies a record into the arena.
+func (ts *tombstones) keep(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	if len(raw) > arenaChunk/16 {
+		return string(raw)
+	}
+	if len(ts.chunk) < len(raw) {
+		ts.chunk = make([]byte, arenaChunk)
+	}
+	n := copy(ts.chunk, raw)
+	out := unsafe.String(&ts.chunk[0], n)
+	ts.chunk = ts.chunk[n:]
+	return out
+}
+
+// push adds the newest tombstone of its class.
+func (ts *tombstones) push(tb tomb) {
+	cl := ts.classes[tb.cls]
+	ts.byID[tb.id] = uint64(tb.cls)<<seqBits | (cl.base + uint64(len(cl.order)))
+	cl.order = append(cl.order, tb)
+}
+
+// load installs recovered tombstones of one class, sorted by completion.
+func (ts *tombstones) load(cls int, tombs []tomb) {
+	cl := ts.classes[cls]
+	cl.order, cl.head, cl.base = tombs, 0, 0
+	for i, tb := range tombs {
+		ts.byID[tb.id] = uint64(cls)<<seqBits | uint64(i)
+	}
+}
+
+func (ts *tombstones) get(id uint64) (tomb, bool) {
+	ref, ok := ts.byID[id]
+	if !ok {
+		return tomb{}, false
+	}
+	cl := ts.classes[ref>>seqBits]
+	return cl.order[ref&(1<<seqBits-1)-cl.base], true
+}
+
+func (ts *tombstones) has(id uint64) bool {
+	_, ok := ts.byID[id]
+	return ok
+}
+
+func (ts *tombstones) count() int { return len(ts.byID) }
+
+// headroom is how many newer tombstones of id's class may be created before
+// its MaxCount evicts id.
+func (ts *tombstones) headroom(id uint64) int {
+	ref, ok := ts.byID[id]
+	if !ok {
+		return 0
+	}
+	cl := ts.classes[ref>>seqBits]
+	rank := int(ref&(1<<seqBits-1) - cl.base - uint64(cl.head)) // 0 for the oldest
+	return max(cl.cfg.MaxCount-cl.live()+rank, 0)
+}
+
+// dropOldest removes the n oldest tombstones of cl (GC deleted them).
+func (ts *tombstones) dropOldest(cl *tombClass, n int) {
+	for range n {
+		delete(ts.byID, cl.order[cl.head].id)
+		cl.order[cl.head] = tomb{}
+		cl.head++
+	}
+	if cl.head > 1024 && cl.head > len(cl.order)/2 {
+		rest := copy(cl.order, cl.order[cl.head:])
+		clear(cl.order[rest:])
+		cl.order = cl.order[:rest]
+		cl.base += uint64(cl.head)
+		cl.head = 0
+	}
+}
+
+// all returns copies of every tombstone, oldest first per class.
+func (ts *tombstones) all() []tomb {
+	var out []tomb
+	for _, cl := range ts.classes {
+		out = append(out, cl.order[cl.head:]...)
+	}
+	return out
+}
+
+// GC (R6.1-R6.4): per class, tombstones beyond the class's newest MaxCount
+// and those older than its MaxLifetime are deleted, oldest first, in
+// batches that fit one catalog transaction; an index entry is retired only
+// after its record's delete committed (R6.2). A class's burst never evicts
+// another class's tombstones (R6.4).
+//
+// Tombstones past MaxLifetime are deleted as soon as a run sees them, so a
+// window ends when Window.ExpiresLatest says. Tombstones beyond MaxCount but
+// younger are deleted after a new tombstone only once a batch of them is
+// due (or at the periodic check): keeping a few past MaxCount only
+// lengthens windows, and it turns one delete per broadcast into one per
+// batch.
+//
+// On a secondary, a replicated tombstone is deleted only once each of its
+// copies is at or below its pchannel's frontier (every replicated copy up
+// to there belongs to a completed broadcast), and the frontier is made
+// durable in the same transaction: a late re-ack of a collected broadcast
+// is then recognised as stale instead of recreating the task and applying
+// an old effect again (#86).
+//
+// The id floor is raised in the same transaction past every id it deletes,
+// so ids stay above every id the catalog ever held, also on a secondary
+// whose replicated ids came from elsewhere.
+
+type gcState struct {
+	writing  bool
+	again    bool
+	againAll bool
+	timer    *deadline
+}
+
+// gcBatch bounds how many count-evictions a run after a new tombstone waits
+// for; small MaxCounts wait for fewer (MaxCount/16, at least 1).
+const gcBatch = 64
+
+type victim struct {
+	cl    *tombClass
+	tb    tomb
+	early bool
+	rec   *Record
+}
+
+// runGC deletes tombstones that are due; unless all is set, count-evictions
+// wait until a batch is due.
+func (c *Core) runGC(all bool) {
+	if c.gc.writing || c.ids.keyBusy {
+		c.gc.again, c.gc.againAll = true, c.gc.againAll || all
+		return
+	}
+	maxOps := c.cfg.Limits.MaxOps
+	cutoff := c.now.UnixNano()
+	var frontier map[message.PChannel]uint64
+	var victims []victim
+	touched := map[message.PChannel]bool{}
+	room := func() int { return maxOps - len(victims) - len(touched) - 1 }
+classes:
+	for _, cl := range c.tombs.classes {
+		live := cl.live()
+		age := cutoff - int64(cl.cfg.MaxLifetime)
+		minBatch := max(1, min(gcBatch, maxOps, cl.cfg.MaxCount/16))
+		if due := live - cl.cfg.MaxCount; !all && due < minBatch {
+			// Too few beyond MaxCount: run only if one of those due is aged,
+			// that is one of those beyond MaxCount or the next.
+			aged := false
+			for i := cl.head; i < len(cl.order) && i <= cl.head+max(due, 0); i++ {
+				if cl.order[i].completed <= age {
+					aged = true
+					break
+				}
+			}
+			if !aged {
+				continue
+			}
+		}
+		for i := cl.head; i < len(cl.order) && room() > 0; i++ {
+			tb := cl.order[i]
+			byCount := i-cl.head < live-cl.cfg.MaxCount
+			byAge := tb.completed <= age
+			if !byCount && !byAge {
+				break
+			}
+			v := victim{cl: cl, tb: tb, early: !byAge}
+			if rec, err := DecodeRecord(rawBytes(tb.raw)); err == nil {
+				v.rec = rec
+			}
+			if tb.replicated && v.rec != nil {
+				if frontier == nil {
+					frontier = c.frontier()
+				}
+				rec := v.rec
+				for j, vc := range rec.Msg.Broadcast.VChannels {
+					if rec.Acked[j] && rec.Checkpoints[j].MessageID > frontier[vc.PChannel()] {
+						continue classes // an older broadcast is still live below it
+					}
+				}
+				for j, vc := range rec.Msg.Broadcast.VChannels {
+					if rec.Acked[j] {
+						touched[vc.PChannel()] = true
+					}
+				}
+			}
+			victims = append(victims, v)
+		}
+	}
+	if len(victims) == 0 {
+		return
+	}
+	ops := make([]catalog.Op, 0, len(victims)+len(touched)+1)
+	maxID := uint64(0)
+	for _, v := range victims {
+		ops = append(ops, catalog.Delete(TaskKey(c.cfg.Prefix, v.tb.id)))
+		maxID = max(maxID, v.tb.id)
+	}
+	floors := map[message.PChannel]uint64{}
+	for p := range touched {
+		f := max(c.floors[p], frontier[p])
+		floors[p] = f
+		ops = append(ops, catalog.Put(FloorPrefix(c.cfg.Prefix)+string(p), []byte(strconv.FormatUint(f, 10))))
+	}
+	idFloor := c.ids.floorFor(maxID)
+	if idFloor != 0 {
+		ops = append(ops, c.ids.put(c.cfg.Prefix, idFloor))
+		c.ids.keyBusy = true
+		c.ids.attempted = max(c.ids.attempted, idFloor)
+	}
+	c.gc.writing = true
+	c.write(WriteGC, nil, nil, ops, func(_ *writeOp, d Decision, err error) {
+		c.gc.writing = false
+		if idFloor != 0 {
+			c.ids.keyBusy = false
+		}
+		switch d {
+		case Done:
+			if idFloor != 0 {
+				c.ids.floor = max(c.ids.floor, idFloor)
+				c.ids.end = max(c.ids.end, c.ids.floor)
+				c.ids.next = max(c.ids.next, c.ids.floor)
+			}
+			for p, f := range floors {
+				c.floors[p] = f
+			}
+			c.collected(victims)
+			c.runGC(all)
+		case Later:
+			c.log.Warn("tombstone GC failed; will retry", "tombstones", len(victims), "err", err)
+		}
+		c.ids.resume(c)
+		if c.gc.again {
+			again := c.gc.againAll
+			c.gc.again, c.gc.againAll = false, false
+			c.runGC(again)
+		}
+	})
+}
+
+// collected forgets tombstones whose delete committed.
+func (c *Core) collected(vs []victim) {
+	type counts struct{ n, early int }
+	per := map[*tombClass]*counts{}
+	for _, v := range vs {
+		cn := per[v.cl]
+		if cn == nil {
+			cn = &counts{}
+			per[v.cl] = cn
+		}
+		c.tombs.dropOldest(v.cl, 1)
+		if v.rec != nil {
+			if sc := ScopeOf(v.rec.Msg.Type, v.rec.Msg.IdempotencyKey); sc != (Scope{}) && c.index[sc] == v.tb.id {
+				delete(c.index, sc)
+			}
+			c.obs.TaskState(v.rec.Msg.Type, Tombstone, 0)
+		}
+		cn.n++
+		if v.early {
+			cn.early++
+		}
+	}
+	classes := make([]*tombClass, 0, len(per))
+	for cl := range per {
+		classes = append(classes, cl)
+	}
+	slices.SortFunc(classes, func(a, b *tombClass) int { return a.idx - b.idx })
+	for _, cl := range classes {
+		cn := per[cl]
+		c.stats.Evicted += cn.n
+		c.stats.EarlyEvicted += cn.early
+		c.tombs.early[cl.idx] += cn.early
+		c.obs.Evicted(cl.cfg.Name, cn.n, cn.early)
+		if cn.early > 0 {
+			c.log.Warn("tombstones evicted by maxCount before maxLifetime: idempotency windows shortened",
+				"class", cl.cfg.Name, "count", cn.early)
+		}
+	}
+}
+
+// frontier returns, per pchannel, the highest position up to which every
+// replicated copy acked here belongs to a completed broadcast: below the
+// lowest copy of a live replicated task, and no higher than the highest ack
+// seen. A consumer acks one pchannel's copies in WAL order, so copies not
+// acked yet lie above.
+func (c *Core) frontier() map[message.PChannel]uint64 {
+	f := make(map[message.PChannel]uint64, len(c.highest))
+	for p, h := range c.highest {
+		f[p] = h
+	}
+	for _, t := range c.tasks {
+		if !t.replicated {
+			continue
+		}
+		for i, v := range t.msg.Broadcast.VChannels {
+			cp := t.copies[i]
+			if !cp.acked || cp.ackCP.MessageID == 0 {
+				continue
+			}
+			p := v.PChannel()
+			if low := cp.ackCP.MessageID - 1; low < f[p] {
+				f[p] = low
+			}
+		}
+	}
+	return f
+}
