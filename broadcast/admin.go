@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -23,6 +24,10 @@ type TaskInfo struct {
 	// KeyFingerprint is the idempotency key's fingerprint, "" if none.
 	KeyFingerprint string
 	AckSyncUp      bool
+	// Stage is where a live task is in its lifecycle ("persisting",
+	// "appending", "acking", "collecting", "promoting", "queued", "calling",
+	// "backoff", "tombstoning"); "tombstoned" for a tombstone.
+	Stage string
 	// AppendAttempts counts failed append rounds; LastAppendError is the
 	// latest failure.
 	AppendAttempts  int
@@ -52,54 +57,52 @@ type CallbackInfo struct {
 	NextAttemptAt time.Time
 }
 
-// Task describes one task, live or tombstoned.
-func (b *Broadcaster) Task(id uint64) (TaskInfo, error) {
-	b.mu.Lock()
-	t := b.tasks[id]
-	tb, tombstoned := b.gc.getLocked(id)
-	b.mu.Unlock()
-	switch {
-	case t != nil:
-		return t.describe(), nil
-	case tombstoned:
-		return tb.info()
-	}
-	return TaskInfo{}, fmt.Errorf("%w: task %d", ErrNotFound, id)
-}
-
-func (t *task) describe() TaskInfo {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+func liveInfo(v engine.TaskView) TaskInfo {
 	ti := TaskInfo{
-		ID: t.id, Type: t.msg.Type, State: t.state, CreatedAt: t.created, CompletedAt: t.completed,
-		ResourceKeys: slices.Clone(t.keys), KeyFingerprint: t.msg.IdempotencyKey.Fingerprint(), AckSyncUp: t.msg.Broadcast.AckSyncUp,
-		AppendAttempts: t.appendAttempts, LastAppendError: t.appendErr, Outcome: t.outcome, CatalogCommits: t.commits, Message: t.msg,
-		Callback: CallbackInfo{Running: t.cb.running, Attempts: t.cb.attempts, LastError: t.cb.lastErr, LastAttemptAt: t.cb.lastAt, NextAttemptAt: t.cb.nextAt},
+		ID: v.ID, Type: v.Msg.Type, State: v.State, CreatedAt: v.Created,
+		ResourceKeys: slices.Clone(v.Msg.Broadcast.ResourceKeys), KeyFingerprint: v.Msg.IdempotencyKey.Fingerprint(),
+		AckSyncUp: v.Msg.Broadcast.AckSyncUp, Stage: v.Stage.String(), AppendAttempts: v.AppendAttempts,
+		LastAppendError: v.AppendError, Outcome: v.Outcome, CatalogCommits: v.Commits, Message: v.Msg,
+		Callback: CallbackInfo{Running: v.CallbackStarted && v.Stage != engine.Queued, Attempts: v.Attempts,
+			LastError: v.LastError, LastAttemptAt: v.LastAttemptAt, NextAttemptAt: v.NextAttemptAt},
 	}
-	for i, v := range t.msg.Broadcast.VChannels {
-		ti.VChannels = append(ti.VChannels, VChannelInfo{VChannel: v, Appended: t.appended[i], Acked: t.acked[i], Checkpoint: t.ackCP[i]})
+	for _, c := range v.Copies {
+		ti.VChannels = append(ti.VChannels, VChannelInfo{VChannel: c.VChannel, Appended: c.Appended, Acked: c.Acked, Checkpoint: c.Checkpoint})
 	}
 	return ti
 }
 
-func (tb tomb) info() (TaskInfo, error) {
-	d, err := tb.decode()
+func tombInfo(id uint64, raw string) (TaskInfo, error) {
+	r, err := engine.DecodeRecord([]byte(raw))
 	if err != nil {
-		return TaskInfo{}, err
+		return TaskInfo{}, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, id, err)
 	}
 	ti := TaskInfo{
-		ID: tb.id, Type: d.msg.Type, State: Tombstone, CreatedAt: d.created(), CompletedAt: tb.completedAt(),
-		ResourceKeys: d.msg.Broadcast.ResourceKeys, KeyFingerprint: d.msg.IdempotencyKey.Fingerprint(), AckSyncUp: d.msg.Broadcast.AckSyncUp,
-		Outcome: d.outcome(), Message: d.msg,
+		ID: id, Type: r.Msg.Type, State: Tombstone, CreatedAt: r.Created, CompletedAt: r.Completed,
+		ResourceKeys: r.Msg.Broadcast.ResourceKeys, KeyFingerprint: r.Msg.IdempotencyKey.Fingerprint(),
+		AckSyncUp: r.Msg.Broadcast.AckSyncUp, Stage: engine.Tombstoned.String(), Outcome: r.Outcome, Message: r.Msg,
 	}
-	for i, v := range d.msg.Broadcast.VChannels {
-		vi := VChannelInfo{VChannel: v}
-		if i < len(d.pb.Checkpoints) && d.pb.Checkpoints[i].Acked {
-			vi.Appended, vi.Acked, vi.Checkpoint = true, true, checkpointOf(d.pb.Checkpoints[i])
-		}
-		ti.VChannels = append(ti.VChannels, vi)
+	for i, v := range r.Msg.Broadcast.VChannels {
+		ti.VChannels = append(ti.VChannels, VChannelInfo{VChannel: v, Appended: r.Acked[i], Acked: r.Acked[i], Checkpoint: r.Checkpoints[i]})
 	}
 	return ti, nil
+}
+
+// Task describes one task, live or tombstoned.
+func (b *Broadcaster) Task(id uint64) (TaskInfo, error) {
+	var live *engine.TaskView
+	var raw string
+	var found bool
+	if !b.d.inspect(func(c *engine.Core) { live, raw, _, found = c.TaskByID(id) }) {
+		return TaskInfo{}, b.closedErr()
+	}
+	switch {
+	case live != nil:
+		return liveInfo(*live), nil
+	case found:
+		return tombInfo(id, raw)
+	}
+	return TaskInfo{}, fmt.Errorf("%w: task %d", ErrNotFound, id)
 }
 
 // Filter selects tasks for Tasks. Zero fields match everything.
@@ -115,19 +118,22 @@ type Filter struct {
 // Tasks lists tasks matching f, ordered by id.
 func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 	wantState := func(s State) bool { return len(f.States) == 0 || slices.Contains(f.States, s) }
-	b.mu.Lock()
-	var live []*task
-	if wantState(Pending) || wantState(Replicated) {
-		for _, t := range b.tasks {
-			live = append(live, t)
+	var live []engine.TaskView
+	var tombs []engine.TombRecord
+	var now time.Time
+	if !b.d.inspect(func(c *engine.Core) {
+		now = c.Now()
+		if wantState(Pending) || wantState(Replicated) {
+			live = c.LiveTasks()
 		}
+		if wantState(Tombstone) {
+			tombs = c.Tombstones()
+		}
+	}) {
+		return nil, b.closedErr()
 	}
-	var tombs []tomb
-	if wantState(Tombstone) {
-		tombs = slices.Clone(b.gc.order[b.gc.head:])
-	}
-	b.mu.Unlock()
-	cutoff := b.now().Add(-f.OlderThan)
+	cutoff := b.cfg.Clock.Now().Add(-f.OlderThan)
+	_ = now
 	var out []TaskInfo
 	keep := func(ti TaskInfo) {
 		if !wantState(ti.State) || f.Type != (message.Type{}) && ti.Type != f.Type || f.OlderThan > 0 && ti.CreatedAt.After(cutoff) {
@@ -135,17 +141,25 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 		}
 		out = append(out, ti)
 	}
-	for _, t := range live {
-		keep(t.describe())
+	for _, v := range live {
+		keep(liveInfo(v))
 	}
 	for _, tb := range tombs {
-		ti, err := tb.info()
+		ti, err := tombInfo(tb.ID, tb.Record)
 		if err != nil {
 			return nil, err
 		}
 		keep(ti)
 	}
-	slices.SortFunc(out, func(x, y TaskInfo) int { return compareTicks(x.ID, y.ID, 0, 0) })
+	slices.SortFunc(out, func(x, y TaskInfo) int {
+		switch {
+		case x.ID < y.ID:
+			return -1
+		case x.ID > y.ID:
+			return 1
+		}
+		return 0
+	})
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[:f.Limit]
 	}
@@ -155,20 +169,11 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 // RetryCallback makes a failing callback's next attempt start now instead of
 // after its backoff (R5.6).
 func (b *Broadcaster) RetryCallback(id uint64) error {
-	t, err := b.liveTask(id)
+	r, err := b.d.call(context.Background(), func(to engine.Target) engine.Event { return engine.RetryNow{To: to, ID: id} })
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.cb.running || t.cb.retry == nil {
-		return fmt.Errorf("%w: task %d has no callback waiting to retry", ErrFailedPrecondition, id)
-	}
-	select {
-	case t.cb.retry <- struct{}{}:
-	default:
-	}
-	return nil
+	return r.Err
 }
 
 // CompleteCallback completes a stuck task without its callback's effects:
@@ -177,45 +182,42 @@ func (b *Broadcaster) RetryCallback(id uint64) error {
 // attempt, if any, is cancelled. It returns once the task is TOMBSTONE or ctx
 // ends.
 func (b *Broadcaster) CompleteCallback(ctx context.Context, id uint64, reason string) error {
-	t, err := b.liveTask(id)
+	r, err := b.d.call(ctx, func(to engine.Target) engine.Event { return engine.Complete{To: to, ID: id, Reason: reason} })
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	if !t.cb.running {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: task %d has not reached its callback (all copies must be acked first)", ErrFailedPrecondition, id)
-	}
-	if t.cb.force == nil {
-		t.cb.force = &Outcome{Status: ForceCompleted, Detail: reason}
-	}
-	if t.cb.cancel != nil {
-		t.cb.cancel()
-	}
-	if t.cb.retry != nil {
-		select {
-		case t.cb.retry <- struct{}{}:
-		default:
-		}
-	}
-	t.mu.Unlock()
-	b.log.Warn("operator force-completes a callback", "broadcast", id, "reason", reason)
-	select {
-	case <-t.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.Err
 }
 
-func (b *Broadcaster) liveTask(id uint64) (*task, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if t := b.tasks[id]; t != nil {
-		return t, nil
+// Ack acknowledges one copy of a broadcast (R4.5). Acks are idempotent: the
+// first checkpoint of a vchannel wins and repeats are no-ops. An ack for a
+// tombstoned or unknown broadcast is ignored, unless it carries a replicated
+// message, which creates a REPLICATED task (R8.2). An ack for a vchannel the
+// broadcast does not target fails with ErrVChannelNotInTask.
+//
+// A consumer that does not carry the message may ack with just the id and
+// vchannel (zero Checkpoint); the append result is used then. On a
+// secondary the ack is durable when Ack returns.
+func (b *Broadcaster) Ack(ctx context.Context, a Ack) error {
+	if err := b.closedErr(); err != nil {
+		return err
 	}
-	if _, ok := b.tombs[id]; ok {
-		return nil, fmt.Errorf("%w: task %d is already TOMBSTONE", ErrFailedPrecondition, id)
+	r, err := b.d.call(ctx, func(to engine.Target) engine.Event {
+		return engine.Ack{To: to, ID: a.BroadcastID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Msg: a.Message, Ctx: ctx}
+	})
+	if err != nil {
+		return fmt.Errorf("ack of broadcast %d: %w", a.BroadcastID, err)
 	}
-	return nil, fmt.Errorf("%w: task %d", ErrNotFound, id)
+	return r.Err
+}
+
+// Ack is one consumer acknowledgement.
+type Ack struct {
+	BroadcastID uint64
+	VChannel    message.VChannel
+	// Checkpoint is where the consumer read the copy; zero if unknown.
+	Checkpoint wal.Checkpoint
+	// Message is the copy's message, if the consumer has it. A replicated
+	// copy's message creates the REPLICATED task on a secondary.
+	Message *message.Message
 }

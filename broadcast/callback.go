@@ -125,47 +125,6 @@ func (c *Callbacks) ackOnce(t message.Type) func(context.Context, *AckEvent) err
 	return c.onceAck[t]
 }
 
-// OutcomeStatus is how a task ended, as its callback (or an operator) said.
-type OutcomeStatus int
-
-const (
-	// Succeeded is the default outcome of a callback that returned nil.
-	Succeeded OutcomeStatus = 1
-	// Failed is an application failure the callback recorded (the import
-	// job it created failed, say): retries with the same key keep getting
-	// it, so the client knows to mint a new key (R7.9).
-	Failed OutcomeStatus = 2
-	// ForceCompleted is set by an operator who completed a stuck callback
-	// (R5.6); the callback's effects were not applied.
-	ForceCompleted OutcomeStatus = 3
-	// Ignored marks a task force promote skipped (R8.3).
-	Ignored OutcomeStatus = 4
-)
-
-// String returns the status's name: "succeeded", "failed",
-// "force-completed", "ignored" ("unknown" otherwise).
-func (s OutcomeStatus) String() string {
-	switch s {
-	case Succeeded:
-		return "succeeded"
-	case Failed:
-		return "failed"
-	case ForceCompleted:
-		return "force-completed"
-	case Ignored:
-		return "ignored"
-	}
-	return "unknown"
-}
-
-// Outcome is what a finished task's callback recorded.
-type Outcome struct {
-	Status OutcomeStatus
-	Detail string
-	// Data is application data, e.g. the id of the import job created.
-	Data []byte
-}
-
 // Effects collects an ack callback's catalog writes and outcome. Writes are
 // applied in the same transaction that marks the task TOMBSTONE; they are
 // discarded if the callback returns an error.

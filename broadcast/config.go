@@ -12,9 +12,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/clock"
+	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
+
+// Clock is the engine's source of time: Now and timers. Every backoff,
+// callback retry and GC check waits on its timers, and every time the
+// engine records comes from its Now. Default: the wall clock.
+type Clock = clock.Clock
 
 // Config configures a Broadcaster. Catalog, WAL, Types and ControlChannel are
 // required; every other field has the default SPEC.md gives it.
@@ -69,8 +76,12 @@ type Config struct {
 	// Logger receives structured logs; idempotency keys appear only as
 	// fingerprints. Default slog.Default().
 	Logger *slog.Logger
-	// Clock returns the current time. Default time.Now.
-	Clock func() time.Time
+	// Clock tells the time and times retries and GC checks. Default the wall
+	// clock.
+	Clock Clock
+	// CallbackConcurrency bounds the callbacks (and ack-once callbacks) that
+	// run at once. Default 1024.
+	CallbackConcurrency int
 	// Observer receives events for metrics. Default none.
 	Observer Observer
 	// TracerProvider creates the engine's spans (R9.6; span names in
@@ -102,25 +113,45 @@ func (b Backoff) WithDefaults() Backoff {
 }
 
 // New returns a fresh schedule (no jitter) that retries forever.
-func (b Backoff) New() *backoff.ExponentialBackOff {
-	e := backoff.NewExponentialBackOff()
-	e.InitialInterval = b.Initial
-	e.Multiplier = b.Multiplier
-	e.MaxInterval = b.Max
-	e.RandomizationFactor = 0
-	e.Reset()
-	return e
+func (b Backoff) New() *backoff.ExponentialBackOff { return b.Policy().Schedule() }
+
+// Policy returns the schedule as the module's retry helper takes it.
+func (b Backoff) Policy() retry.Policy {
+	return retry.Policy{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max}.WithDefaults()
 }
 
 // TombstoneConfig says how long finished tasks are kept for deduplication.
-// A tombstone is deleted when it is older than MaxLifetime or beyond the
-// newest MaxCount, whichever comes first, checked every CheckInterval and
-// after each new tombstone.
+// A tombstone is deleted when it is older than its retention class's
+// MaxLifetime or beyond the class's newest MaxCount, whichever comes first,
+// checked every CheckInterval and after each new tombstone (R6.1).
+//
+// MaxLifetime and MaxCount are the default class's, which every type not
+// named by one of Classes belongs to. A burst of one class never evicts
+// another class's tombstones (R6.4), so an application gives the types
+// whose windows matter most (an import) a class of their own.
 type TombstoneConfig struct {
 	MaxLifetime   time.Duration // default 24h
 	MaxCount      int           // default 8192
 	CheckInterval time.Duration // default 5m
+	// Classes are further retention classes.
+	Classes []RetentionClass
 }
+
+// RetentionClass is a retention class of its own for some message types:
+// their tombstones are kept until older than MaxLifetime or beyond the
+// class's newest MaxCount. The memory tombstones take is bounded by the sum
+// of every class's MaxCount.
+type RetentionClass struct {
+	// Name names the class in metrics and key lookups; "default" is the
+	// default class's.
+	Name        string
+	Types       []message.Type
+	MaxCount    int           // default: the default class's
+	MaxLifetime time.Duration // default: the default class's
+}
+
+// DefaultClass is the name of the default retention class.
+const DefaultClass = "default"
 
 // withDefaults returns cfg with every unset field at its default.
 func (cfg Config) withDefaults() Config {
@@ -156,7 +187,19 @@ func (cfg Config) withDefaults() Config {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = time.Now
+		cfg.Clock = clock.Real()
+	}
+	if cfg.CallbackConcurrency == 0 {
+		cfg.CallbackConcurrency = 1024
+	}
+	for i := range cfg.Tombstone.Classes {
+		cl := &cfg.Tombstone.Classes[i]
+		if cl.MaxCount == 0 {
+			cl.MaxCount = cfg.Tombstone.MaxCount
+		}
+		if cl.MaxLifetime == 0 {
+			cl.MaxLifetime = cfg.Tombstone.MaxLifetime
+		}
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
@@ -194,6 +237,28 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Tombstone.MaxLifetime < 0 || cfg.Tombstone.MaxCount < 0 || cfg.Tombstone.CheckInterval < 0 {
 		return bad("Tombstone", "negative values in %+v", cfg.Tombstone)
+	}
+	names := map[string]bool{DefaultClass: true}
+	typed := map[message.Type]string{}
+	for _, cl := range cfg.Tombstone.Classes {
+		switch {
+		case cl.Name == "" || names[cl.Name]:
+			return bad("Tombstone.Classes", "class name %q is empty or used twice", cl.Name)
+		case cl.MaxCount < 0 || cl.MaxLifetime < 0:
+			return bad("Tombstone.Classes", "class %s has negative limits", cl.Name)
+		case len(cl.Types) == 0:
+			return bad("Tombstone.Classes", "class %s names no message type", cl.Name)
+		}
+		names[cl.Name] = true
+		for _, t := range cl.Types {
+			if other, dup := typed[t]; dup {
+				return bad("Tombstone.Classes", "type %s is in classes %s and %s", t, other, cl.Name)
+			}
+			typed[t] = cl.Name
+		}
+	}
+	if cfg.CallbackConcurrency < 0 {
+		return bad("CallbackConcurrency", "%d is negative", cfg.CallbackConcurrency)
 	}
 	if cfg.MaxKeyLength < 0 {
 		return bad("MaxKeyLength", "%d is negative", cfg.MaxKeyLength)

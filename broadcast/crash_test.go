@@ -26,6 +26,8 @@ func commitKind(ops []catalog.Op) string {
 	switch {
 	case strings.HasPrefix(k, "walcast/ids/"):
 		return "ids"
+	case strings.HasPrefix(k, "walcast/promote/"):
+		return "promote"
 	case ops[0].Delete:
 		return "gc"
 	case strings.HasPrefix(k, "walcast/tasks/"):
@@ -207,7 +209,7 @@ func TestR4_8_RecoveredTombstonesKeepTheirAge(t *testing.T) {
 	e := newEnv(t)
 	now := newManualClock()
 	clock := func(c *broadcast.Config) {
-		c.Clock = now.Now
+		c.Clock = now
 		c.Tombstone.MaxLifetime = time.Hour
 		c.Tombstone.CheckInterval = time.Hour
 	}

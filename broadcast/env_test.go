@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	cmem "github.com/walcast/walcast/catalog/memory"
+	"github.com/walcast/walcast/internal/clock"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -146,9 +146,18 @@ func newEnvOn(t testing.TB, be backend) *env {
 	e.cfg = broadcast.Config{
 		Types: e.types, Callbacks: e.cbs, ControlChannel: cchan,
 		Backoff: broadcast.Backoff{Initial: time.Millisecond, Multiplier: 2, Max: 20 * time.Millisecond},
-		Logger:  slog.New(slog.DiscardHandler),
+		Logger:  testLogger(),
 	}
 	return e
+}
+
+// testLogger discards the engine's logs, unless WALCAST_TEST_LOG is set
+// (debug level, to stderr).
+func testLogger() *slog.Logger {
+	if os.Getenv("WALCAST_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // callback is the test types' ack callback.
@@ -402,18 +411,31 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
-// manualClock is a clock a test moves by hand (Config.Clock = c.Now),
-// starting at 2026-01-01 UTC.
-type manualClock struct{ ns atomic.Int64 }
-
-func newManualClock() *manualClock {
-	c := &manualClock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
+// newManualClock is a clock a test moves by hand (Config.Clock = c),
+// starting at 2026-01-01 UTC: its timers (retries, GC checks) fire only
+// when the test moves it.
+func newManualClock() *clock.Manual {
+	return clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
-// Now returns the clock's time.
-func (c *manualClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
-
-// Add moves the clock by d.
-func (c *manualClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+// ticking moves c forward by step every step of real time until the test
+// ends, so that the engine's short retry backoffs (milliseconds here) come
+// due while the test moves the clock by hours where it wants to.
+func ticking(t testing.TB, c *clock.Manual, step time.Duration) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(step)
+		defer tk.Stop()
+		for {
+			select {
+			case <-tk.C:
+				c.Add(step)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}

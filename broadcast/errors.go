@@ -1,7 +1,7 @@
 package broadcast
 
 import (
-	"errors"
+	"github.com/walcast/walcast/internal/engine"
 )
 
 // Errors. Check them with errors.Is.
@@ -9,31 +9,39 @@ var (
 	// ErrTaskNotCreated marks an error returned before the broadcast's task
 	// was created: nothing was persisted or appended, and retrying is safe.
 	// Compare ErrClosed, after which a created task completes on recovery.
-	ErrTaskNotCreated = errors.New("broadcast task not created")
+	ErrTaskNotCreated = engine.ErrTaskNotCreated
 	// ErrClosed reports a broadcaster that is closed (or was deposed).
-	ErrClosed = errors.New("broadcaster closed")
+	ErrClosed = engine.ErrClosed
 	// ErrInvalidArgument reports bad input: the message, its targets, keys or
 	// idempotency key. Nothing was persisted or appended.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = engine.ErrInvalidArgument
 	// ErrInvalidConfig reports a Config that New refuses, naming the setting.
-	ErrInvalidConfig = errors.New("invalid broadcaster config")
+	ErrInvalidConfig = errInvalidConfig
 	// ErrHandleUsed reports a second Broadcast on a one-shot handle.
-	ErrHandleUsed = errors.New("broadcast handle already used")
+	ErrHandleUsed = errHandleUsed
 	// ErrKeyReusedWithDifferentPayload reports an idempotency key already
 	// accepted for a different request (R7.6).
-	ErrKeyReusedWithDifferentPayload = errors.New("idempotency key reused with a different payload")
+	ErrKeyReusedWithDifferentPayload = engine.ErrKeyReusedWithDifferentPayload
 	// ErrNotFound reports an unknown task id or idempotency key.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = engine.ErrNotFound
 	// ErrVChannelNotInTask reports an ack for a vchannel the broadcast does
 	// not target.
-	ErrVChannelNotInTask = errors.New("vchannel is not a target of the broadcast")
+	ErrVChannelNotInTask = engine.ErrVChannelNotInTask
 	// ErrCorruptCatalog reports catalog contents that break an invariant,
 	// such as two recovered pending tasks holding conflicting keys.
-	ErrCorruptCatalog = errors.New("corrupt catalog")
+	ErrCorruptCatalog = engine.ErrCorruptCatalog
 	// ErrFailedPrecondition reports an operation that does not apply to the
 	// task in its current state (e.g. completing a finished callback).
-	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrFailedPrecondition = engine.ErrFailedPrecondition
+	// ErrNotPrimary refuses DDL/DCL on a secondary (R8.1).
+	ErrNotPrimary = engine.ErrNotPrimary
+	// ErrNotSecondary refuses a force promote on a primary (R8.3).
+	ErrNotSecondary = engine.ErrNotSecondary
+	// ErrBusy reports TryWithResourceKeys finding a key held in a
+	// conflicting mode; the error names the holder and wraps
+	// resource.ErrConflict.
+	ErrBusy = engine.ErrBusy
 )
 
 // IsTaskNotCreated reports whether err says nothing was created.
-func IsTaskNotCreated(err error) bool { return errors.Is(err, ErrTaskNotCreated) }
+func IsTaskNotCreated(err error) bool { return errorsIs(err, ErrTaskNotCreated) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/clock"
 	"github.com/walcast/walcast/internal/crash"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -343,7 +344,7 @@ func TestR7_7_WindowReported(t *testing.T) {
 	e := newEnv(t)
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	b := e.open(func(c *broadcast.Config) {
-		c.Clock = func() time.Time { return at }
+		c.Clock = clock.NewManual(at)
 		c.Tombstone.MaxLifetime = 2 * time.Hour
 		c.Tombstone.MaxCount = 10
 	})

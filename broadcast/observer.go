@@ -1,8 +1,11 @@
 package broadcast
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
+	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -29,7 +32,8 @@ type Observer interface {
 	// Duplicate is called when a request resolved to an earlier broadcast.
 	Duplicate(t message.Type)
 	// Evicted is called when GC deleted tombstones: early of them were
-	// evicted by MaxCount before reaching MaxLifetime (R6.3).
+	// evicted by MaxCount before reaching MaxLifetime (R6.3). An Observer
+	// that also implements ClassObserver hears the class too.
 	Evicted(total, early int)
 	// CatalogCommit is called for every catalog commit the broadcaster
 	// makes; kind is "pending", "ack", "tombstone", "gc", "ids",
@@ -38,6 +42,12 @@ type Observer interface {
 	CatalogCommit(kind string)
 	// Fenced is called when the catalog reports a newer coordinator term.
 	Fenced()
+}
+
+// ClassObserver is an Observer that hears per retention class how many
+// tombstones GC deleted and how many of them MaxCount evicted early (R6.4).
+type ClassObserver interface {
+	EvictedClass(class string, total, early int)
 }
 
 type nopObserver struct{}
@@ -52,3 +62,47 @@ func (nopObserver) Duplicate(message.Type)                      {}
 func (nopObserver) Evicted(int, int)                            {}
 func (nopObserver) CatalogCommit(string)                        {}
 func (nopObserver) Fenced()                                     {}
+
+// coreObserver passes the core's events on to the Observer, the task spans
+// and the lifecycle log. It runs on the driver's loop.
+type coreObserver struct {
+	b *Broadcaster
+}
+
+func (o coreObserver) TaskState(t message.Type, from, to engine.State) {
+	o.b.obs.TaskState(t, from, to)
+}
+
+func (o coreObserver) Stage(id uint64, m *message.Message, from, to engine.Stage) {
+	o.b.spans.stage(id, m, from, to)
+	if o.b.log.Enabled(context.Background(), slog.LevelDebug) {
+		o.b.log.Debug("task stage", "broadcast", id, "type", m.Type.String(), "from", from.String(), "to", to.String())
+	}
+}
+
+func (o coreObserver) Appended(t message.Type, d time.Duration) { o.b.obs.Appended(t, d) }
+
+func (o coreObserver) Completed(id uint64, m *message.Message, d time.Duration, commits int, out engine.Outcome) {
+	o.b.obs.Completed(m.Type, d)
+	o.b.log.Info("task completed", "broadcast", id, "type", m.Type.String(), "duration", d, "commits", commits,
+		"outcome", out.Status.String())
+}
+
+func (o coreObserver) AppendRetry(p message.PChannel, err error) { o.b.obs.AppendRetry(p, err) }
+
+func (o coreObserver) AppendFailed(id uint64, p message.PChannel, err error) {
+	o.b.spans.appendFailed(id, p, err)
+}
+
+func (o coreObserver) Duplicate(t message.Type) { o.b.obs.Duplicate(t) }
+
+func (o coreObserver) Evicted(class string, total, early int) {
+	o.b.obs.Evicted(total, early)
+	if co, ok := o.b.obs.(ClassObserver); ok {
+		co.EvictedClass(class, total, early)
+	}
+}
+
+func (o coreObserver) CatalogCommit(kind string) { o.b.obs.CatalogCommit(kind) }
+
+func (o coreObserver) Fenced() { o.b.obs.Fenced() }

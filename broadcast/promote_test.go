@@ -327,7 +327,7 @@ func TestR8_1_FollowRefusesClusterWhoseHistoryWasCollected(t *testing.T) {
 	e := newEnv(t)
 	now := newManualClock()
 	clock := func(c *broadcast.Config) {
-		c.Clock = now.Now
+		c.Clock = now
 		c.Tombstone.MaxLifetime = time.Hour
 		c.Tombstone.CheckInterval = time.Hour
 	}

@@ -190,11 +190,12 @@ func transitions(states []string) []string { return slices.Compact(slices.Clone(
 // REPLICATED → TOMBSTONE → deleted.
 func TestR4_1_PersistedStateTransitions(t *testing.T) {
 	now := newManualClock()
+	ticking(t, now, time.Millisecond) // callback retries below wait on it
 	var rec *stateRecorder
 	setup := func(c *broadcast.Config) {
 		rec = newStateRecorder(c.Catalog)
 		c.Catalog = rec
-		c.Clock = now.Now
+		c.Clock = now
 		c.Tombstone.MaxLifetime = time.Hour
 		c.Tombstone.CheckInterval = 5 * time.Millisecond
 	}

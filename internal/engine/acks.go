@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/walcast/walcast/message"
@@ -39,7 +40,7 @@ func (c *Core) fastAck(t *task, i int) {
 		return
 	}
 	cp.fast = true
-	c.ackCopy(t, i, cp.appendCP, nil)
+	c.ackCopy(t, i, cp.appendCP, nil, nil)
 }
 
 // ack handles a consumer's ack.
@@ -57,7 +58,7 @@ func (c *Core) ack(e Ack) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
 		return
 	}
-	c.ackCopy(t, i, e.Checkpoint, e.To)
+	c.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx)
 }
 
 // replicatedTask creates a REPLICATED task from the first ack of a copy the
@@ -100,7 +101,7 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 
 // ackCopy acks copy i at cp (zero: its append result) for to (nil: the
 // engine's own FastAck).
-func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target) {
+func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx context.Context) {
 	copy := &t.copies[i]
 	if copy.acked || t.stage >= Tombstoning {
 		if t.durableAcks() && to != nil {
@@ -126,7 +127,7 @@ func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target) {
 			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
 		}
 		c.ackOnces[id] = ackOnceRef{t: t, i: i, cp: cp}
-		c.emit(AckOnce{ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
+		c.emit(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
 		return
 	}
 	c.recordAck(t, i, cp)
@@ -161,7 +162,7 @@ func (c *Core) ackOnceDone(e AckOnceDone) {
 			}
 			c.after(copy.fastBack.NextBackOff(), func() {
 				if c.tasks[t.id] == t && !t.copies[i].acked {
-					c.ackCopy(t, i, t.copies[i].appendCP, nil)
+					c.ackCopy(t, i, t.copies[i].appendCP, nil, nil)
 				}
 			})
 		}

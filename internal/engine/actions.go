@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"time"
 
 	"github.com/walcast/walcast/catalog"
@@ -18,8 +19,8 @@ type Reply struct {
 	Err error
 	// Admitted: the Resolve found no original; the handle holds the slot.
 	Admitted bool
-	// Grant: the Lock was granted with this broadcast id.
-	Grant uint64
+	// Granted: the Lock was granted.
+	Granted bool
 	// Original: the request is a duplicate of this original.
 	Original *Original
 	// Result: the task finished.
@@ -99,6 +100,8 @@ type CancelCallback struct{ Task uint64 }
 // AckOnce asks for one run of the ack-once callback of one copy (R5.5); the
 // driver reports AckOnceDone.
 type AckOnce struct {
+	// Ctx is the acker's context (nil for the engine's own FastAck).
+	Ctx        context.Context
 	ID         uint64
 	Task       uint64
 	Msg        *message.Message

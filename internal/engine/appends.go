@@ -209,6 +209,7 @@ func (c *Core) appendFailed(b *batch, err error) {
 	for _, r := range b.reqs {
 		r.t.appendAttempts++
 		r.t.appendErr = err.Error()
+		c.obs.AppendFailed(r.t.id, b.lane.name, err)
 	}
 	c.log.Warn("wal append failed; retrying", "pchannel", b.lane.name, "items", len(b.reqs), "err", err)
 }

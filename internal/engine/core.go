@@ -138,9 +138,20 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	if err := c.recover(snap); err != nil {
 		return nil, err
 	}
-	c.gc.timer = c.after(cfg.CheckInterval, func() { c.runGC(true) })
+	c.periodicGC()
 	c.runGC(true)
 	return c, nil
+}
+
+// periodicGC runs a full GC every CheckInterval (R6.1).
+func (c *Core) periodicGC() {
+	if c.cfg.CheckInterval <= 0 {
+		return
+	}
+	c.gc.timer = c.after(c.cfg.CheckInterval, func() {
+		c.periodicGC()
+		c.runGC(true)
+	})
 }
 
 // Step applies one event at time now.
@@ -454,6 +465,10 @@ func (c *Core) stop(err error) {
 		err = ErrClosed
 	}
 	c.stopped, c.stopErr = true, err
+	for _, then := range c.ids.waiting {
+		then(0, fmt.Errorf("%w: %w", ErrTaskNotCreated, err))
+	}
+	c.ids.waiting = nil
 	for _, h := range c.handles {
 		if h.to != nil {
 			c.reply(h.to, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -48,19 +50,19 @@ type Lock struct {
 	// Need is the role the cluster must have, checked before and after the
 	// wait (0: any); a force promote needs Secondary.
 	Need Role
-	// WantID allocates the broadcast id at grant (a handle that will
-	// Submit).
-	WantID bool
 }
 
 // Close ends a handle that did not broadcast: its locks and admission slot
 // are released (R3.6). Closing a handle that broadcast does nothing.
 type Close struct{ Handle HandleID }
 
-// Submit creates a task from a handle that holds its locks (R4.2): the
-// message is stamped with the handle's id and encoded. The reply comes when
-// the task finished (a Result), or at once with an error if it was never
-// created, or with an Original if the scope got one meanwhile.
+// Submit creates a task from a handle that holds its locks (R4.2). Msg is
+// stamped but for its broadcast id (0), and Bytes is Msg encoded: the core
+// allocates the id, sets it in Msg and appends it to Bytes (a protobuf
+// field appended overrides, so the encoding is complete without encoding
+// again). The reply comes when the task finished (a Result), or with an
+// error if it was never created, or with an Original if the scope got one
+// meanwhile.
 type Submit struct {
 	To     Target
 	Handle HandleID
@@ -86,6 +88,9 @@ type Ack struct {
 	// Msg is the copy's message if the consumer has it; a replicated one
 	// creates the REPLICATED task on a secondary (R8.2).
 	Msg *message.Message
+	// Ctx is the acker's context, handed to the ack-once callback it runs
+	// (opaque to the core).
+	Ctx context.Context
 }
 
 // Follow makes the (empty) cluster a secondary under Config (R8.1); Handle

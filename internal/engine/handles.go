@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -20,11 +22,10 @@ type handle struct {
 	// lock is the issuance lock request; granted once it holds every key.
 	lock    *resource.Request
 	need    Role
-	wantID  bool
 	granted bool
-	bid     uint64 // broadcast id allocated at grant (wantID)
-	// follow is set once the handle's Follow write is in flight.
-	follow bool
+	// busy is set while the handle's Follow write is in flight, or its
+	// Submit waits for an id: Close then does nothing.
+	busy bool
 }
 
 // admission reserves a scope while its first request takes its locks, so a
@@ -112,7 +113,7 @@ func (c *Core) lock(e Lock) {
 		return
 	}
 	r.Ref, r.Owner = h, fmt.Sprintf("handle %d", h.id)
-	h.lock, h.need, h.wantID, h.to = r, e.Need, e.WantID, e.To
+	h.lock, h.need, h.to = r, e.Need, e.To
 	if e.Try {
 		if err := c.locks.TryAcquire(r); err != nil {
 			h.lock = nil
@@ -140,22 +141,17 @@ func (c *Core) checkRole(need Role) error {
 }
 
 // granted continues a handle whose locks are all held: the role is checked
-// again (a request queued behind a demotion sees the role it left, R8.1),
-// then an id is allocated.
+// again (a request queued behind a demotion sees the role it left, R8.1).
 func (c *Core) granted(h *handle) {
+	to := h.to
+	h.to = nil
 	if err := c.checkRole(h.need); err != nil {
-		to := h.to
 		c.dropHandle(h)
 		c.reply(to, Reply{Err: err})
 		return
 	}
 	h.granted = true
-	if !h.wantID {
-		c.reply(h.to, Reply{Grant: 0})
-		h.to = nil
-		return
-	}
-	c.ids.alloc(c, h)
+	c.reply(to, Reply{Granted: true})
 }
 
 // grantedAll continues every request a lock release granted.
@@ -170,8 +166,18 @@ func (c *Core) grantedAll(rs []*resource.Request) {
 
 // closeHandle ends a handle that did not broadcast (R3.6).
 func (c *Core) closeHandle(id HandleID) {
-	if h := c.handles[id]; h != nil && !h.follow {
+	if h := c.handles[id]; h != nil && !h.busy {
 		c.dropHandle(h)
+	}
+	// A Resolve still waiting for another request's admission is
+	// withdrawn too.
+	for _, a := range c.admits {
+		for i, r := range a.waiters {
+			if r.Handle == id {
+				a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
+				break
+			}
+		}
 	}
 }
 
@@ -182,39 +188,30 @@ func (c *Core) dropHandle(h *handle) {
 		c.grantedAll(c.locks.Release(h.lock))
 		h.lock = nil
 	}
-	c.ids.forget(h)
 	c.releaseAdmission(h)
 }
 
-// submit creates a task from a granted handle (R4.2, R7.3).
+// submit creates a task from a granted handle (R4.2, R7.3): once an id is
+// allocated (a block may have to be reserved first), the task and its scope
+// are registered together and the PENDING record written.
 func (c *Core) submit(e Submit) {
 	h := c.handles[e.Handle]
-	if h == nil || !h.granted || h.bid == 0 {
+	if h == nil || !h.granted || h.busy {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: handle %d holds no granted locks", ErrFailedPrecondition, e.Handle)})
 		return
 	}
-	if e.Msg.Broadcast.ID != h.bid {
+	if e.Msg.Broadcast.ID != 0 {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: message stamped %d, handle got %d", ErrInvalidArgument, e.Msg.Broadcast.ID, h.bid)})
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: message already stamped with broadcast %d", ErrInvalidArgument, e.Msg.Broadcast.ID)})
 		return
 	}
-	promote := h.need == Secondary
 	if err := c.checkRole(h.need); err != nil {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: err})
 		return
 	}
-	info, _ := c.cfg.Types.Lookup(e.Msg.Type)
-	t := newTask(e.Msg, e.Bytes, info, c.now)
-	t.request = e.Request
-	t.class = c.cfg.ClassOf(e.Msg.Type)
-	if t.promote != promote {
-		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a force promote needs the promote handle", ErrInvalidArgument)})
-		return
-	}
-	if t.scope != (Scope{}) {
-		if o := c.original(t.scope); o != nil {
+	if sc := ScopeOf(e.Msg.Type, e.Msg.IdempotencyKey); sc != (Scope{}) {
+		if o := c.original(sc); o != nil {
 			// Another request owns the scope: this one is a duplicate. The
 			// keys go back first, since the original may need them.
 			c.dropHandle(h)
@@ -228,6 +225,45 @@ func (c *Core) submit(e Submit) {
 				c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 				return
 			}
+		}
+	}
+	h.busy = true
+	c.ids.alloc(c, func(id uint64, err error) {
+		h.busy = false
+		if err != nil {
+			c.dropHandle(h)
+			c.reply(e.To, Reply{Err: err})
+			return
+		}
+		e.Msg.Broadcast.ID = id
+		e.Bytes = protowire.AppendVarint(protowire.AppendTag(e.Bytes, broadcastIDField, protowire.VarintType), id)
+		c.create(h, e)
+	})
+}
+
+// broadcastIDField is the field number of the broadcast id in the durable
+// Message (proto/walcast/durable/v1/durable.proto).
+const broadcastIDField protowire.Number = 8
+
+// create registers a submitted task with its id and persists it.
+func (c *Core) create(h *handle, e Submit) {
+	promote := h.need == Secondary
+	info, _ := c.cfg.Types.Lookup(e.Msg.Type)
+	t := newTask(e.Msg, e.Bytes, info, c.now)
+	t.request = e.Request
+	t.class = c.cfg.ClassOf(e.Msg.Type)
+	if t.promote != promote {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a force promote needs the promote handle", ErrInvalidArgument)})
+		return
+	}
+	if t.scope != (Scope{}) {
+		if o := c.original(t.scope); o != nil {
+			// A keyed broadcast on a plain handle got there first while
+			// this one waited for its id.
+			c.dropHandle(h)
+			c.reply(e.To, Reply{Original: o})
+			return
 		}
 	}
 	t.lock = h.lock

@@ -32,7 +32,7 @@ type ids struct {
 	// or a GC raising it): they are serialised, so the floor never goes
 	// down.
 	keyBusy bool
-	waiting []*handle
+	waiting []func(id uint64, err error)
 }
 
 func (s *ids) start(floor, maxID uint64) {
@@ -63,17 +63,18 @@ func (s *ids) floorFor(maxID uint64) uint64 {
 	return max(s.end, s.attempted, maxID+1)
 }
 
-// alloc gives h an id, reserving a block first if none is left.
-func (s *ids) alloc(c *Core, h *handle) {
+// alloc hands an id to then, reserving a block first if none is left; then
+// gets an error wrapping ErrTaskNotCreated if the block could not be
+// reserved.
+func (s *ids) alloc(c *Core, then func(id uint64, err error)) {
 	s.next = max(s.next, s.seen+1)
 	if s.next < s.end {
-		h.bid = s.next
+		id := s.next
 		s.next++
-		c.reply(h.to, Reply{Grant: h.bid})
-		h.to = nil
+		then(id, nil)
 		return
 	}
-	s.waiting = append(s.waiting, h)
+	s.waiting = append(s.waiting, then)
 	s.resume(c)
 }
 
@@ -93,14 +94,12 @@ func (s *ids) resume(c *Core) {
 		switch d {
 		case Done:
 			s.end, s.floor = end, end
-			for _, h := range waiting {
-				s.alloc(c, h)
+			for _, then := range waiting {
+				s.alloc(c, then)
 			}
-		case Refuse:
-			for _, h := range waiting {
-				to := h.to
-				c.dropHandle(h)
-				c.reply(to, Reply{Err: fmt.Errorf("%w: allocate broadcast id: %w", ErrTaskNotCreated, err)})
+		case Refuse, StepDown:
+			for _, then := range waiting {
+				then(0, fmt.Errorf("%w: allocate broadcast id: %w", ErrTaskNotCreated, err))
 			}
 		}
 		if c.gc.again {
@@ -109,14 +108,4 @@ func (s *ids) resume(c *Core) {
 			c.runGC(again)
 		}
 	})
-}
-
-// forget drops h from the handles waiting for a block.
-func (s *ids) forget(h *handle) {
-	for i, x := range s.waiting {
-		if x == h {
-			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
-			return
-		}
-	}
 }

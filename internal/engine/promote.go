@@ -83,6 +83,7 @@ func (c *Core) recordPromote(t *task) {
 		if d == Done {
 			c.promotes[t.id] = pos
 			c.move(t, OnAppended, Acking)
+			c.afterWrite(t) // acks that came meanwhile
 		}
 	})
 }

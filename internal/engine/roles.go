@@ -164,9 +164,9 @@ func (c *Core) follow(e Follow, h HandleID) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 		return
 	}
-	hd.follow = true
+	hd.busy = true
 	c.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *writeOp, d Decision, err error) {
-		hd.follow = false
+		hd.busy = false
 		if d == Done {
 			c.setTopology(e.Config)
 		}

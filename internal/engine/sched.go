@@ -186,6 +186,7 @@ func (c *Core) callbackDone(e CallbackDone) {
 		c.forceTombstone(t, OnForce)
 		return
 	}
+	c.move(t, OnCallbackFailed, Backoff)
 	c.callbackFailed(t, e.Err)
 }
 

@@ -133,9 +133,12 @@ func newTask(msg *message.Message, bytes []byte, info message.TypeInfo, created 
 
 func (t *task) allAcked() bool { return t.nacked == len(t.copies) }
 
+// allAppended reports whether every copy is in the WAL: appended by this
+// core, or acked with a checkpoint (recovered).
 func (t *task) allAppended() bool {
 	for i := range t.copies {
-		if !t.copies[i].appended {
+		cp := &t.copies[i]
+		if !cp.appended && !(cp.acked && cp.ackCP != (wal.Checkpoint{})) {
 			return false
 		}
 	}
@@ -173,7 +176,10 @@ func (t *task) controlTick() uint64 {
 func (t *task) record(st State) *RecordSpec {
 	s := &RecordSpec{ID: t.id, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
 		PayloadDigest: t.digest, RequestDigest: t.request}
-	if st == Pending {
+	if st == Pending && !t.promote {
+		// A PENDING record has no checkpoints: a crash before the TOMBSTONE
+		// appends the copies again (consumers deduplicate). A force
+		// promote's records hold its acks (see promote.go).
 		return s
 	}
 	s.Acked = make([]bool, len(t.copies))

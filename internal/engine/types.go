@@ -156,8 +156,10 @@ type Observer interface {
 	// Completed is called when a task is TOMBSTONE, with its execution time
 	// and the catalog commits it took.
 	Completed(id uint64, m *message.Message, d time.Duration, commits int, out Outcome)
-	// AppendRetry is called when an append to lane p failed.
+	// AppendRetry is called when an append to lane p failed;
+	// AppendFailed once per task whose copies it held.
 	AppendRetry(p message.PChannel, err error)
+	AppendFailed(id uint64, p message.PChannel, err error)
 	// Duplicate is called when a request resolved to an earlier broadcast.
 	Duplicate(t message.Type)
 	// Evicted is called when GC deleted tombstones of a class: early of
@@ -176,6 +178,7 @@ func (nopObserver) Stage(uint64, *message.Message, Stage, Stage)                
 func (nopObserver) Appended(message.Type, time.Duration)                            {}
 func (nopObserver) Completed(uint64, *message.Message, time.Duration, int, Outcome) {}
 func (nopObserver) AppendRetry(message.PChannel, error)                             {}
+func (nopObserver) AppendFailed(uint64, message.PChannel, error)                    {}
 func (nopObserver) Duplicate(message.Type)                                          {}
 func (nopObserver) Evicted(string, int, int)                                        {}
 func (nopObserver) CatalogCommit(string)                                            {}

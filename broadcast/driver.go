@@ -1,0 +1,363 @@
+package broadcast
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/clock"
+	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/internal/wait"
+	"github.com/walcast/walcast/wal"
+)
+
+// driver runs the engine's decision core: one loop goroutine owns it and
+// steps it with every event (API requests, I/O results, timer ticks);
+// the actions it returns are performed by bounded worker pools (catalog
+// commits, WAL appends, callbacks) whose results come back as events.
+// Nothing else touches the core.
+type driver struct {
+	b      *Broadcaster
+	core   *engine.Core
+	clock  clock.Clock
+	events chan engine.Event
+	stopc  chan error
+	// done is closed when the loop has exited: every reply has been sent.
+	done chan struct{}
+
+	// ctx bounds every I/O; cancelled when the loop stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	workers              sync.WaitGroup
+	commits, appends, cb *pool
+
+	// running callbacks' cancel funcs, by task id.
+	cbMu      sync.Mutex
+	cbCancels map[uint64]context.CancelFunc
+
+	stopOnce sync.Once
+}
+
+func newDriver(b *Broadcaster, core *engine.Core) *driver {
+	d := &driver{b: b, core: core, clock: b.cfg.Clock, events: make(chan engine.Event, 1024),
+		stopc: make(chan error, 1), done: make(chan struct{}), cbCancels: make(map[uint64]context.CancelFunc)}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.commits = newPool(&d.workers, 256)
+	d.appends = newPool(&d.workers, b.cfg.appendConcurrency())
+	d.cb = newPool(&d.workers, b.cfg.CallbackConcurrency)
+	return d
+}
+
+// start performs the core's first actions (recovery's) and runs the loop.
+func (d *driver) start() {
+	d.perform(d.core.Ready())
+	go d.loop()
+}
+
+func (d *driver) loop() {
+	defer close(d.done)
+	timer := d.clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	armed := time.Time{}
+	for {
+		if at, ok := d.core.Deadline(); ok && !at.Equal(armed) {
+			armed = at
+			timer.Reset(at.Sub(d.clock.Now()))
+		}
+		select {
+		case ev := <-d.events:
+			d.core.Step(d.clock.Now(), ev)
+			// Take whatever else is queued before performing: replies and
+			// writes of one batch go out together.
+			for n := 0; n < 256; n++ {
+				select {
+				case ev := <-d.events:
+					d.core.Step(d.clock.Now(), ev)
+					continue
+				default:
+				}
+				break
+			}
+		case <-timer.C():
+			armed = time.Time{}
+			d.core.Step(d.clock.Now(), engine.Tick{})
+		case err := <-d.stopc:
+			d.core.Step(d.clock.Now(), engine.Stop{Err: err})
+			d.perform(d.core.Ready())
+			d.drain()
+			return
+		}
+		d.perform(d.core.Ready())
+	}
+}
+
+// drain cancels every I/O and waits for the workers, stepping the stopped
+// core with whatever still arrives (it refuses requests and ignores
+// results), so that no worker or caller is left blocked.
+func (d *driver) drain() {
+	d.cancel()
+	idle := make(chan struct{})
+	go func() {
+		d.workers.Wait()
+		close(idle)
+	}()
+	for {
+		select {
+		case ev := <-d.events:
+			d.core.Step(d.clock.Now(), ev)
+			d.perform(d.core.Ready())
+		case <-idle:
+			for {
+				select {
+				case ev := <-d.events:
+					d.core.Step(d.clock.Now(), ev)
+					d.perform(d.core.Ready())
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// stop asks the loop to stop the core with err (nil: Close).
+func (d *driver) stop(err error) {
+	d.stopOnce.Do(func() { d.stopc <- err })
+}
+
+// send delivers an event to the loop; false if the loop has exited.
+func (d *driver) send(ev engine.Event) bool {
+	select {
+	case d.events <- ev:
+		return true
+	case <-d.done:
+		return false
+	}
+}
+
+// call sends a request and waits for its reply. If ctx ends first it
+// returns ctx's error (the request stays with the core; callers that must
+// withdraw it send what withdraws it). If the loop has exited it returns
+// ErrClosed.
+func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Event) (engine.Reply, error) {
+	rc := make(chan engine.Reply, 1)
+	if !d.send(mk(rc)) {
+		return engine.Reply{}, d.b.closedErr()
+	}
+	select {
+	case r := <-rc:
+		return r, nil
+	case <-ctx.Done():
+		select {
+		case r := <-rc:
+			return r, nil
+		default:
+		}
+		return engine.Reply{}, ctx.Err()
+	case <-d.done:
+		select {
+		case r := <-rc:
+			return r, nil
+		default:
+		}
+		return engine.Reply{}, d.b.closedErr()
+	}
+}
+
+// inspect runs fn on the core between two events and waits for it.
+func (d *driver) inspect(fn func(c *engine.Core)) bool {
+	ok := make(chan struct{})
+	if !d.send(engine.Inspect{Fn: func(c *engine.Core) { fn(c); close(ok) }}) {
+		return false
+	}
+	<-ok
+	return true
+}
+
+// result delivers a worker's result; a stopped loop still takes it.
+func (d *driver) result(ev engine.Event) {
+	select {
+	case d.events <- ev:
+	case <-d.done:
+	}
+}
+
+// perform carries out the core's actions.
+func (d *driver) perform(acts []engine.Action) {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case engine.Reply:
+			select {
+			case a.To.(chan engine.Reply) <- a:
+			default:
+				d.b.log.Error("engine bug: a second reply to one request", "reply", fmt.Sprintf("%+v", a))
+			}
+		case engine.Write:
+			d.commits.submit(func() { d.write(a) })
+		case engine.Append:
+			d.appends.submit(func() { d.append(a) })
+		case engine.Callback:
+			ctx, cancel := context.WithCancel(d.ctx)
+			d.cbMu.Lock()
+			d.cbCancels[a.Task] = cancel
+			d.cbMu.Unlock()
+			d.cb.submit(func() { d.callback(ctx, cancel, a) })
+		case engine.CancelCallback:
+			d.cbMu.Lock()
+			if cancel := d.cbCancels[a.Task]; cancel != nil {
+				cancel()
+			}
+			d.cbMu.Unlock()
+		case engine.AckOnce:
+			d.cb.submit(func() { d.ackOnce(a) })
+		case engine.Scan:
+			d.commits.submit(func() { d.scan(a) })
+		case engine.RoleChanged:
+			d.b.setRole(a.Role, a.Config)
+		case engine.Fenced:
+			d.b.fenced(a.Err)
+		default:
+			panic(fmt.Sprintf("broadcast: unknown action %T", a))
+		}
+	}
+}
+
+func (d *driver) write(w engine.Write) {
+	ops := w.Ops
+	var rec, msg []byte
+	if w.Record != nil {
+		var err error
+		if rec, msg, err = engine.EncodeRecord(w.Record); err != nil {
+			d.result(engine.Written{ID: w.ID, Err: fmt.Errorf("%w: encode record: %w", catalog.ErrInvalid, err)})
+			return
+		}
+		ops = append([]catalog.Op{catalog.Put(engine.TaskKey(d.b.cfg.Prefix, w.Task), rec)}, ops...)
+	}
+	err := d.b.cat.Commit(d.ctx, ops...)
+	if err != nil && d.ctx.Err() != nil && !catalog.NotApplied(err) {
+		// Cut short by Close: the commit may still apply.
+		err = fmt.Errorf("%w (broadcaster closing)", err)
+	}
+	d.b.spans.written(w, err)
+	d.result(engine.Written{ID: w.ID, Err: err, Record: rec, Message: msg})
+}
+
+func (d *driver) append(a engine.Append) {
+	res, err := d.b.cfg.WAL.AppendSalted(d.ctx, a.Lane, d.b.salt, a.Items)
+	d.result(engine.Appended{ID: a.ID, Results: res, Err: err})
+}
+
+// callback runs one attempt of a task's ack callback. Its context carries
+// the attempt's span (application spans nest under it) and is cancelled by
+// Close or an operator's CompleteCallback.
+func (d *driver) callback(ctx context.Context, cancel context.CancelFunc, a engine.Callback) {
+	defer func() {
+		d.cbMu.Lock()
+		delete(d.cbCancels, a.Task)
+		d.cbMu.Unlock()
+		cancel()
+	}()
+	eff := newEffects(d.b.cfg.Prefix)
+	var err error
+	if fn := d.b.cfg.Callbacks.ack(a.Msg.Type); fn != nil {
+		cctx, span := d.b.spans.start(ctx, a.Task, a.Msg, tracing.SpanCallback)
+		if span.IsRecording() {
+			span.SetAttributes(tracing.AttrAttempt.Int(a.Attempt))
+		}
+		start := time.Now()
+		ev := &Event{Message: a.Msg, Results: a.Results, Attempt: a.Attempt, Effects: eff}
+		err = wait.Safely("callback", func() error { return fn(cctx, ev) })
+		d.b.obs.Callback(a.Msg.Type, time.Since(start), err)
+		endSpan(span, err)
+	}
+	if err != nil {
+		d.result(engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: err})
+		return
+	}
+	d.result(engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Ops: eff.ops, Outcome: eff.outcome})
+}
+
+func (d *driver) ackOnce(a engine.AckOnce) {
+	var err error
+	if fn := d.b.cfg.Callbacks.ackOnce(a.Msg.Type); fn != nil {
+		ev := &AckEvent{Message: a.Msg, VChannel: a.VChannel, Checkpoint: a.Checkpoint}
+		ctx := d.ctx
+		if a.Ctx != nil {
+			// The acker's context, bounded by the broadcaster's life.
+			var stop func()
+			ctx, stop = mergeCancel(a.Ctx, d.ctx)
+			defer stop()
+		}
+		err = wait.Safely("callback", func() error { return fn(ctx, ev) })
+	}
+	d.result(engine.AckOnceDone{ID: a.ID, Err: err})
+}
+
+func (d *driver) scan(s engine.Scan) {
+	var found []engine.Found
+	err := d.b.cfg.WAL.ReadToEnd(d.ctx, s.PChannel, s.From, func(c wal.Copy) error {
+		found = append(found, engine.Found{ID: c.Message.Broadcast.ID, VChannel: c.VChannel, Checkpoint: c.Checkpoint})
+		return nil
+	})
+	if err != nil {
+		found = nil
+	}
+	d.result(engine.Scanned{ID: s.ID, Found: found, Err: err})
+}
+
+// pool runs functions on at most max goroutines, started on demand and
+// gone when idle; submit never blocks.
+type pool struct {
+	wg      *sync.WaitGroup
+	mu      sync.Mutex
+	queue   []func()
+	running int
+	max     int
+}
+
+func newPool(wg *sync.WaitGroup, max int) *pool { return &pool{wg: wg, max: max} }
+
+func (p *pool) submit(fn func()) {
+	p.mu.Lock()
+	p.queue = append(p.queue, fn)
+	start := p.running < p.max
+	if start {
+		p.running++
+		p.wg.Add(1)
+	}
+	p.mu.Unlock()
+	if start {
+		go p.work()
+	}
+}
+
+func (p *pool) work() {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.running--
+			p.mu.Unlock()
+			return
+		}
+		fn := p.queue[0]
+		p.queue[0] = nil
+		p.queue = p.queue[1:]
+		p.mu.Unlock()
+		fn()
+	}
+}
+
+// mergeCancel returns ctx (values and all) cancelled also when other ends.
+func mergeCancel(ctx, other context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(other, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}

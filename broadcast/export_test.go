@@ -1,0 +1,47 @@
+package broadcast
+
+import (
+	"context"
+
+	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/resource"
+)
+
+// Test hooks: compiled into the package's tests only.
+
+// TestLocker takes issuance keys in a broadcaster's lock table on a test's
+// behalf, whatever the cluster's role, as another broadcast would hold them.
+type TestLocker struct{ b *Broadcaster }
+
+// Locker returns the test hook on b's lock table.
+func (b *Broadcaster) Locker() TestLocker { return TestLocker{b} }
+
+// TestGuard releases keys a TestLocker took.
+type TestGuard struct{ h *Handle }
+
+// Unlock releases the keys.
+func (g *TestGuard) Unlock() { g.h.release() }
+
+// Lock takes keys (normalised, no implicit Cluster key), waiting for them.
+func (l TestLocker) Lock(ctx context.Context, keys ...resource.Key) (*TestGuard, error) {
+	return l.take(ctx, keys, false)
+}
+
+// TryLock takes keys without waiting; a conflict wraps resource.ErrConflict.
+func (l TestLocker) TryLock(keys ...resource.Key) (*TestGuard, error) {
+	return l.take(context.Background(), keys, true)
+}
+
+func (l TestLocker) take(ctx context.Context, keys []resource.Key, try bool) (*TestGuard, error) {
+	norm, err := resource.Normalize(keys)
+	if err != nil {
+		return nil, err
+	}
+	h := l.b.newHandle(nil)
+	if err := h.lock(ctx, norm, try, 0); err != nil {
+		return nil, err
+	}
+	return &TestGuard{h}, nil
+}
+
+var _ = engine.Lock{}
