@@ -81,14 +81,27 @@ func (b *Broadcaster) answerDuplicate(ctx context.Context, o *engine.Original, m
 			return nil, r.Err
 		case r.Original != nil:
 			// Tombstoned meanwhile.
-			return b.answerDuplicate(ctx, r.Original, nil, nil)
+			return tombResult(r.Original)
 		}
 		return resultOf(r.Result, o.Msg), nil
 	}
 	b.obs.Duplicate(rec.Msg.Type)
 	b.logDuplicate(key, o.ID, rec.Outcome.Status.String())
+	return tombResultOf(o, rec), nil
+}
+
+// tombResult is the result a tombstoned original gives a duplicate.
+func tombResult(o *engine.Original) (*Result, error) {
+	rec, err := engine.DecodeRecord([]byte(o.Record))
+	if err != nil {
+		return nil, fmt.Errorf("%w: tombstone %d: %w", ErrCorruptCatalog, o.ID, err)
+	}
+	return tombResultOf(o, rec), nil
+}
+
+func tombResultOf(o *engine.Original, rec *engine.Record) *Result {
 	w := windowOf(o.Window)
-	return &Result{BroadcastID: o.ID, Appends: rec.Results(), Duplicated: rec.Msg, Outcome: rec.Outcome, Window: &w}, nil
+	return &Result{BroadcastID: o.ID, Appends: rec.Results(), Duplicated: rec.Msg, Outcome: rec.Outcome, Window: &w}
 }
 
 func (b *Broadcaster) reused(k message.IdempotencyKey) error {

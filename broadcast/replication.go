@@ -139,7 +139,11 @@ func (b *Broadcaster) waitTask(ctx context.Context, id uint64) (*Result, error) 
 	case r.Err != nil:
 		return nil, r.Err
 	case r.Original != nil:
-		return b.answerDuplicate(ctx, r.Original, nil, nil)
+		res, err := tombResult(r.Original)
+		if res != nil {
+			res.Duplicated = nil
+		}
+		return res, err
 	}
 	return resultOf(r.Result, nil), nil
 }

@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"container/heap"
+	"maps"
+	"slices"
 	"fmt"
 	"log/slog"
 	"time"
@@ -469,19 +472,25 @@ func (c *Core) stop(err error) {
 		then(0, fmt.Errorf("%w: %w", ErrTaskNotCreated, err))
 	}
 	c.ids.waiting = nil
-	for _, h := range c.handles {
+	// In id order, so that a replay answers in the same order.
+	hids := slices.Sorted(maps.Keys(c.handles))
+	for _, id := range hids {
+		h := c.handles[id]
 		if h.to != nil {
 			c.reply(h.to, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
 			h.to = nil
 		}
 	}
-	for _, a := range c.admits {
+	scopes := slices.SortedFunc(maps.Keys(c.admits), func(a, b Scope) int { return bytes.Compare(a[:], b[:]) })
+	for _, sc := range scopes {
+		a := c.admits[sc]
 		for _, r := range a.waiters {
 			c.reply(r.To, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
 		}
 		a.waiters = nil
 	}
-	for _, t := range c.tasks {
+	for _, id := range slices.Sorted(maps.Keys(c.tasks)) {
+		t := c.tasks[id]
 		var werr error
 		if t.stage == Persisting && !t.maybePersisted {
 			werr = fmt.Errorf("%w: %w", ErrTaskNotCreated, err)

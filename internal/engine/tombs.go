@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"unsafe"
@@ -272,7 +273,7 @@ classes:
 		maxID = max(maxID, v.tb.id)
 	}
 	floors := map[message.PChannel]uint64{}
-	for p := range touched {
+	for _, p := range slices.Sorted(maps.Keys(touched)) {
 		f := max(c.floors[p], frontier[p])
 		floors[p] = f
 		ops = append(ops, catalog.Put(FloorPrefix(c.cfg.Prefix)+string(p), []byte(strconv.FormatUint(f, 10))))
