@@ -107,16 +107,6 @@ func clusterKey(b *broadcast.Broadcaster) (resource.KeyState, bool) {
 	return resource.KeyState{}, false
 }
 
-func exclusiveClusterHeld(b *broadcast.Broadcaster) bool {
-	ks, _ := clusterKey(b)
-	for _, h := range ks.Holders {
-		if h.Mode == resource.Exclusive {
-			return true
-		}
-	}
-	return false
-}
-
 // roleWitness is a log handler that counts the broadcaster's role changes.
 // (That the new role is in force before the demotion releases the Cluster
 // key is checked on the decision core: TestR8_1_RoleAppliedBeforeKeysReleased

@@ -3,10 +3,10 @@ package engine
 import (
 	"bytes"
 	"container/heap"
-	"maps"
-	"slices"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"

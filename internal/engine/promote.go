@@ -53,11 +53,10 @@ type copyKey struct {
 // scanOp reads one pchannel; done gets its copies once the whole read
 // succeeded.
 type scanOp struct {
-	p     message.PChannel
-	from  uint64
-	bo    *backoff.ExponentialBackOff
-	found []Found
-	done  func(found []Found)
+	p    message.PChannel
+	from uint64
+	bo   *backoff.ExponentialBackOff
+	done func(found []Found)
 }
 
 // recordPromote records where t's copies landed, then moves it on to wait
