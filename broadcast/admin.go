@@ -111,18 +111,24 @@ type Filter struct {
 	Type   message.Type
 	// OlderThan keeps tasks created more than this long ago (hanging tasks).
 	OlderThan time.Duration
-	// Limit caps the result (0: no cap).
+	// AfterID and BeforeID keep tasks with ids above / below them (0: no
+	// bound): a cursor for paging.
+	AfterID, BeforeID uint64
+	// Newest orders the result by descending id (default ascending).
+	Newest bool
+	// Limit caps the result (0: no cap), after ordering.
 	Limit int
 }
 
-// Tasks lists tasks matching f, ordered by id.
+// Tasks lists tasks matching f, ordered by id (descending if f.Newest).
 func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 	wantState := func(s State) bool { return len(f.States) == 0 || slices.Contains(f.States, s) }
+	wantID := func(id uint64) bool {
+		return (f.AfterID == 0 || id > f.AfterID) && (f.BeforeID == 0 || id < f.BeforeID)
+	}
 	var live []engine.TaskView
 	var tombs []engine.TombRecord
-	var now time.Time
 	if !b.d.inspect(func(c *engine.Core) {
-		now = c.Now()
 		if wantState(Pending) || wantState(Replicated) {
 			live = c.LiveTasks()
 		}
@@ -133,7 +139,6 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 		return nil, b.closedErr()
 	}
 	cutoff := b.cfg.Clock.Now().Add(-f.OlderThan)
-	_ = now
 	var out []TaskInfo
 	keep := func(ti TaskInfo) {
 		if !wantState(ti.State) || f.Type != (message.Type{}) && ti.Type != f.Type || f.OlderThan > 0 && ti.CreatedAt.After(cutoff) {
@@ -142,9 +147,31 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 		out = append(out, ti)
 	}
 	for _, v := range live {
-		keep(liveInfo(v))
+		if wantID(v.ID) {
+			keep(liveInfo(v))
+		}
 	}
+	// Tombstones are decoded only when their id is in range, newest or
+	// oldest first, until Limit matched (they come oldest first per class).
+	slices.SortFunc(tombs, func(x, y engine.TombRecord) int {
+		if f.Newest {
+			x, y = y, x
+		}
+		switch {
+		case x.ID < y.ID:
+			return -1
+		case x.ID > y.ID:
+			return 1
+		}
+		return 0
+	})
 	for _, tb := range tombs {
+		if !wantID(tb.ID) {
+			continue
+		}
+		if f.Limit > 0 && len(out) >= f.Limit+len(live) {
+			break
+		}
 		ti, err := tombInfo(tb.ID, tb.Record)
 		if err != nil {
 			return nil, err
@@ -152,6 +179,9 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 		keep(ti)
 	}
 	slices.SortFunc(out, func(x, y TaskInfo) int {
+		if f.Newest {
+			x, y = y, x
+		}
 		switch {
 		case x.ID < y.ID:
 			return -1

@@ -3,6 +3,7 @@ package broadcast_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -744,5 +745,48 @@ func TestR2_3_UnknownPChannelRefused(t *testing.T) {
 	}
 	if _, err := e.tryOpen(func(c *broadcast.Config) { c.PChannels = []message.PChannel{"wal-1"} }); !errors.Is(err, broadcast.ErrInvalidConfig) {
 		t.Fatalf("control channel outside PChannels: %v", err)
+	}
+}
+
+// TestR9_5_TasksPageByCursor: Tasks pages through tasks newest first with an
+// id cursor, live and tombstoned alike.
+func TestR9_5_TasksPageByCursor(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	var ids []uint64
+	for i := range 5 {
+		res, err := do(ctx, b, msgOf(t, typCreate, fmt.Sprint("p", i), []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.BroadcastID)
+	}
+	var got []uint64
+	cursor := uint64(0)
+	for {
+		page, err := b.Tasks(broadcast.Filter{Newest: true, Limit: 2, BeforeID: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		if len(page) > 2 {
+			t.Fatalf("page of %d, limit 2", len(page))
+		}
+		for _, ti := range page {
+			got = append(got, ti.ID)
+		}
+		cursor = page[len(page)-1].ID
+	}
+	want := slices.Clone(ids)
+	slices.Reverse(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("pages gave %v, want %v", got, want)
+	}
+	asc, err := b.Tasks(broadcast.Filter{AfterID: ids[1], Limit: 2})
+	if err != nil || len(asc) != 2 || asc[0].ID != ids[2] || asc[1].ID != ids[3] {
+		t.Fatalf("ascending after %d: %+v, %v", ids[1], asc, err)
 	}
 }
