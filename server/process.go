@@ -289,7 +289,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	cfg.WAL.NATS.URL = ns.ClientURL()
 	p.natsURL = ns.ClientURL()
 	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
-	w, err := p.openWAL(ctx, cfg, false)
+	w, err := p.openWAL(ctx, cfg, walEmbedded)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +373,7 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.onClose(client.Close)
-	w, err := p.openWAL(ctx, cfg, true)
+	w, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +404,7 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	if cfg.Nodes.Name == "" || len(cfg.Nodes.PChannels) == 0 {
 		return nil, fmt.Errorf("%w: nodes.name and nodes.pchannels: a node needs a name and the pchannels it consumes (--name, --consume)", ErrConfig)
 	}
-	w, err := p.openWAL(ctx, cfg, true)
+	w, err := p.openWAL(ctx, cfg, walNode)
 	if err != nil {
 		return nil, err
 	}
@@ -426,9 +426,24 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	return p, nil
 }
 
-// openWAL opens the WAL of cfg; external says it is not the embedded NATS
-// of standalone, which takes no TLS or credentials.
-func (p *Process) openWAL(ctx context.Context, cfg Config, external bool) (*wal.WAL, error) {
+// walUser says who opens a WAL.
+type walUser int
+
+const (
+	// walEmbedded is standalone on its embedded NATS, which takes no TLS
+	// or credentials.
+	walEmbedded walUser = iota
+	// walCoordinator owns the streams' settings.
+	walCoordinator
+	// walNode only reads: it creates a missing stream but changes no
+	// setting of an existing one, so a node configured with other replicas
+	// cannot change what the coordinators configured.
+	walNode
+)
+
+// openWAL opens the WAL of cfg for user.
+func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.WAL, error) {
+	external := user != walEmbedded
 	var log wal.Log
 	var err error
 	lanes := wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames())
@@ -455,7 +470,8 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, external bool) (*wal.
 			}
 		}
 		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes,
-			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D(), Options: opts})
+			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D(), Options: opts,
+			KeepSettings: user == walNode})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)

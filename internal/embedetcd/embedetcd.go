@@ -12,6 +12,17 @@
 // (Config.MaxRequestBytes, 8 MiB against 1.5 MiB). Clients must be allowed to
 // send requests that large, which Server.Client arranges.
 //
+// # Clusters
+//
+// With Config.InitialCluster the member is one of several, each in its own
+// process (the local cluster harness, internal/devcluster, runs them as
+// `walcast dev-cluster member etcd`): each has its own name, directory and
+// fixed ports, and Start returns once the member has joined a cluster with a
+// quorum, so the members of a new cluster must be started together. A
+// member restarted on its directory rejoins with its data. Members of one
+// cluster are not run in one process: etcd's peer transport then leaves
+// connections and goroutines behind when they close.
+//
 // etcd logs through zap and is chatty at info level; by default its logs are
 // dropped, and with Config.Logger set only its warnings and errors are passed
 // on.
@@ -92,6 +103,11 @@ type Config struct {
 	Logger *slog.Logger
 	// TLS, if set, serves clients over TLS: the endpoints are https://.
 	TLS *TLS
+	// InitialCluster, if set, makes the member one of a cluster: every
+	// member's name=peer URL, comma separated
+	// ("e0=http://127.0.0.1:2380,e1=..."), this member's Name among them.
+	// ClientPort and PeerPort must then be set.
+	InitialCluster string
 }
 
 // TLS is the client-facing TLS of a member, PEM files.
@@ -110,6 +126,7 @@ type TLS struct {
 
 // Server is a running embedded member.
 type Server struct {
+	cfg         Config // as started, with the ports it picked
 	tls         *TLS
 	etcd        *embed.Etcd
 	lock        *fileutil.LockedFile
@@ -180,6 +197,9 @@ func (cfg *Config) fill() error {
 	if cfg.ClientPort != 0 && cfg.ClientPort == cfg.PeerPort {
 		return fmt.Errorf("%w: client and peer port are both %d", ErrInvalidConfig, cfg.ClientPort)
 	}
+	if cfg.InitialCluster != "" && (cfg.ClientPort == 0 || cfg.PeerPort == 0) {
+		return fmt.Errorf("%w: a cluster member needs a fixed client and peer port", ErrInvalidConfig)
+	}
 	switch {
 	case cfg.MaxTxnOps < 0:
 		return fmt.Errorf("%w: MaxTxnOps %d", ErrInvalidConfig, cfg.MaxTxnOps)
@@ -232,6 +252,10 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 	ec.ListenPeerUrls = []url.URL{peerURL}
 	ec.AdvertisePeerUrls = []url.URL{peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	if cfg.InitialCluster != "" {
+		ec.InitialCluster = cfg.InitialCluster
+		ec.InitialClusterToken = "walcast-embedetcd"
+	}
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
 	ec.MaxRequestBytes = uint(cfg.MaxRequestBytes)
 	if t := cfg.TLS; t != nil {
@@ -251,7 +275,10 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 	if err != nil {
 		return nil, picked, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
 	}
+	started := cfg
+	started.ClientPort, started.PeerPort = clientPort, peerPort
 	s = &Server{
+		cfg:         started,
 		tls:         cfg.TLS,
 		etcd:        e,
 		endpoints:   []string{clientURL.String()},
@@ -285,6 +312,10 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Config returns the member's configuration with the ports it listens on:
+// Start(ctx, s.Config()) after Close restarts the same member.
+func (s *Server) Config() Config { return s.cfg }
 
 // Endpoints returns the client URLs to dial.
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }

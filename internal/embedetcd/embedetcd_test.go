@@ -184,3 +184,37 @@ func TestLoggerGetsWarningsOnly(t *testing.T) {
 		t.Fatalf("etcd info logs passed on:\n%s", out)
 	}
 }
+
+// TestConfigRestartsTheSameMember restarts a member from Config: the same
+// ports and data.
+func TestConfigRestartsTheSameMember(t *testing.T) {
+	s := startT(t, Config{Dir: t.TempDir()})
+	c := client(t, s)
+	if _, err := c.Put(ctx(t), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	cfg, eps := s.Config(), s.Endpoints()
+	if cfg.ClientPort == 0 || cfg.PeerPort == 0 {
+		t.Fatalf("config without the ports it picked: %+v", cfg)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := startT(t, cfg)
+	if fmt.Sprint(s2.Endpoints()) != fmt.Sprint(eps) {
+		t.Fatalf("endpoints %v after restart, were %v", s2.Endpoints(), eps)
+	}
+	c2 := client(t, s2)
+	resp, err := c2.Get(ctx(t), "k")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("after restart: %v, %v", resp, err)
+	}
+}
+
+func TestClusterMemberNeedsFixedPorts(t *testing.T) {
+	_, err := Start(ctx(t), Config{Dir: t.TempDir(), Name: "e0", InitialCluster: "e0=http://127.0.0.1:1"})
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("cluster member without ports: %v", err)
+	}
+}

@@ -15,6 +15,22 @@
 // costs one fsync per message (JetStream does no group commit), ≈ 0.6 ms
 // here; walcast packs many copies into one entry to pay it once per batch.
 //
+// # Clusters
+//
+// With Config.Cluster set the server joins a NATS cluster over routes on
+// 127.0.0.1 and runs clustered JetStream: streams may then have replicas on
+// several servers, each server in its own process (the local cluster harness,
+// internal/devcluster) or in one process (tests). Every member needs its own
+// Config.Name and Dir. Start returns once this server serves clients; the
+// JetStream cluster answers requests once a majority of its members run
+// (WaitJetStream).
+//
+// # Monitoring
+//
+// Config.Monitor serves nats-server's monitoring endpoints (/varz, /jsz,
+// /healthz) on 127.0.0.1. walcast coordinators read /varz to check that
+// every server syncs each write (jetstream.config.sync_always).
+//
 // # Logging
 //
 // The server logs nothing unless Config.Logger is set. Errors that stop the
@@ -29,6 +45,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"net/url"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -74,6 +93,28 @@ type Config struct {
 	// JetStream.
 	Users []User
 	NKeys []string
+	// Name is the server's name, unique in a cluster; default
+	// "walcast-embedded".
+	Name string
+	// Cluster, if set, makes the server a member of a NATS cluster with
+	// clustered JetStream.
+	Cluster *Cluster
+	// Monitor serves the monitoring endpoints on 127.0.0.1:MonitorPort
+	// (0 picks a free port); see Server.MonitorURL.
+	Monitor     bool
+	MonitorPort int
+}
+
+// Cluster is the cluster membership of a server.
+type Cluster struct {
+	// Name is the cluster's name, the same on every member (required).
+	Name string
+	// Port is this member's route port on 127.0.0.1 (required: the other
+	// members' Routes name it).
+	Port int
+	// Routes are every member's route URLs (nats://127.0.0.1:port), this
+	// member's own included or not.
+	Routes []string
 }
 
 // User is a user/password pair of Config.Users.
@@ -96,6 +137,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Port < 0 || cfg.Port > math.MaxUint16 {
 		return nil, fmt.Errorf("%w: port %d", ErrInvalidConfig, cfg.Port)
 	}
+	if cfg.MonitorPort < 0 || cfg.MonitorPort > math.MaxUint16 {
+		return nil, fmt.Errorf("%w: monitor port %d", ErrInvalidConfig, cfg.MonitorPort)
+	}
+	if c := cfg.Cluster; c != nil && (c.Name == "" || c.Port <= 0 || c.Port > math.MaxUint16 || len(c.Routes) == 0) {
+		return nil, fmt.Errorf("%w: a cluster member needs the cluster's name, its route port and the routes", ErrInvalidConfig)
+	}
 	if cfg.MaxPayload < 0 || cfg.MaxPayload > server.MAX_PENDING_SIZE {
 		return nil, fmt.Errorf("%w: MaxPayload %d must be 0 to %d", ErrInvalidConfig, cfg.MaxPayload, server.MAX_PENDING_SIZE)
 	}
@@ -110,8 +157,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if maxPayload == 0 {
 		maxPayload = DefaultMaxPayload
 	}
+	name := cfg.Name
+	if name == "" {
+		name = "walcast-embedded"
+	}
 	opts := &server.Options{
-		ServerName: "walcast-embedded",
+		ServerName: name,
 		Host:       "127.0.0.1",
 		Port:       port,
 		MaxPayload: int32(maxPayload),
@@ -121,6 +172,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// No signal handlers, no monitoring port, no cluster: the
 		// process embedding the server owns all of that.
 		NoSigs: true,
+	}
+	if cfg.Monitor {
+		opts.HTTPHost, opts.HTTPPort = "127.0.0.1", cfg.MonitorPort
+		if cfg.MonitorPort == 0 {
+			opts.HTTPPort = server.RANDOM_PORT
+		}
+	}
+	if c := cfg.Cluster; c != nil {
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: "127.0.0.1", Port: c.Port}
+		for _, r := range c.Routes {
+			u, err := url.Parse(r)
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("%w: route %q", ErrInvalidConfig, r)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	if cfg.TLS != nil {
 		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, cfg.TLS, 2
@@ -181,6 +248,40 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // ClientURL is the URL clients connect to (nats://127.0.0.1:port).
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
+// MonitorURL is the monitoring endpoint's base URL (http://127.0.0.1:port),
+// "" without Config.Monitor.
+func (s *Server) MonitorURL() string {
+	a := s.ns.MonitorAddr()
+	if a == nil {
+		return ""
+	}
+	return "http://" + a.String()
+}
+
+// Name is the server's name.
+func (s *Server) Name() string { return s.ns.Name() }
+
+// WaitJetStream waits until JetStream answers API requests on this server
+// (a clustered server: until its cluster has elected a meta leader), or ctx
+// ends.
+func (s *Server) WaitJetStream(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if !s.ns.JetStreamIsClustered() {
+			return nil
+		}
+		if info, err := s.ns.Jsz(nil); err == nil && info.Meta != nil && info.Meta.Leader != "" && s.ns.JetStreamIsCurrent() {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("embednats: waiting for the JetStream cluster: %w", ctx.Err())
+		}
+	}
+}
+
 // Close shuts the server down and waits until it has stopped. It may be
 // called more than once.
 func (s *Server) Close() {
@@ -225,4 +326,65 @@ func (g *logger) Fatalf(format string, v ...any) {
 		g.fatalErr = fmt.Errorf(format, v...)
 	}
 	g.mu.Unlock()
+}
+
+// StartCluster starts n clustered servers in this process, named
+// <name>-0 ... <name>-(n-1) in cluster name, with their stores under dir and
+// routes on free ports of 127.0.0.1, each configured like base otherwise
+// (base.Dir, Name, Port and Cluster are ignored). It returns once JetStream
+// answers on every server. On error nothing is left running.
+func StartCluster(ctx context.Context, name, dir string, n int, base Config) ([]*Server, error) {
+	if n < 1 || name == "" || dir == "" {
+		return nil, fmt.Errorf("%w: a cluster needs a name, a directory and at least one server", ErrInvalidConfig)
+	}
+	ports, err := freePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	routes := make([]string, n)
+	for i, p := range ports {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	}
+	servers := make([]*Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		cfg := base
+		cfg.Name = fmt.Sprintf("%s-%d", name, i)
+		cfg.Dir = filepath.Join(dir, cfg.Name)
+		cfg.Port = 0
+		cfg.Cluster = &Cluster{Name: name, Port: ports[i], Routes: routes}
+		wg.Go(func() {
+			servers[i], errs[i] = Start(ctx, cfg)
+			if errs[i] == nil {
+				errs[i] = servers[i].WaitJetStream(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, s := range servers {
+			if s != nil {
+				s.Close()
+			}
+		}
+		return nil, err
+	}
+	return servers, nil
+}
+
+// freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
+// the call.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("embednats: pick a free port: %w", err)
+		}
+		// Keep each listener open until all are picked, so they differ.
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

@@ -2,8 +2,10 @@ package embednats
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -174,5 +176,93 @@ func TestFixedPort(t *testing.T) {
 	s2 := start(t, Config{Dir: t.TempDir(), Port: p})
 	if got := port(t, s2); got != p {
 		t.Fatalf("port %d, want %d", got, p)
+	}
+}
+
+// TestClusterReplicatedStream runs three clustered servers: a stream with
+// three replicas gets a leader and two current followers, its messages
+// survive the loss of one server (the leader), and each server's /varz
+// reports the sync setting walcast checks.
+func TestClusterReplicatedStream(t *testing.T) {
+	ctx := tctx(t)
+	servers, err := StartCluster(ctx, "c", t.TempDir(), 3, Config{SyncAlways: true, Monitor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		t.Cleanup(s.Close)
+	}
+	var urls []string
+	for _, s := range servers {
+		urls = append(urls, s.ClientURL())
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R", Subjects: []string{"r"}, Storage: jetstream.FileStorage, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "r", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Cluster == nil || info.Cluster.Name != "c" || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("cluster info %+v", info.Cluster)
+	}
+	// Stop the leader: another server leads and has the message (each
+	// attempt bounded: a request sent on the dead server's connection is
+	// never answered).
+	for _, s := range servers {
+		if s.Name() == info.Cluster.Leader {
+			s.Close()
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		m, err := st.GetMsg(actx, 1)
+		cancel()
+		if err == nil && string(m.Data) == "one" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message after the leader stopped: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, s := range servers {
+		if s.Name() == info.Cluster.Leader {
+			continue
+		}
+		if s.MonitorURL() == "" {
+			t.Fatal("no monitor URL")
+		}
+		resp, err := http.Get(s.MonitorURL() + "/varz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Name      string `json:"server_name"`
+			JetStream struct {
+				Config struct {
+					SyncAlways bool `json:"sync_always"`
+				} `json:"config"`
+			} `json:"jetstream"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if err != nil || v.Name != s.Name() || !v.JetStream.Config.SyncAlways {
+			t.Fatalf("varz of %s: %+v, %v", s.Name(), v, err)
+		}
 	}
 }

@@ -23,7 +23,10 @@
 // the high watermark that readers see. For real durability give the topics
 // a replication factor of 3 and min.insync.replicas of 2 (ReplicationFactor
 // and TopicConfigs); the defaults (the broker's default replication factor
-// and min.insync.replicas) suit test clusters.
+// and min.insync.replicas) suit test clusters. TopicStatus reports what a
+// topic has: its replicas, in-sync replicas and min.insync.replicas (walcast
+// coordinators print it at start and refuse topics that would acknowledge
+// an append held by a single broker).
 //
 // An Append returns when the broker answers or its context ends, whichever
 // comes first. A record whose Append gave up may still be written later:

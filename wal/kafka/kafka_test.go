@@ -502,3 +502,42 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("New without a cluster: no error")
 	}
 }
+
+// TestTopicStatusOnAReplicatedCluster opens the log on three brokers whose
+// default is three replicas and min.insync.replicas 2: TopicStatus reports
+// them; a topic created with an explicit min.insync.replicas reports that;
+// appends keep working while the partition's leader moves to another
+// broker and one broker is removed.
+func TestTopicStatusOnAReplicatedCluster(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(3), kfake.BrokerConfigs(map[string]string{"default.replication.factor": "3", "min.insync.replicas": "2"}))
+	l := open(t, c, Config{PChannels: []message.PChannel{"p"}})
+	ctx := tctx(t)
+	st, err := l.TopicStatus(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Topic != "walcast-p" || st.Brokers != 3 || len(st.Replicas) != 3 || len(st.ISR) != 3 || st.Leader < 0 || st.MinInsyncReplicas != 2 {
+		t.Fatalf("status %+v", st)
+	}
+	one := open(t, c, Config{PChannels: []message.PChannel{"q"}, TopicPrefix: "one.", TopicConfigs: map[string]string{"min.insync.replicas": "3"}})
+	if st, err := one.TopicStatus(ctx, "q"); err != nil || st.MinInsyncReplicas != 3 {
+		t.Fatalf("explicit min.insync.replicas: %+v, %v", st, err)
+	}
+	if _, err := l.TopicStatus(ctx, "nope"); !errors.Is(err, wal.ErrUnknownPChannel) {
+		t.Fatalf("unknown pchannel: %v", err)
+	}
+	if _, err := l.Append(ctx, "p", "a", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	c.ShufflePartitionLeaders()
+	if err := c.RemoveNode(st.Leader); err != nil {
+		t.Fatal(err)
+	}
+	off, err := l.Append(ctx, "p", "b", []byte("two"))
+	if err != nil || off != 1 {
+		t.Fatalf("append after the leader moved: %d, %v", off, err)
+	}
+	if st, err := l.TopicStatus(ctx, "p"); err != nil || st.Brokers != 2 || st.Leader == -1 {
+		t.Fatalf("status after removing a broker: %+v, %v", st, err)
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walcast/walcast/internal/wait"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
 )
 
 const (
@@ -215,3 +217,94 @@ func checkMaxMessageBytes(ctx context.Context, cl *kgo.Client, topics []string, 
 
 // itoa32 formats a config value.
 func itoa32(v int32) string { return strconv.FormatInt(int64(v), 10) }
+
+// TopicStatus is what the cluster reports about the topic of one pchannel:
+// what decides whether an acknowledged append survives the loss of a
+// broker.
+type TopicStatus struct {
+	// Topic is the topic's name.
+	Topic string
+	// Brokers is the number of brokers in the cluster.
+	Brokers int
+	// Leader is the broker leading partition 0; Replicas and ISR are its
+	// replicas and in-sync replicas (broker ids).
+	Leader        int32
+	Replicas, ISR []int32
+	// MinInsyncReplicas is the topic's min.insync.replicas: how many
+	// in-sync replicas an acks=all append needs. 0 if the client may not
+	// describe the topic's configs.
+	MinInsyncReplicas int
+}
+
+// minInsyncReplicas is the topic config bounding acks=all writes.
+const minInsyncReplicas = "min.insync.replicas"
+
+// TopicStatus asks the cluster about pchannel p's topic. The producer
+// always writes with acks from all in-sync replicas and idempotently (New
+// refuses options that change either); TopicStatus tells how many replicas
+// that is.
+func (l *Log) TopicStatus(ctx context.Context, p message.PChannel) (TopicStatus, error) {
+	if l.closed.Load() {
+		return TopicStatus{}, wal.ErrClosed
+	}
+	topic, ok := l.topics[p]
+	if !ok {
+		return TopicStatus{}, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, l.cl)
+	if err != nil {
+		return TopicStatus{}, fmt.Errorf("wal/kafka: metadata of %s: %w", topic, err)
+	}
+	st := TopicStatus{Topic: topic, Brokers: len(resp.Brokers), Leader: -1}
+	found := false
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return TopicStatus{}, fmt.Errorf("wal/kafka: metadata of %s: %w", topic, err)
+		}
+		for _, part := range t.Partitions {
+			if part.Partition == 0 {
+				found = true
+				st.Leader, st.Replicas, st.ISR = part.Leader, part.Replicas, part.ISR
+			}
+		}
+	}
+	if !found {
+		return TopicStatus{}, fmt.Errorf("wal/kafka: metadata of %s: no partition 0", topic)
+	}
+	dreq := kmsg.NewPtrDescribeConfigsRequest()
+	r := kmsg.NewDescribeConfigsRequestResource()
+	r.ResourceType = kmsg.ConfigResourceTypeTopic
+	r.ResourceName = topic
+	r.ConfigNames = []string{minInsyncReplicas}
+	dreq.Resources = append(dreq.Resources, r)
+	dresp, err := dreq.RequestWith(ctx, l.cl)
+	if err != nil {
+		return TopicStatus{}, fmt.Errorf("wal/kafka: describe configs of %s: %w", topic, err)
+	}
+	for _, r := range dresp.Resources {
+		switch err := kerr.ErrorForCode(r.ErrorCode); {
+		case err == nil:
+		case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+			continue
+		default:
+			return TopicStatus{}, fmt.Errorf("wal/kafka: describe configs of %s: %w", topic, err)
+		}
+		for _, c := range r.Configs {
+			if c.Name == minInsyncReplicas && c.Value != nil {
+				v, err := strconv.Atoi(*c.Value)
+				if err != nil || v < 1 {
+					return TopicStatus{}, fmt.Errorf("%w: topic %s has %s %q", ErrTopic, topic, minInsyncReplicas, *c.Value)
+				}
+				st.MinInsyncReplicas = v
+			}
+		}
+	}
+	return st, nil
+}

@@ -14,7 +14,8 @@
 // with no limits (nothing expires by itself: truncating is walcast's call)
 // and deny deleting single messages. New creates missing streams and updates only the
 // settings it owns on existing ones (subject, replicas, duplicate window),
-// keeping limits an operator has set.
+// keeping limits an operator has set; with Config.KeepSettings (streaming
+// nodes) it changes nothing on existing streams.
 //
 // # Durability
 //
@@ -27,7 +28,8 @@
 // vchannels (see nats-io/nats-server#7564). A client cannot see the server's
 // sync setting; New refuses only what it can see, streams in async persist
 // mode. With Replicas > 1 and sync always, JetStream fsyncs its Raft log per
-// write and an acknowledged entry is on disk on a majority. Syncing always
+// write and an acknowledged entry is on disk on a majority; StreamInfo
+// reports a stream's replicas and their state. Syncing always
 // costs one fsync per append (≈ 0.6 ms here against ≈ 0.1 ms with the
 // interval, and no group commit across concurrent appends): walcast packs
 // many copies into one entry to pay it once.
@@ -145,6 +147,13 @@ type Config struct {
 	// RequestTimeout bounds appends and JetStream API requests whose context
 	// has no deadline; default DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// KeepSettings leaves existing streams as they are: New still creates a
+	// missing stream with this Config's settings and refuses an unusable
+	// one, but changes no setting of an existing stream. A process that
+	// only reads (a streaming node) sets it, so that its configuration
+	// cannot change the replicas or duplicate window the coordinators
+	// configured.
+	KeepSettings bool
 }
 
 // Log is a wal.Log on JetStream. It is safe for concurrent use.
@@ -331,6 +340,9 @@ func (l *Log) ensureStream(ctx context.Context, ch channel, cfg Config) (jetstre
 		if len(sc.Sources) > 0 || sc.Mirror != nil {
 			return sc, errors.New("the existing stream is a mirror or has sources")
 		}
+		if cfg.KeepSettings {
+			return sc, nil
+		}
 		want := sc
 		want.Subjects = []string{ch.subject}
 		want.Retention = jetstream.LimitsPolicy
@@ -350,6 +362,28 @@ func (l *Log) ensureStream(ctx context.Context, ch channel, cfg Config) (jetstre
 
 // MaxEntryBytes is the largest entry Append accepts.
 func (l *Log) MaxEntryBytes() int { return l.maxEntry }
+
+// Stream is the stream of pchannel p (its name), "" if the log does not
+// have p.
+func (l *Log) Stream(p message.PChannel) string { return l.chans[p].stream }
+
+// StreamInfo asks JetStream about pchannel p's stream: its configuration
+// (replicas, storage), and on a cluster its leader and replicas with their
+// state. Coordinators report it as their effective durability.
+func (l *Log) StreamInfo(ctx context.Context, p message.PChannel) (*jetstream.StreamInfo, error) {
+	if l.closed.Load() {
+		return nil, wal.ErrClosed
+	}
+	ch, ok := l.chans[p]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	s, err := l.js.Stream(ctx, ch.stream)
+	if err != nil {
+		return nil, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
+	}
+	return s.CachedInfo(), nil
+}
 
 // End returns the offset the next entry of p will get: the stream's last
 // sequence (offsets are sequences minus one).

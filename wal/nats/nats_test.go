@@ -377,8 +377,17 @@ func TestExistingStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// KeepSettings changes nothing on an existing stream.
+	l3, err := New(ctx, Config{Conn: nc, PChannels: []message.PChannel{"p"}, StreamPrefix: "W", DedupWindow: 5 * time.Minute, KeepSettings: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := js.Stream(ctx, "W_p"); err != nil || s.CachedInfo().Config.Duplicates != 2*time.Minute {
+		t.Fatalf("KeepSettings changed the window: %v", err)
+	}
 	_ = l.Close()
 	_ = l2.Close()
+	_ = l3.Close()
 	if nc.IsClosed() {
 		t.Fatal("Close closed a borrowed connection")
 	}
@@ -454,5 +463,85 @@ func TestCloseEndsBlockedNext(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClusterReplicas runs the log against three clustered servers: New
+// creates the streams with three replicas, StreamInfo reports the leader
+// and two followers, appends survive the loss of the stream leader, and a
+// log opened with KeepSettings and another replica count (a streaming node
+// configured differently) changes nothing.
+func TestClusterReplicas(t *testing.T) {
+	ctx := tctx(t)
+	servers, err := embednats.StartCluster(ctx, "wal", t.TempDir(), 3, embednats.Config{SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for _, s := range servers {
+		t.Cleanup(s.Close)
+		urls = append(urls, s.ClientURL())
+	}
+	url := strings.Join(urls, ",")
+	l, err := New(ctx, Config{URL: url, PChannels: []message.PChannel{"p"}, Replicas: 3, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(ctx, "p", "id-1", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := l.StreamInfo(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Name != l.Stream("p") || info.Config.Replicas != 3 || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("stream info: config %+v, cluster %+v", info.Config, info.Cluster)
+	}
+	if _, err := l.StreamInfo(ctx, "nope"); !errors.Is(err, wal.ErrUnknownPChannel) {
+		t.Fatalf("unknown pchannel: %v", err)
+	}
+
+	node, err := New(ctx, Config{URL: url, PChannels: []message.PChannel{"p"}, Replicas: 1, KeepSettings: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	if info, err := l.StreamInfo(ctx, "p"); err != nil || info.Config.Replicas != 3 {
+		t.Fatalf("after a KeepSettings log with 1 replica: %v, %v", info.Config.Replicas, err)
+	}
+
+	// The stream leader stops: an append (retried, as the WAL does after an
+	// ambiguous error, with its dedup id) lands once the stream has a new
+	// leader, and the first entry is still there.
+	for _, s := range servers {
+		if s.Name() == info.Cluster.Leader {
+			s.Close()
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	var off uint64
+	for {
+		off, err = l.Append(ctx, "p", "id-2", []byte("two"))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("append without the stream leader: %v", err)
+		}
+	}
+	if off != 1 {
+		t.Fatalf("second entry at offset %d", off)
+	}
+	cur, err := l.Read(ctx, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	for i, want := range []string{"one", "two"} {
+		o, data, err := cur.Next(ctx)
+		if err != nil || o != uint64(i) || string(data) != want {
+			t.Fatalf("entry %d: %d %q %v", i, o, data, err)
+		}
 	}
 }
