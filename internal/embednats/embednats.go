@@ -263,7 +263,8 @@ func (s *Server) Name() string { return s.ns.Name() }
 
 // WaitJetStream waits until JetStream answers API requests on this server
 // (a clustered server: until its cluster has elected a meta leader), or ctx
-// ends.
+// ends. Placing a stream on n servers needs n of them to have reported to
+// the meta leader, which StartCluster waits for as well.
 func (s *Server) WaitJetStream(ctx context.Context) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -362,7 +363,11 @@ func StartCluster(ctx context.Context, name, dir string, n int, base Config) ([]
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = errors.Join(errs...)
+	if err == nil {
+		err = waitPlacement(ctx, servers)
+	}
+	if err != nil {
 		for _, s := range servers {
 			if s != nil {
 				s.Close()
@@ -371,6 +376,26 @@ func StartCluster(ctx context.Context, name, dir string, n int, base Config) ([]
 		return nil, err
 	}
 	return servers, nil
+}
+
+// waitPlacement waits until the meta leader counts every server as a
+// JetStream peer with current stats, so that a stream with len(servers)
+// replicas can be placed ("no suitable peers for placement" otherwise).
+func waitPlacement(ctx context.Context, servers []*Server) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, s := range servers {
+			if len(s.ns.JetStreamClusterPeers()) == len(servers) {
+				return nil
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("embednats: waiting for %d JetStream peers: %w", len(servers), ctx.Err())
+		}
+	}
 }
 
 // freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
