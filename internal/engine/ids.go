@@ -5,10 +5,32 @@ import (
 	"fmt"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
 )
 
 // idBlock is how many broadcast ids one catalog write reserves.
 const idBlock = 1000
+
+// Id spaces (R8.3). The high bits of a broadcast id number its id space,
+// the low SpaceBits count within it. A cluster starts in space 0 (ids 1,
+// 2, ...). A secondary allocates an id only for a force promote, and that
+// first allocation opens a space above the space of every id it knows of
+// — its replicated tasks, its floor, and every copy in its WAL from the
+// highest replicated position acked to the end (a scan: the streaming
+// nodes may not have acked them yet) — and the promoted cluster allocates
+// on in that space. Its ids are therefore above every id that reached it,
+// and apart from every id the lost primary used or may still use, since a
+// primary allocates in its own space: a late copy of the primary can never
+// carry an id of the promoted cluster, so no node deduplicates one for the
+// other and no ack of one counts for the other.
+const SpaceBits = 48
+
+// Space returns the id space of broadcast id.
+func Space(id uint64) uint64 { return id >> SpaceBits }
+
+// FirstID returns the first broadcast id of id space s.
+func FirstID(s uint64) uint64 { return s<<SpaceBits | 1 }
 
 // ids hands out broadcast ids: increasing, never reused, reserved from the
 // catalog a block at a time so that allocation rarely costs a round trip.
@@ -28,6 +50,9 @@ type ids struct {
 	attempted uint64
 	// seen is the highest id created elsewhere (a replicated task).
 	seen uint64
+	// spaced says this life opened an id space above every id known
+	// (openSpace); opening says the scan for it is under way.
+	spaced, opening bool
 	// keyBusy says a write of the floor is in flight (a block reservation
 	// or a GC raising it): they are serialised, so the floor never goes
 	// down.
@@ -67,6 +92,12 @@ func (s *ids) floorFor(maxID uint64) uint64 {
 // gets an error wrapping ErrTaskNotCreated if the block could not be
 // reserved.
 func (s *ids) alloc(c *Core, then func(id uint64, err error)) {
+	if c.roles.role == Secondary && !s.spaced {
+		// A force promote's id (the only allocation on a secondary).
+		s.waiting = append(s.waiting, then)
+		s.openSpace(c)
+		return
+	}
 	s.next = max(s.next, s.seen+1)
 	if s.next < s.end {
 		id := s.next
@@ -81,7 +112,7 @@ func (s *ids) alloc(c *Core, then func(id uint64, err error)) {
 // resume reserves a block for the waiting handles if none is being
 // reserved.
 func (s *ids) resume(c *Core) {
-	if len(s.waiting) == 0 || s.keyBusy || c.gc.writing {
+	if len(s.waiting) == 0 || s.keyBusy || s.opening || c.gc.writing {
 		return
 	}
 	end := max(s.next, s.attempted) + idBlock
@@ -106,6 +137,50 @@ func (s *ids) resume(c *Core) {
 			again := c.gc.againAll
 			c.gc.again, c.gc.againAll = false, false
 			c.runGC(again)
+		}
+	})
+}
+
+// openSpace moves the next id to the first id of a space above every id
+// this cluster knows of, then allocates for the waiting handles. The ids it
+// cannot know from its tasks, tombstones and floor are those of replicated
+// copies its streaming nodes have not acked: every pchannel is read from
+// its highest acked replicated position to the end for them. A failed read
+// is retried (scanAll), so the promote waits rather than guessing.
+func (s *ids) openSpace(c *Core) {
+	if s.opening {
+		return
+	}
+	s.opening = true
+	from := map[message.PChannel]uint64{}
+	for _, v := range c.cfg.ControlTargets {
+		p := v.PChannel()
+		off := uint64(0)
+		if h := c.highest[p]; h != 0 {
+			off = wal.EntryOffset(h)
+		}
+		from[p] = off
+	}
+	c.scanAll(from, func(found []Found) {
+		s.opening = false
+		top := max(s.seen, s.next-1)
+		if s.floor > 0 {
+			top = max(top, s.floor-1)
+		}
+		if s.attempted > 0 {
+			top = max(top, s.attempted-1)
+		}
+		for _, f := range found {
+			top = max(top, f.ID)
+		}
+		s.next = max(s.next, FirstID(Space(top)+1))
+		s.spaced = true
+		c.log.Warn("force promote: broadcast ids continue in a new id space", "space", Space(s.next),
+			"first_id", s.next, "highest_known_id", top, "copies_scanned", len(found))
+		waiting := s.waiting
+		s.waiting = nil
+		for _, then := range waiting {
+			s.alloc(c, then)
 		}
 	})
 }
