@@ -127,6 +127,19 @@ type Config struct {
 		// MaxTxnBytes must not exceed the server's --max-request-bytes.
 		MaxTxnBytes int      `yaml:"max_txn_bytes"`
 		DialTimeout Duration `yaml:"dial_timeout"`
+		// KeepaliveTime and KeepaliveTimeout are the client's gRPC
+		// keepalive pings: a member that stops answering (a hung machine,
+		// a partition) is given up after their sum and the client moves
+		// to another endpoint. Keep the sum below election.ttl, so that a
+		// leader's lease survives a member's loss; etcd refuses pings
+		// more often than every 5s by default.
+		KeepaliveTime    Duration `yaml:"keepalive_time"`
+		KeepaliveTimeout Duration `yaml:"keepalive_timeout"`
+		// AutoSyncInterval, if not zero, refreshes the client's endpoints
+		// from the cluster's member list that often (members added or
+		// replaced later are found); their advertised client URLs must
+		// then be reachable from here.
+		AutoSyncInterval Duration `yaml:"auto_sync_interval"`
 		// TLS of the connections to etcd (https:// endpoints).
 		TLS ClientTLS `yaml:"tls"`
 		// Username and PasswordFile authenticate to etcd (etcd auth);
@@ -158,6 +171,13 @@ type Config struct {
 			SyncAlways  bool     `yaml:"sync_always"`
 			Replicas    int      `yaml:"replicas"`
 			DedupWindow Duration `yaml:"dedup_window"`
+			// MonitorURLs are the external servers' monitoring
+			// endpoints (http://host:8222): a coordinator reads /varz
+			// there to check that every server syncs each write
+			// (jetstream sync_interval: always), and refuses to start
+			// when one does not, or none can be asked (see
+			// durability.allow_unsafe).
+			MonitorURLs []string `yaml:"monitor_urls"`
 			// TLS of the connection to NATS.
 			TLS ClientTLS `yaml:"tls"`
 			// Credentials, at most one kind: a creds file (JWT and
@@ -221,6 +241,15 @@ type Config struct {
 		// TTL is the coordinator lease: a dead leader is replaced after it.
 		TTL Duration `yaml:"ttl"`
 	} `yaml:"election"`
+	Durability struct {
+		// AllowUnsafe lets a coordinator start on backends that can lose
+		// a DDL reported done (a NATS server that does not sync every
+		// write or cannot be checked, a one-replica stream on a NATS
+		// cluster, a Kafka topic whose acks=all a single broker can
+		// satisfy). The coordinator prints what it found at start
+		// either way.
+		AllowUnsafe bool `yaml:"allow_unsafe"`
+	} `yaml:"durability"`
 	Tracing struct {
 		// Exporter is "none", "stdout" (JSON spans on stderr) or "otlp".
 		Exporter string `yaml:"exporter"`
@@ -315,6 +344,8 @@ func Default() Config {
 	c.Catalog.MaxTxnOps = 128
 	c.Catalog.MaxTxnBytes = 1536 << 10
 	c.Catalog.DialTimeout = Duration(5 * time.Second)
+	c.Catalog.KeepaliveTime = Duration(5 * time.Second)
+	c.Catalog.KeepaliveTimeout = Duration(3 * time.Second)
 	c.WAL.Kind = "nats"
 	c.WAL.PChannels = 4
 	c.WAL.PChannelPrefix = "wal-"
@@ -488,6 +519,10 @@ func (c Config) Validate() error {
 		return bad("catalog.max_txn_ops", "%d is below 2", c.Catalog.MaxTxnOps)
 	case c.Catalog.DialTimeout <= 0:
 		return bad("catalog.dial_timeout", "must be positive")
+	case c.Catalog.KeepaliveTime < Duration(time.Second) || c.Catalog.KeepaliveTimeout < Duration(time.Second):
+		return bad("catalog.keepalive_time", "keepalive_time (%v) and keepalive_timeout (%v) must be at least 1s", c.Catalog.KeepaliveTime.D(), c.Catalog.KeepaliveTimeout.D())
+	case c.Catalog.AutoSyncInterval < 0:
+		return bad("catalog.auto_sync_interval", "%v is negative", c.Catalog.AutoSyncInterval.D())
 	case c.WAL.Kind != "nats" && c.WAL.Kind != "kafka":
 		return bad("wal.kind", "%q is not nats or kafka", c.WAL.Kind)
 	case c.WAL.PChannels < 1 || c.WAL.PChannels > 1024:

@@ -75,7 +75,7 @@ func TestR9_10_ReadyzWithBackendsStopped(t *testing.T) {
 			_ = etcd.Close()
 		}
 	}()
-	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats")})
+	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), SyncAlways: true, Monitor: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +94,7 @@ func TestR9_10_ReadyzWithBackendsStopped(t *testing.T) {
 		cfg.Catalog.Endpoints = etcd.Endpoints()
 		cfg.Catalog.MaxTxnOps = etcd.MaxTxnOps()
 		cfg.WAL.NATS.URL = ns.ClientURL()
+		cfg.WAL.NATS.MonitorURLs = []string{ns.MonitorURL()}
 		cfg.Election.TTL = server.Duration(2 * time.Second)
 		p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
 		if err != nil {

@@ -148,7 +148,7 @@ func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
 
 	natsTLS := &tls.Config{Certificates: []tls.Certificate{b.serverPair}, ClientAuth: tls.RequireAndVerifyClientCert,
 		ClientCAs: b.ca.Pool(), MinVersion: tls.VersionTLS12}
-	ns, err := embednats.Start(ctx, embednats.Config{Dir: t.TempDir(), SyncAlways: true, TLS: natsTLS,
+	ns, err := embednats.Start(ctx, embednats.Config{Dir: t.TempDir(), SyncAlways: true, Monitor: true, TLS: natsTLS,
 		Users: []embednats.User{{Name: "walcast", Password: "nats-secret"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +156,7 @@ func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
 	defer ns.Close()
 
 	cfg := coordConfig(t, etcd.Endpoints(), ns.ClientURL())
+	cfg.WAL.NATS.MonitorURLs = []string{ns.MonitorURL()}
 	cfg.Catalog.TLS = server.ClientTLS{CAFile: b.caFile, CertFile: b.clientCert, KeyFile: b.clientKey}
 	cfg.Catalog.Username, cfg.Catalog.PasswordFile = "root", secretFile(t, "etcd-secret")
 	cfg.WAL.NATS.TLS = server.ClientTLS{CAFile: b.caFile, CertFile: b.clientCert, KeyFile: b.clientKey}
@@ -214,7 +215,7 @@ func TestR9_8_OutboundNATSNKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := embednats.Start(ctx, embednats.Config{Dir: t.TempDir(), NKeys: []string{pub}})
+	ns, err := embednats.Start(ctx, embednats.Config{Dir: t.TempDir(), SyncAlways: true, Monitor: true, NKeys: []string{pub}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +226,7 @@ func TestR9_8_OutboundNATSNKey(t *testing.T) {
 	}
 	defer etcd.Close()
 	cfg := coordConfig(t, etcd.Endpoints(), ns.ClientURL())
+	cfg.WAL.NATS.MonitorURLs = []string{ns.MonitorURL()}
 	cfg.WAL.NATS.NKeyFile = secretFile(t, string(seed))
 	p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
 	if err != nil {

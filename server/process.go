@@ -114,6 +114,7 @@ type Process struct {
 	sec                  *security
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
+	durability           *Durability  // a coordinator's, checked at start
 
 	mu      sync.Mutex
 	closers []func() error // run in reverse by Close
@@ -157,6 +158,16 @@ func (p *Process) Ready(ctx context.Context) Readiness {
 		r.Checks = append(r.Checks, c)
 	}
 	return r
+}
+
+// Durability returns what a coordinator found at start about its
+// catalog's and WAL's durability (it refuses to start on unsafe settings
+// unless durability.allow_unsafe); ok is false for other processes.
+func (p *Process) Durability() (d Durability, ok bool) {
+	if p.durability == nil {
+		return Durability{}, false
+	}
+	return *p.durability, true
 }
 
 // Secure returns the files of a secure standalone (api.secure), nil
@@ -289,7 +300,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	cfg.WAL.NATS.URL = ns.ClientURL()
 	p.natsURL = ns.ClientURL()
 	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
-	w, err := p.openWAL(ctx, cfg, walEmbedded)
+	w, _, err := p.openWAL(ctx, cfg, walEmbedded)
 	if err != nil {
 		return nil, err
 	}
@@ -364,6 +375,8 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 	// The etcd client logs through the process logger, in its format,
 	// not in zap's default JSON.
 	ec := clientv3.Config{Endpoints: cfg.Catalog.Endpoints, DialTimeout: cfg.Catalog.DialTimeout.D(),
+		DialKeepAliveTime: cfg.Catalog.KeepaliveTime.D(), DialKeepAliveTimeout: cfg.Catalog.KeepaliveTimeout.D(),
+		PermitWithoutStream: true, AutoSyncInterval: cfg.Catalog.AutoSyncInterval.D(),
 		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)}
 	if err := etcdTLS(cfg, &ec); err != nil {
 		return nil, err
@@ -373,9 +386,18 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.onClose(client.Close)
-	w, err := p.openWAL(ctx, cfg, walCoordinator)
+	w, wl, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
 		return nil, err
+	}
+	d := checkDurability(ctx, cfg, client, wl, wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames()))
+	p.durability = &d
+	if len(d.Unsafe) > 0 {
+		if !cfg.Durability.AllowUnsafe {
+			return nil, fmt.Errorf("%w: unsafe durability, a DDL reported done could be lost: %s (start with --allow-unsafe-durability, durability.allow_unsafe: true, to run anyway)\n%s",
+				ErrConfig, strings.Join(d.Unsafe, "; "), d)
+		}
+		log.Warn("unsafe durability allowed by durability.allow_unsafe", "unsafe", d.Unsafe)
 	}
 	limits := catalog.Limits{MaxOps: cfg.Catalog.MaxTxnOps, MaxBytes: cfg.Catalog.MaxTxnBytes}
 	if _, err := p.startCoordinator(ctx, cfg, client, limits, w, app); err != nil {
@@ -404,7 +426,7 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	if cfg.Nodes.Name == "" || len(cfg.Nodes.PChannels) == 0 {
 		return nil, fmt.Errorf("%w: nodes.name and nodes.pchannels: a node needs a name and the pchannels it consumes (--name, --consume)", ErrConfig)
 	}
-	w, err := p.openWAL(ctx, cfg, walNode)
+	w, _, err := p.openWAL(ctx, cfg, walNode)
 	if err != nil {
 		return nil, err
 	}
@@ -441,8 +463,8 @@ const (
 	walNode
 )
 
-// openWAL opens the WAL of cfg for user.
-func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.WAL, error) {
+// openWAL opens the WAL of cfg for user; it returns the backend's Log too.
+func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.WAL, wal.Log, error) {
 	external := user != walEmbedded
 	var log wal.Log
 	var err error
@@ -451,11 +473,11 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 	case "kafka":
 		opts, oerr := kafkaOptions(cfg)
 		if oerr != nil {
-			return nil, oerr
+			return nil, nil, oerr
 		}
 		if len(opts) > 0 {
 			if oerr := kafkaPreflight(ctx, cfg.WAL.Kafka.Brokers, opts); oerr != nil {
-				return nil, oerr
+				return nil, nil, oerr
 			}
 		}
 		// Validate bounds the replication factor to 0..MaxInt16.
@@ -466,7 +488,7 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 		if external {
 			var oerr error
 			if opts, oerr = natsOptions(cfg); oerr != nil {
-				return nil, oerr
+				return nil, nil, oerr
 			}
 		}
 		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes,
@@ -474,13 +496,13 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 			KeepSettings: user == walNode})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
+		return nil, nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
 	}
 	p.onClose(log.Close)
 	w := wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames()))
 	// The nodes' apply lag is read against this WAL's ends.
 	p.reg.MustRegister(metrics.Nodes{Status: p.nodeStatuses, End: w.End})
-	return w, nil
+	return w, log, nil
 }
 
 func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, app App) (*Coordinator, error) {

@@ -13,29 +13,31 @@ import (
 // serverFlags are the settings server commands take as flags; each maps to a
 // configuration key (flags beat environment beats the YAML file).
 var serverFlags = map[string]string{
-	"data-dir":       "data_dir",
-	"api-addr":       "api.addr",
-	"metrics-addr":   "metrics.addr",
-	"pchannels":      "wal.pchannels",
-	"nodes":          "nodes.count",
-	"log-level":      "log.level",
-	"log-format":     "log.format",
-	"etcd":           "catalog.endpoints",
-	"nats":           "wal.nats.url",
-	"kafka":          "wal.kafka.brokers",
-	"wal":            "wal.kind",
-	"name":           "nodes.name",
-	"consume":        "nodes.pchannels",
-	"coordinators":   "nodes.coordinators",
-	"advertise":      "api.advertise",
-	"cluster":        "cluster.name",
-	"api-tls-cert":   "api.tls.cert_file",
-	"api-tls-key":    "api.tls.key_file",
-	"api-client-ca":  "api.tls.client_ca_file",
-	"api-token-file": "api.auth.token_file",
-	"insecure":       "api.insecure",
-	"secure":         "api.secure",
-	"audit-file":     "audit.file",
+	"data-dir":                "data_dir",
+	"api-addr":                "api.addr",
+	"metrics-addr":            "metrics.addr",
+	"pchannels":               "wal.pchannels",
+	"nodes":                   "nodes.count",
+	"log-level":               "log.level",
+	"log-format":              "log.format",
+	"etcd":                    "catalog.endpoints",
+	"nats":                    "wal.nats.url",
+	"kafka":                   "wal.kafka.brokers",
+	"wal":                     "wal.kind",
+	"name":                    "nodes.name",
+	"consume":                 "nodes.pchannels",
+	"coordinators":            "nodes.coordinators",
+	"advertise":               "api.advertise",
+	"cluster":                 "cluster.name",
+	"api-tls-cert":            "api.tls.cert_file",
+	"api-tls-key":             "api.tls.key_file",
+	"api-client-ca":           "api.tls.client_ca_file",
+	"api-token-file":          "api.auth.token_file",
+	"insecure":                "api.insecure",
+	"secure":                  "api.secure",
+	"audit-file":              "audit.file",
+	"nats-monitor":            "wal.nats.monitor_urls",
+	"allow-unsafe-durability": "durability.allow_unsafe",
 }
 
 // addServerFlags declares the server flags on fs, with the defaults shown.
@@ -65,6 +67,8 @@ func addServerFlags(fs *pflag.FlagSet, configPath *string) {
 	fs.Bool("insecure", false, "allow a non-loopback --api-addr without TLS and authentication")
 	fs.Bool("secure", false, "standalone: make (once) a local CA, server certificate and admin token under --data-dir/secure and require TLS and credentials")
 	fs.String("audit-file", d.Audit.File, `audit log: "stderr", "off" or a file`)
+	fs.StringSlice("nats-monitor", nil, "external NATS servers' monitoring URLs (http://host:8222): coord checks there that each syncs every write")
+	fs.Bool("allow-unsafe-durability", false, "coord: start even on backends that can lose a DDL reported done (see the durability report it prints)")
 }
 
 func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {

@@ -210,7 +210,7 @@ func startShared(t *testing.T) {
 		if shared.etcd, shared.err = embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(shared.dir, "etcd")}); shared.err != nil {
 			return
 		}
-		shared.nats, shared.err = embednats.Start(ctx, embednats.Config{Dir: filepath.Join(shared.dir, "nats"), SyncAlways: true})
+		shared.nats, shared.err = embednats.Start(ctx, embednats.Config{Dir: filepath.Join(shared.dir, "nats"), SyncAlways: true, Monitor: true})
 	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
@@ -263,7 +263,7 @@ func TestR9_2_CoordinatorFailover(t *testing.T) {
 	t.Setenv("WALCAST_ELECTION_TTL", "2s")
 	t.Setenv("WALCAST_CATALOG_PREFIX", prefix)
 	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
-	common := []string{"--etcd", etcd, "--nats", shared.nats.ClientURL(), "--metrics-addr", ""}
+	common := []string{"--etcd", etcd, "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--metrics-addr", ""}
 	coords := []*proc{
 		start(t, "coord-a", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
 		start(t, "coord-b", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),

@@ -145,7 +145,7 @@ func TestR9_8_NodeAcksWithTheNodeRole(t *testing.T) {
 	admin, nodeTok := tokenFile("ops", auth.Admin), tokenFile("n0", auth.Node)
 	t.Setenv("WALCAST_CATALOG_PREFIX", fmt.Sprintf("securenode%d/", time.Now().UnixNano()))
 	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
-	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--metrics-addr", ""}
+	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--metrics-addr", ""}
 	coord := start(t, "coord", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
 		"--api-tls-cert", certFile, "--api-tls-key", keyFile, "--api-token-file", tokens, "--audit-file", "off"}, common...)...)
 	if !strings.Contains(coord.out(), "api=https://") {

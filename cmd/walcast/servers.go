@@ -26,6 +26,9 @@ func serverCmds(g *globals) []*cobra.Command {
 // a part fails, then stops it. SIGHUP reloads the API's certificates and
 // token file.
 func serve(ctx context.Context, cmd *cobra.Command, p *server.Process, mode string) error {
+	if d, ok := p.Durability(); ok {
+		fmt.Fprintln(cmd.OutOrStdout(), d)
+	}
 	fmt.Fprintln(cmd.OutOrStdout(), p.ReadyLine(mode))
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
