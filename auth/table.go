@@ -23,6 +23,8 @@ var procedures = map[string]Role{
 	walcastv1connect.BroadcastServiceLookupKeyProcedure:        Reader,
 	walcastv1connect.BroadcastServiceRetryCallbackProcedure:    Admin,
 	walcastv1connect.BroadcastServiceCompleteCallbackProcedure: Admin,
+	walcastv1connect.BroadcastServiceForceAckProcedure:         Admin,
+	walcastv1connect.BroadcastServiceListTypesProcedure:        Reader,
 
 	// MetaService: DDL is Writer (plus the metadata privilege on its
 	// object, checked by the service), DCL is Admin: a writer cannot grant

@@ -83,15 +83,41 @@ type PChannelStatus struct {
 	PChannel message.PChannel `json:"pchannel"`
 	// Next is the next source offset (of p's lane) to copy; SourceEnd the
 	// source's end; Lag the entries between them. They are refreshed about
-	// once a second.
+	// once a second. SourceEnd and Lag mean something only while LagKnown:
+	// when the source's end cannot be read, they are zero rather than the
+	// last numbers read (a stale lag would look like progress).
 	Next      uint64 `json:"next"`
 	SourceEnd uint64 `json:"source_end"`
 	Lag       uint64 `json:"lag"`
+	LagKnown  bool   `json:"lag_known"`
+	// SourceEndAt is when SourceEnd was read.
+	SourceEndAt time.Time `json:"source_end_at"`
 	// Copied counts source entries copied since start; LastCopy is the time
 	// of the last one.
 	Copied    uint64    `json:"copied"`
 	LastCopy  time.Time `json:"last_copy"`
 	LastError string    `json:"last_error,omitempty"`
+	// SourceError is the last failure to read the primary's WAL (its end
+	// or its entries), "" once a read succeeds again; SourceFailingSince is
+	// when the failures began, and LastContact the last successful read.
+	SourceError        string    `json:"source_error,omitempty"`
+	SourceFailingSince time.Time `json:"source_failing_since"`
+	LastContact        time.Time `json:"last_contact"`
+}
+
+// sourceFailed records a failure to read the source: the lag is unknown
+// from now on, until a read succeeds.
+func (s *PChannelStatus) sourceFailed(err error, now time.Time) {
+	s.SourceError = err.Error()
+	if s.SourceFailingSince.IsZero() {
+		s.SourceFailingSince = now
+	}
+	s.LagKnown, s.SourceEnd, s.Lag = false, 0, 0
+}
+
+// sourceRead records a successful read of the source.
+func (s *PChannelStatus) sourceRead(now time.Time) {
+	s.SourceError, s.SourceFailingSince, s.LastContact = "", time.Time{}, now
 }
 
 // checkpoint is what is saved per pchannel.
@@ -203,6 +229,7 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 	r.note(p, func(s *PChannelStatus) { s.Next = cp.Source; s.LastError = "" })
 	rd, err := r.cfg.Source.Read(ctx, p, cp.Source)
 	if err != nil {
+		r.note(p, func(s *PChannelStatus) { s.sourceFailed(err, time.Now()) })
 		return err
 	}
 	defer rd.Close()
@@ -215,7 +242,11 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 		c, err := rd.Next(nctx)
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			if ctx.Err() != nil {
+				return err
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				r.note(p, func(s *PChannelStatus) { s.sourceFailed(err, time.Now()) })
 				return err
 			}
 			// Idle: everything up to the reader's position is copied,
@@ -255,7 +286,11 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 			}
 			unsaved = 0
 		}
-		r.note(p, func(s *PChannelStatus) { s.Copied, s.LastCopy = s.Copied+1, time.Now() })
+		r.note(p, func(s *PChannelStatus) {
+			now := time.Now()
+			s.Copied, s.LastCopy = s.Copied+1, now
+			s.sourceRead(now)
+		})
 		if time.Since(refreshed) >= refreshEvery {
 			r.refresh(ctx, p, cp.Source)
 			refreshed = time.Now()
@@ -269,14 +304,21 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 const refreshEvery = time.Second
 
 // refresh records the next offset to copy and the source's end in p's
-// status. A failed End only leaves the previous end in place.
+// status. A failed End makes the lag unknown (and the source failing) until
+// an End succeeds.
 func (r *Replicator) refresh(ctx context.Context, p message.PChannel, next uint64) {
 	end, err := r.cfg.Source.End(ctx, p)
+	now := time.Now()
 	r.note(p, func(s *PChannelStatus) {
 		s.Next = next
-		if err == nil {
-			s.SourceEnd, s.Lag = end, end-min(end, next)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.sourceFailed(err, now)
+			}
+			return
 		}
+		s.SourceEnd, s.Lag, s.LagKnown, s.SourceEndAt = end, end-min(end, next), true, now
+		s.sourceRead(now)
 	})
 }
 

@@ -314,3 +314,74 @@ func TestR8_2_CaughtUpReplicatorCheckpointsWithLanes(t *testing.T) {
 		}
 	}
 }
+
+// failingEnd is a source log whose End fails while fail is set, as a
+// primary's WAL that went away does.
+type failingEnd struct {
+	*wmem.Log
+	mu   sync.Mutex
+	fail bool
+}
+
+func (l *failingEnd) set(fail bool) {
+	l.mu.Lock()
+	l.fail = fail
+	l.mu.Unlock()
+}
+
+func (l *failingEnd) End(ctx context.Context, p message.PChannel) (uint64, error) {
+	l.mu.Lock()
+	fail := l.fail
+	l.mu.Unlock()
+	if fail {
+		return 0, fmt.Errorf("source unreachable: %w", wmem.ErrInjected)
+	}
+	return l.Log.End(ctx, p)
+}
+
+// TestR8_2_LagUnknownWhileTheSourceCannotBeRead: while the primary's end
+// cannot be read, a pchannel's lag is unknown (never the last numbers read)
+// and the status says since when the source fails and why; once it can be
+// read again, the lag is known and the failure cleared.
+func TestR8_2_LagUnknownWhileTheSourceCannotBeRead(t *testing.T) {
+	srcLog := &failingEnd{Log: wmem.New(pchans...)}
+	dstLog := wmem.New(pchans...)
+	src, dst := wal.New(srcLog), wal.New(dstLog)
+	appendSource(t, src, 0, 6)
+	r, err := replicate.New(replicate.Config{SourceCluster: "east", Source: src, Dest: dst, PChannels: pchans, Types: types(),
+		Catalog: cmem.New(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	all := func(cond func(replicate.PChannelStatus) bool) func() bool {
+		return func() bool {
+			for _, s := range r.Status() {
+				if !cond(s) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, "every pchannel caught up with a known lag", all(func(s replicate.PChannelStatus) bool {
+		return s.LagKnown && s.Lag == 0 && s.SourceEnd > 0 && !s.LastContact.IsZero() && s.SourceError == ""
+	}))
+	before := time.Now()
+	srcLog.set(true)
+	waitFor(t, "the lag unknown and the source failing", all(func(s replicate.PChannelStatus) bool {
+		return !s.LagKnown && s.SourceError != "" && !s.SourceFailingSince.IsZero()
+	}))
+	for _, s := range r.Status() {
+		if s.SourceEnd != 0 || s.Lag != 0 || !strings.Contains(s.SourceError, "source unreachable") || s.SourceFailingSince.Before(before) {
+			t.Errorf("%s while failing: %+v", s.PChannel, s)
+		}
+	}
+	srcLog.set(false)
+	waitFor(t, "the lag known again", all(func(s replicate.PChannelStatus) bool {
+		return s.LagKnown && s.SourceError == "" && s.SourceFailingSince.IsZero() && s.SourceEnd > 0
+	}))
+}

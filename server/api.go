@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,7 +32,8 @@ const (
 	// DefaultAckTimeout bounds one Ack on the server side (see
 	// WithAckTimeout).
 	DefaultAckTimeout = 30 * time.Second
-	// DefaultMaxListTasks caps the tasks ListTasks returns.
+	// DefaultMaxListTasks caps the tasks of one ListTasks page (the
+	// response says when more match).
 	DefaultMaxListTasks = 1000
 )
 
@@ -69,8 +72,9 @@ func WithMaxRequestBytes(n int) APIOption { return func(c *apiConfig) { c.maxReq
 // Default DefaultAckTimeout.
 func WithAckTimeout(d time.Duration) APIOption { return func(c *apiConfig) { c.ackTimeout = d } }
 
-// WithMaxListTasks makes ListTasks return at most n tasks: a request without
-// a limit, or with a larger one, gets n. Default DefaultMaxListTasks.
+// WithMaxListTasks makes a ListTasks page at most n tasks: a request without
+// a limit, or with a larger one, gets n, and more set if further tasks
+// match. Default DefaultMaxListTasks.
 func WithMaxListTasks(n int) APIOption { return func(c *apiConfig) { c.maxListTasks = n } }
 
 // WithAPILogger sets the logger for failures the client cannot act on (code
@@ -315,9 +319,19 @@ func (a *broadcastAPI) ListTasks(_ context.Context, req *connect.Request[walcast
 	if r.GetLimit() < 0 {
 		return nil, a.fail(proc, invalidArg("limit %d is negative", r.GetLimit()))
 	}
-	f.Limit = int(r.GetLimit())
-	if a.cfg.maxListTasks > 0 && (f.Limit == 0 || f.Limit > a.cfg.maxListTasks) {
-		f.Limit = a.cfg.maxListTasks
+	if r.GetBeforeId() != 0 && r.GetAfterId() != 0 && r.GetBeforeId() <= r.GetAfterId()+1 {
+		return nil, a.fail(proc, invalidArg("before_id %d and after_id %d leave no id between them", r.GetBeforeId(), r.GetAfterId()))
+	}
+	f.AfterID, f.BeforeID, f.Newest = r.GetAfterId(), r.GetBeforeId(), !r.GetOldestFirst()
+	// A page never exceeds maxListTasks; one task more than the page is
+	// asked for, to tell the client whether to ask again (more), so that a
+	// cap is never silent.
+	page := int(r.GetLimit())
+	if a.cfg.maxListTasks > 0 && (page == 0 || page > a.cfg.maxListTasks) {
+		page = a.cfg.maxListTasks
+	}
+	if page > 0 {
+		f.Limit = page + 1
 	}
 	b, err := a.leader.Current()
 	if err != nil {
@@ -327,9 +341,97 @@ func (a *broadcastAPI) ListTasks(_ context.Context, req *connect.Request[walcast
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	out := &walcastv1.ListTasksResponse{Tasks: make([]*walcastv1.Task, len(tasks))}
+	out := &walcastv1.ListTasksResponse{}
+	if page > 0 && len(tasks) > page {
+		tasks, out.More = tasks[:page], true
+	}
+	out.Tasks = make([]*walcastv1.Task, len(tasks))
 	for i, ti := range tasks {
 		out.Tasks[i] = taskPB(ti)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ForceAck acks copies of a live task on behalf of consumers that are gone
+// (R5.6: a task waiting for acks that will never come is resolved by an
+// operator, not left hanging). Each copy must have been appended: the ack
+// takes its append result as the checkpoint, as an ack without checkpoint
+// does (R4.5). The audit log records who did it and the reason.
+func (a *broadcastAPI) ForceAck(ctx context.Context, req *connect.Request[walcastv1.ForceAckRequest]) (*connect.Response[walcastv1.ForceAckResponse], error) {
+	const proc = "ForceAck"
+	r := req.Msg
+	switch {
+	case r.GetId() == 0:
+		return nil, a.fail(proc, invalidArg("id is required"))
+	case len(r.GetVchannels()) == 0:
+		return nil, a.fail(proc, invalidArg("vchannels: name at least one vchannel of the task to ack"))
+	case strings.TrimSpace(r.GetReason()) == "":
+		return nil, a.fail(proc, invalidArg("reason is required: it is written to the audit log"))
+	case len(r.GetReason()) > MaxReasonBytes:
+		return nil, a.fail(proc, invalidArg("reason is %d bytes, limit %d", len(r.GetReason()), MaxReasonBytes))
+	}
+	want := make([]message.VChannel, len(r.GetVchannels()))
+	for i, v := range r.GetVchannels() {
+		want[i] = message.VChannel(v)
+		if err := want[i].Validate(); err != nil {
+			return nil, a.fail(proc, fmt.Errorf("%w: vchannels[%d]: %w", broadcast.ErrInvalidArgument, i, err))
+		}
+	}
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	ti, err := b.Task(r.GetId())
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	if ti.State == broadcast.Tombstone {
+		return nil, a.fail(proc, fmt.Errorf("%w: task %d is finished (TOMBSTONE): nothing to ack", broadcast.ErrFailedPrecondition, ti.ID))
+	}
+	// Check every vchannel before acking any, so a typo changes nothing.
+	var acks []message.VChannel
+	for _, v := range want {
+		i := slices.IndexFunc(ti.VChannels, func(vi broadcast.VChannelInfo) bool { return vi.VChannel == v })
+		switch {
+		case i < 0:
+			return nil, a.fail(proc, fmt.Errorf("%w: %s is not a target of task %d", broadcast.ErrVChannelNotInTask, v, ti.ID))
+		case ti.VChannels[i].Acked:
+			continue // acks are idempotent: nothing to do
+		case !ti.VChannels[i].Appended || ti.VChannels[i].Checkpoint == (wal.Checkpoint{}):
+			// Acking a copy that is not in the WAL would run the
+			// callback for a message a consumer may never see.
+			return nil, a.fail(proc, fmt.Errorf("%w: task %d has no append result for %s (its copy is not known to be in this cluster's WAL): only an appended copy can be acked for its consumer",
+				broadcast.ErrFailedPrecondition, ti.ID, v))
+		}
+		acks = append(acks, v)
+	}
+	for _, v := range acks {
+		if err := b.Ack(ctx, broadcast.Ack{BroadcastID: ti.ID, VChannel: v}); err != nil {
+			return nil, a.fail(proc, err)
+		}
+	}
+	a.cfg.logger.Warn("copies acked by an operator", "task", ti.ID, "vchannels", acks, "reason", r.GetReason())
+	after, err := b.Task(ti.ID)
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	return connect.NewResponse(&walcastv1.ForceAckResponse{Task: taskPB(after)}), nil
+}
+
+// ListTypes lists the registered message types, sorted.
+func (a *broadcastAPI) ListTypes(context.Context, *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error) {
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail("ListTypes", err)
+	}
+	reg := b.Types()
+	ts := reg.Types()
+	slices.SortFunc(ts, func(x, y message.Type) int { return strings.Compare(x.String(), y.String()) })
+	out := &walcastv1.ListTypesResponse{}
+	for _, t := range ts {
+		info, _ := reg.Lookup(t)
+		out.Types = append(out.Types, &walcastv1.MessageType{Type: t.String(), AckSyncUp: info.AckSyncUp,
+			Unreplicable: info.Unreplicable, ExclusiveAppend: info.ExclusiveAppend})
 	}
 	return connect.NewResponse(out), nil
 }
@@ -479,6 +581,10 @@ func taskPB(ti broadcast.TaskInfo) *walcastv1.Task {
 		},
 		Outcome:        outcomePB(ti.Outcome),
 		CatalogCommits: int64(ti.CatalogCommits),
+		// A tombstone does not keep its count (the engine's TaskInfo
+		// reports 0 for it).
+		CatalogCommitsKnown: ti.State != broadcast.Tombstone,
+		Stage:               ti.Stage,
 	}
 	for i, k := range ti.ResourceKeys {
 		t.ResourceKeys[i] = k.String()

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,6 +103,15 @@ type Config struct {
 		// are checked for changes.
 		ReloadInterval Duration `yaml:"reload_interval"`
 	} `yaml:"api"`
+	Standalone struct {
+		// NATSAddr and EtcdAddr are where standalone's embedded NATS and
+		// etcd listen for clients (127.0.0.1 only). Empty means next to
+		// api.addr's port: port+2 for NATS, port+3 for etcd (a random
+		// port if api.addr's port is 0). Fixed ports survive restarts, so
+		// a secondary reading this cluster's NATS keeps reading it.
+		NATSAddr string `yaml:"nats_addr"`
+		EtcdAddr string `yaml:"etcd_addr"`
+	} `yaml:"standalone"`
 	Metrics struct {
 		// Addr serves /metrics; empty disables it.
 		Addr string `yaml:"addr"`
@@ -378,38 +389,161 @@ func Default() Config {
 	return c
 }
 
+// EmbeddedPorts returns the ports standalone's embedded NATS and etcd
+// listen on (standalone.nats_addr and etcd_addr, or next to api.addr's
+// port); 0 means a random free port.
+func (c Config) EmbeddedPorts() (natsPort, etcdPort int, err error) {
+	_, api, _ := net.SplitHostPort(c.API.Addr)
+	apiPort, _ := strconv.Atoi(api)
+	port := func(key, addr string, offset int) (int, error) {
+		if addr == "" {
+			if apiPort == 0 {
+				return 0, nil
+			}
+			if apiPort+offset > math.MaxUint16 {
+				return 0, fmt.Errorf("%w: %s: api.addr's port %d + %d is not a port: set %s", ErrConfig, key, apiPort, offset, key)
+			}
+			return apiPort + offset, nil
+		}
+		host, p, err := net.SplitHostPort(addr)
+		n, perr := strconv.Atoi(p)
+		if err != nil || perr != nil || n < 0 || n > math.MaxUint16 {
+			return 0, fmt.Errorf("%w: %s: %q is not <host>:<port>", ErrConfig, key, addr)
+		}
+		if host != "" && host != "localhost" && !loopback(addr) {
+			return 0, fmt.Errorf("%w: %s: %q: the embedded server listens on 127.0.0.1 only", ErrConfig, key, addr)
+		}
+		return n, nil
+	}
+	if natsPort, err = port("standalone.nats_addr", c.Standalone.NATSAddr, 2); err != nil {
+		return 0, 0, err
+	}
+	if etcdPort, err = port("standalone.etcd_addr", c.Standalone.EtcdAddr, 3); err != nil {
+		return 0, 0, err
+	}
+	if natsPort != 0 && natsPort == etcdPort {
+		return 0, 0, fmt.Errorf("%w: standalone.nats_addr and standalone.etcd_addr are both port %d", ErrConfig, natsPort)
+	}
+	return natsPort, etcdPort, nil
+}
+
 // ErrConfig reports an invalid setting; the message names it.
 var ErrConfig = errors.New("invalid configuration")
 
-// Load builds the configuration from the defaults, the YAML file at path (if
-// path is not empty), the environment (environ, e.g. os.Environ()) and the
-// flags of fs that were set. Flags are mapped to keys by flagKey (a flag
-// "data-dir" to "data_dir", "api-addr" to "api.addr"). Unknown keys in the
-// file or unknown WALCAST_ variables are errors, so a typo cannot silently
-// leave a default in place.
+// Load is LoadWithWarnings without the warnings.
 func Load(path string, environ []string, fs *pflag.FlagSet, flagKey func(string) string) (Config, error) {
+	c, _, err := LoadWithWarnings(path, environ, fs, flagKey)
+	return c, err
+}
+
+// ClientEnv are the WALCAST_* variables of walcast's client commands
+// (cmd/walcast): servers ignore them.
+var ClientEnv = []string{"WALCAST_ADDR", "WALCAST_CONTEXT", "WALCAST_CLIENT_CONFIG", "WALCAST_TOKEN_FILE", "WALCAST_OUTPUT"}
+
+// envVerdict says what an unknown WALCAST_ variable is: an error (a likely
+// typo of a setting), "" to ignore it silently, or a warning.
+func envVerdict(name string, byEnv map[string]string) (warning string, err error) {
+	if slices.Contains(ClientEnv, name) || kubernetesEnv.MatchString(name) {
+		return "", nil
+	}
+	rest := strings.TrimPrefix(name, envPrefix)
+	section, _, _ := strings.Cut(rest, "_")
+	nearest, dist := "", math.MaxInt
+	for env := range byEnv {
+		if d := editDistance(name, env); d < dist || d == dist && env < nearest {
+			nearest, dist = env, d
+		}
+		if strings.HasSuffix(env, "_"+rest) {
+			return "", fmt.Errorf("%w: unknown environment variable %s (did you mean %s?)", ErrConfig, name, env)
+		}
+	}
+	if dist <= 3 || sections[section] {
+		return "", fmt.Errorf("%w: unknown environment variable %s (did you mean %s?)", ErrConfig, name, nearest)
+	}
+	return fmt.Sprintf("ignoring the environment variable %s: it is no walcast setting (settings are WALCAST_<SECTION>_<KEY>, e.g. WALCAST_LOG_LEVEL)", name), nil
+}
+
+// envPrefix starts every environment variable of a setting.
+const envPrefix = "WALCAST_"
+
+// kubernetesEnv matches the variables Kubernetes sets for a Service named
+// walcast in every pod of its namespace (docker links had the same).
+var kubernetesEnv = regexp.MustCompile(`^WALCAST_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_\d+_(TCP|UDP|SCTP)(_(PORT|PROTO|ADDR))?)$`)
+
+// sections are the first components of the settings' keys, upper-cased:
+// a variable in one of them that names no setting is a typo.
+var sections = func() map[string]bool {
+	out := map[string]bool{}
+	for key := range keysOf(reflect.TypeOf(Config{}), "") {
+		first, _, _ := strings.Cut(key, ".")
+		first, _, _ = strings.Cut(first, "_") // data_dir: DATA
+		out[strings.ToUpper(first)] = true
+	}
+	return out
+}()
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// LoadWithWarnings builds the configuration from the defaults, the YAML
+// file at path (if path is not empty), the environment (environ, e.g.
+// os.Environ()) and the flags of fs that were set. Flags are mapped to keys
+// by flagKey (a flag "data-dir" to "data_dir", "api-addr" to "api.addr").
+//
+// Unknown keys in the file are errors, so a typo cannot silently leave a
+// default in place. Unknown WALCAST_ variables are sorted by what they
+// probably are (envVerdict): a likely typo of a setting (in a settings
+// section, such as WALCAST_BROADCAST_TOMBSTONE_MAX_CONT, or close to a
+// setting's name) is an error; the variables Kubernetes derives from a
+// Service named walcast (WALCAST_PORT, WALCAST_SERVICE_HOST, ...) and those
+// of the client commands (ClientEnv) are ignored; any other is ignored with
+// a warning, returned for the caller to show.
+func LoadWithWarnings(path string, environ []string, fs *pflag.FlagSet, flagKey func(string) string) (Config, []string, error) {
 	known := keysOf(reflect.TypeOf(Config{}), "")
 	k := koanf.New(".")
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
-			return Config{}, fmt.Errorf("%w: config file: %w", ErrConfig, err)
+			return Config{}, nil, fmt.Errorf("%w: config file: %w", ErrConfig, err)
 		}
 		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
-			return Config{}, fmt.Errorf("%w: config file %s: %w", ErrConfig, path, err)
+			return Config{}, nil, fmt.Errorf("%w: config file %s: %w", ErrConfig, path, err)
 		}
 	}
 	byEnv := make(map[string]string, len(known))
 	for key := range known {
-		byEnv["WALCAST_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = key
+		byEnv[envPrefix+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = key
 	}
 	var envErr error
+	var warnings []string
 	ep := env.Provider(".", env.Opt{
-		Prefix:      "WALCAST_",
+		Prefix:      envPrefix,
 		EnvironFunc: func() []string { return environ },
 		TransformFunc: func(name, value string) (string, any) {
 			key, ok := byEnv[name]
 			if !ok {
-				envErr = errors.Join(envErr, fmt.Errorf("%w: unknown environment variable %s", ErrConfig, name))
+				w, err := envVerdict(name, byEnv)
+				envErr = errors.Join(envErr, err)
+				if w != "" {
+					warnings = append(warnings, w)
+				}
 				return "", nil
 			}
 			if known[key] == reflect.Slice {
@@ -419,10 +553,10 @@ func Load(path string, environ []string, fs *pflag.FlagSet, flagKey func(string)
 		},
 	})
 	if err := k.Load(ep, nil); err != nil {
-		return Config{}, fmt.Errorf("%w: environment: %w", ErrConfig, err)
+		return Config{}, nil, fmt.Errorf("%w: environment: %w", ErrConfig, err)
 	}
 	if envErr != nil {
-		return Config{}, envErr
+		return Config{}, nil, envErr
 	}
 	if fs != nil {
 		fp := posflag.ProviderWithFlag(fs, ".", k, func(f *pflag.Flag) (string, any) {
@@ -436,12 +570,12 @@ func Load(path string, environ []string, fs *pflag.FlagSet, flagKey func(string)
 			return key, posflag.FlagVal(fs, f)
 		})
 		if err := k.Load(fp, nil); err != nil {
-			return Config{}, fmt.Errorf("%w: flags: %w", ErrConfig, err)
+			return Config{}, nil, fmt.Errorf("%w: flags: %w", ErrConfig, err)
 		}
 	}
 	for _, key := range k.Keys() {
 		if _, ok := known[key]; !ok {
-			return Config{}, fmt.Errorf("%w: unknown setting %q", ErrConfig, key)
+			return Config{}, nil, fmt.Errorf("%w: unknown setting %q", ErrConfig, key)
 		}
 	}
 	c := Default()
@@ -455,9 +589,10 @@ func Load(path string, environ []string, fs *pflag.FlagSet, flagKey func(string)
 		TagName:          configTag,
 	}})
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+		return Config{}, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return c, c.Validate()
+	slices.Sort(warnings)
+	return c, warnings, c.Validate()
 }
 
 func splitList(s string) []string {
@@ -585,6 +720,9 @@ func (c Config) Validate() error {
 		// job gone (the reference system documented this coupling only).
 		return bad("meta.import_job_retention", "%v is shorter than twice broadcast.tombstone.max_lifetime (%v): retries inside the idempotency window could find their import job deleted",
 			c.Meta.ImportJobRetention.D(), b.Tombstone.MaxLifetime.D())
+	}
+	if _, _, err := c.EmbeddedPorts(); err != nil {
+		return err
 	}
 	if _, err := otlpHeaders(c.Tracing.OTLP.Headers); err != nil {
 		return bad("tracing.otlp.headers", "%v", err)

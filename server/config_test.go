@@ -233,3 +233,57 @@ func TestR9_8_SecuritySettingsNameTheSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestR9_7_UnrelatedEnvironmentDoesNotStopAServer: the variables a
+// Kubernetes Service named walcast injects into every pod, and the client
+// commands' own, never stop a server; other unknown WALCAST_* variables are
+// ignored with a warning unless they look like a misspelt setting, which
+// is refused naming the setting meant.
+func TestR9_7_UnrelatedEnvironmentDoesNotStopAServer(t *testing.T) {
+	kube := []string{"WALCAST_PORT=tcp://10.96.0.12:7070", "WALCAST_PORT_7070_TCP=tcp://10.96.0.12:7070",
+		"WALCAST_PORT_7070_TCP_ADDR=10.96.0.12", "WALCAST_PORT_7070_TCP_PORT=7070", "WALCAST_PORT_7070_TCP_PROTO=tcp",
+		"WALCAST_SERVICE_HOST=10.96.0.12", "WALCAST_SERVICE_PORT=7070", "WALCAST_SERVICE_PORT_API=7070",
+		"WALCAST_ADDR=10.0.0.1:7070", "WALCAST_CONTEXT=prod", "WALCAST_LOG_LEVEL=warn"}
+	c, warnings, err := LoadWithWarnings("", kube, nil, nil)
+	if err != nil || len(warnings) != 0 || c.Log.Level != "warn" {
+		t.Fatalf("Kubernetes and client variables: %v, warnings %q, log level %q", err, warnings, c.Log.Level)
+	}
+	_, warnings, err = LoadWithWarnings("", []string{"WALCAST_HOME=/opt/walcast", "WALCAST_VERSION=1.2"}, nil, nil)
+	if err != nil || len(warnings) != 2 || !strings.Contains(warnings[0], "WALCAST_HOME") || !strings.Contains(warnings[1], "WALCAST_VERSION") {
+		t.Fatalf("unrelated variables: %v, warnings %q", err, warnings)
+	}
+	for env, meant := range map[string]string{
+		"WALCAST_BROADCAST_TOMBSTONE_MAX_CONT=5": "WALCAST_BROADCAST_TOMBSTONE_MAX_COUNT", // close
+		"WALCAST_TOMBSTONE_MAX_COUNT=5":          "WALCAST_BROADCAST_TOMBSTONE_MAX_COUNT", // a section missing
+		"WALCAST_ELECTION_TIMEOUT=5s":            "WALCAST_ELECTION_TTL",                  // a settings section
+		"WALCAST_LOG_LEVLE=debug":                "WALCAST_LOG_LEVEL",
+	} {
+		if _, _, err := LoadWithWarnings("", []string{env}, nil, nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), meant) {
+			t.Errorf("%s: %v, want an error suggesting %s", env, err, meant)
+		}
+	}
+}
+
+// TestR9_7_EmbeddedPortsNextToTheAPI: standalone's embedded NATS and etcd
+// listen next to the API port unless set, at random ports with a random API
+// port, and bad addresses are refused naming the setting.
+func TestR9_7_EmbeddedPortsNextToTheAPI(t *testing.T) {
+	c := Default()
+	if n, e, err := c.EmbeddedPorts(); err != nil || n != 7072 || e != 7073 {
+		t.Fatalf("default: %d %d %v", n, e, err)
+	}
+	c.API.Addr = "127.0.0.1:0"
+	if n, e, err := c.EmbeddedPorts(); err != nil || n != 0 || e != 0 {
+		t.Fatalf("random API port: %d %d %v", n, e, err)
+	}
+	c.Standalone.NATSAddr, c.Standalone.EtcdAddr = "127.0.0.1:4222", "localhost:2379"
+	if n, e, err := c.EmbeddedPorts(); err != nil || n != 4222 || e != 2379 {
+		t.Fatalf("set: %d %d %v", n, e, err)
+	}
+	for _, env := range []string{"WALCAST_STANDALONE_NATS_ADDR=10.0.0.1:4222", "WALCAST_STANDALONE_ETCD_ADDR=2379",
+		"WALCAST_STANDALONE_NATS_ADDR=127.0.0.1:99999", "WALCAST_API_ADDR=127.0.0.1:65534"} {
+		if _, err := Load("", []string{env}, nil, nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "standalone.") {
+			t.Errorf("%s: %v, want an error naming standalone.*", env, err)
+		}
+	}
+}

@@ -110,7 +110,7 @@ type Process struct {
 
 	apiAddr, metricsAddr string
 	ready                *prober // nil unless the process runs a coordinator
-	natsURL              string
+	natsURL, etcdURL     string
 	sec                  *security
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
@@ -128,6 +128,9 @@ func (p *Process) APIAddr() string { return p.apiAddr }
 // NATSURL is the embedded NATS server's URL (standalone), where a secondary's
 // replicator reads this cluster's WAL; "" otherwise.
 func (p *Process) NATSURL() string { return p.natsURL }
+
+// EtcdURL is the embedded etcd's client URL (standalone), "" otherwise.
+func (p *Process) EtcdURL() string { return p.etcdURL }
 
 // MetricsAddr is the address /metrics is served on, "" if disabled.
 func (p *Process) MetricsAddr() string { return p.metricsAddr }
@@ -282,14 +285,19 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	if cfg.Log.Level == "debug" {
 		embedLog = log
 	}
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), Logger: embedLog})
+	natsPort, etcdPort, err := cfg.EmbeddedPorts()
 	if err != nil {
-		return nil, fmt.Errorf("embedded etcd: %w", err)
+		return nil, err
+	}
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog})
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd (standalone.etcd_addr, --etcd-addr; port %d): %w", etcdPort, err)
 	}
 	p.onClose(etcd.Close)
-	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog})
+	p.etcdURL = strings.Join(etcd.Endpoints(), ",")
+	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog})
 	if err != nil {
-		return nil, fmt.Errorf("embedded nats: %w", err)
+		return nil, fmt.Errorf("embedded nats (standalone.nats_addr, --nats-addr; port %d): %w", natsPort, err)
 	}
 	p.onClose(func() error { ns.Close(); return nil })
 	client, err := etcd.Client()
@@ -732,6 +740,9 @@ func (p *Process) ReadyLine(mode string) string {
 	}
 	if p.natsURL != "" {
 		fmt.Fprintf(&b, " wal=%s", p.natsURL)
+	}
+	if p.etcdURL != "" {
+		fmt.Fprintf(&b, " etcd=%s", p.etcdURL)
 	}
 	fmt.Fprintf(&b, " data=%s", p.cfg.DataDir)
 	if f := p.secure; f != nil {

@@ -2,14 +2,21 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	natsgo "github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
@@ -40,6 +47,9 @@ type replication struct {
 	// start opens the primary's WAL at source and runs a replicator on it
 	// (startReplicator; tests replace it).
 	start func(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error)
+	// probe checks that source is reachable before a Follow (probeSource;
+	// tests replace it).
+	probe func(ctx context.Context, source string) error
 
 	// life serialises reconcile, pause, resume and close: at most one
 	// replicator runs, and no start that was under way can undo a stop (a
@@ -49,8 +59,15 @@ type replication struct {
 	paused int  // force promotes under way; protected by life
 	closed bool // the loop ended; protected by life
 
-	mu      sync.Mutex     // guards running for status, which must not wait for a start
+	mu      sync.Mutex     // guards running and the start failure for status, which must not wait for a start
 	running *replicatorRun // written under life and mu
+	// startErr is the last failure to start a replicator (the primary's
+	// WAL could not be opened), failingSince when starts began to fail and
+	// failSource the source they tried; cleared when one starts or none
+	// should run. Protected by mu.
+	startErr     error
+	failingSince time.Time
+	failSource   string
 }
 
 // replicatorRun is one running replicator.
@@ -65,7 +82,7 @@ type replicatorRun struct {
 
 func newReplication(leading func() (*broadcast.Broadcaster, bool), dest *wal.WAL, pchans []message.PChannel, lanes int, cluster string, log *slog.Logger) *replication {
 	rp := &replication{leading: leading, dest: dest, pchans: pchans, lanes: lanes, cluster: cluster, log: log, interval: 500 * time.Millisecond}
-	rp.start = rp.startReplicator
+	rp.start, rp.probe = rp.startReplicator, rp.probeSource
 	return rp
 }
 
@@ -100,18 +117,77 @@ func (rp *replication) reconcile(ctx context.Context) {
 	if cur := rp.running; cur != nil && (cur.source != want || cur.b != b) {
 		rp.stopLocked()
 	}
+	if want == "" {
+		rp.noteStart("", nil)
+	}
 	if rp.running != nil || want == "" {
 		return
 	}
 	run, err := rp.start(ctx, b, want)
 	if err != nil {
-		rp.log.Warn("replicator: cannot start; will retry", "source", want, "err", err)
+		if rp.noteStart(want, err) {
+			rp.log.Warn("replicator: cannot reach the primary's WAL; will retry", "source", want, "err", err)
+		}
 		return
 	}
 	rp.mu.Lock()
 	rp.running = run
+	rp.startErr, rp.failingSince, rp.failSource = nil, time.Time{}, ""
 	rp.mu.Unlock()
 	rp.log.Info("replicator started", "primary", b.ReplicateConfig().Primary, "source", want)
+}
+
+// noteStart records a failed start at source (err nil: nothing failing) and
+// reports whether it is the first failure of a run of them (worth a log
+// line; the loop retries every interval).
+func (rp *replication) noteStart(source string, err error) bool {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if err == nil {
+		rp.startErr, rp.failingSince, rp.failSource = nil, time.Time{}, ""
+		return false
+	}
+	first := rp.startErr == nil || rp.failSource != source
+	if first {
+		rp.failingSince = time.Now()
+	}
+	rp.startErr, rp.failSource = err, source
+	return first
+}
+
+// source reports whether the primary's WAL is reachable, for a secondary
+// that should replicate: nil when no replicator should run.
+func (rp *replication) source() *walcastv1.SourceState {
+	rp.mu.Lock()
+	run, startErr, since, failSource := rp.running, rp.startErr, rp.failingSince, rp.failSource
+	rp.mu.Unlock()
+	switch {
+	case run == nil && startErr != nil:
+		return &walcastv1.SourceState{Url: failSource, Reachable: false, LastError: startErr.Error(), UnreachableSince: timePB(since)}
+	case run == nil:
+		return nil
+	}
+	st := &walcastv1.SourceState{Url: run.source, Reachable: true}
+	var last time.Time
+	var chans []replicate.PChannelStatus
+	if run.status != nil {
+		chans = run.status()
+	}
+	for _, c := range chans {
+		if c.LastContact.After(last) {
+			last = c.LastContact
+		}
+		if c.SourceError == "" {
+			continue
+		}
+		if st.Reachable || c.SourceFailingSince.Before(st.GetUnreachableSince().AsTime()) {
+			st.UnreachableSince = timePB(c.SourceFailingSince)
+		}
+		st.Reachable = false
+		st.LastError = string(c.PChannel) + ": " + c.SourceError
+	}
+	st.LastContact = timePB(last)
+	return st
 }
 
 // startReplicator opens the primary's WAL and runs a replicator from it into
@@ -230,7 +306,19 @@ func (s *replicationService) Follow(ctx context.Context, req *connect.Request[wa
 	if err != nil {
 		return nil, s.fail(proc, err)
 	}
-	if err := b.Follow(ctx, topologyOf(req.Msg.GetTopology())); err != nil {
+	topo := topologyOf(req.Msg.GetTopology())
+	// Everything is checked before anything changes: a follow that
+	// cannot replicate must not turn this cluster into a secondary.
+	if err := checkTopology(topo, b.ClusterName()); err != nil {
+		return nil, s.fail(proc, err)
+	}
+	if !req.Msg.GetAllowUnreachable() {
+		me, _ := topo.Secondary(b.ClusterName())
+		if err := s.rp.probe(ctx, me.Source); err != nil {
+			return nil, s.fail(proc, err)
+		}
+	}
+	if err := b.Follow(ctx, topo); err != nil {
 		return nil, s.fail(proc, err)
 	}
 	s.rp.reconcile(ctx)
@@ -277,16 +365,31 @@ func (s *replicationService) Status(_ context.Context, _ *connect.Request[walcas
 		return nil, s.fail(proc, err)
 	}
 	out := &walcastv1.ReplicationStatusResponse{Cluster: b.ClusterName(), Role: b.Role().String(),
-		Topology: topologyPB(b.ReplicateConfig()), Promoting: b.Promoting()}
+		Topology: topologyPB(b.ReplicateConfig()), Promoting: b.Promoting(),
+		PchannelCount: int32(len(s.rp.pchans)), Lanes: int32(s.rp.lanes)}
 	running, chans := s.rp.status()
-	out.Replicating = running
+	out.Source = s.rp.source()
+	// Replicating means copies flow: a replicator that runs but cannot
+	// read its primary is not replicating.
+	out.Replicating = running && (out.Source == nil || out.Source.GetReachable())
 	for _, c := range chans {
-		pc := &walcastv1.PChannelReplication{Pchannel: string(c.PChannel), Next: c.Next, SourceEnd: c.SourceEnd, Lag: c.Lag,
-			Copied: c.Copied, LastError: c.LastError}
-		if !c.LastCopy.IsZero() {
-			pc.LastCopy = timestamppb.New(c.LastCopy)
+		pc := &walcastv1.PChannelReplication{Pchannel: string(c.PChannel), Next: c.Next, Copied: c.Copied, LastError: c.LastError,
+			LastCopy: timePB(c.LastCopy)}
+		if pc.LastError == "" {
+			pc.LastError = c.SourceError
+		}
+		// The pchannels are read from one primary WAL: while any fails,
+		// every lag is unknown rather than a number of before.
+		if c.LagKnown && out.GetSource().GetReachable() {
+			pc.LagKnown, pc.SourceEnd, pc.Lag, pc.SourceEndAt = true, c.SourceEnd, c.Lag, timePB(c.SourceEndAt)
 		}
 		out.Pchannels = append(out.Pchannels, pc)
+	}
+	if cfg := b.ReplicateConfig(); cfg.Primary == b.ClusterName() || b.Promoting() {
+		// Only a cluster that was a secondary can have been promoted.
+		if id, at, ok := lastForcePromote(b); ok {
+			out.PromoteBroadcastId, out.PromotedAt = id, timePB(at)
+		}
 	}
 	// Tasks come ordered by id.
 	live, err := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
@@ -304,4 +407,114 @@ func (s *replicationService) Status(_ context.Context, _ *connect.Request[walcas
 			Acked: int32(acked), Vchannels: int32(len(t.VChannels))})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// lastForcePromote finds the newest force promote this cluster remembers
+// (its task, live or tombstoned) and when it completed (zero while it
+// runs).
+func lastForcePromote(b *broadcast.Broadcaster) (uint64, time.Time, bool) {
+	tasks, err := b.Tasks(broadcast.Filter{Type: broadcast.AlterReplicateConfig, Newest: true})
+	if err != nil {
+		return 0, time.Time{}, false
+	}
+	for _, t := range tasks {
+		if t.Message == nil {
+			continue
+		}
+		var cfg broadcast.ReplicateConfig
+		if json.Unmarshal(t.Message.Payload, &cfg) == nil && cfg.ForcePromote {
+			return t.ID, t.CompletedAt, true
+		}
+	}
+	return 0, time.Time{}, false
+}
+
+// checkTopology checks a topology this cluster (named self) is asked to
+// follow: it names another primary, this cluster among its secondaries, and
+// every secondary with a source URL.
+func checkTopology(t broadcast.ReplicateConfig, self string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", broadcast.ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	if t.Primary == "" || t.Primary == self {
+		return bad("the topology must name a primary other than this cluster %q", self)
+	}
+	names := make(map[string]bool, len(t.Secondaries))
+	for _, sec := range t.Secondaries {
+		switch {
+		case sec.Name == "":
+			return bad("a secondary has no name")
+		case names[sec.Name]:
+			return bad("secondary %q is listed twice", sec.Name)
+		case sec.Name == t.Primary:
+			return bad("%q is both the primary and a secondary", sec.Name)
+		}
+		names[sec.Name] = true
+		if err := checkSourceURL(sec.Source); err != nil {
+			return bad("secondary %q: %v", sec.Name, err)
+		}
+	}
+	if !names[self] {
+		listed := slices.Sorted(maps.Keys(names))
+		return bad("this cluster is named %q (cluster.name) but the topology's secondaries are %q: list it as --secondary %s=<the primary's WAL URL>", self, listed, self)
+	}
+	return nil
+}
+
+// checkSourceURL checks a primary WAL URL: one or more comma-separated
+// <scheme>://<host:port>.
+func checkSourceURL(src string) error {
+	if strings.TrimSpace(src) == "" {
+		return errors.New("the source URL (the primary's WAL, e.g. nats://10.0.0.5:4222) is empty")
+	}
+	for _, part := range strings.Split(src, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("source %q is not a URL such as nats://10.0.0.5:4222", part)
+		}
+	}
+	return nil
+}
+
+// probeTimeout bounds reaching the primary's WAL when Follow checks it.
+const probeTimeout = 5 * time.Second
+
+// probeSource checks that the primary's WAL at source is reachable and laid
+// out as this cluster's (the same lanes: a stream per lane), without
+// creating anything there. It returns an error matching
+// broadcast.ErrFailedPrecondition that says what to do.
+func (rp *replication) probeSource(ctx context.Context, source string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	opts := append([]natsgo.Option{natsgo.Name("walcast-follow-check"), natsgo.Timeout(probeTimeout), natsgo.MaxReconnects(0),
+		natsgo.NoReconnect()}, rp.sourceOptions...)
+	nc, err := natsgo.Connect(source, opts...)
+	if err != nil {
+		return fmt.Errorf("%w: cannot reach the primary's WAL at %s: %w (check the URL; follow with allow_unreachable, walcast replicate follow --allow-unreachable, to follow anyway)",
+			broadcast.ErrFailedPrecondition, source, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("%w: the primary's WAL at %s: %w", broadcast.ErrFailedPrecondition, source, err)
+	}
+	have := map[string]bool{}
+	names := js.StreamNames(ctx)
+	for n := range names.Name() {
+		have[n] = true
+	}
+	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return fmt.Errorf("%w: cannot list the streams of the primary's WAL at %s: %w (is JetStream on?)", broadcast.ErrFailedPrecondition, source, err)
+	}
+	var missing []string
+	for _, l := range wal.Lanes(rp.lanes, rp.pchans) {
+		if n := walnats.DefaultStreamPrefix + "_" + string(l); !have[n] {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the primary's WAL at %s has no stream %s: its pchannels or lanes differ from this cluster's (wal.pchannels %d, wal.lanes %d; replicated clusters need the same), or it is not a walcast WAL",
+			broadcast.ErrFailedPrecondition, source, strings.Join(missing, ", "), len(rp.pchans), rp.lanes)
+	}
+	return nil
 }

@@ -768,8 +768,20 @@ type Task struct {
 	Outcome         *Outcome               `protobuf:"bytes,13,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	CatalogCommits  int64                  `protobuf:"varint,14,opt,name=catalog_commits,json=catalogCommits,proto3" json:"catalog_commits,omitempty"`
 	Payload         []byte                 `protobuf:"bytes,15,opt,name=payload,proto3" json:"payload,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Where a live task is in its lifecycle: persisting, appending, acking,
+	// collecting, promoting, queued, calling, backoff, tombstoning;
+	// "tombstoned" for a tombstone.
+	Stage string `protobuf:"bytes,16,opt,name=stage,proto3" json:"stage,omitempty"`
+	// Set when catalog_commits counts every commit of the task; a tombstone
+	// does not keep the count.
+	CatalogCommitsKnown bool `protobuf:"varint,17,opt,name=catalog_commits_known,json=catalogCommitsKnown,proto3" json:"catalog_commits_known,omitempty"`
+	// The application's verdict on the effect, when it is a failure the
+	// broadcast's own outcome does not show (an import job the task created
+	// failed later): a retry with the task's key gets this failed original
+	// (R7.9), so mint a new key.
+	ApplicationOutcome *Outcome `protobuf:"bytes,18,opt,name=application_outcome,json=applicationOutcome,proto3" json:"application_outcome,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -907,14 +919,43 @@ func (x *Task) GetPayload() []byte {
 	return nil
 }
 
+func (x *Task) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *Task) GetCatalogCommitsKnown() bool {
+	if x != nil {
+		return x.CatalogCommitsKnown
+	}
+	return false
+}
+
+func (x *Task) GetApplicationOutcome() *Outcome {
+	if x != nil {
+		return x.ApplicationOutcome
+	}
+	return nil
+}
+
 type ListTasksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PENDING, REPLICATED, TOMBSTONE; empty for all.
 	States []string `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
 	Type   string   `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// Only tasks created longer ago than this (hanging tasks).
-	OlderThan     *durationpb.Duration `protobuf:"bytes,3,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
-	Limit         int32                `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	OlderThan *durationpb.Duration `protobuf:"bytes,3,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
+	// At most this many tasks (0: the server's page size); a server caps a
+	// page and says so with more.
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// A cursor: only tasks with ids below before_id / above after_id (0: no
+	// bound).
+	BeforeId uint64 `protobuf:"varint,5,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
+	AfterId  uint64 `protobuf:"varint,6,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// Ascending ids; the default is the newest (highest id) first.
+	OldestFirst   bool `protobuf:"varint,7,opt,name=oldest_first,json=oldestFirst,proto3" json:"oldest_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -977,9 +1018,33 @@ func (x *ListTasksRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListTasksRequest) GetBeforeId() uint64 {
+	if x != nil {
+		return x.BeforeId
+	}
+	return 0
+}
+
+func (x *ListTasksRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+func (x *ListTasksRequest) GetOldestFirst() bool {
+	if x != nil {
+		return x.OldestFirst
+	}
+	return false
+}
+
 type ListTasksResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tasks []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Set when more tasks match beyond this page: ask again with the last
+	// task's id as before_id (newest first) or after_id (oldest_first).
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,6 +1084,13 @@ func (x *ListTasksResponse) GetTasks() []*Task {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *ListTasksResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 type ListLocksRequest struct {
@@ -1283,13 +1355,15 @@ func (x *LookupKeyRequest) GetIdempotencyKey() string {
 }
 
 type LookupKeyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BroadcastId   uint64                 `protobuf:"varint,1,opt,name=broadcast_id,json=broadcastId,proto3" json:"broadcast_id,omitempty"`
-	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	Outcome       *Outcome               `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Window        *Window                `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	BroadcastId uint64                 `protobuf:"varint,1,opt,name=broadcast_id,json=broadcastId,proto3" json:"broadcast_id,omitempty"`
+	State       string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Outcome     *Outcome               `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Window      *Window                `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"`
+	// As Task.application_outcome.
+	ApplicationOutcome *Outcome `protobuf:"bytes,5,opt,name=application_outcome,json=applicationOutcome,proto3" json:"application_outcome,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LookupKeyResponse) Reset() {
@@ -1346,6 +1420,13 @@ func (x *LookupKeyResponse) GetOutcome() *Outcome {
 func (x *LookupKeyResponse) GetWindow() *Window {
 	if x != nil {
 		return x.Window
+	}
+	return nil
+}
+
+func (x *LookupKeyResponse) GetApplicationOutcome() *Outcome {
+	if x != nil {
+		return x.ApplicationOutcome
 	}
 	return nil
 }
@@ -1518,6 +1599,262 @@ func (*CompleteCallbackResponse) Descriptor() ([]byte, []int) {
 	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{22}
 }
 
+type ForceAckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The task's vchannels to ack; every one must be a target of the task.
+	Vchannels []string `protobuf:"bytes,2,rep,name=vchannels,proto3" json:"vchannels,omitempty"`
+	// Why (required): written to the audit log.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceAckRequest) Reset() {
+	*x = ForceAckRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceAckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceAckRequest) ProtoMessage() {}
+
+func (x *ForceAckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceAckRequest.ProtoReflect.Descriptor instead.
+func (*ForceAckRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ForceAckRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ForceAckRequest) GetVchannels() []string {
+	if x != nil {
+		return x.Vchannels
+	}
+	return nil
+}
+
+func (x *ForceAckRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ForceAckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task after the acks.
+	Task          *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceAckResponse) Reset() {
+	*x = ForceAckResponse{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceAckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceAckResponse) ProtoMessage() {}
+
+func (x *ForceAckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceAckResponse.ProtoReflect.Descriptor instead.
+func (*ForceAckResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ForceAckResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type ListTypesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesRequest) Reset() {
+	*x = ListTypesRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesRequest) ProtoMessage() {}
+
+func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
+func (*ListTypesRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{25}
+}
+
+type MessageType struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "<name>.v<version>".
+	Type            string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	AckSyncUp       bool   `protobuf:"varint,2,opt,name=ack_sync_up,json=ackSyncUp,proto3" json:"ack_sync_up,omitempty"`
+	Unreplicable    bool   `protobuf:"varint,3,opt,name=unreplicable,proto3" json:"unreplicable,omitempty"`
+	ExclusiveAppend bool   `protobuf:"varint,4,opt,name=exclusive_append,json=exclusiveAppend,proto3" json:"exclusive_append,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MessageType) Reset() {
+	*x = MessageType{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageType) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageType) ProtoMessage() {}
+
+func (x *MessageType) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageType.ProtoReflect.Descriptor instead.
+func (*MessageType) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *MessageType) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *MessageType) GetAckSyncUp() bool {
+	if x != nil {
+		return x.AckSyncUp
+	}
+	return false
+}
+
+func (x *MessageType) GetUnreplicable() bool {
+	if x != nil {
+		return x.Unreplicable
+	}
+	return false
+}
+
+func (x *MessageType) GetExclusiveAppend() bool {
+	if x != nil {
+		return x.ExclusiveAppend
+	}
+	return false
+}
+
+type ListTypesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Types         []*MessageType         `protobuf:"bytes,1,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesResponse) Reset() {
+	*x = ListTypesResponse{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesResponse) ProtoMessage() {}
+
+func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
+func (*ListTypesResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListTypesResponse) GetTypes() []*MessageType {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
 var File_walcast_api_v1_broadcast_proto protoreflect.FileDescriptor
 
 const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
@@ -1588,7 +1925,7 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x03 \x01(\tR\tlastError\x12B\n" +
 	"\x0flast_attempt_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rlastAttemptAt\x12B\n" +
-	"\x0fnext_attempt_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\"\xeb\x04\n" +
+	"\x0fnext_attempt_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\"\xff\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
@@ -1606,15 +1943,22 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\bcallback\x18\f \x01(\v2\x1d.walcast.api.v1.CallbackStateR\bcallback\x121\n" +
 	"\aoutcome\x18\r \x01(\v2\x17.walcast.api.v1.OutcomeR\aoutcome\x12'\n" +
 	"\x0fcatalog_commits\x18\x0e \x01(\x03R\x0ecatalogCommits\x12\x18\n" +
-	"\apayload\x18\x0f \x01(\fR\apayload\"\x8e\x01\n" +
+	"\apayload\x18\x0f \x01(\fR\apayload\x12\x14\n" +
+	"\x05stage\x18\x10 \x01(\tR\x05stage\x122\n" +
+	"\x15catalog_commits_known\x18\x11 \x01(\bR\x13catalogCommitsKnown\x12H\n" +
+	"\x13application_outcome\x18\x12 \x01(\v2\x17.walcast.api.v1.OutcomeR\x12applicationOutcome\"\xe9\x01\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06states\x18\x01 \x03(\tR\x06states\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x128\n" +
 	"\n" +
 	"older_than\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tolderThan\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1b\n" +
+	"\tbefore_id\x18\x05 \x01(\x04R\bbeforeId\x12\x19\n" +
+	"\bafter_id\x18\x06 \x01(\x04R\aafterId\x12!\n" +
+	"\foldest_first\x18\a \x01(\bR\voldestFirst\"S\n" +
 	"\x11ListTasksResponse\x12*\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x14.walcast.api.v1.TaskR\x05tasks\"\x12\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x14.walcast.api.v1.TaskR\x05tasks\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\x12\n" +
 	"\x10ListLocksRequest\"h\n" +
 	"\n" +
 	"LockHolder\x12\x14\n" +
@@ -1630,25 +1974,40 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\x05locks\x18\x01 \x03(\v2\x19.walcast.api.v1.LockStateR\x05locks\"O\n" +
 	"\x10LookupKeyRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12'\n" +
-	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xaf\x01\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\xf9\x01\n" +
 	"\x11LookupKeyResponse\x12!\n" +
 	"\fbroadcast_id\x18\x01 \x01(\x04R\vbroadcastId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x121\n" +
 	"\aoutcome\x18\x03 \x01(\v2\x17.walcast.api.v1.OutcomeR\aoutcome\x12.\n" +
-	"\x06window\x18\x04 \x01(\v2\x16.walcast.api.v1.WindowR\x06window\"&\n" +
+	"\x06window\x18\x04 \x01(\v2\x16.walcast.api.v1.WindowR\x06window\x12H\n" +
+	"\x13application_outcome\x18\x05 \x01(\v2\x17.walcast.api.v1.OutcomeR\x12applicationOutcome\"&\n" +
 	"\x14RetryCallbackRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"\x17\n" +
 	"\x15RetryCallbackResponse\"A\n" +
 	"\x17CompleteCallbackRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x1a\n" +
-	"\x18CompleteCallbackResponse*\xa8\x01\n" +
+	"\x18CompleteCallbackResponse\"W\n" +
+	"\x0fForceAckRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1c\n" +
+	"\tvchannels\x18\x02 \x03(\tR\tvchannels\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"<\n" +
+	"\x10ForceAckResponse\x12(\n" +
+	"\x04task\x18\x01 \x01(\v2\x14.walcast.api.v1.TaskR\x04task\"\x12\n" +
+	"\x10ListTypesRequest\"\x90\x01\n" +
+	"\vMessageType\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1e\n" +
+	"\vack_sync_up\x18\x02 \x01(\bR\tackSyncUp\x12\"\n" +
+	"\funreplicable\x18\x03 \x01(\bR\funreplicable\x12)\n" +
+	"\x10exclusive_append\x18\x04 \x01(\bR\x0fexclusiveAppend\"F\n" +
+	"\x11ListTypesResponse\x121\n" +
+	"\x05types\x18\x01 \x03(\v2\x1b.walcast.api.v1.MessageTypeR\x05types*\xa8\x01\n" +
 	"\rOutcomeStatus\x12\x1e\n" +
 	"\x1aOUTCOME_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18OUTCOME_STATUS_SUCCEEDED\x10\x01\x12\x19\n" +
 	"\x15OUTCOME_STATUS_FAILED\x10\x02\x12\"\n" +
 	"\x1eOUTCOME_STATUS_FORCE_COMPLETED\x10\x03\x12\x1a\n" +
-	"\x16OUTCOME_STATUS_IGNORED\x10\x042\xa0\x05\n" +
+	"\x16OUTCOME_STATUS_IGNORED\x10\x042\xc1\x06\n" +
 	"\x10BroadcastService\x12P\n" +
 	"\tBroadcast\x12 .walcast.api.v1.BroadcastRequest\x1a!.walcast.api.v1.BroadcastResponse\x12>\n" +
 	"\x03Ack\x12\x1a.walcast.api.v1.AckRequest\x1a\x1b.walcast.api.v1.AckResponse\x12?\n" +
@@ -1657,7 +2016,9 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\tListLocks\x12 .walcast.api.v1.ListLocksRequest\x1a!.walcast.api.v1.ListLocksResponse\x12P\n" +
 	"\tLookupKey\x12 .walcast.api.v1.LookupKeyRequest\x1a!.walcast.api.v1.LookupKeyResponse\x12\\\n" +
 	"\rRetryCallback\x12$.walcast.api.v1.RetryCallbackRequest\x1a%.walcast.api.v1.RetryCallbackResponse\x12e\n" +
-	"\x10CompleteCallback\x12'.walcast.api.v1.CompleteCallbackRequest\x1a(.walcast.api.v1.CompleteCallbackResponseB*Z(github.com/walcast/walcast/api/walcastv1b\x06proto3"
+	"\x10CompleteCallback\x12'.walcast.api.v1.CompleteCallbackRequest\x1a(.walcast.api.v1.CompleteCallbackResponse\x12M\n" +
+	"\bForceAck\x12\x1f.walcast.api.v1.ForceAckRequest\x1a .walcast.api.v1.ForceAckResponse\x12P\n" +
+	"\tListTypes\x12 .walcast.api.v1.ListTypesRequest\x1a!.walcast.api.v1.ListTypesResponseB*Z(github.com/walcast/walcast/api/walcastv1b\x06proto3"
 
 var (
 	file_walcast_api_v1_broadcast_proto_rawDescOnce sync.Once
@@ -1672,7 +2033,7 @@ func file_walcast_api_v1_broadcast_proto_rawDescGZIP() []byte {
 }
 
 var file_walcast_api_v1_broadcast_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_walcast_api_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_walcast_api_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_walcast_api_v1_broadcast_proto_goTypes = []any{
 	(OutcomeStatus)(0),               // 0: walcast.api.v1.OutcomeStatus
 	(*Checkpoint)(nil),               // 1: walcast.api.v1.Checkpoint
@@ -1698,59 +2059,72 @@ var file_walcast_api_v1_broadcast_proto_goTypes = []any{
 	(*RetryCallbackResponse)(nil),    // 21: walcast.api.v1.RetryCallbackResponse
 	(*CompleteCallbackRequest)(nil),  // 22: walcast.api.v1.CompleteCallbackRequest
 	(*CompleteCallbackResponse)(nil), // 23: walcast.api.v1.CompleteCallbackResponse
-	nil,                              // 24: walcast.api.v1.BroadcastRequest.PropertiesEntry
-	nil,                              // 25: walcast.api.v1.BroadcastResponse.AppendsEntry
-	(*timestamppb.Timestamp)(nil),    // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 27: google.protobuf.Duration
+	(*ForceAckRequest)(nil),          // 24: walcast.api.v1.ForceAckRequest
+	(*ForceAckResponse)(nil),         // 25: walcast.api.v1.ForceAckResponse
+	(*ListTypesRequest)(nil),         // 26: walcast.api.v1.ListTypesRequest
+	(*MessageType)(nil),              // 27: walcast.api.v1.MessageType
+	(*ListTypesResponse)(nil),        // 28: walcast.api.v1.ListTypesResponse
+	nil,                              // 29: walcast.api.v1.BroadcastRequest.PropertiesEntry
+	nil,                              // 30: walcast.api.v1.BroadcastResponse.AppendsEntry
+	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
 }
 var file_walcast_api_v1_broadcast_proto_depIdxs = []int32{
 	0,  // 0: walcast.api.v1.Outcome.status:type_name -> walcast.api.v1.OutcomeStatus
-	26, // 1: walcast.api.v1.Window.first_seen:type_name -> google.protobuf.Timestamp
-	26, // 2: walcast.api.v1.Window.completed_at:type_name -> google.protobuf.Timestamp
-	26, // 3: walcast.api.v1.Window.expires_latest:type_name -> google.protobuf.Timestamp
-	24, // 4: walcast.api.v1.BroadcastRequest.properties:type_name -> walcast.api.v1.BroadcastRequest.PropertiesEntry
-	25, // 5: walcast.api.v1.BroadcastResponse.appends:type_name -> walcast.api.v1.BroadcastResponse.AppendsEntry
+	31, // 1: walcast.api.v1.Window.first_seen:type_name -> google.protobuf.Timestamp
+	31, // 2: walcast.api.v1.Window.completed_at:type_name -> google.protobuf.Timestamp
+	31, // 3: walcast.api.v1.Window.expires_latest:type_name -> google.protobuf.Timestamp
+	29, // 4: walcast.api.v1.BroadcastRequest.properties:type_name -> walcast.api.v1.BroadcastRequest.PropertiesEntry
+	30, // 5: walcast.api.v1.BroadcastResponse.appends:type_name -> walcast.api.v1.BroadcastResponse.AppendsEntry
 	2,  // 6: walcast.api.v1.BroadcastResponse.outcome:type_name -> walcast.api.v1.Outcome
 	3,  // 7: walcast.api.v1.BroadcastResponse.window:type_name -> walcast.api.v1.Window
 	1,  // 8: walcast.api.v1.AckRequest.checkpoint:type_name -> walcast.api.v1.Checkpoint
 	1,  // 9: walcast.api.v1.VChannelState.checkpoint:type_name -> walcast.api.v1.Checkpoint
-	26, // 10: walcast.api.v1.CallbackState.last_attempt_at:type_name -> google.protobuf.Timestamp
-	26, // 11: walcast.api.v1.CallbackState.next_attempt_at:type_name -> google.protobuf.Timestamp
-	26, // 12: walcast.api.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	26, // 13: walcast.api.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
+	31, // 10: walcast.api.v1.CallbackState.last_attempt_at:type_name -> google.protobuf.Timestamp
+	31, // 11: walcast.api.v1.CallbackState.next_attempt_at:type_name -> google.protobuf.Timestamp
+	31, // 12: walcast.api.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	31, // 13: walcast.api.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
 	9,  // 14: walcast.api.v1.Task.vchannels:type_name -> walcast.api.v1.VChannelState
 	10, // 15: walcast.api.v1.Task.callback:type_name -> walcast.api.v1.CallbackState
 	2,  // 16: walcast.api.v1.Task.outcome:type_name -> walcast.api.v1.Outcome
-	27, // 17: walcast.api.v1.ListTasksRequest.older_than:type_name -> google.protobuf.Duration
-	11, // 18: walcast.api.v1.ListTasksResponse.tasks:type_name -> walcast.api.v1.Task
-	26, // 19: walcast.api.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
-	15, // 20: walcast.api.v1.LockState.holders:type_name -> walcast.api.v1.LockHolder
-	15, // 21: walcast.api.v1.LockState.waiters:type_name -> walcast.api.v1.LockHolder
-	16, // 22: walcast.api.v1.ListLocksResponse.locks:type_name -> walcast.api.v1.LockState
-	2,  // 23: walcast.api.v1.LookupKeyResponse.outcome:type_name -> walcast.api.v1.Outcome
-	3,  // 24: walcast.api.v1.LookupKeyResponse.window:type_name -> walcast.api.v1.Window
-	1,  // 25: walcast.api.v1.BroadcastResponse.AppendsEntry.value:type_name -> walcast.api.v1.Checkpoint
-	4,  // 26: walcast.api.v1.BroadcastService.Broadcast:input_type -> walcast.api.v1.BroadcastRequest
-	6,  // 27: walcast.api.v1.BroadcastService.Ack:input_type -> walcast.api.v1.AckRequest
-	8,  // 28: walcast.api.v1.BroadcastService.GetTask:input_type -> walcast.api.v1.GetTaskRequest
-	12, // 29: walcast.api.v1.BroadcastService.ListTasks:input_type -> walcast.api.v1.ListTasksRequest
-	14, // 30: walcast.api.v1.BroadcastService.ListLocks:input_type -> walcast.api.v1.ListLocksRequest
-	18, // 31: walcast.api.v1.BroadcastService.LookupKey:input_type -> walcast.api.v1.LookupKeyRequest
-	20, // 32: walcast.api.v1.BroadcastService.RetryCallback:input_type -> walcast.api.v1.RetryCallbackRequest
-	22, // 33: walcast.api.v1.BroadcastService.CompleteCallback:input_type -> walcast.api.v1.CompleteCallbackRequest
-	5,  // 34: walcast.api.v1.BroadcastService.Broadcast:output_type -> walcast.api.v1.BroadcastResponse
-	7,  // 35: walcast.api.v1.BroadcastService.Ack:output_type -> walcast.api.v1.AckResponse
-	11, // 36: walcast.api.v1.BroadcastService.GetTask:output_type -> walcast.api.v1.Task
-	13, // 37: walcast.api.v1.BroadcastService.ListTasks:output_type -> walcast.api.v1.ListTasksResponse
-	17, // 38: walcast.api.v1.BroadcastService.ListLocks:output_type -> walcast.api.v1.ListLocksResponse
-	19, // 39: walcast.api.v1.BroadcastService.LookupKey:output_type -> walcast.api.v1.LookupKeyResponse
-	21, // 40: walcast.api.v1.BroadcastService.RetryCallback:output_type -> walcast.api.v1.RetryCallbackResponse
-	23, // 41: walcast.api.v1.BroadcastService.CompleteCallback:output_type -> walcast.api.v1.CompleteCallbackResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	2,  // 17: walcast.api.v1.Task.application_outcome:type_name -> walcast.api.v1.Outcome
+	32, // 18: walcast.api.v1.ListTasksRequest.older_than:type_name -> google.protobuf.Duration
+	11, // 19: walcast.api.v1.ListTasksResponse.tasks:type_name -> walcast.api.v1.Task
+	31, // 20: walcast.api.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
+	15, // 21: walcast.api.v1.LockState.holders:type_name -> walcast.api.v1.LockHolder
+	15, // 22: walcast.api.v1.LockState.waiters:type_name -> walcast.api.v1.LockHolder
+	16, // 23: walcast.api.v1.ListLocksResponse.locks:type_name -> walcast.api.v1.LockState
+	2,  // 24: walcast.api.v1.LookupKeyResponse.outcome:type_name -> walcast.api.v1.Outcome
+	3,  // 25: walcast.api.v1.LookupKeyResponse.window:type_name -> walcast.api.v1.Window
+	2,  // 26: walcast.api.v1.LookupKeyResponse.application_outcome:type_name -> walcast.api.v1.Outcome
+	11, // 27: walcast.api.v1.ForceAckResponse.task:type_name -> walcast.api.v1.Task
+	27, // 28: walcast.api.v1.ListTypesResponse.types:type_name -> walcast.api.v1.MessageType
+	1,  // 29: walcast.api.v1.BroadcastResponse.AppendsEntry.value:type_name -> walcast.api.v1.Checkpoint
+	4,  // 30: walcast.api.v1.BroadcastService.Broadcast:input_type -> walcast.api.v1.BroadcastRequest
+	6,  // 31: walcast.api.v1.BroadcastService.Ack:input_type -> walcast.api.v1.AckRequest
+	8,  // 32: walcast.api.v1.BroadcastService.GetTask:input_type -> walcast.api.v1.GetTaskRequest
+	12, // 33: walcast.api.v1.BroadcastService.ListTasks:input_type -> walcast.api.v1.ListTasksRequest
+	14, // 34: walcast.api.v1.BroadcastService.ListLocks:input_type -> walcast.api.v1.ListLocksRequest
+	18, // 35: walcast.api.v1.BroadcastService.LookupKey:input_type -> walcast.api.v1.LookupKeyRequest
+	20, // 36: walcast.api.v1.BroadcastService.RetryCallback:input_type -> walcast.api.v1.RetryCallbackRequest
+	22, // 37: walcast.api.v1.BroadcastService.CompleteCallback:input_type -> walcast.api.v1.CompleteCallbackRequest
+	24, // 38: walcast.api.v1.BroadcastService.ForceAck:input_type -> walcast.api.v1.ForceAckRequest
+	26, // 39: walcast.api.v1.BroadcastService.ListTypes:input_type -> walcast.api.v1.ListTypesRequest
+	5,  // 40: walcast.api.v1.BroadcastService.Broadcast:output_type -> walcast.api.v1.BroadcastResponse
+	7,  // 41: walcast.api.v1.BroadcastService.Ack:output_type -> walcast.api.v1.AckResponse
+	11, // 42: walcast.api.v1.BroadcastService.GetTask:output_type -> walcast.api.v1.Task
+	13, // 43: walcast.api.v1.BroadcastService.ListTasks:output_type -> walcast.api.v1.ListTasksResponse
+	17, // 44: walcast.api.v1.BroadcastService.ListLocks:output_type -> walcast.api.v1.ListLocksResponse
+	19, // 45: walcast.api.v1.BroadcastService.LookupKey:output_type -> walcast.api.v1.LookupKeyResponse
+	21, // 46: walcast.api.v1.BroadcastService.RetryCallback:output_type -> walcast.api.v1.RetryCallbackResponse
+	23, // 47: walcast.api.v1.BroadcastService.CompleteCallback:output_type -> walcast.api.v1.CompleteCallbackResponse
+	25, // 48: walcast.api.v1.BroadcastService.ForceAck:output_type -> walcast.api.v1.ForceAckResponse
+	28, // 49: walcast.api.v1.BroadcastService.ListTypes:output_type -> walcast.api.v1.ListTypesResponse
+	40, // [40:50] is the sub-list for method output_type
+	30, // [30:40] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_walcast_api_v1_broadcast_proto_init() }
@@ -1764,7 +2138,7 @@ func file_walcast_api_v1_broadcast_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walcast_api_v1_broadcast_proto_rawDesc), len(file_walcast_api_v1_broadcast_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -131,10 +131,13 @@ func (x *Topology) GetSecondaries() []*SecondaryCluster {
 }
 
 type FollowRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topology      *Topology              `protobuf:"bytes,1,opt,name=topology,proto3" json:"topology,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Topology *Topology              `protobuf:"bytes,1,opt,name=topology,proto3" json:"topology,omitempty"`
+	// Follow even if this cluster cannot reach the primary's WAL now (its
+	// source URL): the layout check is skipped then.
+	AllowUnreachable bool `protobuf:"varint,2,opt,name=allow_unreachable,json=allowUnreachable,proto3" json:"allow_unreachable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FollowRequest) Reset() {
@@ -172,6 +175,13 @@ func (x *FollowRequest) GetTopology() *Topology {
 		return x.Topology
 	}
 	return nil
+}
+
+func (x *FollowRequest) GetAllowUnreachable() bool {
+	if x != nil {
+		return x.AllowUnreachable
+	}
+	return false
 }
 
 type FollowResponse struct {
@@ -335,14 +345,18 @@ func (*ReplicationStatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type PChannelReplication struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pchannel      string                 `protobuf:"bytes,1,opt,name=pchannel,proto3" json:"pchannel,omitempty"`
-	Next          uint64                 `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"`
-	SourceEnd     uint64                 `protobuf:"varint,3,opt,name=source_end,json=sourceEnd,proto3" json:"source_end,omitempty"`
-	Lag           uint64                 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
-	Copied        uint64                 `protobuf:"varint,5,opt,name=copied,proto3" json:"copied,omitempty"`
-	LastCopy      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_copy,json=lastCopy,proto3" json:"last_copy,omitempty"`
-	LastError     string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Pchannel  string                 `protobuf:"bytes,1,opt,name=pchannel,proto3" json:"pchannel,omitempty"`
+	Next      uint64                 `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"`
+	SourceEnd uint64                 `protobuf:"varint,3,opt,name=source_end,json=sourceEnd,proto3" json:"source_end,omitempty"`
+	Lag       uint64                 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
+	Copied    uint64                 `protobuf:"varint,5,opt,name=copied,proto3" json:"copied,omitempty"`
+	LastCopy  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_copy,json=lastCopy,proto3" json:"last_copy,omitempty"`
+	LastError string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// Set when source_end and lag were read from the primary at
+	// source_end_at; unset (lag unknown) while the source cannot be read.
+	LagKnown      bool                   `protobuf:"varint,8,opt,name=lag_known,json=lagKnown,proto3" json:"lag_known,omitempty"`
+	SourceEndAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=source_end_at,json=sourceEndAt,proto3" json:"source_end_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -426,6 +440,100 @@ func (x *PChannelReplication) GetLastError() string {
 	return ""
 }
 
+func (x *PChannelReplication) GetLagKnown() bool {
+	if x != nil {
+		return x.LagKnown
+	}
+	return false
+}
+
+func (x *PChannelReplication) GetSourceEndAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SourceEndAt
+	}
+	return nil
+}
+
+// SourceState is whether a secondary reaches its primary's WAL.
+type SourceState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source URL read.
+	Url       string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Reachable bool   `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// The last failure to reach or read it, and since when it fails.
+	LastError        string                 `protobuf:"bytes,3,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	UnreachableSince *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=unreachable_since,json=unreachableSince,proto3" json:"unreachable_since,omitempty"`
+	// The last successful read of the source.
+	LastContact   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceState) Reset() {
+	*x = SourceState{}
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceState) ProtoMessage() {}
+
+func (x *SourceState) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceState.ProtoReflect.Descriptor instead.
+func (*SourceState) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SourceState) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *SourceState) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *SourceState) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *SourceState) GetUnreachableSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnreachableSince
+	}
+	return nil
+}
+
+func (x *SourceState) GetLastContact() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastContact
+	}
+	return nil
+}
+
 type IncompleteTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -439,7 +547,7 @@ type IncompleteTask struct {
 
 func (x *IncompleteTask) Reset() {
 	*x = IncompleteTask{}
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[8]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +559,7 @@ func (x *IncompleteTask) String() string {
 func (*IncompleteTask) ProtoMessage() {}
 
 func (x *IncompleteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[8]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +572,7 @@ func (x *IncompleteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncompleteTask.ProtoReflect.Descriptor instead.
 func (*IncompleteTask) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{8}
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IncompleteTask) GetId() uint64 {
@@ -510,16 +618,25 @@ type ReplicationStatusResponse struct {
 	Topology  *Topology `protobuf:"bytes,3,opt,name=topology,proto3" json:"topology,omitempty"`
 	Promoting bool      `protobuf:"varint,4,opt,name=promoting,proto3" json:"promoting,omitempty"`
 	// Set on a secondary whose replicator runs on this coordinator.
-	Replicating   bool                   `protobuf:"varint,5,opt,name=replicating,proto3" json:"replicating,omitempty"`
-	Pchannels     []*PChannelReplication `protobuf:"bytes,6,rep,name=pchannels,proto3" json:"pchannels,omitempty"`
-	Incomplete    []*IncompleteTask      `protobuf:"bytes,7,rep,name=incomplete,proto3" json:"incomplete,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicating bool                   `protobuf:"varint,5,opt,name=replicating,proto3" json:"replicating,omitempty"`
+	Pchannels   []*PChannelReplication `protobuf:"bytes,6,rep,name=pchannels,proto3" json:"pchannels,omitempty"`
+	Incomplete  []*IncompleteTask      `protobuf:"bytes,7,rep,name=incomplete,proto3" json:"incomplete,omitempty"`
+	// This cluster's WAL layout; replicated clusters must have the same.
+	PchannelCount int32 `protobuf:"varint,8,opt,name=pchannel_count,json=pchannelCount,proto3" json:"pchannel_count,omitempty"`
+	Lanes         int32 `protobuf:"varint,9,opt,name=lanes,proto3" json:"lanes,omitempty"`
+	// On a secondary: whether the primary's WAL is reachable.
+	Source *SourceState `protobuf:"bytes,10,opt,name=source,proto3" json:"source,omitempty"`
+	// The force promote that made this cluster primary, if it is still
+	// remembered (its tombstone).
+	PromoteBroadcastId uint64                 `protobuf:"varint,11,opt,name=promote_broadcast_id,json=promoteBroadcastId,proto3" json:"promote_broadcast_id,omitempty"`
+	PromotedAt         *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=promoted_at,json=promotedAt,proto3" json:"promoted_at,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ReplicationStatusResponse) Reset() {
 	*x = ReplicationStatusResponse{}
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[9]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +648,7 @@ func (x *ReplicationStatusResponse) String() string {
 func (*ReplicationStatusResponse) ProtoMessage() {}
 
 func (x *ReplicationStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[9]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +661,7 @@ func (x *ReplicationStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReplicationStatusResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{9}
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplicationStatusResponse) GetCluster() string {
@@ -596,6 +713,41 @@ func (x *ReplicationStatusResponse) GetIncomplete() []*IncompleteTask {
 	return nil
 }
 
+func (x *ReplicationStatusResponse) GetPchannelCount() int32 {
+	if x != nil {
+		return x.PchannelCount
+	}
+	return 0
+}
+
+func (x *ReplicationStatusResponse) GetLanes() int32 {
+	if x != nil {
+		return x.Lanes
+	}
+	return 0
+}
+
+func (x *ReplicationStatusResponse) GetSource() *SourceState {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *ReplicationStatusResponse) GetPromoteBroadcastId() uint64 {
+	if x != nil {
+		return x.PromoteBroadcastId
+	}
+	return 0
+}
+
+func (x *ReplicationStatusResponse) GetPromotedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PromotedAt
+	}
+	return nil
+}
+
 type ForcePromoteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -604,7 +756,7 @@ type ForcePromoteRequest struct {
 
 func (x *ForcePromoteRequest) Reset() {
 	*x = ForcePromoteRequest{}
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[10]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +768,7 @@ func (x *ForcePromoteRequest) String() string {
 func (*ForcePromoteRequest) ProtoMessage() {}
 
 func (x *ForcePromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[10]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +781,7 @@ func (x *ForcePromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForcePromoteRequest.ProtoReflect.Descriptor instead.
 func (*ForcePromoteRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{10}
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{11}
 }
 
 type ForcePromoteResponse struct {
@@ -641,7 +793,7 @@ type ForcePromoteResponse struct {
 
 func (x *ForcePromoteResponse) Reset() {
 	*x = ForcePromoteResponse{}
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +805,7 @@ func (x *ForcePromoteResponse) String() string {
 func (*ForcePromoteResponse) ProtoMessage() {}
 
 func (x *ForcePromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +818,7 @@ func (x *ForcePromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForcePromoteResponse.ProtoReflect.Descriptor instead.
 func (*ForcePromoteResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{11}
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForcePromoteResponse) GetBroadcastId() uint64 {
@@ -686,15 +838,16 @@ const file_walcast_api_v1_replication_proto_rawDesc = "" +
 	"\x06source\x18\x02 \x01(\tR\x06source\"h\n" +
 	"\bTopology\x12\x18\n" +
 	"\aprimary\x18\x01 \x01(\tR\aprimary\x12B\n" +
-	"\vsecondaries\x18\x02 \x03(\v2 .walcast.api.v1.SecondaryClusterR\vsecondaries\"E\n" +
+	"\vsecondaries\x18\x02 \x03(\v2 .walcast.api.v1.SecondaryClusterR\vsecondaries\"r\n" +
 	"\rFollowRequest\x124\n" +
-	"\btopology\x18\x01 \x01(\v2\x18.walcast.api.v1.TopologyR\btopology\"\x10\n" +
+	"\btopology\x18\x01 \x01(\v2\x18.walcast.api.v1.TopologyR\btopology\x12+\n" +
+	"\x11allow_unreachable\x18\x02 \x01(\bR\x10allowUnreachable\"\x10\n" +
 	"\x0eFollowResponse\"H\n" +
 	"\x10ConfigureRequest\x124\n" +
 	"\btopology\x18\x01 \x01(\v2\x18.walcast.api.v1.TopologyR\btopology\"6\n" +
 	"\x11ConfigureResponse\x12!\n" +
 	"\fbroadcast_id\x18\x01 \x01(\x04R\vbroadcastId\"\x1a\n" +
-	"\x18ReplicationStatusRequest\"\xe6\x01\n" +
+	"\x18ReplicationStatusRequest\"\xc3\x02\n" +
 	"\x13PChannelReplication\x12\x1a\n" +
 	"\bpchannel\x18\x01 \x01(\tR\bpchannel\x12\x12\n" +
 	"\x04next\x18\x02 \x01(\x04R\x04next\x12\x1d\n" +
@@ -704,13 +857,22 @@ const file_walcast_api_v1_replication_proto_rawDesc = "" +
 	"\x06copied\x18\x05 \x01(\x04R\x06copied\x127\n" +
 	"\tlast_copy\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\blastCopy\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\a \x01(\tR\tlastError\"~\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x12\x1b\n" +
+	"\tlag_known\x18\b \x01(\bR\blagKnown\x12>\n" +
+	"\rsource_end_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vsourceEndAt\"\xe4\x01\n" +
+	"\vSourceState\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1c\n" +
+	"\treachable\x18\x02 \x01(\bR\treachable\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\x12G\n" +
+	"\x11unreachable_since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\x12=\n" +
+	"\flast_contact\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vlastContact\"~\n" +
 	"\x0eIncompleteTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
 	"\x05acked\x18\x04 \x01(\x05R\x05acked\x12\x1c\n" +
-	"\tvchannels\x18\x05 \x01(\x05R\tvchannels\"\xc2\x02\n" +
+	"\tvchannels\x18\x05 \x01(\x05R\tvchannels\"\xa3\x04\n" +
 	"\x19ReplicationStatusResponse\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x124\n" +
@@ -720,7 +882,14 @@ const file_walcast_api_v1_replication_proto_rawDesc = "" +
 	"\tpchannels\x18\x06 \x03(\v2#.walcast.api.v1.PChannelReplicationR\tpchannels\x12>\n" +
 	"\n" +
 	"incomplete\x18\a \x03(\v2\x1e.walcast.api.v1.IncompleteTaskR\n" +
-	"incomplete\"\x15\n" +
+	"incomplete\x12%\n" +
+	"\x0epchannel_count\x18\b \x01(\x05R\rpchannelCount\x12\x14\n" +
+	"\x05lanes\x18\t \x01(\x05R\x05lanes\x123\n" +
+	"\x06source\x18\n" +
+	" \x01(\v2\x1b.walcast.api.v1.SourceStateR\x06source\x120\n" +
+	"\x14promote_broadcast_id\x18\v \x01(\x04R\x12promoteBroadcastId\x12;\n" +
+	"\vpromoted_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"promotedAt\"\x15\n" +
 	"\x13ForcePromoteRequest\"9\n" +
 	"\x14ForcePromoteResponse\x12!\n" +
 	"\fbroadcast_id\x18\x01 \x01(\x04R\vbroadcastId2\xe9\x02\n" +
@@ -742,7 +911,7 @@ func file_walcast_api_v1_replication_proto_rawDescGZIP() []byte {
 	return file_walcast_api_v1_replication_proto_rawDescData
 }
 
-var file_walcast_api_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_walcast_api_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_walcast_api_v1_replication_proto_goTypes = []any{
 	(*SecondaryCluster)(nil),          // 0: walcast.api.v1.SecondaryCluster
 	(*Topology)(nil),                  // 1: walcast.api.v1.Topology
@@ -752,33 +921,39 @@ var file_walcast_api_v1_replication_proto_goTypes = []any{
 	(*ConfigureResponse)(nil),         // 5: walcast.api.v1.ConfigureResponse
 	(*ReplicationStatusRequest)(nil),  // 6: walcast.api.v1.ReplicationStatusRequest
 	(*PChannelReplication)(nil),       // 7: walcast.api.v1.PChannelReplication
-	(*IncompleteTask)(nil),            // 8: walcast.api.v1.IncompleteTask
-	(*ReplicationStatusResponse)(nil), // 9: walcast.api.v1.ReplicationStatusResponse
-	(*ForcePromoteRequest)(nil),       // 10: walcast.api.v1.ForcePromoteRequest
-	(*ForcePromoteResponse)(nil),      // 11: walcast.api.v1.ForcePromoteResponse
-	(*timestamppb.Timestamp)(nil),     // 12: google.protobuf.Timestamp
+	(*SourceState)(nil),               // 8: walcast.api.v1.SourceState
+	(*IncompleteTask)(nil),            // 9: walcast.api.v1.IncompleteTask
+	(*ReplicationStatusResponse)(nil), // 10: walcast.api.v1.ReplicationStatusResponse
+	(*ForcePromoteRequest)(nil),       // 11: walcast.api.v1.ForcePromoteRequest
+	(*ForcePromoteResponse)(nil),      // 12: walcast.api.v1.ForcePromoteResponse
+	(*timestamppb.Timestamp)(nil),     // 13: google.protobuf.Timestamp
 }
 var file_walcast_api_v1_replication_proto_depIdxs = []int32{
 	0,  // 0: walcast.api.v1.Topology.secondaries:type_name -> walcast.api.v1.SecondaryCluster
 	1,  // 1: walcast.api.v1.FollowRequest.topology:type_name -> walcast.api.v1.Topology
 	1,  // 2: walcast.api.v1.ConfigureRequest.topology:type_name -> walcast.api.v1.Topology
-	12, // 3: walcast.api.v1.PChannelReplication.last_copy:type_name -> google.protobuf.Timestamp
-	1,  // 4: walcast.api.v1.ReplicationStatusResponse.topology:type_name -> walcast.api.v1.Topology
-	7,  // 5: walcast.api.v1.ReplicationStatusResponse.pchannels:type_name -> walcast.api.v1.PChannelReplication
-	8,  // 6: walcast.api.v1.ReplicationStatusResponse.incomplete:type_name -> walcast.api.v1.IncompleteTask
-	2,  // 7: walcast.api.v1.ReplicationService.Follow:input_type -> walcast.api.v1.FollowRequest
-	4,  // 8: walcast.api.v1.ReplicationService.Configure:input_type -> walcast.api.v1.ConfigureRequest
-	6,  // 9: walcast.api.v1.ReplicationService.Status:input_type -> walcast.api.v1.ReplicationStatusRequest
-	10, // 10: walcast.api.v1.ReplicationService.ForcePromote:input_type -> walcast.api.v1.ForcePromoteRequest
-	3,  // 11: walcast.api.v1.ReplicationService.Follow:output_type -> walcast.api.v1.FollowResponse
-	5,  // 12: walcast.api.v1.ReplicationService.Configure:output_type -> walcast.api.v1.ConfigureResponse
-	9,  // 13: walcast.api.v1.ReplicationService.Status:output_type -> walcast.api.v1.ReplicationStatusResponse
-	11, // 14: walcast.api.v1.ReplicationService.ForcePromote:output_type -> walcast.api.v1.ForcePromoteResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 3: walcast.api.v1.PChannelReplication.last_copy:type_name -> google.protobuf.Timestamp
+	13, // 4: walcast.api.v1.PChannelReplication.source_end_at:type_name -> google.protobuf.Timestamp
+	13, // 5: walcast.api.v1.SourceState.unreachable_since:type_name -> google.protobuf.Timestamp
+	13, // 6: walcast.api.v1.SourceState.last_contact:type_name -> google.protobuf.Timestamp
+	1,  // 7: walcast.api.v1.ReplicationStatusResponse.topology:type_name -> walcast.api.v1.Topology
+	7,  // 8: walcast.api.v1.ReplicationStatusResponse.pchannels:type_name -> walcast.api.v1.PChannelReplication
+	9,  // 9: walcast.api.v1.ReplicationStatusResponse.incomplete:type_name -> walcast.api.v1.IncompleteTask
+	8,  // 10: walcast.api.v1.ReplicationStatusResponse.source:type_name -> walcast.api.v1.SourceState
+	13, // 11: walcast.api.v1.ReplicationStatusResponse.promoted_at:type_name -> google.protobuf.Timestamp
+	2,  // 12: walcast.api.v1.ReplicationService.Follow:input_type -> walcast.api.v1.FollowRequest
+	4,  // 13: walcast.api.v1.ReplicationService.Configure:input_type -> walcast.api.v1.ConfigureRequest
+	6,  // 14: walcast.api.v1.ReplicationService.Status:input_type -> walcast.api.v1.ReplicationStatusRequest
+	11, // 15: walcast.api.v1.ReplicationService.ForcePromote:input_type -> walcast.api.v1.ForcePromoteRequest
+	3,  // 16: walcast.api.v1.ReplicationService.Follow:output_type -> walcast.api.v1.FollowResponse
+	5,  // 17: walcast.api.v1.ReplicationService.Configure:output_type -> walcast.api.v1.ConfigureResponse
+	10, // 18: walcast.api.v1.ReplicationService.Status:output_type -> walcast.api.v1.ReplicationStatusResponse
+	12, // 19: walcast.api.v1.ReplicationService.ForcePromote:output_type -> walcast.api.v1.ForcePromoteResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_walcast_api_v1_replication_proto_init() }
@@ -792,7 +967,7 @@ func file_walcast_api_v1_replication_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walcast_api_v1_replication_proto_rawDesc), len(file_walcast_api_v1_replication_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,7 +37,7 @@ func TestR9_1_StandaloneNeedsNothingExternal(t *testing.T) {
 	}
 
 	t.Run("ready line", func(t *testing.T) {
-		re := regexp.MustCompile(`(?m)^walcast standalone ready: api=http://(127\.0\.0\.1:\d+) wal=nats://127\.0\.0\.1:\d+ data=(\S+)$`)
+		re := regexp.MustCompile(`(?m)^walcast standalone ready: api=http://(127\.0\.0\.1:\d+) wal=nats://127\.0\.0\.1:\d+ etcd=http://127\.0\.0\.1:\d+ data=(\S+)$`)
 		m := re.FindStringSubmatch(p.out())
 		if m == nil {
 			t.Fatalf("no ready line naming the API, the embedded NATS and the data dir:\n%s", p.out())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -38,6 +39,8 @@ var serverFlags = map[string]string{
 	"audit-file":              "audit.file",
 	"nats-monitor":            "wal.nats.monitor_urls",
 	"allow-unsafe-durability": "durability.allow_unsafe",
+	"nats-addr":               "standalone.nats_addr",
+	"etcd-addr":               "standalone.etcd_addr",
 }
 
 // addServerFlags declares the server flags on fs, with the defaults shown.
@@ -69,10 +72,18 @@ func addServerFlags(fs *pflag.FlagSet, configPath *string) {
 	fs.String("audit-file", d.Audit.File, `audit log: "stderr", "off" or a file`)
 	fs.StringSlice("nats-monitor", nil, "external NATS servers' monitoring URLs (http://host:8222): coord checks there that each syncs every write")
 	fs.Bool("allow-unsafe-durability", false, "coord: start even on backends that can lose a DDL reported done (see the durability report it prints)")
+	fs.String("nats-addr", "", "standalone: the embedded NATS's client address, 127.0.0.1:<port> (default: --api-addr's port + 2)")
+	fs.String("etcd-addr", "", "standalone: the embedded etcd's client address, 127.0.0.1:<port> (default: --api-addr's port + 3)")
 }
 
+// loadConfig loads the server configuration and shows its warnings (unknown
+// WALCAST_* variables that are ignored) on stderr.
 func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {
-	return server.Load(path, os.Environ(), fs, func(name string) string { return serverFlags[name] })
+	c, warnings, err := server.LoadWithWarnings(path, os.Environ(), fs, func(name string) string { return serverFlags[name] })
+	for _, w := range warnings {
+		fmt.Fprintln(os.Stderr, "walcast: warning:", w)
+	}
+	return c, err
 }
 
 func configCmd() *cobra.Command {

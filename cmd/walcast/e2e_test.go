@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,8 +134,15 @@ func TestR4_8_StandaloneRestartRecovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	w := runWorkload(ctx, t, c, 3, 4, func(i int) bool { return i%2 == 0 })
+	before := embeddedURLs(t, p)
 	p.stop()
 	p = start(t, "standalone", args...)
+	// The embedded NATS and etcd listen next to the API port, on the same
+	// ports after the restart (a secondary keeps reading the WAL).
+	if after := embeddedURLs(t, p); after != before || !strings.Contains(before, fmt.Sprintf("nats://127.0.0.1:%d ", port(t, addr)+2)) ||
+		!strings.Contains(before, fmt.Sprintf("etcd=http://127.0.0.1:%d", port(t, addr)+3)) {
+		t.Errorf("embedded servers at %q before the restart, %q after; API at %s", before, after, addr)
+	}
 	checkExactlyOnce(ctx, t, c, w)
 	// The CLI reads the recovered tasks.
 	out, err := run(t, "tasks", "list", "--addr", p.api, "--state", "tombstone")
@@ -177,6 +186,27 @@ func TestR4_8_StandaloneKill9MidWorkload(t *testing.T) {
 	}
 	checkExactlyOnce(ctx, t, c, w)
 	p.stop()
+}
+
+// embeddedURLs returns the wal= and etcd= part of a standalone's ready line.
+func embeddedURLs(t *testing.T, p *proc) string {
+	t.Helper()
+	m := regexp.MustCompile(`ready: .*(wal=\S+ etcd=\S+)`).FindStringSubmatch(p.out())
+	if m == nil {
+		t.Fatalf("no wal= and etcd= in the ready line:\n%s", p.out())
+	}
+	return m[1] + " "
+}
+
+// port returns the port of a host:port address.
+func port(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(p)
+	if err != nil || perr != nil {
+		t.Fatalf("address %q: %v %v", addr, err, perr)
+	}
+	return n
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"time"
@@ -176,7 +177,7 @@ type Replication struct {
 var (
 	descReplRunning = prometheus.NewDesc(namespace+"_replication_running", "1 while this cluster's replicator copies a primary's WAL.", nil, nil)
 	descReplLag     = prometheus.NewDesc(namespace+"_replication_lag_entries",
-		"Primary WAL entries of a pchannel not yet copied into this cluster.", []string{"pchannel"}, nil)
+		"Primary WAL entries of a pchannel not yet copied into this cluster; NaN while the primary's WAL cannot be read.", []string{"pchannel"}, nil)
 	descReplErr = prometheus.NewDesc(namespace+"_replication_errors", "1 while the replicator's last attempt on a pchannel failed.", []string{"pchannel"}, nil)
 )
 
@@ -196,8 +197,14 @@ func (r Replication) Collect(ch chan<- prometheus.Metric) {
 		byName[c.PChannel] = c
 	}
 	for _, p := range r.PChannels {
-		c := byName[p]
-		ch <- prometheus.MustNewConstMetric(descReplLag, prometheus.GaugeValue, float64(c.Lag), string(p))
-		ch <- prometheus.MustNewConstMetric(descReplErr, prometheus.GaugeValue, b2f(c.LastError != ""), string(p))
+		c, ok := byName[p]
+		// An unknown lag (the primary's end cannot be read) is NaN, never
+		// the last number read.
+		lag := float64(c.Lag)
+		if ok && !c.LagKnown {
+			lag = math.NaN()
+		}
+		ch <- prometheus.MustNewConstMetric(descReplLag, prometheus.GaugeValue, lag, string(p))
+		ch <- prometheus.MustNewConstMetric(descReplErr, prometheus.GaugeValue, b2f(c.LastError != "" || c.SourceError != ""), string(p))
 	}
 }

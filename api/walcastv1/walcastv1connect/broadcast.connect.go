@@ -59,6 +59,12 @@ const (
 	// BroadcastServiceCompleteCallbackProcedure is the fully-qualified name of the BroadcastService's
 	// CompleteCallback RPC.
 	BroadcastServiceCompleteCallbackProcedure = "/walcast.api.v1.BroadcastService/CompleteCallback"
+	// BroadcastServiceForceAckProcedure is the fully-qualified name of the BroadcastService's ForceAck
+	// RPC.
+	BroadcastServiceForceAckProcedure = "/walcast.api.v1.BroadcastService/ForceAck"
+	// BroadcastServiceListTypesProcedure is the fully-qualified name of the BroadcastService's
+	// ListTypes RPC.
+	BroadcastServiceListTypesProcedure = "/walcast.api.v1.BroadcastService/ListTypes"
 )
 
 // BroadcastServiceClient is a client for the walcast.api.v1.BroadcastService service.
@@ -81,6 +87,11 @@ type BroadcastServiceClient interface {
 	RetryCallback(context.Context, *connect.Request[walcastv1.RetryCallbackRequest]) (*connect.Response[walcastv1.RetryCallbackResponse], error)
 	// CompleteCallback completes a stuck callback without its effects.
 	CompleteCallback(context.Context, *connect.Request[walcastv1.CompleteCallbackRequest]) (*connect.Response[walcastv1.CompleteCallbackResponse], error)
+	// ForceAck acks copies of a task on behalf of their consumer (an operator
+	// resolving a task that waits for a consumer that is gone); audited.
+	ForceAck(context.Context, *connect.Request[walcastv1.ForceAckRequest]) (*connect.Response[walcastv1.ForceAckResponse], error)
+	// ListTypes lists the registered message types.
+	ListTypes(context.Context, *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error)
 }
 
 // NewBroadcastServiceClient constructs a client for the walcast.api.v1.BroadcastService service. By
@@ -142,6 +153,18 @@ func NewBroadcastServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(broadcastServiceMethods.ByName("CompleteCallback")),
 			connect.WithClientOptions(opts...),
 		),
+		forceAck: connect.NewClient[walcastv1.ForceAckRequest, walcastv1.ForceAckResponse](
+			httpClient,
+			baseURL+BroadcastServiceForceAckProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("ForceAck")),
+			connect.WithClientOptions(opts...),
+		),
+		listTypes: connect.NewClient[walcastv1.ListTypesRequest, walcastv1.ListTypesResponse](
+			httpClient,
+			baseURL+BroadcastServiceListTypesProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("ListTypes")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -155,6 +178,8 @@ type broadcastServiceClient struct {
 	lookupKey        *connect.Client[walcastv1.LookupKeyRequest, walcastv1.LookupKeyResponse]
 	retryCallback    *connect.Client[walcastv1.RetryCallbackRequest, walcastv1.RetryCallbackResponse]
 	completeCallback *connect.Client[walcastv1.CompleteCallbackRequest, walcastv1.CompleteCallbackResponse]
+	forceAck         *connect.Client[walcastv1.ForceAckRequest, walcastv1.ForceAckResponse]
+	listTypes        *connect.Client[walcastv1.ListTypesRequest, walcastv1.ListTypesResponse]
 }
 
 // Broadcast calls walcast.api.v1.BroadcastService.Broadcast.
@@ -197,6 +222,16 @@ func (c *broadcastServiceClient) CompleteCallback(ctx context.Context, req *conn
 	return c.completeCallback.CallUnary(ctx, req)
 }
 
+// ForceAck calls walcast.api.v1.BroadcastService.ForceAck.
+func (c *broadcastServiceClient) ForceAck(ctx context.Context, req *connect.Request[walcastv1.ForceAckRequest]) (*connect.Response[walcastv1.ForceAckResponse], error) {
+	return c.forceAck.CallUnary(ctx, req)
+}
+
+// ListTypes calls walcast.api.v1.BroadcastService.ListTypes.
+func (c *broadcastServiceClient) ListTypes(ctx context.Context, req *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error) {
+	return c.listTypes.CallUnary(ctx, req)
+}
+
 // BroadcastServiceHandler is an implementation of the walcast.api.v1.BroadcastService service.
 type BroadcastServiceHandler interface {
 	// Broadcast persists, appends and completes one broadcast. It returns after
@@ -217,6 +252,11 @@ type BroadcastServiceHandler interface {
 	RetryCallback(context.Context, *connect.Request[walcastv1.RetryCallbackRequest]) (*connect.Response[walcastv1.RetryCallbackResponse], error)
 	// CompleteCallback completes a stuck callback without its effects.
 	CompleteCallback(context.Context, *connect.Request[walcastv1.CompleteCallbackRequest]) (*connect.Response[walcastv1.CompleteCallbackResponse], error)
+	// ForceAck acks copies of a task on behalf of their consumer (an operator
+	// resolving a task that waits for a consumer that is gone); audited.
+	ForceAck(context.Context, *connect.Request[walcastv1.ForceAckRequest]) (*connect.Response[walcastv1.ForceAckResponse], error)
+	// ListTypes lists the registered message types.
+	ListTypes(context.Context, *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error)
 }
 
 // NewBroadcastServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -274,6 +314,18 @@ func NewBroadcastServiceHandler(svc BroadcastServiceHandler, opts ...connect.Han
 		connect.WithSchema(broadcastServiceMethods.ByName("CompleteCallback")),
 		connect.WithHandlerOptions(opts...),
 	)
+	broadcastServiceForceAckHandler := connect.NewUnaryHandler(
+		BroadcastServiceForceAckProcedure,
+		svc.ForceAck,
+		connect.WithSchema(broadcastServiceMethods.ByName("ForceAck")),
+		connect.WithHandlerOptions(opts...),
+	)
+	broadcastServiceListTypesHandler := connect.NewUnaryHandler(
+		BroadcastServiceListTypesProcedure,
+		svc.ListTypes,
+		connect.WithSchema(broadcastServiceMethods.ByName("ListTypes")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/walcast.api.v1.BroadcastService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case BroadcastServiceBroadcastProcedure:
@@ -292,6 +344,10 @@ func NewBroadcastServiceHandler(svc BroadcastServiceHandler, opts ...connect.Han
 			broadcastServiceRetryCallbackHandler.ServeHTTP(w, r)
 		case BroadcastServiceCompleteCallbackProcedure:
 			broadcastServiceCompleteCallbackHandler.ServeHTTP(w, r)
+		case BroadcastServiceForceAckProcedure:
+			broadcastServiceForceAckHandler.ServeHTTP(w, r)
+		case BroadcastServiceListTypesProcedure:
+			broadcastServiceListTypesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -331,4 +387,12 @@ func (UnimplementedBroadcastServiceHandler) RetryCallback(context.Context, *conn
 
 func (UnimplementedBroadcastServiceHandler) CompleteCallback(context.Context, *connect.Request[walcastv1.CompleteCallbackRequest]) (*connect.Response[walcastv1.CompleteCallbackResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.CompleteCallback is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) ForceAck(context.Context, *connect.Request[walcastv1.ForceAckRequest]) (*connect.Response[walcastv1.ForceAckResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.ForceAck is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) ListTypes(context.Context, *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.ListTypes is not implemented"))
 }
