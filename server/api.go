@@ -389,17 +389,22 @@ func (a *broadcastAPI) ForceAck(ctx context.Context, req *connect.Request[walcas
 		return nil, a.fail(proc, fmt.Errorf("%w: task %d is finished (TOMBSTONE): nothing to ack", broadcast.ErrFailedPrecondition, ti.ID))
 	}
 	// Check every vchannel before acking any, so a typo changes nothing.
-	var acks []message.VChannel
-	for _, v := range want {
-		i := slices.IndexFunc(ti.VChannels, func(vi broadcast.VChannelInfo) bool { return vi.VChannel == v })
-		switch {
-		case i < 0:
+	idx := make([]int, len(want))
+	for n, v := range want {
+		if idx[n] = slices.IndexFunc(ti.VChannels, func(vi broadcast.VChannelInfo) bool { return vi.VChannel == v }); idx[n] < 0 {
 			return nil, a.fail(proc, fmt.Errorf("%w: %s is not a target of task %d", broadcast.ErrVChannelNotInTask, v, ti.ID))
-		case ti.VChannels[i].Acked:
+		}
+	}
+	var acks []message.VChannel
+	for n, v := range want {
+		switch vi := ti.VChannels[idx[n]]; {
+		case vi.Acked:
 			continue // acks are idempotent: nothing to do
-		case !ti.VChannels[i].Appended || ti.VChannels[i].Checkpoint == (wal.Checkpoint{}):
+		case !vi.Appended:
 			// Acking a copy that is not in the WAL would run the
-			// callback for a message a consumer may never see.
+			// callback for a message a consumer may never see; a
+			// replicated copy that never arrived has no append result
+			// an ack could take.
 			return nil, a.fail(proc, fmt.Errorf("%w: task %d has no append result for %s (its copy is not known to be in this cluster's WAL): only an appended copy can be acked for its consumer",
 				broadcast.ErrFailedPrecondition, ti.ID, v))
 		}

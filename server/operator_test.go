@@ -1,0 +1,147 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/server"
+	"github.com/walcast/walcast/server/apitest"
+)
+
+// TestR9_5_ListTasksPagesThroughEveryTask: a page is capped by the server,
+// never silently: more says that tasks remain, and a cursor (the last id)
+// gets the next page, newest first by default and oldest first on request,
+// until every task was listed once.
+func TestR9_5_ListTasksPagesThroughEveryTask(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		c := dial(t, apitest.Serve(t, server.StaticLeader(env.Open()), nil, server.WithMaxListTasks(2)), p)
+		ctx := ctxT(t)
+		var ids []uint64
+		for i := range 5 {
+			r := newReq()
+			r.ResourceKeys = []string{fmt.Sprintf("Collection:db1:c%d@X", i)}
+			ids = append(ids, broadcastOK(t, ctx, c, r).GetBroadcastId())
+		}
+		walk := func(oldest bool, limit int32) (got []uint64, pages int) {
+			var cursor uint64
+			for {
+				req := &walcastv1.ListTasksRequest{OldestFirst: oldest, Limit: limit}
+				if oldest {
+					req.AfterId = cursor
+				} else {
+					req.BeforeId = cursor
+				}
+				resp, err := c.ListTasks(ctx, connect.NewRequest(req))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pages++
+				for _, task := range resp.Msg.GetTasks() {
+					got = append(got, task.GetId())
+					cursor = task.GetId()
+				}
+				if len(resp.Msg.GetTasks()) > 2 {
+					t.Fatalf("page of %d tasks, cap 2", len(resp.Msg.GetTasks()))
+				}
+				if !resp.Msg.GetMore() {
+					return got, pages
+				}
+			}
+		}
+		newest, pages := walk(false, 0)
+		want := fmt.Sprint(ids[4], ids[3], ids[2], ids[1], ids[0])
+		if fmt.Sprint(newest) != "["+want+"]" || pages != 3 {
+			t.Fatalf("newest first: %v in %d pages, want [%s] in 3", newest, pages, want)
+		}
+		oldest, _ := walk(true, 100) // a larger limit is capped, not refused
+		if fmt.Sprint(oldest) != fmt.Sprint(ids) {
+			t.Fatalf("oldest first: %v, want %v", oldest, ids)
+		}
+		one, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{Limit: 5}))
+		if err != nil || len(one.Msg.GetTasks()) != 2 || !one.Msg.GetMore() {
+			t.Fatalf("limit above the cap: %v, %v", one.Msg, err)
+		}
+		all, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{Limit: 1, BeforeId: ids[1]}))
+		if err != nil || len(all.Msg.GetTasks()) != 1 || all.Msg.GetTasks()[0].GetId() != ids[0] || all.Msg.GetMore() {
+			t.Fatalf("last page: %v, %v", all.Msg, err)
+		}
+		_, err = c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{BeforeId: 3, AfterId: 2}))
+		wantCode(t, err, connect.CodeInvalidArgument)
+	})
+}
+
+// TestR5_6_ForceAckResolvesATaskWaitingForAGoneConsumer: a sync-up task
+// waits for its consumers' acks; an admin acks its copies (from their append
+// results) and it completes. Bad requests change nothing: a vchannel outside
+// the task, no reason, a finished task.
+func TestR5_6_ForceAckResolvesATaskWaitingForAGoneConsumer(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		c := dial(t, apitest.Serve(t, server.StaticLeader(env.Open()), nil), p)
+		ctx := ctxT(t)
+		req := newReq()
+		req.Type = apitest.Sync.String()
+		done := make(chan *walcastv1.BroadcastResponse, 1)
+		go func() {
+			resp, err := c.Broadcast(ctx, connect.NewRequest(req))
+			if err != nil {
+				t.Error(err)
+				done <- nil
+				return
+			}
+			done <- resp.Msg
+		}()
+		var task *walcastv1.Task
+		waitFor(t, "a task waiting for its consumers' acks", func() bool {
+			list, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{States: []string{"PENDING"}}))
+			if err != nil || len(list.Msg.GetTasks()) != 1 {
+				return false
+			}
+			task = list.Msg.GetTasks()[0]
+			for _, v := range task.GetVchannels() {
+				if !v.GetAppended() {
+					return false
+				}
+			}
+			return true
+		})
+		if task.GetStage() != "queued" {
+			t.Fatalf("stage %q of a sync-up task waiting for acks, want queued", task.GetStage())
+		}
+		id := task.GetId()
+		ack := func(reason string, vs ...string) error {
+			_, err := c.ForceAck(ctx, connect.NewRequest(&walcastv1.ForceAckRequest{Id: id, Vchannels: vs, Reason: reason}))
+			return err
+		}
+		wantCode(t, ack("consumer gone", "wal-0/c1v0", "wal-1/other"), connect.CodeInvalidArgument)
+		wantCode(t, ack(" ", "wal-0/c1v0"), connect.CodeInvalidArgument)
+		wantCode(t, ack("consumer gone"), connect.CodeInvalidArgument)
+		_, err := c.ForceAck(ctx, connect.NewRequest(&walcastv1.ForceAckRequest{Id: 999, Vchannels: []string{"wal-0/c1v0"}, Reason: "x"}))
+		wantCode(t, err, connect.CodeNotFound)
+		after, err := c.GetTask(ctx, connect.NewRequest(&walcastv1.GetTaskRequest{Id: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range after.Msg.GetVchannels() {
+			if v.GetAcked() {
+				t.Fatalf("%s acked by a refused request", v.GetVchannel())
+			}
+		}
+		if err := ack("consumer of wal-0 and wal-1 decommissioned", "wal-0/c1v0", "wal-1/c1v1", string(apitest.Control)); err != nil {
+			t.Fatal(err)
+		}
+		res := <-done
+		if res == nil || res.GetBroadcastId() != id {
+			t.Fatalf("broadcast after the operator's acks: %v", res)
+		}
+		err = ack("again", "wal-0/c1v0")
+		if ce := wantCode(t, err, connect.CodeFailedPrecondition); !strings.Contains(ce.Message(), "finished") {
+			t.Fatalf("ack of a finished task: %v", err)
+		}
+	})
+}
