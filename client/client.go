@@ -9,6 +9,27 @@
 // the server decided (InvalidArgument, NotFound, AlreadyExists,
 // FailedPrecondition, ...).
 //
+// # A hung or lost leader
+//
+// A call that is safe to repeat (reads, acks, keyed broadcasts and DDL) is
+// never stuck behind a coordinator that stopped answering. Each attempt gets
+// a fraction of the time the caller's context has left (a third, at least
+// MinAttemptTimeout, at most WithAttemptTimeout), and while an attempt runs
+// longer than a second the client checks that the coordinator still answers
+// at all (its /healthz, WithLiveness): a coordinator that does not is
+// abandoned at once, marked down, and the next attempt goes to another
+// address. A down address is not tried again, not even when a standby names
+// it as the leader, until it answers a check again; so once a standby has
+// taken over (after the election's TTL), the next attempt reaches it. Keyed
+// retries make this safe: a retry of an attempt that did reach the old
+// leader is answered by the original.
+//
+// Connection failures (refused, no route) are retried like any Unavailable,
+// across every address, since another coordinator may lead; WithUnreachable
+// ends the call early when no coordinator at all could be connected to for
+// that long (a server that is not running), with an error matching
+// ErrUnreachable.
+//
 // # Idempotency
 //
 // A retry of a broadcast is safe only if the server can recognise it. A
@@ -30,6 +51,7 @@ package client
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -52,12 +74,30 @@ import (
 // Defaults of the options.
 const (
 	// DefaultAttemptTimeout bounds one attempt of a call that is safe to
-	// retry.
+	// retry; an attempt also gets at most a third of the time the caller's
+	// context has left (but MinAttemptTimeout).
 	DefaultAttemptTimeout = 30 * time.Second
-	// DefaultInitialBackoff and DefaultMaxBackoff pace retries.
+	// MinAttemptTimeout is the shortest attempt timeout the share of the
+	// deadline gives (unless less time is left, or WithAttemptTimeout is
+	// shorter).
+	MinAttemptTimeout = 2 * time.Second
+	// DefaultInitialBackoff and DefaultMaxBackoff pace retries. The pause is
+	// short because retries during a failover go to a standby that answers
+	// at once ("not the leader"), and the first attempt after the takeover
+	// should not wait long.
 	DefaultInitialBackoff = 50 * time.Millisecond
-	DefaultMaxBackoff     = 5 * time.Second
+	DefaultMaxBackoff     = time.Second
+	// DefaultLivenessInterval and DefaultLivenessTimeout: while an attempt
+	// runs longer than the interval, the coordinator's /healthz is checked
+	// every interval, and a coordinator that does not answer within the
+	// timeout is abandoned (see WithLiveness).
+	DefaultLivenessInterval = time.Second
+	DefaultLivenessTimeout  = 2 * time.Second
 )
+
+// attemptShare is the share of the caller's remaining time one attempt may
+// take.
+const attemptShare = 3
 
 // maxImmediateRedirects bounds the redirects followed without backing off,
 // so two coordinators naming each other cannot spin.
@@ -77,6 +117,9 @@ type config struct {
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
 	maxAttempts    int
+	livenessEvery  time.Duration
+	livenessWait   time.Duration
+	unreachable    time.Duration
 }
 
 // WithHTTPClient sends requests with hc instead of a client of New's own.
@@ -128,9 +171,30 @@ func WithConnectOptions(opts ...connect.ClientOption) Option {
 
 // WithAttemptTimeout bounds each attempt of a call that is safe to retry, so
 // a hung coordinator is abandoned for another attempt; 0 means only the
-// caller's context bounds it. A broadcast without a Scope is never cut short
-// (its retry would not be safe). Default DefaultAttemptTimeout.
+// caller's context bounds it. An attempt also takes at most a third of the
+// time the caller's context has left (at least MinAttemptTimeout). A
+// broadcast without a Scope is never cut short (its retry would not be
+// safe). Default DefaultAttemptTimeout.
 func WithAttemptTimeout(d time.Duration) Option { return func(c *config) { c.attemptTimeout = d } }
+
+// WithLiveness makes an attempt of a call that is safe to retry, once it has
+// run for every, check every that the coordinator still answers (an HTTP GET
+// of its /healthz, any answer counts); a coordinator that gives no answer
+// within wait is abandoned as hung, marked down, and the call retried
+// elsewhere. every 0 turns the checks off. Defaults DefaultLivenessInterval,
+// DefaultLivenessTimeout.
+func WithLiveness(every, wait time.Duration) Option {
+	return func(c *config) { c.livenessEvery, c.livenessWait = every, wait }
+}
+
+// WithUnreachable ends a call with an error matching ErrUnreachable once no
+// coordinator could be connected to for d: every attempt in that time failed
+// to connect (refused, no route, no such host), so no server runs there to
+// lead. An answer of any coordinator (a standby's "not the leader" too)
+// restarts the count, since a leader change is then plausible. 0 (the
+// default) retries until the caller's context ends, as a streaming node must
+// while its coordinators restart.
+func WithUnreachable(d time.Duration) Option { return func(c *config) { c.unreachable = d } }
 
 // WithBackoff sets the first and the longest pause between attempts; pauses
 // double in between, with jitter. Defaults DefaultInitialBackoff and
@@ -156,6 +220,13 @@ type Client struct {
 	endpoints map[string]*endpoint // by address, built on first use
 	current   string               // address tried first: the last to answer, or the leader named
 	next      int                  // index in addrs of the last address rotated to
+	closed    bool                 // Close ran: no background check starts
+
+	// bg is the context of background checks (recheck), cancelled by
+	// Close, which then waits for checks.
+	bg       context.Context
+	bgCancel context.CancelFunc
+	checks   sync.WaitGroup
 }
 
 // endpoint is one coordinator address and the RPC clients of it, each built
@@ -166,20 +237,48 @@ type endpoint struct {
 
 	mu    sync.Mutex
 	procs map[string]any // procedure -> *connect.Client[Req, Res] (procClient)
+	// down is when the address last failed to answer at all (no
+	// connection, a hung attempt, a failed check); zero once it answered
+	// again. probing is closed when the check under way ends; checked is
+	// when the last one ended. Protected by mu.
+	down    time.Time
+	probing chan struct{}
+	checked time.Time
+}
+
+// isDown reports whether e failed to answer and has not answered since.
+func (e *endpoint) isDown() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.down.IsZero()
+}
+
+// setDown records whether e answered (false) or failed to (true).
+func (e *endpoint) setDown(down bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case !down:
+		e.down = time.Time{}
+	case e.down.IsZero():
+		e.down = time.Now()
+	}
 }
 
 // New returns a client of the coordinators at addrs, base URLs such as
 // "http://127.0.0.1:7000". It makes no connection yet.
 func New(addrs []string, opts ...Option) (*Client, error) {
-	cfg := config{attemptTimeout: DefaultAttemptTimeout, initialBackoff: DefaultInitialBackoff, maxBackoff: DefaultMaxBackoff}
+	cfg := config{attemptTimeout: DefaultAttemptTimeout, initialBackoff: DefaultInitialBackoff, maxBackoff: DefaultMaxBackoff,
+		livenessEvery: DefaultLivenessInterval, livenessWait: DefaultLivenessTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("%w: no coordinator address", ErrInvalidArgument)
 	}
-	if cfg.initialBackoff <= 0 || cfg.maxBackoff < cfg.initialBackoff || cfg.attemptTimeout < 0 || cfg.maxAttempts < 0 {
-		return nil, fmt.Errorf("%w: need 0 < initial backoff <= max backoff, attempt timeout >= 0, max attempts >= 0", ErrInvalidArgument)
+	if cfg.initialBackoff <= 0 || cfg.maxBackoff < cfg.initialBackoff || cfg.attemptTimeout < 0 || cfg.maxAttempts < 0 ||
+		cfg.livenessEvery < 0 || cfg.livenessEvery > 0 && cfg.livenessWait <= 0 || cfg.unreachable < 0 {
+		return nil, fmt.Errorf("%w: need 0 < initial backoff <= max backoff, attempt timeout >= 0, max attempts >= 0, liveness interval >= 0 (with a positive timeout), unreachable >= 0", ErrInvalidArgument)
 	}
 	if cfg.tokenFile != "" {
 		raw, err := os.ReadFile(cfg.tokenFile)
@@ -194,6 +293,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		}
 	}
 	c := &Client{cfg: cfg, http: cfg.httpClient, opts: connectOptions(cfg), endpoints: make(map[string]*endpoint)}
+	c.bg, c.bgCancel = context.WithCancel(context.Background())
 	for _, a := range addrs {
 		u, err := c.normalize(a)
 		if err != nil {
@@ -250,8 +350,14 @@ func loopbackHost(h string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Close releases the client's idle connections.
+// Close ends the client's background checks of coordinators and releases
+// its idle connections.
 func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.bgCancel()
+	c.checks.Wait()
 	if c.ownHTTP != nil {
 		c.ownHTTP.CloseIdleConnections()
 	}
@@ -301,10 +407,95 @@ func procClient[Req, Res any](c *Client, e *endpoint, procedure string) *connect
 	return pc
 }
 
+// target returns the address to try: the current one, unless it is down and
+// another is not (then that one becomes current).
 func (c *Client) target() string {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.current
+	cur, next, addrs := c.current, c.next, c.addrs
+	c.mu.Unlock()
+	if !c.endpoint(cur).isDown() {
+		return cur
+	}
+	for i := 1; i <= len(addrs); i++ {
+		j := (next + i) % len(addrs)
+		if a := addrs[j]; a != cur && !c.endpoint(a).isDown() {
+			c.mu.Lock()
+			if c.current == cur {
+				c.current, c.next = a, j
+			}
+			c.mu.Unlock()
+			return a
+		}
+	}
+	return cur // every address is down: try the current one again
+}
+
+// alive reports whether the coordinator at e answers at all: an HTTP GET of
+// its /healthz answered within the liveness timeout, whatever the status.
+// Concurrent callers share one check. A check cut short by ctx says
+// nothing: alive then reports true and records no verdict.
+func (c *Client) alive(ctx context.Context, e *endpoint) bool {
+	e.mu.Lock()
+	ch := e.probing
+	owner := ch == nil
+	if owner {
+		ch = make(chan struct{})
+		e.probing = ch
+	}
+	e.mu.Unlock()
+	if !owner {
+		select {
+		case <-ch:
+			return !e.isDown()
+		case <-ctx.Done():
+			return true
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.livenessWait)
+	defer cancel()
+	up := false
+	if req, err := http.NewRequestWithContext(pctx, http.MethodGet, e.addr+"/healthz", nil); err == nil {
+		if resp, err := c.http.Do(req); err == nil {
+			_ = resp.Body.Close()
+			up = true
+		}
+	}
+	verdict := up || ctx.Err() == nil
+	e.mu.Lock()
+	if verdict {
+		if up {
+			e.down = time.Time{}
+		} else if e.down.IsZero() {
+			e.down = time.Now()
+		}
+		e.checked = time.Now()
+	}
+	e.probing = nil
+	e.mu.Unlock()
+	close(ch)
+	return up || !verdict
+}
+
+// recheck checks a down coordinator in the background, unless a check is
+// under way or one ended less than a liveness interval ago, so that a caller
+// never waits for a hung coordinator's check (Close waits for them).
+func (c *Client) recheck(e *endpoint) {
+	e.mu.Lock()
+	busy := e.probing != nil || time.Since(e.checked) < c.cfg.livenessEvery
+	e.mu.Unlock()
+	c.mu.Lock()
+	closed := c.closed
+	if !busy && !closed {
+		c.checks.Add(1)
+	}
+	c.mu.Unlock()
+	if busy || closed {
+		return
+	}
+	go func() {
+		defer c.checks.Done()
+		c.alive(c.bg, e)
+	}()
 }
 
 // answered makes addr the first address to try.
@@ -315,10 +506,18 @@ func (c *Client) answered(addr string) {
 }
 
 // redirect makes the leader that from named the first address to try; it
-// reports false if the name is unusable.
+// reports false if the name is unusable, or names a coordinator that is
+// down and still does not answer (a standby names a hung leader until its
+// lease expires).
 func (c *Client) redirect(from, leader string) bool {
 	u, err := c.normalize(leader)
 	if err != nil || u == from {
+		return false
+	}
+	if e := c.endpoint(u); e.isDown() {
+		if c.cfg.livenessEvery > 0 {
+			c.recheck(e) // follow it once it answers again
+		}
 		return false
 	}
 	c.answered(u)
@@ -357,7 +556,8 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 	}
 	bo.Reset()
 	redirects := 0
-	var prev *failure // the last failure not caused by the caller's context
+	var prev *failure       // the last failure not caused by the caller's context
+	var unreached time.Time // when the current run of connection failures began
 	giveUp := func(n int, f failure) error {
 		if prev != nil && (f.code == connect.CodeDeadlineExceeded || f.code == connect.CodeCanceled) {
 			f = *prev // say why the retries ran, not only that time ran out
@@ -366,13 +566,10 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 	}
 	for n := 1; ; n++ {
 		addr := c.target()
-		actx, cancel := ctx, context.CancelFunc(func() {})
-		if p == anyTransient && c.cfg.attemptTimeout > 0 {
-			actx, cancel = context.WithTimeout(ctx, c.cfg.attemptTimeout)
-		}
-		err := attempt(actx, c.endpoint(addr))
-		cancel()
+		e := c.endpoint(addr)
+		err := c.attempt(ctx, p, e, attempt)
 		if err == nil {
+			e.setDown(false)
 			c.answered(addr)
 			return n, nil
 		}
@@ -380,7 +577,26 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 		if ctx.Err() != nil {
 			return n, giveUp(n, f)
 		}
+		// A coordinator that answered (even with an error) is up; one
+		// that could not be connected to, hung or timed out is down.
+		// An attempt timeout says "down" only without liveness checks
+		// (with them, a coordinator that passed its checks is slow, not
+		// gone).
+		down := f.notSent && f.tlsHint == "" || f.hung || f.code == connect.CodeDeadlineExceeded && c.cfg.livenessEvery == 0
+		e.setDown(down)
+		switch {
+		case f.notSent && f.tlsHint == "":
+			if unreached.IsZero() {
+				unreached = time.Now()
+			}
+		case !down:
+			unreached = time.Time{}
+		}
 		if !f.retryable(p) || c.cfg.maxAttempts > 0 && n >= c.cfg.maxAttempts {
+			return n, f.toError(n, nil)
+		}
+		if c.cfg.unreachable > 0 && !unreached.IsZero() && time.Since(unreached) >= c.cfg.unreachable {
+			f.unreachable = time.Since(unreached)
 			return n, f.toError(n, nil)
 		}
 		prev = &f
@@ -392,8 +608,96 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 		} else {
 			c.rotate(addr)
 		}
-		if !wait.Sleep(ctx, bo.NextBackOff()) {
+		pause := bo.NextBackOff()
+		if c.cfg.unreachable > 0 && !unreached.IsZero() {
+			// Say "unreachable" on time, not a backoff later.
+			pause = min(pause, max(0, c.cfg.unreachable-time.Since(unreached)))
+		}
+		if !wait.Sleep(ctx, pause) {
 			return n, giveUp(n, f)
 		}
 	}
+}
+
+// errHung is the cause of an attempt abandoned because its coordinator
+// stopped answering.
+var errHung = errors.New("the coordinator stopped answering (no answer to a liveness check): abandoned the attempt")
+
+// attempt runs one attempt at e. An attempt of a call that is safe to retry
+// gets a share of the caller's remaining time, and is abandoned as hung
+// (its error wraps errHung) when e fails a liveness check while it runs.
+func (c *Client) attempt(ctx context.Context, p policy, e *endpoint, attempt func(context.Context, *endpoint) error) error {
+	if p != anyTransient {
+		return attempt(ctx, e)
+	}
+	if d := c.attemptTimeout(ctx); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if c.cfg.livenessEvery <= 0 {
+		return attempt(ctx, e)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The watchdog runs only once the attempt is slow: most attempts end
+	// before it fires, and cost a timer.
+	var (
+		watch   *time.Timer
+		mu      sync.Mutex // guards stopped: a watchdog never starts or re-arms after the attempt
+		stopped bool
+		running sync.WaitGroup
+	)
+	watch = time.AfterFunc(c.cfg.livenessEvery, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		running.Add(1)
+		mu.Unlock()
+		defer running.Done()
+		if !c.alive(actx, e) && actx.Err() == nil {
+			cancel(errHung)
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			watch.Reset(c.cfg.livenessEvery)
+		}
+		mu.Unlock()
+	})
+	err := attempt(actx, e)
+	mu.Lock()
+	stopped = true
+	watch.Stop()
+	mu.Unlock()
+	hung := errors.Is(context.Cause(actx), errHung)
+	cancel(nil) // ends a check under way
+	running.Wait()
+	if err != nil && hung && ctx.Err() == nil {
+		return &hungError{err: err}
+	}
+	return err
+}
+
+// hungError is an attempt abandoned because its coordinator stopped
+// answering.
+type hungError struct{ err error }
+
+func (h *hungError) Error() string { return errHung.Error() + ": " + h.err.Error() }
+func (h *hungError) Unwrap() error { return h.err }
+
+// attemptTimeout is the timeout of one attempt: a share of the caller's
+// remaining time, at least MinAttemptTimeout (or what is left), at most
+// the configured attempt timeout; 0 for none.
+func (c *Client) attemptTimeout(ctx context.Context) time.Duration {
+	d := c.cfg.attemptTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		share := max(time.Until(dl)/attemptShare, MinAttemptTimeout)
+		if d == 0 || share < d {
+			d = share
+		}
+	}
+	return d
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -42,6 +43,11 @@ var (
 	// ErrUnavailable: no coordinator could serve the call before the
 	// retries ended.
 	ErrUnavailable = errors.New("walcast: unavailable")
+	// ErrUnreachable: no coordinator could be connected to (connection
+	// refused, no route, no such host), for the time WithUnreachable
+	// allows: probably none runs at the addresses. Nothing was sent. It
+	// also matches ErrUnavailable and ErrTaskNotCreated.
+	ErrUnreachable = errors.New("walcast: unreachable")
 	// ErrUnauthenticated: the server needs credentials and got none or
 	// bad ones (no token, a malformed, unknown, expired or revoked token,
 	// a client certificate no trusted CA signed). Nothing was done.
@@ -98,10 +104,11 @@ type Error struct {
 	// before any was sent).
 	Attempts int
 
-	err     error  // the last attempt's error
-	ctxErr  error  // the caller's context error, if it ended the retries
-	notSent bool   // the last attempt never reached a server
-	tlsHint string // what to change, for a TLS failure
+	err         error         // the last attempt's error
+	ctxErr      error         // the caller's context error, if it ended the retries
+	notSent     bool          // the last attempt never reached a server
+	tlsHint     string        // what to change, for a TLS failure
+	unreachable time.Duration // how long no coordinator could be connected to, if that ended the call
 }
 
 // Error describes the last attempt's failure; raw idempotency keys never
@@ -111,7 +118,10 @@ func (e *Error) Error() string {
 	if e.tlsHint != "" && !strings.Contains(s, plainTextHint) {
 		s += " (" + e.tlsHint + ")"
 	}
-	if e.Attempts > 1 {
+	switch {
+	case e.unreachable > 0:
+		s += fmt.Sprintf(" (no coordinator could be connected to: %d attempts in %s)", e.Attempts, e.unreachable.Round(10*time.Millisecond))
+	case e.Attempts > 1:
 		s += fmt.Sprintf(" (after %d attempts)", e.Attempts)
 	}
 	if e.ctxErr != nil {
@@ -149,6 +159,8 @@ func (e *Error) Is(target error) bool {
 		return e.Code == connect.CodeFailedPrecondition && e.Reason == ReasonNotPrimary
 	case ErrUnavailable:
 		return e.Code == connect.CodeUnavailable
+	case ErrUnreachable:
+		return e.unreachable > 0
 	case ErrTaskNotCreated:
 		return e.notSent || e.Reason == ReasonTaskNotCreated || e.Reason == ReasonNotLeader
 	case ErrUnauthenticated:
@@ -169,6 +181,10 @@ type failure struct {
 	leader  string
 	notSent bool   // the connection was never made: no server saw the request
 	tlsHint string // set for a TLS failure: retrying cannot help
+	hung    bool   // abandoned: the coordinator stopped answering (hungError)
+	// unreachable is set when the call ends because no coordinator could
+	// be connected to for that long.
+	unreachable time.Duration
 }
 
 func inspect(err error) failure {
@@ -188,6 +204,16 @@ func inspect(err error) failure {
 	}
 	var op *net.OpError
 	f.notSent = errors.As(err, &op) && op.Op == "dial"
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		f.notSent = true
+	}
+	var hung *hungError
+	if errors.As(err, &hung) {
+		// The attempt may have reached the server: only its code says
+		// retry (anyTransient), never "not sent".
+		f.hung, f.code = true, connect.CodeUnavailable
+	}
 	if f.tlsHint = tlsHint(err); f.tlsHint != "" {
 		f.notSent = true // the handshake comes before any request
 	}
@@ -217,7 +243,8 @@ func (f failure) retryable(p policy) bool {
 }
 
 func (f failure) toError(attempts int, ctxErr error) *Error {
-	return &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent, tlsHint: f.tlsHint}
+	return &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent, tlsHint: f.tlsHint,
+		unreachable: f.unreachable}
 }
 
 // invalidRequest is a request refused before any attempt.
