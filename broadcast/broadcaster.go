@@ -196,15 +196,15 @@ func (b *Broadcaster) readSnapshot(ctx context.Context) (engine.Snapshot, error)
 	if err != nil {
 		return s, err
 	}
-	s.Floors = map[message.PChannel]uint64{}
-	err = b.cat.List(ctx, engine.FloorPrefix(prefix), func(key string, raw []byte) error {
-		f, err := strconv.ParseUint(string(raw), 10, 64)
-		if err != nil {
-			return fmt.Errorf("%w: replicated floor %q: %w", ErrCorruptCatalog, key, err)
-		}
-		s.Floors[message.PChannel(strings.TrimPrefix(key, engine.FloorPrefix(prefix)))] = f
-		return nil
-	})
+	v, err = b.cat.Get(ctx, engine.CollectedKey(prefix))
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		err = nil
+	case err == nil:
+		s.Collected = slices.Clone(v)
+	default:
+		err = fmt.Errorf("read collected replicated ids: %w", err)
+	}
 	return s, err
 }
 

@@ -34,12 +34,15 @@ func (c *Core) startAcking(t *task) {
 }
 
 // fastAck acks copy i on the engine's behalf.
+// A consumer's ack-once run may be in flight for the copy already: the
+// engine takes over its retries if it fails (a consumer need not retry an
+// ack of a FastAck copy).
 func (c *Core) fastAck(t *task, i int) {
 	cp := &t.copies[i]
+	cp.fast = true
 	if cp.acked || cp.ackOnce != 0 {
 		return
 	}
-	cp.fast = true
 	c.ackCopy(t, i, cp.appendCP, nil, nil)
 }
 
@@ -76,9 +79,12 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	if m.Broadcast.ID != e.ID {
 		return nil, fmt.Errorf("%w: ack for broadcast %d carries broadcast %d", ErrInvalidArgument, e.ID, m.Broadcast.ID)
 	}
-	if pos := e.Checkpoint.MessageID; pos != 0 && pos <= c.floors[e.VChannel.PChannel()] {
+	if c.collected.Has(e.ID) {
+		// A node re-acking from an older snapshot, or a copy the primary
+		// appended again after a crash: the broadcast completed here and was
+		// collected; its task must not come back (#86).
 		c.stats.StaleAcks++
-		c.log.Info("stale ack of a collected replicated broadcast ignored", "broadcast", e.ID, "vchannel", e.VChannel)
+		c.log.Info("ack of a collected replicated broadcast ignored", "broadcast", e.ID, "vchannel", e.VChannel)
 		return nil, nil
 	}
 	if err := CheckTargets(m.Broadcast.VChannels); err != nil {
@@ -92,7 +98,9 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	t.replicated = true
 	t.class = c.cfg.ClassOf(m.Type)
 	c.tasks[t.id] = t
-	c.indexTask(t)
+	if c.cfg.Mutation != "forget-replicated-index" {
+		c.indexTask(t)
+	}
 	c.ids.observe(t.id)
 	c.obs.TaskState(m.Type, 0, Replicated)
 	c.move(t, OnReplicatedAck, Collecting)
@@ -118,6 +126,14 @@ func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx context
 		return
 	}
 	if cp == (wal.Checkpoint{}) {
+		if t.replicated && !copy.appended {
+			// A replicated copy's position is known only to its reader: an
+			// ack without a checkpoint (LegacyAck) cannot be recorded until
+			// this cluster appended (or found) the copy itself.
+			c.reply(to, Reply{Err: fmt.Errorf("%w: ack of replicated broadcast %d on %s carries no checkpoint, and its position is not known here",
+				ErrFailedPrecondition, t.id, t.msg.Broadcast.VChannels[i])})
+			return
+		}
 		cp = copy.appendCP
 	}
 	if c.cfg.HasAckOnce(t.msg.Type) {
@@ -196,9 +212,6 @@ func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint) {
 	copy.acked, copy.ackCP = true, cp
 	t.nacked++
 	if t.replicated {
-		if p := t.msg.Broadcast.VChannels[i].PChannel(); cp.MessageID > c.highest[p] {
-			c.highest[p] = cp.MessageID
-		}
 		if t.stage == Collecting && (i == t.control || t.control < 0 && t.allAcked()) {
 			// Enrolled in ack order of the control channel, which its
 			// consumer makes WAL order (R5.4, R8.2).
@@ -209,8 +222,13 @@ func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint) {
 	c.checkAcked(t)
 }
 
-// checkAcked moves a task on once its last copy is acked.
+// checkAcked moves a task on once its last copy is acked (or, appending, once
+// the last copy it waited for is acked with a checkpoint).
 func (c *Core) checkAcked(t *task) {
+	if t.stage == Appending && t.allAppended() {
+		c.allAppended(t)
+		return
+	}
 	if !t.allAcked() {
 		return
 	}

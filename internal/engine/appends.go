@@ -35,9 +35,10 @@ type appendReq struct {
 }
 
 type batch struct {
-	id   uint64
-	lane *lane
-	reqs []*appendReq
+	id       uint64
+	lane     *lane
+	reqs     []*appendReq
+	inFlight bool
 }
 
 // maxCopiesPerAppend keeps entries far below wal.MaxCopiesPerEntry.
@@ -129,17 +130,79 @@ func (c *Core) startLanes() {
 		if c.inflight >= c.cfg.AppendConcurrency {
 			return
 		}
-		if l.batch != nil || len(l.queue) == 0 {
+		if b := l.batch; b != nil {
+			if !b.inFlight && !l.waiting {
+				c.sendBatch(b) // a retry that waited for a slot
+			}
 			continue
 		}
-		l.batch = &batch{lane: l, reqs: c.take(l)}
+		if len(l.queue) == 0 {
+			continue
+		}
+		reqs := c.take(l)
+		if len(reqs) == 0 {
+			continue // every queued copy was acked meanwhile
+		}
+		l.batch = &batch{lane: l, reqs: reqs}
 		c.sendBatch(l.batch)
+	}
+}
+
+// stillNeeded returns r without the copies that need no append any more
+// (acked with a checkpoint meanwhile: a consumer read the copy a previous
+// coordinator appended), or nil if none is left. Dropped copies leave the
+// queue, so that their task can finish.
+func (c *Core) stillNeeded(r *appendReq) *appendReq {
+	t := r.t
+	keep := r.idx[:0:0]
+	for _, i := range r.idx {
+		cp := &t.copies[i]
+		if c.tasks[t.id] == t && !(cp.acked && cp.ackCP != (wal.Checkpoint{})) {
+			keep = append(keep, i)
+			continue
+		}
+		cp.queued = false
+	}
+	if len(keep) == len(r.idx) {
+		return r
+	}
+	c.unqueued(t)
+	if len(keep) == 0 {
+		return nil
+	}
+	vs := make([]message.VChannel, len(keep))
+	for j, i := range keep {
+		vs[j] = t.msg.Broadcast.VChannels[i]
+	}
+	n := &appendReq{t: t, idx: keep, item: wal.Item{Message: r.item.Message, VChannels: vs}, exclusive: r.exclusive}
+	n.size = wal.EncodedSize(n.item)
+	return n
+}
+
+// unqueued continues a task that waits for its copies to leave the append
+// queues before its TOMBSTONE.
+func (c *Core) unqueued(t *task) {
+	if t.stage == Appending && t.allAppended() {
+		c.allAppended(t)
+		return
+	}
+	if t.tombAfterAppends && !t.anyQueued() {
+		t.tombAfterAppends = false
+		c.tombstone(t)
 	}
 }
 
 // take removes the next batch from l's queue: as many queued copies as fit
 // one entry, an exclusive-append broadcast alone (R2.5).
 func (c *Core) take(l *lane) []*appendReq {
+	keep := l.queue[:0]
+	for _, r := range l.queue {
+		if r = c.stillNeeded(r); r != nil {
+			keep = append(keep, r)
+		}
+	}
+	clear(l.queue[len(keep):])
+	l.queue = keep
 	maxBytes := c.cfg.MaxEntryBytes - 4096
 	n, size, copies := 0, 0, 0
 	for _, r := range l.queue {
@@ -160,6 +223,7 @@ func (c *Core) take(l *lane) []*appendReq {
 
 func (c *Core) sendBatch(b *batch) {
 	b.id = c.nextID()
+	b.inFlight = true
 	c.batches[b.id] = b
 	c.inflight++
 	c.stats.AppendRounds++
@@ -176,6 +240,7 @@ func (c *Core) appended(e Appended) {
 		return
 	}
 	delete(c.batches, e.ID)
+	b.inFlight = false
 	c.inflight--
 	l := b.lane
 	v := ClassifyAppend(e.Err)
@@ -184,6 +249,7 @@ func (c *Core) appended(e Appended) {
 		l.batch, l.bo = nil, nil
 		for i, r := range b.reqs {
 			c.copiesAppended(r, e.Results[i])
+			c.unqueued(r.t)
 		}
 	case Split:
 		c.appendFailed(b, e.Err)
@@ -223,11 +289,12 @@ func (c *Core) retryBatch(b *batch) {
 	l.waiting = true
 	c.after(l.bo.NextBackOff(), func() {
 		l.waiting = false
+		// The same entry again, even with copies acked meanwhile: a
+		// deduplicating backend then recognises an attempt whose answer
+		// was lost, so no copy lands twice (R4.3, R8.3). Their tasks wait
+		// for it before their TOMBSTONE.
 		if c.inflight >= c.cfg.AppendConcurrency {
-			// Wait for a slot: the retry goes first once one frees.
-			l.batch = nil
-			l.queue = append(append([]*appendReq(nil), b.reqs...), l.queue...)
-			return
+			return // startLanes sends it, first, once a slot frees
 		}
 		c.sendBatch(b)
 	})

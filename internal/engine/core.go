@@ -12,6 +12,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -56,11 +57,10 @@ type Core struct {
 	ackOnces map[uint64]ackOnceRef
 	scans    map[uint64]*scanOp
 
-	// Replicated floors (#86): per pchannel, the durable position up to
-	// which every replicated copy belongs to a completed broadcast, and the
-	// highest position acked this life.
-	floors  map[message.PChannel]uint64
-	highest map[message.PChannel]uint64
+	// collected are the replicated broadcasts whose tombstones GC deleted
+	// (durable, written with the deletes): a late ack of one is stale and
+	// must not create its task again (#86).
+	collected idset.Set
 
 	timers deadlines
 	gc     gcState
@@ -75,8 +75,10 @@ type Stats struct {
 	Broadcasts, Duplicates, CatalogCommits, AppendRounds, AppendRetries int
 	CallbackFailures, Evicted, EarlyEvicted, Recovered, StaleAcks       int
 	// Bugs counts moves the transition table does not have (0 unless the
-	// engine has a bug; the simulator checks it).
-	Bugs int
+	// engine has a bug; the simulator checks it); LastBug describes the
+	// latest.
+	Bugs    int
+	LastBug string
 }
 
 // Snapshot is what recovery reads from the catalog: every record under the
@@ -90,8 +92,9 @@ type Snapshot struct {
 	Topology ReplicateConfig
 	// Promotes are the force promotes' recorded positions, by task id.
 	Promotes map[uint64][]byte
-	// Floors are the replicated floors, by pchannel.
-	Floors map[message.PChannel]uint64
+	// Collected is the encoded set of collected replicated broadcast ids
+	// (nil: none).
+	Collected []byte
 }
 
 // RawRecord is one task record as stored.
@@ -133,7 +136,6 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
 		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
-		floors: make(map[message.PChannel]uint64), highest: make(map[message.PChannel]uint64),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
 	c.sched.init()
@@ -254,6 +256,7 @@ func (c *Core) move(t *task, on Trigger, to Stage) {
 		c.log.Error("engine bug: transition not in the table", "broadcast", t.id, "from", from.String(),
 			"on", on.String(), "to", to.String())
 		c.stats.Bugs++
+		c.stats.LastBug = fmt.Sprintf("broadcast %d: %s --%s--> %s", t.id, from, on, to)
 		return
 	}
 	t.stage = to
@@ -365,14 +368,31 @@ type writeOp struct {
 	inFlight bool
 }
 
-// write issues a catalog write.
+// write issues a catalog write. A task has at most one write in flight or
+// waiting to be retried (so that no REPLICATED record can land after its
+// TOMBSTONE, R5.3); a second one waits for the first to end.
 func (c *Core) write(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, done func(*writeOp, Decision, error)) *writeOp {
 	w := &writeOp{kind: kind, task: t, rec: rec, ops: ops, done: done}
 	if t != nil {
+		if t.write != nil {
+			t.writes = append(t.writes, w)
+			return w
+		}
 		t.write = w
 	}
 	c.issue(w)
 	return w
+}
+
+// nextWrite issues the write of t that waited for the one that ended.
+func (c *Core) nextWrite(t *task) {
+	if t.write != nil || len(t.writes) == 0 || c.tasks[t.id] != t {
+		return
+	}
+	w := t.writes[0]
+	t.writes = t.writes[1:]
+	t.write = w
+	c.issue(w)
 }
 
 func (c *Core) issue(w *writeOp) {
@@ -404,6 +424,9 @@ func (c *Core) written(e Written) {
 	w.inFlight = false
 	v := Classify(e.Err)
 	d := Decide(w.kind, v, w.maybe)
+	if c.cfg.Mutation == "callback-twice" && w.kind == WriteTombstone && d == RetrySame && MayHaveApplied(v) {
+		d = Refuse
+	}
 	if MayHaveApplied(v) {
 		w.maybe = true
 	}
@@ -412,6 +435,7 @@ func (c *Core) written(e Written) {
 	}
 	if w.task != nil && w.task.write == w && d != RetrySame {
 		w.task.write = nil
+		defer c.nextWrite(w.task)
 	}
 	switch d {
 	case RetrySame:
@@ -443,6 +467,7 @@ func (c *Core) cancelRetry(w *writeOp) bool {
 	w.retry.cancel()
 	if w.task != nil && w.task.write == w {
 		w.task.write = nil
+		defer c.nextWrite(w.task)
 	}
 	return true
 }
@@ -468,9 +493,6 @@ func (c *Core) stop(err error) {
 		err = ErrClosed
 	}
 	c.stopped, c.stopErr = true, err
-	for _, then := range c.ids.waiting {
-		then(0, fmt.Errorf("%w: %w", ErrTaskNotCreated, err))
-	}
 	c.ids.waiting = nil
 	// In id order, so that a replay answers in the same order.
 	hids := slices.Sorted(maps.Keys(c.handles))

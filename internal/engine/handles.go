@@ -228,8 +228,29 @@ func (c *Core) submit(e Submit) {
 		}
 	}
 	h.busy = true
+	h.to = e.To // answered by Stop if it comes first
+	if h.need == Secondary {
+		// A force promote: its id, and every id after it, must be above
+		// every id the primary used that reached this cluster, including
+		// copies no node acked yet (issue 20: ids that met would be skipped
+		// by the nodes as applied already).
+		c.observeWALIDs(func() { c.allocFor(h, e) })
+		return
+	}
+	c.allocFor(h, e)
+}
+
+// allocFor allocates the id of a submitted task and creates it.
+func (c *Core) allocFor(h *handle, e Submit) {
+	if c.stopped {
+		return // Stop answered it
+	}
 	c.ids.alloc(c, func(id uint64, err error) {
 		h.busy = false
+		h.to = nil
+		if c.stopped {
+			return
+		}
 		if err != nil {
 			c.dropHandle(h)
 			c.reply(e.To, Reply{Err: err})
@@ -282,6 +303,9 @@ func (c *Core) create(h *handle, e Submit) {
 // persistPending writes the PENDING record (R4.2): the task is created once
 // it is durable; definitely not written, it never was.
 func (c *Core) persistPending(t *task) {
+	if c.cfg.Mutation == "append-before-persist" {
+		c.queueCopies(t, func(int) bool { return true })
+	}
 	w := c.write(WritePending, t, t.record(Pending), nil, func(w *writeOp, d Decision, err error) {
 		switch d {
 		case Done:

@@ -10,7 +10,28 @@ import (
 // only after the original's tombstone was deleted from the catalog (R6.2).
 
 // indexTask registers t as the owner of its scope unless the scope has one.
-func (c *Core) indexTask(t *task) { c.indexScope(t.scope, t.id) }
+// A replicated task follows its primary's decisions instead: the primary
+// made it an original only after the scope's previous original was
+// collected there, so the newest (highest id) replicated owner wins, over
+// an older one that is not collected (or not even finished) here yet: after
+// a failover, a retry must get the primary's current original (R8.4).
+func (c *Core) indexTask(t *task) {
+	if t.replicated {
+		c.indexReplicated(t.scope, t.id)
+		return
+	}
+	c.indexScope(t.scope, t.id)
+}
+
+func (c *Core) indexReplicated(sc Scope, id uint64) {
+	if sc == (Scope{}) {
+		return
+	}
+	if old, ok := c.index[sc]; ok && old >= id {
+		return
+	}
+	c.index[sc] = id
+}
 
 func (c *Core) indexScope(sc Scope, id uint64) {
 	if sc == (Scope{}) {

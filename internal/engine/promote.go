@@ -62,6 +62,9 @@ type scanOp struct {
 // recordPromote records where t's copies landed, then moves it on to wait
 // for its acks.
 func (c *Core) recordPromote(t *task) {
+	if t.recording {
+		return // the positions are being written
+	}
 	pos := map[message.VChannel]uint64{}
 	for i, v := range t.msg.Broadcast.VChannels {
 		cp := t.copies[i].appendCP
@@ -78,7 +81,9 @@ func (c *Core) recordPromote(t *task) {
 		return
 	}
 	raw, _ := json.Marshal(promoteRecord{Copies: pos})
+	t.recording = true
 	c.write(WritePromote, t, nil, []catalog.Op{catalog.Put(PromoteKey(c.cfg.Prefix, t.id), raw)}, func(_ *writeOp, d Decision, _ error) {
+		t.recording = false
 		if d == Done {
 			c.promotes[t.id] = pos
 			c.move(t, OnAppended, Acking)
@@ -181,6 +186,52 @@ func (c *Core) scanned(e Scanned) {
 		return
 	}
 	s.done(e.Found)
+}
+
+// observeWALIDs reads every pchannel from the highest position acked here
+// (copies before it were acked, so their ids are known: seen, or below the
+// id floor GC raised) to its end, keeps every id found above the ids it
+// allocates, and calls then.
+func (c *Core) observeWALIDs(then func()) {
+	highest := map[message.PChannel]uint64{}
+	note := func(vs []message.VChannel, acked []bool, cps []wal.Checkpoint) {
+		for i, v := range vs {
+			if acked[i] && cps[i].MessageID > highest[v.PChannel()] {
+				highest[v.PChannel()] = cps[i].MessageID
+			}
+		}
+	}
+	for _, t := range c.tasks {
+		if t.replicated {
+			acked := make([]bool, len(t.copies))
+			cps := make([]wal.Checkpoint, len(t.copies))
+			for i, cp := range t.copies {
+				acked[i], cps[i] = cp.acked, cp.ackCP
+			}
+			note(t.msg.Broadcast.VChannels, acked, cps)
+		}
+	}
+	for _, tb := range c.tombs.all() {
+		if tb.replicated {
+			if rec, err := DecodeRecord(rawBytes(tb.raw)); err == nil {
+				note(rec.Msg.Broadcast.VChannels, rec.Acked, rec.Checkpoints)
+			}
+		}
+	}
+	from := map[message.PChannel]uint64{}
+	for _, v := range c.cfg.ControlTargets {
+		off := uint64(0)
+		if h := highest[v.PChannel()]; h != 0 {
+			off = wal.EntryOffset(h)
+		}
+		from[v.PChannel()] = off
+	}
+	c.scanAll(from, func(found []Found) {
+		for _, f := range found {
+			c.ids.observe(f.ID)
+		}
+		then()
+	})
 }
 
 // supplementAll lists the incomplete tasks and finishes them in id order.

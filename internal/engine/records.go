@@ -217,6 +217,6 @@ func PromoteKey(prefix string, id uint64) string {
 	return PromotePrefix(prefix) + strconv.FormatUint(id, 10)
 }
 
-// FloorPrefix holds, per pchannel, the position up to which every replicated
-// copy belongs to a completed broadcast (see Core.replicatedFloor).
-func FloorPrefix(prefix string) string { return prefix + "replicated/floor/" }
+// CollectedKey holds the set of replicated broadcast ids whose tombstones
+// GC deleted (an idset encoding).
+func CollectedKey(prefix string) string { return prefix + "replicated/collected" }

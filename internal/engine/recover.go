@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -17,9 +18,12 @@ import (
 // for every state; the id floor stays above every id seen.
 func (c *Core) recover(s Snapshot) error {
 	c.setTopology(s.Topology)
-	for p, f := range s.Floors {
-		c.floors[p] = f
-		c.highest[p] = max(c.highest[p], f)
+	if s.Collected != nil {
+		set, err := idset.Decode(s.Collected)
+		if err != nil {
+			return fmt.Errorf("%w: collected replicated ids: %w", ErrCorruptCatalog, err)
+		}
+		c.collected = set
 	}
 	for id, raw := range s.Promotes {
 		copies, old, err := decodePromote(raw)
@@ -60,9 +64,10 @@ func (c *Core) recover(s Snapshot) error {
 			tb := tomb{id: r.ID, raw: c.tombs.keep(r.Raw), created: rec.Created.UnixNano(), completed: rec.Completed.UnixNano(),
 				cls: uint16(cls), replicated: rec.Msg.Replicate != nil}
 			perClass[cls] = append(perClass[cls], tb)
-			c.indexScope(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
 			if tb.replicated {
-				c.noteHighest(rec)
+				c.indexReplicated(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
+			} else {
+				c.indexScope(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
 			}
 			c.obs.TaskState(rec.Msg.Type, 0, Tombstone)
 			continue
@@ -80,7 +85,6 @@ func (c *Core) recover(s Snapshot) error {
 		}
 		t.persistedAcks = t.nacked
 		if t.replicated {
-			c.noteHighest(rec)
 			c.ids.observe(t.id)
 			replicated = append(replicated, t)
 		} else {
@@ -128,24 +132,13 @@ func (c *Core) recover(s Snapshot) error {
 	return nil
 }
 
-// noteHighest raises the highest replicated positions seen by a record's
-// acked copies.
-func (c *Core) noteHighest(rec *Record) {
-	for i, v := range rec.Msg.Broadcast.VChannels {
-		if rec.Acked[i] {
-			if p := v.PChannel(); rec.Checkpoints[i].MessageID > c.highest[p] {
-				c.highest[p] = rec.Checkpoints[i].MessageID
-			}
-		}
-	}
-}
-
 // recoverPromote resumes a force promote: copies recorded as landed are
 // not appended again (#36); acks persisted count.
 //
 // A promote that crashed before recording its positions may have appended
-// some copies: its pchannels are read from above the last replicated copy
-// known here, and the copies found count as appended.
+// some copies: its pchannels are read from the lowest position its copies
+// can be at (above every replicated copy acked here, which came before it),
+// and the copies found count as appended.
 func (c *Core) recoverPromote(t *task) {
 	mark := func(i int, p uint64) {
 		cp := wal.Checkpoint{MessageID: p, TimeTick: p, LastConfirmed: p}
@@ -163,10 +156,21 @@ func (c *Core) recoverPromote(t *task) {
 		c.move(t, OnRecoverPending, Appending)
 		return
 	}
+	highest := map[message.PChannel]uint64{}
+	for _, x := range c.tasks {
+		if !x.replicated {
+			continue
+		}
+		for i, v := range x.msg.Broadcast.VChannels {
+			if cp := x.copies[i]; cp.acked && cp.ackCP.MessageID > highest[v.PChannel()] {
+				highest[v.PChannel()] = cp.ackCP.MessageID
+			}
+		}
+	}
 	from := map[message.PChannel]uint64{}
 	for _, v := range t.msg.Broadcast.VChannels {
 		off := uint64(0)
-		if h := c.highest[v.PChannel()]; h != 0 {
+		if h := highest[v.PChannel()]; h != 0 {
 			off = wal.EntryOffset(h)
 		}
 		from[v.PChannel()] = off

@@ -179,6 +179,10 @@ func (c *Core) callbackDone(e CallbackDone) {
 			e.Outcome.Status = Succeeded
 		}
 		t.tombOps, t.outcome, t.completed = e.Ops, e.Outcome, c.now
+		if c.cfg.Mutation == "release-before-tombstone" && t.lock != nil {
+			c.grantedAll(c.locks.Release(t.lock))
+			t.lock = nil
+		}
 		c.move(t, OnCallbackOK, Tombstoning)
 		return
 	}
@@ -221,6 +225,10 @@ func (c *Core) forceTombstone(t *task, on Trigger) {
 // flight (its acks) finishes first; one waiting to be retried is dropped,
 // since the TOMBSTONE holds every ack.
 func (c *Core) tombstone(t *task) {
+	if t.anyQueued() {
+		t.tombAfterAppends = true
+		return
+	}
 	if t.write != nil && !c.cancelRetry(t.write) {
 		t.tombDue = true
 		return

@@ -47,6 +47,8 @@ type task struct {
 	// at most one at a time, so that no REPLICATED record can land after a
 	// TOMBSTONE (R5.3).
 	write *writeOp
+	// writes wait for write to end, in order.
+	writes []*writeOp
 	// maybePersisted says the PENDING record may be durable (an attempt
 	// was applied or ambiguous).
 	maybePersisted bool
@@ -59,6 +61,12 @@ type task struct {
 	// supplementing says a force promote appends the task's missing
 	// copies (and acks them, without AckSyncUp).
 	supplementing bool
+	// tombAfterAppends says the TOMBSTONE waits until no copy is queued
+	// for an append any more: no copy of a task may land after its
+	// TOMBSTONE (and GC) took it away (§11.1).
+	tombAfterAppends bool
+	// recording says a force promote's positions are being written.
+	recording bool
 
 	// Callback state (R5.2, R5.6).
 	attempts int
@@ -132,6 +140,16 @@ func newTask(msg *message.Message, bytes []byte, info message.TypeInfo, created 
 }
 
 func (t *task) allAcked() bool { return t.nacked == len(t.copies) }
+
+// anyQueued reports whether a copy is in an append queue or batch.
+func (t *task) anyQueued() bool {
+	for i := range t.copies {
+		if t.copies[i].queued {
+			return true
+		}
+	}
+	return false
+}
 
 // allAppended reports whether every copy is in the WAL: appended by this
 // core, or acked with a checkpoint (recovered).

@@ -1,13 +1,10 @@
 package engine
 
 import (
-	"maps"
 	"slices"
-	"strconv"
 	"unsafe"
 
 	"github.com/walcast/walcast/catalog"
-	"github.com/walcast/walcast/message"
 )
 
 // tomb is a finished task kept for deduplication (§6, §7). Only its record
@@ -172,12 +169,11 @@ func (ts *tombstones) all() []tomb {
 // lengthens windows, and it turns one delete per broadcast into one per
 // batch.
 //
-// On a secondary, a replicated tombstone is deleted only once each of its
-// copies is at or below its pchannel's frontier (every replicated copy up
-// to there belongs to a completed broadcast), and the frontier is made
-// durable in the same transaction: a late re-ack of a collected broadcast
-// is then recognised as stale instead of recreating the task and applying
-// an old effect again (#86).
+// On a secondary, the ids of replicated tombstones deleted join a durable
+// set written in the same transaction: a late ack of a collected broadcast
+// (a node re-acking from an older snapshot, or a copy the primary appended
+// again after a crash) is then recognised as stale instead of recreating
+// the task and applying an old effect again (#86).
 //
 // The id floor is raised in the same transaction past every id it deletes,
 // so ids stay above every id the catalog ever held, also on a secondary
@@ -210,11 +206,8 @@ func (c *Core) runGC(all bool) {
 	}
 	maxOps := c.cfg.Limits.MaxOps
 	cutoff := c.now.UnixNano()
-	var frontier map[message.PChannel]uint64
 	var victims []victim
-	touched := map[message.PChannel]bool{}
-	room := func() int { return maxOps - len(victims) - len(touched) - 1 }
-classes:
+	room := func() int { return maxOps - len(victims) - 2 }
 	for _, cl := range c.tombs.classes {
 		live := cl.live()
 		age := cutoff - int64(cl.cfg.MaxLifetime)
@@ -244,39 +237,28 @@ classes:
 			if rec, err := DecodeRecord(rawBytes(tb.raw)); err == nil {
 				v.rec = rec
 			}
-			if tb.replicated && v.rec != nil {
-				if frontier == nil {
-					frontier = c.frontier()
-				}
-				rec := v.rec
-				for j, vc := range rec.Msg.Broadcast.VChannels {
-					if rec.Acked[j] && rec.Checkpoints[j].MessageID > frontier[vc.PChannel()] {
-						continue classes // an older broadcast is still live below it
-					}
-				}
-				for j, vc := range rec.Msg.Broadcast.VChannels {
-					if rec.Acked[j] {
-						touched[vc.PChannel()] = true
-					}
-				}
-			}
 			victims = append(victims, v)
 		}
 	}
 	if len(victims) == 0 {
 		return
 	}
-	ops := make([]catalog.Op, 0, len(victims)+len(touched)+1)
+	ops := make([]catalog.Op, 0, len(victims)+2)
 	maxID := uint64(0)
+	collected := c.collected
+	grew := false
 	for _, v := range victims {
 		ops = append(ops, catalog.Delete(TaskKey(c.cfg.Prefix, v.tb.id)))
 		maxID = max(maxID, v.tb.id)
+		if v.tb.replicated {
+			if !grew {
+				collected, grew = c.collected.Clone(), true
+			}
+			collected.Add(v.tb.id)
+		}
 	}
-	floors := map[message.PChannel]uint64{}
-	for _, p := range slices.Sorted(maps.Keys(touched)) {
-		f := max(c.floors[p], frontier[p])
-		floors[p] = f
-		ops = append(ops, catalog.Put(FloorPrefix(c.cfg.Prefix)+string(p), []byte(strconv.FormatUint(f, 10))))
+	if grew {
+		ops = append(ops, catalog.Put(CollectedKey(c.cfg.Prefix), collected.Encode()))
 	}
 	idFloor := c.ids.floorFor(maxID)
 	if idFloor != 0 {
@@ -285,6 +267,15 @@ classes:
 		c.ids.attempted = max(c.ids.attempted, idFloor)
 	}
 	c.gc.writing = true
+	if c.cfg.Mutation == "retire-before-delete" {
+		for _, v := range victims {
+			if v.rec != nil {
+				if sc := ScopeOf(v.rec.Msg.Type, v.rec.Msg.IdempotencyKey); c.index[sc] == v.tb.id {
+					delete(c.index, sc)
+				}
+			}
+		}
+	}
 	c.write(WriteGC, nil, nil, ops, func(_ *writeOp, d Decision, err error) {
 		c.gc.writing = false
 		if idFloor != 0 {
@@ -297,10 +288,10 @@ classes:
 				c.ids.end = max(c.ids.end, c.ids.floor)
 				c.ids.next = max(c.ids.next, c.ids.floor)
 			}
-			for p, f := range floors {
-				c.floors[p] = f
+			if grew {
+				c.collected = collected
 			}
-			c.collected(victims)
+			c.forget(victims)
 			c.runGC(all)
 		case Later:
 			c.log.Warn("tombstone GC failed; will retry", "tombstones", len(victims), "err", err)
@@ -314,8 +305,8 @@ classes:
 	})
 }
 
-// collected forgets tombstones whose delete committed.
-func (c *Core) collected(vs []victim) {
+// forget forgets tombstones whose delete committed.
+func (c *Core) forget(vs []victim) {
 	type counts struct{ n, early int }
 	per := map[*tombClass]*counts{}
 	for _, v := range vs {
@@ -352,32 +343,4 @@ func (c *Core) collected(vs []victim) {
 				"class", cl.cfg.Name, "count", cn.early)
 		}
 	}
-}
-
-// frontier returns, per pchannel, the highest position up to which every
-// replicated copy acked here belongs to a completed broadcast: below the
-// lowest copy of a live replicated task, and no higher than the highest ack
-// seen. A consumer acks one pchannel's copies in WAL order, so copies not
-// acked yet lie above.
-func (c *Core) frontier() map[message.PChannel]uint64 {
-	f := make(map[message.PChannel]uint64, len(c.highest))
-	for p, h := range c.highest {
-		f[p] = h
-	}
-	for _, t := range c.tasks {
-		if !t.replicated {
-			continue
-		}
-		for i, v := range t.msg.Broadcast.VChannels {
-			cp := t.copies[i]
-			if !cp.acked || cp.ackCP.MessageID == 0 {
-				continue
-			}
-			p := v.PChannel()
-			if low := cp.ackCP.MessageID - 1; low < f[p] {
-				f[p] = low
-			}
-		}
-	}
-	return f
 }

@@ -140,6 +140,30 @@ type Config struct {
 	// the core never reads anything back from them.
 	Observer Observer
 	Logger   *slog.Logger
+	// Mutation plants a known bug (one of Mutations), so that the
+	// simulator can show it catches it (R11.1). Never set outside the
+	// simulator's own tests.
+	Mutation string
+}
+
+// Mutations are the bugs Config.Mutation can plant.
+var Mutations = []string{
+	// append-before-persist: appends start before the PENDING record is
+	// durable (breaks R4.2).
+	"append-before-persist",
+	// callback-twice: after a TOMBSTONE write that may have applied, the
+	// callback runs again instead of the same ops being retried (breaks
+	// R5.3: an effect applied twice).
+	"callback-twice",
+	// release-before-tombstone: the issuance keys are released when the
+	// callback succeeds, before the TOMBSTONE is durable (breaks §11.3).
+	"release-before-tombstone",
+	// forget-replicated-index: REPLICATED tasks are not indexed (breaks
+	// R7.8).
+	"forget-replicated-index",
+	// retire-before-delete: GC retires index entries before their delete
+	// commits (breaks R6.2).
+	"retire-before-delete",
 }
 
 // Observer receives the core's events (for metrics and tracing). Methods

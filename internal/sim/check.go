@@ -1,0 +1,361 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/wal"
+)
+
+// checker holds what the invariants of SPEC §11 (and R6.3, R8.3) need to
+// know of a run, from the writes and appends that reached the backends, and
+// checks them as they happen, after every step, and at the end.
+type checker struct {
+	w       *world
+	per     map[*cluster]*clusterFacts
+	created int // tasks created (PENDING durable)
+	dups    int
+}
+
+type clusterFacts struct {
+	recs map[uint64]*recFacts
+	// applied lists callbacks whose effect committed, in commit order.
+	applied []appliedCB
+	// supplements counts copies without replicate header per (id,
+	// vchannel) of replicated broadcasts (R8.3).
+	supplements map[copyID]int
+}
+
+type copyID struct {
+	id uint64
+	v  message.VChannel
+}
+
+type recFacts struct {
+	exists     bool
+	state      engine.State
+	scope      engine.Scope
+	typ        message.Type
+	targets    []message.VChannel
+	keys       []resource.Key
+	replicated bool
+	tomb       []byte // the TOMBSTONE record, once written
+	outcome    engine.Outcome
+	forced     bool // an operator completed it
+}
+
+type appliedCB struct {
+	id   uint64
+	keys []resource.Key
+	tick uint64
+}
+
+func newChecker(w *world) *checker { return &checker{w: w, per: map[*cluster]*clusterFacts{}} }
+
+func (k *checker) facts(c *cluster) *clusterFacts {
+	f := k.per[c]
+	if f == nil {
+		f = &clusterFacts{recs: map[uint64]*recFacts{}, supplements: map[copyID]int{}}
+		k.per[c] = f
+	}
+	return f
+}
+
+// committed checks a transaction that just applied.
+func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
+	w := k.w
+	f := k.facts(c)
+	var tomb *recFacts
+	var tombID uint64
+	effect := false
+	for _, o := range ops {
+		switch {
+		case strings.HasPrefix(o.Key, engine.TasksPrefix(prefix)):
+			id, _ := engine.ParseTaskKey(prefix, o.Key)
+			r := f.recs[id]
+			if o.Delete {
+				if r == nil || r.tomb == nil {
+					w.fail("%s: record of %d deleted before its TOMBSTONE", c.name, id)
+					return
+				}
+				r.exists = false
+				continue
+			}
+			rec, err := engine.DecodeRecord(o.Value)
+			if err != nil {
+				w.fail("%s: record %d written that does not decode: %v", c.name, id, err)
+				return
+			}
+			if r != nil && r.tomb != nil {
+				// R5.3, R6.3: nothing is written over a TOMBSTONE but the same
+				// bytes (a retry), so no state goes back and no window moves.
+				if string(r.tomb) != string(o.Value) {
+					w.fail("%s: record of %d rewritten as %s after its TOMBSTONE", c.name, id, rec.State)
+				}
+				continue
+			}
+			if r == nil {
+				r = &recFacts{typ: rec.Msg.Type, targets: rec.Msg.Broadcast.VChannels, keys: rec.Msg.Broadcast.ResourceKeys,
+					scope: engine.ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), replicated: rec.Msg.Replicate != nil}
+				// §11.4: no two originals per scope — a task this cluster
+				// creates has a scope no other record in the catalog has (a
+				// replicated task mirrors its primary's decision, which the
+				// primary's own check covers).
+				if r.scope != (engine.Scope{}) && !r.replicated {
+					for oid, o := range f.recs {
+						if o.exists && o.scope == r.scope {
+							w.fail("%s: broadcast %d created with the scope of broadcast %d, whose record exists", c.name, id, oid)
+						}
+					}
+				}
+				f.recs[id] = r
+				if rec.State == engine.Pending {
+					k.created++
+					// Issue 20: a cluster's own ids never meet an id that
+					// reached it from a primary.
+					if k.replicatedIDs(c)[id] {
+						w.fail("%s: broadcast %d created with an id a replicated copy in its WAL has", c.name, id)
+					}
+				}
+				if w.faultsOn && w.rng.IntN(4) == 0 {
+					w.failing[id] = 1 + w.rng.IntN(4) // a callback that fails for a while
+				}
+			}
+			r.exists, r.state = true, rec.State
+			if rec.State == engine.Tombstone {
+				r.tomb, r.outcome = o.Value, rec.Outcome
+				tomb, tombID = r, id
+			}
+		case strings.HasPrefix(o.Key, "effect/"):
+			effect = true
+			n := beUint64(o.Value)
+			if n > 1 {
+				w.fail("%s: %s applied %d times (§11.2)", c.name, o.Key, n)
+			}
+		}
+	}
+	if tomb != nil && effect {
+		// §11.3: conflicting callbacks take effect in control-channel
+		// order.
+		rec, _ := engine.DecodeRecord(tomb.tomb)
+		tick := uint64(0)
+		for i, v := range rec.Msg.Broadcast.VChannels {
+			if v.IsControl() && rec.Acked[i] {
+				tick = rec.Checkpoints[i].TimeTick
+			}
+		}
+		for _, p := range f.applied {
+			if resource.ConflictsAny(p.keys, tomb.keys) && p.tick > tick {
+				w.fail("%s: callback of %d (control tick %d) took effect after conflicting %d (tick %d)", c.name, tombID, tick, p.id, p.tick)
+			}
+		}
+		f.applied = append(f.applied, appliedCB{id: tombID, keys: tomb.keys, tick: tick})
+	}
+}
+
+// replicatedIDs returns the ids of every replicated copy in c's WAL.
+func (k *checker) replicatedIDs(c *cluster) map[uint64]bool {
+	ids := map[uint64]bool{}
+	if c != k.w.second {
+		return ids
+	}
+	for _, lane := range c.lanes {
+		for off, data := range c.log.Entries(lane) {
+			cs, _ := wal.Decode(uint64(off), data)
+			for _, cp := range cs {
+				if cp.Message.Replicate != nil {
+					ids[cp.Message.Broadcast.ID] = true
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// beforeAppend checks that every copy appended belongs to a durable task
+// (§11.1) and counts a promote's supplements (R8.3).
+func (k *checker) beforeAppend(c *cluster, a engine.Append) {
+	f := k.facts(c)
+	for _, it := range a.Items {
+		m, err := message.Unmarshal(it.Message)
+		if err != nil {
+			k.w.fail("%s: appending a message that does not decode: %v", c.name, err)
+			return
+		}
+		r := f.recs[m.Broadcast.ID]
+		if r == nil || !r.exists {
+			k.w.fail("%s: copy of broadcast %d appended before its record is durable (§11.1)", c.name, m.Broadcast.ID)
+			return
+		}
+		if r.replicated && m.Replicate == nil {
+			for _, v := range it.VChannels {
+				f.supplements[copyID{m.Broadcast.ID, v}]++
+			}
+		}
+	}
+}
+
+// afterSupplements checks, once appended, that no supplement landed twice.
+func (k *checker) supplementsOnce(c *cluster) {
+	f := k.facts(c)
+	// Count what is in the WAL (a retried append deduplicated by the
+	// backend lands once).
+	got := map[copyID]int{}
+	for _, lane := range c.lanes {
+		for off, data := range c.log.Entries(lane) {
+			cs, _ := wal.Decode(uint64(off), data)
+			for _, cp := range cs {
+				if r := f.recs[cp.Message.Broadcast.ID]; r != nil && r.replicated && cp.Message.Replicate == nil {
+					got[copyID{cp.Message.Broadcast.ID, cp.VChannel}]++
+				}
+			}
+		}
+	}
+	for id, n := range got {
+		if n > 1 {
+			k.w.fail("%s: force promote appended broadcast %d's copy on %s %d times (R8.3)", c.name, id.id, id.v, n)
+		}
+	}
+}
+
+// answered checks an answer a client got: a duplicate never returns before
+// its original's callback finished (§11.4).
+func (k *checker) answered(c *cluster, id uint64, dup bool) {
+	if dup {
+		k.dups++
+	}
+	r := k.facts(c).recs[id]
+	if r == nil || r.tomb == nil {
+		k.w.fail("%s: a client was answered with broadcast %d before its TOMBSTONE was durable", c.name, id)
+	}
+}
+
+// forced notes that an operator completed a task.
+func (k *checker) forced(c *cluster, id uint64) {
+	if r := k.facts(c).recs[id]; r != nil {
+		r.forced = true
+	}
+}
+
+// always runs after every step.
+func (k *checker) always() {
+	w := k.w
+	for _, c := range w.clusters() {
+		if c.down {
+			continue
+		}
+		if st := c.core.Stats(); st.Bugs > 0 {
+			w.fail("%s: %d moves outside the transition table, last: %s", c.name, st.Bugs, st.LastBug)
+			return
+		}
+		if w.steps%4 != 0 {
+			continue
+		}
+		// §11.3, §11.5: no two live tasks created here hold conflicting
+		// keys, and no key is held by a task that is done.
+		live := c.core.LiveTasks()
+		ids := map[uint64]bool{}
+		var own []engine.TaskView
+		for _, t := range live {
+			ids[t.ID] = true
+			if t.State == engine.Pending {
+				own = append(own, t)
+			}
+		}
+		for i := range own {
+			for j := i + 1; j < len(own); j++ {
+				if resource.ConflictsAny(own[i].Msg.Broadcast.ResourceKeys, own[j].Msg.Broadcast.ResourceKeys) {
+					w.fail("%s: live tasks %d and %d hold conflicting keys", c.name, own[i].ID, own[j].ID)
+					return
+				}
+			}
+		}
+		for _, ks := range c.core.Locks() {
+			for _, h := range ks.Holders {
+				if id, ok := strings.CutPrefix(h.Owner, "broadcast "); ok {
+					n, _ := strconv.ParseUint(id, 10, 64)
+					if !ids[n] {
+						w.fail("%s: %s:%s still held by finished broadcast %d (§11.5)", c.name, ks.Domain, ks.Name, n)
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// final checks the end state: every task persisted completed, its effect
+// applied exactly once (none if force-completed or ignored), a copy on every
+// target; nothing live, nothing held.
+func (k *checker) final() {
+	w := k.w
+	for _, c := range w.clusters() {
+		dead := c == w.primary && w.repl != nil && w.repl.lost
+		f := k.facts(c)
+		copies := map[copyID]bool{}
+		for _, lane := range c.lanes {
+			for off, data := range c.log.Entries(lane) {
+				cs, _ := wal.Decode(uint64(off), data)
+				for _, cp := range cs {
+					copies[copyID{cp.Message.Broadcast.ID, cp.VChannel}] = true
+				}
+			}
+		}
+		ids := make([]uint64, 0, len(f.recs))
+		for id := range f.recs {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			r := f.recs[id]
+			n := uint64(0)
+			if v, err := c.cat.Get(context.Background(), effectKey(id)); err == nil {
+				n = beUint64(v)
+			}
+			if dead {
+				continue // safety was checked as it went
+			}
+			if r.tomb == nil {
+				w.fail("%s: broadcast %d persisted but never completed", c.name, id)
+				return
+			}
+			want := uint64(0)
+			if c.hasCB[r.typ] && r.outcome.Status == engine.Succeeded {
+				want = 1
+			}
+			if n != want {
+				w.fail("%s: broadcast %d (%s, outcome %s) applied %d times, want %d", c.name, id, r.typ, r.outcome.Status, n, want)
+				return
+			}
+			for _, v := range r.targets {
+				if !copies[copyID{id, v}] {
+					w.fail("%s: broadcast %d has no copy on %s", c.name, id, v)
+					return
+				}
+			}
+		}
+		if dead || c.down {
+			continue
+		}
+		if live, _ := c.core.Counts(); live > 0 {
+			w.fail("%s: %d tasks still live at the end:\n%s", c.name, live, w.state())
+			return
+		}
+		if ks := c.core.Locks(); len(ks) > 0 {
+			w.fail("%s: keys held at the end: %+v", c.name, ks)
+			return
+		}
+		if c == w.second {
+			k.supplementsOnce(c)
+		}
+	}
+}
+
+var _ = fmt.Sprint

@@ -1,0 +1,342 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/walcast/walcast/catalog"
+	cmem "github.com/walcast/walcast/catalog/memory"
+	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/internal/retry"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+	wmem "github.com/walcast/walcast/wal/memory"
+)
+
+// cluster is one simulated walcast cluster: its catalog and WAL (in-memory
+// backends, stepped synchronously), the decision core, the actions in
+// flight, and its streaming nodes (consumers).
+type cluster struct {
+	w      *world
+	name   string
+	store  *cmem.Store
+	cat    *cmem.Catalog // the current term's handle
+	log    *wmem.Log
+	wal    *wal.WAL
+	lanes  []message.PChannel
+	core   *engine.Core
+	gen    int // core generation: results of an older one are dropped
+	salt   string
+	ops    []*op
+	nodes  []*consumer
+	down   bool // crashed or fenced, not recovered yet
+	types  *message.Registry
+	cfg    engine.Config
+	hasCB  map[message.Type]bool
+	crashN int
+	// promote is the client of a force promote on this cluster, if any.
+	promote *request
+}
+
+// op is one action of the core being performed.
+type op struct {
+	gen int
+	a   engine.Action
+	// cancelled marks a callback attempt an operator cancelled: it
+	// completes with its context's error.
+	cancelled bool
+}
+
+const prefix = "walcast/"
+
+var pchans = []message.PChannel{"wal-0", "wal-1", "wal-2", "wal-3"}
+
+func newCluster(w *world, name string, lanes int) *cluster {
+	c := &cluster{w: w, name: name, store: cmem.NewStore(), types: message.NewRegistry(), hasCB: map[message.Type]bool{}}
+	c.lanes = wal.Lanes(lanes, pchans)
+	c.log = wmem.New(c.lanes...)
+	c.wal = wal.New(c.log, wal.WithLanes(lanes, pchans))
+	for _, t := range types {
+		c.types.MustRegister(message.TypeInfo{Type: t.typ, AckSyncUp: t.syncUp})
+		c.hasCB[t.typ] = t.callback
+	}
+	c.types.MustRegister(message.TypeInfo{Type: engine.AlterReplicateConfig})
+	c.cfg = engine.Config{
+		ControlChannel: pchans[0].Control(), ClusterName: name, Prefix: prefix, Types: c.types,
+		HasAckOnce: func(t message.Type) bool { return t == typOnce },
+		Lane: func(p message.PChannel) message.PChannel {
+			l, _ := c.wal.Lane(p)
+			return l
+		},
+		MaxEntryBytes: wmem.DefaultMaxEntryBytes, Limits: cmem.DefaultLimits,
+		AppendConcurrency: 2,
+		Backoff:           retry.Policy{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond},
+		Classes: []engine.Class{
+			{Name: "default", MaxCount: w.maxCount, MaxLifetime: time.Hour},
+			{Name: "import", MaxCount: w.maxCount * 2, MaxLifetime: 3 * time.Hour},
+		},
+		ClassOf: func(t message.Type) int {
+			if t == typImport {
+				return 1
+			}
+			return 0
+		},
+		CheckInterval: 5 * time.Minute, MaxKeyLength: 64,
+		Mutation: w.cfg.Mutation,
+	}
+	for _, p := range pchans {
+		c.cfg.ControlTargets = append(c.cfg.ControlTargets, p.Control())
+		c.nodes = append(c.nodes, &consumer{c: c, p: p})
+	}
+	return c
+}
+
+// start recovers a core from the catalog (a new leadership term: the old
+// handle is fenced).
+func (c *cluster) start() error {
+	c.cat = c.store.Open()
+	c.gen++
+	c.salt = fmt.Sprintf("%s-%d", c.name, c.gen)
+	snap, err := c.snapshot()
+	if err != nil {
+		return err
+	}
+	core, err := engine.New(c.cfg, snap, c.w.now)
+	if err != nil {
+		return err
+	}
+	c.core, c.down = core, false
+	c.w.tracef("%s: core %d started (%d records)", c.name, c.gen, len(snap.Tasks))
+	c.perform(core.Ready())
+	return nil
+}
+
+// snapshot reads what recovery needs, as the driver does.
+func (c *cluster) snapshot() (engine.Snapshot, error) {
+	ctx := context.Background()
+	s := engine.Snapshot{Promotes: map[uint64][]byte{}}
+	err := c.cat.List(ctx, engine.TasksPrefix(prefix), func(k string, v []byte) error {
+		id, _ := engine.ParseTaskKey(prefix, k)
+		s.Tasks = append(s.Tasks, engine.RawRecord{ID: id, Raw: slices.Clone(v)})
+		return nil
+	})
+	if err != nil {
+		return s, err
+	}
+	if v, err := c.cat.Get(ctx, engine.IDsKey(prefix)); err == nil {
+		s.IDFloor = beUint64(v)
+	}
+	if v, err := c.cat.Get(ctx, engine.ReplicateKey(prefix)); err == nil {
+		if err := jsonUnmarshal(v, &s.Topology); err != nil {
+			return s, err
+		}
+	}
+	_ = c.cat.List(ctx, engine.PromotePrefix(prefix), func(k string, v []byte) error {
+		id, _ := strconv.ParseUint(strings.TrimPrefix(k, engine.PromotePrefix(prefix)), 10, 64)
+		s.Promotes[id] = slices.Clone(v)
+		return nil
+	})
+	if v, err := c.cat.Get(ctx, engine.CollectedKey(prefix)); err == nil {
+		s.Collected = slices.Clone(v)
+	}
+	return s, nil
+}
+
+// step gives the core one event at the world's time.
+func (c *cluster) step(ev engine.Event) {
+	if c.down {
+		return
+	}
+	c.w.hashEvent(c, ev)
+	c.core.Step(c.w.now, ev)
+	c.perform(c.core.Ready())
+	if c.core.Stopped() && !c.down {
+		c.down = true
+		c.w.tracef("%s: core %d stopped", c.name, c.gen)
+	}
+}
+
+// perform queues the core's actions: replies go to their requests at once,
+// everything else waits in ops until the world completes it.
+func (c *cluster) perform(acts []engine.Action) {
+	for _, a := range acts {
+		c.w.hashAction(c, a)
+		switch a := a.(type) {
+		case engine.Reply:
+			a.To.(*request).deliver(a)
+		case engine.RoleChanged, engine.Fenced:
+			// The core has stopped itself on Fenced; the world restarts it.
+		case engine.CancelCallback:
+			for _, o := range c.ops {
+				if cb, ok := o.a.(engine.Callback); ok && cb.Task == a.Task && o.gen == c.gen {
+					o.cancelled = true
+				}
+			}
+		default:
+			c.ops = append(c.ops, &op{gen: c.gen, a: a})
+		}
+	}
+}
+
+// Fault injection: the share of completions that fail, per kind.
+var (
+	errDefinite = fmt.Errorf("sim: %w", catalog.ErrNotApplied)
+	errTimeout  = errors.New("sim: timeout, nothing written")
+	errLost     = errors.New("sim: answer lost, written")
+	errAppend   = fmt.Errorf("sim: %w", wal.ErrNotApplied)
+)
+
+// complete performs op o (of this generation) with the faults the world's
+// random source picks, and steps the result into the core.
+func (c *cluster) complete(i int) {
+	o := c.ops[i]
+	c.ops = append(c.ops[:i], c.ops[i+1:]...)
+	if o.gen != c.gen || c.down {
+		return
+	}
+	w := c.w
+	switch a := o.a.(type) {
+	case engine.Write:
+		c.step(c.write(a))
+	case engine.Append:
+		c.step(c.append(a))
+	case engine.Callback:
+		c.step(c.callback(a, o.cancelled))
+	case engine.AckOnce:
+		var err error
+		if w.fault(0.2) {
+			err = errors.New("sim: ack-once callback failed")
+		}
+		c.step(engine.AckOnceDone{ID: a.ID, Err: err})
+	case engine.Scan:
+		var found []engine.Found
+		var err error
+		if w.fault(0.2) {
+			err = errors.New("sim: pchannel unreadable")
+		} else {
+			err = c.wal.ReadToEnd(context.Background(), a.PChannel, a.From, func(cp wal.Copy) error {
+				found = append(found, engine.Found{ID: cp.Message.Broadcast.ID, VChannel: cp.VChannel, Checkpoint: cp.Checkpoint})
+				return nil
+			})
+		}
+		if err != nil {
+			found = nil
+		}
+		c.step(engine.Scanned{ID: a.ID, Found: found, Err: err})
+	}
+}
+
+// write commits a Write, maybe with a fault.
+func (c *cluster) write(a engine.Write) engine.Written {
+	ops := a.Ops
+	var rec, msg []byte
+	if a.Record != nil {
+		var err error
+		if rec, msg, err = engine.EncodeRecord(a.Record); err != nil {
+			return engine.Written{ID: a.ID, Err: fmt.Errorf("%w: %w", catalog.ErrInvalid, err)}
+		}
+		ops = append([]catalog.Op{catalog.Put(engine.TaskKey(prefix, a.Task), rec)}, ops...)
+	}
+	w := c.w
+	switch {
+	case w.fault(0.05):
+		return engine.Written{ID: a.ID, Err: errDefinite}
+	case w.fault(0.05):
+		return engine.Written{ID: a.ID, Err: errTimeout}
+	case w.fault(0.01) && c.w.fencings < 2:
+		// Another coordinator's term began: this core's handle is fenced,
+		// and this write and every later one fails (the core steps down).
+		c.w.fencings++
+		c.store.Open()
+	}
+	err := c.cat.Commit(context.Background(), ops...)
+	if err == nil {
+		w.check.committed(c, a, ops)
+		if w.fault(0.05) {
+			err = errLost
+		}
+	}
+	return engine.Written{ID: a.ID, Err: err, Record: rec, Message: msg}
+}
+
+// append appends an Append, maybe with a fault.
+func (c *cluster) append(a engine.Append) engine.Appended {
+	w := c.w
+	if w.fault(0.06) {
+		return engine.Appended{ID: a.ID, Err: errAppend}
+	}
+	if w.fault(0.04) {
+		return engine.Appended{ID: a.ID, Err: errTimeout}
+	}
+	w.check.beforeAppend(c, a)
+	res, err := c.wal.AppendSalted(context.Background(), a.Lane, c.salt, a.Items)
+	if err == nil && w.fault(0.04) {
+		return engine.Appended{ID: a.ID, Err: errLost}
+	}
+	return engine.Appended{ID: a.ID, Results: res, Err: err}
+}
+
+// callback runs the application's callback: a read-modify-write of the
+// task's effect counter, staged to commit with the TOMBSTONE (R5.3), so an
+// effect applied twice shows as 2. Some tasks fail for a while.
+func (c *cluster) callback(a engine.Callback, cancel bool) engine.CallbackDone {
+	if cancel {
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: context.Canceled}
+	}
+	if !c.hasCB[a.Msg.Type] {
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt}
+	}
+	w := c.w
+	if n := w.failing[a.Task]; n > 0 {
+		w.failing[a.Task] = n - 1
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: callback failed")}
+	}
+	if w.fault(0.1) {
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: callback failed")}
+	}
+	key := effectKey(a.Task)
+	n := uint64(0)
+	if v, err := c.cat.Get(context.Background(), key); err == nil {
+		n = beUint64(v)
+	}
+	return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Ops: []catalog.Op{catalog.Put(key, beBytes(n+1))},
+		Outcome: engine.Outcome{Status: engine.Succeeded, Detail: "sim"}}
+}
+
+func effectKey(id uint64) string { return fmt.Sprintf("effect/%d", id) }
+
+// crash kills the coordinator at this step: writes and appends in flight
+// land or not, everything else is lost; the next start recovers.
+func (c *cluster) crash() {
+	w := c.w
+	for _, o := range c.ops {
+		if o.gen != c.gen {
+			continue
+		}
+		switch a := o.a.(type) {
+		case engine.Write:
+			if w.rng.IntN(2) == 0 {
+				c.write(a) // landed; nobody hears
+			}
+		case engine.Append:
+			if w.rng.IntN(2) == 0 {
+				c.append(a)
+			}
+		}
+	}
+	c.ops = nil
+	c.down = true
+	c.crashN++
+	w.crashes++
+	w.tracef("%s: crash of core %d", c.name, c.gen)
+	for _, r := range w.requests {
+		if r.c == c && !r.done {
+			r.lost()
+		}
+	}
+}

@@ -1,0 +1,469 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/wal"
+)
+
+// request is one request of the engine's API in flight: the core answers
+// it exactly once, unless the coordinator crashed first (lost).
+type request struct {
+	w       *world
+	name    string
+	c       *cluster
+	replied bool
+	done    bool // answered, lost, or given up
+	onReply func(engine.Reply)
+	onLost  func()
+}
+
+func (w *world) request(c *cluster, name string, onReply func(engine.Reply), onLost func()) *request {
+	r := &request{w: w, name: name, c: c, onReply: onReply, onLost: onLost}
+	w.requests = append(w.requests, r)
+	return r
+}
+
+func (r *request) deliver(a engine.Reply) {
+	if r.replied {
+		r.w.fail("request %s answered twice", r.name)
+		return
+	}
+	r.replied = true
+	if r.done {
+		return // given up (or lost) before the answer came
+	}
+	r.done = true
+	r.onReply(a)
+}
+
+func (r *request) lost() {
+	r.done = true
+	if r.onLost != nil {
+		r.onLost()
+	}
+}
+
+// giveUp stops waiting (the caller's deadline); a late answer is ignored.
+func (r *request) giveUp() { r.done = true }
+
+// client runs a few operations one after the other, as an application
+// calling the engine's API does: for a keyed request Resolve first (R7.5),
+// then Lock, then Submit, and Wait when it turns out a duplicate. It retries
+// what was not created, with the same key, gives up waiting now and then,
+// and sometimes closes a handle without broadcasting.
+type client struct {
+	w      *world
+	id     int
+	c      *cluster
+	ops    []*clientOp
+	cur    int
+	wait   *request // the request the client waits for
+	handle engine.HandleID
+	until  time.Time // no new request before
+	// stuck marks a client of a lost primary: it stops.
+	stuck bool
+}
+
+type clientOp struct {
+	typ     message.Type
+	keys    []resource.Key
+	targets []message.VChannel
+	payload string
+	key     message.IdempotencyKey
+	tries   int
+	done    bool
+	outcome string
+}
+
+func (w *world) makeClients() {
+	n := 2 + w.rng.IntN(4)
+	for i := range n {
+		cl := &client{w: w, id: i, c: w.primary}
+		for range 2 + w.rng.IntN(5) {
+			cl.ops = append(cl.ops, w.makeOp())
+		}
+		w.clients = append(w.clients, cl)
+	}
+}
+
+// makeOp picks an operation: a type, conflicting or not keys, targets, and
+// (often) an idempotency key from a small pool, so that retries and
+// concurrent requests share scopes.
+func (w *world) makeOp() *clientOp {
+	t := types[w.rng.IntN(len(types))]
+	op := &clientOp{typ: t.typ, payload: fmt.Sprint("p", w.rng.IntN(3))}
+	coll := fmt.Sprint("c", w.rng.IntN(3))
+	switch w.rng.IntN(3) {
+	case 0:
+		op.keys = []resource.Key{resource.SharedDatabase("db"), resource.ExclusiveCollection("db", coll)}
+	case 1:
+		op.keys = []resource.Key{resource.SharedDatabase("db"), resource.SharedCollection("db", coll)}
+	default:
+		op.keys = []resource.Key{resource.ExclusiveDatabase(fmt.Sprint("db", w.rng.IntN(2)))}
+	}
+	for _, p := range pchans {
+		if w.rng.IntN(2) == 0 {
+			op.targets = append(op.targets, message.VChannel(string(p)+"/"+coll))
+		}
+	}
+	if len(op.targets) == 0 {
+		op.targets = []message.VChannel{message.VChannel(string(pchans[1]) + "/" + coll)}
+	}
+	if w.rng.IntN(3) > 0 {
+		op.key = message.ClusterKey(fmt.Sprint("k", w.rng.IntN(6)))
+	}
+	return op
+}
+
+func (cl *client) done() bool { return cl.stuck || cl.cur >= len(cl.ops) }
+
+func (cl *client) describe() string {
+	s := fmt.Sprintf("client %d on %s: op %d/%d", cl.id, cl.c.name, cl.cur, len(cl.ops))
+	if cl.wait != nil && !cl.wait.done {
+		s += " waiting for " + cl.wait.name
+	}
+	return s
+}
+
+// ready returns what the client can do now, nil if nothing.
+func (cl *client) ready() func() {
+	if cl.done() || cl.c.down {
+		return nil
+	}
+	if w := cl.w; w.repl != nil && w.repl.lost && !w.repl.promoted {
+		return nil // waits for the promote to retry there
+	}
+	if cl.wait != nil && !cl.wait.done {
+		if cl.w.faultsOn && cl.w.rng.IntN(40) == 0 {
+			return cl.giveUp
+		}
+		return nil
+	}
+	if cl.w.now.Before(cl.until) {
+		if cl.w.faultsOn {
+			return nil
+		}
+		cl.until = time.Time{}
+	}
+	return cl.start
+}
+
+func (cl *client) op() *clientOp { return cl.ops[cl.cur] }
+
+// retry schedules the current operation again a little later.
+func (cl *client) retry(why string) {
+	op := cl.op()
+	op.tries++
+	cl.w.tracef("client %d: retry op %d (%s)", cl.id, cl.cur, why)
+	if op.key == "" && why != "not created" {
+		// Unkeyed: the caller cannot know what happened; it moves on.
+		cl.next("unknown: " + why)
+		return
+	}
+	if op.tries > 20 {
+		cl.next("gave up: " + why)
+		return
+	}
+	cl.until = cl.w.now.Add(time.Duration(1+cl.w.rng.IntN(50)) * time.Millisecond)
+}
+
+func (cl *client) next(outcome string) {
+	op := cl.op()
+	op.done, op.outcome = true, outcome
+	cl.w.tracef("client %d: op %d %s", cl.id, cl.cur, outcome)
+	cl.cur++
+}
+
+// start begins the current operation.
+func (cl *client) start() {
+	op := cl.op()
+	cl.handle = cl.w.newHandle()
+	if op.key != "" {
+		sc := engine.ScopeOf(op.typ, op.key)
+		cl.send(engine.Resolve{Handle: cl.handle, Scope: sc, Key: op.key, CheckNew: true}, "resolve", func(r engine.Reply) {
+			switch {
+			case r.Err != nil:
+				cl.failed(r.Err)
+			case r.Original != nil:
+				cl.duplicate(r.Original)
+			default:
+				cl.lock()
+			}
+		})
+		return
+	}
+	cl.lock()
+}
+
+func (cl *client) lock() {
+	op := cl.op()
+	keys, err := resource.WithClusterKey(op.keys)
+	if err != nil {
+		cl.w.fail("workload keys: %v", err)
+		return
+	}
+	cl.send(engine.Lock{Handle: cl.handle, Keys: keys, Need: engine.Primary}, "lock", func(r engine.Reply) {
+		if r.Err != nil {
+			cl.failed(r.Err)
+			return
+		}
+		if cl.w.rng.IntN(10) == 0 {
+			// Validation under the locks failed: the handle is closed
+			// without a broadcast (R3.6).
+			cl.c.step(engine.Close{Handle: cl.handle})
+			cl.retry("closed unused")
+			return
+		}
+		cl.submit(keys)
+	})
+}
+
+func (cl *client) submit(keys []resource.Key) {
+	op := cl.op()
+	var opts []message.Option
+	if op.key != "" {
+		opts = append(opts, message.WithIdempotencyKey(op.key))
+	}
+	m, err := message.NewBroadcast(op.typ, []byte(op.payload), op.targets, opts...)
+	if err != nil {
+		cl.w.fail("workload message: %v", err)
+		return
+	}
+	st, raw, err := stampForSubmit(cl.c, m, keys)
+	if err != nil {
+		cl.w.fail("workload stamp: %v", err)
+		return
+	}
+	cl.send(engine.Submit{Handle: cl.handle, Msg: st, Bytes: raw}, "submit", func(r engine.Reply) {
+		switch {
+		case r.Err != nil:
+			cl.failed(r.Err)
+		case r.Original != nil:
+			cl.duplicate(r.Original)
+		default:
+			cl.w.check.answered(cl.c, r.Result.ID, false)
+			cl.next(fmt.Sprintf("broadcast %d", r.Result.ID))
+		}
+	})
+}
+
+// stampForSubmit stamps m as the face does before Submit: the control
+// channel added, keys, AckSyncUp from the type, id 0, encoded.
+func stampForSubmit(c *cluster, m *message.Message, keys []resource.Key) (*message.Message, []byte, error) {
+	st, err := m.Stamp(math.MaxUint64, c.cfg.ControlChannel, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	if info, ok := c.types.Lookup(m.Type); ok && info.AckSyncUp {
+		st.Broadcast.AckSyncUp = true
+	}
+	st.Broadcast.ID = 0
+	raw, err := message.Marshal(st)
+	return st, raw, err
+}
+
+// duplicate handles an answer naming an original: a live one is waited for.
+func (cl *client) duplicate(o *engine.Original) {
+	if !o.Live {
+		cl.w.check.answered(cl.c, o.ID, true)
+		cl.next(fmt.Sprintf("duplicate of %d", o.ID))
+		return
+	}
+	cl.send(engine.Wait{ID: o.ID}, "wait", func(r engine.Reply) {
+		switch {
+		case r.Err != nil:
+			cl.failed(r.Err)
+		case r.Original != nil:
+			cl.w.check.answered(cl.c, r.Original.ID, true)
+			cl.next(fmt.Sprintf("duplicate of %d", r.Original.ID))
+		default:
+			cl.w.check.answered(cl.c, r.Result.ID, true)
+			cl.next(fmt.Sprintf("duplicate of %d", r.Result.ID))
+		}
+	})
+}
+
+func (cl *client) failed(err error) {
+	switch {
+	case errors.Is(err, engine.ErrTaskNotCreated):
+		cl.retry("not created")
+	case errors.Is(err, engine.ErrNotPrimary):
+		cl.next("not primary")
+	case errors.Is(err, engine.ErrClosed):
+		cl.retry("closed")
+	default:
+		cl.retry(err.Error())
+	}
+}
+
+// send sends one request to the client's cluster.
+func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply)) {
+	name := fmt.Sprintf("client%d/op%d/%s", cl.id, cl.cur, what)
+	r := cl.w.request(cl.c, name, onReply, func() { cl.retry("coordinator lost") })
+	cl.wait = r
+	cl.c.step(withTarget(ev, r))
+}
+
+// giveUp stops waiting for the pending request (a deadline): a lock wait is
+// withdrawn with Close; a broadcast carries on in the background.
+func (cl *client) giveUp() {
+	r := cl.wait
+	r.giveUp()
+	if r.name[len(r.name)-4:] == "lock" || r.name[len(r.name)-7:] == "resolve" {
+		cl.c.step(engine.Close{Handle: cl.handle})
+	}
+	cl.retry("deadline")
+}
+
+// withTarget sets a request event's reply target.
+func withTarget(ev engine.Event, r *request) engine.Event {
+	switch e := ev.(type) {
+	case engine.Resolve:
+		e.To = r
+		return e
+	case engine.Lock:
+		e.To = r
+		return e
+	case engine.Submit:
+		e.To = r
+		return e
+	case engine.Wait:
+		e.To = r
+		return e
+	case engine.Ack:
+		e.To = r
+		return e
+	case engine.Follow:
+		e.To = r
+		return e
+	case engine.RetryNow:
+		e.To = r
+		return e
+	case engine.Complete:
+		e.To = r
+		return e
+	}
+	panic(fmt.Sprintf("sim: %T is not a request", ev))
+}
+
+// consumer is a streaming node's consumer of one pchannel: it reads the
+// pchannel's copies in WAL order and acks them one at a time, retrying a
+// refused ack; AckSyncUp copies must be acked, others are now and then
+// (the engine ignores those). A restart goes back to an older saved
+// position and acks again what it reads again.
+type consumer struct {
+	c      *cluster
+	p      message.PChannel
+	cursor int // next entry of the lane
+	saved  int
+	queue  []engine.Ack
+	wait   *request
+	until  time.Time
+}
+
+func (n *consumer) lane() message.PChannel { return n.c.cfg.Lane(n.p) }
+
+func (n *consumer) ready() bool {
+	if n.c.down || n.wait != nil && !n.wait.done {
+		return false
+	}
+	if len(n.queue) > 0 {
+		return !n.c.w.now.Before(n.until) || !n.c.w.faultsOn
+	}
+	return n.cursor < len(n.c.log.Entries(n.lane()))
+}
+
+func (n *consumer) next() {
+	w := n.c.w
+	if len(n.queue) == 0 {
+		entries := n.c.log.Entries(n.lane())
+		copies, err := wal.Decode(uint64(n.cursor), entries[n.cursor])
+		if err != nil {
+			w.fail("%s: entry %d of %s does not decode: %v", n.c.name, n.cursor, n.lane(), err)
+			return
+		}
+		n.cursor++
+		for _, cp := range copies {
+			if cp.VChannel.PChannel() != n.p {
+				continue
+			}
+			m := cp.Message
+			must := m.Broadcast.AckSyncUp || m.Replicate != nil
+			if !must && w.rng.IntN(3) > 0 {
+				continue
+			}
+			a := engine.Ack{ID: m.Broadcast.ID, VChannel: cp.VChannel, Checkpoint: cp.Checkpoint, Msg: m}
+			if m.Replicate == nil && w.rng.IntN(5) == 0 {
+				// A consumer that does not carry the message (LegacyAck).
+				a.Checkpoint, a.Msg = wal.Checkpoint{}, nil
+			}
+			n.queue = append(n.queue, a)
+		}
+		n.maybeSave()
+		return
+	}
+	a := n.queue[0]
+	r := w.request(n.c, fmt.Sprintf("%s-node-%s/ack%d", n.c.name, n.p, a.ID), func(r engine.Reply) {
+		if r.Err != nil && !errors.Is(r.Err, engine.ErrVChannelNotInTask) && !errors.Is(r.Err, engine.ErrInvalidArgument) {
+			n.until = w.now.Add(5 * time.Millisecond)
+			return // retried
+		}
+		n.queue = n.queue[1:]
+		n.maybeSave()
+	}, nil)
+	n.wait = r
+	n.c.step(withTarget(a, r))
+}
+
+// maybeSave saves the position now and then, once every copy read is acked
+// (a node saves its resume offset past an entry only after acking it).
+func (n *consumer) maybeSave() {
+	if len(n.queue) == 0 && n.c.w.rng.IntN(4) == 0 {
+		n.saved = n.cursor
+	}
+}
+
+// restart loses the consumer's unsaved progress.
+func (n *consumer) restart() {
+	if n.cursor == n.saved && len(n.queue) == 0 {
+		return
+	}
+	if n.wait != nil {
+		n.wait.giveUp()
+	}
+	n.cursor, n.queue = n.saved, nil
+	n.c.w.tracef("%s: node of %s restarts at entry %d", n.c.name, n.p, n.cursor)
+}
+
+// operator retries or completes a task whose callback keeps failing.
+func (w *world) operator() func() {
+	for _, c := range w.clusters() {
+		if c.down {
+			continue
+		}
+		for _, t := range c.core.LiveTasks() {
+			if t.Stage != engine.Backoff || t.Attempts < 3 {
+				continue
+			}
+			c, id := c, t.ID
+			return func() {
+				if w.rng.IntN(3) == 0 {
+					w.tracef("operator completes %d", id)
+					w.check.forced(c, id)
+					c.step(withTarget(engine.Complete{ID: id, Reason: "sim operator"}, w.request(c, fmt.Sprint("operator/complete", id), func(engine.Reply) {}, nil)))
+					return
+				}
+				w.tracef("operator retries %d", id)
+				c.step(withTarget(engine.RetryNow{ID: id}, w.request(c, fmt.Sprint("operator/retry", id), func(engine.Reply) {}, nil)))
+			}
+		}
+	}
+	return nil
+}

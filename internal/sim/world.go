@@ -1,0 +1,466 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"math/rand/v2"
+	"time"
+
+	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/message"
+)
+
+// Config is one simulation run.
+type Config struct {
+	// Seed decides everything: the workload, every interleaving, every
+	// fault, every crash.
+	Seed uint64
+	// Mutation plants a known bug in the core (engine.Mutations).
+	Mutation string
+	// Replication runs the two-cluster scenario: a secondary follows the
+	// primary's WAL, the primary is lost, the secondary is force-promoted.
+	// Default: chosen by the seed.
+	Replication *bool
+	// MaxSteps bounds a run (a run that does not finish is a liveness
+	// failure). Default 20000.
+	MaxSteps int
+	// Trace keeps a readable log of the run for a failure report.
+	Trace bool
+}
+
+// Result is what a run found.
+type Result struct {
+	Seed  uint64
+	Steps int
+	// Hash digests every event and action of the run: the same seed gives
+	// the same hash.
+	Hash [32]byte
+	// Err is the first invariant violated, nil if none.
+	Err error
+	// Trace is the run's log (with Config.Trace).
+	Trace []string
+	// Counts of what happened.
+	Broadcasts, Duplicates, Crashes, Faults int
+	Promoted                                bool
+}
+
+// world is one run: the clusters, the workload, the clock, the random
+// source, and the checker.
+type world struct {
+	cfg      Config
+	rng      *rand.Rand
+	now      time.Time
+	steps    int
+	maxCount int
+	primary  *cluster
+	second   *cluster // the secondary, in the replication scenario
+	repl     *replicator
+	clients  []*client
+	requests []*request
+	failing  map[uint64]int // callback failures still to inject, per task
+	check    *checker
+	h        hash.Hash
+	trace    []string
+	crashes  int
+	faults   int
+	fencings int
+	handles  uint64
+	// faultsOn turns fault injection off for the run's end, so that it
+	// must finish (liveness).
+	faultsOn bool
+	err      error
+}
+
+// Run runs one simulation.
+func Run(cfg Config) Result {
+	if cfg.MaxSteps == 0 {
+		cfg.MaxSteps = 20000
+	}
+	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), h: sha256.New(),
+		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true}
+	w.check = newChecker(w)
+	w.maxCount = []int{3, 8, 64}[w.rng.IntN(3)]
+	lanes := []int{0, 2}[w.rng.IntN(2)]
+	w.primary = newCluster(w, "east", lanes)
+	repl := w.rng.IntN(4) == 0
+	if cfg.Replication != nil {
+		repl = *cfg.Replication
+	}
+	if err := w.primary.start(); err != nil {
+		w.fail("start: %v", err)
+	}
+	if repl && w.err == nil {
+		w.second = newCluster(w, "west", lanes)
+		if err := w.second.start(); err != nil {
+			w.fail("start secondary: %v", err)
+		}
+		w.repl = newReplicator(w)
+		w.follow()
+	}
+	w.makeClients()
+	w.run()
+	res := Result{Seed: cfg.Seed, Steps: w.steps, Err: w.err, Trace: w.trace, Crashes: w.crashes, Faults: w.faults,
+		Broadcasts: w.check.created, Duplicates: w.check.dups, Promoted: w.repl != nil && w.repl.promoted}
+	copy(res.Hash[:], w.h.Sum(nil))
+	return res
+}
+
+func (w *world) newHandle() engine.HandleID {
+	w.handles++
+	return engine.HandleID(w.handles)
+}
+
+// move is one thing that can happen next.
+type move struct {
+	weight int
+	do     func()
+}
+
+func (w *world) run() {
+	for w.err == nil {
+		if w.steps >= w.cfg.MaxSteps {
+			w.fail("liveness: the run did not finish in %d steps\n%s", w.cfg.MaxSteps, w.state())
+			return
+		}
+		if w.steps == w.cfg.MaxSteps/3 {
+			w.faultsOn = false
+			w.tracef("faults off")
+		}
+		if w.finished() {
+			w.finish()
+			return
+		}
+		moves := w.moves()
+		if len(moves) == 0 {
+			if !w.tick() {
+				w.fail("liveness: nothing can happen and the run has not finished\n%s", w.state())
+				return
+			}
+			continue
+		}
+		total := 0
+		for _, m := range moves {
+			total += m.weight
+		}
+		r := w.rng.IntN(total)
+		for _, m := range moves {
+			if r < m.weight {
+				w.steps++
+				m.do()
+				break
+			}
+			r -= m.weight
+		}
+		if w.err == nil {
+			w.check.always()
+		}
+	}
+}
+
+// moves lists what can happen now, with weights.
+func (w *world) moves() []move {
+	var ms []move
+	for _, c := range w.clusters() {
+		c := c
+		if c.down {
+			ms = append(ms, move{5, func() { w.restart(c) }})
+			continue
+		}
+		for i := range c.ops {
+			i := i
+			ms = append(ms, move{10, func() { c.complete(i) }})
+		}
+		for _, n := range c.nodes {
+			if n.ready() {
+				n := n
+				ms = append(ms, move{4, n.next})
+			}
+		}
+		if w.faultsOn && c.crashN < 3 {
+			ms = append(ms, move{1, c.crash})
+		}
+		if _, ok := c.core.Deadline(); ok {
+			ms = append(ms, move{1, func() { w.tick() }})
+		}
+	}
+	for _, cl := range w.clients {
+		if r := cl.ready(); r != nil {
+			ms = append(ms, move{5, r})
+		}
+	}
+	if w.repl != nil {
+		ms = append(ms, w.repl.moves()...)
+	}
+	if w.faultsOn {
+		ms = append(ms, move{1, w.clockJump})
+		for _, c := range w.clusters() {
+			if !c.down {
+				for _, n := range c.nodes {
+					n := n
+					ms = append(ms, move{1, n.restart})
+				}
+			}
+		}
+		if op := w.operator(); op != nil {
+			ms = append(ms, move{1, op})
+		}
+	}
+	return ms
+}
+
+func (w *world) clusters() []*cluster {
+	if w.second != nil {
+		return []*cluster{w.primary, w.second}
+	}
+	return []*cluster{w.primary}
+}
+
+// tick moves the clock to the earliest deadline of a running core and
+// steps it; false if no core has one.
+func (w *world) tick() bool {
+	var at time.Time
+	var who *cluster
+	for _, c := range w.clusters() {
+		if c.down {
+			continue
+		}
+		if d, ok := c.core.Deadline(); ok && (who == nil || d.Before(at)) {
+			at, who = d, c
+		}
+	}
+	if who == nil {
+		return false
+	}
+	if at.After(w.now) {
+		w.now = at
+	}
+	who.step(engine.Tick{})
+	return true
+}
+
+// restart recovers a crashed or fenced cluster from its catalog and WAL.
+func (w *world) restart(c *cluster) {
+	if err := c.start(); err != nil {
+		w.fail("%s: recovery failed: %v", c.name, err)
+	}
+}
+
+// clockJump moves the wall clock: forward by up to two hours, or back a
+// little (R6.3: a restart or a jump must never extend a window).
+func (w *world) clockJump() {
+	d := time.Duration(w.rng.IntN(120)) * time.Minute
+	if w.rng.IntN(4) == 0 {
+		d = -time.Duration(w.rng.IntN(30)) * time.Second
+	}
+	w.now = w.now.Add(d)
+	w.tracef("clock jumps %v", d)
+}
+
+// fault reports whether an injected fault with probability p happens.
+func (w *world) fault(p float64) bool {
+	if !w.faultsOn || w.rng.Float64() >= p {
+		return false
+	}
+	w.faults++
+	return true
+}
+
+func (w *world) fail(format string, args ...any) {
+	if w.err == nil {
+		w.err = fmt.Errorf("step %d: %s", w.steps, fmt.Sprintf(format, args...))
+		w.tracef("VIOLATION: %v", w.err)
+	}
+}
+
+func (w *world) tracef(format string, args ...any) {
+	if w.cfg.Trace {
+		w.trace = append(w.trace, fmt.Sprintf("%6d %s ", w.steps, w.now.Format("15:04:05.000"))+fmt.Sprintf(format, args...))
+	}
+}
+
+// hashEvent and hashAction digest the run so that two runs of one seed can
+// be compared.
+func (w *world) hashEvent(c *cluster, ev engine.Event) {
+	fmt.Fprintf(w.h, "%s@%d ev %T %s\n", c.name, w.now.UnixNano(), ev, summary(ev))
+	if _, tick := ev.(engine.Tick); !tick {
+		w.tracef("%s <- %T %s", c.name, ev, summary(ev))
+	}
+}
+
+func (w *world) hashAction(c *cluster, a engine.Action) {
+	fmt.Fprintf(w.h, "%s act %T %s\n", c.name, a, summary(a))
+	w.tracef("%s -> %T %s", c.name, a, summary(a))
+}
+
+// summary is a short, deterministic description of an event or action.
+func summary(x any) string {
+	switch x := x.(type) {
+	case engine.Resolve:
+		return fmt.Sprintf("handle=%d key=%s", x.Handle, x.Key.Fingerprint())
+	case engine.Lock:
+		return fmt.Sprintf("handle=%d keys=%v try=%v", x.Handle, x.Keys, x.Try)
+	case engine.Close:
+		return fmt.Sprintf("handle=%d", x.Handle)
+	case engine.Submit:
+		return fmt.Sprintf("handle=%d type=%s", x.Handle, x.Msg.Type)
+	case engine.Wait:
+		return fmt.Sprintf("id=%d", x.ID)
+	case engine.Ack:
+		return fmt.Sprintf("id=%d v=%s cp=%d msg=%v", x.ID, x.VChannel, x.Checkpoint.MessageID, x.Msg != nil)
+	case engine.Written:
+		return fmt.Sprintf("id=%d err=%v", x.ID, x.Err)
+	case engine.Appended:
+		return fmt.Sprintf("id=%d err=%v", x.ID, x.Err)
+	case engine.CallbackDone:
+		return fmt.Sprintf("task=%d attempt=%d err=%v", x.Task, x.Attempt, x.Err)
+	case engine.AckOnceDone:
+		return fmt.Sprintf("id=%d err=%v", x.ID, x.Err)
+	case engine.Scanned:
+		return fmt.Sprintf("id=%d found=%d err=%v", x.ID, len(x.Found), x.Err)
+	case engine.Reply:
+		s := fmt.Sprintf("to=%s err=%v admitted=%v granted=%v", x.To.(*request).name, x.Err, x.Admitted, x.Granted)
+		if x.Original != nil {
+			s += fmt.Sprintf(" original=%d", x.Original.ID)
+		}
+		if x.Result != nil {
+			s += fmt.Sprintf(" result=%d", x.Result.ID)
+		}
+		return s
+	case engine.Write:
+		return fmt.Sprintf("id=%d kind=%s task=%d ops=%d", x.ID, x.Kind, x.Task, len(x.Ops))
+	case engine.Append:
+		return fmt.Sprintf("id=%d lane=%s items=%d", x.ID, x.Lane, len(x.Items))
+	case engine.Callback:
+		return fmt.Sprintf("task=%d attempt=%d", x.Task, x.Attempt)
+	case engine.AckOnce:
+		return fmt.Sprintf("id=%d task=%d v=%s", x.ID, x.Task, x.VChannel)
+	case engine.Scan:
+		return fmt.Sprintf("id=%d p=%s from=%d", x.ID, x.PChannel, x.From)
+	case engine.RoleChanged:
+		return fmt.Sprintf("role=%s", x.Role)
+	case engine.Fenced:
+		return fmt.Sprintf("err=%v", x.Err)
+	case engine.CancelCallback:
+		return fmt.Sprintf("task=%d", x.Task)
+	}
+	return ""
+}
+
+// finished reports whether the workload is done and every cluster idle.
+func (w *world) finished() bool {
+	for _, cl := range w.clients {
+		if !cl.done() {
+			return false
+		}
+	}
+	if w.repl != nil && !w.repl.done() {
+		return false
+	}
+	for _, c := range w.clusters() {
+		if c.down || len(c.ops) > 0 {
+			return false
+		}
+		for _, n := range c.nodes {
+			if n.ready() {
+				return false
+			}
+		}
+		live, _ := c.core.Counts()
+		if live > 0 && !(c == w.primary && w.repl != nil && w.repl.lost) {
+			return false
+		}
+	}
+	return true
+}
+
+// finish checks the end state and then lets every window expire, checking
+// that GC collects everything.
+func (w *world) finish() {
+	w.check.final()
+	if w.err != nil {
+		return
+	}
+	w.now = w.now.Add(4 * time.Hour)
+	for range 1000 {
+		if !w.tick() || w.err != nil {
+			break
+		}
+		for _, c := range w.clusters() {
+			for len(c.ops) > 0 && w.err == nil {
+				c.complete(0)
+			}
+		}
+		if w.collected() {
+			break
+		}
+	}
+	if w.err == nil && !w.collected() {
+		w.fail("GC left tombstones past every window:\n%s", w.state())
+	}
+}
+
+// collected reports whether every running cluster's tombstones are gone.
+func (w *world) collected() bool {
+	for _, c := range w.clusters() {
+		if c.down || c == w.primary && w.repl != nil && w.repl.lost {
+			continue
+		}
+		if _, n := c.core.Counts(); n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// state describes the clusters, for a failure report.
+func (w *world) state() string {
+	s := ""
+	for _, c := range w.clusters() {
+		if c.down {
+			s += c.name + ": down\n"
+			continue
+		}
+		for _, t := range c.core.LiveTasks() {
+			s += fmt.Sprintf("%s: task %d %s stage %s copies %+v attempts %d err %q\n", c.name, t.ID, t.Msg.Type, t.Stage, t.Copies, t.Attempts, t.LastError)
+		}
+		s += fmt.Sprintf("%s: %d ops in flight, locks %+v\n", c.name, len(c.ops), c.core.Locks())
+	}
+	for _, cl := range w.clients {
+		s += cl.describe() + "\n"
+	}
+	return s
+}
+
+func beUint64(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+
+func beBytes(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// message types of the workload.
+var (
+	typCreate = message.Type{Name: "CreateCollection", Version: 1}
+	typSync   = message.Type{Name: "Truncate", Version: 1} // AckSyncUp
+	typOnce   = message.Type{Name: "Flush", Version: 1}    // with an ack-once callback
+	typPlain  = message.Type{Name: "NoCallback", Version: 1}
+	typImport = message.Type{Name: "Import", Version: 1} // a retention class of its own
+)
+
+var types = []struct {
+	typ              message.Type
+	syncUp, callback bool
+}{
+	{typCreate, false, true}, {typSync, true, true}, {typOnce, false, true}, {typPlain, false, false}, {typImport, false, true},
+}
