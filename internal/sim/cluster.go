@@ -39,8 +39,6 @@ type cluster struct {
 	cfg    engine.Config
 	hasCB  map[message.Type]bool
 	crashN int
-	// promote is the client of a force promote on this cluster, if any.
-	promote *request
 }
 
 // op is one action of the core being performed.

@@ -198,7 +198,7 @@ func (r *replicator) forcePromote() {
 			w.fail("promote message: %v", err)
 			return
 		}
-		st, raw, err := stampForSubmit(c, m, keys)
+		st, _, err := stampForSubmit(c, m, keys)
 		if err != nil {
 			w.fail("promote stamp: %v", err)
 			return
@@ -207,7 +207,8 @@ func (r *replicator) forcePromote() {
 			st.Properties = map[string]string{}
 		}
 		st.Properties[engine.UnreplicableProperty] = engine.ForcePromoteMark
-		if raw, err = message.Marshal(st); err != nil {
+		raw, err := message.Marshal(st)
+		if err != nil {
 			w.fail("promote encode: %v", err)
 			return
 		}
