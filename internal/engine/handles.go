@@ -229,14 +229,6 @@ func (c *Core) submit(e Submit) {
 	}
 	h.busy = true
 	h.to = e.To // answered by Stop if it comes first
-	if h.need == Secondary {
-		// A force promote: its id, and every id after it, must be above
-		// every id the primary used that reached this cluster, including
-		// copies no node acked yet (issue 20: ids that met would be skipped
-		// by the nodes as applied already).
-		c.observeWALIDs(func() { c.allocFor(h, e) })
-		return
-	}
 	c.allocFor(h, e)
 }
 

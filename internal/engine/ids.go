@@ -152,11 +152,12 @@ func (s *ids) openSpace(c *Core) {
 		return
 	}
 	s.opening = true
+	highest := c.replicatedHighest()
 	from := map[message.PChannel]uint64{}
 	for _, v := range c.cfg.ControlTargets {
 		p := v.PChannel()
 		off := uint64(0)
-		if h := c.highest[p]; h != 0 {
+		if h := highest[p]; h != 0 {
 			off = wal.EntryOffset(h)
 		}
 		from[p] = off

@@ -188,50 +188,33 @@ func (c *Core) scanned(e Scanned) {
 	s.done(e.Found)
 }
 
-// observeWALIDs reads every pchannel from the highest position acked here
-// (copies before it were acked, so their ids are known: seen, or below the
-// id floor GC raised) to its end, keeps every id found above the ids it
-// allocates, and calls then.
-func (c *Core) observeWALIDs(then func()) {
+// replicatedHighest returns, per pchannel, the highest position of a
+// replicated copy acked here (live tasks and tombstones): a node acks a
+// pchannel's copies in WAL order, so every copy before it was acked and its
+// id is known (seen, or below the id floor GC raised).
+func (c *Core) replicatedHighest() map[message.PChannel]uint64 {
 	highest := map[message.PChannel]uint64{}
-	note := func(vs []message.VChannel, acked []bool, cps []wal.Checkpoint) {
+	note := func(vs []message.VChannel, acked func(int) (bool, wal.Checkpoint)) {
 		for i, v := range vs {
-			if acked[i] && cps[i].MessageID > highest[v.PChannel()] {
-				highest[v.PChannel()] = cps[i].MessageID
+			if ok, cp := acked(i); ok && cp.MessageID > highest[v.PChannel()] {
+				highest[v.PChannel()] = cp.MessageID
 			}
 		}
 	}
 	for _, t := range c.tasks {
 		if t.replicated {
-			acked := make([]bool, len(t.copies))
-			cps := make([]wal.Checkpoint, len(t.copies))
-			for i, cp := range t.copies {
-				acked[i], cps[i] = cp.acked, cp.ackCP
-			}
-			note(t.msg.Broadcast.VChannels, acked, cps)
+			note(t.msg.Broadcast.VChannels, func(i int) (bool, wal.Checkpoint) { return t.copies[i].acked, t.copies[i].ackCP })
 		}
 	}
 	for _, tb := range c.tombs.all() {
-		if tb.replicated {
-			if rec, err := DecodeRecord(rawBytes(tb.raw)); err == nil {
-				note(rec.Msg.Broadcast.VChannels, rec.Acked, rec.Checkpoints)
-			}
+		if !tb.replicated {
+			continue
+		}
+		if rec, err := DecodeRecord(rawBytes(tb.raw)); err == nil {
+			note(rec.Msg.Broadcast.VChannels, func(i int) (bool, wal.Checkpoint) { return rec.Acked[i], rec.Checkpoints[i] })
 		}
 	}
-	from := map[message.PChannel]uint64{}
-	for _, v := range c.cfg.ControlTargets {
-		off := uint64(0)
-		if h := highest[v.PChannel()]; h != 0 {
-			off = wal.EntryOffset(h)
-		}
-		from[v.PChannel()] = off
-	}
-	c.scanAll(from, func(found []Found) {
-		for _, f := range found {
-			c.ids.observe(f.ID)
-		}
-		then()
-	})
+	return highest
 }
 
 // supplementAll lists the incomplete tasks and finishes them in id order.

@@ -156,17 +156,7 @@ func (c *Core) recoverPromote(t *task) {
 		c.move(t, OnRecoverPending, Appending)
 		return
 	}
-	highest := map[message.PChannel]uint64{}
-	for _, x := range c.tasks {
-		if !x.replicated {
-			continue
-		}
-		for i, v := range x.msg.Broadcast.VChannels {
-			if cp := x.copies[i]; cp.acked && cp.ackCP.MessageID > highest[v.PChannel()] {
-				highest[v.PChannel()] = cp.ackCP.MessageID
-			}
-		}
-	}
+	highest := c.replicatedHighest()
 	from := map[message.PChannel]uint64{}
 	for _, v := range t.msg.Broadcast.VChannels {
 		off := uint64(0)

@@ -200,6 +200,9 @@ func (c *Core) callbackFailed(t *task, err error) {
 		t.cbBack = c.newBackoff()
 	}
 	d := t.cbBack.NextBackOff()
+	if t.retrySoon {
+		t.retrySoon, d = false, 0
+	}
 	t.lastErr = err.Error()
 	t.nextAt = c.now.Add(d)
 	c.stats.CallbackFailures++
@@ -301,12 +304,17 @@ func (c *Core) retryNow(e RetryNow) {
 		c.reply(e.To, Reply{Err: err})
 		return
 	}
-	if t.stage != Backoff {
+	switch {
+	case t.stage == Backoff:
+		t.cbTimer.cancel()
+		c.move(t, OnRetry, Calling)
+	case t.stage == Calling || t.stage == Tombstoning:
+		// An attempt runs: if it fails, the next starts at once.
+		t.retrySoon = true
+	default:
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has no callback waiting to retry", ErrFailedPrecondition, e.ID)})
 		return
 	}
-	t.cbTimer.cancel()
-	c.move(t, OnRetry, Calling)
 	c.reply(e.To, Reply{})
 }
 

@@ -76,6 +76,9 @@ type task struct {
 	cbBack   *backoff.ExponentialBackOff
 	cbTimer  *deadline
 	force    *Outcome // set by Complete
+	// retrySoon makes the next retry start without waiting (RetryNow
+	// while an attempt ran).
+	retrySoon bool
 	// The TOMBSTONE to write once the callback succeeded: its effects and
 	// outcome, and the completion time, fixed by the first attempt so that
 	// retries write the same bytes.
