@@ -5,7 +5,11 @@
 // pchannel it reads the primary's entries in order and appends, to the same
 // pchannel of the secondary, one entry per primary entry holding the same
 // copies, each message marked with a replicate header (source cluster,
-// source pchannel, source position). The secondary's streaming nodes consume
+// source pchannel, source position) and the entry marked as copied from the
+// source cluster (wal.AppendReplica). Give Source the primary's identity
+// (wal.WithCluster) and Dest the secondary's: the replicator then copies only
+// entries the primary wrote and resumes only from entries it wrote itself,
+// even where clusters share a log. The secondary's streaming nodes consume
 // those copies like any other and ack them; the secondary's broadcaster turns
 // the acks into REPLICATED tasks and runs their callbacks in control-channel
 // order.
@@ -207,12 +211,26 @@ func (r *Replicator) resume(ctx context.Context, p message.PChannel) (checkpoint
 	}
 	err = r.cfg.Dest.ReadToEnd(ctx, p, cp.Dest, func(c wal.Copy) error {
 		cp.Dest = max(cp.Dest, c.Offset+1)
-		if h := c.Message.Replicate; h != nil && h.SourceCluster == r.cfg.SourceCluster && h.SourcePChannel == p {
+		if h := c.Message.Replicate; h != nil && h.SourceCluster == r.cfg.SourceCluster && h.SourcePChannel == p && r.copied(c.Entry) {
 			cp.Source = max(cp.Source, wal.EntryOffset(h.SourceMessageID)+1)
 		}
 		return nil
 	})
 	return cp, err
+}
+
+// copied reports whether an entry of the destination with header h is one
+// this replicator's cluster copied from the source: the destination's own
+// (its reader skips other clusters' entries), marked as copied from the
+// source, or an entry of before identities (which carries neither mark).
+// An entry another cluster's replicator wrote into a shared log is never
+// taken for progress: trusting one made a secondary skip its primary's first
+// entries as already copied.
+func (r *Replicator) copied(h wal.Header) bool {
+	if h.Cluster == "" {
+		return h.ReplicatedFrom == ""
+	}
+	return h.ReplicatedFrom == r.cfg.SourceCluster && (r.cfg.Dest.Cluster() == "" || h.Cluster == r.cfg.Dest.Cluster())
 }
 
 func (r *Replicator) save(ctx context.Context, p message.PChannel, cp checkpoint) error {
@@ -351,7 +369,7 @@ func (r *Replicator) items(p message.PChannel, entry []wal.Copy) ([]wal.Item, er
 func (r *Replicator) appendRetry(ctx context.Context, p message.PChannel, salt string, items []wal.Item) ([][]wal.Checkpoint, error) {
 	bo := r.cfg.Backoff.New()
 	for {
-		res, err := r.cfg.Dest.AppendSalted(ctx, p, salt, items)
+		res, err := r.cfg.Dest.AppendReplica(ctx, p, salt, r.cfg.SourceCluster, items)
 		if err == nil {
 			return res, nil
 		}

@@ -25,6 +25,8 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
+	walkafka "github.com/walcast/walcast/wal/kafka"
+	walnats "github.com/walcast/walcast/wal/nats"
 )
 
 // Duration is a time.Duration written as "24h" or "10ms" in YAML,
@@ -174,6 +176,10 @@ type Config struct {
 			// URL of an external NATS server; empty runs an embedded one
 			// in DataDir (standalone only).
 			URL string `yaml:"url"`
+			// StreamPrefix names the cluster's JetStream streams
+			// (<prefix>_<lane>) and subjects: clusters sharing a NATS
+			// server need their own.
+			StreamPrefix string `yaml:"stream_prefix"`
 			// SyncAlways makes the embedded server (standalone) fsync every
 			// write; turning it off risks DDLs reported done that a machine
 			// crash loses. It has no effect on an external server (URL
@@ -200,8 +206,20 @@ type Config struct {
 			PasswordFile string `yaml:"password_file"`
 		} `yaml:"nats"`
 		Kafka struct {
-			Brokers           []string `yaml:"brokers"`
-			ReplicationFactor int      `yaml:"replication_factor"`
+			Brokers []string `yaml:"brokers"`
+			// TopicPrefix names the cluster's topics (<prefix><lane>):
+			// clusters sharing a Kafka cluster need their own.
+			TopicPrefix string `yaml:"topic_prefix"`
+			// ReplicationFactor of the topics walcast creates: 3 for
+			// production, 1 on a one-broker development Kafka; 0 takes
+			// the brokers' default.replication.factor.
+			ReplicationFactor int `yaml:"replication_factor"`
+			// MinInsyncReplicas is the min.insync.replicas of the topics
+			// walcast creates: how many replicas must have an entry
+			// before its append succeeds. 0 means replication_factor - 1
+			// (at least 1), or the brokers' default when
+			// replication_factor is 0.
+			MinInsyncReplicas int `yaml:"min_insync_replicas"`
 			// TLS of the connections to the brokers.
 			TLS  ClientTLS `yaml:"tls"`
 			SASL struct {
@@ -364,6 +382,8 @@ func Default() Config {
 	c.WAL.NATS.SyncAlways = true
 	c.WAL.NATS.Replicas = 1
 	c.WAL.NATS.DedupWindow = Duration(10 * time.Minute)
+	c.WAL.NATS.StreamPrefix = walnats.DefaultStreamPrefix
+	c.WAL.Kafka.TopicPrefix = walkafka.DefaultTopicPrefix
 	c.WAL.Kafka.ReplicationFactor = 3
 	c.Broadcast.ConcurrencyRatio = 4
 	bo := broadcast.Backoff{}.WithDefaults()
@@ -668,10 +688,16 @@ func (c Config) Validate() error {
 		return bad("wal.nats.replicas", "%d is not 1, 3 or 5", c.WAL.NATS.Replicas)
 	case c.WAL.NATS.DedupWindow < Duration(time.Second):
 		return bad("wal.nats.dedup_window", "%v is below 1s", c.WAL.NATS.DedupWindow.D())
+	case len(c.WAL.NATS.StreamPrefix) < 1 || len(c.WAL.NATS.StreamPrefix) > 32 || message.PChannel(c.WAL.NATS.StreamPrefix).Validate() != nil:
+		return bad("wal.nats.stream_prefix", "%q must be 1 to 32 bytes of [A-Za-z0-9_-]", c.WAL.NATS.StreamPrefix)
+	case !kafkaTopicPrefix(c.WAL.Kafka.TopicPrefix):
+		return bad("wal.kafka.topic_prefix", "%q must be 1 to 200 bytes of [A-Za-z0-9._-]", c.WAL.Kafka.TopicPrefix)
 	case c.WAL.Kind == "kafka" && len(c.WAL.Kafka.Brokers) == 0:
 		return bad("wal.kafka.brokers", "required when wal.kind is kafka")
 	case c.WAL.Kafka.ReplicationFactor < 0 || c.WAL.Kafka.ReplicationFactor > math.MaxInt16:
 		return bad("wal.kafka.replication_factor", "%d is outside 0..%d (0: the brokers' default)", c.WAL.Kafka.ReplicationFactor, math.MaxInt16)
+	case c.WAL.Kafka.MinInsyncReplicas < 0 || c.WAL.Kafka.ReplicationFactor > 0 && c.WAL.Kafka.MinInsyncReplicas > c.WAL.Kafka.ReplicationFactor:
+		return bad("wal.kafka.min_insync_replicas", "%d is outside 0..replication_factor (%d): no append could succeed", c.WAL.Kafka.MinInsyncReplicas, c.WAL.Kafka.ReplicationFactor)
 	case b.ConcurrencyRatio <= 0:
 		return bad("broadcast.concurrency_ratio", "%v must be positive", b.ConcurrencyRatio)
 	case b.Backoff.Initial <= 0 || b.Backoff.Max < b.Backoff.Initial:
@@ -819,3 +845,32 @@ func loopback(addr string) bool {
 // YAML returns the configuration as a YAML document, as `walcast config
 // print` shows it.
 func (c Config) YAML() ([]byte, error) { return yamlv3.Marshal(c) }
+
+// kafkaTopicPrefix reports whether p can prefix Kafka topic names: 1 to 200
+// bytes (room for the lane's name within Kafka's 249) of [A-Za-z0-9._-].
+func kafkaTopicPrefix(p string) bool {
+	if len(p) < 1 || len(p) > 200 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// KafkaMinInsync is the min.insync.replicas walcast gives the topics it
+// creates: wal.kafka.min_insync_replicas, by default replication_factor - 1
+// (at least 1); 0 (the brokers' default) when both are 0.
+func (c Config) KafkaMinInsync() int {
+	k := c.WAL.Kafka
+	switch {
+	case k.MinInsyncReplicas > 0:
+		return k.MinInsyncReplicas
+	case k.ReplicationFactor > 0:
+		return max(1, k.ReplicationFactor-1)
+	}
+	return 0
+}

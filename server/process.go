@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -111,6 +112,7 @@ type Process struct {
 	apiAddr, metricsAddr string
 	ready                *prober // nil unless the process runs a coordinator
 	natsURL, etcdURL     string
+	foreign              *foreignEntries // entries of other clusters skipped
 	sec                  *security
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
@@ -225,6 +227,7 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 		return nil, err
 	}
 	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec}
+	p.foreign = newForeignEntries(reg, log)
 	p.onClose(sec.close)
 	if stop, err := setupTracing(cfg); err != nil {
 		log.Error("tracing disabled", "err", err)
@@ -489,8 +492,16 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 			}
 		}
 		// Validate bounds the replication factor to 0..MaxInt16.
-		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes,
-			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), ClientOptions: opts})
+		var topicConfigs map[string]string
+		if n := cfg.KafkaMinInsync(); n > 0 {
+			topicConfigs = map[string]string{"min.insync.replicas": strconv.Itoa(n)}
+		}
+		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes, TopicPrefix: cfg.WAL.Kafka.TopicPrefix,
+			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), TopicConfigs: topicConfigs, ClientOptions: opts})
+		if errors.Is(err, walkafka.ErrReplicationFactor) {
+			return nil, nil, fmt.Errorf("%w: wal.kafka.replication_factor (--kafka-replication-factor) is %d: %w; on a one-broker development Kafka use 1",
+				ErrConfig, cfg.WAL.Kafka.ReplicationFactor, err)
+		}
 	default:
 		var opts []natsgo.Option
 		if external {
@@ -499,7 +510,7 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 				return nil, nil, oerr
 			}
 		}
-		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes,
+		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes, StreamPrefix: cfg.WAL.NATS.StreamPrefix,
 			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D(), Options: opts,
 			KeepSettings: user == walNode})
 	}
@@ -507,7 +518,10 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 		return nil, nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
 	}
 	p.onClose(log.Close)
-	w := wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames()))
+	// The WAL is this cluster's: entries are stamped with its name, and
+	// entries of other clusters sharing the streams or topics are skipped.
+	w := wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames()), wal.WithCluster(cfg.Cluster.Name),
+		wal.WithForeign(func(e wal.Foreign) { p.foreign.seen("wal", e) }))
 	// The nodes' apply lag is read against this WAL's ends.
 	p.reg.MustRegister(metrics.Nodes{Status: p.nodeStatuses, End: w.End})
 	return w, log, nil
@@ -556,10 +570,15 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		services = append(services, serviceName(path))
 	}
 	rp := newReplication(coord.leading, w, cfg.PChannelNames(), cfg.WAL.Lanes, cfg.Cluster.Name, p.log)
-	if rp.sourceOptions, err = natsOptions(cfg); err != nil {
+	if rp.sourceOptions.nats, err = natsOptions(cfg); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	if rp.sourceOptions.kafka, err = kafkaOptions(cfg); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	rp.foreign = func(e wal.Foreign) { p.foreign.seen("replicator", e) }
 	path, h = newReplicationHandler(coord, rp, p.log, append(append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))

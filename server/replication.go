@@ -8,15 +8,12 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
@@ -24,6 +21,7 @@ import (
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/replicate"
 	"github.com/walcast/walcast/wal"
+	walkafka "github.com/walcast/walcast/wal/kafka"
 	walnats "github.com/walcast/walcast/wal/nats"
 )
 
@@ -41,9 +39,12 @@ type replication struct {
 	cluster  string
 	log      *slog.Logger
 	interval time.Duration
-	// sourceOptions are the NATS options the primary's WAL is read with:
-	// this process's wal.nats TLS and credentials.
-	sourceOptions []natsgo.Option
+	// sourceOptions are the options the primary's WAL is read with: this
+	// process's wal.nats and wal.kafka TLS and credentials.
+	sourceOptions sourceOptions
+	// foreign hears entries of the primary's WAL that another cluster
+	// wrote (a topology naming the primary wrongly), if set.
+	foreign func(wal.Foreign)
 	// start opens the primary's WAL at source and runs a replicator on it
 	// (startReplicator; tests replace it).
 	start func(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error)
@@ -193,11 +194,22 @@ func (rp *replication) source() *walcastv1.SourceState {
 // startReplicator opens the primary's WAL and runs a replicator from it into
 // this cluster's WAL until the run is cancelled.
 func (rp *replication) startReplicator(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error) {
-	src, err := walnats.New(ctx, walnats.Config{URL: source, PChannels: wal.Lanes(rp.lanes, rp.pchans), Options: rp.sourceOptions})
+	ws, err := parseSource(source)
 	if err != nil {
 		return nil, err
 	}
-	r, err := replicate.New(replicate.Config{SourceCluster: b.ReplicateConfig().Primary, Source: wal.New(src, wal.WithLanes(rp.lanes, rp.pchans)),
+	src, err := ws.open(ctx, rp.sourceOptions, wal.Lanes(rp.lanes, rp.pchans))
+	if err != nil {
+		return nil, err
+	}
+	// The primary's WAL is read as the primary's: entries another cluster
+	// wrote there are skipped (and reported), never copied.
+	primary := b.ReplicateConfig().Primary
+	sopts := []wal.Option{wal.WithLanes(rp.lanes, rp.pchans), wal.WithCluster(primary)}
+	if rp.foreign != nil {
+		sopts = append(sopts, wal.WithForeign(rp.foreign))
+	}
+	r, err := replicate.New(replicate.Config{SourceCluster: primary, Source: wal.New(src, sopts...),
 		Dest: rp.dest, PChannels: rp.pchans, Types: b.Types(), Catalog: b.Catalog(), Prefix: b.Prefix(), Logger: rp.log})
 	if err != nil {
 		_ = src.Close()
@@ -331,7 +343,11 @@ func (s *replicationService) Configure(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, s.fail(proc, err)
 	}
-	res, err := b.Configure(ctx, topologyOf(req.Msg.GetTopology()))
+	topo := topologyOf(req.Msg.GetTopology())
+	if err := checkSources(topo); err != nil {
+		return nil, s.fail(proc, err)
+	}
+	res, err := b.Configure(ctx, topo)
 	if err != nil {
 		return nil, s.fail(proc, err)
 	}
@@ -461,19 +477,13 @@ func checkTopology(t broadcast.ReplicateConfig, self string) error {
 	return nil
 }
 
-// checkSourceURL checks a primary WAL URL: one or more comma-separated
-// <scheme>://<host:port>.
+// checkSourceURL checks a primary WAL URL (see walSource).
 func checkSourceURL(src string) error {
 	if strings.TrimSpace(src) == "" {
-		return errors.New("the source URL (the primary's WAL, e.g. nats://10.0.0.5:4222) is empty")
+		return errors.New("the source URL (the primary's WAL, e.g. nats://10.0.0.5:4222 or kafka://10.0.0.7:9092) is empty")
 	}
-	for _, part := range strings.Split(src, ",") {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return fmt.Errorf("source %q is not a URL such as nats://10.0.0.5:4222", part)
-		}
-	}
-	return nil
+	_, err := parseSource(src)
+	return err
 }
 
 // probeTimeout bounds reaching the primary's WAL when Follow checks it.
@@ -486,35 +496,19 @@ const probeTimeout = 5 * time.Second
 func (rp *replication) probeSource(ctx context.Context, source string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	opts := append([]natsgo.Option{natsgo.Name("walcast-follow-check"), natsgo.Timeout(probeTimeout), natsgo.MaxReconnects(0),
-		natsgo.NoReconnect()}, rp.sourceOptions...)
-	nc, err := natsgo.Connect(source, opts...)
+	ws, err := parseSource(source)
 	if err != nil {
+		return err
+	}
+	lanes := wal.Lanes(rp.lanes, rp.pchans)
+	l, err := ws.open(ctx, rp.sourceOptions, lanes)
+	switch {
+	case errors.Is(err, walnats.ErrNoStream), errors.Is(err, walkafka.ErrNoTopic):
+		return fmt.Errorf("%w: %w: its pchannels or lanes differ from this cluster's (wal.pchannels %d, wal.lanes %d; replicated clusters need the same), its stream or topic prefix is not the default (give it in the URL: ?stream_prefix=P or ?topic_prefix=P), or it is not a walcast WAL",
+			broadcast.ErrFailedPrecondition, err, len(rp.pchans), rp.lanes)
+	case err != nil:
 		return fmt.Errorf("%w: cannot reach the primary's WAL at %s: %w (check the URL; follow with allow_unreachable, walcast replicate follow --allow-unreachable, to follow anyway)",
 			broadcast.ErrFailedPrecondition, source, err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("%w: the primary's WAL at %s: %w", broadcast.ErrFailedPrecondition, source, err)
-	}
-	have := map[string]bool{}
-	names := js.StreamNames(ctx)
-	for n := range names.Name() {
-		have[n] = true
-	}
-	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
-		return fmt.Errorf("%w: cannot list the streams of the primary's WAL at %s: %w (is JetStream on?)", broadcast.ErrFailedPrecondition, source, err)
-	}
-	var missing []string
-	for _, l := range wal.Lanes(rp.lanes, rp.pchans) {
-		if n := walnats.DefaultStreamPrefix + "_" + string(l); !have[n] {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: the primary's WAL at %s has no stream %s: its pchannels or lanes differ from this cluster's (wal.pchannels %d, wal.lanes %d; replicated clusters need the same), or it is not a walcast WAL",
-			broadcast.ErrFailedPrecondition, source, strings.Join(missing, ", "), len(rp.pchans), rp.lanes)
-	}
-	return nil
+	return l.Close()
 }

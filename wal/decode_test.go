@@ -103,7 +103,7 @@ func TestDecodeFilteredMatchesDecode(t *testing.T) {
 					want = append(want, fmt.Sprintf("%s@%d/%d id %d", c.VChannel, c.Checkpoint.MessageID, c.Offset, c.Message.Broadcast.ID))
 				}
 			}
-			got, err := decode(5, data, f)
+			got, err := decode(5, data, Header{}, f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestDecodeFilteredMatchesDecode(t *testing.T) {
 		protowire.AppendBytes(protowire.AppendTag(nil, entryItems, protowire.BytesType),
 			protowire.AppendBytes(protowire.AppendTag(nil, itemVChannels, protowire.BytesType), []byte{'p', '0', '/', 0xff}))} {
 		_, derr := protoDecode(0, bad)
-		_, err := decode(0, bad, &filter{p: "p0"})
+		_, err := decode(0, bad, Header{}, &filter{p: "p0"})
 		if !errors.Is(err, ErrCorrupt) || !errors.Is(derr, ErrCorrupt) {
 			t.Fatalf("corrupt entry %x: decode %v, Decode %v", bad, err, derr)
 		}

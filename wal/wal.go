@@ -29,6 +29,19 @@
 // id per vchannel: after a crash, recovery re-appends copies whose append
 // results were never persisted, under a new salt, deliberately as new
 // entries.
+//
+// # Cluster identity
+//
+// A WAL made WithCluster stamps every entry it appends with the cluster's
+// name, and its readers (Read, ReadToEnd) skip entries another cluster
+// wrote, reporting each to the WithForeign callback: two clusters whose
+// logs share a NATS stream or Kafka topic (the same stream or topic prefix)
+// never apply, ack or resume from each other's entries, and the identity is
+// part of the entry's bytes, so a deduplicating backend never takes one
+// cluster's entry for a repeat of the other's. Entries the replicator
+// writes (AppendReplica) also name the cluster they were copied from.
+// Entries without a cluster (written before identities) are read by
+// everyone.
 package wal
 
 import (
@@ -158,6 +171,28 @@ type WAL struct {
 	// lanes maps each pchannel to its lane, and each lane to itself; nil:
 	// every pchannel is its own lane.
 	lanes map[message.PChannel]message.PChannel
+	// cluster is the identity stamped on appends and required of read
+	// entries ("": none, read everything); onForeign hears skipped entries.
+	cluster   string
+	onForeign func(Foreign)
+}
+
+// Foreign is an entry a reader skipped because another cluster wrote it.
+type Foreign struct {
+	// Lane is the log channel read, Offset the entry's offset in it.
+	Lane   message.PChannel
+	Offset uint64
+	// Cluster is the cluster that wrote it; Own the reader's.
+	Cluster, Own string
+}
+
+// Header is the identity part of an entry.
+type Header struct {
+	// Cluster wrote the entry ("" before identities).
+	Cluster string
+	// ReplicatedFrom is the cluster whose WAL the replicator copied the
+	// entry from; "" for an entry the cluster wrote itself.
+	ReplicatedFrom string
 }
 
 // Option configures a WAL.
@@ -180,6 +215,17 @@ func WithLanes(n int, pchannels []message.PChannel) Option {
 		}
 	}
 }
+
+// WithCluster makes the WAL the log of cluster name (R8.2): appends are
+// stamped with it and readers skip entries other clusters wrote.
+func WithCluster(name string) Option { return func(w *WAL) { w.cluster = name } }
+
+// WithForeign calls fn for every entry a reader skips as another
+// cluster's. fn runs on the reader's goroutine and must be quick.
+func WithForeign(fn func(Foreign)) Option { return func(w *WAL) { w.onForeign = fn } }
+
+// Cluster returns the cluster the WAL belongs to ("" if none was given).
+func (w *WAL) Cluster() string { return w.cluster }
 
 // LaneName is the name of lane i.
 func LaneName(i int) message.PChannel { return message.PChannel(fmt.Sprintf("lane-%d", i)) }
@@ -231,7 +277,13 @@ func (w *WAL) Log() Log { return w.log }
 
 // Encode builds the entry bytes for items, and its dedup id.
 func Encode(items []Item) (data []byte, dedupID string, err error) {
-	e := &durablepb.Entry{Items: make([]*durablepb.Item, len(items))}
+	return EncodeEntry(Header{}, items)
+}
+
+// EncodeEntry builds the bytes of an entry with header h holding items,
+// and its dedup id.
+func EncodeEntry(h Header, items []Item) (data []byte, dedupID string, err error) {
+	e := &durablepb.Entry{Items: make([]*durablepb.Item, len(items)), Cluster: h.Cluster, ReplicatedFrom: h.ReplicatedFrom}
 	n := 0
 	for i, it := range items {
 		vs := make([]string, len(it.VChannels))
@@ -279,6 +331,16 @@ func (w *WAL) Append(ctx context.Context, p message.PChannel, items []Item) ([][
 // any pchannel of that lane (without lanes: on p). A vchannel elsewhere fails
 // the append with ErrWrongPChannel before anything is written.
 func (w *WAL) AppendSalted(ctx context.Context, p message.PChannel, salt string, items []Item) ([][]Checkpoint, error) {
+	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster}, items)
+}
+
+// AppendReplica is AppendSalted for the replicator: the entry is marked as
+// copied from cluster source.
+func (w *WAL) AppendReplica(ctx context.Context, p message.PChannel, salt, source string, items []Item) ([][]Checkpoint, error) {
+	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster, ReplicatedFrom: source}, items)
+}
+
+func (w *WAL) appendEntry(ctx context.Context, p message.PChannel, salt string, h Header, items []Item) ([][]Checkpoint, error) {
 	lane, ok := w.Lane(p)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
@@ -293,7 +355,7 @@ func (w *WAL) AppendSalted(ctx context.Context, p message.PChannel, salt string,
 		}
 	}
 	p = lane
-	data, id, err := Encode(items)
+	data, id, err := EncodeEntry(h, items)
 	if err != nil {
 		return nil, err
 	}
@@ -332,18 +394,87 @@ type Copy struct {
 	// from Offset+1 once it has handled it.
 	Offset      uint64
 	LastInEntry bool
+	// Entry is the identity of the entry holding the copy.
+	Entry Header
 }
 
 // Decode unpacks the entry at offset into its copies, in entry order; the
 // last is marked LastInEntry.
-func Decode(offset uint64, data []byte) ([]Copy, error) { return decode(offset, data, nil) }
+func Decode(offset uint64, data []byte) ([]Copy, error) {
+	h, err := decodeHeader(offset, data)
+	if err != nil {
+		return nil, err
+	}
+	return decode(offset, data, h, nil)
+}
+
+// DecodeHeader returns the identity of the entry at offset.
+func DecodeHeader(offset uint64, data []byte) (Header, error) { return decodeHeader(offset, data) }
 
 // Field numbers of durablepb.Entry and durablepb.Item.
 const (
-	entryItems    protowire.Number = 1
-	itemMessage   protowire.Number = 1
-	itemVChannels protowire.Number = 2
+	entryItems          protowire.Number = 1
+	entryCluster        protowire.Number = 2
+	entryReplicatedFrom protowire.Number = 3
+	itemMessage         protowire.Number = 1
+	itemVChannels       protowire.Number = 2
 )
+
+// decodeHeader walks the entry's top-level fields for its identity,
+// skipping the items unread (they come first in the encoding). The last
+// occurrence of a field wins, as for proto.Unmarshal.
+func decodeHeader(offset uint64, data []byte) (Header, error) {
+	var h Header
+	for b := data; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, protowire.ParseError(n))
+		}
+		b = b[n:]
+		if (num == entryCluster || num == entryReplicatedFrom) && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, protowire.ParseError(n))
+			}
+			b = b[n:]
+			if !utf8.Valid(v) {
+				return h, fmt.Errorf("%w at offset %d: cluster name is not valid UTF-8", ErrCorrupt, offset)
+			}
+			if num == entryCluster {
+				h.Cluster = string(v)
+			} else {
+				h.ReplicatedFrom = string(v)
+			}
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return h, nil
+}
+
+// foreign reports whether an entry with header h is another cluster's for
+// a reader of cluster own.
+func foreign(own string, h Header) bool { return own != "" && h.Cluster != "" && h.Cluster != own }
+
+// read decodes the entry at offset of lane for a reader of w with filter
+// f: its kept copies, or none if another cluster wrote it (reported to
+// onForeign).
+func (w *WAL) read(lane message.PChannel, offset uint64, data []byte, f *filter) ([]Copy, error) {
+	h, err := decodeHeader(offset, data)
+	if err != nil {
+		return nil, err
+	}
+	if foreign(w.cluster, h) {
+		if w.onForeign != nil {
+			w.onForeign(Foreign{Lane: lane, Offset: offset, Cluster: h.Cluster, Own: w.cluster})
+		}
+		return nil, nil
+	}
+	return decode(offset, data, h, f)
+}
 
 // decode is Decode for a reader: it returns only the copies f keeps (all if
 // f is nil), each at
@@ -354,7 +485,7 @@ const (
 // It reads the encoding as proto.Unmarshal does (unknown fields and fields
 // of an unexpected wire type are skipped, the last message field of an item
 // wins), so both see the same copies.
-func decode(offset uint64, data []byte, f *filter) ([]Copy, error) {
+func decode(offset uint64, data []byte, h Header, f *filter) ([]Copy, error) {
 	corrupt := func(err error) error { return fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, err) }
 	var out []Copy
 	idx := 0
@@ -407,7 +538,7 @@ func decode(offset uint64, data []byte, f *filter) ([]Copy, error) {
 			}
 			if f.keepBytes(v) {
 				pos := Position(offset, idx)
-				out = append(out, Copy{VChannel: message.VChannel(v), Offset: offset,
+				out = append(out, Copy{VChannel: message.VChannel(v), Offset: offset, Entry: h,
 					Checkpoint: Checkpoint{MessageID: pos, TimeTick: pos, LastConfirmed: pos}})
 			}
 			idx++
@@ -450,7 +581,7 @@ func (w *WAL) ReadToEnd(ctx context.Context, p message.PChannel, from uint64, fn
 		if err != nil {
 			return err
 		}
-		copies, err := decode(off, data, &f)
+		copies, err := w.read(lane, off, data, &f)
 		if err != nil {
 			return err
 		}
@@ -487,6 +618,8 @@ func (f *filter) keepBytes(v []byte) bool {
 
 // Reader reads the copies of one pchannel, optionally only some vchannels.
 type Reader struct {
+	w       *WAL
+	lane    message.PChannel
 	cur     Cursor
 	filter  filter
 	pending []Copy
@@ -504,7 +637,7 @@ func (w *WAL) Read(ctx context.Context, p message.PChannel, from uint64, vchanne
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{cur: cur, filter: filter{p: p}, read: from}
+	r := &Reader{w: w, lane: lane, cur: cur, filter: filter{p: p}, read: from}
 	if len(vchannels) > 0 {
 		r.filter.vs = make(map[message.VChannel]bool, len(vchannels))
 		for _, v := range vchannels {
@@ -521,7 +654,7 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 		if err != nil {
 			return Copy{}, err
 		}
-		copies, err := decode(off, data, &r.filter)
+		copies, err := r.w.read(r.lane, off, data, &r.filter)
 		if err != nil {
 			return Copy{}, err
 		}

@@ -14,33 +14,37 @@ import (
 // serverFlags are the settings server commands take as flags; each maps to a
 // configuration key (flags beat environment beats the YAML file).
 var serverFlags = map[string]string{
-	"data-dir":                "data_dir",
-	"api-addr":                "api.addr",
-	"metrics-addr":            "metrics.addr",
-	"pchannels":               "wal.pchannels",
-	"nodes":                   "nodes.count",
-	"log-level":               "log.level",
-	"log-format":              "log.format",
-	"etcd":                    "catalog.endpoints",
-	"nats":                    "wal.nats.url",
-	"kafka":                   "wal.kafka.brokers",
-	"wal":                     "wal.kind",
-	"name":                    "nodes.name",
-	"consume":                 "nodes.pchannels",
-	"coordinators":            "nodes.coordinators",
-	"advertise":               "api.advertise",
-	"cluster":                 "cluster.name",
-	"api-tls-cert":            "api.tls.cert_file",
-	"api-tls-key":             "api.tls.key_file",
-	"api-client-ca":           "api.tls.client_ca_file",
-	"api-token-file":          "api.auth.token_file",
-	"insecure":                "api.insecure",
-	"secure":                  "api.secure",
-	"audit-file":              "audit.file",
-	"nats-monitor":            "wal.nats.monitor_urls",
-	"allow-unsafe-durability": "durability.allow_unsafe",
-	"nats-addr":               "standalone.nats_addr",
-	"etcd-addr":               "standalone.etcd_addr",
+	"data-dir":                  "data_dir",
+	"api-addr":                  "api.addr",
+	"metrics-addr":              "metrics.addr",
+	"pchannels":                 "wal.pchannels",
+	"nodes":                     "nodes.count",
+	"log-level":                 "log.level",
+	"log-format":                "log.format",
+	"etcd":                      "catalog.endpoints",
+	"nats":                      "wal.nats.url",
+	"kafka":                     "wal.kafka.brokers",
+	"kafka-replication-factor":  "wal.kafka.replication_factor",
+	"kafka-min-insync-replicas": "wal.kafka.min_insync_replicas",
+	"kafka-topic-prefix":        "wal.kafka.topic_prefix",
+	"nats-stream-prefix":        "wal.nats.stream_prefix",
+	"wal":                       "wal.kind",
+	"name":                      "nodes.name",
+	"consume":                   "nodes.pchannels",
+	"coordinators":              "nodes.coordinators",
+	"advertise":                 "api.advertise",
+	"cluster":                   "cluster.name",
+	"api-tls-cert":              "api.tls.cert_file",
+	"api-tls-key":               "api.tls.key_file",
+	"api-client-ca":             "api.tls.client_ca_file",
+	"api-token-file":            "api.auth.token_file",
+	"insecure":                  "api.insecure",
+	"secure":                    "api.secure",
+	"audit-file":                "audit.file",
+	"nats-monitor":              "wal.nats.monitor_urls",
+	"allow-unsafe-durability":   "durability.allow_unsafe",
+	"nats-addr":                 "standalone.nats_addr",
+	"etcd-addr":                 "standalone.etcd_addr",
 }
 
 // addServerFlags declares the server flags on fs, with the defaults shown.
@@ -59,6 +63,10 @@ func addServerFlags(fs *pflag.FlagSet, configPath *string) {
 	fs.StringSlice("etcd", nil, "external etcd endpoints (cluster mode)")
 	fs.String("nats", "", "external NATS URL (cluster mode)")
 	fs.StringSlice("kafka", nil, "Kafka brokers (cluster mode, with --wal kafka)")
+	fs.Int("kafka-replication-factor", d.WAL.Kafka.ReplicationFactor, "replication factor of the Kafka topics walcast creates (1 on a one-broker development Kafka)")
+	fs.Int("kafka-min-insync-replicas", d.WAL.Kafka.MinInsyncReplicas, "min.insync.replicas of the Kafka topics walcast creates (0: replication factor - 1, at least 1)")
+	fs.String("kafka-topic-prefix", d.WAL.Kafka.TopicPrefix, "prefix of this cluster's Kafka topics (clusters sharing a Kafka need their own)")
+	fs.String("nats-stream-prefix", d.WAL.NATS.StreamPrefix, "prefix of this cluster's JetStream streams (clusters sharing a NATS server need their own)")
 	fs.String("wal", d.WAL.Kind, "WAL backend: nats or kafka")
 	fs.String("name", "", "node name (walcast node)")
 	fs.IntSlice("consume", nil, "pchannel indexes this node consumes (walcast node)")

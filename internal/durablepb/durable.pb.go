@@ -634,10 +634,18 @@ func (x *Task) GetOutcome() *Outcome {
 // Entry is one WAL entry: copies of one or more broadcasts bound for one
 // pchannel, written in one durable append.
 type Entry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*Item                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*Item                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// The cluster that wrote the entry (its cluster.name): readers of
+	// another cluster skip it, so that clusters sharing a NATS or Kafka never
+	// read each other's entries. Empty in entries written before identities:
+	// everyone reads those.
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// On an entry the replicator wrote: the cluster whose WAL it was copied
+	// from (the items' messages carry the replicate header too).
+	ReplicatedFrom string `protobuf:"bytes,3,opt,name=replicated_from,json=replicatedFrom,proto3" json:"replicated_from,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -675,6 +683,20 @@ func (x *Entry) GetItems() []*Item {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *Entry) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *Entry) GetReplicatedFrom() string {
+	if x != nil {
+		return x.ReplicatedFrom
+	}
+	return ""
 }
 
 // Item is one broadcast's copies in an entry: the encoded Message once, and
@@ -784,9 +806,11 @@ const file_walcast_durable_v1_durable_proto_rawDesc = "" +
 	"\x13completed_unix_nano\x18\x05 \x01(\x03R\x11completedUnixNano\x12%\n" +
 	"\x0epayload_digest\x18\x06 \x01(\fR\rpayloadDigest\x12%\n" +
 	"\x0erequest_digest\x18\a \x01(\fR\rrequestDigest\x125\n" +
-	"\aoutcome\x18\b \x01(\v2\x1b.walcast.durable.v1.OutcomeR\aoutcome\"7\n" +
+	"\aoutcome\x18\b \x01(\v2\x1b.walcast.durable.v1.OutcomeR\aoutcome\"z\n" +
 	"\x05Entry\x12.\n" +
-	"\x05items\x18\x01 \x03(\v2\x18.walcast.durable.v1.ItemR\x05items\">\n" +
+	"\x05items\x18\x01 \x03(\v2\x18.walcast.durable.v1.ItemR\x05items\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12'\n" +
+	"\x0freplicated_from\x18\x03 \x01(\tR\x0ereplicatedFrom\">\n" +
 	"\x04Item\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x1c\n" +
 	"\tvchannels\x18\x02 \x03(\tR\tvchannels*t\n" +

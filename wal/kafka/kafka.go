@@ -13,7 +13,11 @@
 // New creates the topics that are missing (one partition, the configured
 // replication factor, max.message.bytes sized for MaxEntryBytes, plus
 // Config.TopicConfigs) and refuses existing ones that have more than one
-// partition or a max.message.bytes too small for MaxEntryBytes.
+// partition or a max.message.bytes too small for MaxEntryBytes. A
+// replication factor above the cluster's brokers fails New with
+// ErrReplicationFactor before anything is created. With Config.Existing (a
+// reader of another cluster's WAL) it creates nothing: missing topics fail
+// New with ErrNoTopic.
 //
 // # Durability
 //
@@ -116,6 +120,12 @@ var (
 	// has more than one partition, or its max.message.bytes is below
 	// MaxEntryBytes + EntryOverhead.
 	ErrTopic = errors.New("wal/kafka: unusable topic")
+	// ErrNoTopic reports topics that do not exist, with Config.Existing.
+	ErrNoTopic = errors.New("wal/kafka: no such topic")
+	// ErrReplicationFactor reports topics that cannot be created with the
+	// replication factor asked for (or the brokers' default): more
+	// replicas than the cluster has brokers.
+	ErrReplicationFactor = errors.New("wal/kafka: replication factor too high for the cluster")
 	// ErrOffsetRange reports a Read offset beyond Kafka's int64 offsets.
 	ErrOffsetRange = errors.New("wal/kafka: offset out of range")
 )
@@ -144,6 +154,10 @@ type Config struct {
 	// the max.message.bytes of created topics, is MaxEntryBytes +
 	// EntryOverhead.
 	MaxEntryBytes int
+	// Existing uses only topics that exist: a missing one fails New with
+	// ErrNoTopic instead of being created. A reader of another cluster's
+	// WAL (a secondary's replicator reading its primary) sets it.
+	Existing bool
 	// ClientOptions are extra franz-go options (TLS, SASL, logging,
 	// compression, timeouts, ...) for the producing client and every
 	// cursor's consuming client. They override this package's defaults
@@ -204,7 +218,7 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 		cl.Close()
 		return nil, err
 	}
-	if err := ensureTopics(ctx, cl, topicList(topics), cfg.ReplicationFactor, cfg.TopicConfigs, batchMax); err != nil {
+	if err := ensureTopics(ctx, cl, topicList(topics), cfg.ReplicationFactor, cfg.TopicConfigs, batchMax, cfg.Existing); err != nil {
 		cl.Close()
 		return nil, err
 	}

@@ -39,7 +39,7 @@ type topicState struct {
 // ensureTopics creates the topics that do not exist, waits until each has
 // a leader, and checks that each has one partition and a max.message.bytes
 // of at least batchMax.
-func ensureTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16, extra map[string]string, batchMax int32) error {
+func ensureTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16, extra map[string]string, batchMax int32, existing bool) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, setupTimeout)
@@ -47,7 +47,7 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 	}
 	created := false
 	for {
-		state, err := describeTopics(ctx, cl, topics)
+		state, brokers, err := describeTopics(ctx, cl, topics)
 		if err != nil {
 			return err
 		}
@@ -70,7 +70,14 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 		// Look again right after creating; a topic still missing after
 		// a pause (the create's answer was lost, or the metadata lags)
 		// is created again: TOPIC_ALREADY_EXISTS is fine.
+		if len(missing) > 0 && existing {
+			return fmt.Errorf("%w: %v", ErrNoTopic, missing)
+		}
 		if len(missing) > 0 && !created {
+			if int(rf) > brokers && brokers > 0 {
+				return fmt.Errorf("%w: ReplicationFactor %d, but the cluster has %d broker(s): topics %v cannot be created",
+					ErrReplicationFactor, rf, brokers, missing)
+			}
 			if err := createTopics(ctx, cl, missing, rf, extra, batchMax); err != nil {
 				return err
 			}
@@ -85,8 +92,9 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 	return checkMaxMessageBytes(ctx, cl, topics, batchMax)
 }
 
-// describeTopics asks the cluster's metadata about topics.
-func describeTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[string]topicState, error) {
+// describeTopics asks the cluster's metadata about topics; it also returns
+// how many brokers the cluster has.
+func describeTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[string]topicState, int, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
@@ -96,7 +104,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[s
 	req.AllowAutoTopicCreation = false
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("wal/kafka: metadata: %w", err)
+		return nil, 0, fmt.Errorf("wal/kafka: metadata: %w", err)
 	}
 	state := make(map[string]topicState, len(topics))
 	for _, t := range topics {
@@ -117,7 +125,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[s
 			state[name] = topicState{}
 			continue
 		default:
-			return nil, fmt.Errorf("wal/kafka: metadata of topic %s: %w", name, err)
+			return nil, 0, fmt.Errorf("wal/kafka: metadata of topic %s: %w", name, err)
 		}
 		s := topicState{partitions: len(rt.Partitions)}
 		for _, p := range rt.Partitions {
@@ -127,7 +135,7 @@ func describeTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[s
 		}
 		state[name] = s
 	}
-	return state, nil
+	return state, len(resp.Brokers), nil
 }
 
 // createTopics creates single-partition topics. A topic that exists already
@@ -168,6 +176,11 @@ func createTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 		}
 		if rt.ErrorMessage != nil {
 			err = fmt.Errorf("%w: %s", err, *rt.ErrorMessage)
+		}
+		if errors.Is(err, kerr.InvalidReplicationFactor) {
+			// The brokers' default.replication.factor, or one the
+			// metadata did not show to be too high.
+			return fmt.Errorf("%w: create topic %s: %w", ErrReplicationFactor, rt.Topic, err)
 		}
 		return fmt.Errorf("wal/kafka: create topic %s: %w", rt.Topic, err)
 	}

@@ -15,7 +15,8 @@
 // and deny deleting single messages. New creates missing streams and updates only the
 // settings it owns on existing ones (subject, replicas, duplicate window),
 // keeping limits an operator has set; with Config.KeepSettings (streaming
-// nodes) it changes nothing on existing streams.
+// nodes) it changes nothing on existing streams, and with Config.Existing
+// (a replicator reading another cluster's WAL) it also creates none.
 //
 // # Durability
 //
@@ -109,6 +110,9 @@ const maxReplicas = 5
 var (
 	// ErrInvalidConfig reports a Config New rejects.
 	ErrInvalidConfig = errors.New("wal/nats: invalid config")
+	// ErrNoStream reports a stream that does not exist, with
+	// Config.Existing.
+	ErrNoStream = errors.New("wal/nats: no such stream")
 	// ErrBadDedupID is wal.ErrBadDedupID, which Append returns for a dedup
 	// id that cannot be sent as a header: more than wal.MaxDedupIDBytes, or
 	// bytes outside printable ASCII (or a space).
@@ -154,6 +158,11 @@ type Config struct {
 	// cannot change the replicas or duplicate window the coordinators
 	// configured.
 	KeepSettings bool
+	// Existing uses only streams that exist, as they are: a missing one
+	// fails New with ErrNoStream instead of being created. A reader of
+	// another cluster's WAL (a secondary's replicator reading its primary)
+	// sets it: creating the stream would only make it read nothing.
+	Existing bool
 }
 
 // Log is a wal.Log on JetStream. It is safe for concurrent use.
@@ -305,6 +314,9 @@ func (cfg *Config) validate() error {
 func (l *Log) ensureStream(ctx context.Context, ch channel, cfg Config) (jetstream.StreamConfig, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := l.js.Stream(ctx, ch.stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) && cfg.Existing {
+			return jetstream.StreamConfig{}, fmt.Errorf("%w: %s (subject %s)", ErrNoStream, ch.stream, ch.subject)
+		}
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			s, err = l.js.CreateStream(ctx, jetstream.StreamConfig{
 				Name:        ch.stream,
@@ -340,7 +352,7 @@ func (l *Log) ensureStream(ctx context.Context, ch channel, cfg Config) (jetstre
 		if len(sc.Sources) > 0 || sc.Mirror != nil {
 			return sc, errors.New("the existing stream is a mirror or has sources")
 		}
-		if cfg.KeepSettings {
+		if cfg.KeepSettings || cfg.Existing {
 			return sc, nil
 		}
 		want := sc
