@@ -482,7 +482,7 @@ func checkSourceURL(src string) error {
 	if strings.TrimSpace(src) == "" {
 		return errors.New("the source URL (the primary's WAL, e.g. nats://10.0.0.5:4222 or kafka://10.0.0.7:9092) is empty")
 	}
-	_, err := parseSource(src)
+	_, err := readSource(src)
 	return err
 }
 

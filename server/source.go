@@ -37,18 +37,27 @@ type walSource struct {
 // parseSource reads a topology source; a malformed one is an
 // ErrInvalidArgument naming what is wrong.
 func parseSource(s string) (walSource, error) {
+	src, err := readSource(s)
+	if err != nil {
+		return src, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
+	}
+	return src, nil
+}
+
+// readSource is parseSource with plain errors.
+func readSource(s string) (walSource, error) {
 	bad := func(format string, args ...any) (walSource, error) {
-		return walSource{}, fmt.Errorf("%w: replication source %q: %s (want nats://host:4222[,...][?stream_prefix=P] or kafka://host:9092[,...][?topic_prefix=P])",
-			broadcast.ErrInvalidArgument, s, fmt.Sprintf(format, args...))
+		return walSource{}, fmt.Errorf("source %q %s (want nats://host:4222[,...][?stream_prefix=P] or kafka://host:9092[,...][?topic_prefix=P])",
+			s, fmt.Sprintf(format, args...))
 	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || scheme == "" {
-		return bad("no scheme")
+		return bad("is not a URL such as nats://10.0.0.5:4222")
 	}
 	addrs, query, _ := strings.Cut(rest, "?")
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return bad("query: %v", err)
+		return bad("has a bad query: %v", err)
 	}
 	src := walSource{kind: "nats"}
 	key := "stream_prefix"
@@ -57,7 +66,7 @@ func parseSource(s string) (walSource, error) {
 	}
 	for k := range q {
 		if k != key {
-			return bad("unknown parameter %q for a %s source (only %s)", k, src.kind, key)
+			return bad("has parameter %q, unknown for a %s source (only %s)", k, src.kind, key)
 		}
 	}
 	src.prefix = q.Get(key)
@@ -68,7 +77,7 @@ func parseSource(s string) (walSource, error) {
 			a = strings.TrimPrefix(a, "kafka://")
 		}
 		if a == "" {
-			return bad("an empty address")
+			return bad("has an empty address")
 		}
 		hosts = append(hosts, a)
 	}
@@ -76,7 +85,7 @@ func parseSource(s string) (walSource, error) {
 	case "kafka":
 		for _, h := range hosts {
 			if strings.Contains(h, "://") || !strings.Contains(h, ":") {
-				return bad("broker %q is not host:port", h)
+				return bad("has broker %q, not host:port", h)
 			}
 		}
 		src.brokers = hosts

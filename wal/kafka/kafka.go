@@ -121,7 +121,7 @@ var (
 	// MaxEntryBytes + EntryOverhead.
 	ErrTopic = errors.New("wal/kafka: unusable topic")
 	// ErrNoTopic reports topics that do not exist, with Config.Existing.
-	ErrNoTopic = errors.New("wal/kafka: no such topic")
+	ErrNoTopic = errors.New("wal/kafka: no topic")
 	// ErrReplicationFactor reports topics that cannot be created with the
 	// replication factor asked for (or the brokers' default): more
 	// replicas than the cluster has brokers.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -71,7 +72,7 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, topics []string, rf int16
 		// a pause (the create's answer was lost, or the metadata lags)
 		// is created again: TOPIC_ALREADY_EXISTS is fine.
 		if len(missing) > 0 && existing {
-			return fmt.Errorf("%w: %v", ErrNoTopic, missing)
+			return fmt.Errorf("%w %s", ErrNoTopic, strings.Join(missing, ", "))
 		}
 		if len(missing) > 0 && !created {
 			if int(rf) > brokers && brokers > 0 {

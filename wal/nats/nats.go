@@ -112,7 +112,7 @@ var (
 	ErrInvalidConfig = errors.New("wal/nats: invalid config")
 	// ErrNoStream reports a stream that does not exist, with
 	// Config.Existing.
-	ErrNoStream = errors.New("wal/nats: no such stream")
+	ErrNoStream = errors.New("wal/nats: no stream")
 	// ErrBadDedupID is wal.ErrBadDedupID, which Append returns for a dedup
 	// id that cannot be sent as a header: more than wal.MaxDedupIDBytes, or
 	// bytes outside printable ASCII (or a space).
@@ -315,7 +315,7 @@ func (l *Log) ensureStream(ctx context.Context, ch channel, cfg Config) (jetstre
 	for attempt := 0; ; attempt++ {
 		s, err := l.js.Stream(ctx, ch.stream)
 		if errors.Is(err, jetstream.ErrStreamNotFound) && cfg.Existing {
-			return jetstream.StreamConfig{}, fmt.Errorf("%w: %s (subject %s)", ErrNoStream, ch.stream, ch.subject)
+			return jetstream.StreamConfig{}, fmt.Errorf("%w %s (subject %s)", ErrNoStream, ch.stream, ch.subject)
 		}
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			s, err = l.js.CreateStream(ctx, jetstream.StreamConfig{
