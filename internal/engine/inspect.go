@@ -79,6 +79,20 @@ func (c *Core) LiveTasks() []TaskView {
 	return out
 }
 
+// EachLive calls fn for every live task, in id order, with its persisted
+// state, stage, message and callback attempts, without building views.
+func (c *Core) EachLive(fn func(id uint64, st State, stage Stage, m *message.Message, attempts int)) {
+	ids := make([]uint64, 0, len(c.tasks))
+	for id := range c.tasks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t := c.tasks[id]
+		fn(id, t.state(), t.stage, t.msg, t.attempts)
+	}
+}
+
 // TombRecord is a tombstone's id and record.
 type TombRecord struct {
 	ID     uint64

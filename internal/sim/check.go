@@ -260,19 +260,22 @@ func (k *checker) always() {
 		}
 		// §11.3, §11.5: no two live tasks created here hold conflicting
 		// keys, and no key is held by a task that is done.
-		live := c.core.LiveTasks()
 		ids := map[uint64]bool{}
-		var own []engine.TaskView
-		for _, t := range live {
-			ids[t.ID] = true
-			if t.State == engine.Pending {
-				own = append(own, t)
-			}
+		type own struct {
+			id   uint64
+			keys []resource.Key
 		}
-		for i := range own {
-			for j := i + 1; j < len(own); j++ {
-				if resource.ConflictsAny(own[i].Msg.Broadcast.ResourceKeys, own[j].Msg.Broadcast.ResourceKeys) {
-					w.fail("%s: live tasks %d and %d hold conflicting keys", c.name, own[i].ID, own[j].ID)
+		var owns []own
+		c.core.EachLive(func(id uint64, st engine.State, _ engine.Stage, m *message.Message, _ int) {
+			ids[id] = true
+			if st == engine.Pending {
+				owns = append(owns, own{id, m.Broadcast.ResourceKeys})
+			}
+		})
+		for i := range owns {
+			for j := i + 1; j < len(owns); j++ {
+				if resource.ConflictsAny(owns[i].keys, owns[j].keys) {
+					w.fail("%s: live tasks %d and %d hold conflicting keys", c.name, owns[i].id, owns[j].id)
 					return
 				}
 			}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -377,7 +378,8 @@ func (n *consumer) ready() bool {
 	if len(n.queue) > 0 {
 		return !n.c.w.now.Before(n.until) || !n.c.w.faultsOn
 	}
-	return n.cursor < len(n.c.log.Entries(n.lane()))
+	end, _ := n.c.log.End(context.Background(), n.lane())
+	return uint64(n.cursor) < end
 }
 
 func (n *consumer) next() {
@@ -448,11 +450,14 @@ func (w *world) operator() func() {
 		if c.down {
 			continue
 		}
-		for _, t := range c.core.LiveTasks() {
-			if t.Stage != engine.Backoff || t.Attempts < 3 {
-				continue
+		var id uint64
+		c.core.EachLive(func(tid uint64, _ engine.State, stage engine.Stage, _ *message.Message, attempts int) {
+			if id == 0 && stage == engine.Backoff && attempts >= 3 {
+				id = tid
 			}
-			c, id := c, t.ID
+		})
+		if id != 0 {
+			c := c
 			return func() {
 				if w.rng.IntN(3) == 0 {
 					w.tracef("operator completes %d", id)

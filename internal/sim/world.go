@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"math/rand/v2"
 	"time"
 
@@ -62,7 +61,7 @@ type world struct {
 	requests []*request
 	failing  map[uint64]int // callback failures still to inject, per task
 	check    *checker
-	h        hash.Hash
+	fnv      uint64
 	trace    []string
 	crashes  int
 	faults   int
@@ -79,7 +78,7 @@ func Run(cfg Config) Result {
 	if cfg.MaxSteps == 0 {
 		cfg.MaxSteps = 20000
 	}
-	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), h: sha256.New(),
+	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), fnv: 14695981039346656037,
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true}
 	w.check = newChecker(w)
 	w.maxCount = []int{3, 8, 64}[w.rng.IntN(3)]
@@ -104,7 +103,7 @@ func Run(cfg Config) Result {
 	w.run()
 	res := Result{Seed: cfg.Seed, Steps: w.steps, Err: w.err, Trace: w.trace, Crashes: w.crashes, Faults: w.faults,
 		Broadcasts: w.check.created, Duplicates: w.check.dups, Promoted: w.repl != nil && w.repl.promoted}
-	copy(res.Hash[:], w.h.Sum(nil))
+	res.Hash = sha256.Sum256(binary.BigEndian.AppendUint64(nil, w.fnv))
 	return res
 }
 
@@ -282,17 +281,102 @@ func (w *world) tracef(format string, args ...any) {
 }
 
 // hashEvent and hashAction digest the run so that two runs of one seed can
-// be compared.
+// be compared: the cluster, the time and the numbers that identify each
+// event and action (ids, attempts, whether it failed).
 func (w *world) hashEvent(c *cluster, ev engine.Event) {
-	fmt.Fprintf(w.h, "%s@%d ev %T %s\n", c.name, w.now.UnixNano(), ev, summary(ev))
-	if _, tick := ev.(engine.Tick); !tick {
-		w.tracef("%s <- %T %s", c.name, ev, summary(ev))
+	w.mix(c.name[0], uint64(w.now.UnixNano()))
+	w.mixValue(ev)
+	if w.cfg.Trace {
+		if _, tick := ev.(engine.Tick); !tick {
+			w.tracef("%s <- %T %s", c.name, ev, summary(ev))
+		}
 	}
 }
 
 func (w *world) hashAction(c *cluster, a engine.Action) {
-	fmt.Fprintf(w.h, "%s act %T %s\n", c.name, a, summary(a))
-	w.tracef("%s -> %T %s", c.name, a, summary(a))
+	w.mix(c.name[0] + 1)
+	w.mixValue(a)
+	if w.cfg.Trace {
+		w.tracef("%s -> %T %s", c.name, a, summary(a))
+	}
+}
+
+// mix folds numbers into the run's digest (FNV-1a over their bytes).
+func (w *world) mix(tag byte, nums ...uint64) {
+	const prime = 1099511628211
+	w.fnv = (w.fnv ^ uint64(tag)) * prime
+	for _, n := range nums {
+		for range 8 {
+			w.fnv = (w.fnv ^ (n & 0xff)) * prime
+			n >>= 8
+		}
+	}
+}
+
+func bit(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func errFlag(err error) uint64 { return bit(err != nil) }
+
+// mixValue folds an event or action's identifying numbers into the digest.
+func (w *world) mixValue(x any) {
+	switch x := x.(type) {
+	case engine.Resolve:
+		w.mix(1, uint64(x.Handle))
+	case engine.Lock:
+		w.mix(2, uint64(x.Handle), uint64(len(x.Keys)), bit(x.Try))
+	case engine.Close:
+		w.mix(3, uint64(x.Handle))
+	case engine.Submit:
+		w.mix(4, uint64(x.Handle), uint64(len(x.Bytes)))
+	case engine.Wait:
+		w.mix(5, x.ID)
+	case engine.Ack:
+		w.mix(6, x.ID, x.Checkpoint.MessageID, bit(x.Msg != nil), uint64(len(x.VChannel)))
+	case engine.Written:
+		w.mix(7, x.ID, errFlag(x.Err))
+	case engine.Appended:
+		w.mix(8, x.ID, errFlag(x.Err))
+	case engine.CallbackDone:
+		w.mix(9, x.Task, uint64(x.Attempt), errFlag(x.Err))
+	case engine.AckOnceDone:
+		w.mix(10, x.ID, errFlag(x.Err))
+	case engine.Scanned:
+		w.mix(11, x.ID, uint64(len(x.Found)), errFlag(x.Err))
+	case engine.Tick:
+		w.mix(12)
+	case engine.Reply:
+		var o, r uint64
+		if x.Original != nil {
+			o = x.Original.ID
+		}
+		if x.Result != nil {
+			r = x.Result.ID
+		}
+		w.mix(13, errFlag(x.Err), bit(x.Admitted), bit(x.Granted), o, r)
+	case engine.Write:
+		w.mix(14, x.ID, uint64(x.Kind), x.Task, uint64(len(x.Ops)))
+	case engine.Append:
+		w.mix(15, x.ID, uint64(len(x.Items)), uint64(len(x.Lane)))
+	case engine.Callback:
+		w.mix(16, x.Task, uint64(x.Attempt))
+	case engine.AckOnce:
+		w.mix(17, x.ID, x.Task)
+	case engine.Scan:
+		w.mix(18, x.ID, x.From)
+	case engine.RoleChanged:
+		w.mix(19, uint64(x.Role))
+	case engine.Fenced:
+		w.mix(20)
+	case engine.CancelCallback:
+		w.mix(21, x.Task)
+	default:
+		w.mix(0)
+	}
 }
 
 // summary is a short, deterministic description of an event or action.
