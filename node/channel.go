@@ -38,6 +38,7 @@ type channel struct {
 	attempts    int
 	lastErr     string
 	readErr     string
+	halted      string // why the pchannel stopped reading ("": it reads)
 	nApplied    uint64
 	nDup        uint64
 	nAcks       uint64
@@ -63,7 +64,11 @@ func (c *channel) start() {
 // read delivers p's entries, each as the slice of its copies, to out. A read
 // error reopens the reader after the last entry delivered, with backoff; an
 // entry that does not decode is therefore read again and again (and shown in
-// Status), never skipped.
+// Status), never skipped. Before reopening, and whenever no entry came for
+// LogCheckInterval, it checks that the log still reaches that position; if
+// it does not (the stream or topic was recreated, or the broker lost data),
+// the pchannel halts rather than wait at a position the new log reaches only
+// after entries it would skip.
 func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan<- []wal.Copy) {
 	defer func() {
 		if r != nil {
@@ -72,8 +77,27 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 	}()
 	bo := c.cfg.Backoff.New()
 	var entry []wal.Copy
+	behind := func() bool {
+		ectx, cancel := context.WithTimeout(ctx, c.cfg.LogCheckInterval)
+		end, err := c.cfg.WAL.End(ectx, c.p)
+		cancel()
+		if err == nil && next > end {
+			c.halt(next, end)
+			return true
+		}
+		return false
+	}
 	for {
-		cp, err := r.Next(ctx)
+		nctx, cancel := context.WithTimeout(ctx, c.cfg.LogCheckInterval)
+		cp, err := r.Next(nctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Idle: the reader stays usable after its context's end.
+			if behind() {
+				return
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -84,6 +108,9 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 			r, entry = nil, nil
 			for r == nil {
 				if !wait.Sleep(ctx, bo.NextBackOff()) {
+					return
+				}
+				if behind() {
 					return
 				}
 				if r, err = c.cfg.WAL.Read(ctx, c.p, next); err != nil {
@@ -111,6 +138,18 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 	}
 }
 
+// halt stops the pchannel for good: its position (resume) is past the end
+// of the log.
+func (c *channel) halt(resume, end uint64) {
+	why := fmt.Sprintf("position %d is past the end of the log (%d): the stream or topic was recreated or lost entries, and reading on would skip what it holds now; "+
+		"stop the node and run `walcast node resync --name %s --pchannel %s` (it keeps what was applied and reads the log again from its start)",
+		resume, end, c.cfg.Name, c.p)
+	c.log.Error("pchannel halted: its saved position is past the end of the log", "resume", resume, "end", end, "why", why)
+	c.mu.Lock()
+	c.halted, c.stage = why, StageHalted
+	c.mu.Unlock()
+}
+
 func (c *channel) setReadErr(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -124,7 +163,11 @@ func (c *channel) setReadErr(err error) {
 // run handles entries until ctx ends, saving the state every SnapshotEvery
 // entries and SnapshotInterval after an unsaved change.
 func (c *channel) run(ctx context.Context, in <-chan []wal.Copy) {
-	defer c.setStage(StageStopped, 0, nil)
+	defer func() {
+		if !c.isHalted() {
+			c.setStage(StageStopped, 0, nil)
+		}
+	}()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -224,6 +267,12 @@ func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
 	return true
 }
 
+func (c *channel) isHalted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.halted != ""
+}
+
 func (c *channel) countDup() {
 	c.mu.Lock()
 	c.nDup++
@@ -233,6 +282,9 @@ func (c *channel) countDup() {
 func (c *channel) setStage(s Stage, attempts int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.halted != "" {
+		return
+	}
 	c.stage, c.attempts, c.lastErr = s, attempts, ""
 	if err != nil {
 		c.lastErr = err.Error()

@@ -68,6 +68,10 @@ type Config struct {
 	// SnapshotInterval saves a pchannel's state at most this long after its
 	// first unsaved change. Default 1 s.
 	SnapshotInterval time.Duration
+	// LogCheckInterval is how long a pchannel's reader waits for an entry
+	// before it checks that the log still reaches its position (a log
+	// recreated under a running node halts the pchannel). Default 10 s.
+	LogCheckInterval time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -99,6 +103,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.SnapshotInterval == 0 {
 		cfg.SnapshotInterval = time.Second
+	}
+	if cfg.LogCheckInterval == 0 {
+		cfg.LogCheckInterval = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -96,8 +96,20 @@
 // middle of an entry: the copies applied so far are then re-read, deduplicated
 // by position, and acked). New restores each pchannel's state into the Applier
 // and Start resumes reading at the saved offset. A pchannel without a state
-// file starts at offset 0 with no Restore call, so a pchannel moved to a new
-// node is rebuilt from the WAL. One StateDir serves one node at a time.
+// file starts at offset 0 (the beginning of the retained log) with no Restore
+// call, so a pchannel moved to a new node is rebuilt from the WAL, never from
+// its end. One StateDir serves one node at a time.
+//
+// A saved position past the end of the log means the log is not the one the
+// state was read from (the stream or topic was deleted and created again, or
+// the broker lost entries): reading on would wait there and skip every entry
+// the new log holds before it, while their tasks wait for acks forever.
+// Such a pchannel halts instead — at Start, before a reader reopens, and
+// after LogCheckInterval without an entry — with StageHalted and the reason
+// in Status (Halted), an error log, and a halted gauge in the process's
+// metrics. Resync (`walcast node resync`) makes the stopped node's state
+// read the log again from its start, keeping what it applied: copies of
+// broadcasts it applied are deduplicated by id and acked again.
 //
 // The applied-id sets are kept as sorted id ranges: the control channel,
 // which receives every broadcast, costs a few ranges instead of one entry per

@@ -82,6 +82,13 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	readers := make([]*wal.Reader, len(n.chans))
 	for i, c := range n.chans {
+		// A saved position past the log's end means the log is not the
+		// one the state was read from: reading on would skip whatever the
+		// new log holds up to that position.
+		if end, err := n.cfg.WAL.End(ctx, c.p); err == nil && c.st.resume > end {
+			c.halt(c.st.resume, end)
+			continue
+		}
 		r, err := n.cfg.WAL.Read(ctx, c.p, c.st.resume)
 		if err != nil {
 			for _, r := range readers[:i] {
@@ -98,6 +105,9 @@ func (n *Node) Start(ctx context.Context) error {
 	n.cancel = cancel
 	n.started = true
 	for i, c := range n.chans {
+		if readers[i] == nil {
+			continue // halted
+		}
 		in := make(chan []wal.Copy)
 		c.start()
 		n.wg.Add(2)
@@ -170,6 +180,10 @@ const (
 	StageSaving Stage = "saving"
 	// StageStopped: the node is not running.
 	StageStopped Stage = "stopped"
+	// StageHalted: the pchannel stopped for good because its saved
+	// position is past the end of the log (PChannelStatus.Halted says
+	// why); Resync and a restart continue it.
+	StageHalted Stage = "halted"
 )
 
 // Status is a snapshot of a node (Node.Status): whether it runs, and the
@@ -207,6 +221,9 @@ type PChannelStatus struct {
 	LastError string
 	// ReadError is the last WAL read error, "" once reading works again.
 	ReadError string
+	// Halted says why the pchannel stopped reading (Stage is StageHalted):
+	// its position is past the end of the log. "" while it reads.
+	Halted string
 	// VChannels are the vchannels seen so far, by name.
 	VChannels []VChannelStatus
 }
@@ -250,7 +267,7 @@ func (c *channel) status() PChannelStatus {
 		PChannel: c.p, NextOffset: c.st.resume, SavedOffset: c.savedOffset, SavedAt: c.savedAt,
 		LastBroadcastID: c.st.last, Applied: c.nApplied, Duplicates: c.nDup,
 		Acks: c.nAcks, AckRetries: c.nAckRetries, AcksRejected: c.nRejected,
-		Stage: c.stage, Attempts: c.attempts, LastError: c.lastErr, ReadError: c.readErr,
+		Stage: c.stage, Attempts: c.attempts, LastError: c.lastErr, ReadError: c.readErr, Halted: c.halted,
 		VChannels: make([]VChannelStatus, 0, len(c.st.vchans)),
 	}
 	for v, vs := range c.st.vchans {

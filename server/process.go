@@ -154,6 +154,10 @@ func (p *Process) Ready(ctx context.Context) Readiness {
 			c.Detail = "stopped"
 		}
 		for _, pc := range st.PChannels {
+			if pc.Halted != "" {
+				c.OK, c.Detail = false, fmt.Sprintf("%s: halted: %s", pc.PChannel, pc.Halted)
+				break
+			}
 			if pc.ReadError != "" {
 				c.OK, c.Detail = false, fmt.Sprintf("%s: WAL read fails: %s", pc.PChannel, pc.ReadError)
 				break

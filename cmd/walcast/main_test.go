@@ -62,9 +62,15 @@ var readyRE = regexp.MustCompile(`ready:(?: api=https?://(\S+))?`)
 // start runs walcast with args and waits for its ready line.
 func start(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, name, nil, args...)
+}
+
+// startEnv is start with extra environment variables (KEY=value).
+func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(walcastBin, args...)
-	p.cmd.Env = append(os.Environ(), "WALCAST_LOG_LEVEL=warn")
+	p.cmd.Env = append(append(os.Environ(), "WALCAST_LOG_LEVEL=warn"), env...)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

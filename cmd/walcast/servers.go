@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/server"
 )
 
@@ -145,6 +147,63 @@ authentication on, it authenticates as a token or certificate of role node
 		},
 	}
 	addServerFlags(cmd.Flags(), &path)
+	cmd.AddCommand(nodeResyncCmd())
+	return cmd
+}
+
+// nodeResyncCmd re-syncs a stopped node's pchannels with a log that was
+// recreated or lost entries (a halted pchannel).
+func nodeResyncCmd() *cobra.Command {
+	var path string
+	var pchans []string
+	cmd := &cobra.Command{
+		Use:   "resync",
+		Short: "Make a stopped node read its pchannels' logs again from the start (after a recreated stream or topic)",
+		Long: `Make a stopped streaming node read its pchannels' logs again from their start. A node whose
+saved position is past the end of its log (the stream or topic was recreated, or the broker lost
+entries) halts that pchannel instead of skipping what the log holds now (walcast_node_halted,
+/readyz, its log). Stop the node, run this with its --name and --data-dir (and --pchannel for
+some pchannels only; default: every pchannel with a saved state), and start it again: it keeps
+what it applied (its state and the broadcast ids applied per vchannel), applies the copies of
+broadcasts it has not applied, and acks every copy again (acks of finished broadcasts change
+nothing). The node must not be running.`,
+		Example: "  walcast node resync --name n1 --data-dir /var/lib/walcast --pchannel wal-0",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd.Flags(), path)
+			if err != nil {
+				return err
+			}
+			if cfg.Nodes.Name == "" {
+				return usageError{errors.New("--name: the node whose state to re-sync")}
+			}
+			dir := filepath.Join(cfg.DataDir, "nodes", cfg.Nodes.Name)
+			targets := make([]message.PChannel, 0, len(pchans))
+			for _, p := range pchans {
+				targets = append(targets, message.PChannel(p))
+			}
+			if len(targets) == 0 {
+				targets = cfg.PChannelNames()
+			}
+			done := 0
+			for _, p := range targets {
+				had, err := node.Resync(dir, cfg.Nodes.Name, p)
+				if err != nil {
+					return err
+				}
+				if had {
+					done++
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: will read its log again from the start\n", p)
+				} else if len(pchans) > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: no saved state (it starts from the beginning of the log anyway)\n", p)
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s: %d pchannel(s) re-synced in %s\n", cfg.Nodes.Name, done, dir)
+			return nil
+		},
+	}
+	addServerFlags(cmd.Flags(), &path)
+	cmd.Flags().StringArrayVar(&pchans, "pchannel", nil, "a pchannel to re-sync, by name (repeat; default: every pchannel with a saved state)")
 	return cmd
 }
 

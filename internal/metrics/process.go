@@ -24,6 +24,9 @@ import (
 //	walcast_broadcaster_oldest_live_task_age_seconds           gauge (0 without live tasks)
 //	walcast_node_apply_lag_entries{node,pchannel}              gauge
 //	walcast_node_up{node}                                      gauge
+//	walcast_node_halted{node,pchannel}                         gauge (1: position past the log's end, see node.Resync)
+//	walcast_node_copies_applied_total{node,pchannel}           counter
+//	walcast_node_copies_duplicate_total{node,pchannel}         counter
 //	walcast_replication_running                                gauge
 //	walcast_replication_lag_entries{pchannel}                  gauge
 //	walcast_replication_errors{pchannel}                       gauge (1 while the last copy failed)
@@ -138,11 +141,23 @@ type Nodes struct {
 var (
 	descNodeLag = prometheus.NewDesc(namespace+"_node_apply_lag_entries",
 		"WAL entries of a pchannel a streaming node has not applied and acked yet.", []string{"node", "pchannel"}, nil)
-	descNodeUp = prometheus.NewDesc(namespace+"_node_up", "1 while a streaming node runs.", []string{"node"}, nil)
+	descNodeUp     = prometheus.NewDesc(namespace+"_node_up", "1 while a streaming node runs.", []string{"node"}, nil)
+	descNodeHalted = prometheus.NewDesc(namespace+"_node_halted",
+		"1 while a streaming node's pchannel is halted: its saved position is past the end of the log (recreated or lost); `walcast node resync` continues it.",
+		[]string{"node", "pchannel"}, nil)
+	descNodeApplied = prometheus.NewDesc(namespace+"_node_copies_applied_total",
+		"Broadcast copies a streaming node applied, per pchannel, since it started.", []string{"node", "pchannel"}, nil)
+	descNodeDup = prometheus.NewDesc(namespace+"_node_copies_duplicate_total",
+		"Broadcast copies a streaming node did not apply because it had applied their broadcast on that vchannel already, since it started.",
+		[]string{"node", "pchannel"}, nil)
 )
 
 // Describe implements prometheus.Collector.
-func (n Nodes) Describe(ch chan<- *prometheus.Desc) { ch <- descNodeLag; ch <- descNodeUp }
+func (n Nodes) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNodeLag, descNodeUp, descNodeHalted, descNodeApplied, descNodeDup} {
+		ch <- d
+	}
+}
 
 // Collect implements prometheus.Collector. A pchannel whose end cannot be
 // read within a second is left out (the lag is unknown, not zero).
@@ -150,6 +165,9 @@ func (n Nodes) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range n.Status() {
 		ch <- prometheus.MustNewConstMetric(descNodeUp, prometheus.GaugeValue, b2f(st.Running), st.Name)
 		for _, p := range st.PChannels {
+			ch <- prometheus.MustNewConstMetric(descNodeHalted, prometheus.GaugeValue, b2f(p.Halted != ""), st.Name, string(p.PChannel))
+			ch <- prometheus.MustNewConstMetric(descNodeApplied, prometheus.CounterValue, float64(p.Applied), st.Name, string(p.PChannel))
+			ch <- prometheus.MustNewConstMetric(descNodeDup, prometheus.CounterValue, float64(p.Duplicates), st.Name, string(p.PChannel))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			end, err := n.End(ctx, p.PChannel)
 			cancel()

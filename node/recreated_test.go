@@ -1,0 +1,186 @@
+package node
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+	walkafka "github.com/walcast/walcast/wal/kafka"
+	walnats "github.com/walcast/walcast/wal/nats"
+)
+
+// realLog is a real WAL backend whose log can be deleted and created again
+// (a recreated stream or topic, a broker that lost its data).
+type realLog struct {
+	open     func(t *testing.T) wal.Log
+	recreate func(t *testing.T)
+}
+
+var recreatedP = message.PChannel("wal-0")
+
+func natsLog(t *testing.T) realLog {
+	srv, err := embednats.Start(ctxT(t, 20*time.Second), embednats.Config{Dir: t.TempDir(), SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return realLog{
+		open: func(t *testing.T) wal.Log {
+			l, err := walnats.New(ctxT(t, 10*time.Second), walnats.Config{URL: srv.ClientURL(), PChannels: []message.PChannel{recreatedP}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l
+		},
+		recreate: func(t *testing.T) {
+			nc, err := natsgo.Connect(srv.ClientURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := js.DeleteStream(ctxT(t, 10*time.Second), walnats.DefaultStreamPrefix+"_"+string(recreatedP)); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+func kafkaLog(t *testing.T) realLog {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	return realLog{
+		open: func(t *testing.T) wal.Log {
+			l, err := walkafka.New(ctxT(t, 10*time.Second), walkafka.Config{Brokers: kc.ListenAddrs(), PChannels: []message.PChannel{recreatedP}, ReplicationFactor: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l
+		},
+		recreate: func(t *testing.T) {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			req := kmsg.NewPtrDeleteTopicsRequest()
+			req.TopicNames = []string{walkafka.DefaultTopicPrefix + string(recreatedP)}
+			rt := kmsg.NewDeleteTopicsRequestTopic()
+			rt.Topic = kmsg.StringPtr(req.TopicNames[0])
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctxT(t, 10*time.Second), cl)
+			if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+				t.Fatalf("delete topic: %+v, %v", resp, err)
+			}
+		},
+	}
+}
+
+// appendIDs appends one entry per id, a copy to wal-0/a each.
+func appendIDs(t *testing.T, w *wal.WAL, ids ...uint64) {
+	t.Helper()
+	for _, id := range ids {
+		raw, err := message.Marshal(&message.Message{Type: typCreate, Broadcast: message.BroadcastHeader{ID: id, VChannels: []message.VChannel{vA}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(ctxT(t, 10*time.Second), recreatedP, []wal.Item{{Message: raw, VChannels: []message.VChannel{vA}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestR9_3_RecreatedLogHaltsTheNode: a node whose saved position is past
+// the end of its log (the stream or topic was deleted and created again
+// with fewer entries) does not wait there while the new log's entries go
+// unapplied and their tasks wait for acks: the pchannel halts, saying why
+// and how to re-sync, both at start and when it happens under a running
+// node; after Resync the node reads the new log from its start, applies its
+// copies and keeps what it had applied. On NATS and on Kafka.
+func TestR9_3_RecreatedLogHaltsTheNode(t *testing.T) {
+	for name, mk := range map[string]func(*testing.T) realLog{"nats": natsLog, "kafka": kafkaLog} {
+		t.Run(name, func(t *testing.T) {
+			rl := mk(t)
+			dir := t.TempDir()
+			app, acks := newCountApplier(), &recAcker{}
+			cfg := func(w *wal.WAL) Config {
+				return Config{Name: "n1", WAL: w, PChannels: []message.PChannel{recreatedP}, Applier: app, Acker: acks, StateDir: dir,
+					Backoff: fastBackoff, LogCheckInterval: 50 * time.Millisecond, Logger: quiet}
+			}
+			startNode := func(w *wal.WAL) *Node {
+				t.Helper()
+				n, err := New(cfg(w))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Start(ctxT(t, 10*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = n.Close() })
+				return n
+			}
+			w := wal.New(rl.open(t))
+			appendIDs(t, w, 1, 2, 3, 4, 5)
+			n := startNode(w)
+			waitFor(t, "five copies applied", func() bool { return app.count(vA, 5) == 1 })
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			rl.recreate(t)
+			w = wal.New(rl.open(t))
+			appendIDs(t, w, 6, 7)
+			n = startNode(w)
+			st, _ := n.PChannel(recreatedP)
+			if st.Stage != StageHalted || !strings.Contains(st.Halted, "past the end of the log") || !strings.Contains(st.Halted, "walcast node resync") {
+				t.Fatalf("node on the recreated log: stage %s, halted %q", st.Stage, st.Halted)
+			}
+			if app.count(vA, 6) != 0 {
+				t.Fatal("a halted pchannel applied an entry")
+			}
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if had, err := Resync(dir, "n1", recreatedP); err != nil || !had {
+				t.Fatalf("resync: %v, %v", had, err)
+			}
+			n = startNode(w)
+			waitFor(t, "the new log's copies applied", func() bool { return app.count(vA, 7) == 1 })
+			for id := uint64(1); id <= 7; id++ {
+				if got := app.count(vA, id); got != 1 {
+					t.Errorf("broadcast %d applied %d times, want once", id, got)
+				}
+			}
+
+			// Under the running node (at offset 2 of the new log), the log
+			// is recreated again with one entry.
+			rl.recreate(t)
+			w2 := wal.New(rl.open(t))
+			appendIDs(t, w2, 8)
+			waitFor(t, "the running node to halt", func() bool {
+				st, _ := n.PChannel(recreatedP)
+				return st.Stage == StageHalted
+			})
+			if app.count(vA, 8) != 0 {
+				t.Fatal("the halted pchannel applied an entry of the recreated log")
+			}
+		})
+	}
+}

@@ -1,0 +1,36 @@
+package node
+
+import (
+	"fmt"
+
+	"github.com/walcast/walcast/message"
+)
+
+// Resync makes the saved state of pchannel p in stateDir (a stopped node's)
+// read the log again from its start: it keeps the Applier's snapshot and
+// the broadcast ids applied per vchannel, and forgets the log position. Run
+// it when the pchannel halted because its position is past the end of the
+// log (the stream or topic was recreated, or the broker lost entries): on
+// the next start the node reads the log from its beginning, applies the
+// copies whose broadcast it has not applied, and acks every copy again
+// (acks of finished broadcasts change nothing). It reports whether p had a
+// saved state (without one the node starts from the beginning anyway).
+func Resync(stateDir, nodeName string, p message.PChannel) (bool, error) {
+	if err := p.Validate(); err != nil {
+		return false, fmt.Errorf("%w: pchannel: %w", ErrInvalidConfig, err)
+	}
+	removeTemps(stateDir, p)
+	st, snap, ok, err := loadState(stateDir, p)
+	if err != nil || !ok {
+		return false, err
+	}
+	st.resume, st.handled = 0, 0
+	data, err := encodeState(nodeName, p, st, snap)
+	if err != nil {
+		return true, fmt.Errorf("node: encode the state of %s: %w", p, err)
+	}
+	if err := writeAtomic(stateDir, p, data); err != nil {
+		return true, fmt.Errorf("node: save the state of %s: %w", p, err)
+	}
+	return true, nil
+}
