@@ -109,6 +109,7 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 			return nil, err
 		}
 	}
+	cfg.Callbacks.use()
 	snap, err := b.readSnapshot(ctx)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,11 @@ import (
 // Callbacks holds the ack callbacks of each message type. Register them
 // before handing the registry to New.
 type Callbacks struct {
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// used is set once a broadcaster uses the registry (New): a callback
+	// registered later would miss the tasks that broadcaster recovered
+	// (they could complete without it), so registration is refused then.
+	used    bool
 	onAck   map[message.Type]func(context.Context, *Event) error
 	onceAck map[message.Type]func(context.Context, *AckEvent) error
 }
@@ -82,6 +86,9 @@ func Raw() Decoder[[]byte] { return func(b []byte) ([]byte, error) { return b, n
 func OnAck[P any](c *Callbacks, t message.Type, decode Decoder[P], fn func(context.Context, *TypedEvent[P]) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.used {
+		return fmt.Errorf("%w: ack callback for %s registered after New: register every callback before", ErrInvalidArgument, t)
+	}
 	if _, dup := c.onAck[t]; dup {
 		return fmt.Errorf("%w: ack callback for %s registered twice", ErrInvalidArgument, t)
 	}
@@ -100,6 +107,9 @@ func OnAck[P any](c *Callbacks, t message.Type, decode Decoder[P], fn func(conte
 func OnAckOnce[P any](c *Callbacks, t message.Type, decode Decoder[P], fn func(context.Context, *TypedAckEvent[P]) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.used {
+		return fmt.Errorf("%w: ack-once callback for %s registered after New: register every callback before", ErrInvalidArgument, t)
+	}
 	if _, dup := c.onceAck[t]; dup {
 		return fmt.Errorf("%w: ack-once callback for %s registered twice", ErrInvalidArgument, t)
 	}
@@ -111,6 +121,13 @@ func OnAckOnce[P any](c *Callbacks, t message.Type, decode Decoder[P], fn func(c
 		return fn(ctx, &TypedAckEvent[P]{AckEvent: ev, Payload: p})
 	}
 	return nil
+}
+
+// use marks the registry used by a broadcaster.
+func (c *Callbacks) use() {
+	c.mu.Lock()
+	c.used = true
+	c.mu.Unlock()
 }
 
 func (c *Callbacks) ack(t message.Type) func(context.Context, *Event) error {

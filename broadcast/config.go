@@ -35,7 +35,8 @@ type Config struct {
 	Types *message.Registry
 	// Callbacks are the ack callbacks per type. Register every callback
 	// before New: recovery may run callbacks of recovered tasks at once, and
-	// a type without a callback completes without one.
+	// a type without a callback completes without one; a registration after
+	// New is refused.
 	Callbacks *Callbacks
 	// ControlChannel is the cluster's control channel (R2.2, R5.4).
 	ControlChannel message.VChannel

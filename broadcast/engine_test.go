@@ -172,7 +172,6 @@ func itoa(n uint64) string {
 // on one exclusive key never overlap, and both complete.
 func TestR3_5_ConcurrentBroadcastsOnOneKeySerialise(t *testing.T) {
 	e := newEnv(t)
-	b := e.open()
 	ctx := ctxT(t, 20*time.Second)
 	var inside, overlaps atomic.Int32
 	typ := message.Type{Name: "Slow", Version: 1}
@@ -187,6 +186,7 @@ func TestR3_5_ConcurrentBroadcastsOnOneKeySerialise(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	b := e.open()
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {

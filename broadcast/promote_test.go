@@ -23,6 +23,9 @@ type liveAcker struct {
 	mu   sync.Mutex
 	b    *broadcast.Broadcaster
 	drop func(broadcast.Ack) bool // acks a lagging node has not sent yet
+	// fail makes acks fail (the node retries them): a node that cannot
+	// reach the coordinator yet.
+	fail func(broadcast.Ack) bool
 }
 
 func (a *liveAcker) set(b *broadcast.Broadcaster) {
@@ -33,10 +36,13 @@ func (a *liveAcker) set(b *broadcast.Broadcaster) {
 
 func (a *liveAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 	a.mu.Lock()
-	b, drop := a.b, a.drop
+	b, drop, fail := a.b, a.drop, a.fail
 	a.mu.Unlock()
 	if drop != nil && drop(ack) {
 		return nil
+	}
+	if fail != nil && fail(ack) {
+		return errors.New("test: node cannot reach the coordinator yet")
 	}
 	return b.Ack(ctx, ack)
 }
