@@ -96,7 +96,9 @@ func TestGap8_PromoteDeadlineWhileClusterHeld(t *testing.T) {
 func TestGap21_ClosePromoteWaitingForAcks(t *testing.T) {
 	p := newPromoteEnv(t)
 	p.acker.mu.Lock()
-	p.acker.fail = func(a broadcast.Ack) bool { return a.Message != nil && a.Message.Type == broadcast.AlterReplicateConfig }
+	p.acker.fail = func(a broadcast.Ack) bool {
+		return a.Message != nil && a.Message.Type == broadcast.AlterReplicateConfig
+	}
 	p.acker.mu.Unlock()
 	ctx := ctxT(t, 20*time.Second)
 	errs := make(chan error, 1)
@@ -310,7 +312,7 @@ func TestGap83_GCOnRealEtcdInBatches(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	clk.Add(2 * time.Hour)  // everything expired...
+	clk.Add(2 * time.Hour)   // everything expired...
 	clk.Add(5 * time.Minute) // ...and the periodic check due
 	waitFor(t, "GC of every tombstone", func() bool { return b.Stats().Tombstones == 0 })
 	st := b.Stats()

@@ -235,7 +235,9 @@ func isCallback(id uint64) func(engine.Action) bool {
 	}
 }
 
-func vc(p int, name string) message.VChannel { return message.VChannel(fmt.Sprintf("wal-%d/%s", p, name)) }
+func vc(p int, name string) message.VChannel {
+	return message.VChannel(fmt.Sprintf("wal-%d/%s", p, name))
+}
 
 // promote starts a force promote as ForcePromote does: the exclusive
 // Cluster key on a secondary, then the promote's broadcast.
