@@ -17,12 +17,24 @@ import (
 // Follow makes the (empty) cluster at the client's coordinators a secondary
 // under topology: it refuses DDL and replicates its primary's WAL. Following
 // the same topology again changes nothing.
+//
+// The server checks everything before it changes anything (the topology
+// lists this cluster as a secondary, source URLs, and that this cluster's
+// source is reachable with the same WAL layout) and refuses with
+// ErrInvalidArgument or ErrFailedPrecondition.
 func (c *Client) Follow(ctx context.Context, topology *walcastv1.Topology) error {
+	return c.FollowWith(ctx, topology, false)
+}
+
+// FollowWith is Follow; allowUnreachable follows even if this cluster cannot
+// reach the primary's WAL now (the reachability and layout check is
+// skipped).
+func (c *Client) FollowWith(ctx context.Context, topology *walcastv1.Topology, allowUnreachable bool) error {
 	if topology == nil {
 		return invalidRequest("nil topology")
 	}
 	_, err := procCall[walcastv1.FollowRequest, walcastv1.FollowResponse](ctx, c, anyTransient,
-		walcastv1connect.ReplicationServiceFollowProcedure, &walcastv1.FollowRequest{Topology: topology})
+		walcastv1connect.ReplicationServiceFollowProcedure, &walcastv1.FollowRequest{Topology: topology, AllowUnreachable: allowUnreachable})
 	return err
 }
 

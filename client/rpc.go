@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
@@ -44,14 +45,59 @@ func (c *Client) GetTask(ctx context.Context, id uint64) (*walcastv1.Task, error
 	return unary(ctx, c, &walcastv1.GetTaskRequest{Id: id}, walcastv1connect.BroadcastServiceClient.GetTask)
 }
 
-// ListTasks lists tasks filtered by state, type and age. The server caps the
-// number returned.
+// ListTasks lists tasks filtered by state, type and age, newest first
+// (req.OldestFirst: oldest first), at most req.Limit of them (0: all): it
+// asks page after page, since the server caps a page (ListTasksPage).
 func (c *Client) ListTasks(ctx context.Context, req *walcastv1.ListTasksRequest) ([]*walcastv1.Task, error) {
 	if req == nil {
 		req = &walcastv1.ListTasksRequest{}
 	}
-	r, err := unary(ctx, c, req, walcastv1connect.BroadcastServiceClient.ListTasks)
-	return r.GetTasks(), err
+	page := proto.CloneOf(req)
+	var out []*walcastv1.Task
+	for {
+		if req.GetLimit() > 0 {
+			page.Limit = req.GetLimit() - int32(len(out))
+		}
+		r, err := c.ListTasksPage(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r.GetTasks()...)
+		if !r.GetMore() || len(r.GetTasks()) == 0 || req.GetLimit() > 0 && len(out) >= int(req.GetLimit()) {
+			return out, nil
+		}
+		last := out[len(out)-1].GetId()
+		if req.GetOldestFirst() {
+			page.AfterId = last
+		} else {
+			page.BeforeId = last
+		}
+	}
+}
+
+// ListTasksPage asks for one page of tasks: the server caps it, and sets
+// More when further tasks match (ask again with the last task's id as
+// BeforeId, or AfterId when OldestFirst).
+func (c *Client) ListTasksPage(ctx context.Context, req *walcastv1.ListTasksRequest) (*walcastv1.ListTasksResponse, error) {
+	if req == nil {
+		req = &walcastv1.ListTasksRequest{}
+	}
+	return unary(ctx, c, req, walcastv1connect.BroadcastServiceClient.ListTasks)
+}
+
+// ForceAck acks copies of a live task for consumers that are gone (admin;
+// the server audits it with reason) and returns the task as it is then.
+// Acks are idempotent, so the call is retried like a read.
+func (c *Client) ForceAck(ctx context.Context, id uint64, vchannels []string, reason string) (*walcastv1.Task, error) {
+	r, err := unary(ctx, c, &walcastv1.ForceAckRequest{Id: id, Vchannels: vchannels, Reason: reason},
+		walcastv1connect.BroadcastServiceClient.ForceAck)
+	return r.GetTask(), err
+}
+
+// ListTypes lists the message types the coordinator accepts.
+func (c *Client) ListTypes(ctx context.Context) ([]*walcastv1.MessageType, error) {
+	r, err := unary(ctx, c, &walcastv1.ListTypesRequest{}, walcastv1connect.BroadcastServiceClient.ListTypes)
+	return r.GetTypes(), err
 }
 
 // ListLocks shows held and awaited resource keys.

@@ -21,21 +21,41 @@ func authCmd(g *globals) *cobra.Command {
 
 // tokenView is a token record as the CLI shows it: never its hash.
 type tokenView struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Role      string `json:"role"`
-	CreatedAt string `json:"created_at"`
-	ExpiresAt string `json:"expires_at,omitempty"`
-	Expired   bool   `json:"expired,omitempty"`
-	Token     string `json:"token,omitempty"` // only when created
+	ID        string
+	Name      string
+	Role      string
+	CreatedAt string
+	ExpiresAt string // "" if it never expires
+	Expired   bool
+	Token     string // only when created
+	rec       auth.TokenRecord
 }
 
 func viewOf(r auth.TokenRecord, now time.Time) tokenView {
-	v := tokenView{ID: r.ID, Name: r.Name, Role: r.Role.String(), CreatedAt: r.CreatedAt.Format(time.RFC3339), Expired: r.Expired(now)}
+	v := tokenView{ID: r.ID, Name: r.Name, Role: r.Role.String(), CreatedAt: r.CreatedAt.Format(time.RFC3339), Expired: r.Expired(now), rec: r}
 	if !r.ExpiresAt.IsZero() {
 		v.ExpiresAt = r.ExpiresAt.Format(time.RFC3339)
 	}
 	return v
+}
+
+// value is the machine form of a token view (the token itself only when it
+// was just created).
+func (v tokenView) value() object {
+	o := object{"id": v.ID, "name": v.Name, "role": v.Role, "created_at": goTime(v.rec.CreatedAt), "expires_at": goTime(v.rec.ExpiresAt),
+		"expired": v.Expired}
+	if v.Token != "" {
+		o["token"] = v.Token
+	}
+	return o
+}
+
+func values(vs []tokenView) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v.value()
+	}
+	return out
 }
 
 func tokenCmd(g *globals) *cobra.Command {
@@ -80,8 +100,11 @@ so created and revoked tokens take effect without a restart.`,
 			}
 			v := viewOf(rec, time.Now())
 			v.Token = tok
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), v)
+			if f, err := g.format(); err != nil || f.machine() {
+				if err != nil {
+					return err
+				}
+				return emit(cmd.OutOrStdout(), f, v.value())
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintln(w, tok)
@@ -116,8 +139,11 @@ so created and revoked tokens take effect without a restart.`,
 			for i, r := range recs {
 				views[i] = viewOf(r, now)
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), views)
+			if f, err := g.format(); err != nil || f.machine() {
+				if err != nil {
+					return err
+				}
+				return emit(cmd.OutOrStdout(), f, values(views))
 			}
 			tb := newTable(cmd.OutOrStdout(), "ID", "NAME", "ROLE", "CREATED", "EXPIRES")
 			for _, v := range views {
@@ -148,14 +174,20 @@ so created and revoked tokens take effect without a restart.`,
 			for i, r := range removed {
 				views[i] = viewOf(r, now)
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), views)
+			if f, err := g.format(); err != nil || f.machine() {
+				if err != nil {
+					return err
+				}
+				return emit(cmd.OutOrStdout(), f, values(views))
 			}
 			for _, v := range views {
 				fmt.Fprintf(cmd.OutOrStdout(), "revoked token %s (%s, %s)\n", v.ID, v.Name, v.Role)
 			}
 			return nil
 		},
+	}
+	for _, c := range []*cobra.Command{create, list, revoke} {
+		addOutputFlags(c, g)
 	}
 	cmd.AddCommand(create, list, revoke)
 	return cmd
@@ -198,8 +230,11 @@ func certCmd(g *globals) *cobra.Command {
 			if err := pki.WriteFile(keyPath, k, 0o600); err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), map[string]string{"cert": certPath, "key": keyPath, "name": name, "role": r.String()})
+			if f, err := g.format(); err != nil || f.machine() {
+				if err != nil {
+					return err
+				}
+				return emit(cmd.OutOrStdout(), f, object{"cert": certPath, "key": keyPath, "name": name, "role": r.String()})
 			}
 			abs, _ := filepath.Abs(certPath)
 			fmt.Fprintf(cmd.OutOrStdout(), "client certificate for %s (role %s): %s, key %s\n", name, r, abs, keyPath)
@@ -215,6 +250,7 @@ func certCmd(g *globals) *cobra.Command {
 	for _, f := range []string{"ca-cert", "ca-key", "name", "role"} {
 		_ = create.MarkFlagRequired(f)
 	}
+	addOutputFlags(create, g)
 	cmd.AddCommand(create)
 	return cmd
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"os"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -30,52 +28,15 @@ func clientCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{broadcastCmd(g), tasksCmd(g), locksCmd(g), keysCmd(g), replicateCmd(g)}
 }
 
-// dial returns a client of --addr and the command's deadline.
-func (g *globals) dial(cmd *cobra.Command) (*client.Client, context.Context, context.CancelFunc, error) {
-	d, err := time.ParseDuration(g.timeout)
-	if err != nil || d <= 0 {
-		return nil, nil, nil, usageError{fmt.Errorf("--timeout %q is not a positive duration", g.timeout)}
-	}
-	opts, err := g.conn.options()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	c, err := client.New(g.conn.addrs(), opts...)
-	if err != nil {
-		return nil, nil, nil, usageError{err}
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), d)
-	return c, ctx, func() { cancel(); c.Close() }, nil
-}
-
-// progress prints to stderr how long a call has been waiting, every few
-// seconds, so a long wait (a callback retrying, a lock held) is visible.
-func progress(cmd *cobra.Command, g *globals, what string) func() {
-	if g.json {
-		return func() {}
-	}
-	done := make(chan struct{})
-	start := time.Now()
-	go func() {
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				fmt.Fprintf(cmd.ErrOrStderr(), "  ... still waiting for %s (%s)\n", what, time.Since(start).Round(time.Second))
-			}
-		}
-	}()
-	return func() { close(done) }
-}
-
-// runClient dials --addr, runs call with the client and the command's
-// deadline, and prints its result: with --json as JSON (protojson for a
-// proto message, encoding/json otherwise), else by human.
+// runClient dials the coordinators, runs call with the client and the
+// command's deadline, and prints its result: in a machine format as
+// machine(res) (protoValue of a proto message by default), else by human.
 func runClient[T any](g *globals, cmd *cobra.Command, call func(context.Context, *client.Client) (T, error),
-	human func(io.Writer, T) error) error {
+	human func(io.Writer, T) error, machine ...func(T) any) error {
+	f, err := g.format()
+	if err != nil {
+		return err
+	}
 	cl, ctx, done, err := g.dial(cmd)
 	if err != nil {
 		return err
@@ -83,44 +44,28 @@ func runClient[T any](g *globals, cmd *cobra.Command, call func(context.Context,
 	defer done()
 	res, err := call(ctx, cl)
 	if err != nil {
-		return err
+		return g.connError(cmd, err)
 	}
 	w := cmd.OutOrStdout()
-	if g.json {
-		if m, ok := any(res).(proto.Message); ok {
-			return printProto(w, m)
+	if f.machine() {
+		if len(machine) > 0 {
+			return emit(w, f, machine[0](res))
 		}
-		return printJSON(w, res)
+		if m, ok := any(res).(proto.Message); ok {
+			return emit(w, f, protoValue(m))
+		}
+		return emit(w, f, res)
 	}
 	return human(w, res)
 }
 
-// okResult is the one-line result of a command that changes something.
-type okResult struct {
-	Result string `json:"result"`
-}
-
 // runOK is runClient for a command whose result is one line, which call
-// returns: printed as is, or as {"result": line} with --json.
+// returns: printed as is, or as {"result": line} in a machine format.
 func runOK(g *globals, cmd *cobra.Command, call func(context.Context, *client.Client) (string, error)) error {
-	return runClient(g, cmd, func(ctx context.Context, c *client.Client) (okResult, error) {
-		line, err := call(ctx, c)
-		return okResult{line}, err
-	}, func(w io.Writer, r okResult) error {
-		_, err := fmt.Fprintln(w, r.Result)
+	return runClient(g, cmd, call, func(w io.Writer, line string) error {
+		_, err := fmt.Fprintln(w, line)
 		return err
-	})
-}
-
-// printProto prints a response as JSON (protojson, field names as in the
-// proto).
-func printProto(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(w, string(b))
-	return err
+	}, func(line string) any { return object{"result": line} })
 }
 
 func parseScope(s string) (client.Scope, error) {
@@ -153,6 +98,14 @@ func broadcastCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "broadcast",
 		Short: "Broadcast one control message and wait until it took effect",
+		Long: `Broadcast one control message to its vchannels (and the control channel) and wait
+until its callback ran. While it waits, it says why on stderr: for the resource keys
+held by another broadcast, for acks, for a callback that fails and retries.
+
+With --scope the broadcast is idempotent: the client key (--client-key, or one minted
+and printed) makes a repeat of the command an answer from the original, never a second
+broadcast. If the deadline (--timeout) passes first, the command says whether a task was
+created and what to run next.`,
 		Example: `  walcast broadcast --type Generic.v1 --payload hello --vchannel wal-1/c1v0 --vchannel wal-2/c1v1 \
       --key 'Database:db1@R' --key 'Collection:db1:c1@X' --scope collection:1 --client-key import-42`,
 		Args: cobra.NoArgs,
@@ -181,15 +134,20 @@ func broadcastCmd(g *globals) *cobra.Command {
 			if req.Scope, err = parseScope(scope); err != nil {
 				return usageError{err}
 			}
+			if req.Scope != (client.Scope{}) && req.ClientKey == "" {
+				// Minted here, not in the client, so that a hint after a
+				// deadline can name it.
+				req.ClientKey = client.NewRequestKey()
+			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*broadcastOutput, error) {
-				stop := progress(cmd, g, "the broadcast's callback")
+				stop := g.progress(cmd, func(pctx context.Context) string { return broadcastProgress(pctx, c, req) })
 				res, err := c.Broadcast(ctx, req)
 				stop()
 				if err != nil {
-					return nil, err
+					return nil, broadcastHint(cmd.Context(), c, req, err)
 				}
 				return newBroadcastOutput(req, res), nil
-			}, printBroadcast)
+			}, printBroadcast, (*broadcastOutput).value)
 		},
 	}
 	f := cmd.Flags()
@@ -201,57 +159,126 @@ func broadcastCmd(g *globals) *cobra.Command {
 	f.StringVar(&scope, "scope", "", "idempotency scope: cluster, db:<id> or collection:<id>")
 	f.StringVar(&clientKey, "client-key", "", "idempotency client key (minted if --scope is set without it)")
 	f.BoolVar(&syncUp, "ack-sync-up", false, "complete only once the streaming nodes acked every copy")
+	completeTypes(cmd, "type", g)
 	return cmd
 }
 
-// broadcastOutput is what the broadcast command prints; its JSON form is
-// the --json output.
-type broadcastOutput struct {
-	Appends        map[string]appendOutput `json:"appends"`
-	Attempts       int                     `json:"attempts"`
-	BroadcastID    uint64                  `json:"broadcast_id"`
-	ClientKey      string                  `json:"client_key,omitempty"`
-	Duplicated     bool                    `json:"duplicated"`
-	ExpiresLatest  *time.Time              `json:"expires_latest,omitempty"`
-	KeyFingerprint string                  `json:"key_fingerprint,omitempty"`
-	Outcome        string                  `json:"outcome"`
+// broadcastProgress says why a broadcast still waits: its task's stage if
+// the server knows it (a keyed broadcast), else the resource keys it asked
+// for that another broadcast holds.
+func broadcastProgress(ctx context.Context, c *client.Client, req *client.BroadcastRequest) string {
+	if req.Scope != (client.Scope{}) {
+		if k, err := message.ScopedKey(req.Scope.Domain, req.Scope.ID, req.ClientKey); err == nil {
+			if ks, err := c.LookupKey(ctx, req.Type, k); err == nil {
+				if t, err := c.GetTask(ctx, ks.GetBroadcastId()); err == nil {
+					return fmt.Sprintf("broadcast %d: %s", t.GetId(), strings.Join(waitReasons(t), "; "))
+				}
+				return fmt.Sprintf("broadcast %d was created", ks.GetBroadcastId())
+			}
+		}
+	}
+	locks, err := c.ListLocks(ctx)
+	if err != nil {
+		return ""
+	}
+	var held []string
+	for _, k := range req.ResourceKeys {
+		for _, l := range locks {
+			if l.GetDomain() != k.Domain.String() || l.GetName() != k.Name || len(l.GetWaiters()) == 0 {
+				continue
+			}
+			for _, h := range l.GetHolders() {
+				if k.Mode == resource.Exclusive || h.GetMode() == resource.Exclusive.String() {
+					held = append(held, fmt.Sprintf("%s held by %s (%s, %s)", k.Domain.String()+":"+k.Name, h.GetOwner(), modeWord(h.GetMode()), age(h.GetSince())))
+				}
+			}
+		}
+	}
+	if len(held) > 0 {
+		return "waiting for locks: " + strings.Join(held, ", ")
+	}
+	return ""
 }
 
-type appendOutput struct {
-	MessageID uint64 `json:"message_id"`
-	TimeTick  uint64 `json:"time_tick"`
+// broadcastHint adds to a broadcast's failure what to run next: after a
+// deadline, whether a task was created and how to follow it or retry.
+func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastRequest, err error) error {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	keyed := req.Scope != (client.Scope{})
+	if !keyed {
+		return fmt.Errorf("%w\nwithout --scope it cannot be told whether the broadcast was created: look for it with `walcast tasks list --state pending --type %s`",
+			err, req.Type)
+	}
+	k, kerr := message.ScopedKey(req.Scope.Domain, req.Scope.ID, req.ClientKey)
+	if kerr != nil {
+		return err
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	again := fmt.Sprintf("repeat the command with --client-key %s (the key it used)", req.ClientKey)
+	ks, lerr := c.LookupKey(lctx, req.Type, k)
+	switch {
+	case lerr == nil:
+		return fmt.Errorf("%w\nbroadcast %d was created (%s); follow it with `walcast tasks show %d --watch`, or %s to wait for its result",
+			err, ks.GetBroadcastId(), strings.ToLower(ks.GetState()), ks.GetBroadcastId(), again)
+	case errors.Is(lerr, client.ErrNotFound):
+		return fmt.Errorf("%w\nno task was created: %s to retry safely", err, again)
+	}
+	return fmt.Errorf("%w\nwhether a task was created is unknown (%v): %s, which is safe either way", err, lerr, again)
+}
+
+// broadcastOutput is what the broadcast command prints.
+type broadcastOutput struct {
+	res            *client.BroadcastResult
+	clientKey      string
+	keyFingerprint string
 }
 
 func newBroadcastOutput(req *client.BroadcastRequest, res *client.BroadcastResult) *broadcastOutput {
-	out := &broadcastOutput{Appends: make(map[string]appendOutput, len(res.Appends)), Attempts: res.Attempts,
-		BroadcastID: res.BroadcastID, Duplicated: res.Duplicated, Outcome: outcomeString(res.Outcome)}
-	for v, cp := range res.Appends {
-		out.Appends[string(v)] = appendOutput{MessageID: cp.GetMessageId(), TimeTick: cp.GetTimeTick()}
-	}
+	out := &broadcastOutput{res: res}
 	if res.IdempotencyKey != "" {
-		out.KeyFingerprint = res.IdempotencyKey.Fingerprint()
-		out.ClientKey = req.ClientKey
-		if w := res.Window; w != nil {
-			t := w.GetExpiresLatest().AsTime()
-			out.ExpiresLatest = &t
-		}
+		out.keyFingerprint = res.IdempotencyKey.Fingerprint()
+		out.clientKey = req.ClientKey
 	}
 	return out
 }
 
+// value is the machine form: the API's BroadcastResponse, the client key
+// (to repeat the command safely), the key's fingerprint and the attempts.
+func (o *broadcastOutput) value() any {
+	r := o.res
+	pb := &walcastv1.BroadcastResponse{BroadcastId: r.BroadcastID, Duplicated: r.Duplicated, Outcome: r.Outcome, Window: r.Window,
+		Appends: make(map[string]*walcastv1.Checkpoint, len(r.Appends))}
+	for v, cp := range r.Appends {
+		pb.Appends[string(v)] = cp
+	}
+	return with(protoValue(pb), "client_key", o.clientKey, "key_fingerprint", o.keyFingerprint, "attempts", r.Attempts)
+}
+
 func printBroadcast(w io.Writer, o *broadcastOutput) error {
-	fmt.Fprintf(w, "broadcast %d", o.BroadcastID)
-	if o.Duplicated {
+	r := o.res
+	fmt.Fprintf(w, "broadcast %d", r.BroadcastID)
+	if r.Duplicated {
 		fmt.Fprint(w, " (duplicate: answered by the original)")
 	}
-	fmt.Fprintf(w, "  outcome %s\n", o.Outcome)
-	if o.KeyFingerprint != "" {
-		fmt.Fprintf(w, "idempotency key fingerprint %s, client key %q\n", o.KeyFingerprint, o.ClientKey)
+	fmt.Fprintf(w, "  outcome %s\n", outcomeString(r.Outcome))
+	if o.keyFingerprint != "" {
+		fmt.Fprintf(w, "idempotency key fingerprint %s, client key %q\n", o.keyFingerprint, o.clientKey)
+	}
+	if r.Outcome.GetStatus() == walcastv1.OutcomeStatus_OUTCOME_STATUS_FAILED && r.Duplicated {
+		fmt.Fprintln(w, "the original failed, and a retry with this key always gets it: use a new client key to try again")
 	}
 	tb := newTable(w, "VCHANNEL", "MESSAGE ID", "TIME TICK")
-	for _, v := range slices.Sorted(maps.Keys(o.Appends)) {
-		cp := o.Appends[v]
-		tb.row(v, fmt.Sprint(cp.MessageID), fmt.Sprint(cp.TimeTick))
+	vs := make([]string, 0, len(r.Appends))
+	for v := range r.Appends {
+		vs = append(vs, string(v))
+	}
+	slices.Sort(vs)
+	for _, v := range vs {
+		cp := r.Appends[message.VChannel(v)]
+		tb.row(v, fmt.Sprint(cp.GetMessageId()), fmt.Sprint(cp.GetTimeTick()))
 	}
 	return tb.flush()
 }
@@ -265,6 +292,15 @@ func outcomeString(o *walcastv1.Outcome) string {
 		s += ": " + o.GetDetail()
 	}
 	return s
+}
+
+// taskOutcome is a task's outcome as the tables show it: the application's
+// verdict when it is a failure the broadcast's outcome does not show.
+func taskOutcome(o, app *walcastv1.Outcome) string {
+	if app != nil {
+		return outcomeString(app) + " (application; broadcast " + outcomeString(o) + ")"
+	}
+	return outcomeString(o)
 }
 
 func ts(t *timestamppb.Timestamp) string {
@@ -281,10 +317,26 @@ func age(t *timestamppb.Timestamp) string {
 	return time.Since(t.AsTime()).Round(time.Second).String()
 }
 
-// printTasks prints a task list as a table.
-func printTasks(w io.Writer, r *walcastv1.ListTasksResponse) error {
-	tb := newTable(w, "ID", "TYPE", "STATE", "AGE", "ACKED", "CALLBACK", "OUTCOME")
-	for _, t := range r.GetTasks() {
+// modeWord is a lock mode as a word.
+func modeWord(m string) string {
+	switch m {
+	case "R":
+		return "shared"
+	case "X":
+		return "exclusive"
+	}
+	return m
+}
+
+// printTasks prints a task list as a table; wide adds the stage and why a
+// live task waits.
+func printTasks(w io.Writer, tasks []*walcastv1.Task, wide bool) error {
+	header := []string{"ID", "TYPE", "STATE", "AGE", "ACKED", "CALLBACK", "OUTCOME"}
+	if wide {
+		header = append(header, "STAGE", "WAITING FOR")
+	}
+	tb := newTable(w, header...)
+	for _, t := range tasks {
 		acked := 0
 		for _, v := range t.GetVchannels() {
 			if v.GetAcked() {
@@ -298,13 +350,78 @@ func printTasks(w io.Writer, r *walcastv1.ListTasksResponse) error {
 				cb += ", failing"
 			}
 		}
-		tb.row(fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), age(t.GetCreatedAt()),
-			fmt.Sprintf("%d/%d", acked, len(t.GetVchannels())), cb, outcomeString(t.GetOutcome()))
+		row := []string{fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), age(t.GetCreatedAt()),
+			fmt.Sprintf("%d/%d", acked, len(t.GetVchannels())), cb, taskOutcome(t.GetOutcome(), t.GetApplicationOutcome())}
+		if wide {
+			why := "-"
+			if t.GetState() != "TOMBSTONE" {
+				why = strings.Join(waitReasons(t), "; ")
+			}
+			row = append(row, t.GetStage(), why)
+		}
+		tb.row(row...)
 	}
 	return tb.flush()
 }
 
-// printTask prints one task: its state, callback and vchannels.
+// waitReasons says why a live task waits, from its stage, its copies'
+// appended and acked flags and its callback.
+func waitReasons(t *walcastv1.Task) []string {
+	var unappended, unacked []string
+	for _, v := range t.GetVchannels() {
+		if !v.GetAppended() {
+			unappended = append(unappended, v.GetVchannel())
+		}
+		if !v.GetAcked() {
+			unacked = append(unacked, v.GetVchannel())
+		}
+	}
+	c := t.GetCallback()
+	switch t.GetStage() {
+	case "persisting":
+		return []string{"persisting the task in the catalog"}
+	case "appending":
+		s := fmt.Sprintf("appending its copies to %s", strings.Join(unappended, ", "))
+		if n := t.GetAppendAttempts(); n > 0 {
+			s += fmt.Sprintf(" (%d failed rounds, last: %s)", n, t.GetLastAppendError())
+		}
+		return []string{s}
+	case "acking":
+		return []string{"acking its copies from their append results"}
+	case "collecting":
+		return []string{"waiting for acks of its replicated copies from " + strings.Join(unacked, ", ")}
+	case "promoting":
+		return []string{"waiting for the force promote to finish it"}
+	case "queued":
+		if len(unacked) > 0 {
+			return []string{fmt.Sprintf("waiting for acks from %s (their streaming nodes must consume them; if a consumer is gone: walcast tasks ack %d --vchannel ... --reason ...)",
+				strings.Join(unacked, ", "), t.GetId())}
+		}
+		return []string{"its callback waits for an earlier task with a conflicting key to finish (control-channel order)"}
+	case "calling":
+		return []string{fmt.Sprintf("callback attempt %d running", c.GetAttempts())}
+	case "backoff":
+		return []string{fmt.Sprintf("callback attempt %d failed (%s); next attempt %s (walcast tasks retry %d: now; walcast tasks complete %d --reason ...: skip it)",
+			c.GetAttempts(), c.GetLastError(), ts(c.GetNextAttemptAt()), t.GetId(), t.GetId())}
+	case "tombstoning":
+		return []string{"writing its tombstone"}
+	case "", "tombstoned":
+		return []string{"nothing: finished"}
+	}
+	return []string{t.GetStage()}
+}
+
+// checkpointCols are a copy's message id and time tick, "-" for a copy
+// with none (not appended or not acked yet).
+func checkpointCols(cp *walcastv1.Checkpoint) (string, string) {
+	if cp.GetMessageId() == 0 && cp.GetTimeTick() == 0 {
+		return "-", "-"
+	}
+	return fmt.Sprint(cp.GetMessageId()), fmt.Sprint(cp.GetTimeTick())
+}
+
+// printTask prints one task: its state, why it waits, its callback and its
+// vchannels.
 func printTask(w io.Writer, t *walcastv1.Task) error {
 	fmt.Fprintf(w, "task %d  %s  %s\n", t.GetId(), t.GetType(), t.GetState())
 	fmt.Fprintf(w, "created    %s (%s ago)\ncompleted  %s\n", ts(t.GetCreatedAt()), age(t.GetCreatedAt()), ts(t.GetCompletedAt()))
@@ -312,7 +429,17 @@ func printTask(w io.Writer, t *walcastv1.Task) error {
 	if t.GetKeyFingerprint() != "" {
 		fmt.Fprintf(w, "key fp     %s\n", t.GetKeyFingerprint())
 	}
-	fmt.Fprintf(w, "ack sync   %v\ncommits    %d\n", t.GetAckSyncUp(), t.GetCatalogCommits())
+	commits := "- (a tombstone does not keep the count)"
+	if t.GetCatalogCommitsKnown() {
+		commits = fmt.Sprint(t.GetCatalogCommits())
+	}
+	fmt.Fprintf(w, "ack sync   %v\ncommits    %s\n", t.GetAckSyncUp(), commits)
+	if t.GetState() != "TOMBSTONE" {
+		fmt.Fprintf(w, "stage      %s\n", t.GetStage())
+		for _, r := range waitReasons(t) {
+			fmt.Fprintf(w, "waiting    %s\n", r)
+		}
+	}
 	if t.GetAppendAttempts() > 0 {
 		fmt.Fprintf(w, "appends    %d failed rounds, last: %s\n", t.GetAppendAttempts(), t.GetLastAppendError())
 	}
@@ -321,31 +448,96 @@ func printTask(w io.Writer, t *walcastv1.Task) error {
 	if c.GetLastError() != "" {
 		fmt.Fprintf(w, "last error %s\n", c.GetLastError())
 	}
-	fmt.Fprintf(w, "outcome    %s\n\n", outcomeString(t.GetOutcome()))
+	fmt.Fprintf(w, "outcome    %s\n", outcomeString(t.GetOutcome()))
+	if a := t.GetApplicationOutcome(); a != nil {
+		fmt.Fprintf(w, "app outcome %s (a retry with this task's key gets this failed original: mint a new key to try again)\n", outcomeString(a))
+	}
+	fmt.Fprintln(w)
 	tb := newTable(w, "VCHANNEL", "APPENDED", "ACKED", "MESSAGE ID", "TIME TICK")
 	for _, v := range t.GetVchannels() {
-		tb.row(v.GetVchannel(), fmt.Sprint(v.GetAppended()), fmt.Sprint(v.GetAcked()),
-			fmt.Sprint(v.GetCheckpoint().GetMessageId()), fmt.Sprint(v.GetCheckpoint().GetTimeTick()))
+		id, tick := checkpointCols(v.GetCheckpoint())
+		tb.row(v.GetVchannel(), fmt.Sprint(v.GetAppended()), fmt.Sprint(v.GetAcked()), id, tick)
 	}
 	return tb.flush()
 }
 
+// taskList is the result of tasks list: the tasks of every page fetched,
+// and the cursor of the next one when --limit stopped it.
+type taskList struct {
+	tasks  []*walcastv1.Task
+	more   bool
+	cursor uint64 // the last task's id: the next page's before_id (or after_id, oldest first)
+	oldest bool
+}
+
+func (l *taskList) value() any {
+	tasks := make([]any, len(l.tasks))
+	for i, t := range l.tasks {
+		tasks[i] = protoValue(t)
+	}
+	var next any
+	if l.more {
+		next = l.cursor
+	}
+	key := "next_before_id"
+	if l.oldest {
+		key = "next_after_id"
+	}
+	return object{"tasks": tasks, "more": l.more, key: next}
+}
+
+// listTasks fetches tasks page by page (the server caps a page) until
+// limit tasks (0: all) or the end.
+func listTasks(ctx context.Context, c *client.Client, req *walcastv1.ListTasksRequest, limit int) (*taskList, error) {
+	out := &taskList{oldest: req.GetOldestFirst()}
+	for {
+		page := proto.CloneOf(req)
+		if limit > 0 {
+			page.Limit = int32(min(limit-len(out.tasks), math.MaxInt32))
+		}
+		resp, err := c.ListTasksPage(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		out.tasks = append(out.tasks, resp.GetTasks()...)
+		if n := len(out.tasks); n > 0 {
+			out.cursor = out.tasks[n-1].GetId()
+		}
+		out.more = resp.GetMore()
+		if !out.more || len(resp.GetTasks()) == 0 || limit > 0 && len(out.tasks) >= limit {
+			return out, nil
+		}
+		if req.GetOldestFirst() {
+			req.AfterId = out.cursor
+		} else {
+			req.BeforeId = out.cursor
+		}
+	}
+}
+
 func tasksCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "tasks", Short: "List, show, retry or complete broadcast tasks"}
+	cmd := &cobra.Command{Use: "tasks", Short: "List, show, follow, retry, ack or complete broadcast tasks"}
 	list := func(use, short string, hanging bool) *cobra.Command {
 		var states []string
 		var typ string
 		var limit int
 		var older time.Duration
+		var before, after uint64
+		var oldest, watch bool
 		c := &cobra.Command{
 			Use:   use,
 			Short: short,
-			Args:  cobra.NoArgs,
+			Long: short + `. Tasks come newest first (--oldest-first: oldest first), every one of
+them: the command fetches page after page (the server caps a page at 1,000) until
+--limit tasks or the end. --before-id / --after-id start after a cursor, the last id
+of an earlier listing (its JSON says next_before_id when --limit cut it short).
+--watch lists again every 2 seconds until Ctrl-C.`,
+			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				if limit < 0 || limit > math.MaxInt32 {
-					return usageError{fmt.Errorf("--limit %d is outside 0..%d", limit, math.MaxInt32)}
+				if limit < 0 {
+					return usageError{fmt.Errorf("--limit %d is negative", limit)}
 				}
-				req := &walcastv1.ListTasksRequest{Type: typ, Limit: int32(limit)}
+				req := &walcastv1.ListTasksRequest{Type: typ, BeforeId: before, AfterId: after, OldestFirst: oldest}
 				for _, s := range states {
 					req.States = append(req.States, strings.ToUpper(s))
 				}
@@ -358,39 +550,83 @@ func tasksCmd(g *globals) *cobra.Command {
 				if older > 0 {
 					req.OlderThan = durationpb.New(older)
 				}
-				return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.ListTasksResponse, error) {
-					tasks, err := c.ListTasks(ctx, req)
-					return &walcastv1.ListTasksResponse{Tasks: tasks}, err
-				}, printTasks)
+				f, err := g.format()
+				if err != nil {
+					return err
+				}
+				fetch := func(ctx context.Context, c *client.Client) (*taskList, error) {
+					return listTasks(ctx, c, proto.CloneOf(req), limit)
+				}
+				human := func(w io.Writer, l *taskList) error {
+					if err := printTasks(w, l.tasks, f == formatWide); err != nil {
+						return err
+					}
+					if l.more {
+						flag := "--before-id"
+						if l.oldest {
+							flag = "--after-id"
+						}
+						_, err := fmt.Fprintf(w, "(more tasks: %s %d)\n", flag, l.cursor)
+						return err
+					}
+					return nil
+				}
+				if watch {
+					return g.watch(cmd, func(ctx context.Context, c *client.Client) (any, bool, error) {
+						l, err := fetch(ctx, c)
+						return l, false, err
+					}, func(w io.Writer, v any) error { return human(w, v.(*taskList)) }, func(v any) any { return v.(*taskList).value() })
+				}
+				return runClient(g, cmd, fetch, human, (*taskList).value)
 			},
 		}
 		f := c.Flags()
 		if !hanging {
 			f.StringSliceVar(&states, "state", nil, "only tasks in these states: pending, replicated, tombstone")
+			_ = c.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"pending", "replicated", "tombstone"}, cobra.ShellCompDirectiveNoFileComp))
 		}
 		f.StringVar(&typ, "type", "", "only tasks of this type (<name>.v<version>)")
-		f.IntVar(&limit, "limit", 0, "at most this many tasks")
+		f.IntVar(&limit, "limit", 0, "at most this many tasks (0: all)")
 		f.DurationVar(&older, "older-than", 0, "only tasks created longer ago than this")
+		f.Uint64Var(&before, "before-id", 0, "only tasks with ids below this (a cursor)")
+		f.Uint64Var(&after, "after-id", 0, "only tasks with ids above this (a cursor)")
+		f.BoolVar(&oldest, "oldest-first", false, "oldest (lowest id) first")
+		f.BoolVar(&watch, "watch", false, "list again every 2 seconds until Ctrl-C")
+		completeTypes(c, "type", g)
 		return c
 	}
+	var watchTask bool
 	show := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show one task: targets, acks, callback attempts and errors, outcome",
-		Args:  cobra.ExactArgs(1),
+		Short: "Show one task: why it waits, targets, acks, callback attempts and errors, outcome",
+		Long: `Show one task: its stage and why a live task waits (for appends, for acks from which
+vchannels, for a conflicting task's callback, for callback attempt N), its targets with
+their checkpoints, its callback attempts and errors, and its outcome. --watch shows it
+again whenever it changes, until it is finished (TOMBSTONE) or Ctrl-C.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTaskIDs(g, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseID(args[0])
 			if err != nil {
 				return err
 			}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.Task, error) {
-				return c.GetTask(ctx, id)
-			}, printTask)
+			get := func(ctx context.Context, c *client.Client) (*walcastv1.Task, error) { return c.GetTask(ctx, id) }
+			if watchTask {
+				return g.watch(cmd, func(ctx context.Context, c *client.Client) (any, bool, error) {
+					t, err := get(ctx, c)
+					return t, t.GetState() == "TOMBSTONE", err
+				}, func(w io.Writer, v any) error { return printTask(w, v.(*walcastv1.Task)) },
+					func(v any) any { return protoValue(v.(*walcastv1.Task)) })
+			}
+			return runClient(g, cmd, get, printTask)
 		},
 	}
+	show.Flags().BoolVar(&watchTask, "watch", false, "show the task again whenever it changes, until it is finished")
 	retry := &cobra.Command{
-		Use:   "retry ID",
-		Short: "Make a failing callback retry now instead of after its backoff",
-		Args:  cobra.ExactArgs(1),
+		Use:               "retry ID",
+		Short:             "Make a failing callback retry now instead of after its backoff",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTaskIDs(g, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseID(args[0])
 			if err != nil {
@@ -403,9 +639,10 @@ func tasksCmd(g *globals) *cobra.Command {
 	}
 	var reason string
 	complete := &cobra.Command{
-		Use:   "complete ID --reason TEXT",
-		Short: "Complete a stuck callback without its effects (the reason is recorded as its outcome)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "complete ID --reason TEXT",
+		Short:             "Complete a stuck callback without its effects (the reason is recorded as its outcome)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTaskIDs(g, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseID(args[0])
 			if err != nil {
@@ -420,8 +657,46 @@ func tasksCmd(g *globals) *cobra.Command {
 		},
 	}
 	complete.Flags().StringVar(&reason, "reason", "", "why the callback is completed by hand")
+	var ackReason string
+	var ackVChannels []string
+	ack := &cobra.Command{
+		Use:   "ack ID --vchannel V... --reason TEXT",
+		Short: "Ack a task's copies for a consumer that is gone (admin; audited)",
+		Long: `Ack copies of a live task on behalf of their consumer, when the streaming node that
+should ack them is gone for good (decommissioned, its vchannel moved): the task then
+completes. Each copy must be appended (its append result becomes the ack's checkpoint).
+Needs the admin role; the call, with the reason, is written to the audit log.`,
+		Example:           "  walcast tasks ack 42 --vchannel wal-1/c7v0 --reason 'node n3 decommissioned, its vchannels dropped'",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTaskIDs(g, true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			if len(ackVChannels) == 0 {
+				return usageError{errors.New("--vchannel: name the copies to ack (see walcast tasks show)")}
+			}
+			if strings.TrimSpace(ackReason) == "" {
+				return usageError{errors.New("--reason is required: it is written to the audit log")}
+			}
+			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*walcastv1.Task, error) {
+				return c.ForceAck(ctx, id, ackVChannels, ackReason)
+			}, func(w io.Writer, t *walcastv1.Task) error {
+				fmt.Fprintf(w, "acked %s of task %d for its consumer (the reason is in the audit log)\n", strings.Join(ackVChannels, " "), id)
+				fmt.Fprintf(w, "task %d is %s", id, t.GetState())
+				if t.GetState() != "TOMBSTONE" {
+					fmt.Fprintf(w, ": %s", strings.Join(waitReasons(t), "; "))
+				}
+				_, err := fmt.Fprintln(w)
+				return err
+			})
+		},
+	}
+	ack.Flags().StringArrayVar(&ackVChannels, "vchannel", nil, "a copy to ack, by its vchannel (repeat)")
+	ack.Flags().StringVar(&ackReason, "reason", "", "why the consumer's ack is given by hand (audited)")
 	cmd.AddCommand(list("list", "List tasks (filter by state and type)", false),
-		list("hanging", "List pending or replicated tasks older than --older-than", true), show, retry, complete)
+		list("hanging", "List pending or replicated tasks older than --older-than", true), show, retry, complete, ack)
 	return cmd
 }
 
@@ -486,12 +761,23 @@ func keysCmd(g *globals) *cobra.Command {
 				return c.LookupKey(ctx, t, k)
 			}, func(out io.Writer, r *walcastv1.LookupKeyResponse) error {
 				w := r.GetWindow()
-				fmt.Fprintf(out, "key fingerprint  %s\noriginal         broadcast %d (%s)\noutcome          %s\nfirst seen       %s\ncompleted        %s\nexpires latest   %s\n",
-					k.Fingerprint(), r.GetBroadcastId(), r.GetState(), outcomeString(r.GetOutcome()), ts(w.GetFirstSeen()), ts(w.GetCompletedAt()), ts(w.GetExpiresLatest()))
+				fmt.Fprintf(out, "key fingerprint  %s\noriginal         broadcast %d (%s)\noutcome          %s\n",
+					k.Fingerprint(), r.GetBroadcastId(), r.GetState(), outcomeString(r.GetOutcome()))
+				failed := r.GetOutcome().GetStatus() == walcastv1.OutcomeStatus_OUTCOME_STATUS_FAILED
+				if a := r.GetApplicationOutcome(); a != nil {
+					fmt.Fprintf(out, "app outcome      %s\n", outcomeString(a))
+					failed = true
+				}
+				fmt.Fprintf(out, "first seen       %s\ncompleted        %s\nexpires latest   %s\n", ts(w.GetFirstSeen()), ts(w.GetCompletedAt()), ts(w.GetExpiresLatest()))
 				if h := w.GetCountHeadroom(); h >= 0 {
 					fmt.Fprintf(out, "count headroom   %d more tombstones before max_count evicts it\n", h)
 				}
+				if failed {
+					fmt.Fprintln(out, "the original failed: a retry with this key gets it again; mint a new key to try again")
+				}
 				return nil
+			}, func(r *walcastv1.LookupKeyResponse) any {
+				return with(protoValue(r), "key_fingerprint", k.Fingerprint())
 			})
 		},
 	}
@@ -500,6 +786,7 @@ func keysCmd(g *globals) *cobra.Command {
 	f.StringVar(&key, "key", "", "scoped key <domain>:<scope id>:<client key>")
 	f.StringVar(&scope, "scope", "", "or: scope cluster, db:<id> or collection:<id> ...")
 	f.StringVar(&clientKey, "client-key", "", "... with the client key")
+	completeTypes(lookup, "type", g)
 	cmd := &cobra.Command{Use: "keys", Short: "Inspect idempotency keys"}
 	cmd.AddCommand(lookup)
 	return cmd

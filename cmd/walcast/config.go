@@ -3,105 +3,185 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/walcast/walcast/server"
 )
 
-// serverFlags are the settings server commands take as flags; each maps to a
+// Server commands, by the flags they take.
+const (
+	modeStandalone = "standalone"
+	modeCoord      = "coord"
+	modeNode       = "node"
+	modePrint      = "config print" // takes every server flag
+)
+
+// serverFlag is a setting a server command takes as a flag; it maps to a
 // configuration key (flags beat environment beats the YAML file).
-var serverFlags = map[string]string{
-	"data-dir":                  "data_dir",
-	"api-addr":                  "api.addr",
-	"metrics-addr":              "metrics.addr",
-	"pchannels":                 "wal.pchannels",
-	"nodes":                     "nodes.count",
-	"log-level":                 "log.level",
-	"log-format":                "log.format",
-	"etcd":                      "catalog.endpoints",
-	"nats":                      "wal.nats.url",
-	"kafka":                     "wal.kafka.brokers",
-	"kafka-replication-factor":  "wal.kafka.replication_factor",
-	"kafka-min-insync-replicas": "wal.kafka.min_insync_replicas",
-	"kafka-topic-prefix":        "wal.kafka.topic_prefix",
-	"nats-stream-prefix":        "wal.nats.stream_prefix",
-	"wal":                       "wal.kind",
-	"name":                      "nodes.name",
-	"consume":                   "nodes.pchannels",
-	"coordinators":              "nodes.coordinators",
-	"advertise":                 "api.advertise",
-	"cluster":                   "cluster.name",
-	"api-tls-cert":              "api.tls.cert_file",
-	"api-tls-key":               "api.tls.key_file",
-	"api-client-ca":             "api.tls.client_ca_file",
-	"api-token-file":            "api.auth.token_file",
-	"insecure":                  "api.insecure",
-	"secure":                    "api.secure",
-	"audit-file":                "audit.file",
-	"nats-monitor":              "wal.nats.monitor_urls",
-	"allow-unsafe-durability":   "durability.allow_unsafe",
-	"nats-addr":                 "standalone.nats_addr",
-	"etcd-addr":                 "standalone.etcd_addr",
+type serverFlag struct {
+	name, key string
+	modes     []string // the commands that take it
+	define    func(fs *pflag.FlagSet, d server.Config)
 }
 
-// addServerFlags declares the server flags on fs, with the defaults shown.
-func addServerFlags(fs *pflag.FlagSet, configPath *string) {
+var (
+	all        = []string{modeStandalone, modeCoord, modeNode}
+	apiServers = []string{modeStandalone, modeCoord}
+	cluster    = []string{modeCoord, modeNode}
+)
+
+// serverFlags are every server flag: each command declares those of its
+// mode, so that a flag that does not apply (--etcd for standalone, --nodes
+// for coord) is refused as unknown instead of being ignored.
+var serverFlags = []serverFlag{
+	{"data-dir", "data_dir", all, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("data-dir", d.DataDir, "directory for the process's data (standalone: everything; node: its state)")
+	}},
+	{"cluster", "cluster.name", apiServers, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("cluster", d.Cluster.Name, "this cluster's name in replication topologies")
+	}},
+	{"api-addr", "api.addr", apiServers, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("api-addr", d.API.Addr, "API listen address")
+	}},
+	{"advertise", "api.advertise", []string{modeCoord}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("advertise", "", "API address others reach this coordinator at (default --api-addr)")
+	}},
+	{"metrics-addr", "metrics.addr", all, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("metrics-addr", d.Metrics.Addr, "Prometheus /metrics (and /healthz, /readyz) listen address (empty: off)")
+	}},
+	{"pchannels", "wal.pchannels", all, func(fs *pflag.FlagSet, d server.Config) {
+		fs.Int("pchannels", d.WAL.PChannels, "number of pchannels")
+	}},
+	{"nodes", "nodes.count", []string{modeStandalone}, func(fs *pflag.FlagSet, d server.Config) {
+		fs.Int("nodes", d.Nodes.Count, "streaming nodes standalone runs")
+	}},
+	{"log-level", "log.level", all, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("log-level", d.Log.Level, "debug, info, warn or error")
+	}},
+	{"log-format", "log.format", all, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("log-format", d.Log.Format, "json or text")
+	}},
+	{"etcd", "catalog.endpoints", []string{modeCoord}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.StringSlice("etcd", nil, "the etcd cluster's endpoints")
+	}},
+	{"nats", "wal.nats.url", cluster, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("nats", "", "the NATS server's URL (with --wal nats)")
+	}},
+	{"kafka", "wal.kafka.brokers", cluster, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.StringSlice("kafka", nil, "Kafka brokers (with --wal kafka)")
+	}},
+	{"wal", "wal.kind", cluster, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("wal", d.WAL.Kind, "WAL backend: nats or kafka")
+	}},
+	{"kafka-replication-factor", "wal.kafka.replication_factor", cluster, func(fs *pflag.FlagSet, d server.Config) {
+		fs.Int("kafka-replication-factor", d.WAL.Kafka.ReplicationFactor, "replication factor of the Kafka topics walcast creates (1 on a one-broker development Kafka)")
+	}},
+	{"kafka-min-insync-replicas", "wal.kafka.min_insync_replicas", cluster, func(fs *pflag.FlagSet, d server.Config) {
+		fs.Int("kafka-min-insync-replicas", d.WAL.Kafka.MinInsyncReplicas, "min.insync.replicas of the Kafka topics walcast creates (0: replication factor - 1, at least 1)")
+	}},
+	{"kafka-topic-prefix", "wal.kafka.topic_prefix", cluster, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("kafka-topic-prefix", d.WAL.Kafka.TopicPrefix, "prefix of this cluster's Kafka topics (clusters sharing a Kafka need their own)")
+	}},
+	{"nats-stream-prefix", "wal.nats.stream_prefix", all, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("nats-stream-prefix", d.WAL.NATS.StreamPrefix, "prefix of this cluster's JetStream streams (clusters sharing a NATS server need their own)")
+	}},
+	{"nats-monitor", "wal.nats.monitor_urls", []string{modeCoord}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.StringSlice("nats-monitor", nil, "external NATS servers' monitoring URLs (http://host:8222): coord checks there that each syncs every write")
+	}},
+	{"allow-unsafe-durability", "durability.allow_unsafe", []string{modeCoord}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.Bool("allow-unsafe-durability", false, "start even on backends that can lose a DDL reported done (see the durability report it prints)")
+	}},
+	{"name", "nodes.name", []string{modeNode}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("name", "", "the node's name (its state lives in --data-dir/nodes/<name>)")
+	}},
+	{"consume", "nodes.pchannels", []string{modeNode}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.IntSlice("consume", nil, "pchannel indexes the node consumes")
+	}},
+	{"coordinators", "nodes.coordinators", []string{modeNode}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.StringSlice("coordinators", nil, "coordinator API addresses the node acks to")
+	}},
+	{"api-tls-cert", "api.tls.cert_file", apiServers, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("api-tls-cert", "", "serve the API over TLS with this certificate (PEM; reloaded on change or SIGHUP)")
+	}},
+	{"api-tls-key", "api.tls.key_file", apiServers, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("api-tls-key", "", "key of --api-tls-cert")
+	}},
+	{"api-client-ca", "api.tls.client_ca_file", apiServers, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("api-client-ca", "", "CA bundle client certificates are verified against (mTLS identities)")
+	}},
+	{"api-token-file", "api.auth.token_file", apiServers, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("api-token-file", "", "token file of the API's bearer tokens (walcast auth token create)")
+	}},
+	{"insecure", "api.insecure", apiServers, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.Bool("insecure", false, "allow a non-loopback --api-addr without TLS and authentication")
+	}},
+	{"secure", "api.secure", []string{modeStandalone}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.Bool("secure", false, "make (once) a local CA, server certificate and admin token under --data-dir/secure and require TLS and credentials")
+	}},
+	{"audit-file", "audit.file", apiServers, func(fs *pflag.FlagSet, d server.Config) {
+		fs.String("audit-file", d.Audit.File, `audit log: "stderr", "off" or a file`)
+	}},
+	{"nats-addr", "standalone.nats_addr", []string{modeStandalone}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("nats-addr", "", "the embedded NATS's client address, 127.0.0.1:<port> (default: --api-addr's port + 2)")
+	}},
+	{"etcd-addr", "standalone.etcd_addr", []string{modeStandalone}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.String("etcd-addr", "", "the embedded etcd's client address, 127.0.0.1:<port> (default: --api-addr's port + 3)")
+	}},
+}
+
+// addServerFlags declares the server flags of mode on fs, with the
+// defaults shown.
+func addServerFlags(fs *pflag.FlagSet, configPath *string, mode string) {
 	d := server.Default()
 	fs.StringVarP(configPath, "config", "c", "", "YAML configuration file")
-	fs.String("data-dir", d.DataDir, "directory for all standalone data")
-	fs.String("cluster", d.Cluster.Name, "this cluster's name in replication topologies")
-	fs.String("api-addr", d.API.Addr, "API listen address")
-	fs.String("advertise", "", "API address others reach this process at (default --api-addr)")
-	fs.String("metrics-addr", d.Metrics.Addr, "Prometheus /metrics listen address (empty: off)")
-	fs.Int("pchannels", d.WAL.PChannels, "number of pchannels")
-	fs.Int("nodes", d.Nodes.Count, "streaming nodes a standalone process runs")
-	fs.String("log-level", d.Log.Level, "debug, info, warn or error")
-	fs.String("log-format", d.Log.Format, "json or text")
-	fs.StringSlice("etcd", nil, "external etcd endpoints (cluster mode)")
-	fs.String("nats", "", "external NATS URL (cluster mode)")
-	fs.StringSlice("kafka", nil, "Kafka brokers (cluster mode, with --wal kafka)")
-	fs.Int("kafka-replication-factor", d.WAL.Kafka.ReplicationFactor, "replication factor of the Kafka topics walcast creates (1 on a one-broker development Kafka)")
-	fs.Int("kafka-min-insync-replicas", d.WAL.Kafka.MinInsyncReplicas, "min.insync.replicas of the Kafka topics walcast creates (0: replication factor - 1, at least 1)")
-	fs.String("kafka-topic-prefix", d.WAL.Kafka.TopicPrefix, "prefix of this cluster's Kafka topics (clusters sharing a Kafka need their own)")
-	fs.String("nats-stream-prefix", d.WAL.NATS.StreamPrefix, "prefix of this cluster's JetStream streams (clusters sharing a NATS server need their own)")
-	fs.String("wal", d.WAL.Kind, "WAL backend: nats or kafka")
-	fs.String("name", "", "node name (walcast node)")
-	fs.IntSlice("consume", nil, "pchannel indexes this node consumes (walcast node)")
-	fs.StringSlice("coordinators", nil, "coordinator API addresses a node acks to (walcast node)")
-	fs.String("api-tls-cert", "", "serve the API over TLS with this certificate (PEM; reloaded on change or SIGHUP)")
-	fs.String("api-tls-key", "", "key of --api-tls-cert")
-	fs.String("api-client-ca", "", "CA bundle client certificates are verified against (mTLS identities)")
-	fs.String("api-token-file", "", "token file of the API's bearer tokens (walcast auth token create)")
-	fs.Bool("insecure", false, "allow a non-loopback --api-addr without TLS and authentication")
-	fs.Bool("secure", false, "standalone: make (once) a local CA, server certificate and admin token under --data-dir/secure and require TLS and credentials")
-	fs.String("audit-file", d.Audit.File, `audit log: "stderr", "off" or a file`)
-	fs.StringSlice("nats-monitor", nil, "external NATS servers' monitoring URLs (http://host:8222): coord checks there that each syncs every write")
-	fs.Bool("allow-unsafe-durability", false, "coord: start even on backends that can lose a DDL reported done (see the durability report it prints)")
-	fs.String("nats-addr", "", "standalone: the embedded NATS's client address, 127.0.0.1:<port> (default: --api-addr's port + 2)")
-	fs.String("etcd-addr", "", "standalone: the embedded etcd's client address, 127.0.0.1:<port> (default: --api-addr's port + 3)")
+	for _, f := range serverFlags {
+		if mode == modePrint || slices.Contains(f.modes, mode) {
+			f.define(fs, d)
+		}
+	}
+}
+
+// flagKey is the configuration key of a server flag, "" for other flags.
+func flagKey(name string) string {
+	for _, f := range serverFlags {
+		if f.name == name {
+			return f.key
+		}
+	}
+	return ""
 }
 
 // loadConfig loads the server configuration and shows its warnings (unknown
 // WALCAST_* variables that are ignored) on stderr.
 func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {
-	c, warnings, err := server.LoadWithWarnings(path, os.Environ(), fs, func(name string) string { return serverFlags[name] })
+	c, warnings, err := server.LoadWithWarnings(path, os.Environ(), fs, flagKey)
 	for _, w := range warnings {
 		fmt.Fprintln(os.Stderr, "walcast: warning:", w)
 	}
 	return c, err
 }
 
-func configCmd() *cobra.Command {
+func configCmd(g *globals) *cobra.Command {
 	var path string
-	cmd := &cobra.Command{Use: "config", Short: "Inspect the configuration"}
+	cmd := &cobra.Command{Use: "config", Short: "Inspect the server configuration"}
 	print := &cobra.Command{
 		Use:   "print",
 		Short: "Print the effective configuration (defaults < file < WALCAST_* environment < flags)",
-		Args:  cobra.NoArgs,
+		Long: `Print the effective server configuration: the defaults, overridden by the YAML file
+(--config), the WALCAST_* environment and the flags (every server flag is accepted). The
+output is YAML that --config reads back; -o json prints the same as JSON (durations as
+Go duration strings, e.g. "24h0m0s").`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := g.format()
+			if err != nil {
+				return err
+			}
 			c, err := loadConfig(cmd.Flags(), path)
 			if err != nil {
 				return err
@@ -110,11 +190,19 @@ func configCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = cmd.OutOrStdout().Write(y)
-			return err
+			if f != formatJSON {
+				_, err = cmd.OutOrStdout().Write(y)
+				return err
+			}
+			var v map[string]any
+			if err := yaml.Unmarshal(y, &v); err != nil {
+				return err
+			}
+			return emit(cmd.OutOrStdout(), formatJSON, v)
 		},
 	}
-	addServerFlags(print.Flags(), &path)
+	addServerFlags(print.Flags(), &path, modePrint)
+	addOutputFlags(print, g)
 	cmd.AddCommand(print)
 	return cmd
 }

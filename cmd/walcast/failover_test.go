@@ -44,6 +44,7 @@ func TestR9_2_FrozenLeaderDoesNotStallClients(t *testing.T) {
 	t.Setenv("WALCAST_CATALOG_PREFIX", prefix)
 	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
 	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--metrics-addr", ""}
+	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--metrics-addr", ""} // a node has no etcd
 	coords := []*proc{
 		start(t, "coord-a", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
 		start(t, "coord-b", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
@@ -51,7 +52,7 @@ func TestR9_2_FrozenLeaderDoesNotStallClients(t *testing.T) {
 	addrs := []string{coords[0].api, coords[1].api}
 	for i, consume := range []string{"0,2", "1,3"} {
 		start(t, fmt.Sprint("node-", i), append([]string{"node", "--name", fmt.Sprint("n", i), "--consume", consume,
-			"--coordinators", strings.Join(addrs, ","), "--data-dir", t.TempDir()}, common...)...)
+			"--coordinators", strings.Join(addrs, ","), "--data-dir", t.TempDir()}, nodeCommon...)...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
@@ -16,8 +18,53 @@ import (
 
 // metaCmds are the reference metadata service's commands (package meta).
 func metaCmds(g *globals) []*cobra.Command {
-	return []*cobra.Command{metaDBCmd(g), metaCollectionCmd(g), metaIndexCmd(g), metaUserCmd(g),
+	cmds := []*cobra.Command{metaDBCmd(g), metaCollectionCmd(g), metaIndexCmd(g), metaUserCmd(g),
 		metaGrantCmd(g, true), metaGrantCmd(g, false), metaImportCmd(g), metaViewCmd(g)}
+	// Shell completion: --db completes the server's databases, --collection
+	// and a command's COLLECTION argument the collections of its --db, a
+	// database command's NAME the databases.
+	for _, c := range cmds {
+		walk(c, func(c *cobra.Command) {
+			if c.Flags().Lookup("db") != nil {
+				completeDatabases(c, "db", g)
+			}
+			if c.Flags().Lookup("collection") != nil {
+				completeCollectionFlag(c, "collection", g)
+			}
+			switch {
+			case c.ValidArgsFunction != nil:
+			case strings.HasPrefix(c.Use, "drop NAME") && c.Parent() != nil && c.Parent().Name() == "db":
+				c.ValidArgsFunction = func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+					if len(args) > 0 {
+						return nil, cobra.ShellCompDirectiveNoFileComp
+					}
+					return g.ask(cmd, databaseNames)
+				}
+			case strings.Contains(c.Use, " NAME") && c.Parent() != nil && c.Parent().Name() == "collection" && !strings.HasPrefix(c.Use, "create"),
+				strings.Contains(c.Use, "COLLECTION") || strings.HasPrefix(c.Use, "rename OLD"):
+				c.ValidArgsFunction = completeCollectionArg(g)
+			}
+		})
+	}
+	return cmds
+}
+
+// runDDL runs a DDL command: as runClient, with the request's idempotency
+// key (minted by the client unless --key gave one) in the machine output,
+// so a script can retry safely, and in the error after a deadline, with
+// what to run.
+func runDDL(g *globals, cmd *cobra.Command, key *string, call func(context.Context, *client.Client) (proto.Message, error),
+	human func(io.Writer, proto.Message) error) error {
+	if *key == "" {
+		*key = client.NewRequestKey() // minted here so that a hint can name it
+	}
+	return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+		m, err := call(ctx, c)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w\nwhether it was done is unknown: repeat the command with --key %s (the key it used) to retry safely", err, *key)
+		}
+		return m, err
+	}, human, func(m proto.Message) any { return with(protoValue(m), "idempotency_key", *key) })
 }
 
 // keyFlag declares --key, the idempotency key of a DDL command.
@@ -49,7 +96,7 @@ func metaDBCmd(g *globals) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a database", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.CreateDatabaseResponse)
@@ -61,7 +108,7 @@ func metaDBCmd(g *globals) *cobra.Command {
 	drop := &cobra.Command{
 		Use: "drop NAME", Short: "Drop an empty database", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.DropDatabase(ctx, &walcastv1.DropDatabaseRequest{Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.DropDatabaseResponse)
@@ -136,7 +183,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: db, Name: args[0], Shards: shards,
 					Fields: fs, IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
@@ -154,7 +201,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	drop := &cobra.Command{
 		Use: "drop NAME", Short: "Drop a collection and its indexes", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: db, Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.DropCollectionResponse)
@@ -167,7 +214,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	rename := &cobra.Command{
 		Use: "rename OLD NEW", Short: "Rename a collection (it keeps its id)", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: db, OldName: args[0], NewName: args[1], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.RenameCollectionResponse)
@@ -225,7 +272,7 @@ func metaIndexCmd(g *globals) *cobra.Command {
 		Use: "create COLLECTION INDEX", Short: "Create an index on a field", Args: cobra.ExactArgs(2),
 		Example: "  walcast index create orders by_emb --db shop --field emb --type HNSW",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: db, Collection: args[0], Name: args[1],
 					Field: field, IndexType: typ, IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
@@ -243,7 +290,7 @@ func metaIndexCmd(g *globals) *cobra.Command {
 	drop := &cobra.Command{
 		Use: "drop COLLECTION INDEX", Short: "Drop an index", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.DropIndex(ctx, &walcastv1.DropIndexRequest{Database: db, Collection: args[0], Name: args[1], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				return ddlLine(w, m.(*walcastv1.DropIndexResponse).GetResult(), "index %s dropped from %s.%s", args[1], db, args[0])
@@ -262,7 +309,7 @@ func metaUserCmd(g *globals) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a user", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateUser(ctx, &walcastv1.CreateUserRequest{Name: args[0], IdempotencyKey: key})
 			}, func(w io.Writer, m proto.Message) error {
 				return ddlLine(w, m.(*walcastv1.CreateUserResponse).GetResult(), "user %s created", args[0])
@@ -315,7 +362,7 @@ privileges (CreateCollection, DropDatabase) need --collection "*", CreateDatabas
 needs --db "*".`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gr := &walcastv1.Grant{User: args[0], Privilege: args[1], Database: db, Collection: coll}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				if grant {
 					return c.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: gr, IdempotencyKey: key})
 				}
@@ -340,66 +387,204 @@ func jobState(s walcastv1.ImportJobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "IMPORT_JOB_STATE_"))
 }
 
+// jobEnded reports whether a job reached its end: completed or failed.
+func jobEnded(j *walcastv1.ImportJob) bool {
+	s := j.GetState()
+	return s == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || s == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED
+}
+
+// jobFailed is the error of a job that failed: the command fails (exit 1)
+// after printing the job.
+func jobFailed(j *walcastv1.ImportJob) error {
+	return kindError{"job_failed", fmt.Errorf("import job %d failed: %s", j.GetId(), j.GetReason())}
+}
+
+// keyHint says what to do with an import's key: retry safely with it, or,
+// when its job failed, mint a new one (a retry gets the failed job, R7.9).
+func keyHint(key string, j *walcastv1.ImportJob) string {
+	if j.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED {
+		return fmt.Sprintf("key: %s (its job failed: a retry with this key returns the failed job; run the command without --key, or with a new key, to import again)", key)
+	}
+	return fmt.Sprintf("key: %s (repeat with --key %s to retry safely)", key, key)
+}
+
+// jobLine is one line of a job's progress: its state, files and rows, a
+// bar while files are imported, and the elapsed time.
+func jobLine(j *walcastv1.ImportJob, elapsed time.Duration) string {
+	n := len(j.GetFiles())
+	s := fmt.Sprintf("import job %d: %s, %d of %d files, %d rows", j.GetId(), jobState(j.GetState()), j.GetFilesDone(), n, j.GetRows())
+	if j.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING && n > 0 {
+		s += " " + bar(int(j.GetFilesDone()), n, 20)
+	}
+	return s + fmt.Sprintf(" (%s)", elapsed.Round(100*time.Millisecond))
+}
+
+// waitJob follows job id until it ends or ctx does, showing its progress on
+// w (stderr): on a terminal one line redrawn in place, elsewhere a line per
+// change (what a script or a test reads). It returns the job as it ended.
+func waitJob(ctx context.Context, c *client.Client, id uint64, w io.Writer, quiet bool) (*walcastv1.ImportJob, error) {
+	start := time.Now()
+	tty := terminal(w)
+	last := ""
+	every := 200 * time.Millisecond // a job's first steps are quick; then every pollEvery
+	for {
+		j, err := c.GetImportJob(ctx, id)
+		if err != nil {
+			if tty && last != "" {
+				fmt.Fprintln(w)
+			}
+			return nil, err
+		}
+		if !quiet {
+			line := jobLine(j, time.Since(start))
+			key := strings.TrimSuffix(line, line[strings.LastIndex(line, " ("):]) // without the time
+			switch {
+			case tty:
+				fmt.Fprintf(w, "\r\x1b[2K%s", line)
+			case key != last:
+				fmt.Fprintln(w, line)
+			}
+			last = key
+		}
+		if jobEnded(j) {
+			if tty && !quiet {
+				fmt.Fprintln(w)
+			}
+			return j, nil
+		}
+		select {
+		case <-ctx.Done():
+			if tty && !quiet {
+				fmt.Fprintln(w)
+			}
+			return nil, kindError{"deadline_exceeded", fmt.Errorf("import job %d is still %s after the deadline (%v)\nfollow it with `walcast import wait %d` (with a longer --timeout)",
+				id, jobState(j.GetState()), ctx.Err(), id)}
+		case <-time.After(every):
+		}
+		every = min(2*every, pollEvery)
+	}
+}
+
+// printJob prints an import job as a field table.
+func printJob(w io.Writer, j *walcastv1.ImportJob) error {
+	tb := newTable(w, "FIELD", "VALUE")
+	tb.row("id", fmt.Sprint(j.GetId()))
+	tb.row("state", jobState(j.GetState()))
+	if j.GetReason() != "" {
+		tb.row("reason", j.GetReason())
+	}
+	tb.row("collection", fmt.Sprintf("%s (id %d)", j.GetCollection(), j.GetCollectionId()))
+	tb.row("database", fmt.Sprintf("%s (id %d)", j.GetDatabase(), j.GetDatabaseId()))
+	tb.row("files", strings.Join(j.GetFiles(), " "))
+	tb.row("progress", fmt.Sprintf("%d of %d files, %d rows", j.GetFilesDone(), len(j.GetFiles()), j.GetRows()))
+	tb.row("created", ts(j.GetCreatedAt()))
+	tb.row("updated", ts(j.GetUpdatedAt()))
+	return tb.flush()
+}
+
 func metaImportCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "import", Short: "Start, show or list bulk import jobs"}
+	cmd := &cobra.Command{Use: "import", Short: "Start, wait for, show or list bulk import jobs"}
 	var db, coll, key string
+	var wait bool
 	start := &cobra.Command{
-		Use: "start COLLECTION FILE...", Short: "Start a bulk import job", Args: cobra.MinimumNArgs(2),
+		Use: "start COLLECTION FILE...", Short: "Start a bulk import job (--wait: and follow it to its end)", Args: cobra.MinimumNArgs(2),
 		Long: `Start a bulk import job into a collection. Each FILE is a path relative to the server's
 import root (meta.import_root, default <data dir>/imports): JSON lines (.jsonl, .ndjson, one
 object per line) or CSV (.csv, a header row naming the fields). The server reads the files,
 checks every row against the collection's fields and counts them; a missing or malformed
 file fails the job, naming the file and line.
 
-The command mints an idempotency key unless --key gives one, and prints it: repeat the
-command with --key to retry it safely — the retry returns the original job (also after the
-collection was renamed, if you name it by its new name), never a second one. A retry of a
-job that failed returns it failed: use a new key to import again.`,
+The command mints an idempotency key unless --key gives one, and prints it (its JSON has it
+as idempotency_key): repeat the command with --key to retry it safely — the retry returns
+the original job (also after the collection was renamed, if you name it by its new name),
+never a second one. A retry of a job that failed returns it failed: use a new key to import
+again.
+
+--wait follows the job to its end, showing its state, files, rows and elapsed time on
+stderr (one line per change when stderr is not a terminal), and exits 1 if it failed.`,
+		ValidArgsFunction: completeCollectionArg(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if key == "" {
+				key = client.NewRequestKey()
+			}
 			req := &walcastv1.ImportRequest{Database: db, Collection: args[0], Files: args[1:], IdempotencyKey: key}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				return c.Import(ctx, req)
+			f, err := g.format()
+			if err != nil {
+				return err
+			}
+			var final *walcastv1.ImportJob
+			err = runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				r, err := c.Import(ctx, req)
+				if err != nil || !wait {
+					return r, err
+				}
+				if !f.machine() {
+					j := r.GetJob()
+					if err := ddlLine(cmd.OutOrStdout(), r.GetResult(), "import job %d into %s.%s: %s", j.GetId(), db, args[0], jobState(j.GetState())); err != nil {
+						return nil, err
+					}
+				}
+				if final, err = waitJob(ctx, c, r.GetJob().GetId(), cmd.ErrOrStderr(), f.machine()); err != nil {
+					return nil, err
+				}
+				r.Job = final
+				return r, nil
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.ImportResponse)
 				j := r.GetJob()
-				if err := ddlLine(w, r.GetResult(), "import job %d into %s.%s: %s", j.GetId(), db, args[0], jobState(j.GetState())); err != nil {
+				if wait {
+					fmt.Fprintf(w, "import job %d %s: %d of %d files, %d rows\n", j.GetId(), jobState(j.GetState()), j.GetFilesDone(), len(j.GetFiles()), j.GetRows())
+				} else if err := ddlLine(w, r.GetResult(), "import job %d into %s.%s: %s", j.GetId(), db, args[0], jobState(j.GetState())); err != nil {
 					return err
 				}
 				if j.GetReason() != "" {
 					fmt.Fprintf(w, "reason: %s\n", j.GetReason())
 				}
-				_, err := fmt.Fprintf(w, "key: %s (repeat with --key %s to retry safely)\n", req.IdempotencyKey, req.IdempotencyKey)
+				_, err := fmt.Fprintln(w, keyHint(key, j))
 				return err
 			})
+			if err == nil && final.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED {
+				return jobFailed(final)
+			}
+			return err
 		},
 	}
 	dbFlag(start, &db)
 	keyFlag(start, &key)
+	start.Flags().BoolVar(&wait, "wait", false, "follow the job to its end (exit 1 if it failed)")
+	waitCmd := &cobra.Command{
+		Use: "wait ID", Short: "Follow an import job to its end, with its progress (exit 1 if it failed)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseJobID(args[0])
+			if err != nil {
+				return err
+			}
+			f, err := g.format()
+			if err != nil {
+				return err
+			}
+			var final *walcastv1.ImportJob
+			err = runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
+				j, err := waitJob(ctx, c, id, cmd.ErrOrStderr(), f.machine())
+				final = j
+				return j, err
+			}, func(w io.Writer, m proto.Message) error { return printJob(w, m.(*walcastv1.ImportJob)) })
+			if err == nil && final.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED {
+				return jobFailed(final)
+			}
+			return err
+		},
+	}
 	show := &cobra.Command{
 		Use: "show ID", Short: "Show an import job", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseUint(args[0], 10, 64)
-			if err != nil || id == 0 {
-				return usageError{fmt.Errorf("import job id %q is not a positive integer", args[0])}
+			id, err := parseJobID(args[0])
+			if err != nil {
+				return err
 			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.GetImportJob(ctx, id)
-			}, func(w io.Writer, m proto.Message) error {
-				j := m.(*walcastv1.ImportJob)
-				tb := newTable(w, "FIELD", "VALUE")
-				tb.row("id", fmt.Sprint(j.GetId()))
-				tb.row("state", jobState(j.GetState()))
-				if j.GetReason() != "" {
-					tb.row("reason", j.GetReason())
-				}
-				tb.row("collection", fmt.Sprintf("%s (id %d)", j.GetCollection(), j.GetCollectionId()))
-				tb.row("database", fmt.Sprintf("%s (id %d)", j.GetDatabase(), j.GetDatabaseId()))
-				tb.row("files", strings.Join(j.GetFiles(), " "))
-				tb.row("progress", fmt.Sprintf("%d of %d files, %d rows", j.GetFilesDone(), len(j.GetFiles()), j.GetRows()))
-				tb.row("created", ts(j.GetCreatedAt()))
-				tb.row("updated", ts(j.GetUpdatedAt()))
-				return tb.flush()
-			})
+			}, func(w io.Writer, m proto.Message) error { return printJob(w, m.(*walcastv1.ImportJob)) })
 		},
 	}
 	list := &cobra.Command{
@@ -425,8 +610,16 @@ job that failed returns it failed: use a new key to import again.`,
 	}
 	list.Flags().StringVar(&db, "db", "", "only jobs of this database")
 	list.Flags().StringVar(&coll, "collection", "", "only jobs of this collection (by its current name; needs --db)")
-	cmd.AddCommand(start, show, list)
+	cmd.AddCommand(start, waitCmd, show, list)
 	return cmd
+}
+
+func parseJobID(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, usageError{fmt.Errorf("import job id %q is not a positive integer", s)}
+	}
+	return id, nil
 }
 
 func metaViewCmd(g *globals) *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -20,9 +21,10 @@ import (
 // metaCLI runs walcast commands in process against a standalone process
 // running the meta app.
 type metaCLI struct {
-	t    *testing.T
-	addr string
-	root string // the import root
+	t       *testing.T
+	addr    string
+	root    string // the import root
+	lastErr error  // of the last split
 }
 
 func startMetaCLI(t *testing.T) *metaCLI {
@@ -104,7 +106,7 @@ func TestMetaCLI(t *testing.T) {
 	out := m.run("collection", "create", "orders", "--db", "shop", "--shards", "3", "--field", "id:int64", "--field", "emb:float_vector", "--json")
 	var created struct {
 		Collection struct {
-			ID        string   `json:"id"`
+			ID        uint64   `json:"id"`
 			Vchannels []string `json:"vchannels"`
 		} `json:"collection"`
 	}
@@ -131,7 +133,7 @@ func TestMetaCLI(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	wantOutput(t, out, `(?m)^state\s+completed$`, `(?m)^progress\s+2 of 2 files, 3 rows$`, `(?m)^database\s+shop \(id \d+\)$`)
-	wantOutput(t, m.run("import", "show", job, "--json"), `"id":\s*"`+job+`"`, `"files"`, `"rows":\s*"3"`)
+	wantOutput(t, m.run("import", "show", job, "--json"), `"id":\s*`+job+`,`, `"files"`, `"rows":\s*3,`, `"state":\s*"completed"`)
 	out, err := m.try("import", "start", "orders", "../escape.csv", "--db", "shop")
 	if err == nil || !strings.Contains(err.Error(), "not a path inside the import root") {
 		t.Fatalf("an import path outside the root: %v\n%s", err, out)
@@ -142,11 +144,11 @@ func TestMetaCLI(t *testing.T) {
 	wantOutput(t, m.run("user", "list"), `(?m)^alice\s+.*Search on shop\.\*`)
 	wantOutput(t, m.run("revoke", "alice", "Search", "--db", "shop"), `revoked Search on shop.\* from alice`)
 
-	wantOutput(t, m.run("collection", "rename", "orders", "purchases", "--db", "shop"), `renamed to purchases, id `+created.Collection.ID)
+	wantOutput(t, m.run("collection", "rename", "orders", "purchases", "--db", "shop"), `renamed to purchases, id `+fmt.Sprint(created.Collection.ID))
 	// The job shows the collection's current name, and its id.
 	wantOutput(t, m.run("import", "list", "--db", "shop", "--collection", "purchases"),
-		`(?m)^`+job+`\s+shop.purchases \(`+created.Collection.ID+`\)\s+completed\s+2/2\s+3\s+`)
-	wantOutput(t, m.run("import", "show", job), `(?m)^collection\s+purchases \(id `+created.Collection.ID+`\)$`)
+		`(?m)^`+job+`\s+shop.purchases \(`+fmt.Sprint(created.Collection.ID)+`\)\s+completed\s+2/2\s+3\s+`)
+	wantOutput(t, m.run("import", "show", job), `(?m)^collection\s+purchases \(id `+fmt.Sprint(created.Collection.ID)+`\)$`)
 	wantOutput(t, m.run("collection", "describe", "purchases", "--db", "shop"), `(?m)^vchannels\s+`+regexp.QuoteMeta(strings.Join(created.Collection.Vchannels, " ")))
 
 	// The nodes' view of a shard catches up with the rename.
@@ -158,7 +160,7 @@ func TestMetaCLI(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	wantOutput(t, view, `(?m)^collection\s+purchases \(id `+created.Collection.ID+`\)$`, `(?m)^indexes\s+by_emb`, `(?m)^import jobs\s+`+job+`$`)
+	wantOutput(t, view, `(?m)^collection\s+purchases \(id `+fmt.Sprint(created.Collection.ID)+`\)$`, `(?m)^indexes\s+by_emb`, `(?m)^import jobs\s+`+job+`$`)
 	wantOutput(t, m.run("view", "--vchannel", "wal-0/_control", "--json"), `"users":\s*\[\s*"alice"\s*\]`)
 
 	m.run("index", "drop", "purchases", "by_emb", "--db", "shop")

@@ -146,13 +146,14 @@ func TestR9_8_NodeAcksWithTheNodeRole(t *testing.T) {
 	t.Setenv("WALCAST_CATALOG_PREFIX", fmt.Sprintf("securenode%d/", time.Now().UnixNano()))
 	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
 	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--metrics-addr", ""}
+	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--metrics-addr", ""} // a node has no etcd
 	coord := start(t, "coord", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
 		"--api-tls-cert", certFile, "--api-tls-key", keyFile, "--api-token-file", tokens, "--audit-file", "off"}, common...)...)
 	if !strings.Contains(coord.out(), "api=https://") {
 		t.Fatalf("coordinator ready line:\n%s", coord.out())
 	}
 	start(t, "node", append([]string{"node", "--name", "n0", "--consume", "0,1,2,3", "--coordinators", coord.api,
-		"--data-dir", t.TempDir(), "--tls-ca", caFile, "--token-file", nodeTok}, common...)...)
+		"--data-dir", t.TempDir(), "--tls-ca", caFile, "--token-file", nodeTok}, nodeCommon...)...)
 	out, err := run(t, "broadcast", "--type", "GenericSync.v1", "--payload", "acked", "--vchannel", "wal-1/s",
 		"--addr", coord.api, "--tls-ca", caFile, "--token-file", admin, "--timeout", "60s")
 	if err != nil || !strings.Contains(out, "outcome succeeded") {

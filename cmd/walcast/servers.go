@@ -24,6 +24,10 @@ func serverCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{standaloneCmd(), coordCmd(), nodeCmd(g)}
 }
 
+// Server commands take their own flags only (addServerFlags): none of the
+// client commands' (--addr, --json, --timeout), and only the settings of
+// their mode.
+
 // serve runs a started process until the command's context ends (Ctrl-C) or
 // a part fails, then stops it. SIGHUP reloads the API's certificates and
 // token file.
@@ -56,7 +60,7 @@ wait:
 }
 
 func standaloneCmd() *cobra.Command {
-	return serverCmd("standalone", "standalone",
+	return serverCmd("standalone", "standalone", modeStandalone,
 		"Run everything on this machine: embedded etcd and NATS, coordinator, API, streaming nodes",
 		`Run walcast on one machine with embedded defaults: an embedded etcd (the catalog), an
 embedded NATS JetStream server (the WAL, fsync on every write), the coordinator with its
@@ -66,7 +70,7 @@ the same directory recovers every task. Ctrl-C stops everything cleanly.`,
 }
 
 func coordCmd() *cobra.Command {
-	return serverCmd("coord", "coordinator",
+	return serverCmd("coord", "coordinator", modeCoord,
 		"Run a coordinator against an external etcd and NATS (or Kafka)",
 		`Run a cluster-mode coordinator. Several coordinators against one etcd elect one leader;
 the others stand by, answer API calls with the leader's address, and take over when it
@@ -76,7 +80,7 @@ dies. A deposed leader's catalog writes are fenced.`,
 
 // serverCmd is a command that loads the configuration, starts a process of
 // the application with start, and serves it as mode until Ctrl-C.
-func serverCmd(use, mode, short, long string, start func(context.Context, server.Config, server.App) (*server.Process, error)) *cobra.Command {
+func serverCmd(use, mode, flags, short, long string, start func(context.Context, server.Config, server.App) (*server.Process, error)) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -99,7 +103,7 @@ func serverCmd(use, mode, short, long string, start func(context.Context, server
 			return serve(cmd.Context(), cmd, p, mode)
 		},
 	}
-	addServerFlags(cmd.Flags(), &path)
+	addServerFlags(cmd.Flags(), &path, flags)
 	return cmd
 }
 
@@ -146,7 +150,8 @@ authentication on, it authenticates as a token or certificate of role node
 			return serve(cmd.Context(), cmd, p, "node "+cfg.Nodes.Name)
 		},
 	}
-	addServerFlags(cmd.Flags(), &path)
+	addServerFlags(cmd.Flags(), &path, modeNode)
+	addCredentialFlags(cmd.Flags(), &g.conn)
 	cmd.AddCommand(nodeResyncCmd())
 	return cmd
 }
@@ -202,7 +207,7 @@ nothing). The node must not be running.`,
 			return nil
 		},
 	}
-	addServerFlags(cmd.Flags(), &path)
+	addServerFlags(cmd.Flags(), &path, modeNode)
 	cmd.Flags().StringArrayVar(&pchans, "pchannel", nil, "a pchannel to re-sync, by name (repeat; default: every pchannel with a saved state)")
 	return cmd
 }

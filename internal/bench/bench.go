@@ -63,6 +63,9 @@ func Defaults() Config {
 	return Config{Samples: 200, Clients: 64, Duration: 5 * time.Second, Tombstones: 100_000, Pending: 1000, Lanes: 1}
 }
 
+// IDs are the benchmarks Run knows, for Config.Only.
+var IDs = []string{"B1", "B2", "B3", "B4", "B5", "B6", "S1", "S2"}
+
 // Result is one measured line.
 type Result struct {
 	ID    string  `json:"id"`

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/server"
+	"github.com/walcast/walcast/server/apitest"
+)
+
+// exec1 runs the walcast binary with args and env (added to a clean
+// environment without WALCAST_* variables) and returns its stdout, stderr
+// and exit code.
+func exec1(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, walcastBin, args...)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "WALCAST_") && !strings.HasPrefix(e, "XDG_CONFIG_HOME=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, "XDG_CONFIG_HOME="+t.TempDir()) // no user's client configuration
+	cmd.Env = append(cmd.Env, env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("walcast %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// TestCLIExitCodes: usage mistakes exit 2 with a suggestion when one is
+// close, everywhere in the command tree; failures of the command's work
+// exit 1 and say which kind; a server that is not running fails in about a
+// second.
+func TestCLIExitCodes(t *testing.T) {
+	m := startMetaCLI(t)
+	dead := closedAddr(t)
+	for _, c := range []struct {
+		args  []string
+		code  int
+		words []string
+	}{
+		{[]string{"tsks"}, 2, []string{`unknown command "tsks" for "walcast"`, "Did you mean this?", "tasks"}},
+		{[]string{"tasks", "lsit"}, 2, []string{`unknown command "lsit" for "walcast tasks"`, "list"}},
+		{[]string{"auth", "token", "craete", "--file", "x"}, 2, []string{`unknown command "craete"`, "create"}},
+		{[]string{"tasks", "list", "--stat", "pending"}, 2, []string{"unknown flag: --stat", "--state"}},
+		{[]string{"tasks", "show"}, 2, []string{"accepts 1 arg(s), received 0"}},
+		{[]string{"tasks", "show", "abc"}, 2, []string{`task id "abc" is not a positive integer`}},
+		{[]string{"tasks", "list", "--limit", "x"}, 2, []string{`invalid argument "x" for "--limit"`}},
+		{[]string{"tasks", "list", "-o", "xml"}, 2, []string{`-o "xml" is not table, wide, json or yaml`}},
+		{[]string{"db", "create"}, 2, []string{"accepts 1 arg(s)"}},
+		{[]string{"collection", "create", "x", "--addr", m.addr}, 2, []string{`required flag(s) "db" not set`}},
+		{[]string{"standalone", "--addr", "x"}, 2, []string{"unknown flag: --addr"}},
+		{[]string{"standalone", "--etcd", "http://x:2379"}, 2, []string{"unknown flag: --etcd"}},
+		{[]string{"coord", "--nodes", "3"}, 2, []string{"unknown flag: --nodes"}},
+		{[]string{"node", "--api-addr", "127.0.0.1:1"}, 2, []string{"unknown flag: --api-addr"}},
+		{[]string{"--json", "tasks", "list"}, 2, []string{"put it after the command"}},
+		{[]string{"bench", "--only", "B9"}, 2, []string{`--only "B9" is no benchmark`}},
+		{[]string{"tasks", "show", "999999", "--addr", m.addr}, 1, []string{"walcast: not_found:"}},
+		{[]string{"collection", "create", "x", "--db", "nope", "--addr", m.addr}, 1, []string{"not_found", "database not found"}},
+	} {
+		out, errOut, code := exec1(t, nil, c.args...)
+		if code != c.code {
+			t.Errorf("walcast %s: exit %d, want %d\n%s%s", strings.Join(c.args, " "), code, c.code, out, errOut)
+			continue
+		}
+		for _, w := range c.words {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("walcast %s: stderr does not say %q:\n%s", strings.Join(c.args, " "), w, errOut)
+			}
+		}
+	}
+
+	// Nothing listens: exit 1 in about a second (not the 30 s deadline),
+	// naming the address, where it came from and how to change it.
+	start := time.Now()
+	_, errOut, code := exec1(t, nil, "tasks", "list", "--addr", dead)
+	if code != 1 || !strings.Contains(errOut, "cannot reach walcast at "+dead+" (the address from the flag)") ||
+		!strings.Contains(errOut, "connection refused") || !regexp.MustCompile(`\d+ attempts in 1s`).MatchString(errOut) {
+		t.Errorf("unreachable server: exit %d\n%s", code, errOut)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("unreachable server: failed after %v, not in about a second", d)
+	}
+
+	// With machine output, the error is JSON on stderr, naming its kind.
+	_, errOut, code = exec1(t, nil, "tasks", "show", "999999", "--addr", m.addr, "-o", "json")
+	var e struct {
+		Error struct {
+			Kind     string `json:"kind"`
+			Message  string `json:"message"`
+			ExitCode int    `json:"exit_code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(errOut), &e); err != nil || code != 1 || e.Error.Kind != "not_found" || e.Error.ExitCode != 1 {
+		t.Errorf("JSON error: exit %d, %+v, %v\n%s", code, e, err, errOut)
+	}
+	_, errOut, _ = exec1(t, nil, "tasks", "list", "--addr", dead, "--json")
+	if err := json.Unmarshal([]byte(errOut), &e); err != nil || e.Error.Kind != "unreachable" {
+		t.Errorf("JSON error of an unreachable server: %+v, %v\n%s", e, err, errOut)
+	}
+}
+
+// TestCLIMachineOutput: --json and -o json print JSON of the conventions
+// (checkConventions), -o yaml the same as YAML; config print --json prints
+// JSON; import start --json has the idempotency key it minted, so a script
+// can retry with it.
+func TestCLIMachineOutput(t *testing.T) {
+	m := startMetaCLI(t)
+	out := m.run("db", "create", "shop", "--json")
+	checkConventions(t, "db create", []byte(out))
+	var db struct {
+		Key    string `json:"idempotency_key"`
+		Result struct {
+			BroadcastID uint64 `json:"broadcast_id"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &db); err != nil || len(db.Key) != 32 || db.Result.BroadcastID == 0 {
+		t.Fatalf("db create --json: %+v %v\n%s", db, err, out)
+	}
+	// Repeating it with the minted key is answered by the original.
+	again := m.run("db", "create", "shop", "--key", db.Key, "-o", "json")
+	if !strings.Contains(again, `"duplicated": true`) || !strings.Contains(again, fmt.Sprintf(`"broadcast_id": %d`, db.Result.BroadcastID)) {
+		t.Fatalf("retry with the minted key:\n%s", again)
+	}
+	m.run("collection", "create", "orders", "--db", "shop")
+	writeFile(t, filepath.Join(m.root, "a.jsonl"), `{"id": 1, "vector": [1, 2]}`+"\n")
+	out = m.run("import", "start", "orders", "a.jsonl", "--db", "shop", "--json")
+	checkConventions(t, "import start", []byte(out))
+	var imp struct {
+		Key string `json:"idempotency_key"`
+		Job struct {
+			ID uint64 `json:"id"`
+		} `json:"job"`
+	}
+	if err := json.Unmarshal([]byte(out), &imp); err != nil || len(imp.Key) != 32 || imp.Job.ID == 0 {
+		t.Fatalf("import start --json: %+v %v\n%s", imp, err, out)
+	}
+	out = m.run("import", "start", "orders", "a.jsonl", "--db", "shop", "--key", imp.Key, "--json")
+	if !strings.Contains(out, `"duplicated": true`) || !strings.Contains(out, fmt.Sprintf(`"id": %d,`, imp.Job.ID)) {
+		t.Fatalf("import retried with its key:\n%s", out)
+	}
+	for _, args := range [][]string{{"tasks", "list"}, {"tasks", "show", "1"}, {"locks"}, {"db", "list"}, {"replicate", "status"},
+		{"import", "show", fmt.Sprint(imp.Job.ID)}, {"collection", "describe", "orders", "--db", "shop"}} {
+		checkConventions(t, strings.Join(args, " "), []byte(m.run(append(args, "-o", "json")...)))
+	}
+	if y := m.run("tasks", "show", "1", "-o", "yaml"); !regexp.MustCompile(`(?m)^state: tombstone$`).MatchString(y) {
+		t.Fatalf("-o yaml:\n%s", y)
+	}
+	out, errOut, code := exec1(t, nil, "config", "print", "--json", "--pchannels", "8")
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(out), &cfg); err != nil || code != 0 || cfg["wal"].(map[string]any)["pchannels"] != float64(8) {
+		t.Fatalf("config print --json: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+}
+
+// TestCLIFindsTheServer: the address comes from --addr, else WALCAST_ADDR,
+// else the client configuration's context (--context, WALCAST_CONTEXT or
+// current-context), else 127.0.0.1:7070; an address without a port gets
+// 7070. context list, use and show work on the file.
+func TestCLIFindsTheServer(t *testing.T) {
+	m := startMetaCLI(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "walcast.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf(`# my clusters
+current-context: dead
+contexts:
+  good:
+    addr: %s
+    timeout: 20s
+  dead:
+    addr: %s
+  noport:
+    addr: 127.0.0.1
+`, m.addr, closedAddr(t)))
+	env := []string{"WALCAST_CLIENT_CONFIG=" + cfgPath}
+	ok := func(env []string, args ...string) string {
+		t.Helper()
+		out, errOut, code := exec1(t, env, args...)
+		if code != 0 {
+			t.Fatalf("walcast %s (%v): exit %d\n%s%s", strings.Join(args, " "), env, code, out, errOut)
+		}
+		return out
+	}
+	fails := func(env []string, want string, args ...string) {
+		t.Helper()
+		out, errOut, code := exec1(t, env, args...)
+		if code == 0 || !strings.Contains(errOut, want) {
+			t.Fatalf("walcast %s (%v): exit %d, want a failure saying %q\n%s%s", strings.Join(args, " "), env, code, want, out, errOut)
+		}
+	}
+	fails(env, "the address from the context dead", "db", "list")
+	ok(env, "db", "list", "--context", "good")
+	ok(append(env, "WALCAST_CONTEXT=good"), "db", "list")
+	ok(append(env, "WALCAST_ADDR="+m.addr), "db", "list") // the environment beats the context
+	ok(env, "db", "list", "--addr", m.addr)               // the flag beats both
+	fails(append(env, "WALCAST_ADDR="+m.addr), "the address from the flag", "db", "list", "--addr", closedAddr(t))
+	fails(env, `context "nope"`, "db", "list", "--context", "nope")
+	show := ok(append(env, "WALCAST_CONTEXT=noport"), "context", "show")
+	if !regexp.MustCompile(`(?m)^addr\s+127\.0\.0\.1:7070\s+context noport$`).MatchString(show) {
+		t.Fatalf("context show of an address without a port:\n%s", show)
+	}
+	list := ok(env, "context", "list")
+	if !regexp.MustCompile(`(?m)^\*\s+dead\s`).MatchString(list) || !regexp.MustCompile(`(?m)^\s+good\s+`+regexp.QuoteMeta(m.addr)).MatchString(list) {
+		t.Fatalf("context list:\n%s", list)
+	}
+	ok(env, "context", "use", "good")
+	ok(env, "db", "list")
+	raw, _ := os.ReadFile(cfgPath)
+	if !strings.Contains(string(raw), "# my clusters") || !strings.Contains(string(raw), "current-context: good") {
+		t.Fatalf("context use rewrote the file as:\n%s", raw)
+	}
+	fails(env, `no context "nope"`, "context", "use", "nope")
+	writeFile(t, cfgPath, "contexts:\n  x:\n    adress: 1.2.3.4\n")
+	fails(env, "field adress not found", "db", "list")
+	// Without anything, the default.
+	_, errOut, _ := exec1(t, []string{"WALCAST_CLIENT_CONFIG=" + filepath.Join(dir, "none.yaml")}, "context", "show")
+	if errOut != "" {
+		t.Fatal(errOut)
+	}
+	out, _, _ := exec1(t, []string{"WALCAST_CLIENT_CONFIG=" + filepath.Join(dir, "none.yaml")}, "context", "show")
+	if !regexp.MustCompile(`(?m)^addr\s+127\.0\.0\.1:7070\s+default$`).MatchString(out) {
+		t.Fatalf("context show with nothing set:\n%s", out)
+	}
+}
+
+// TestCLICompletion: shell completion asks the server for task ids, message
+// types, databases and collections, and knows the states.
+func TestCLICompletion(t *testing.T) {
+	m := startMetaCLI(t)
+	m.run("db", "create", "shop")
+	m.run("collection", "create", "orders", "--db", "shop")
+	m.run("collection", "create", "refunds", "--db", "shop")
+	complete := func(args ...string) string {
+		t.Helper()
+		out, err := execCLI(append([]string{"__complete"}, args...)...)
+		if err != nil {
+			t.Fatalf("__complete %q: %v\n%s", args, err, out)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"tasks", "show", "--addr", m.addr, ""}, []string{"1\tCreateDatabase.v1 TOMBSTONE", "3\tCreateCollection.v1 TOMBSTONE"}},
+		{[]string{"tasks", "list", "--state", ""}, []string{"pending", "replicated", "tombstone"}},
+		{[]string{"broadcast", "--addr", m.addr, "--type", ""}, []string{"Generic.v1", "CreateCollection.v1", "Import.v1"}},
+		{[]string{"collection", "list", "--addr", m.addr, "--db", ""}, []string{"shop"}},
+		{[]string{"collection", "describe", "--addr", m.addr, "--db", "shop", ""}, []string{"orders", "refunds"}},
+		{[]string{"import", "start", "--addr", m.addr, "--db", "shop", ""}, []string{"orders", "refunds"}},
+		{[]string{"import", "list", "--addr", m.addr, "--db", "shop", "--collection", ""}, []string{"orders", "refunds"}},
+		{[]string{"tasks", "li"}, []string{"list\tList tasks (filter by state and type)"}},
+	} {
+		out := complete(c.args...)
+		for _, w := range c.want {
+			if !strings.Contains(out, w+"\n") {
+				t.Errorf("completion of %q lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+	// The generated scripts exist for the usual shells.
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		if out, err := execCLI("completion", sh); err != nil || !strings.Contains(out, "walcast") {
+			t.Errorf("completion %s:\n%.200s", sh, out)
+		}
+	}
+}
+
+// TestCLIImportWait: import start --wait follows a job to its end with a
+// progress display a script can read (a line per change without a
+// terminal), and a failed job exits 1 with its reason and a hint to mint a
+// new key; import wait does the same for a job by id.
+func TestCLIImportWait(t *testing.T) {
+	m := startMetaCLI(t)
+	m.run("db", "create", "shop")
+	m.run("collection", "create", "orders", "--db", "shop")
+	writeFile(t, filepath.Join(m.root, "a.jsonl"), `{"id": 1, "vector": [1, 2]}`+"\n"+`{"id": 2, "vector": [3, 4]}`+"\n")
+	writeFile(t, filepath.Join(m.root, "bad.csv"), "id,vector\n4,\"[0.7, 0.1]\"\nfive,\"[0.8, 0.9]\"\n")
+	out, errOut := m.split("import", "start", "orders", "a.jsonl", "--db", "shop", "--key", "ok-1", "--wait")
+	if err := m.lastErr; err != nil {
+		t.Fatalf("import --wait: %v\n%s%s", err, out, errOut)
+	}
+	wantOutput(t, errOut, `(?m)^import job \d+: (pending|running|completed), \d of 1 files, \d+ rows \(\d`, `(?m)^import job \d+: completed, 1 of 1 files, 2 rows`)
+	wantOutput(t, out, `(?m)^import job \d+ into shop.orders: `, `(?m)^import job \d+ completed: 1 of 1 files, 2 rows$`, `key: ok-1 \(repeat with --key ok-1 to retry safely\)`)
+
+	out, errOut = m.split("import", "start", "orders", "bad.csv", "--db", "shop", "--key", "bad-1", "--wait")
+	if exitCode(m.lastErr) != 1 || !strings.Contains(m.lastErr.Error(), "failed: file bad.csv, line 3") {
+		t.Fatalf("a failed import: exit %d, %v\n%s%s", exitCode(m.lastErr), m.lastErr, out, errOut)
+	}
+	wantOutput(t, out, `(?m)^import job (\d+) failed: 0 of 1 files`, `reason: file bad.csv, line 3`,
+		`key: bad-1 \(its job failed: a retry with this key returns the failed job; run the command without --key, or with a new key, to import again\)`)
+	job := regexp.MustCompile(`import job (\d+) failed`).FindStringSubmatch(out)[1]
+	out, _ = m.split("import", "wait", job)
+	if exitCode(m.lastErr) != 1 || !strings.Contains(out, "failed") {
+		t.Fatalf("import wait of the failed job: %v\n%s", m.lastErr, out)
+	}
+	// The retry with the failed job's key says to mint a new key.
+	out, _ = m.split("import", "start", "orders", "bad.csv", "--db", "shop", "--key", "bad-1")
+	wantOutput(t, out, `retry answered by the original`, `its job failed: a retry with this key returns the failed job`)
+}
+
+// split runs one command and returns its stdout and stderr apart, keeping
+// its error in lastErr.
+func (m *metaCLI) split(args ...string) (string, string) {
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append([]string{"--addr", m.addr, "--timeout", "30s"}, args...))
+	m.lastErr = root.ExecuteContext(context.Background())
+	return out.String(), errOut.String()
+}
+
+// TestR5_6_CLIShowsWhyATaskWaitsAndAcksForAGoneConsumer: a sync-up task
+// whose consumer is gone waits for its acks; tasks show says so and names
+// the vchannels (no message id 0 for copies not acked), tasks show --watch
+// follows it, and tasks ack resolves it, after which the watch ends.
+func TestR5_6_CLIShowsWhyATaskWaitsAndAcksForAGoneConsumer(t *testing.T) {
+	pollEvery = 50 * time.Millisecond
+	defer func() { pollEvery = 2 * time.Second }()
+	env := apitest.New(t)
+	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	addr := srv.URL
+	bc := walcastv1connect.NewBroadcastServiceClient(apitest.HTTPClient(t, false), addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := bc.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: apitest.Sync.String(), Payload: []byte("x"),
+			Vchannels: []string{"wal-0/t0", "wal-1/t1"}, ResourceKeys: []string{"Collection:db:t@X"}}))
+		done <- err
+	}()
+	var show string
+	waitUntil(t, "the task waiting for acks", func() bool {
+		show, _ = execCLI("tasks", "show", "1", "--addr", addr)
+		return strings.Contains(show, "waiting    waiting for acks from")
+	})
+	wantOutput(t, show, `(?m)^stage\s+queued$`, `waiting for acks from wal-0/t0, wal-1/t1, wal-0/_control`, `walcast tasks ack 1 --vchannel`,
+		`(?m)^wal-1/t1\s+true\s+false\s+-\s+-$`)
+	wide, err := execCLI("tasks", "list", "--addr", addr, "-o", "wide")
+	if err != nil || !regexp.MustCompile(`(?m)^1\s+TruncateCollection\.v1\s+PENDING\s.*queued\s+waiting for acks from`).MatchString(wide) {
+		t.Fatalf("tasks list -o wide: %v\n%s", err, wide)
+	}
+
+	var watched syncBuffer
+	watchDone := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetOut(&watched)
+		root.SetErr(&watched)
+		root.SetArgs([]string{"tasks", "show", "1", "--watch", "--addr", addr})
+		watchDone <- root.ExecuteContext(ctx)
+	}()
+	waitUntil(t, "the watch to show the task", func() bool { return strings.Contains(watched.String(), "waiting for acks") })
+
+	if _, err := execCLI("tasks", "ack", "1", "--addr", addr, "--vchannel", "wal-0/t0"); err == nil || exitCode(err) != 2 {
+		t.Fatalf("tasks ack without --reason: %v", err)
+	}
+	if out, err := execCLI("tasks", "ack", "1", "--addr", addr, "--vchannel", "wal-9/x", "--reason", "gone"); exitCode(err) != 1 ||
+		!strings.Contains(err.Error(), "not a target of task 1") {
+		t.Fatalf("tasks ack of a vchannel outside the task: %v\n%s", err, out)
+	}
+	out, err := execCLI("tasks", "ack", "1", "--addr", addr, "--vchannel", "wal-0/_control", "--vchannel", "wal-0/t0", "--vchannel", "wal-1/t1",
+		"--reason", "node n1 decommissioned")
+	if err != nil || !strings.Contains(out, "acked wal-0/_control wal-0/t0 wal-1/t1 of task 1") {
+		t.Fatalf("tasks ack: %v\n%s", err, out)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the broadcast after tasks ack: %v", err)
+	}
+	if err := <-watchDone; err != nil {
+		t.Fatalf("tasks show --watch: %v\n%s", err, watched.String())
+	}
+	wantOutput(t, watched.String(), `(?m)^--- \d\d:\d\d:\d\d$`, `(?m)^task 1  TruncateCollection\.v1  TOMBSTONE$`)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
