@@ -42,7 +42,7 @@ var serverFlags = []serverFlag{
 	{"data-dir", "data_dir", all, func(fs *pflag.FlagSet, d server.Config) {
 		fs.String("data-dir", d.DataDir, "directory for the process's data (standalone: everything; node: its state)")
 	}},
-	{"cluster", "cluster.name", apiServers, func(fs *pflag.FlagSet, d server.Config) {
+	{"cluster", "cluster.name", all, func(fs *pflag.FlagSet, d server.Config) {
 		fs.String("cluster", d.Cluster.Name, "this cluster's name in replication topologies")
 	}},
 	{"api-addr", "api.addr", apiServers, func(fs *pflag.FlagSet, d server.Config) {

@@ -125,8 +125,18 @@ func coordCluster(t *testing.T, name string, b walBackend) *testCluster {
 // pchannel, with its state in dir.
 func (cl *testCluster) startNode(t *testing.T, nodeName, dir string) *proc {
 	t.Helper()
+	// A node takes the WAL's flags but --nats-monitor (only a coordinator
+	// checks the servers' durability).
+	var walArgs []string
+	for i := 0; i < len(cl.backend.args); i++ {
+		if cl.backend.args[i] == "--nats-monitor" {
+			i++
+			continue
+		}
+		walArgs = append(walArgs, cl.backend.args[i])
+	}
 	p := startEnv(t, cl.name+"-"+nodeName, cl.env, append([]string{"node", "--cluster", cl.name, "--name", nodeName, "--consume", "0,1,2,3",
-		"--coordinators", cl.coord.api, "--data-dir", dir, "--metrics-addr", ""}, cl.backend.args...)...)
+		"--coordinators", cl.coord.api, "--data-dir", dir, "--metrics-addr", ""}, walArgs...)...)
 	cl.nodes = append(cl.nodes, p)
 	return p
 }
