@@ -150,14 +150,42 @@ func freeAddr(t *testing.T) string {
 
 // crashWorkload is what the clients did and learned.
 type crashWorkload struct {
-	root    string // the process's import root
+	root string // the process's import root
+	// db is the database the collections live in ("crash" if empty);
+	// prefix starts the names of users and import files.
+	db, prefix string
+	// stop, if set, ends workers started with rounds < 0 after their
+	// current round.
+	stop    chan struct{}
 	mu      sync.Mutex
 	live    map[string]uint64 // collection name → id, as the client learned it
 	dropped []*walcastv1.Collection
 	jobs    map[string]uint64 // import key → job id
 	users   []string
+	times   []time.Time  // when each operation was answered; protected by mu
 	ops     atomic.Int64 // completed operations
 	dups    atomic.Int64 // answers by an original: retries across the crash
+}
+
+func (w *crashWorkload) database() string {
+	if w.db == "" {
+		return "crash"
+	}
+	return w.db
+}
+
+// more reports whether a worker starts round r of rounds (rounds < 0: until
+// stop is closed).
+func (w *crashWorkload) more(r, rounds int) bool {
+	if rounds >= 0 {
+		return r < rounds
+	}
+	select {
+	case <-w.stop:
+		return false
+	default:
+		return true
+	}
 }
 
 // TestR10_4_CrashDuringMixedDDL kills `walcast standalone` with SIGKILL in
@@ -413,21 +441,22 @@ func TestR10_3_CrashDuringImportCompletesOnce(t *testing.T) {
 // collections runs rounds of create, index, import, then rename or drop
 // on collections of worker i.
 func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, rounds int) error {
-	for r := range rounds {
+	db := w.database()
+	for r := 0; w.more(r, rounds); r++ {
 		name := fmt.Sprintf("w%dc%d", i, r)
-		cr, err := c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "crash", Name: name, Shards: int32(1 + r%3)})
+		cr, err := c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: db, Name: name, Shards: int32(1 + r%3)})
 		if err != nil {
 			return fmt.Errorf("create %s: %w", name, err)
 		}
 		w.done(cr.Result)
-		ix, err := c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: "crash", Collection: name, Name: "idx", Field: "vector"})
+		ix, err := c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: db, Collection: name, Name: "idx", Field: "vector"})
 		if err != nil {
 			return fmt.Errorf("index %s: %w", name, err)
 		}
 		w.done(ix.Result)
 		// Real files in the process's import root; one import in four
 		// fails on a malformed row.
-		file := name + ".jsonl"
+		file := w.prefix + name + ".jsonl"
 		content := jsonlRows(50 + r)
 		if r%4 == 3 {
 			content += "{\"id\": \"nope\", \"vector\": [1]}\n"
@@ -435,7 +464,7 @@ func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, ro
 		if err := writeImportFile(w.root, file, content); err != nil {
 			return err
 		}
-		req := &walcastv1.ImportRequest{Database: "crash", Collection: name, Files: []string{file}}
+		req := &walcastv1.ImportRequest{Database: db, Collection: name, Files: []string{file}}
 		ir, err := c.Import(ctx, req)
 		if err != nil {
 			return fmt.Errorf("import %s: %w", name, err)
@@ -450,7 +479,7 @@ func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, ro
 		w.mu.Unlock()
 		switch r % 3 {
 		case 1:
-			rr, err := c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "crash", OldName: name, NewName: name + "r"})
+			rr, err := c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: db, OldName: name, NewName: name + "r"})
 			if err != nil {
 				return fmt.Errorf("rename %s: %w", name, err)
 			}
@@ -460,7 +489,7 @@ func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, ro
 			name += "r"
 			w.done(rr.Result)
 		case 2:
-			dr, err := c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "crash", Name: name})
+			dr, err := c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: db, Name: name})
 			if err != nil {
 				return fmt.Errorf("drop %s: %w", name, err)
 			}
@@ -482,14 +511,14 @@ func (w *crashWorkload) collections(ctx context.Context, c *client.Client, i, ro
 
 // rbac creates users and grants them a privilege each.
 func (w *crashWorkload) rbac(ctx context.Context, c *client.Client, n int) error {
-	for i := range n {
-		u := fmt.Sprintf("user%d", i)
+	for i := 0; w.more(i, n); i++ {
+		u := fmt.Sprintf("%suser%d", w.prefix, i)
 		ur, err := c.CreateUser(ctx, &walcastv1.CreateUserRequest{Name: u})
 		if err != nil {
 			return fmt.Errorf("user %s: %w", u, err)
 		}
 		w.done(ur.Result)
-		g := &walcastv1.Grant{User: u, Privilege: "Search", Database: "crash", Collection: "*"}
+		g := &walcastv1.Grant{User: u, Privilege: "Search", Database: w.database(), Collection: "*"}
 		gr, err := c.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: g})
 		if err != nil {
 			return fmt.Errorf("grant %s: %w", u, err)
@@ -511,6 +540,9 @@ func writeImportFile(root, name, content string) error {
 }
 
 func (w *crashWorkload) done(r *walcastv1.DDLResult) {
+	w.mu.Lock()
+	w.times = append(w.times, time.Now())
+	w.mu.Unlock()
 	w.ops.Add(1)
 	if r.GetDuplicated() {
 		w.dups.Add(1)

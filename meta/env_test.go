@@ -246,6 +246,15 @@ func (e *env) viewsMatch(ctx context.Context, dropped []*walcastv1.Collection) e
 }
 
 func viewsMatch(ctx context.Context, c *client.Client, control string, dropped []*walcastv1.Collection) error {
+	return viewsMatchOf(ctx, c, c.GetVChannelView, control, dropped)
+}
+
+// viewFunc returns the view of a vchannel.
+type viewFunc func(ctx context.Context, vchannel string) (*walcastv1.VChannelView, error)
+
+// viewsMatchOf is viewsMatch with the views read by view (the nodes of a
+// cluster run in their own processes) and the metadata by c.
+func viewsMatchOf(ctx context.Context, c *client.Client, view viewFunc, control string, dropped []*walcastv1.Collection) error {
 	s, err := snapshotOf(ctx, c)
 	if err != nil {
 		return err
@@ -260,7 +269,7 @@ func viewsMatch(ctx context.Context, c *client.Client, control string, dropped [
 	for _, colls := range s.Collections {
 		for _, coll := range colls {
 			for i, vc := range coll.Vchannels {
-				v, err := c.GetVChannelView(ctx, vc)
+				v, err := view(ctx, vc)
 				if err != nil {
 					return fmt.Errorf("view of %s: %w", vc, err)
 				}
@@ -278,7 +287,7 @@ func viewsMatch(ctx context.Context, c *client.Client, control string, dropped [
 	}
 	for _, coll := range dropped {
 		for _, vc := range coll.Vchannels {
-			v, err := c.GetVChannelView(ctx, vc)
+			v, err := view(ctx, vc)
 			if err != nil {
 				return fmt.Errorf("view of %s: %w", vc, err)
 			}
@@ -287,7 +296,7 @@ func viewsMatch(ctx context.Context, c *client.Client, control string, dropped [
 			}
 		}
 	}
-	v, err := c.GetVChannelView(ctx, control)
+	v, err := view(ctx, control)
 	if err != nil {
 		return fmt.Errorf("view of %s: %w", control, err)
 	}

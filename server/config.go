@@ -153,6 +153,11 @@ type Config struct {
 		// replaced later are found); their advertised client URLs must
 		// then be reachable from here.
 		AutoSyncInterval Duration `yaml:"auto_sync_interval"`
+		// CommitTimeout bounds one catalog transaction; one that runs
+		// out is ambiguous and retried with the same bytes. Below etcd's
+		// own request timeout (7s with its default election timeout), a
+		// write caught in an etcd leader change is retried sooner.
+		CommitTimeout Duration `yaml:"commit_timeout"`
 		// TLS of the connections to etcd (https:// endpoints).
 		TLS ClientTLS `yaml:"tls"`
 		// Username and PasswordFile authenticate to etcd (etcd auth);
@@ -375,6 +380,7 @@ func Default() Config {
 	c.Catalog.DialTimeout = Duration(5 * time.Second)
 	c.Catalog.KeepaliveTime = Duration(5 * time.Second)
 	c.Catalog.KeepaliveTimeout = Duration(3 * time.Second)
+	c.Catalog.CommitTimeout = Duration(5 * time.Second)
 	c.WAL.Kind = "nats"
 	c.WAL.PChannels = 4
 	c.WAL.PChannelPrefix = "wal-"
@@ -676,6 +682,8 @@ func (c Config) Validate() error {
 		return bad("catalog.dial_timeout", "must be positive")
 	case c.Catalog.KeepaliveTime < Duration(time.Second) || c.Catalog.KeepaliveTimeout < Duration(time.Second):
 		return bad("catalog.keepalive_time", "keepalive_time (%v) and keepalive_timeout (%v) must be at least 1s", c.Catalog.KeepaliveTime.D(), c.Catalog.KeepaliveTimeout.D())
+	case c.Catalog.CommitTimeout < Duration(100*time.Millisecond):
+		return bad("catalog.commit_timeout", "%v is below 100ms", c.Catalog.CommitTimeout.D())
 	case c.Catalog.AutoSyncInterval < 0:
 		return bad("catalog.auto_sync_interval", "%v is negative", c.Catalog.AutoSyncInterval.D())
 	case c.WAL.Kind != "nats" && c.WAL.Kind != "kafka":

@@ -41,6 +41,9 @@ type CoordinatorConfig struct {
 	Prefix string
 	// Limits must match the etcd server's transaction limits.
 	Limits catalog.Limits
+	// CommitTimeout bounds each catalog transaction (0: the catalog's
+	// default).
+	CommitTimeout time.Duration
 	// Advertise is the address this coordinator's API is reached at; it is
 	// what standbys tell clients.
 	Advertise string
@@ -156,7 +159,7 @@ func (c *Coordinator) term(ctx context.Context) error {
 			c.log.Warn("resign", "err", err)
 		}
 	}()
-	cat, err := etcdcat.New(c.cfg.Client, etcdcat.Config{Prefix: c.cfg.Prefix, Limits: c.cfg.Limits, Fence: term.Fence()})
+	cat, err := etcdcat.New(c.cfg.Client, etcdcat.Config{Prefix: c.cfg.Prefix, Limits: c.cfg.Limits, Fence: term.Fence(), CommitTimeout: c.cfg.CommitTimeout})
 	if err != nil {
 		return err
 	}

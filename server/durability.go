@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	walkafka "github.com/walcast/walcast/wal/kafka"
 	walnats "github.com/walcast/walcast/wal/nats"
@@ -163,7 +164,7 @@ func checkNATS(ctx context.Context, cfg Config, l *walnats.Log, lanes []message.
 	hosts := map[string]bool{}
 	clustered := false
 	for _, p := range lanes {
-		info, err := l.StreamInfo(ctx, p)
+		info, err := streamInfo(ctx, l, p)
 		if err != nil {
 			streams = append(streams, fmt.Sprintf("%s: %v", l.Stream(p), err))
 			d.Notes = append(d.Notes, fmt.Sprintf("stream %s could not be inspected: %v", l.Stream(p), err))
@@ -263,4 +264,19 @@ func checkKafka(ctx context.Context, l *walkafka.Log, lanes []message.PChannel, 
 		}
 	}
 	d.Lines = append(d.Lines, "wal: Kafka, producer acks=all, idempotent; topics "+strings.Join(topics, "; "))
+}
+
+// streamInfo asks about p's stream; a stream just created on a cluster has
+// no leader for a moment, so it asks again for up to 3 s to report one.
+func streamInfo(ctx context.Context, l *walnats.Log, p message.PChannel) (*jetstream.StreamInfo, error) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		info, err := l.StreamInfo(ctx, p)
+		if err != nil || info.Cluster == nil || info.Cluster.Name == "" || info.Cluster.Leader != "" || time.Now().After(deadline) {
+			return info, err
+		}
+		if !wait.Sleep(ctx, 50*time.Millisecond) {
+			return info, nil
+		}
+	}
 }

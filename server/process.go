@@ -552,7 +552,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	obs.Init(types.Types(), cfg.PChannelNames())
 	coord, err := NewCoordinator(CoordinatorConfig{
-		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, Advertise: advertise, TTL: cfg.Election.TTL.D(),
+		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
 		Broadcast: cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
 	})
 	if err != nil {

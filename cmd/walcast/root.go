@@ -68,6 +68,7 @@ error (unknown command or flag, bad value). See docs/cli.md.`,
 	root.CompletionOptions.HiddenDefaultCmd = false
 	root.AddCommand(versionCmd(g), configCmd(g), benchCmd(g), authCmd(g), contextCmd(g))
 	root.AddCommand(serverCmds(g)...)
+	root.AddCommand(devClusterCmd())
 	clients := append(clientCmds(g), metaCmds(g)...)
 	root.AddCommand(clients...)
 	for _, c := range clients {

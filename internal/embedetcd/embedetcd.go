@@ -108,6 +108,9 @@ type Config struct {
 	// ("e0=http://127.0.0.1:2380,e1=..."), this member's Name among them.
 	// ClientPort and PeerPort must then be set.
 	InitialCluster string
+	// KeepaliveMinTime is the shortest interval between a client's
+	// keepalive pings the member tolerates; 0 means etcd's default (5s).
+	KeepaliveMinTime time.Duration
 }
 
 // TLS is the client-facing TLS of a member, PEM files.
@@ -257,6 +260,9 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		ec.InitialClusterToken = "walcast-embedetcd"
 	}
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
+	if cfg.KeepaliveMinTime > 0 {
+		ec.GRPCKeepAliveMinTime = cfg.KeepaliveMinTime
+	}
 	ec.MaxRequestBytes = uint(cfg.MaxRequestBytes)
 	if t := cfg.TLS; t != nil {
 		ec.ClientTLSInfo = transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile,

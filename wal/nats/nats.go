@@ -255,7 +255,7 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 			continue
 		}
 		ch := channel{stream: cfg.StreamPrefix + "_" + string(p), subject: cfg.StreamPrefix + "." + string(p)}
-		sc, err := l.ensureStream(ctx, ch, cfg)
+		sc, err := l.ensureStreamRetry(ctx, ch, cfg)
 		if err != nil {
 			return fail(fmt.Errorf("wal/nats: stream %s for pchannel %s: %w", ch.stream, p, err))
 		}
@@ -306,6 +306,52 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("%w: negative RequestTimeout", ErrInvalidConfig)
 	}
 	return nil
+}
+
+// setupTimeout bounds New's retries of a stream's creation when its context
+// has no deadline.
+const setupTimeout = time.Minute
+
+// ensureStreamRetry is ensureStream, retried while the JetStream cluster
+// cannot answer yet: a request that timed out (a meta leader being elected,
+// two coordinators creating the same stream at once), no responders, the
+// system temporarily unavailable or no peers to place the replicas on (a
+// cluster still starting). The retries end with ctx, or after setupTimeout
+// if ctx has no deadline.
+func (l *Log) ensureStreamRetry(ctx context.Context, ch channel, cfg Config) (jetstream.StreamConfig, error) {
+	deadline := time.Now().Add(setupTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d
+	}
+	bo := wait.Backoff(50*time.Millisecond, time.Second)
+	for {
+		sc, err := l.ensureStream(ctx, ch, cfg)
+		pause := bo.NextBackOff()
+		if err == nil || !setupRetriable(ctx, err) || time.Now().Add(pause).After(deadline) {
+			return sc, err
+		}
+		if !wait.Sleep(ctx, pause) {
+			return sc, err
+		}
+	}
+}
+
+// JetStream API errors of a cluster that cannot place or answer yet.
+const (
+	jsErrCodeClusterNoPeers  jetstream.ErrorCode = 10005 // no suitable peers for placement
+	jsErrCodeClusterNotAvail jetstream.ErrorCode = 10008 // JetStream system temporarily unavailable
+)
+
+func setupRetriable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jsErrCodeClusterNoPeers || apiErr.ErrorCode == jsErrCodeClusterNotAvail
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsgo.ErrTimeout) || errors.Is(err, natsgo.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // ensureStream creates ch's stream, or brings the settings walcast owns on
