@@ -2,10 +2,12 @@ package meta
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -126,6 +128,28 @@ func (a *App) Services() []*Service {
 	defer a.mu.Unlock()
 	return slices.Clone(a.services)
 }
+
+// ApplicationOutcome reports an Import task whose job failed after its
+// broadcast succeeded (the broadcast created the job; the job failed on a
+// bad file, or its collection was dropped): a retry with the task's key
+// gets that failed job (R7.9), so BroadcastService shows the failure with
+// the task and the key (server.OutcomeJudge).
+func (a *App) ApplicationOutcome(ctx context.Context, b *broadcast.Broadcaster, typ message.Type, o broadcast.Outcome) (broadcast.Outcome, bool) {
+	if typ != TypeImport || o.Status != broadcast.Succeeded {
+		return broadcast.Outcome{}, false
+	}
+	id, err := strconv.ParseUint(string(o.Data), 10, 64)
+	if err != nil {
+		return broadcast.Outcome{}, false
+	}
+	j, ok, err := jobNow(ctx, reader{b.Catalog()}, id)
+	if err != nil || !ok || j.State != jobFailed {
+		return broadcast.Outcome{}, false
+	}
+	return broadcast.Outcome{Status: broadcast.Failed, Detail: fmt.Sprintf("import job %d failed: %s", id, j.Reason), Data: o.Data}, true
+}
+
+var _ server.OutcomeJudge = (*App)(nil)
 
 // OwnedTypes are the service's message types: only MetaService broadcasts
 // them (server.TypeOwner).

@@ -1069,7 +1069,13 @@ func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*wa
 		job = p.Job
 		job.State, job.Reason = 0, "the job's record expired"
 	}
-	if res.Duplicated != nil {
+	switch {
+	case res.Duplicated != nil && job.State == jobFailed:
+		// The key is stuck on a failed original: say so (R7.9).
+		s.log.Warn("import retry answered by its original job, which failed: a retry with this key gets the failed job; the client must mint a new key",
+			"key_fp", key.Fingerprint(), "job", job.ID, "job_state", walcastv1.ImportJobState(job.State).String(), "reason", job.Reason,
+			"broadcast", res.BroadcastID)
+	case res.Duplicated != nil:
 		s.log.Info("import retry answered by its original job", "key_fp", key.Fingerprint(), "job", job.ID,
 			"job_state", walcastv1.ImportJobState(job.State).String(), "broadcast", res.BroadcastID)
 	}

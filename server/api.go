@@ -58,6 +58,22 @@ type apiConfig struct {
 	logger          *slog.Logger
 	connectOpts     []connect.HandlerOption
 	reserved        map[message.Type]bool // types only their application's API may broadcast
+	judge           OutcomeJudge          // the application's verdict on finished tasks; nil: none
+}
+
+// WithOutcomeJudge makes GetTask, ListTasks and LookupKey report the
+// application's outcome of a finished task when it is a failure its
+// broadcast's outcome does not show (see OutcomeJudge).
+func WithOutcomeJudge(j OutcomeJudge) APIOption { return func(c *apiConfig) { c.judge = j } }
+
+// judge sets t's application outcome from the judge, if any.
+func (a *broadcastAPI) judge(ctx context.Context, b *broadcast.Broadcaster, t *walcastv1.Task, typ message.Type, o broadcast.Outcome) {
+	if a.cfg.judge == nil || o.Status == 0 {
+		return
+	}
+	if app, ok := a.cfg.judge.ApplicationOutcome(ctx, b, typ, o); ok {
+		t.ApplicationOutcome = outcomePB(app)
+	}
 }
 
 // WithMaxRequestBytes rejects requests larger than n bytes (after
@@ -278,7 +294,7 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 }
 
 // GetTask describes one task, live or tombstoned.
-func (a *broadcastAPI) GetTask(_ context.Context, req *connect.Request[walcastv1.GetTaskRequest]) (*connect.Response[walcastv1.Task], error) {
+func (a *broadcastAPI) GetTask(ctx context.Context, req *connect.Request[walcastv1.GetTaskRequest]) (*connect.Response[walcastv1.Task], error) {
 	const proc = "GetTask"
 	b, err := a.leader.Current()
 	if err != nil {
@@ -288,11 +304,13 @@ func (a *broadcastAPI) GetTask(_ context.Context, req *connect.Request[walcastv1
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	return connect.NewResponse(taskPB(ti)), nil
+	t := taskPB(ti)
+	a.judge(ctx, b, t, ti.Type, ti.Outcome)
+	return connect.NewResponse(t), nil
 }
 
 // ListTasks lists tasks by state, type and age, at most maxListTasks.
-func (a *broadcastAPI) ListTasks(_ context.Context, req *connect.Request[walcastv1.ListTasksRequest]) (*connect.Response[walcastv1.ListTasksResponse], error) {
+func (a *broadcastAPI) ListTasks(ctx context.Context, req *connect.Request[walcastv1.ListTasksRequest]) (*connect.Response[walcastv1.ListTasksResponse], error) {
 	const proc = "ListTasks"
 	r := req.Msg
 	var f broadcast.Filter
@@ -348,6 +366,7 @@ func (a *broadcastAPI) ListTasks(_ context.Context, req *connect.Request[walcast
 	out.Tasks = make([]*walcastv1.Task, len(tasks))
 	for i, ti := range tasks {
 		out.Tasks[i] = taskPB(ti)
+		a.judge(ctx, b, out.Tasks[i], ti.Type, ti.Outcome)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -479,12 +498,16 @@ func (a *broadcastAPI) LookupKey(ctx context.Context, req *connect.Request[walca
 		return nil, a.fail(proc, err)
 	}
 	w := ks.Window
-	return connect.NewResponse(&walcastv1.LookupKeyResponse{
+	out := &walcastv1.LookupKeyResponse{
 		BroadcastId: ks.BroadcastID,
 		State:       ks.State.String(),
 		Outcome:     outcomePB(ks.Outcome),
 		Window:      windowPB(&w),
-	}), nil
+	}
+	var t walcastv1.Task
+	a.judge(ctx, b, &t, typ, ks.Outcome)
+	out.ApplicationOutcome = t.ApplicationOutcome
+	return connect.NewResponse(out), nil
 }
 
 // RetryCallback makes a failing callback retry now (R5.6).

@@ -62,6 +62,19 @@ type TypeOwner interface {
 	OwnedTypes() []message.Type
 }
 
+// OutcomeJudge is implemented by an App whose effects can fail after their
+// broadcast succeeded (the metadata service's import job, created by its
+// Import broadcast, fails later on a bad file). BroadcastService shows that
+// verdict with the task and its idempotency key (Task.application_outcome,
+// LookupKeyResponse.application_outcome), so an operator sees a key stuck
+// on a failed original (R7.9).
+type OutcomeJudge interface {
+	// ApplicationOutcome returns the application's outcome of a finished
+	// task of type typ whose broadcast outcome is o, and true when it is a
+	// failure o does not show; b is the broadcaster that leads.
+	ApplicationOutcome(ctx context.Context, b *broadcast.Broadcaster, typ message.Type, o broadcast.Outcome) (broadcast.Outcome, bool)
+}
+
 // PChannelNames returns the configured pchannel names.
 func (c Config) PChannelNames() []message.PChannel {
 	out := make([]message.PChannel, c.WAL.PChannels)
@@ -565,6 +578,9 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...)}
 	if o, ok := app.(TypeOwner); ok {
 		opts = append(opts, WithReservedTypes(o.OwnedTypes()...))
+	}
+	if j, ok := app.(OutcomeJudge); ok {
+		opts = append(opts, WithOutcomeJudge(j))
 	}
 	path, h := NewBroadcastHandler(coord, opts...)
 	mux.Handle(path, h)

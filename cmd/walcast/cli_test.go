@@ -321,7 +321,24 @@ func TestCLIImportWait(t *testing.T) {
 	}
 	// The retry with the failed job's key says to mint a new key.
 	out, _ = m.split("import", "start", "orders", "bad.csv", "--db", "shop", "--key", "bad-1")
-	wantOutput(t, out, `retry answered by the original`, `its job failed: a retry with this key returns the failed job`)
+	wantOutput(t, out, `retry answered by the original, broadcast (\d+)`, `its job failed: a retry with this key returns the failed job`)
+	bcast := regexp.MustCompile(`broadcast (\d+)`).FindStringSubmatch(out)[1]
+
+	// The failed original is visible where operators look (R7.9): keys
+	// lookup, tasks show and tasks list say the import failed, though its
+	// broadcast succeeded (it created the job).
+	collID := regexp.MustCompile(`(?m)^id\s+(\d+)$`).FindStringSubmatch(m.run("collection", "describe", "orders", "--db", "shop"))[1]
+	out = m.run("keys", "lookup", "--type", "Import.v1", "--scope", "collection:"+collID, "--client-key", "bad-1")
+	wantOutput(t, out, `(?m)^original\s+broadcast `+bcast+` \(TOMBSTONE\)$`, `(?m)^app outcome\s+failed: import job `+job+` failed: file bad.csv, line 3`,
+		`the original failed: a retry with this key gets it again; mint a new key to try again`)
+	out = m.run("keys", "lookup", "--type", "Import.v1", "--scope", "collection:"+collID, "--client-key", "ok-1")
+	if strings.Contains(out, "app outcome") || strings.Contains(out, "failed") {
+		t.Fatalf("keys lookup of a completed import:\n%s", out)
+	}
+	wantOutput(t, m.run("tasks", "show", bcast), `(?m)^app outcome failed: import job `+job+` failed: file bad.csv, line 3: .* \(a retry with this task's key gets this failed original: mint a new key to try again\)$`)
+	wantOutput(t, m.run("tasks", "list", "--type", "Import.v1"), `(?m)^`+bcast+`\s+Import\.v1\s+TOMBSTONE\s.*failed: import job `+job+` failed: .* \(application; broadcast succeeded: import job `+job+` created\)$`)
+	js := m.run("tasks", "show", bcast, "--json")
+	wantOutput(t, js, `"application_outcome": \{\s+"data": "[^"]+",\s+"detail": "import job `+job+` failed: file bad.csv, line 3: .*",\s+"status": "failed"`)
 }
 
 // split runs one command and returns its stdout and stderr apart, keeping
