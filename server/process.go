@@ -62,6 +62,16 @@ type TypeOwner interface {
 	OwnedTypes() []message.Type
 }
 
+// NodeViewer is implemented by an App whose streaming nodes can show what
+// they applied (the metadata service's views): a `walcast node` process
+// serves its handlers on its metrics address (--metrics-addr), since in
+// cluster mode the coordinators run no node (`walcast view --addr <node>`).
+// They are served with the API's authentication when the node's api.auth
+// or api.tls.client_ca_file is set, else to loopback callers only.
+type NodeViewer interface {
+	NodeHandlers(opts ...connect.HandlerOption) map[string]http.Handler
+}
+
 // OutcomeJudge is implemented by an App whose effects can fail after their
 // broadcast succeeded (the metadata service's import job, created by its
 // Import broadcast, fails later on a bad file). BroadcastService shows that
@@ -350,7 +360,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 			return nil, err
 		}
 	}
-	if err := p.serveMetrics(cfg); err != nil {
+	if err := p.serveMetrics(cfg, nil); err != nil {
 		return nil, err
 	}
 	// A single member wins its election at once; wait for it so that the
@@ -431,7 +441,7 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 	if _, err := p.startCoordinator(ctx, cfg, client, limits, w, app); err != nil {
 		return nil, err
 	}
-	if err := p.serveMetrics(cfg); err != nil {
+	if err := p.serveMetrics(cfg, nil); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -470,7 +480,11 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	if err := p.startNode(ctx, cfg.Nodes.Name, mine, w, dir, acker, app); err != nil {
 		return nil, err
 	}
-	if err := p.serveMetrics(cfg); err != nil {
+	var views map[string]http.Handler
+	if v, ok := app.(NodeViewer); ok {
+		views = v.NodeHandlers(p.sec.handlerOptions()...)
+	}
+	if err := p.serveMetrics(cfg, views); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -685,7 +699,10 @@ func (p *Process) startNode(ctx context.Context, name string, pchans []message.P
 	return nil
 }
 
-func (p *Process) serveMetrics(cfg Config) error {
+// serveMetrics serves /metrics, /healthz and /readyz on metrics.addr, and
+// extra (a node's views) behind the API's authentication, or to loopback
+// callers only without it.
+func (p *Process) serveMetrics(cfg Config, extra map[string]http.Handler) error {
 	if cfg.Metrics.Addr == "" {
 		return nil
 	}
@@ -700,6 +717,12 @@ func (p *Process) serveMetrics(cfg Config) error {
 	// serve no API).
 	mux.HandleFunc("/healthz", serveHealthz)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { writeReadiness(w, r, p.Ready(r.Context())) })
+	for path, h := range extra {
+		if p.sec.authn == nil {
+			h = loopbackOnly(h)
+		}
+		mux.Handle(path, p.sec.handler(h))
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)}
 	if tc := p.sec.metricsTLS(cfg); tc != nil {
@@ -789,4 +812,18 @@ func (p *Process) ReadyLine(mode string) string {
 			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
 	}
 	return b.String()
+}
+
+// loopbackOnly serves h to loopback callers and refuses others with 403:
+// what a node serves beside its metrics is not for anyone on the network
+// unless authentication says who may see it.
+func loopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "only loopback callers without api.auth: configure the node's api.auth.token_file or api.tls.client_ca_file", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -629,13 +629,20 @@ func metaViewCmd(g *globals) *cobra.Command {
 		Short: "Show a streaming node's view of a vchannel, built from the messages it applied",
 		Long: `Show what the streaming node consuming a vchannel knows of it, built only from the
 messages it applied: a shard vchannel's collection, indexes and import jobs; the control
-channel's databases, users and grants. The process at --addr must run that node (a
-standalone process runs them all).`,
-		Example: "  walcast view --vchannel wal-1/c12v0",
-		Args:    cobra.NoArgs,
+channel's databases, users and grants. The process at --addr must run that node: a
+standalone process runs them all; in cluster mode ask the walcast node that consumes the
+vchannel's pchannel, at its --metrics-addr (it serves its views there: with its api.auth
+settings, or to loopback callers only).`,
+		Example: `  walcast view --vchannel wal-1/c12v0
+  walcast view --addr 10.0.0.21:7071 --vchannel wal-1/c12v0     # cluster mode: the node consuming wal-1`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				return c.GetVChannelView(ctx, vchannel)
+				v, err := c.GetVChannelView(ctx, vchannel)
+				if errors.Is(err, client.ErrNotFound) {
+					err = fmt.Errorf("%w\nin cluster mode the coordinators run no streaming node: ask the node that consumes %s's pchannel, walcast view --addr <its --metrics-addr>", err, vchannel)
+				}
+				return v, err
 			}, func(w io.Writer, m proto.Message) error {
 				v := m.(*walcastv1.VChannelView)
 				tb := newTable(w, "FIELD", "VALUE")
