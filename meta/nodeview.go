@@ -45,4 +45,3 @@ func (v nodeViews) GetVChannelView(_ context.Context, r *connect.Request[walcast
 	}
 	return connect.NewResponse(view), nil
 }
-
