@@ -19,22 +19,22 @@ import (
 // the vchannel's pchannel, at its --metrics-addr.
 func (a *App) NodeHandlers(opts ...connect.HandlerOption) map[string]http.Handler {
 	hopts := append(server.StrictJSON(), connect.WithReadMaxBytes(maxRequestBytes))
-	path, h := walcastv1connect.NewMetaServiceHandler(nodeViews{a: a}, append(hopts, opts...)...)
+	path, h := walcastv1connect.NewMetaServiceHandler(nodeViewService{a: a}, append(hopts, opts...)...)
 	return map[string]http.Handler{path: h}
 }
 
 var _ server.NodeViewer = (*App)(nil)
 
-// nodeViews is MetaService with only the views of this process's nodes:
+// nodeViewService is MetaService with only the views of this process's nodes:
 // every other call is Unimplemented (a node holds no metadata).
-type nodeViews struct {
+type nodeViewService struct {
 	walcastv1connect.UnimplementedMetaServiceHandler
 	a *App
 }
 
-var _ walcastv1connect.MetaServiceHandler = nodeViews{}
+var _ walcastv1connect.MetaServiceHandler = nodeViewService{}
 
-func (v nodeViews) GetVChannelView(_ context.Context, r *connect.Request[walcastv1.GetVChannelViewRequest]) (*connect.Response[walcastv1.VChannelView], error) {
+func (v nodeViewService) GetVChannelView(_ context.Context, r *connect.Request[walcastv1.GetVChannelViewRequest]) (*connect.Response[walcastv1.VChannelView], error) {
 	vc := message.VChannel(r.Msg.GetVchannel())
 	if err := vc.Validate(); err != nil {
 		return nil, server.ConnectError(errorf(ErrInvalidArgument, "vchannel: %v", err))
