@@ -276,6 +276,8 @@ func TestR9_8_OutboundKafkaTLSAndSASL(t *testing.T) {
 	} {
 		cfg := coordConfig(t, etcd.Endpoints(), "")
 		cfg.Catalog.Prefix = "kafka" + m.mech + "/"
+		// Each cluster on the shared kfake has its own topics (R8.2).
+		cfg.WAL.Kafka.TopicPrefix = m.mech + "-"
 		cfg.WAL.Kind = "kafka"
 		cfg.WAL.Kafka.Brokers = kc.ListenAddrs()
 		cfg.WAL.Kafka.ReplicationFactor = 1

@@ -254,7 +254,7 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 		return nil, err
 	}
 	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec}
-	p.foreign = newForeignEntries(reg, log)
+	p.foreign = newForeignEntries(reg, log, wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames()))
 	p.onClose(sec.close)
 	if stop, err := setupTracing(cfg); err != nil {
 		log.Error("tracing disabled", "err", err)
@@ -338,8 +338,11 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	cfg.WAL.NATS.URL = ns.ClientURL()
 	p.natsURL = ns.ClientURL()
 	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
-	w, _, err := p.openWAL(ctx, cfg, walEmbedded)
+	w, wl, err := p.openWAL(ctx, cfg, walEmbedded)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
 		return nil, err
 	}
 	coord, err := p.startCoordinator(ctx, cfg, client, limits, w, app)
@@ -426,6 +429,9 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 	p.onClose(client.Close)
 	w, wl, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
 		return nil, err
 	}
 	d := checkDurability(ctx, cfg, client, wl, wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames()))

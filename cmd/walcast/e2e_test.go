@@ -293,8 +293,9 @@ func TestR9_2_CoordinatorFailover(t *testing.T) {
 	t.Setenv("WALCAST_ELECTION_TTL", "2s")
 	t.Setenv("WALCAST_CATALOG_PREFIX", prefix)
 	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
-	common := []string{"--etcd", etcd, "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--metrics-addr", ""}
-	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--metrics-addr", ""} // a node has no etcd
+	streams := streamPrefix() // this cluster's own streams on the shared NATS
+	common := []string{"--etcd", etcd, "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--nats-stream-prefix", streams, "--metrics-addr", ""}
+	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--nats-stream-prefix", streams, "--metrics-addr", ""} // a node has no etcd
 	coords := []*proc{
 		start(t, "coord-a", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
 		start(t, "coord-b", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
@@ -329,3 +330,8 @@ func TestR9_2_CoordinatorFailover(t *testing.T) {
 	}
 	checkExactlyOnce(ctx, t, c, w)
 }
+
+// streamPrefix returns a stream prefix no other cluster of the test run
+// uses: clusters sharing the shared NATS server need their own streams (a
+// new catalog prefix on the same streams is refused, R8.2).
+func streamPrefix() string { return fmt.Sprintf("T%d", time.Now().UnixNano()%1e12) }

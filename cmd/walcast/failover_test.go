@@ -43,8 +43,9 @@ func TestR9_2_FrozenLeaderDoesNotStallClients(t *testing.T) {
 	t.Setenv("WALCAST_ELECTION_TTL", ttl.String())
 	t.Setenv("WALCAST_CATALOG_PREFIX", prefix)
 	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
-	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--metrics-addr", ""}
-	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--metrics-addr", ""} // a node has no etcd
+	streams := streamPrefix() // this cluster's own streams on the shared NATS
+	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--nats-stream-prefix", streams, "--metrics-addr", ""}
+	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--nats-stream-prefix", streams, "--metrics-addr", ""} // a node has no etcd
 	coords := []*proc{
 		start(t, "coord-a", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),
 		start(t, "coord-b", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...)...),

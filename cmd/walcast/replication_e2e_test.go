@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -366,6 +370,96 @@ func TestR8_2_FollowAcrossWALKinds(t *testing.T) {
 				westWAL = natsWAL(fmt.Sprintf("WEST%d", time.Now().UnixNano()%1e9))
 			}
 			followAndPromote(t, east, westWAL, false)
+		})
+	}
+}
+
+var metricsRE = regexp.MustCompile(`metrics=(https?://\S+)`)
+
+// metric returns the sum of the samples of metric name on the process's
+// /metrics (0 if it has none).
+func metric(t *testing.T, p *proc, name string) float64 {
+	t.Helper()
+	m := metricsRE.FindStringSubmatch(p.out())
+	if m == nil {
+		t.Fatalf("%s serves no metrics:\n%s", p.name, p.out())
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+			f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+			if len(f) > 0 {
+				v, err := strconv.ParseFloat(f[0], 64)
+				if err == nil {
+					sum += v
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// TestR8_2_TwoClustersOnOneWAL runs two clusters, north and south, on one
+// NATS server under one stream prefix and on one Kafka (kfake) under one
+// topic prefix — the misconfiguration of two clusters on a shared backend
+// — with the same DDL, so that their broadcast ids collide. Each cluster's
+// node applies exactly its own cluster's copies (none is deduplicated as a
+// repeat of the other's ids, none of the other's is applied) and skips the
+// other's entries, counting them; each cluster's history is its own.
+func TestR8_2_TwoClustersOnOneWAL(t *testing.T) {
+	startShared(t)
+	for _, kind := range []string{"nats", "kafka"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			b := natsWAL(fmt.Sprintf("SHARED%d", time.Now().UnixNano()%1e9))
+			if kind == "kafka" {
+				b = kafkaWAL(newKfake(t), "shared-")
+			}
+			var clusters []*testCluster
+			var nodes []*proc
+			for _, name := range []string{"north", "south"} {
+				cl := coordCluster(t, name, b)
+				p := startEnv(t, name+"-n0", cl.env, append([]string{"node", "--cluster", name, "--name", "n0", "--consume", "0,1,2,3",
+					"--coordinators", cl.coord.api, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0"}, b.args...)...)
+				clusters, nodes = append(clusters, cl), append(nodes, p)
+			}
+			ids := []map[uint64]string{{}, {}}
+			for _, db := range []string{"d1", "d2"} {
+				for i, cl := range clusters {
+					ddl(ctx, t, cl, db, ids[i])
+				}
+			}
+			for i, cl := range clusters {
+				if !maps.Equal(ids[i], ids[1-i]) {
+					t.Fatalf("the clusters' ids differ (%v, %v): the test needs them to collide", ids[0], ids[1])
+				}
+				checkHistory(ctx, t, cl, ids[i], "d1", "d2")
+				checkQuiet(ctx, t, cl)
+				// 2 x (a database to the control channel, a collection to
+				// it and two shards).
+				waitFor(t, cl.name+"'s node to apply its 8 copies", func() bool {
+					return metric(t, nodes[i], "walcast_node_copies_applied_total") >= 8
+				})
+				if got := metric(t, nodes[i], "walcast_node_copies_applied_total"); got != 8 {
+					t.Errorf("%s's node applied %v copies, want its cluster's 8", cl.name, got)
+				}
+				if got := metric(t, nodes[i], "walcast_node_copies_duplicate_total"); got != 0 {
+					t.Errorf("%s's node took %v copies for duplicates (the other cluster's ids)", cl.name, got)
+				}
+				if got := metric(t, nodes[i], "walcast_wal_foreign_entries_total"); got == 0 {
+					t.Errorf("%s's node reports no entry of the other cluster skipped", cl.name)
+				}
+			}
 		})
 	}
 }

@@ -145,8 +145,9 @@ func TestR9_8_NodeAcksWithTheNodeRole(t *testing.T) {
 	admin, nodeTok := tokenFile("ops", auth.Admin), tokenFile("n0", auth.Node)
 	t.Setenv("WALCAST_CATALOG_PREFIX", fmt.Sprintf("securenode%d/", time.Now().UnixNano()))
 	t.Setenv("WALCAST_CATALOG_MAX_TXN_OPS", "1024")
-	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--metrics-addr", ""}
-	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--metrics-addr", ""} // a node has no etcd
+	streams := streamPrefix() // this cluster's own streams on the shared NATS
+	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(), "--nats-stream-prefix", streams, "--metrics-addr", ""}
+	nodeCommon := []string{"--nats", shared.nats.ClientURL(), "--nats-stream-prefix", streams, "--metrics-addr", ""} // a node has no etcd
 	coord := start(t, "coord", append([]string{"coord", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
 		"--api-tls-cert", certFile, "--api-tls-key", keyFile, "--api-token-file", tokens, "--audit-file", "off"}, common...)...)
 	if !strings.Contains(coord.out(), "api=https://") {
