@@ -36,8 +36,9 @@ var pchannels = []message.PChannel{"wal-0", "wal-1", "wal-2", "wal-3"}
 // walBackend is where a cluster's WAL lives.
 type walBackend struct {
 	kind string
-	// args select it for walcast coord and walcast node.
-	args []string
+	// args select it for walcast coord, nodeArgs for walcast node (which
+	// takes no --nats-monitor: only a coordinator checks durability).
+	args, nodeArgs []string
 	// source is the URL a secondary follows it at.
 	source string
 	// open opens it for the test to read, as cluster's.
@@ -48,8 +49,9 @@ type walBackend struct {
 func natsWAL(prefix string) walBackend {
 	url := shared.nats.ClientURL()
 	return walBackend{kind: "nats",
-		args:   []string{"--nats", url, "--nats-monitor", shared.nats.MonitorURL(), "--nats-stream-prefix", prefix},
-		source: url + "?stream_prefix=" + prefix,
+		args:     []string{"--nats", url, "--nats-monitor", shared.nats.MonitorURL(), "--nats-stream-prefix", prefix},
+		nodeArgs: []string{"--nats", url, "--nats-stream-prefix", prefix},
+		source:   url + "?stream_prefix=" + prefix,
 		open: func(t *testing.T, cluster string) *wal.WAL {
 			l, err := walnats.New(context.Background(), walnats.Config{URL: url, PChannels: wal.Lanes(1, pchannels), StreamPrefix: prefix, Existing: true})
 			if err != nil {
@@ -64,8 +66,8 @@ func natsWAL(prefix string) walBackend {
 // as a one-broker development Kafka needs.
 func kafkaWAL(kc *kfake.Cluster, prefix string) walBackend {
 	brokers := kc.ListenAddrs()
-	return walBackend{kind: "kafka",
-		args:   []string{"--wal", "kafka", "--kafka", strings.Join(brokers, ","), "--kafka-replication-factor", "1", "--kafka-topic-prefix", prefix},
+	args := []string{"--wal", "kafka", "--kafka", strings.Join(brokers, ","), "--kafka-replication-factor", "1", "--kafka-topic-prefix", prefix}
+	return walBackend{kind: "kafka", args: args, nodeArgs: args,
 		source: "kafka://" + strings.Join(brokers, ",") + "?topic_prefix=" + prefix,
 		open: func(t *testing.T, cluster string) *wal.WAL {
 			l, err := walkafka.New(context.Background(), walkafka.Config{Brokers: brokers, PChannels: wal.Lanes(1, pchannels), TopicPrefix: prefix, Existing: true})
@@ -126,21 +128,12 @@ func coordCluster(t *testing.T, name string, b walBackend) *testCluster {
 }
 
 // startNode starts a streaming node of the cluster consuming every
-// pchannel, with its state in dir.
-func (cl *testCluster) startNode(t *testing.T, nodeName, dir string) *proc {
+// pchannel, with its state in dir; extra are more flags.
+func (cl *testCluster) startNode(t *testing.T, nodeName, dir string, extra ...string) *proc {
 	t.Helper()
-	// A node takes the WAL's flags but --nats-monitor (only a coordinator
-	// checks the servers' durability).
-	var walArgs []string
-	for i := 0; i < len(cl.backend.args); i++ {
-		if cl.backend.args[i] == "--nats-monitor" {
-			i++
-			continue
-		}
-		walArgs = append(walArgs, cl.backend.args[i])
-	}
-	p := startEnv(t, cl.name+"-"+nodeName, cl.env, append([]string{"node", "--cluster", cl.name, "--name", nodeName, "--consume", "0,1,2,3",
-		"--coordinators", cl.coord.api, "--data-dir", dir, "--metrics-addr", ""}, walArgs...)...)
+	args := append([]string{"node", "--cluster", cl.name, "--name", nodeName, "--consume", "0,1,2,3",
+		"--coordinators", cl.coord.api, "--data-dir", dir, "--metrics-addr", ""}, cl.backend.nodeArgs...)
+	p := startEnv(t, cl.name+"-"+nodeName, cl.env, append(args, extra...)...)
 	cl.nodes = append(cl.nodes, p)
 	return p
 }
@@ -429,8 +422,7 @@ func TestR8_2_TwoClustersOnOneWAL(t *testing.T) {
 			var nodes []*proc
 			for _, name := range []string{"north", "south"} {
 				cl := coordCluster(t, name, b)
-				p := startEnv(t, name+"-n0", cl.env, append([]string{"node", "--cluster", name, "--name", "n0", "--consume", "0,1,2,3",
-					"--coordinators", cl.coord.api, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0"}, b.args...)...)
+				p := cl.startNode(t, "n0", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
 				clusters, nodes = append(clusters, cl), append(nodes, p)
 			}
 			ids := []map[uint64]string{{}, {}}
