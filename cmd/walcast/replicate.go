@@ -40,7 +40,7 @@ func replicateCmd(g *globals) *cobra.Command {
 	var allowUnreachable bool
 	topo := func(c *cobra.Command) {
 		c.Flags().StringVar(&primary, "primary", "", "name of the primary cluster")
-		c.Flags().StringArrayVar(&secondaries, "secondary", nil, "a secondary: <name>=<primary WAL URL it reads> (repeat)")
+		c.Flags().StringArrayVar(&secondaries, "secondary", nil, "a secondary: <name>=<primary WAL URL it reads: nats://... or kafka://...> (repeat)")
 	}
 	follow := &cobra.Command{
 		Use:   "follow",
@@ -48,13 +48,18 @@ func replicateCmd(g *globals) *cobra.Command {
 		Long: `Make the (empty) cluster at --addr a secondary of --primary: it refuses DDL from then on
 and its replicator copies the primary's WAL. Nothing changes unless every check passes:
 the topology lists this cluster (its cluster.name) as a secondary, every secondary has a
-source URL, and this cluster's source (the primary's NATS) is reachable and holds the WAL
-streams of this cluster's layout (--allow-unreachable skips that check). With
+source URL, and this cluster's source (the primary's WAL) is reachable and holds the WAL
+streams or topics of this cluster's layout (--allow-unreachable skips that check). A source
+names the primary WAL's kind and addresses: nats://host:4222[,host:4222...] or
+kafka://host:9092[,host:9092...], with ?stream_prefix=P or ?topic_prefix=P when the
+primary does not use the default prefix; it is read with this cluster's wal.nats or
+wal.kafka TLS and credentials. With
 --primary-addr (the primary's API) the command also checks there that the primary has
 that name, is primary, and has the same pchannels and lanes.`,
 		Example: `  walcast replicate follow --addr 127.0.0.1:7080 --primary east --secondary west=nats://127.0.0.1:7072 \
       --primary-addr 127.0.0.1:7070
-  (run against the secondary "west"; the URL is the primary's NATS, printed as wal=... by its standalone)`,
+  (run against the secondary "west"; the URL is the primary's NATS, printed as wal=... by its standalone)
+  walcast replicate follow --addr 10.0.1.11:7070 --primary east --secondary west=kafka://10.0.0.7:9092,10.0.0.8:9092?topic_prefix=east-`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t, err := parseTopology(primary, secondaries)
