@@ -50,7 +50,7 @@ type replication struct {
 	start func(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error)
 	// probe checks that source is reachable before a Follow (probeSource;
 	// tests replace it).
-	probe func(ctx context.Context, source string) error
+	probe func(ctx context.Context, primary, source string) error
 
 	// life serialises reconcile, pause, resume and close: at most one
 	// replicator runs, and no start that was under way can undo a stop (a
@@ -326,7 +326,7 @@ func (s *replicationService) Follow(ctx context.Context, req *connect.Request[wa
 	}
 	if !req.Msg.GetAllowUnreachable() {
 		me, _ := topo.Secondary(b.ClusterName())
-		if err := s.rp.probe(ctx, me.Source); err != nil {
+		if err := s.rp.probe(ctx, topo.Primary, me.Source); err != nil {
 			return nil, s.fail(proc, err)
 		}
 	}
@@ -489,11 +489,13 @@ func checkSourceURL(src string) error {
 // probeTimeout bounds reaching the primary's WAL when Follow checks it.
 const probeTimeout = 5 * time.Second
 
-// probeSource checks that the primary's WAL at source is reachable and laid
-// out as this cluster's (the same lanes: a stream per lane), without
+// probeSource checks that the primary's WAL at source is reachable, laid
+// out as this cluster's (the same lanes: a stream per lane) and written by
+// the cluster named primary (its last entries say who wrote them: entries of
+// another cluster would all be skipped, and nothing replicated), without
 // creating anything there. It returns an error matching
 // broadcast.ErrFailedPrecondition that says what to do.
-func (rp *replication) probeSource(ctx context.Context, source string) error {
+func (rp *replication) probeSource(ctx context.Context, primary, source string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	ws, err := parseSource(source)
@@ -510,5 +512,36 @@ func (rp *replication) probeSource(ctx context.Context, source string) error {
 		return fmt.Errorf("%w: cannot reach the primary's WAL at %s: %w (check the URL; follow with allow_unreachable, walcast replicate follow --allow-unreachable, to follow anyway)",
 			broadcast.ErrFailedPrecondition, source, err)
 	}
-	return l.Close()
+	defer l.Close()
+	for _, lane := range lanes {
+		writer, err := lastWriter(ctx, l, lane)
+		if err != nil {
+			return fmt.Errorf("%w: cannot read the primary's WAL at %s: %w", broadcast.ErrFailedPrecondition, source, err)
+		}
+		if writer != "" && writer != primary {
+			return fmt.Errorf("%w: the primary's WAL at %s is written by cluster %q, not %q: --primary must be the primary's cluster.name (its entries would all be skipped as another cluster's)",
+				broadcast.ErrFailedPrecondition, source, writer, primary)
+		}
+	}
+	return nil
+}
+
+// lastWriter returns the cluster that wrote the last entry of lane ("" for
+// an empty lane, or an entry of before identities).
+func lastWriter(ctx context.Context, l wal.Log, lane message.PChannel) (string, error) {
+	end, err := l.End(ctx, lane)
+	if err != nil || end == 0 {
+		return "", err
+	}
+	cur, err := l.Read(ctx, lane, end-1)
+	if err != nil {
+		return "", err
+	}
+	defer cur.Close()
+	off, data, err := cur.Next(ctx)
+	if err != nil {
+		return "", err
+	}
+	h, err := wal.DecodeHeader(off, data)
+	return h.Cluster, err
 }
