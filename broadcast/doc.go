@@ -40,7 +40,8 @@
 //
 // Appends are at-least-once: a crash after an append but before the
 // TOMBSTONE leads recovery to append the copies again, so consumers
-// deduplicate by broadcast id per vchannel. Callbacks are at-least-once in
+// deduplicate by broadcast id per vchannel. (A force promote records where
+// its copies landed and persists its acks instead: it appends none twice.) Callbacks are at-least-once in
 // their external effects and exactly-once in their staged catalog effects.
 // Every catalog write is idempotent and retried on ambiguous failures; a
 // definite failure before the PENDING record is durable is reported as
@@ -71,4 +72,38 @@
 // caller's trace even after a restart, and streaming nodes join it from the
 // copies they read (internal/tracing). Spans carry the idempotency key's
 // fingerprint, never the key.
+//
+// # Implementation notes
+//
+// The engine's rules live in a decision core (internal/engine): a state
+// machine with no goroutines, no I/O and no clock, which takes events and
+// returns actions. This package is its face and driver, in the manner of the
+// loop a user of etcd's raft package writes:
+//
+//   - One loop goroutine owns the core. It steps it with every event — an API
+//     request, an I/O result, a timer tick — draining what is queued before
+//     it performs the actions, and re-arms one timer on the core's earliest
+//     deadline (Config.Clock's, so a test or the simulator moves time).
+//   - Bounded pools perform the actions: catalog commits, WAL appends,
+//     callbacks and ack-once callbacks (at most CallbackConcurrency at once),
+//     WAL scans. Each sends its result back to the loop as an event. Workers
+//     start on demand and exit when idle; Close cancels their I/O and waits
+//     for them.
+//   - An API call sends its request to the loop with a reply channel and
+//     waits for the reply, its context or the broadcaster's end. What a
+//     caller can do alone it does in its own goroutine: validating, stamping
+//     and encoding its message, decoding a tombstone it got as an original.
+//     A call whose context ends withdraws what it holds (a lock wait, an
+//     admission slot); a created task goes on.
+//   - Nothing else is shared: the core's state is touched only by the loop,
+//     so there is no lock order to keep. The Handle's mutex guards only the
+//     handle's own fields; the tracing spans of tasks have a mutex of their
+//     own (written by the loop and by commit workers).
+//
+// The task state machine is one table (internal/engine/transitions.go, also
+// in docs/design.md); the durable-write policy, what every outcome of every
+// catalog or WAL write means, is another (internal/engine/policy.go). The
+// deterministic simulator (internal/sim) drives the same core with a virtual
+// clock and seeded faults; a rule of the engine is tested there, this
+// package's tests check the driver and the backends.
 package broadcast

@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/walcast/walcast/catalog"
@@ -95,5 +97,23 @@ func TestR6_5_Classify(t *testing.T) {
 		if got := ClassifyAppend(c.err); got != c.want {
 			t.Errorf("ClassifyAppend(%v) = %s, want %s", c.err, got, c.want)
 		}
+	}
+}
+
+// TestDocsShowTheTransitionTable: docs/design.md shows the transition table
+// as transitions.go has it.
+func TestDocsShowTheTransitionTable(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const start, end = "<!-- transition table: generated from internal/engine/transitions.go -->\n", "<!-- end transition table -->"
+	s := string(raw)
+	i, j := strings.Index(s, start), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatal("docs/design.md has no transition table block")
+	}
+	if got, want := s[i+len(start):j], TableMarkdown(); got != want {
+		t.Fatalf("docs/design.md's transition table differs from transitions.go; put this between the markers:\n%s", want)
 	}
 }
