@@ -2,8 +2,10 @@ package broadcast_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,4 +344,98 @@ func (l limited) Commit(ctx context.Context, ops ...catalog.Op) error {
 		return fmt.Errorf("%w: %d ops", catalog.ErrTooLarge, len(ops))
 	}
 	return l.Catalog.Commit(ctx, ops...)
+}
+
+// TestR6_4_BurstLeavesOtherClassWindows: with imports in a retention class
+// of their own, a burst of ten times the default class's MaxCount of other
+// DDL evicts only default-class tombstones (early, counted for that class):
+// every import key's window stays intact, and a retry of each is answered
+// by its original.
+func TestR6_4_BurstLeavesOtherClassWindows(t *testing.T) {
+	typImp := message.Type{Name: "Import", Version: 1}
+	e := newEnv(t)
+	e.types.MustRegister(message.TypeInfo{Type: typImp})
+	const maxCount = 8
+	b := e.open(func(c *broadcast.Config) {
+		c.Tombstone.MaxCount = maxCount
+		c.Tombstone.Classes = []broadcast.RetentionClass{{Name: "import", Types: []message.Type{typImp}, MaxCount: 64}}
+	})
+	ctx := ctxT(t, 20*time.Second)
+	var imports []uint64
+	for i := range 5 {
+		k := message.CollectionKey(7, "import-"+string(rune('a'+i)))
+		res, err := keyed(ctx, b, typImp, k, "files", []message.VChannel{vch(1, "c7v0")}, resource.SharedCollection("db", "c7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		imports = append(imports, res.BroadcastID)
+	}
+	for i := range 10 * maxCount {
+		coll := "burst" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if _, err := do(ctx, b, msgOf(t, typCreate, "x", []message.VChannel{vch(2, coll)}), resource.ExclusiveCollection("db", coll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "GC of the burst", func() bool { return b.Stats().Tombstones <= maxCount+len(imports)+64 })
+	for i, id := range imports {
+		k := message.CollectionKey(7, "import-"+string(rune('a'+i)))
+		ks, err := b.Lookup(ctx, typImp, k)
+		if err != nil || ks.BroadcastID != id {
+			t.Fatalf("import key %d after the burst: %+v, %v", i, ks, err)
+		}
+		if ks.Window.Class != "import" || ks.Window.ClassEarlyEvicted != 0 {
+			t.Fatalf("import key %d window %+v: class import, nothing evicted early", i, ks.Window)
+		}
+		res, err := keyed(ctx, b, typImp, k, "files", []message.VChannel{vch(1, "c7v0")}, resource.SharedCollection("db", "c7"))
+		if err != nil || res.Duplicated == nil || res.BroadcastID != id {
+			t.Fatalf("retry of import %d: %+v, %v; want its original %d", i, res, err, id)
+		}
+	}
+	early := b.EarlyEvictions()
+	if early["default"] == 0 || early["import"] != 0 {
+		t.Fatalf("early evictions per class %v: want some in default, none in import", early)
+	}
+}
+
+// TestR9_6_TaskLifecycleLogged: the engine logs each stage a task enters at
+// debug level and its completion at info, with its id, type, duration,
+// catalog commits and outcome.
+func TestR9_6_TaskLifecycleLogged(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	e := newEnv(t)
+	b := e.open(func(c *broadcast.Config) { c.Logger = newBufLogger(&buf, &mu) })
+	ctx := ctxT(t, 10*time.Second)
+	res, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	mu.Unlock()
+	var stages []string
+	completed := false
+	for _, l := range lines {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r["broadcast"] != float64(res.BroadcastID) {
+			continue
+		}
+		switch r["msg"] {
+		case "task stage":
+			stages = append(stages, r["to"].(string))
+		case "task completed":
+			completed = r["level"] == "INFO" && r["type"] == typCreate.String() && r["outcome"] == "succeeded" &&
+				r["commits"] == float64(2) && r["duration"] != nil
+		}
+	}
+	want := []string{"persisting", "appending", "acking", "queued", "calling", "tombstoning", "tombstoned"}
+	if strings.Join(stages, ",") != strings.Join(want, ",") {
+		t.Fatalf("stages logged %v, want %v", stages, want)
+	}
+	if !completed {
+		t.Fatalf("no complete info line for broadcast %d in:\n%s", res.BroadcastID, buf.String())
+	}
 }

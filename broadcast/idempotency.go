@@ -131,13 +131,17 @@ type Window struct {
 	// created before MaxCount evicts this one; -1 while the original is
 	// running.
 	CountHeadroom int
-	// Class is the key's retention class.
-	Class string
+	// Class is the key's retention class (R6.4). ClassEarlyEvicted counts
+	// the tombstones of the class that MaxCount evicted before their
+	// MaxLifetime since the broadcaster started: when it is not zero, windows
+	// of this class were cut short, and this one may be.
+	Class             string
+	ClassEarlyEvicted int
 }
 
 func windowOf(w engine.Window) Window {
 	return Window{FirstSeen: w.FirstSeen, CompletedAt: w.CompletedAt, ExpiresLatest: w.ExpiresLatest,
-		CountHeadroom: w.CountHeadroom, Class: w.Class}
+		CountHeadroom: w.CountHeadroom, Class: w.Class, ClassEarlyEvicted: w.ClassEarlyEvicted}
 }
 
 // KeyStatus is what Lookup knows about an idempotency key.

@@ -575,6 +575,7 @@ func windowPB(w *broadcast.Window) *walcastv1.Window {
 		CompletedAt:   timePB(w.CompletedAt),
 		ExpiresLatest: timePB(w.ExpiresLatest),
 		CountHeadroom: int64(w.CountHeadroom),
+		Class:         w.Class, ClassEarlyEvicted: int64(w.ClassEarlyEvicted),
 	}
 }
 

@@ -29,6 +29,22 @@ import (
 	walnats "github.com/walcast/walcast/wal/nats"
 )
 
+// RetentionClass is a retention class of tombstones (R6.4): its types'
+// tombstones are kept until older than MaxLifetime or beyond its newest
+// MaxCount.
+type RetentionClass struct {
+	Name string `yaml:"name"`
+	// Types are message types as "<name>.v<version>".
+	Types       []string `yaml:"types"`
+	MaxCount    int      `yaml:"max_count"`
+	MaxLifetime Duration `yaml:"max_lifetime"`
+}
+
+// ImportClass is the default retention class of the metadata service's
+// imports: an import key must outlive every other DDL's burst, or a retry
+// starts a second import.
+const ImportClass = "import"
+
 // Duration is a time.Duration written as "24h" or "10ms" in YAML,
 // environment variables and flags.
 type Duration time.Duration
@@ -248,6 +264,12 @@ type Config struct {
 			MaxLifetime   Duration `yaml:"max_lifetime"`
 			MaxCount      int      `yaml:"max_count"`
 			CheckInterval Duration `yaml:"check_interval"`
+			// Classes are retention classes of their own for some message
+			// types (R6.4): a burst of one class never evicts another's
+			// tombstones. Types in none share the default class above. A
+			// configured list replaces the default one (the metadata
+			// service's import class) whole.
+			Classes []RetentionClass `yaml:"classes"`
 		} `yaml:"tombstone"`
 		// MaxKeyLength bounds new client idempotency keys, in bytes.
 		MaxKeyLength    int `yaml:"max_key_length"`
@@ -399,6 +421,8 @@ func Default() Config {
 	c.Broadcast.Tombstone.MaxLifetime = Duration(24 * time.Hour)
 	c.Broadcast.Tombstone.MaxCount = 8192
 	c.Broadcast.Tombstone.CheckInterval = Duration(5 * time.Minute)
+	c.Broadcast.Tombstone.Classes = []RetentionClass{{Name: ImportClass, Types: []string{"Import.v1"},
+		MaxCount: 8192, MaxLifetime: Duration(24 * time.Hour)}}
 	c.Broadcast.MaxKeyLength = message.DefaultMaxKeyLength
 	c.Broadcast.MaxMessageBytes = 256 << 10
 	c.Nodes.Count = 2
@@ -748,12 +772,9 @@ func (c Config) Validate() error {
 		return bad("meta.max_import_job_num", "%d is below 1", c.Meta.MaxImportJobNum)
 	case c.Meta.CollectionShards < 1 || c.Meta.CollectionShards > 256:
 		return bad("meta.collection_shards", "%d is outside 1..256", c.Meta.CollectionShards)
-	case c.Meta.ImportJobRetention < 2*b.Tombstone.MaxLifetime:
-		// An idempotency key lives as long as its tombstone; the job it
-		// names must outlive it, or a retry inside the window finds the
-		// job gone (the reference system documented this coupling only).
-		return bad("meta.import_job_retention", "%v is shorter than twice broadcast.tombstone.max_lifetime (%v): retries inside the idempotency window could find their import job deleted",
-			c.Meta.ImportJobRetention.D(), b.Tombstone.MaxLifetime.D())
+	}
+	if err := c.validateClasses(); err != nil {
+		return err
 	}
 	if _, _, err := c.EmbeddedPorts(); err != nil {
 		return err
@@ -848,6 +869,76 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// validateClasses checks the retention classes, and that an import key's
+// window cannot end before its import: the import job must be kept at
+// least twice as long as the key (a retry inside the window must find its
+// job), and the key's class must hold at least as many tombstones as
+// imports may be unfinished at once (a burst of imports up to the admission
+// limit must not evict the key of one still running).
+func (c Config) validateClasses() error {
+	bad := func(setting, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, setting, fmt.Sprintf(format, args...))
+	}
+	b := c.Broadcast.Tombstone
+	importLife, importCount, importClass := b.MaxLifetime, b.MaxCount, "broadcast.tombstone"
+	names := map[string]bool{"default": true}
+	typed := map[message.Type]string{}
+	for i, cl := range b.Classes {
+		at := fmt.Sprintf("broadcast.tombstone.classes[%d]", i)
+		switch {
+		case cl.Name == "" || names[cl.Name]:
+			return bad(at+".name", "%q is empty or used twice (\"default\" is the default class's)", cl.Name)
+		case cl.MaxCount < 1:
+			return bad(at+".max_count", "%d is below 1", cl.MaxCount)
+		case cl.MaxLifetime <= 0:
+			return bad(at+".max_lifetime", "must be positive")
+		case len(cl.Types) == 0:
+			return bad(at+".types", "class %s names no message type", cl.Name)
+		}
+		names[cl.Name] = true
+		for _, s := range cl.Types {
+			t, err := message.ParseType(s)
+			if err != nil {
+				return bad(at+".types", "%v", err)
+			}
+			if other, dup := typed[t]; dup {
+				return bad(at+".types", "%s is in classes %s and %s", t, other, cl.Name)
+			}
+			typed[t] = cl.Name
+			if t.Name == "Import" {
+				importLife, importCount, importClass = cl.MaxLifetime, cl.MaxCount, at
+			}
+		}
+	}
+	switch {
+	case c.Meta.ImportJobRetention < 2*importLife:
+		// An idempotency key lives as long as its tombstone; the job it
+		// names must outlive it, or a retry inside the window finds the
+		// job gone (the reference system documented this coupling only).
+		return bad("meta.import_job_retention", "%v is shorter than twice %s.max_lifetime (%v): retries inside the idempotency window could find their import job deleted",
+			c.Meta.ImportJobRetention.D(), importClass, importLife.D())
+	case importCount < c.Meta.MaxImportJobNum:
+		return bad(importClass+".max_count", "%d is below meta.max_import_job_num (%d): a burst of imports could evict the key of one still running, and its retry would start a second import",
+			importCount, c.Meta.MaxImportJobNum)
+	}
+	return nil
+}
+
+// retentionClasses returns the classes as the engine takes them.
+func (c Config) retentionClasses() []broadcast.RetentionClass {
+	var out []broadcast.RetentionClass
+	for _, cl := range c.Broadcast.Tombstone.Classes {
+		rc := broadcast.RetentionClass{Name: cl.Name, MaxCount: cl.MaxCount, MaxLifetime: cl.MaxLifetime.D()}
+		for _, s := range cl.Types {
+			if t, err := message.ParseType(s); err == nil {
+				rc.Types = append(rc.Types, t)
+			}
+		}
+		out = append(out, rc)
+	}
+	return out
 }
 
 // YAML returns the configuration as a YAML document, as `walcast config

@@ -74,7 +74,10 @@ func TestR9_7_InvalidSettingsNameTheSetting(t *testing.T) {
 		{"WALCAST_WAL_KIND=pulsar", "wal.kind"},
 		{"WALCAST_LOG_LEVEL=loud", "log.level"},
 		{"WALCAST_BROADCAST_BACKOFF_INITIAL=-1s", "broadcast.backoff"},
-		{"WALCAST_BROADCAST_TOMBSTONE_MAX_LIFETIME=48h", "meta.import_job_retention"}, // the coupling
+		// The coupling: import jobs kept less than twice their keys' window
+		// (the import class's, R6.4).
+		{"WALCAST_META_IMPORT_JOB_RETENTION=47h", "meta.import_job_retention"},
+		{"WALCAST_META_MAX_IMPORT_JOB_NUM=9000", "classes[0].max_count"},
 		{"WALCAST_BROADCAST_MAX_MESSAGE_BYTES=4000000", "broadcast.max_message_bytes"},
 		{"WALCAST_NODES_PCHANNELS=0,9", "nodes.pchannels"},
 		{"WALCAST_TOMBSTONE_MAX_COUNT=5", "WALCAST_TOMBSTONE_MAX_COUNT"}, // typo
@@ -284,6 +287,59 @@ func TestR9_7_EmbeddedPortsNextToTheAPI(t *testing.T) {
 		"WALCAST_STANDALONE_NATS_ADDR=127.0.0.1:99999", "WALCAST_API_ADDR=127.0.0.1:65534"} {
 		if _, err := Load("", []string{env}, nil, nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "standalone.") {
 			t.Errorf("%s: %v, want an error naming standalone.*", env, err)
+		}
+	}
+}
+
+// TestR6_4_RetentionClassesFromTheFile: the default configuration gives the
+// metadata service's imports a class of their own; a file's classes replace
+// it whole; bad classes and couplings that would end an import key's window
+// before its import are refused, naming the setting.
+func TestR6_4_RetentionClassesFromTheFile(t *testing.T) {
+	def := Default()
+	if cls := def.Broadcast.Tombstone.Classes; len(cls) != 1 || cls[0].Name != ImportClass || cls[0].Types[0] != "Import.v1" {
+		t.Fatalf("default classes %+v, want the import class", cls)
+	}
+	load := func(t *testing.T, yml string) (Config, error) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load(path, nil, nil, nil)
+	}
+	c, err := load(t, `broadcast:
+  tombstone:
+    classes:
+      - name: imports
+        types: [Import.v1]
+        max_count: 4096
+        max_lifetime: 12h
+      - name: rbac
+        types: [CreateUser.v1, Grant.v1]
+        max_count: 100
+        max_lifetime: 1h
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cls := c.Broadcast.Tombstone.Classes; len(cls) != 2 || cls[0].Name != "imports" || cls[0].MaxCount != 4096 || cls[1].Types[1] != "Grant.v1" {
+		t.Fatalf("classes %+v", cls)
+	}
+	for _, bad := range []struct{ yml, setting string }{
+		{"broadcast:\n  tombstone:\n    classes:\n      - {name: default, types: [A.v1], max_count: 1, max_lifetime: 1h}\n", "classes[0].name"},
+		{"broadcast:\n  tombstone:\n    classes:\n      - {name: a, types: [A.v1], max_count: 0, max_lifetime: 1h}\n", "classes[0].max_count"},
+		{"broadcast:\n  tombstone:\n    classes:\n      - {name: a, types: [], max_count: 1, max_lifetime: 1h}\n", "classes[0].types"},
+		{"broadcast:\n  tombstone:\n    classes:\n      - {name: a, types: [nope], max_count: 1, max_lifetime: 1h}\n", "classes[0].types"},
+		{"broadcast:\n  tombstone:\n    classes:\n      - {name: a, types: [A.v1], max_count: 1, max_lifetime: 1h}\n      - {name: b, types: [A.v1], max_count: 1, max_lifetime: 1h}\n", "classes[1].types"},
+		// The import class holds fewer keys than imports may run at once.
+		{"broadcast:\n  tombstone:\n    classes:\n      - {name: i, types: [Import.v1], max_count: 10, max_lifetime: 1h}\n", "classes[0].max_count"},
+		// The import jobs would be deleted inside their keys' window.
+		{"broadcast:\n  tombstone:\n    classes:\n      - {name: i, types: [Import.v1], max_count: 9000, max_lifetime: 30h}\n", "meta.import_job_retention"},
+	} {
+		_, err := load(t, bad.yml)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), bad.setting) {
+			t.Errorf("%q: %v, want an error naming %s", bad.yml, err, bad.setting)
 		}
 	}
 }

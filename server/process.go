@@ -117,7 +117,7 @@ func (c Config) broadcastConfig(w *wal.WAL, types *message.Registry, cbs *broadc
 		ConcurrencyRatio: b.ConcurrencyRatio,
 		Backoff:          broadcast.Backoff{Initial: b.Backoff.Initial.D(), Multiplier: b.Backoff.Multiplier, Max: b.Backoff.Max.D()},
 		Tombstone: broadcast.TombstoneConfig{MaxLifetime: b.Tombstone.MaxLifetime.D(), MaxCount: b.Tombstone.MaxCount,
-			CheckInterval: b.Tombstone.CheckInterval.D()},
+			CheckInterval: b.Tombstone.CheckInterval.D(), Classes: c.retentionClasses()},
 		MaxKeyLength: b.MaxKeyLength, MaxMessageBytes: b.MaxMessageBytes,
 		Logger: log, Observer: obs,
 	}

@@ -211,8 +211,13 @@ type Window struct {
 	// Tombstones that may still be created before max_count evicts the key;
 	// -1 while the original runs.
 	CountHeadroom int64 `protobuf:"varint,4,opt,name=count_headroom,json=countHeadroom,proto3" json:"count_headroom,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The key's retention class (R6.4), and how many tombstones of it
+	// max_count evicted before their max_lifetime since the coordinator
+	// started: when not 0, windows of the class were cut short.
+	Class             string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	ClassEarlyEvicted int64  `protobuf:"varint,6,opt,name=class_early_evicted,json=classEarlyEvicted,proto3" json:"class_early_evicted,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Window) Reset() {
@@ -269,6 +274,20 @@ func (x *Window) GetExpiresLatest() *timestamppb.Timestamp {
 func (x *Window) GetCountHeadroom() int64 {
 	if x != nil {
 		return x.CountHeadroom
+	}
+	return 0
+}
+
+func (x *Window) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *Window) GetClassEarlyEvicted() int64 {
+	if x != nil {
+		return x.ClassEarlyEvicted
 	}
 	return 0
 }
@@ -1869,13 +1888,15 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\aOutcome\x125\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1d.walcast.api.v1.OutcomeStatusR\x06status\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\xec\x01\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xb2\x02\n" +
 	"\x06Window\x129\n" +
 	"\n" +
 	"first_seen\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x12=\n" +
 	"\fcompleted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12A\n" +
 	"\x0eexpires_latest\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rexpiresLatest\x12%\n" +
-	"\x0ecount_headroom\x18\x04 \x01(\x03R\rcountHeadroom\"\x84\x03\n" +
+	"\x0ecount_headroom\x18\x04 \x01(\x03R\rcountHeadroom\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x12.\n" +
+	"\x13class_early_evicted\x18\x06 \x01(\x03R\x11classEarlyEvicted\"\x84\x03\n" +
 	"\x10BroadcastRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1c\n" +

@@ -270,6 +270,9 @@ func printBroadcast(w io.Writer, o *broadcastOutput) error {
 	if r.Outcome.GetStatus() == walcastv1.OutcomeStatus_OUTCOME_STATUS_FAILED && r.Duplicated {
 		fmt.Fprintln(w, "the original failed, and a retry with this key always gets it: use a new client key to try again")
 	}
+	if r.Window != nil {
+		warnWindow(w, r.Window)
+	}
 	tb := newTable(w, "VCHANNEL", "MESSAGE ID", "TIME TICK")
 	vs := make([]string, 0, len(r.Appends))
 	for v := range r.Appends {
@@ -281,6 +284,15 @@ func printBroadcast(w io.Writer, o *broadcastOutput) error {
 		tb.row(v, fmt.Sprint(cp.GetMessageId()), fmt.Sprint(cp.GetTimeTick()))
 	}
 	return tb.flush()
+}
+
+// warnWindow says when a key's window was or may be cut short by its
+// retention class's max_count (R6.4).
+func warnWindow(out io.Writer, w *walcastv1.Window) {
+	if n := w.GetClassEarlyEvicted(); n > 0 {
+		fmt.Fprintf(out, "warning: %d tombstones of class %s were evicted by its max_count before their max_lifetime: this key's window may end before %s (raise the class's max_count)\n",
+			n, w.GetClass(), ts(w.GetExpiresLatest()))
+	}
 }
 
 func outcomeString(o *walcastv1.Outcome) string {
@@ -775,6 +787,10 @@ func keysCmd(g *globals) *cobra.Command {
 				if failed {
 					fmt.Fprintln(out, "the original failed: a retry with this key gets it again; mint a new key to try again")
 				}
+				if c := w.GetClass(); c != "" {
+					fmt.Fprintf(out, "retention class  %s\n", c)
+				}
+				warnWindow(out, w)
 				return nil
 			}, func(r *walcastv1.LookupKeyResponse) any {
 				return with(protoValue(r), "key_fingerprint", k.Fingerprint())

@@ -61,8 +61,11 @@ type Window struct {
 	// CountHeadroom is how many newer tombstones of the key's class may be
 	// created before its MaxCount evicts this one; -1 while running.
 	CountHeadroom int
-	// Class is the retention class.
-	Class string
+	// Class is the retention class; ClassEarlyEvicted counts the class's
+	// tombstones MaxCount evicted before their MaxLifetime since this core
+	// started: if not 0, some windows of the class were cut short (R6.4).
+	Class             string
+	ClassEarlyEvicted int
 }
 
 // Write asks for one catalog commit. The driver encodes Record (if set)

@@ -82,7 +82,7 @@ func (c *Core) requestDigestOf(o *Original) []byte {
 // window computes the idempotency window of original id (R7.7).
 func (c *Core) window(class int, id uint64, created, completed time.Time) Window {
 	cl := c.tombs.classes[class]
-	w := Window{FirstSeen: created, CountHeadroom: -1, Class: cl.cfg.Name}
+	w := Window{FirstSeen: created, CountHeadroom: -1, Class: cl.cfg.Name, ClassEarlyEvicted: c.tombs.early[class]}
 	if completed.IsZero() {
 		return w
 	}

@@ -10,14 +10,11 @@ import (
 	"github.com/walcast/walcast/resource"
 )
 
-// Logging returns an Observer that passes every event to next and logs the
-// task lifecycle (R9.6): one line per step at debug level (a state entered
-// or left, all copies appended, each callback attempt, a failed append
-// round) and one per completion at info (type, execution time).
-//
-// broadcast.Observer does not carry a task's id, commits or outcome, so the
-// lines name the type only; the engine's own lines (duplicates, retries,
-// force completions) carry ids.
+// Logging returns an Observer that passes every event to next and logs, at
+// debug level, what the engine's own lifecycle lines do not say: all copies
+// appended, each callback attempt, a failed append round, a lock wait. The
+// engine logs each task's stages (debug) and its completion (info, with the
+// task's id, type, duration, catalog commits and outcome) itself (R9.6).
 func Logging(next broadcast.Observer, log *slog.Logger) broadcast.Observer {
 	return logObserver{next: next, log: log}
 }
@@ -31,19 +28,7 @@ type logObserver struct {
 // building a line's attributes, so the hot paths allocate nothing at info.
 func (o logObserver) debug() bool { return o.log.Enabled(context.Background(), slog.LevelDebug) }
 
-func stateName(s broadcast.State) string {
-	if s == 0 {
-		return "-"
-	}
-	return s.String()
-}
-
-func (o logObserver) TaskState(t message.Type, from, to broadcast.State) {
-	o.next.TaskState(t, from, to)
-	if o.debug() {
-		o.log.Debug("task state", "type", t.String(), "from", stateName(from), "to", stateName(to))
-	}
-}
+func (o logObserver) TaskState(t message.Type, from, to broadcast.State) { o.next.TaskState(t, from, to) }
 
 func (o logObserver) Appended(t message.Type, d time.Duration) {
 	o.next.Appended(t, d)
@@ -52,10 +37,7 @@ func (o logObserver) Appended(t message.Type, d time.Duration) {
 	}
 }
 
-func (o logObserver) Completed(t message.Type, d time.Duration) {
-	o.next.Completed(t, d)
-	o.log.Info("task completed", "type", t.String(), "duration", d.String())
-}
+func (o logObserver) Completed(t message.Type, d time.Duration) { o.next.Completed(t, d) }
 
 func (o logObserver) Callback(t message.Type, d time.Duration, err error) {
 	o.next.Callback(t, d, err)
@@ -86,5 +68,12 @@ func (o logObserver) LockWait(keys []resource.Key, d time.Duration) {
 
 func (o logObserver) Duplicate(t message.Type)  { o.next.Duplicate(t) }
 func (o logObserver) Evicted(total, early int)  { o.next.Evicted(total, early) }
+
+// EvictedClass passes per-class evictions on (broadcast.ClassObserver).
+func (o logObserver) EvictedClass(class string, total, early int) {
+	if c, ok := o.next.(broadcast.ClassObserver); ok {
+		c.EvictedClass(class, total, early)
+	}
+}
 func (o logObserver) CatalogCommit(kind string) { o.next.CatalogCommit(kind) }
 func (o logObserver) Fenced()                   { o.next.Fenced() }

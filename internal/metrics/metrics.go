@@ -22,6 +22,7 @@
 //	walcast_broadcaster_duplicates_total{type}                 counter
 //	walcast_broadcaster_tombstones_evicted_total               counter
 //	walcast_broadcaster_tombstones_early_evicted_total         counter
+//	walcast_broadcaster_tombstones_early_evicted_by_class_total counter   class
 //	walcast_broadcaster_catalog_commits_total{kind}            counter
 //	walcast_broadcaster_fenced_total                           counter
 //
@@ -84,6 +85,7 @@ type Broadcaster struct {
 	duplicates       *prometheus.CounterVec
 	evicted          prometheus.Counter
 	earlyEvicted     prometheus.Counter
+	earlyByClass     *prometheus.CounterVec
 	commits          *prometheus.CounterVec
 	fenced           prometheus.Counter
 	all              []prometheus.Collector
@@ -154,6 +156,8 @@ func newBroadcaster() *Broadcaster {
 			"Tombstones deleted by GC."))),
 		earlyEvicted: prometheus.NewCounter(prometheus.CounterOpts(opts("tombstones_early_evicted_total",
 			"Tombstones deleted by maxCount before reaching maxLifetime, shortening their idempotency windows."))),
+		earlyByClass: counter("tombstones_early_evicted_by_class_total",
+			"Tombstones deleted by their retention class's maxCount before reaching its maxLifetime (R6.4).", "class"),
 		commits: counter("catalog_commits_total",
 			"Catalog commits the broadcaster made, by kind (before group commit coalesces them).", "kind"),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts(opts("fenced_total",
@@ -163,7 +167,8 @@ func newBroadcaster() *Broadcaster {
 		byKeys:        make(map[string]prometheus.Observer),
 	}
 	m.all = []prometheus.Collector{m.tasks, m.broadcastDur, m.executionDur, m.callbackDur, m.callbackFailures,
-		m.lockWait, m.appendRetries, m.duplicates, m.evicted, m.earlyEvicted, m.commits, m.fenced}
+		m.lockWait, m.appendRetries, m.duplicates, m.evicted, m.earlyEvicted, m.earlyByClass, m.commits, m.fenced}
+	m.earlyByClass.WithLabelValues("default")
 	for _, k := range commitKinds {
 		m.commitsByKind[k] = m.commits.WithLabelValues(k)
 	}
@@ -315,6 +320,12 @@ func (m *Broadcaster) Duplicate(t message.Type) { m.of(t).duplicates.Inc() }
 func (m *Broadcaster) Evicted(total, early int) {
 	m.evicted.Add(float64(total))
 	m.earlyEvicted.Add(float64(early))
+}
+
+// EvictedClass counts, per retention class, the tombstones evicted early
+// (broadcast.ClassObserver).
+func (m *Broadcaster) EvictedClass(class string, _, early int) {
+	m.earlyByClass.WithLabelValues(class).Add(float64(early))
 }
 
 // CatalogCommit counts a catalog commit of kind.
