@@ -28,7 +28,9 @@ type logObserver struct {
 // building a line's attributes, so the hot paths allocate nothing at info.
 func (o logObserver) debug() bool { return o.log.Enabled(context.Background(), slog.LevelDebug) }
 
-func (o logObserver) TaskState(t message.Type, from, to broadcast.State) { o.next.TaskState(t, from, to) }
+func (o logObserver) TaskState(t message.Type, from, to broadcast.State) {
+	o.next.TaskState(t, from, to)
+}
 
 func (o logObserver) Appended(t message.Type, d time.Duration) {
 	o.next.Appended(t, d)
@@ -66,8 +68,8 @@ func (o logObserver) LockWait(keys []resource.Key, d time.Duration) {
 	}
 }
 
-func (o logObserver) Duplicate(t message.Type)  { o.next.Duplicate(t) }
-func (o logObserver) Evicted(total, early int)  { o.next.Evicted(total, early) }
+func (o logObserver) Duplicate(t message.Type) { o.next.Duplicate(t) }
+func (o logObserver) Evicted(total, early int) { o.next.Evicted(total, early) }
 
 // EvictedClass passes per-class evictions on (broadcast.ClassObserver).
 func (o logObserver) EvictedClass(class string, total, early int) {
