@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -11,6 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -696,4 +702,54 @@ func TestR4_7_ClosedBroadcasterSaysTaskNotCreated(t *testing.T) {
 			t.Fatalf("task keys %v", keys)
 		}
 	})
+}
+
+// TestSmallResponsesAreNotCompressed: a client that accepts gzip (as every
+// Connect client does) gets a broadcast's few hundred bytes uncompressed,
+// and a large answer compressed: gzip costs more than it saves below
+// CompressMinBytes.
+func TestSmallResponsesAreNotCompressed(t *testing.T) {
+	env := apitest.New(t)
+	b := env.Open()
+	srv := apitest.Serve(t, server.StaticLeader(b), nil)
+	post := func(procedure string, msg proto.Message) (*http.Response, []byte) {
+		t.Helper()
+		body, err := protojson.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, srv.URL+procedure, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := srv.Client().Transport.RoundTrip(req) // no transparent decompression
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", procedure, resp.StatusCode, raw)
+		}
+		return resp, raw
+	}
+	resp, raw := post(walcastv1connect.BroadcastServiceBroadcastProcedure, newReq())
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" || len(raw) >= server.CompressMinBytes {
+		t.Fatalf("a %d-byte broadcast response came with Content-Encoding %q", len(raw), enc)
+	}
+	// Enough tasks that their listing passes the threshold.
+	for i := range 40 {
+		r := newReq()
+		r.ResourceKeys = []string{fmt.Sprintf("Collection:db1:c%d@X", i)}
+		post(walcastv1connect.BroadcastServiceBroadcastProcedure, r)
+	}
+	resp, raw = post(walcastv1connect.BroadcastServiceListTasksProcedure, &walcastv1.ListTasksRequest{States: []string{"TOMBSTONE"}})
+	if enc := resp.Header.Get("Content-Encoding"); enc != "gzip" {
+		t.Fatalf("a %d-byte compressed task listing came with Content-Encoding %q, want gzip", len(raw), enc)
+	}
 }

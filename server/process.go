@@ -594,7 +594,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	p.Coord = coord
 	mux := http.NewServeMux()
-	hopts := p.sec.handlerOptions()
+	hopts := append(p.sec.handlerOptions(), connect.WithCompressMinBytes(CompressMinBytes))
 	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...)}
 	if o, ok := app.(TypeOwner); ok {
 		opts = append(opts, WithReservedTypes(o.OwnedTypes()...))
