@@ -3,8 +3,10 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -590,5 +592,79 @@ func TestR9_8_NoTokenOverPlainHTTP(t *testing.T) {
 	}
 	if _, err := client.New([]string{"127.0.0.1:7070"}, client.WithToken("not-a-token")); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Errorf("malformed token: %v", err)
+	}
+}
+
+// TestConcurrentCallersKeepTheirConnections: callers sharing a Client over
+// HTTP/1.1 hold a connection each while their calls run; once they are
+// done, the connections stay open for the next calls, instead of all but two
+// being closed (net/http's default) and opened again with a handshake each.
+// Each wave's calls are held at the server until all of them arrived, so a
+// wave needs `callers` connections at once.
+func TestConcurrentCallersKeepTheirConnections(t *testing.T) {
+	const callers = 16
+	env := apitest.New(t)
+	b := env.Open()
+	path, h := server.NewBroadcastHandler(server.StaticLeader(b))
+	var mu sync.Mutex
+	arrived, wave := 0, make(chan struct{})
+	mux := http.NewServeMux()
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived++
+		ch := wave
+		if arrived%callers == 0 {
+			close(wave)
+			wave = make(chan struct{})
+		}
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+		}
+		h.ServeHTTP(w, r)
+	}))
+	srv := httptest.NewUnstartedServer(mux)
+	var opened atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := client.New([]string{srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx := ctxT(t)
+	run := func(w int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, callers)
+		for i := range callers {
+			wg.Go(func() {
+				req := newReq()
+				req.ResourceKeys = []resource.Key{resource.ExclusiveCollection("db1", fmt.Sprintf("w%dc%d", w, i))}
+				_, err := c.Broadcast(ctx, req)
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run(1)
+	if n := opened.Load(); n != callers {
+		t.Fatalf("the first wave opened %d connections, want %d", n, callers)
+	}
+	run(2)
+	if n := opened.Load(); n != callers {
+		t.Fatalf("%d connections opened in all, want the first wave's %d kept for the second", n, callers)
 	}
 }
