@@ -78,10 +78,7 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 	bo := c.cfg.Backoff.New()
 	var entry []wal.Copy
 	behind := func() bool {
-		ectx, cancel := context.WithTimeout(ctx, c.cfg.LogCheckInterval)
-		end, err := c.cfg.WAL.End(ectx, c.p)
-		cancel()
-		if err == nil && next > end {
+		if end, ok := c.pastEnd(ctx, next); ok {
 			c.halt(next, end)
 			return true
 		}
@@ -136,6 +133,34 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 		}
 		next, entry = cp.Offset+1, nil
 	}
+}
+
+// pastEndChecks is how many times, pastEndSpacing apart, a position must be
+// past the log's end before the pchannel halts: a Kafka partition's new
+// leader may report a high watermark below its predecessor's for a moment.
+const (
+	pastEndChecks  = 3
+	pastEndSpacing = time.Second
+)
+
+// pastEnd reports whether pos is past the end of p's log, as every one of
+// pastEndChecks reads of the end says, and the last end read. A failed read
+// says no.
+func (c *channel) pastEnd(ctx context.Context, pos uint64) (uint64, bool) {
+	var end uint64
+	for i := range pastEndChecks {
+		if i > 0 && !wait.Sleep(ctx, min(pastEndSpacing, c.cfg.LogCheckInterval)) {
+			return 0, false
+		}
+		ectx, cancel := context.WithTimeout(ctx, c.cfg.LogCheckInterval)
+		e, err := c.cfg.WAL.End(ectx, c.p)
+		cancel()
+		if err != nil || pos <= e {
+			return 0, false
+		}
+		end = e
+	}
+	return end, true
 }
 
 // halt stops the pchannel for good: its position (resume) is past the end

@@ -105,7 +105,9 @@
 // the broker lost entries): reading on would wait there and skip every entry
 // the new log holds before it, while their tasks wait for acks forever.
 // Such a pchannel halts instead — at Start, before a reader reopens, and
-// after LogCheckInterval without an entry — with StageHalted and the reason
+// after LogCheckInterval without an entry, once three reads of the end a
+// second apart agree (a new Kafka partition leader may report a lower high
+// watermark for a moment) — with StageHalted and the reason
 // in Status (Halted), an error log, and a halted gauge in the process's
 // metrics. Resync (`walcast node resync`) makes the stopped node's state
 // read the log again from its start, keeping what it applied: copies of

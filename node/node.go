@@ -86,8 +86,10 @@ func (n *Node) Start(ctx context.Context) error {
 		// one the state was read from: reading on would skip whatever the
 		// new log holds up to that position.
 		if end, err := n.cfg.WAL.End(ctx, c.p); err == nil && c.st.resume > end {
-			c.halt(c.st.resume, end)
-			continue
+			if end, ok := c.pastEnd(ctx, c.st.resume); ok {
+				c.halt(c.st.resume, end)
+				continue
+			}
 		}
 		r, err := n.cfg.WAL.Read(ctx, c.p, c.st.resume)
 		if err != nil {

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 	walkafka "github.com/walcast/walcast/wal/kafka"
+	wmem "github.com/walcast/walcast/wal/memory"
 	walnats "github.com/walcast/walcast/wal/nats"
 )
 
@@ -182,5 +185,64 @@ func TestR9_3_RecreatedLogHaltsTheNode(t *testing.T) {
 				t.Fatal("the halted pchannel applied an entry of the recreated log")
 			}
 		})
+	}
+}
+
+// dippingLog reports an end below the truth for its first dips End calls,
+// as a new Kafka partition leader may for a moment.
+type dippingLog struct {
+	wal.Log
+	mu   sync.Mutex
+	dips int
+}
+
+func (l *dippingLog) End(ctx context.Context, p message.PChannel) (uint64, error) {
+	l.mu.Lock()
+	dip := l.dips > 0
+	l.dips--
+	l.mu.Unlock()
+	if dip {
+		return 0, nil
+	}
+	return l.Log.End(ctx, p)
+}
+
+// TestR9_3_MomentarilyLowerEndDoesNotHalt: one read of the log's end below
+// the node's position (a leader change) does not halt the pchannel; only an
+// end that stays below it does.
+func TestR9_3_MomentarilyLowerEndDoesNotHalt(t *testing.T) {
+	mem := wmem.New(recreatedP)
+	dl := &dippingLog{Log: mem}
+	w := wal.New(dl)
+	appendIDs(t, w, 1, 2, 3)
+	app := newCountApplier()
+	cfg := Config{Name: "n1", WAL: w, PChannels: []message.PChannel{recreatedP}, Applier: app, Acker: &recAcker{}, StateDir: t.TempDir(),
+		Backoff: fastBackoff, LogCheckInterval: 20 * time.Millisecond, Logger: quiet}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three copies applied", func() bool { return app.count(vA, 3) == 1 })
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dl.mu.Lock()
+	dl.dips = 2 // the check at Start and the first of its confirmations
+	dl.mu.Unlock()
+	n, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	appendIDs(t, w, 4)
+	waitFor(t, "the fourth copy applied", func() bool { return app.count(vA, 4) == 1 })
+	if st, _ := n.PChannel(recreatedP); st.Halted != "" {
+		t.Fatalf("halted on one low read of the end: %s", st.Halted)
 	}
 }
