@@ -2,12 +2,14 @@ package replicate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
 	cmem "github.com/walcast/walcast/catalog/memory"
 	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
@@ -27,17 +29,23 @@ import (
 // (a split brain). The promote's id, and every id the promoted cluster
 // allocates after it, is in a later id space than every id the primary
 // used or uses; every replicated broadcast ends TOMBSTONE on the promoted
-// cluster, its own type intact (none was mistaken for the promote).
+// cluster, its own type intact (none was mistaken for the promote). The
+// follow itself takes no id.
 func TestR8_3_PromotedIDsNeverMeetThePrimarys(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 	srcLog, dstLog := wmem.New(pchans...), wmem.New(pchans...)
+	westCat := cmem.New()
 	mk := func(name string, log *wmem.Log) *broadcast.Broadcaster {
 		cbs := broadcast.NewCallbacks()
 		_ = broadcast.OnAck(cbs, typDDL, broadcast.Raw(), func(context.Context, *broadcast.TypedEvent[[]byte]) error { return nil })
-		b, err := broadcast.New(ctx, broadcast.Config{Catalog: cmem.New(), WAL: wal.New(log), Types: types(), Callbacks: cbs,
-			ControlChannel: "wal-0/_control", PChannels: pchans, ClusterName: name, Logger: quiet})
+		cat := cmem.New()
+		if name == "west" {
+			cat = westCat
+		}
+		b, err := broadcast.New(ctx, broadcast.Config{Catalog: cat, WAL: wal.New(log), Types: types(), Callbacks: cbs,
+			ControlChannel: "wal-0/_control", PChannels: pchans, ClusterName: name, Logger: quiet, Prefix: "bc/"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,6 +56,11 @@ func TestR8_3_PromotedIDsNeverMeetThePrimarys(t *testing.T) {
 	secondary := mk("west", dstLog)
 	if err := secondary.Follow(ctx, broadcast.ReplicateConfig{Primary: "east", Secondaries: []broadcast.SecondaryConfig{{Name: "west"}}}); err != nil {
 		t.Fatal(err)
+	}
+	// The follow's own configuration change takes no broadcast id: no id
+	// block is reserved.
+	if _, err := westCat.Get(ctx, engine.IDsKey("bc/")); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("the follow reserved broadcast ids: %v", err)
 	}
 	ddl := func(b *broadcast.Broadcaster, i int, targets ...message.VChannel) uint64 {
 		t.Helper()
@@ -129,6 +142,9 @@ func TestR8_3_PromotedIDsNeverMeetThePrimarys(t *testing.T) {
 		if err != nil || ti.State != broadcast.Tombstone || ti.Type != typDDL {
 			t.Errorf("replicated broadcast %d on the promoted cluster: %+v, %v; want a TOMBSTONE of %s", id, ti, err, typDDL)
 		}
+	}
+	if _, err := westCat.Get(ctx, engine.IDsKey("bc/")); err != nil {
+		t.Fatalf("the promoted cluster's id floor: %v", err)
 	}
 	ti, err := secondary.Task(res.r.BroadcastID)
 	if err != nil || ti.Type != broadcast.AlterReplicateConfig || ti.State != broadcast.Tombstone {
