@@ -19,6 +19,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/devcluster"
 )
 
 // walcastBinary builds cmd/walcast once per test binary, with the go
@@ -36,11 +37,8 @@ func walcastBinary(t *testing.T) string {
 		if bin.dir, bin.err = os.MkdirTemp("", "walcast-meta-"); bin.err != nil {
 			return
 		}
-		bin.path = filepath.Join(bin.dir, "walcast")
-		out, err := exec.Command("go", "build", "-o", bin.path, "github.com/walcast/walcast/cmd/walcast").CombinedOutput()
-		if err != nil {
-			bin.err = fmt.Errorf("go build: %w\n%s", err, out)
-		}
+		// The binary of the container image (deploy/Dockerfile).
+		bin.path, bin.err = devcluster.BuildBinary(bin.dir)
 	})
 	if bin.err != nil {
 		t.Fatal(bin.err)

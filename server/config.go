@@ -283,6 +283,11 @@ type Config struct {
 		// pchannels (by index) it consumes.
 		Name      string `yaml:"name"`
 		PChannels []int  `yaml:"pchannels"`
+		// GroupSize, instead of PChannels, makes a `walcast node` one of
+		// GroupSize nodes named <anything>-0 ... <anything>-(GroupSize-1)
+		// (a Kubernetes StatefulSet's pods): it consumes the pchannels
+		// whose index modulo GroupSize is the ordinal ending its name.
+		GroupSize int `yaml:"group_size"`
 		// Coordinators are the API addresses a `walcast node` acks to.
 		Coordinators []string `yaml:"coordinators"`
 		// TokenFile holds the token (role node) a `walcast node`
@@ -794,6 +799,14 @@ func (c Config) Validate() error {
 			return bad("nodes.pchannels", "pchannel index %d is outside 0..%d", p, c.WAL.PChannels-1)
 		}
 	}
+	switch g := c.Nodes.GroupSize; {
+	case g < 0:
+		return bad("nodes.group_size", "%d is negative", g)
+	case g > 0 && len(c.Nodes.PChannels) > 0:
+		return bad("nodes.group_size", "set nodes.pchannels or nodes.group_size, not both")
+	case g > c.WAL.PChannels:
+		return bad("nodes.group_size", "%d nodes share %d pchannels: some would consume none", g, c.WAL.PChannels)
+	}
 	return c.validateSecurity(bad)
 }
 
@@ -851,6 +864,26 @@ func (c Config) validateSecurity(bad func(key, format string, args ...any) error
 		return bad("api.addr", "%s is not a loopback address: serving the API there needs TLS (api.tls.cert_file and api.tls.key_file, --api-tls-cert/--api-tls-key) and authentication (api.auth.token_file or api.tls.client_ca_file, --api-token-file/--api-client-ca), or api.insecure: true (--insecure) to serve it unprotected", c.API.Addr)
 	}
 	return nil
+}
+
+// NodePChannels are the pchannel indexes a `walcast node` consumes:
+// nodes.pchannels, or with nodes.group_size its share by the ordinal ending
+// nodes.name (pod "walcast-node-1" of 2 takes 1, 3, ...).
+func (c Config) NodePChannels() ([]int, error) {
+	g := c.Nodes.GroupSize
+	if g == 0 {
+		return c.Nodes.PChannels, nil
+	}
+	i := strings.LastIndexByte(c.Nodes.Name, '-')
+	ord, err := strconv.Atoi(c.Nodes.Name[i+1:])
+	if i < 0 || err != nil || ord < 0 || ord >= g || c.Nodes.Name[i+1:] != strconv.Itoa(ord) {
+		return nil, fmt.Errorf("%w: nodes.group_size %d: the node's name %q must end in -<ordinal>, 0 to %d", ErrConfig, g, c.Nodes.Name, g-1)
+	}
+	var out []int
+	for p := ord; p < c.WAL.PChannels; p += g {
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // AuthOn reports whether the API authenticates callers: with a token file

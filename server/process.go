@@ -467,8 +467,12 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 			_ = p.Close()
 		}
 	}()
-	if cfg.Nodes.Name == "" || len(cfg.Nodes.PChannels) == 0 {
-		return nil, fmt.Errorf("%w: nodes.name and nodes.pchannels: a node needs a name and the pchannels it consumes (--name, --consume)", ErrConfig)
+	consume, err := cfg.NodePChannels()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Nodes.Name == "" || len(consume) == 0 {
+		return nil, fmt.Errorf("%w: nodes.name and nodes.pchannels: a node needs a name and the pchannels it consumes (--name, and --consume or --group-size)", ErrConfig)
 	}
 	w, _, err := p.openWAL(ctx, cfg, walNode)
 	if err != nil {
@@ -476,7 +480,7 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	}
 	all := cfg.PChannelNames()
 	var mine []message.PChannel
-	for _, i := range cfg.Nodes.PChannels {
+	for _, i := range consume {
 		mine = append(mine, all[i])
 	}
 	dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "nodes", cfg.Nodes.Name))

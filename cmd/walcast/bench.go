@@ -86,6 +86,7 @@ when --only names no benchmark.`,
 	fl := cmd.Flags()
 	fl.StringSliceVar(&cfg.Etcd, "etcd", nil, "external etcd endpoints (default: an embedded etcd in a temp dir)")
 	fl.StringVar(&cfg.NATS, "nats", "", "external NATS URL (default: an embedded server syncing every write)")
+	fl.IntVar(&cfg.Replicas, "nats-replicas", 1, "replicas of the JetStream streams the benchmarks create (3 on a NATS cluster, e.g. walcast dev-cluster's)")
 	fl.IntVar(&cfg.Samples, "samples", cfg.Samples, "sequential operations per latency benchmark")
 	fl.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent clients of B2")
 	fl.DurationVar(&cfg.Duration, "duration", cfg.Duration, "duration of B2 (each of the raw and the walcast phase)")

@@ -102,6 +102,9 @@ var serverFlags = []serverFlag{
 	{"consume", "nodes.pchannels", []string{modeNode}, func(fs *pflag.FlagSet, _ server.Config) {
 		fs.IntSlice("consume", nil, "pchannel indexes the node consumes")
 	}},
+	{"group-size", "nodes.group_size", []string{modeNode}, func(fs *pflag.FlagSet, _ server.Config) {
+		fs.Int("group-size", 0, "instead of --consume: one of N nodes named <x>-0 ... <x>-(N-1) (a StatefulSet), consuming the pchannels whose index mod N is its name's ordinal")
+	}},
 	{"coordinators", "nodes.coordinators", []string{modeNode}, func(fs *pflag.FlagSet, _ server.Config) {
 		fs.StringSlice("coordinators", nil, "coordinator API addresses the node acks to")
 	}},

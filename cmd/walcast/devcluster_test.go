@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/devcluster"
 )
 
 // TestR9_11_DevClusterCommand runs `walcast dev-cluster`: it starts the
@@ -26,13 +27,17 @@ func TestR9_11_DevClusterCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
-	base := 27800
+	from := 27800
 	if v := os.Getenv("WALCAST_DEVCLUSTER_BASE_PORT"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		base = n + 300
+		from = n + 300
+	}
+	base, err := devcluster.FreeBase(from)
+	if err != nil {
+		t.Fatal(err)
 	}
 	cmd := exec.Command(walcastBin, "dev-cluster", "--dir", t.TempDir(), "--base-port", strconv.Itoa(base))
 	in, err := cmd.StdinPipe()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/walcast/walcast/internal/devcluster"
 )
 
 // walcastBin is the walcast binary the end-to-end tests run as real
@@ -27,10 +28,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	walcastBin = filepath.Join(dir, "walcast")
-	build := exec.Command("go", "build", "-o", walcastBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	// The binary of the container image (deploy/Dockerfile): static.
+	walcastBin, err = devcluster.BuildBinary(dir)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "build walcast:", err)
 		os.Exit(1)
 	}

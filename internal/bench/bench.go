@@ -41,6 +41,9 @@ type Config struct {
 	// in a temporary directory (NATS syncing every write).
 	Etcd []string
 	NATS string
+	// Replicas of the JetStream streams the benchmarks create, walcast's
+	// and the raw floor's alike (3 on a NATS cluster); 0 means 1.
+	Replicas int
 	// Samples is the number of sequential operations of latency benchmarks.
 	Samples int
 	// Clients and Duration shape the throughput benchmark (B2).
@@ -83,20 +86,21 @@ type Result struct {
 
 // Env is a running etcd + NATS pair and clients to them.
 type Env struct {
-	dir    string
-	etcd   *embedetcd.Server
-	ns     *embednats.Server
-	Client *clientv3.Client
-	NC     *nats.Conn
-	URL    string
-	MaxOps int
-	Lanes  int
-	seq    atomic.Int32
+	dir      string
+	etcd     *embedetcd.Server
+	ns       *embednats.Server
+	Client   *clientv3.Client
+	NC       *nats.Conn
+	URL      string
+	MaxOps   int
+	Lanes    int
+	Replicas int
+	seq      atomic.Int32
 }
 
 // Start brings the backends up.
 func Start(ctx context.Context, cfg Config) (*Env, error) {
-	e := &Env{MaxOps: etcdcat.DefaultMaxOps, Lanes: cfg.Lanes}
+	e := &Env{MaxOps: etcdcat.DefaultMaxOps, Lanes: cfg.Lanes, Replicas: max(cfg.Replicas, 1)}
 	var err error
 	if len(cfg.Etcd) == 0 || cfg.NATS == "" {
 		if e.dir, err = os.MkdirTemp("", "walcast-bench-"); err != nil {
@@ -196,7 +200,7 @@ func (e *Env) openBroadcasterWith(ctx context.Context, prefix, streams string, p
 		_ = term.Resign(ctx)
 		return nil, err
 	}
-	log, err := walnats.New(ctx, walnats.Config{Conn: e.NC, PChannels: wal.Lanes(e.Lanes, pchans), StreamPrefix: streams})
+	log, err := walnats.New(ctx, walnats.Config{Conn: e.NC, PChannels: wal.Lanes(e.Lanes, pchans), StreamPrefix: streams, Replicas: e.Replicas})
 	if err != nil {
 		_ = cat.Close()
 		_ = term.Resign(ctx)
@@ -281,7 +285,7 @@ func (e *Env) RawStream(ctx context.Context) (jetstream.JetStream, string, error
 		return nil, "", err
 	}
 	name := fmt.Sprintf("RAW_%d_%d", time.Now().UnixNano()%1e9, e.seq.Add(1))
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}, Storage: jetstream.FileStorage}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}, Storage: jetstream.FileStorage, Replicas: e.Replicas}); err != nil {
 		return nil, "", err
 	}
 	return js, name, nil

@@ -204,6 +204,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "imports"), 0o750); err != nil {
 		return nil, err
 	}
+	if !portsFree(cfg.BasePort, 100) {
+		return nil, fmt.Errorf("devcluster: ports %d-%d are not all free on 127.0.0.1 (another cluster there?): choose another base port", cfg.BasePort, cfg.BasePort+99)
+	}
 	c := &Cluster{cfg: cfg, spawn: newSpawner(), byName: map[string]*Member{}}
 	defer func() {
 		if err != nil {
