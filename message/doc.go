@@ -45,4 +45,7 @@
 // "4:0:x" and "1:5:x" are invalid keys rather than scopes of their own. An
 // empty client key yields the empty key, which means "not idempotent". Keys
 // are never logged raw: use [IdempotencyKey.Fingerprint].
+//
+// Requirement ids (SPEC R2.5, R3.2, ...) refer to docs/spec.md, walcast's
+// specification, in the repository.
 package message

@@ -116,4 +116,7 @@
 // The applied-id sets are kept as sorted id ranges: the control channel,
 // which receives every broadcast, costs a few ranges instead of one entry per
 // broadcast.
+//
+// Requirement ids (SPEC R2.5, R3.2, ...) refer to docs/spec.md, walcast's
+// specification, in the repository.
 package node

@@ -189,6 +189,10 @@ func (r *Replicator) runPChannel(ctx context.Context, p message.PChannel) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errReaderStalled) {
+			r.log.Info("replication of a pchannel: the source reader stalled; reading again", "pchannel", p, "err", err)
+			continue
+		}
 		r.note(p, func(s *PChannelStatus) { s.LastError = err.Error() })
 		r.log.Warn("replication of a pchannel failed; resuming", "pchannel", p, "err", err)
 		wait.Sleep(ctx, bo.NextBackOff())
@@ -255,6 +259,7 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 	unsaved := 0
 	var entry []wal.Copy
 	var refreshed time.Time
+	stalled := 0 // idle rounds in a row with entries beyond the reader
 	for {
 		nctx, cancel := context.WithTimeout(ctx, refreshEvery)
 		c, err := rd.Next(nctx)
@@ -277,10 +282,21 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 				}
 				unsaved = 0
 			}
-			r.refresh(ctx, p, cp.Source)
+			end, known := r.refresh(ctx, p, cp.Source)
 			refreshed = time.Now()
+			// A reader that delivers nothing while the source has
+			// entries beyond it is stuck (a source server restarted
+			// under its consumer): read again from the checkpoint.
+			if known && end > max(cp.Source, rd.Position()) {
+				if stalled++; stalled >= stallLimit {
+					return fmt.Errorf("%w: %s at %d, the source ends at %d", errReaderStalled, p, max(cp.Source, rd.Position()), end)
+				}
+			} else {
+				stalled = 0
+			}
 			continue
 		}
+		stalled = 0
 		entry = append(entry, c)
 		if !c.LastInEntry {
 			continue
@@ -321,10 +337,19 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 // checkpoints what it has read.
 const refreshEvery = time.Second
 
+// errReaderStalled ends a replication run whose source reader delivers
+// nothing while the source has entries beyond it; the run starts again.
+var errReaderStalled = errors.New("replicate: the source reader stalled")
+
+// stallLimit is how many idle rounds (refreshEvery each) a reader may
+// deliver nothing while the source has entries beyond it.
+const stallLimit = 3
+
 // refresh records the next offset to copy and the source's end in p's
-// status. A failed End makes the lag unknown (and the source failing) until
-// an End succeeds.
-func (r *Replicator) refresh(ctx context.Context, p message.PChannel, next uint64) {
+// status, and returns the end (known false if it could not be read). A
+// failed End makes the lag unknown (and the source failing) until an End
+// succeeds.
+func (r *Replicator) refresh(ctx context.Context, p message.PChannel, next uint64) (end uint64, known bool) {
 	end, err := r.cfg.Source.End(ctx, p)
 	now := time.Now()
 	r.note(p, func(s *PChannelStatus) {
@@ -338,6 +363,7 @@ func (r *Replicator) refresh(ctx context.Context, p message.PChannel, next uint6
 		s.SourceEnd, s.Lag, s.LagKnown, s.SourceEndAt = end, end-min(end, next), true, now
 		s.sourceRead(now)
 	})
+	return end, err == nil
 }
 
 // items turns one source entry into the items of its replica, dropping

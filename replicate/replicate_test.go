@@ -385,3 +385,52 @@ func TestR8_2_LagUnknownWhileTheSourceCannotBeRead(t *testing.T) {
 		return s.LagKnown && s.SourceError == "" && s.SourceFailingSince.IsZero() && s.SourceEnd > 0
 	}))
 }
+
+// stallingSource is a source log whose first reader of each pchannel never
+// delivers anything, as a consumer whose server restarted under it.
+type stallingSource struct {
+	*wmem.Log
+	mu    sync.Mutex
+	reads map[message.PChannel]int
+}
+
+type deadCursor struct{}
+
+func (deadCursor) Next(ctx context.Context) (uint64, []byte, error) {
+	<-ctx.Done()
+	return 0, nil, ctx.Err()
+}
+func (deadCursor) Close() error { return nil }
+
+func (l *stallingSource) Read(ctx context.Context, p message.PChannel, from uint64) (wal.Cursor, error) {
+	l.mu.Lock()
+	l.reads[p]++
+	first := l.reads[p] == 1
+	l.mu.Unlock()
+	if first {
+		return deadCursor{}, nil
+	}
+	return l.Log.Read(ctx, p, from)
+}
+
+// TestR8_2_StalledSourceReaderIsReopened: a source reader that delivers
+// nothing while the source has entries beyond it is replaced, and every
+// entry is copied.
+func TestR8_2_StalledSourceReaderIsReopened(t *testing.T) {
+	srcLog := &stallingSource{Log: wmem.New(pchans...), reads: map[message.PChannel]int{}}
+	dstLog := wmem.New(pchans...)
+	src, dst := wal.New(srcLog), wal.New(dstLog)
+	appendSource(t, src, 0, 6)
+	stop := run(t, replicate.Config{SourceCluster: "east", Source: src, Dest: dst, PChannels: pchans, Types: types(), Catalog: cmem.New(),
+		Logger: slog.New(slog.DiscardHandler)})
+	defer stop()
+	waitFor(t, "the entries copied past the stalled readers", func() bool {
+		got := replicas(t, dstLog)
+		return len(got["wal-0"]) > 0 && len(got["wal-1"]) > 0
+	})
+	srcLog.mu.Lock()
+	defer srcLog.mu.Unlock()
+	if srcLog.reads["wal-0"] < 2 || srcLog.reads["wal-1"] < 2 {
+		t.Fatalf("reads %v: the stalled readers were not replaced", srcLog.reads)
+	}
+}

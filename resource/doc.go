@@ -68,4 +68,7 @@
 // "Database:a@R@X" is refused instead of naming "a@R"), no control
 // characters; Collection, Database, Snapshot and ImportJob keys need a
 // non-empty name; Cluster keys must have the empty one.
+//
+// Requirement ids (SPEC R2.5, R3.2, ...) refer to docs/spec.md, walcast's
+// specification, in the repository.
 package resource

@@ -65,7 +65,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // D returns the time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// Config is every setting of a walcast process (SPEC R9.7). Settings come, in
+// Config is every setting of a walcast process (R9.7 of docs/spec.md). Settings come, in
 // increasing priority, from the defaults below, a YAML file, environment
 // variables WALCAST_<KEY> (the key's path with "." as "_", upper case, e.g.
 // WALCAST_BROADCAST_TOMBSTONE_MAX_COUNT), and command-line flags.
@@ -389,7 +389,7 @@ func (c Config) ImportRoot() string {
 	return filepath.Join(c.DataDir, "imports")
 }
 
-// Default returns the configuration with every default of SPEC.md.
+// Default returns the configuration with every default of docs/spec.md.
 func Default() Config {
 	var c Config
 	c.DataDir = "./walcast-data"
