@@ -128,7 +128,9 @@ func (b *Backends) Catalog() catalog.Catalog { return b.cat }
 func (b *Backends) WAL() *wal.WAL { return b.wal }
 
 // PChannels are the WAL's pchannels.
-func (b *Backends) PChannels() []message.PChannel { return append([]message.PChannel(nil), b.pchans...) }
+func (b *Backends) PChannels() []message.PChannel {
+	return append([]message.PChannel(nil), b.pchans...)
+}
 
 // ControlChannel is the control channel: on the first pchannel.
 func (b *Backends) ControlChannel() message.VChannel { return b.pchans[0].Control() }
