@@ -24,17 +24,6 @@ import (
 	"github.com/walcast/walcast/server"
 )
 
-// freeAddr returns a 127.0.0.1 address with a port free right now, for a
-// process that must keep its address across a restart.
-func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // workload runs keyed broadcasts from several goroutines, each retried by
 // the client (which reuses the operation's key) until it succeeds or the
 // deadline passes. It returns the broadcast id each key resolved to.
@@ -123,7 +112,7 @@ func checkExactlyOnce(ctx context.Context, t *testing.T, c *client.Client, w *wo
 // it again on the same data directory: every task and key is still there.
 func TestR4_8_StandaloneRestartRecovers(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePortRun(t)) // with the embedded NATS's and etcd's next to it
 	args := []string{"standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", ""}
 	p := start(t, "standalone", args...)
 	c, err := client.New([]string{p.api})
@@ -161,7 +150,7 @@ func TestR4_8_StandaloneRestartRecovers(t *testing.T) {
 // applied exactly once.
 func TestR4_8_StandaloneKill9MidWorkload(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePortRun(t)) // with the embedded NATS's and etcd's next to it
 	args := []string{"standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", ""}
 	p := start(t, "standalone", args...)
 	c, err := client.New([]string{p.api}, client.WithAttemptTimeout(5*time.Second))
