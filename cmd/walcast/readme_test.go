@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -273,11 +274,13 @@ func startServer(t *testing.T, cmd, dir string, env []string) (*exec.Cmd, []stri
 	}
 }
 
-// freePortBase returns a base such that base+70 ... base+99 are free now.
+// freePortBase returns a base such that base+60 ... base+99 are free now,
+// in 12000-19999: away from the ephemeral ports other tests' servers get
+// and from the dev cluster's (27000 on).
 func freePortBase(t *testing.T) int {
 	t.Helper()
 	for try := 0; try < 100; try++ {
-		base := 20000 + 1000*int(time.Now().UnixNano()%40)
+		base := 12000 + 1000*rand.IntN(8)
 		ok := true
 		for p := base + 60; p < base+100 && ok; p++ {
 			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))

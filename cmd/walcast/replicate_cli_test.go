@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"regexp"
@@ -12,18 +13,15 @@ import (
 )
 
 // freePortRun returns an API port p of 127.0.0.1 such that p ... p+3 (the
-// API, metrics, and the embedded NATS and etcd) are free now.
+// API, metrics, and the embedded NATS and etcd) are free now. It picks them
+// in 10000-11999, away from the ephemeral ports other tests' servers get
+// and from the dev cluster's (27000 on).
 func freePortRun(t *testing.T) int {
 	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
-		ok := p+3 < 65536
-		for q := p + 1; ok && q <= p+3; q++ {
+	for range 200 {
+		p := 10000 + rand.IntN(1996)
+		ok := true
+		for q := p; ok && q <= p+3; q++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
 			if ok = err == nil; ok {
 				_ = l.Close()
