@@ -71,7 +71,10 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // WALCAST_BROADCAST_TOMBSTONE_MAX_COUNT), and command-line flags.
 type Config struct {
 	// DataDir holds everything a standalone process stores: the embedded
-	// etcd, the embedded NATS store and the nodes' state.
+	// etcd, the embedded NATS store and the nodes' state. A coordinator
+	// (standalone's too) locks it and records its election lease there,
+	// so that restarted after a crash it takes over at once: every
+	// coordinator needs its own.
 	DataDir string `yaml:"data_dir"`
 	Cluster struct {
 		// Name names the cluster in replication topologies (SPEC §8).

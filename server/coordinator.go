@@ -25,6 +25,7 @@ import (
 type Coordinator struct {
 	cfg CoordinatorConfig
 	log *slog.Logger
+	inc *incarnation // nil without StateDir
 
 	mu       sync.Mutex
 	current  *broadcast.Broadcaster // nil unless leading; protected by mu
@@ -60,6 +61,13 @@ type CoordinatorConfig struct {
 	OnLeader   func(*broadcast.Broadcaster)
 	OnFollower func()
 	Logger     *slog.Logger
+	// StateDir, if set, is this coordinator's own directory (data_dir):
+	// NewCoordinator locks it for the coordinator's life (Close releases
+	// it) and keeps there the election lease it campaigns with, so that
+	// restarted after a crash it revokes its dead predecessor's lease and
+	// is elected at once rather than after election.ttl (see
+	// incarnation.go). Two coordinators cannot share one.
+	StateDir string
 }
 
 // NewCoordinator returns a coordinator; Run makes it campaign.
@@ -70,7 +78,24 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Coordinator{cfg: cfg, log: cfg.Logger}, nil
+	c := &Coordinator{cfg: cfg, log: cfg.Logger}
+	if cfg.StateDir != "" {
+		inc, err := openIncarnation(cfg.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		c.inc = inc
+	}
+	return c, nil
+}
+
+// Close releases the coordinator's state directory; call it once Run has
+// returned.
+func (c *Coordinator) Close() error {
+	if c.inc == nil {
+		return nil
+	}
+	return c.inc.close()
 }
 
 func (c *Coordinator) electionPrefix() string {
@@ -148,7 +173,22 @@ func (c *Coordinator) Run(ctx context.Context) error {
 
 // term wins one term and serves it until it ends.
 func (c *Coordinator) term(ctx context.Context) error {
-	term, err := etcdcat.Campaign(ctx, c.cfg.Client, c.electionPrefix(), c.cfg.Advertise, c.cfg.TTL)
+	var opts []etcdcat.CampaignOption
+	if c.inc != nil {
+		// A crashed predecessor's lease goes at once; ours is recorded
+		// before we campaign with it, for our own successor.
+		c.inc.takeOver(ctx, c.cfg.Client, c.electionPrefix(), c.log)
+		opts = append(opts, etcdcat.OnLeaseGranted(func(g *clientv3.LeaseGrantResponse) {
+			r := leaseRecord{Election: c.electionPrefix(), Lease: int64(g.ID), Advertise: c.cfg.Advertise}
+			if g.ResponseHeader != nil {
+				r.ClusterID = g.ClusterId
+			}
+			if err := c.inc.record(r); err != nil {
+				c.log.Warn("could not record the election lease: after a crash, a restart waits for it to expire", "err", err)
+			}
+		}))
+	}
+	term, err := etcdcat.Campaign(ctx, c.cfg.Client, c.electionPrefix(), c.cfg.Advertise, c.cfg.TTL, opts...)
 	if err != nil {
 		return err
 	}

@@ -588,14 +588,21 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		return nil, err
 	}
 	obs.Init(types.Types(), cfg.PChannelNames())
-	coord, err := NewCoordinator(CoordinatorConfig{
-		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
-		Broadcast: cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
-	})
+	stateDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
+	coord, err := NewCoordinator(CoordinatorConfig{
+		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
+		Broadcast: cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
+		StateDir: stateDir,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	p.onClose(coord.Close) // after Run has returned (closers run in reverse)
 	p.Coord = coord
 	mux := http.NewServeMux()
 	hopts := append(p.sec.handlerOptions(), connect.WithCompressMinBytes(CompressMinBytes))

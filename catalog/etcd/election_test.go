@@ -122,3 +122,65 @@ func TestCampaignFailsWhenEtcdUnreachable(t *testing.T) {
 	next := campaign(t, newClient(t, srv), election, "b", 5*time.Second)
 	next.Resign(testCtx(t))
 }
+
+// TestR9_2_RevokeLeaseEndsACrashedCandidatesTerm: a candidate's lease,
+// recorded through OnLeaseGranted, is revoked by its successor: its leader
+// key goes at once, the next candidate is elected without waiting for the
+// TTL, and with a newer fence. A lease of another cluster, or one holding a
+// key outside the election, is refused and left alone; a lease that no
+// longer exists is reported as such.
+func TestR9_2_RevokeLeaseEndsACrashedCandidatesTerm(t *testing.T) {
+	s := server(t)
+	_, election := uniquePrefixes()
+	crashed := newClient(t, s)
+	var granted *clientv3.LeaseGrantResponse
+	term, err := Campaign(testCtx(t), crashed, election, "a", time.Minute, OnLeaseGranted(func(g *clientv3.LeaseGrantResponse) { granted = g }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if granted == nil || granted.ID == 0 {
+		t.Fatal("OnLeaseGranted not called")
+	}
+	// The crash: keep-alives stop, nothing is resigned.
+	crashed.Close()
+	<-term.Done()
+	other := newClient(t, s)
+	ctx := testCtx(t)
+	if leader, err := Leader(ctx, other, election); err != nil || leader != "a" {
+		t.Fatalf("leader before the revoke: %q, %v", leader, err)
+	}
+	if _, err := RevokeLease(ctx, other, election, granted.ClusterId+1, granted.ID); !errors.Is(err, ErrForeignLease) {
+		t.Fatalf("a lease recorded for another cluster: %v, want ErrForeignLease", err)
+	}
+	revoked, err := RevokeLease(ctx, other, election, granted.ClusterId, granted.ID)
+	if err != nil || !revoked {
+		t.Fatalf("revoke: %v, %v", revoked, err)
+	}
+	if leader, err := Leader(ctx, other, election); err != nil || leader != "" {
+		t.Fatalf("leader after the revoke: %q, %v", leader, err)
+	}
+	next := campaign(t, other, election, "b", time.Minute)
+	defer next.Resign(ctx)
+	if next.Fence().Rev <= term.Fence().Rev {
+		t.Fatalf("fence %d after %d: the term did not advance", next.Fence().Rev, term.Fence().Rev)
+	}
+	if revoked, err := RevokeLease(ctx, other, election, granted.ClusterId, granted.ID); err != nil || revoked {
+		t.Fatalf("revoking a gone lease: %v, %v", revoked, err)
+	}
+
+	// A lease that holds a key outside the election is not revoked.
+	lease, err := other.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Revoke(context.Background(), lease.ID)
+	if _, err := other.Put(ctx, "/test/not-an-election", "x", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RevokeLease(ctx, other, election, lease.ClusterId, lease.ID); !errors.Is(err, ErrForeignLease) {
+		t.Fatalf("a lease with a foreign key: %v, want ErrForeignLease", err)
+	}
+	if r, err := other.Get(ctx, "/test/not-an-election"); err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("the foreign key after the refused revoke: %v, %v", r, err)
+	}
+}

@@ -310,6 +310,12 @@ func TestR9_2_CoordinatorFailover(t *testing.T) {
 	}()
 	waitUntil(t, "a quarter of the workload", func() bool { return w.done.Load() >= 8 })
 	coords[leader].kill()
+	killed := time.Now()
+	if now := leaderOf(ctx, t, addrs...); now == leader {
+		t.Fatal("the killed coordinator still leads")
+	}
+	// Bounded by election.ttl (docs/operations.md quotes it).
+	t.Logf("standby leads %v after the leader's kill -9 (election.ttl 2s)", time.Since(killed).Round(time.Millisecond))
 	<-finished
 	if w.done.Load() != 32 {
 		t.Fatalf("%d of 32 operations finished", w.done.Load())
