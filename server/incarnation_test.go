@@ -75,9 +75,13 @@ func TestR9_2_RestartedCoordinatorTakesOverAtOnce(t *testing.T) {
 	stop1 := run(first)
 	waitUntil(t, "the first incarnation to lead", func() bool { return first.Term() != 0 })
 	term1 := first.Term()
-	// The crash: the lease is no longer kept alive but nobody revokes it.
-	client1.Close()
+	// The crash: the connection dies at once (nothing more reaches
+	// etcd: the lease is no longer kept alive, nobody resigns or revokes).
+	if err := client1.ActiveConnection().Close(); err != nil {
+		t.Fatal(err)
+	}
 	stop1()
+	client1.Close()
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
