@@ -21,7 +21,7 @@ import (
 func TestR9_2_StandaloneKill9RestartTakesOverAtOnce(t *testing.T) {
 	const ttl = time.Minute
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePortRun(t))
 	args := []string{"standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", "127.0.0.1:0"}
 	env := []string{"WALCAST_ELECTION_TTL=" + ttl.String()}
 	p := startEnv(t, "standalone", env, args...)
@@ -79,8 +79,8 @@ func TestR9_2_ClusterLeaderRestartFailsOverAtOnce(t *testing.T) {
 	common := []string{"--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--nats", shared.nats.ClientURL(), "--nats-monitor", shared.nats.MonitorURL(),
 		"--nats-stream-prefix", streamPrefix()}
 	args := [][]string{
-		append([]string{"coord", "--api-addr", freeAddr(t), "--metrics-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...),
-		append([]string{"coord", "--api-addr", freeAddr(t), "--metrics-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...),
+		append([]string{"coord", "--api-addr", fmt.Sprintf("127.0.0.1:%d", freePortRun(t)), "--metrics-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...),
+		append([]string{"coord", "--api-addr", fmt.Sprintf("127.0.0.1:%d", freePortRun(t)), "--metrics-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, common...),
 	}
 	coords := []*proc{startEnv(t, "coord-a", env, args[0]...)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
