@@ -39,6 +39,21 @@ func Marshal(m *Message) ([]byte, error) {
 		pb.Replicate = &durablepb.ReplicateHeader{SourceCluster: r.SourceCluster, SourcePchannel: string(r.SourcePChannel),
 			SourceMessageId: r.SourceMessageID, SourceTimeTick: r.SourceTimeTick}
 	}
+	if g := m.Group; g != nil {
+		pb.Group = &durablepb.GroupHeader{Id: g.ID, Seq: g.Seq, Kind: durablepb.GroupKind(g.Kind), OwnerKey: g.OwnerKey}
+	}
+	if len(m.Broadcast.Copies) > 0 {
+		pb.Copies = make(map[string]*durablepb.CopySpec, len(m.Broadcast.Copies))
+		for v, c := range m.Broadcast.Copies {
+			pb.Copies[string(v)] = &durablepb.CopySpec{Role: c.Role, Payload: c.Payload, HasPayload: c.HasPayload}
+		}
+	}
+	if n := len(m.Broadcast.AppendFirst); n > 0 {
+		pb.AppendFirst = make([]string, n)
+		for i, v := range m.Broadcast.AppendFirst {
+			pb.AppendFirst[i] = string(v)
+		}
+	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(pb)
 }
 
@@ -81,6 +96,24 @@ func Unmarshal(b []byte) (*Message, error) {
 	if r := pb.Replicate; r != nil {
 		m.Replicate = &ReplicateHeader{SourceCluster: r.SourceCluster, SourcePChannel: PChannel(r.SourcePchannel),
 			SourceMessageID: r.SourceMessageId, SourceTimeTick: r.SourceTimeTick}
+	}
+	if g := pb.Group; g != nil {
+		if g.Kind < durablepb.GroupKind_GROUP_KIND_BEGIN || g.Kind > durablepb.GroupKind_GROUP_KIND_ROLLBACK {
+			return nil, fmt.Errorf("%w: group kind %d", ErrCorrupt, g.Kind)
+		}
+		m.Group = &GroupHeader{ID: g.Id, Seq: g.Seq, Kind: GroupKind(g.Kind), OwnerKey: g.OwnerKey}
+	}
+	if len(pb.Copies) > 0 {
+		m.Broadcast.Copies = make(map[VChannel]CopySpec, len(pb.Copies))
+		for v, c := range pb.Copies {
+			m.Broadcast.Copies[VChannel(v)] = CopySpec{Role: c.Role, Payload: c.Payload, HasPayload: c.HasPayload}
+		}
+	}
+	if n := len(pb.AppendFirst); n > 0 {
+		m.Broadcast.AppendFirst = make([]VChannel, n)
+		for i, v := range pb.AppendFirst {
+			m.Broadcast.AppendFirst[i] = VChannel(v)
+		}
 	}
 	return m, nil
 }

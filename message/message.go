@@ -34,6 +34,9 @@ var (
 	ErrScopeDomainTaken = errors.New("message: scope domain already registered")
 	// ErrCorrupt reports bytes that do not decode as a message.
 	ErrCorrupt = errors.New("message: corrupt encoding")
+	// ErrInvalidCopies reports per-target copy specs or append-first
+	// targets that do not fit the broadcast's targets.
+	ErrInvalidCopies = errors.New("message: invalid per-target copies")
 )
 
 // Message is one control message (SPEC R2.1). A broadcast message carries a
@@ -55,6 +58,65 @@ type Message struct {
 	// Replicate is set on copies written into a secondary cluster's WAL by the
 	// replicator (SPEC §8).
 	Replicate *ReplicateHeader
+	// Group places the broadcast in a group that holds one set of resource
+	// keys across several broadcasts: a transaction (R13.1) or a
+	// resource-key owner and its end (R13.7). The broadcaster sets it.
+	Group *GroupHeader
+}
+
+// GroupKind is a broadcast's part in its group.
+type GroupKind uint8
+
+// Group kinds.
+const (
+	// GroupBegin opens the group: a transaction's Begin, or the broadcast
+	// that acquires an ownership (seq 0).
+	GroupBegin GroupKind = 1
+	// GroupBody is a transaction's member between Begin and its end.
+	GroupBody GroupKind = 2
+	// GroupCommit and GroupRollback end the group and release its keys.
+	GroupCommit   GroupKind = 3
+	GroupRollback GroupKind = 4
+)
+
+// String returns "begin", "body", "commit" or "rollback".
+func (k GroupKind) String() string {
+	switch k {
+	case GroupBegin:
+		return "begin"
+	case GroupBody:
+		return "body"
+	case GroupCommit:
+		return "commit"
+	case GroupRollback:
+		return "rollback"
+	}
+	return "unknown"
+}
+
+// Ends reports whether k ends its group.
+func (k GroupKind) Ends() bool { return k == GroupCommit || k == GroupRollback }
+
+// GroupHeader is a broadcast's place in its group.
+type GroupHeader struct {
+	// ID names the group: the id of its first broadcast (its Begin).
+	ID uint64
+	// Seq counts the group's members from 0 (the Begin), in the order
+	// their callbacks take effect.
+	Seq  uint32
+	Kind GroupKind
+	// OwnerKey names a resource-key owner's ownership ("import/7"); empty
+	// in a transaction.
+	OwnerKey string
+}
+
+// CopySpec is what one target's copy carries beside the broadcast's own
+// (R13.10): a role ("fence", "genesis") and, if HasPayload, a payload of
+// its own.
+type CopySpec struct {
+	Role       string
+	Payload    []byte
+	HasPayload bool
 }
 
 // BroadcastHeader says where a broadcast goes and what it holds.
@@ -68,6 +130,12 @@ type BroadcastHeader struct {
 	ResourceKeys []resource.Key
 	// AckSyncUp, when set, makes only consumer acks count (R4.4).
 	AckSyncUp bool
+	// Copies gives targets a role or a payload of their own (R13.10); a
+	// target not in it gets the broadcast's payload and no role.
+	Copies map[VChannel]CopySpec
+	// AppendFirst names targets whose copies are appended, and acked by
+	// their consumers, before the rest are appended (R13.11).
+	AppendFirst []VChannel
 }
 
 // ReplicateHeader marks a copy replicated from another cluster's WAL.
@@ -89,6 +157,23 @@ func WithIdempotencyKey(k IdempotencyKey) Option {
 
 // WithAckSyncUp makes only consumer acks count for this broadcast.
 func WithAckSyncUp() Option { return func(m *Message) { m.Broadcast.AckSyncUp = true } }
+
+// WithCopy gives target v a role and, if payload is not nil, a payload of
+// its own (R13.10).
+func WithCopy(v VChannel, role string, payload []byte) Option {
+	return func(m *Message) {
+		if m.Broadcast.Copies == nil {
+			m.Broadcast.Copies = make(map[VChannel]CopySpec)
+		}
+		m.Broadcast.Copies[v] = CopySpec{Role: role, Payload: payload, HasPayload: payload != nil}
+	}
+}
+
+// WithAppendFirst appends the copies of vs, and waits for their consumers'
+// acks, before appending the other copies (R13.11).
+func WithAppendFirst(vs ...VChannel) Option {
+	return func(m *Message) { m.Broadcast.AppendFirst = append(m.Broadcast.AppendFirst, vs...) }
+}
 
 // WithProperty sets a string property.
 func WithProperty(key, value string) Option {
@@ -115,8 +200,51 @@ func NewBroadcast(t Type, payload []byte, targets []VChannel, opts ...Option) (*
 	if err := m.IdempotencyKey.Validate(); err != nil {
 		return nil, err
 	}
+	if err := m.CheckCopies(); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
+
+// CheckCopies checks that Copies and AppendFirst name targets of the
+// broadcast, AppendFirst each once and not all of them (R13.10, R13.11).
+func (m *Message) CheckCopies() error {
+	for v := range m.Broadcast.Copies {
+		if !slices.Contains(m.Broadcast.VChannels, v) {
+			return fmt.Errorf("%w: copy spec for %s, which is not a target", ErrInvalidCopies, v)
+		}
+	}
+	seen := make(map[VChannel]bool, len(m.Broadcast.AppendFirst))
+	for _, v := range m.Broadcast.AppendFirst {
+		if !slices.Contains(m.Broadcast.VChannels, v) {
+			return fmt.Errorf("%w: append-first %s is not a target", ErrInvalidCopies, v)
+		}
+		if seen[v] {
+			return fmt.Errorf("%w: append-first %s named twice", ErrInvalidCopies, v)
+		}
+		seen[v] = true
+	}
+	if n := len(m.Broadcast.AppendFirst); n > 0 && n >= len(m.Broadcast.VChannels) {
+		return fmt.Errorf("%w: every target is append-first: nothing is left for the second phase", ErrInvalidCopies)
+	}
+	return nil
+}
+
+// PayloadFor returns the payload of v's copy: its own (R13.10), or the
+// broadcast's.
+func (m *Message) PayloadFor(v VChannel) []byte {
+	if c, ok := m.Broadcast.Copies[v]; ok && c.HasPayload {
+		return c.Payload
+	}
+	return m.Payload
+}
+
+// RoleFor returns the role of v's copy, "" if it has none (R13.10).
+func (m *Message) RoleFor(v VChannel) string { return m.Broadcast.Copies[v].Role }
+
+// AppendsFirst reports whether v's copy is appended in the first phase
+// (R13.11).
+func (m *Message) AppendsFirst(v VChannel) bool { return slices.Contains(m.Broadcast.AppendFirst, v) }
 
 func checkTargets(targets []VChannel) error {
 	if len(targets) == 0 {
@@ -193,9 +321,21 @@ func (m *Message) Clone() *Message {
 	c.Properties = maps.Clone(m.Properties)
 	c.Broadcast.VChannels = slices.Clone(m.Broadcast.VChannels)
 	c.Broadcast.ResourceKeys = slices.Clone(m.Broadcast.ResourceKeys)
+	c.Broadcast.AppendFirst = slices.Clone(m.Broadcast.AppendFirst)
+	if m.Broadcast.Copies != nil {
+		c.Broadcast.Copies = make(map[VChannel]CopySpec, len(m.Broadcast.Copies))
+		for v, cs := range m.Broadcast.Copies {
+			cs.Payload = slices.Clone(cs.Payload)
+			c.Broadcast.Copies[v] = cs
+		}
+	}
 	if m.Replicate != nil {
 		r := *m.Replicate
 		c.Replicate = &r
+	}
+	if m.Group != nil {
+		g := *m.Group
+		c.Group = &g
 	}
 	return &c
 }

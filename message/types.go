@@ -48,6 +48,21 @@ type TypeInfo struct {
 	// Validate, if set, checks a payload before anything is persisted; its
 	// error is returned to the caller wrapped in ErrInvalidPayload.
 	Validate func(payload []byte) error
+	// Owner, if set, makes the type a resource-key owner's begin or end
+	// (R13.7).
+	Owner *OwnerRole
+}
+
+// OwnerRole declares that broadcasts of a type acquire, or end, a
+// long-lived ownership of their resource keys (R13.7): an Import acquires
+// "import/<job>" and holds its keys past its own callback, until a
+// CommitImport or RollbackImport of the same job ends it.
+type OwnerRole struct {
+	// Key returns the ownership's stable key from a payload.
+	Key func(payload []byte) (string, error)
+	// Ends is 0 for a type that acquires the ownership, GroupCommit or
+	// GroupRollback for one that ends it.
+	Ends GroupKind
 }
 
 // Registry holds the message types a broadcaster accepts. The zero value is
@@ -72,6 +87,9 @@ func (r *Registry) Register(info TypeInfo) error {
 		if c := t.Name[i]; !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
 			return fmt.Errorf("%w: type name %q is not an identifier", ErrInvalidType, t.Name)
 		}
+	}
+	if o := info.Owner; o != nil && (o.Key == nil || o.Ends != 0 && !o.Ends.Ends()) {
+		return fmt.Errorf("%w: %s: an owner role needs a Key function and Ends 0, GroupCommit or GroupRollback", ErrInvalidType, t)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

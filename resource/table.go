@@ -228,6 +228,30 @@ func (t *Table) Release(r *Request) []*Request {
 	return granted
 }
 
+// Shrink gives back every key of the granted request r but its first n
+// (in acquisition order), keeping those held without a gap: no other
+// request can take them in between. It returns the requests that became
+// fully granted. The broadcast engine uses it when a resource-key owner
+// keeps its business keys but gives back the shared Cluster key, which is
+// always last (R13.7).
+func (t *Table) Shrink(r *Request, n int) []*Request {
+	if r.done || !r.Granted() || n >= r.held || n < 0 {
+		return nil
+	}
+	var granted []*Request
+	for i := r.held - 1; i >= n; i-- {
+		k, e := r.keys[i], r.ents[i]
+		e.release(r, k.Mode)
+		granted = t.promote(e, granted)
+		t.maybeFree(e)
+		r.ents[i] = nil
+	}
+	r.held = n
+	r.keys = r.keys[:n]
+	r.ents = r.ents[:n]
+	return granted
+}
+
 func (t *Table) now() int64 {
 	if t.Now == nil {
 		return 0

@@ -116,3 +116,42 @@ func TestR3_3_OrderedAcquisitionNoDeadlock(t *testing.T) {
 		t.Fatalf("a's release granted %v", g)
 	}
 }
+
+// TestR13_7_ShrinkKeepsTheFirstKeysWithoutAGap: an owner gives back the
+// shared Cluster key and keeps its business keys; a request waiting for the
+// Cluster key exclusively is granted at once, one waiting for a kept key
+// is not.
+func TestR13_7_ShrinkKeepsTheFirstKeysWithoutAGap(t *testing.T) {
+	var tb Table
+	owner := req(t, &tb, ExclusiveCollection("db", "c"), SharedCluster())
+	if !tb.Acquire(owner) {
+		t.Fatal("owner not granted")
+	}
+	drop := req(t, &tb, ExclusiveCollection("db", "c"), SharedCluster())
+	if tb.Acquire(drop) {
+		t.Fatal("a conflicting request granted beside the owner")
+	}
+	topo := req(t, &tb, ExclusiveCluster())
+	if tb.Acquire(topo) {
+		t.Fatal("exclusive Cluster granted beside a shared holder")
+	}
+	granted := tb.Shrink(owner, 1)
+	if len(granted) != 1 || granted[0] != topo {
+		t.Fatalf("shrink granted %d requests, want the exclusive Cluster request", len(granted))
+	}
+	if !owner.Granted() || len(owner.Keys()) != 1 || owner.Keys()[0] != ExclusiveCollection("db", "c") {
+		t.Fatalf("owner after shrink holds %v", owner.Keys())
+	}
+	if tb.Holder(ExclusiveCollection("db", "c")) == "" {
+		t.Fatal("the kept key is free")
+	}
+	if len(tb.Release(topo)) != 0 {
+		t.Fatal("the waiting request got the kept key")
+	}
+	if g := tb.Release(owner); len(g) != 1 || g[0] != drop {
+		t.Fatalf("releasing the owner granted %d, want the waiting request", len(g))
+	}
+	if tb.Shrink(drop, 5) != nil || len(drop.Keys()) != 2 {
+		t.Fatal("shrinking to more keys than held changed the request")
+	}
+}

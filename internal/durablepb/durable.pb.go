@@ -24,6 +24,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GroupKind int32
+
+const (
+	GroupKind_GROUP_KIND_UNSPECIFIED GroupKind = 0
+	GroupKind_GROUP_KIND_BEGIN       GroupKind = 1
+	GroupKind_GROUP_KIND_BODY        GroupKind = 2
+	GroupKind_GROUP_KIND_COMMIT      GroupKind = 3
+	GroupKind_GROUP_KIND_ROLLBACK    GroupKind = 4
+)
+
+// Enum value maps for GroupKind.
+var (
+	GroupKind_name = map[int32]string{
+		0: "GROUP_KIND_UNSPECIFIED",
+		1: "GROUP_KIND_BEGIN",
+		2: "GROUP_KIND_BODY",
+		3: "GROUP_KIND_COMMIT",
+		4: "GROUP_KIND_ROLLBACK",
+	}
+	GroupKind_value = map[string]int32{
+		"GROUP_KIND_UNSPECIFIED": 0,
+		"GROUP_KIND_BEGIN":       1,
+		"GROUP_KIND_BODY":        2,
+		"GROUP_KIND_COMMIT":      3,
+		"GROUP_KIND_ROLLBACK":    4,
+	}
+)
+
+func (x GroupKind) Enum() *GroupKind {
+	p := new(GroupKind)
+	*p = x
+	return p
+}
+
+func (x GroupKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GroupKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_walcast_durable_v1_durable_proto_enumTypes[0].Descriptor()
+}
+
+func (GroupKind) Type() protoreflect.EnumType {
+	return &file_walcast_durable_v1_durable_proto_enumTypes[0]
+}
+
+func (x GroupKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GroupKind.Descriptor instead.
+func (GroupKind) EnumDescriptor() ([]byte, []int) {
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{0}
+}
+
 type TaskState int32
 
 const (
@@ -60,11 +115,11 @@ func (x TaskState) String() string {
 }
 
 func (TaskState) Descriptor() protoreflect.EnumDescriptor {
-	return file_walcast_durable_v1_durable_proto_enumTypes[0].Descriptor()
+	return file_walcast_durable_v1_durable_proto_enumTypes[1].Descriptor()
 }
 
 func (TaskState) Type() protoreflect.EnumType {
-	return &file_walcast_durable_v1_durable_proto_enumTypes[0]
+	return &file_walcast_durable_v1_durable_proto_enumTypes[1]
 }
 
 func (x TaskState) Number() protoreflect.EnumNumber {
@@ -73,7 +128,7 @@ func (x TaskState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskState.Descriptor instead.
 func (TaskState) EnumDescriptor() ([]byte, []int) {
-	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{0}
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{1}
 }
 
 type OutcomeStatus int32
@@ -115,11 +170,11 @@ func (x OutcomeStatus) String() string {
 }
 
 func (OutcomeStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_walcast_durable_v1_durable_proto_enumTypes[1].Descriptor()
+	return file_walcast_durable_v1_durable_proto_enumTypes[2].Descriptor()
 }
 
 func (OutcomeStatus) Type() protoreflect.EnumType {
-	return &file_walcast_durable_v1_durable_proto_enumTypes[1]
+	return &file_walcast_durable_v1_durable_proto_enumTypes[2]
 }
 
 func (x OutcomeStatus) Number() protoreflect.EnumNumber {
@@ -128,7 +183,7 @@ func (x OutcomeStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutcomeStatus.Descriptor instead.
 func (OutcomeStatus) EnumDescriptor() ([]byte, []int) {
-	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{1}
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{2}
 }
 
 type ResourceKey struct {
@@ -274,8 +329,15 @@ type Message struct {
 	ResourceKeys   []*ResourceKey         `protobuf:"bytes,10,rep,name=resource_keys,json=resourceKeys,proto3" json:"resource_keys,omitempty"`
 	AckSyncUp      bool                   `protobuf:"varint,11,opt,name=ack_sync_up,json=ackSyncUp,proto3" json:"ack_sync_up,omitempty"`
 	Replicate      *ReplicateHeader       `protobuf:"bytes,12,opt,name=replicate,proto3" json:"replicate,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// group places the broadcast in a group holding one set of resource keys
+	// across several broadcasts: a transaction or a resource-key owner.
+	Group *GroupHeader `protobuf:"bytes,13,opt,name=group,proto3" json:"group,omitempty"`
+	// copies gives targets a role or a payload of their own, by vchannel.
+	Copies map[string]*CopySpec `protobuf:"bytes,14,rep,name=copies,proto3" json:"copies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// append_first names the targets appended (and acked) before the rest.
+	AppendFirst   []string `protobuf:"bytes,15,rep,name=append_first,json=appendFirst,proto3" json:"append_first,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -392,6 +454,160 @@ func (x *Message) GetReplicate() *ReplicateHeader {
 	return nil
 }
 
+func (x *Message) GetGroup() *GroupHeader {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+func (x *Message) GetCopies() map[string]*CopySpec {
+	if x != nil {
+		return x.Copies
+	}
+	return nil
+}
+
+func (x *Message) GetAppendFirst() []string {
+	if x != nil {
+		return x.AppendFirst
+	}
+	return nil
+}
+
+// GroupHeader is a broadcast's place in a group: the group is named by its
+// first broadcast's id; seq counts its members from 0 (the Begin or the
+// owner). owner_key names a resource-key owner's ownership ("" in a
+// transaction).
+type GroupHeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Seq           uint32                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Kind          GroupKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=walcast.durable.v1.GroupKind" json:"kind,omitempty"`
+	OwnerKey      string                 `protobuf:"bytes,4,opt,name=owner_key,json=ownerKey,proto3" json:"owner_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupHeader) Reset() {
+	*x = GroupHeader{}
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupHeader) ProtoMessage() {}
+
+func (x *GroupHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupHeader.ProtoReflect.Descriptor instead.
+func (*GroupHeader) Descriptor() ([]byte, []int) {
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GroupHeader) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GroupHeader) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GroupHeader) GetKind() GroupKind {
+	if x != nil {
+		return x.Kind
+	}
+	return GroupKind_GROUP_KIND_UNSPECIFIED
+}
+
+func (x *GroupHeader) GetOwnerKey() string {
+	if x != nil {
+		return x.OwnerKey
+	}
+	return ""
+}
+
+// CopySpec is what one target's copy carries beside the broadcast's own.
+type CopySpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	HasPayload    bool                   `protobuf:"varint,3,opt,name=has_payload,json=hasPayload,proto3" json:"has_payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopySpec) Reset() {
+	*x = CopySpec{}
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopySpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopySpec) ProtoMessage() {}
+
+func (x *CopySpec) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopySpec.ProtoReflect.Descriptor instead.
+func (*CopySpec) Descriptor() ([]byte, []int) {
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CopySpec) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *CopySpec) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *CopySpec) GetHasPayload() bool {
+	if x != nil {
+		return x.HasPayload
+	}
+	return false
+}
+
 // Checkpoint is where one vchannel's copy landed. acked is false for a
 // vchannel not acknowledged yet.
 type Checkpoint struct {
@@ -400,13 +616,15 @@ type Checkpoint struct {
 	MessageId     uint64                 `protobuf:"varint,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	TimeTick      uint64                 `protobuf:"varint,3,opt,name=time_tick,json=timeTick,proto3" json:"time_tick,omitempty"`
 	LastConfirmed uint64                 `protobuf:"varint,4,opt,name=last_confirmed,json=lastConfirmed,proto3" json:"last_confirmed,omitempty"`
+	// extra is what the consumer returned with its ack, if anything.
+	Extra         []byte `protobuf:"bytes,5,opt,name=extra,proto3" json:"extra,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[3]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +636,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[3]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +649,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{3}
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Checkpoint) GetAcked() bool {
@@ -462,6 +680,13 @@ func (x *Checkpoint) GetLastConfirmed() uint64 {
 	return 0
 }
 
+func (x *Checkpoint) GetExtra() []byte {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
 // Outcome is what a task's ack callback recorded.
 type Outcome struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -474,7 +699,7 @@ type Outcome struct {
 
 func (x *Outcome) Reset() {
 	*x = Outcome{}
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[4]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +711,7 @@ func (x *Outcome) String() string {
 func (*Outcome) ProtoMessage() {}
 
 func (x *Outcome) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[4]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +724,7 @@ func (x *Outcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
 func (*Outcome) Descriptor() ([]byte, []int) {
-	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{4}
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Outcome) GetStatus() OutcomeStatus {
@@ -541,13 +766,21 @@ type Task struct {
 	PayloadDigest []byte   `protobuf:"bytes,6,opt,name=payload_digest,json=payloadDigest,proto3" json:"payload_digest,omitempty"`
 	RequestDigest []byte   `protobuf:"bytes,7,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
 	Outcome       *Outcome `protobuf:"bytes,8,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// holds_keys marks a TOMBSTONE that keeps its issuance keys: the owner or
+	// Begin of a group, until the group's end releases them.
+	HoldsKeys bool `protobuf:"varint,9,opt,name=holds_keys,json=holdsKeys,proto3" json:"holds_keys,omitempty"`
+	// released_unix_nano is when the group's end released them, released_by
+	// the broadcast that did (appended to the record by that end's
+	// TOMBSTONE transaction).
+	ReleasedUnixNano int64  `protobuf:"varint,10,opt,name=released_unix_nano,json=releasedUnixNano,proto3" json:"released_unix_nano,omitempty"`
+	ReleasedBy       uint64 `protobuf:"varint,11,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[5]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +792,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[5]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +805,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{5}
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Task) GetMessage() []byte {
@@ -631,6 +864,27 @@ func (x *Task) GetOutcome() *Outcome {
 	return nil
 }
 
+func (x *Task) GetHoldsKeys() bool {
+	if x != nil {
+		return x.HoldsKeys
+	}
+	return false
+}
+
+func (x *Task) GetReleasedUnixNano() int64 {
+	if x != nil {
+		return x.ReleasedUnixNano
+	}
+	return 0
+}
+
+func (x *Task) GetReleasedBy() uint64 {
+	if x != nil {
+		return x.ReleasedBy
+	}
+	return 0
+}
+
 // Entry is one WAL entry: copies of one or more broadcasts bound for one
 // pchannel, written in one durable append.
 type Entry struct {
@@ -650,7 +904,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[6]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +916,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[6]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +929,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{6}
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Entry) GetItems() []*Item {
@@ -711,7 +965,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[7]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +977,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_durable_v1_durable_proto_msgTypes[7]
+	mi := &file_walcast_durable_v1_durable_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +990,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{7}
+	return file_walcast_durable_v1_durable_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Item) GetMessage() []byte {
@@ -766,7 +1020,7 @@ const file_walcast_durable_v1_durable_proto_rawDesc = "" +
 	"\x0esource_cluster\x18\x01 \x01(\tR\rsourceCluster\x12'\n" +
 	"\x0fsource_pchannel\x18\x02 \x01(\tR\x0esourcePchannel\x12*\n" +
 	"\x11source_message_id\x18\x03 \x01(\x04R\x0fsourceMessageId\x12(\n" +
-	"\x10source_time_tick\x18\x04 \x01(\x04R\x0esourceTimeTick\"\xc6\x04\n" +
+	"\x10source_time_tick\x18\x04 \x01(\x04R\x0esourceTimeTick\"\xba\x06\n" +
 	"\aMessage\x12\x1b\n" +
 	"\ttype_name\x18\x01 \x01(\tR\btypeName\x12!\n" +
 	"\ftype_version\x18\x02 \x01(\rR\vtypeVersion\x12\x18\n" +
@@ -783,21 +1037,38 @@ const file_walcast_durable_v1_durable_proto_rawDesc = "" +
 	"\rresource_keys\x18\n" +
 	" \x03(\v2\x1f.walcast.durable.v1.ResourceKeyR\fresourceKeys\x12\x1e\n" +
 	"\vack_sync_up\x18\v \x01(\bR\tackSyncUp\x12A\n" +
-	"\treplicate\x18\f \x01(\v2#.walcast.durable.v1.ReplicateHeaderR\treplicate\x1a=\n" +
+	"\treplicate\x18\f \x01(\v2#.walcast.durable.v1.ReplicateHeaderR\treplicate\x125\n" +
+	"\x05group\x18\r \x01(\v2\x1f.walcast.durable.v1.GroupHeaderR\x05group\x12?\n" +
+	"\x06copies\x18\x0e \x03(\v2'.walcast.durable.v1.Message.CopiesEntryR\x06copies\x12!\n" +
+	"\fappend_first\x18\x0f \x03(\tR\vappendFirst\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aW\n" +
+	"\vCopiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
+	"\x05value\x18\x02 \x01(\v2\x1c.walcast.durable.v1.CopySpecR\x05value:\x028\x01\"\x7f\n" +
+	"\vGroupHeader\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\rR\x03seq\x121\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1d.walcast.durable.v1.GroupKindR\x04kind\x12\x1b\n" +
+	"\towner_key\x18\x04 \x01(\tR\bownerKey\"Y\n" +
+	"\bCopySpec\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1f\n" +
+	"\vhas_payload\x18\x03 \x01(\bR\n" +
+	"hasPayload\"\x9b\x01\n" +
 	"\n" +
 	"Checkpoint\x12\x14\n" +
 	"\x05acked\x18\x01 \x01(\bR\x05acked\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\x04R\tmessageId\x12\x1b\n" +
 	"\ttime_tick\x18\x03 \x01(\x04R\btimeTick\x12%\n" +
-	"\x0elast_confirmed\x18\x04 \x01(\x04R\rlastConfirmed\"p\n" +
+	"\x0elast_confirmed\x18\x04 \x01(\x04R\rlastConfirmed\x12\x14\n" +
+	"\x05extra\x18\x05 \x01(\fR\x05extra\"p\n" +
 	"\aOutcome\x129\n" +
 	"\x06status\x18\x01 \x01(\x0e2!.walcast.durable.v1.OutcomeStatusR\x06status\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\xf8\x02\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xe6\x03\n" +
 	"\x04Task\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x123\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1d.walcast.durable.v1.TaskStateR\x05state\x12@\n" +
@@ -806,14 +1077,26 @@ const file_walcast_durable_v1_durable_proto_rawDesc = "" +
 	"\x13completed_unix_nano\x18\x05 \x01(\x03R\x11completedUnixNano\x12%\n" +
 	"\x0epayload_digest\x18\x06 \x01(\fR\rpayloadDigest\x12%\n" +
 	"\x0erequest_digest\x18\a \x01(\fR\rrequestDigest\x125\n" +
-	"\aoutcome\x18\b \x01(\v2\x1b.walcast.durable.v1.OutcomeR\aoutcome\"z\n" +
+	"\aoutcome\x18\b \x01(\v2\x1b.walcast.durable.v1.OutcomeR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"holds_keys\x18\t \x01(\bR\tholdsKeys\x12,\n" +
+	"\x12released_unix_nano\x18\n" +
+	" \x01(\x03R\x10releasedUnixNano\x12\x1f\n" +
+	"\vreleased_by\x18\v \x01(\x04R\n" +
+	"releasedBy\"z\n" +
 	"\x05Entry\x12.\n" +
 	"\x05items\x18\x01 \x03(\v2\x18.walcast.durable.v1.ItemR\x05items\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12'\n" +
 	"\x0freplicated_from\x18\x03 \x01(\tR\x0ereplicatedFrom\">\n" +
 	"\x04Item\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x1c\n" +
-	"\tvchannels\x18\x02 \x03(\tR\tvchannels*t\n" +
+	"\tvchannels\x18\x02 \x03(\tR\tvchannels*\x82\x01\n" +
+	"\tGroupKind\x12\x1a\n" +
+	"\x16GROUP_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10GROUP_KIND_BEGIN\x10\x01\x12\x13\n" +
+	"\x0fGROUP_KIND_BODY\x10\x02\x12\x15\n" +
+	"\x11GROUP_KIND_COMMIT\x10\x03\x12\x17\n" +
+	"\x13GROUP_KIND_ROLLBACK\x10\x04*t\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_PENDING\x10\x01\x12\x19\n" +
@@ -838,35 +1121,43 @@ func file_walcast_durable_v1_durable_proto_rawDescGZIP() []byte {
 	return file_walcast_durable_v1_durable_proto_rawDescData
 }
 
-var file_walcast_durable_v1_durable_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_walcast_durable_v1_durable_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_walcast_durable_v1_durable_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_walcast_durable_v1_durable_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_walcast_durable_v1_durable_proto_goTypes = []any{
-	(TaskState)(0),          // 0: walcast.durable.v1.TaskState
-	(OutcomeStatus)(0),      // 1: walcast.durable.v1.OutcomeStatus
-	(*ResourceKey)(nil),     // 2: walcast.durable.v1.ResourceKey
-	(*ReplicateHeader)(nil), // 3: walcast.durable.v1.ReplicateHeader
-	(*Message)(nil),         // 4: walcast.durable.v1.Message
-	(*Checkpoint)(nil),      // 5: walcast.durable.v1.Checkpoint
-	(*Outcome)(nil),         // 6: walcast.durable.v1.Outcome
-	(*Task)(nil),            // 7: walcast.durable.v1.Task
-	(*Entry)(nil),           // 8: walcast.durable.v1.Entry
-	(*Item)(nil),            // 9: walcast.durable.v1.Item
-	nil,                     // 10: walcast.durable.v1.Message.PropertiesEntry
+	(GroupKind)(0),          // 0: walcast.durable.v1.GroupKind
+	(TaskState)(0),          // 1: walcast.durable.v1.TaskState
+	(OutcomeStatus)(0),      // 2: walcast.durable.v1.OutcomeStatus
+	(*ResourceKey)(nil),     // 3: walcast.durable.v1.ResourceKey
+	(*ReplicateHeader)(nil), // 4: walcast.durable.v1.ReplicateHeader
+	(*Message)(nil),         // 5: walcast.durable.v1.Message
+	(*GroupHeader)(nil),     // 6: walcast.durable.v1.GroupHeader
+	(*CopySpec)(nil),        // 7: walcast.durable.v1.CopySpec
+	(*Checkpoint)(nil),      // 8: walcast.durable.v1.Checkpoint
+	(*Outcome)(nil),         // 9: walcast.durable.v1.Outcome
+	(*Task)(nil),            // 10: walcast.durable.v1.Task
+	(*Entry)(nil),           // 11: walcast.durable.v1.Entry
+	(*Item)(nil),            // 12: walcast.durable.v1.Item
+	nil,                     // 13: walcast.durable.v1.Message.PropertiesEntry
+	nil,                     // 14: walcast.durable.v1.Message.CopiesEntry
 }
 var file_walcast_durable_v1_durable_proto_depIdxs = []int32{
-	10, // 0: walcast.durable.v1.Message.properties:type_name -> walcast.durable.v1.Message.PropertiesEntry
-	2,  // 1: walcast.durable.v1.Message.resource_keys:type_name -> walcast.durable.v1.ResourceKey
-	3,  // 2: walcast.durable.v1.Message.replicate:type_name -> walcast.durable.v1.ReplicateHeader
-	1,  // 3: walcast.durable.v1.Outcome.status:type_name -> walcast.durable.v1.OutcomeStatus
-	0,  // 4: walcast.durable.v1.Task.state:type_name -> walcast.durable.v1.TaskState
-	5,  // 5: walcast.durable.v1.Task.checkpoints:type_name -> walcast.durable.v1.Checkpoint
-	6,  // 6: walcast.durable.v1.Task.outcome:type_name -> walcast.durable.v1.Outcome
-	9,  // 7: walcast.durable.v1.Entry.items:type_name -> walcast.durable.v1.Item
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 0: walcast.durable.v1.Message.properties:type_name -> walcast.durable.v1.Message.PropertiesEntry
+	3,  // 1: walcast.durable.v1.Message.resource_keys:type_name -> walcast.durable.v1.ResourceKey
+	4,  // 2: walcast.durable.v1.Message.replicate:type_name -> walcast.durable.v1.ReplicateHeader
+	6,  // 3: walcast.durable.v1.Message.group:type_name -> walcast.durable.v1.GroupHeader
+	14, // 4: walcast.durable.v1.Message.copies:type_name -> walcast.durable.v1.Message.CopiesEntry
+	0,  // 5: walcast.durable.v1.GroupHeader.kind:type_name -> walcast.durable.v1.GroupKind
+	2,  // 6: walcast.durable.v1.Outcome.status:type_name -> walcast.durable.v1.OutcomeStatus
+	1,  // 7: walcast.durable.v1.Task.state:type_name -> walcast.durable.v1.TaskState
+	8,  // 8: walcast.durable.v1.Task.checkpoints:type_name -> walcast.durable.v1.Checkpoint
+	9,  // 9: walcast.durable.v1.Task.outcome:type_name -> walcast.durable.v1.Outcome
+	12, // 10: walcast.durable.v1.Entry.items:type_name -> walcast.durable.v1.Item
+	7,  // 11: walcast.durable.v1.Message.CopiesEntry.value:type_name -> walcast.durable.v1.CopySpec
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_walcast_durable_v1_durable_proto_init() }
@@ -879,8 +1170,8 @@ func file_walcast_durable_v1_durable_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walcast_durable_v1_durable_proto_rawDesc), len(file_walcast_durable_v1_durable_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   9,
+			NumEnums:      3,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
