@@ -37,6 +37,13 @@ type TaskInfo struct {
 	// CatalogCommits counts the commits made for this task so far (R4.9).
 	CatalogCommits int
 	Message        *message.Message
+	// Extras are what consumers returned with their acks (R13.12).
+	Extras map[message.VChannel][]byte
+	// HoldsKeys says the task is a group's Begin that holds its group's
+	// keys (stage "holding"; R13.1, R13.7); ReleasedBy is the end that
+	// released them, once it did.
+	HoldsKeys  bool
+	ReleasedBy uint64
 }
 
 // VChannelInfo is one target of a task.
@@ -68,6 +75,12 @@ func liveInfo(v engine.TaskView) TaskInfo {
 	}
 	for _, c := range v.Copies {
 		ti.VChannels = append(ti.VChannels, VChannelInfo{VChannel: c.VChannel, Appended: c.Appended, Acked: c.Acked, Checkpoint: c.Checkpoint})
+		if c.Extra != nil {
+			if ti.Extras == nil {
+				ti.Extras = map[message.VChannel][]byte{}
+			}
+			ti.Extras[c.VChannel] = c.Extra
+		}
 	}
 	return ti
 }
@@ -81,6 +94,10 @@ func tombInfo(id uint64, raw string) (TaskInfo, error) {
 		ID: id, Type: r.Msg.Type, State: Tombstone, CreatedAt: r.Created, CompletedAt: r.Completed,
 		ResourceKeys: r.Msg.Broadcast.ResourceKeys, KeyFingerprint: r.Msg.IdempotencyKey.Fingerprint(),
 		AckSyncUp: r.Msg.Broadcast.AckSyncUp, Stage: engine.Tombstoned.String(), Outcome: r.Outcome, Message: r.Msg,
+		Extras: r.ExtrasByVChannel(), HoldsKeys: r.Holding(), ReleasedBy: r.ReleasedBy,
+	}
+	if ti.HoldsKeys {
+		ti.Stage = engine.Holding.String()
 	}
 	for i, v := range r.Msg.Broadcast.VChannels {
 		ti.VChannels = append(ti.VChannels, VChannelInfo{VChannel: v, Appended: r.Acked[i], Acked: r.Acked[i], Checkpoint: r.Checkpoints[i]})
@@ -233,7 +250,7 @@ func (b *Broadcaster) Ack(ctx context.Context, a Ack) error {
 		return err
 	}
 	r, err := b.d.call(ctx, func(to engine.Target) engine.Event {
-		return engine.Ack{To: to, ID: a.BroadcastID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Msg: a.Message, Ctx: ctx}
+		return engine.Ack{To: to, ID: a.BroadcastID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Msg: a.Message, Ctx: ctx, Extra: a.Extra}
 	})
 	if err != nil {
 		return fmt.Errorf("ack of broadcast %d: %w", a.BroadcastID, err)
@@ -250,4 +267,8 @@ type Ack struct {
 	// Message is the copy's message, if the consumer has it. A replicated
 	// copy's message creates the REPLICATED task on a secondary.
 	Message *message.Message
+	// Extra is what the consumer returns with its ack (R13.12): persisted
+	// with the checkpoint, given to the callback (Event.Extras) and to the
+	// caller (Result.Extras).
+	Extra []byte
 }

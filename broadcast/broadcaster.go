@@ -74,6 +74,9 @@ type Result struct {
 	Outcome Outcome
 	// Window describes the idempotency window of a keyed broadcast (R7.7).
 	Window *Window
+	// Extras are what consumers returned with their acks (R13.12), by
+	// vchannel; nil if none did.
+	Extras map[message.VChannel][]byte
 }
 
 // New recovers a broadcaster from the catalog (R4.8): pending tasks re-take
@@ -145,7 +148,7 @@ func (b *Broadcaster) coreConfig() engine.Config {
 		MaxEntryBytes: cfg.WAL.Log().MaxEntryBytes(), Limits: cfg.Catalog.Limits(),
 		AppendConcurrency: cfg.appendConcurrency(), Backoff: cfg.Backoff.Policy(),
 		Classes: classes, ClassOf: func(t message.Type) int { return classOf[t] },
-		CheckInterval: cfg.Tombstone.CheckInterval, MaxKeyLength: cfg.MaxKeyLength,
+		CheckInterval: cfg.Tombstone.CheckInterval, MaxKeyLength: cfg.MaxKeyLength, MaxGroupMembers: cfg.Txn.MaxMembers,
 		Observer: coreObserver{b}, Logger: cfg.Logger,
 	}
 }

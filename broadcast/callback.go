@@ -37,6 +37,8 @@ func NewCallbacks() *Callbacks {
 type Event struct {
 	Message *message.Message
 	Results map[message.VChannel]wal.Checkpoint
+	// Extras are what consumers returned with their acks (R13.12).
+	Extras map[message.VChannel][]byte
 	// Attempt counts calls for this task, from 1.
 	Attempt int
 	// Effects stages catalog writes that commit atomically with the task's

@@ -65,6 +65,8 @@ type Config struct {
 	// MaxMessageBytes bounds an encoded broadcast message. Default 256 KiB;
 	// it must leave room in one catalog transaction and one WAL entry.
 	MaxMessageBytes int
+	// Txn bounds broadcast transactions (R13.4).
+	Txn TxnLimits
 
 	// CheckRole, if set, is called first on every request; an error refuses
 	// it (the replication role check returns ErrNotPrimary there, R8.1).
@@ -151,6 +153,22 @@ type RetentionClass struct {
 	MaxLifetime time.Duration // default: the default class's
 }
 
+// TxnLimits bound broadcast transactions (R13.4); exceeding one is refused
+// with ErrInvalidArgument (a member too large, too many targets) or
+// ErrTxnFull (too many members).
+type TxnLimits struct {
+	// MaxMembers bounds a transaction's members, Begin and end included;
+	// the last is kept for its Commit or Rollback. Default 64 (or the
+	// catalog's transaction ops less two, if fewer); at most that, since GC
+	// deletes a finished transaction in one catalog transaction.
+	MaxMembers int
+	// MaxMemberBytes bounds one member's payload. Default 256 KiB.
+	MaxMemberBytes int
+	// MaxVChannels bounds a transaction's targets, the control channel
+	// included. Default 128.
+	MaxVChannels int
+}
+
 // DefaultClass is the name of the default retention class.
 const DefaultClass = "default"
 
@@ -180,6 +198,18 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = 256 << 10
+	}
+	if cfg.Txn.MaxMembers == 0 {
+		cfg.Txn.MaxMembers = 64
+		if cfg.Catalog != nil {
+			cfg.Txn.MaxMembers = max(2, min(64, cfg.Catalog.Limits().MaxOps-2))
+		}
+	}
+	if cfg.Txn.MaxMemberBytes == 0 {
+		cfg.Txn.MaxMemberBytes = 256 << 10
+	}
+	if cfg.Txn.MaxVChannels == 0 {
+		cfg.Txn.MaxVChannels = 128
 	}
 	if cfg.Callbacks == nil {
 		cfg.Callbacks = NewCallbacks()
@@ -266,6 +296,12 @@ func (cfg Config) validate() error {
 	}
 	if cfg.MaxMessageBytes < 1024 {
 		return bad("MaxMessageBytes", "%d is below 1 KiB", cfg.MaxMessageBytes)
+	}
+	if lim := cfg.Catalog.Limits(); cfg.Txn.MaxMembers < 2 || cfg.Txn.MaxMembers > lim.MaxOps-2 {
+		return bad("Txn.MaxMembers", "%d: need 2 to %d (the catalog's transaction ops less two)", cfg.Txn.MaxMembers, lim.MaxOps-2)
+	}
+	if cfg.Txn.MaxMemberBytes < 0 || cfg.Txn.MaxVChannels < 2 {
+		return bad("Txn", "MaxMemberBytes %d must not be negative, MaxVChannels %d at least 2", cfg.Txn.MaxMemberBytes, cfg.Txn.MaxVChannels)
 	}
 	if lim := cfg.Catalog.Limits(); cfg.MaxMessageBytes+entryOverhead > lim.MaxBytes {
 		return bad("MaxMessageBytes", "%d plus %d bytes of record overhead exceeds the catalog's transaction limit of %d bytes",

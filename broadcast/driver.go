@@ -269,7 +269,7 @@ func (d *driver) callback(ctx context.Context, cancel context.CancelFunc, a engi
 			span.SetAttributes(tracing.AttrAttempt.Int(a.Attempt))
 		}
 		start := time.Now()
-		ev := &Event{Message: a.Msg, Results: a.Results, Attempt: a.Attempt, Effects: eff}
+		ev := &Event{Message: a.Msg, Results: a.Results, Extras: a.Extras, Attempt: a.Attempt, Effects: eff}
 		err = wait.Safely("callback", func() error { return fn(cctx, ev) })
 		d.b.obs.Callback(a.Msg.Type, time.Since(start), err)
 		endSpan(span, err)

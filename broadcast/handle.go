@@ -30,6 +30,11 @@ type Handle struct {
 	idem    *Idempotent
 	orig    *engine.Original
 	promote bool // a force promote's handle (see ForcePromote)
+	local   bool // an unreplicable handle (WithUnreplicableResourceKeys)
+	// txnBegin marks a transaction's Begin; member a group member's handle
+	// (groups.go).
+	txnBegin bool
+	member   *memberOf
 }
 
 // WithResourceKeys blocks until the keys, plus the shared Cluster key unless
@@ -37,38 +42,80 @@ type Handle struct {
 // owning them. The caller validates under the locks, then calls Broadcast;
 // if it does not, Close releases them (R3.6).
 func (b *Broadcaster) WithResourceKeys(ctx context.Context, keys ...resource.Key) (*Handle, error) {
-	return b.begin(ctx, nil, keys, false)
+	return b.Acquire(ctx, AcquireRequest{Keys: keys})
 }
 
 // TryWithResourceKeys is WithResourceKeys without waiting: if a key is held
 // in a conflicting mode it fails at once with an error wrapping ErrBusy
 // (and resource.ErrConflict) that names the holder. Queued waiters do not
-// make it fail.
+// make it fail (R13.15).
 func (b *Broadcaster) TryWithResourceKeys(ctx context.Context, keys ...resource.Key) (*Handle, error) {
-	return b.begin(ctx, nil, keys, true)
+	return b.Acquire(ctx, AcquireRequest{Keys: keys, NoWait: true})
+}
+
+// WithUnreplicableResourceKeys is WithResourceKeys for local-only
+// broadcasts (R13.13): the handle is granted on any role, a secondary's
+// included, and every message it broadcasts is marked unreplicable, so it
+// goes to this cluster's WAL only and no replicator copies it. Use it for
+// what belongs to one cluster alone: its own topology, its resource groups.
+func (b *Broadcaster) WithUnreplicableResourceKeys(ctx context.Context, keys ...resource.Key) (*Handle, error) {
+	return b.Acquire(ctx, AcquireRequest{Keys: keys, Unreplicable: true})
+}
+
+// AcquireRequest says how to get a handle; WithResourceKeys,
+// TryWithResourceKeys, WithIdempotentResourceKeys and
+// WithUnreplicableResourceKeys are its common forms.
+type AcquireRequest struct {
+	// Keys are the resource keys to hold (the Cluster key is added, R3.4).
+	Keys []resource.Key
+	// Idempotent, if set with a key, resolves the key before any lock
+	// (see WithIdempotentResourceKeys).
+	Idempotent *Idempotent
+	// NoWait fails at once with ErrBusy, naming the holder, instead of
+	// queueing for a key held in a conflicting mode (R13.15).
+	NoWait bool
+	// Unreplicable makes the handle's broadcasts local-only, accepted on any
+	// role (see WithUnreplicableResourceKeys).
+	Unreplicable bool
 }
 
 func (b *Broadcaster) newHandle(idem *Idempotent) *Handle {
 	return &Handle{b: b, id: engine.HandleID(b.handles.Add(1)), idem: idem}
 }
 
-func (b *Broadcaster) begin(ctx context.Context, idem *Idempotent, keys []resource.Key, try bool) (*Handle, error) {
+// Acquire returns a handle holding req's keys (see AcquireRequest).
+func (b *Broadcaster) Acquire(ctx context.Context, req AcquireRequest) (*Handle, error) {
+	idem := req.Idempotent
+	if idem != nil && idem.Key == "" {
+		idem = nil
+	}
+	if idem != nil {
+		if err := idem.Key.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+		cp := *idem
+		idem = &cp
+	}
 	if err := b.closedErr(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTaskNotCreated, err)
 	}
-	norm, err := resource.WithClusterKey(keys)
+	norm, err := resource.WithClusterKey(req.Keys)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	if b.Role() != Primary {
+	need := Primary
+	if req.Unreplicable {
+		need = 0
+	} else if b.Role() != Primary {
 		return nil, ErrNotPrimary
 	}
-	if b.cfg.CheckRole != nil {
+	if b.cfg.CheckRole != nil && !req.Unreplicable {
 		if err := b.cfg.CheckRole(ctx); err != nil {
 			return nil, err
 		}
 	}
 	h := b.newHandle(idem)
+	h.local = req.Unreplicable
 	if idem != nil {
 		r, err := b.d.call(ctx, func(to engine.Target) engine.Event {
 			return engine.Resolve{To: to, Handle: h.id, Scope: engine.ScopeOf(idem.Type, idem.Key), Key: idem.Key,
@@ -96,7 +143,7 @@ func (b *Broadcaster) begin(ctx context.Context, idem *Idempotent, keys []resour
 		}
 	}
 	start := time.Now()
-	if err := h.lock(ctx, norm, try, Primary); err != nil {
+	if err := h.lock(ctx, norm, req.NoWait, need); err != nil {
 		return nil, err
 	}
 	b.obs.LockWait(norm, time.Since(start))
@@ -208,8 +255,12 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 		request = h.idem.Digest
 	}
 	h.locked = false // the task owns the keys from here (R3.6)
+	var group uint64
+	if h.member != nil {
+		group = h.member.id
+	}
 	r, err := b.d.call(ctx, func(to engine.Target) engine.Event {
-		return engine.Submit{To: to, Handle: h.id, Msg: stamped, Bytes: raw, Request: request}
+		return engine.Submit{To: to, Handle: h.id, Msg: stamped, Bytes: raw, Request: request, Group: group}
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -252,12 +303,18 @@ func (h *Handle) prepare(ctx context.Context, msg *message.Message) (*message.Me
 	// The handle's keys include the Cluster key, so the role cannot have
 	// changed since its locks were granted, unless this is a force promote
 	// queued behind another one (R8.1, R8.3).
-	if err := b.checkRole(h.promote); err != nil {
+	if !h.local {
+		if err := b.checkRole(h.promote); err != nil {
+			return nil, nil, err
+		}
+	}
+	msg, keys, err := h.stampGroup(msg, info)
+	if err != nil {
 		return nil, nil, err
 	}
 	// Stamped with the widest id to validate the targets (R2.3) and bound
 	// the encoded size; the core allocates the real one.
-	stamped, err := msg.Stamp(math.MaxUint64, b.cfg.ControlChannel, h.keys)
+	stamped, err := msg.Stamp(math.MaxUint64, b.cfg.ControlChannel, keys)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
@@ -267,8 +324,11 @@ func (h *Handle) prepare(ctx context.Context, msg *message.Message) (*message.Me
 	if info.AckSyncUp {
 		stamped.Broadcast.AckSyncUp = true
 	}
-	if h.promote {
+	switch {
+	case h.promote:
 		setProperty(stamped, engine.UnreplicableProperty, engine.ForcePromoteMark)
+	case h.local:
+		setProperty(stamped, engine.UnreplicableProperty, engine.LocalMark)
 	}
 	if h.idem != nil && h.idem.Digest != nil {
 		// Carried in the message so that it replicates: a promoted secondary
@@ -296,7 +356,7 @@ const maxIDField = 11
 
 // resultOf turns the core's result into Broadcast's.
 func resultOf(r *engine.Result, dup *message.Message) *Result {
-	res := &Result{BroadcastID: r.ID, Appends: r.Appends, Outcome: r.Outcome, Duplicated: dup}
+	res := &Result{BroadcastID: r.ID, Appends: r.Appends, Outcome: r.Outcome, Duplicated: dup, Extras: r.Extras}
 	if r.Window != nil {
 		w := windowOf(*r.Window)
 		res.Window = &w
@@ -336,6 +396,9 @@ func (b *Broadcaster) check(msg *message.Message) (message.TypeInfo, error) {
 	}
 	if msg.Replicate != nil {
 		return info, fmt.Errorf("%w: a new broadcast cannot carry a replicate header", ErrInvalidArgument)
+	}
+	if err := msg.CheckCopies(); err != nil {
+		return info, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	for k := range msg.Properties {
 		if strings.HasPrefix(k, ReservedPropertyPrefix) {

@@ -32,13 +32,7 @@ type Idempotent struct {
 // are serialised here, so exactly one becomes the original (R7.3). A new key
 // longer than MaxKeyLength is refused here, before any lock (R7.1).
 func (b *Broadcaster) WithIdempotentResourceKeys(ctx context.Context, req Idempotent, keys ...resource.Key) (*Handle, error) {
-	if req.Key == "" {
-		return b.begin(ctx, nil, keys, false)
-	}
-	if err := req.Key.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	return b.begin(ctx, &req, keys, false)
+	return b.Acquire(ctx, AcquireRequest{Keys: keys, Idempotent: &req})
 }
 
 // answerDuplicate waits for the original's callback to finish (bounded by
@@ -101,7 +95,7 @@ func tombResult(o *engine.Original) (*Result, error) {
 
 func tombResultOf(o *engine.Original, rec *engine.Record) *Result {
 	w := windowOf(o.Window)
-	return &Result{BroadcastID: o.ID, Appends: rec.Results(), Duplicated: rec.Msg, Outcome: rec.Outcome, Window: &w}
+	return &Result{BroadcastID: o.ID, Appends: rec.Results(), Duplicated: rec.Msg, Outcome: rec.Outcome, Window: &w, Extras: rec.ExtrasByVChannel()}
 }
 
 func (b *Broadcaster) reused(k message.IdempotencyKey) error {

@@ -17,9 +17,10 @@ import (
 // re-deliver a secondary's copies.
 
 type ackOnceRef struct {
-	t  *task
-	i  int
-	cp wal.Checkpoint
+	t     *task
+	i     int
+	cp    wal.Checkpoint
+	extra []byte
 }
 
 // startAcking acks every copy from its append result (FastAck); a force
@@ -43,7 +44,7 @@ func (c *Core) fastAck(t *task, i int) {
 	if cp.acked || cp.ackOnce != 0 {
 		return
 	}
-	c.ackCopy(t, i, cp.appendCP, nil, nil)
+	c.ackCopy(t, i, cp.appendCP, nil, nil, nil)
 }
 
 // ack handles a consumer's ack.
@@ -61,7 +62,7 @@ func (c *Core) ack(e Ack) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
 		return
 	}
-	c.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx)
+	c.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx, e.Extra)
 }
 
 // replicatedTask creates a REPLICATED task from the first ack of a copy the
@@ -102,14 +103,17 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 		c.indexTask(t)
 	}
 	c.ids.observe(t.id)
+	if m.Group != nil {
+		c.groupOf(t)
+	}
 	c.obs.TaskState(m.Type, 0, Replicated)
 	c.move(t, OnReplicatedAck, Collecting)
 	return t, nil
 }
 
 // ackCopy acks copy i at cp (zero: its append result) for to (nil: the
-// engine's own FastAck).
-func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx context.Context) {
+// engine's own FastAck), with what the consumer returned (extra).
+func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx context.Context, extra []byte) {
 	copy := &t.copies[i]
 	if copy.acked || t.stage >= Tombstoning {
 		if t.durableAcks() && to != nil {
@@ -142,11 +146,11 @@ func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx context
 		if to != nil {
 			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
 		}
-		c.ackOnces[id] = ackOnceRef{t: t, i: i, cp: cp}
+		c.ackOnces[id] = ackOnceRef{t: t, i: i, cp: cp, extra: extra}
 		c.emit(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
 		return
 	}
-	c.recordAck(t, i, cp)
+	c.recordAck(t, i, cp, extra)
 	if to != nil {
 		c.answerAck(t, to)
 	}
@@ -178,13 +182,13 @@ func (c *Core) ackOnceDone(e AckOnceDone) {
 			}
 			c.after(copy.fastBack.NextBackOff(), func() {
 				if c.tasks[t.id] == t && !t.copies[i].acked {
-					c.ackCopy(t, i, t.copies[i].appendCP, nil, nil)
+					c.ackCopy(t, i, t.copies[i].appendCP, nil, nil, nil)
 				}
 			})
 		}
 		return
 	}
-	c.recordAck(t, i, ref.cp)
+	c.recordAck(t, i, ref.cp, ref.extra)
 	for _, to := range waiters {
 		c.answerAck(t, to)
 	}
@@ -200,8 +204,8 @@ func (c *Core) answerAck(t *task, to Target) {
 	c.reply(to, Reply{})
 }
 
-// recordAck records copy i as acked at cp.
-func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint) {
+// recordAck records copy i as acked at cp, with the consumer's extra.
+func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint, extra []byte) {
 	copy := &t.copies[i]
 	if copy.acked {
 		return
@@ -209,8 +213,9 @@ func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint) {
 	if cp == (wal.Checkpoint{}) {
 		cp = copy.appendCP // still zero if the append has not returned: copiesAppended fills it in
 	}
-	copy.acked, copy.ackCP = true, cp
+	copy.acked, copy.ackCP, copy.extra = true, cp, extra
 	t.nacked++
+	c.answerAckWaits(t)
 	if t.replicated {
 		if t.stage == Collecting && (i == t.control || t.control < 0 && t.allAcked()) {
 			// Enrolled in ack order of the control channel, which its
@@ -228,6 +233,13 @@ func (c *Core) checkAcked(t *task) {
 	if t.stage == Appending && t.allAppended() {
 		c.allAppended(t)
 		return
+	}
+	if t.stage == FirstPhase {
+		c.checkFirstPhase(t)
+		return
+	}
+	if t.supplementRest && t.firstAcked() {
+		c.supplementMissing(t)
 	}
 	if !t.allAcked() {
 		return
@@ -328,7 +340,7 @@ func (c *Core) afterWrite(t *task) {
 	if len(t.ackWaiters) > 0 {
 		c.persistAcks(t)
 	}
-	if t.stage == Acking {
+	if t.stage == Acking || t.stage == FirstPhase {
 		c.checkAcked(t)
 	}
 }

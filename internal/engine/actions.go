@@ -48,6 +48,9 @@ type Result struct {
 	ID      uint64
 	Msg     *message.Message
 	Appends map[message.VChannel]wal.Checkpoint
+	// Extras are what consumers returned with their acks (R13.12), by
+	// vchannel; nil if none did.
+	Extras  map[message.VChannel][]byte
 	Outcome Outcome
 	// Window is set for a keyed task (R7.7).
 	Window *Window
@@ -94,6 +97,8 @@ type Callback struct {
 	Attempt int
 	Msg     *message.Message
 	Results map[message.VChannel]wal.Checkpoint
+	// Extras are what consumers returned with their acks (R13.12).
+	Extras map[message.VChannel][]byte
 }
 
 // CancelCallback cancels the running attempt of Task's callback (an

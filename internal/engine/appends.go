@@ -318,7 +318,7 @@ func (c *Core) copiesAppended(r *appendReq, cps []wal.Checkpoint) {
 		if cp.acked && cp.ackCP == (wal.Checkpoint{}) {
 			cp.ackCP = cps[j]
 		}
-		if t.supplementing && !t.msg.Broadcast.AckSyncUp {
+		if t.supplementing && !t.msg.Broadcast.AckSyncUp && !t.first(i) {
 			c.fastAck(t, i)
 		}
 	}

@@ -38,11 +38,15 @@ type Core struct {
 	locks   resource.Table
 	index   map[Scope]uint64 // first owner wins (R7.3)
 	admits  map[Scope]*admission
-	sched   scheduler
-	tombs   tombstones
-	ids     ids
-	roles   roles
-	prom    *promoter
+	// groups are the open groups by id; owners maps an owner key to its
+	// group (R13.1, R13.7).
+	groups map[uint64]*group
+	owners map[string]uint64
+	sched  scheduler
+	tombs  tombstones
+	ids    ids
+	roles  roles
+	prom   *promoter
 	// promotes holds, per force promote, the positions its copies landed
 	// at (recovered, or recorded by this run).
 	promotes map[uint64]map[message.VChannel]uint64
@@ -133,6 +137,7 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
 		index: make(map[Scope]uint64), admits: make(map[Scope]*admission),
+		groups: make(map[uint64]*group), owners: make(map[string]uint64),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
 		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
@@ -178,6 +183,8 @@ func (c *Core) Step(now time.Time, ev Event) {
 		c.submit(e)
 	case Wait:
 		c.wait(e)
+	case WaitAcked:
+		c.waitAcked(e)
 	case Ack:
 		c.ack(e)
 	case Follow:
@@ -269,6 +276,8 @@ func (c *Core) enter(t *task, from Stage) {
 	switch t.stage {
 	case Persisting:
 		c.persistPending(t)
+	case FirstPhase:
+		c.startFirstPhase(t)
 	case Appending:
 		c.startAppends(t)
 	case Acking:
@@ -537,6 +546,10 @@ func (c *Core) stop(err error) {
 			c.reply(to, Reply{Err: err})
 		}
 		t.completeWaits = nil
+		for _, a := range t.ackWaits {
+			c.reply(a.to, Reply{Err: fmt.Errorf("acks of broadcast %d: %w", t.id, err)})
+		}
+		t.ackWaits = nil
 	}
 }
 
@@ -551,6 +564,8 @@ func (c *Core) refuseStopped(ev Event) {
 	case Submit:
 		c.reply(e.To, Reply{Err: notCreated})
 	case Wait:
+		c.reply(e.To, Reply{Err: c.stopErr})
+	case WaitAcked:
 		c.reply(e.To, Reply{Err: c.stopErr})
 	case Ack:
 		c.reply(e.To, Reply{Err: c.stopErr})

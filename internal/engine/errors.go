@@ -18,4 +18,7 @@ var (
 	// ErrBusy reports a try-acquire that found a key held (it wraps
 	// resource.ErrConflict's message naming the holder).
 	ErrBusy = errors.New("resource keys busy")
+	// ErrGroupFull reports a transaction member beyond the group's limit
+	// (R13.4): the last slot is kept for its Commit or Rollback.
+	ErrGroupFull = errors.New("transaction is full")
 )

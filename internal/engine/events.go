@@ -70,6 +70,12 @@ type Submit struct {
 	Bytes  []byte
 	// Request is the caller's request digest, nil if none.
 	Request []byte
+	// Group, if not 0, makes the broadcast a member of the open group of
+	// that id (R13.1, R13.7): Msg carries the group's keys (and, in a
+	// transaction, its targets) and its Group header with ID and Kind; the
+	// core gives it its Seq. The handle holds the shared Cluster key only:
+	// the member uses the group's keys.
+	Group uint64
 }
 
 // Wait asks for the result of live task ID (a duplicate waiting for its
@@ -91,6 +97,17 @@ type Ack struct {
 	// Ctx is the acker's context, handed to the ack-once callback it runs
 	// (opaque to the core).
 	Ctx context.Context
+	// Extra is what the consumer returns with its ack (R13.12), persisted
+	// with the copy's checkpoint; nil for nothing.
+	Extra []byte
+}
+
+// WaitAcked asks to be answered once every copy of task ID on VChannels is
+// acked (R13.11), at once if they are or the task is finished.
+type WaitAcked struct {
+	To        Target
+	ID        uint64
+	VChannels []message.VChannel
 }
 
 // Follow makes the (empty) cluster a secondary under Config (R8.1); Handle
@@ -180,6 +197,7 @@ func (Lock) event()         {}
 func (Close) event()        {}
 func (Submit) event()       {}
 func (Wait) event()         {}
+func (WaitAcked) event()    {}
 func (Ack) event()          {}
 func (Follow) event()       {}
 func (RetryNow) event()     {}
@@ -194,5 +212,5 @@ func (Tick) event()         {}
 func (Stop) event()         {}
 
 // Make sure the constructors cannot drift: every Event above.
-var _ = []Event{Resolve{}, Lock{}, Close{}, Submit{}, Wait{}, Ack{}, Follow{}, RetryNow{}, Complete{},
+var _ = []Event{Resolve{}, Lock{}, Close{}, Submit{}, Wait{}, WaitAcked{}, Ack{}, Follow{}, RetryNow{}, Complete{},
 	Inspect{}, Written{}, Appended{}, CallbackDone{}, AckOnceDone{}, Scanned{}, Tick{}, Stop{}}

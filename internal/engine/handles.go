@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -227,6 +228,20 @@ func (c *Core) submit(e Submit) {
 			}
 		}
 	}
+	if e.Group != 0 {
+		c.submitMember(h, e)
+		return
+	}
+	if e.Msg.Group != nil && e.Msg.Group.Kind != message.GroupBegin {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a group member needs its group's id", ErrInvalidArgument)})
+		return
+	}
+	if err := c.checkBegin(e.Msg); err != nil {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: err})
+		return
+	}
 	h.busy = true
 	h.to = e.To // answered by Stop if it comes first
 	c.allocFor(h, e)
@@ -246,6 +261,9 @@ func (c *Core) allocFor(h *handle, e Submit) {
 		if err != nil {
 			c.dropHandle(h)
 			c.reply(e.To, Reply{Err: err})
+			if g := c.groups[e.Group]; g != nil && e.Group != 0 {
+				c.memberFailed(g)
+			}
 			return
 		}
 		e.Msg.Broadcast.ID = id
@@ -265,19 +283,56 @@ func (c *Core) create(h *handle, e Submit) {
 	t := newTask(e.Msg, e.Bytes, info, c.now)
 	t.request = e.Request
 	t.class = c.cfg.ClassOf(e.Msg.Type)
-	if t.promote != promote {
+	var g *group
+	if e.Group != 0 {
+		g = c.groups[e.Group]
+	}
+	refuse := func(r Reply) {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a force promote needs the promote handle", ErrInvalidArgument)})
+		c.reply(e.To, r)
+		if g != nil {
+			c.memberFailed(g)
+		}
+	}
+	if e.Group != 0 && g == nil {
+		refuse(Reply{Err: c.endedError(e.Group)})
+		return
+	}
+	if t.promote != promote {
+		refuse(Reply{Err: fmt.Errorf("%w: a force promote needs the promote handle", ErrInvalidArgument)})
+		return
+	}
+	if t.promote {
+		if gaps := c.groupGaps(); len(gaps) > 0 {
+			// A group missing a member cannot be finished in order (R13.5).
+			refuse(Reply{Err: fmt.Errorf("%w: cannot promote while a group misses a member: %s", ErrFailedPrecondition, strings.Join(gaps, "; "))})
+			return
+		}
+	}
+	if err := c.checkBegin(e.Msg); err != nil {
+		refuse(Reply{Err: err})
+		return
+	}
+	if h.need == 0 && c.roles.role != Primary && !t.local() {
+		// Only local-only broadcasts are created on a secondary (R13.13).
+		refuse(Reply{Err: ErrNotPrimary})
 		return
 	}
 	if t.scope != (Scope{}) {
 		if o := c.original(t.scope); o != nil {
 			// A keyed broadcast on a plain handle got there first while
 			// this one waited for its id.
-			c.dropHandle(h)
-			c.reply(e.To, Reply{Original: o})
+			refuse(Reply{Original: o})
 			return
 		}
+	}
+	switch {
+	case g != nil:
+		c.createMember(g, t, &e)
+	case t.gkind == message.GroupBegin:
+		e.Msg.Group.ID = t.id
+		t.bytes = appendGroupHeader(t.bytes, t.id, 0)
+		c.openGroup(t)
 	}
 	t.lock = h.lock
 	t.lock.Ref, t.lock.Owner = t, fmt.Sprintf("broadcast %d", t.id)
@@ -301,7 +356,7 @@ func (c *Core) persistPending(t *task) {
 	w := c.write(WritePending, t, t.record(Pending), nil, func(w *writeOp, d Decision, err error) {
 		switch d {
 		case Done:
-			c.move(t, OnPersisted, Appending)
+			c.move(t, OnPersisted, t.afterPersist())
 		case Abort:
 			c.abort(t, fmt.Errorf("%w: persist: %w", ErrTaskNotCreated, err))
 		case StepDown:
@@ -329,6 +384,19 @@ func (c *Core) abort(t *task, err error) {
 	if t.lock != nil {
 		c.grantedAll(c.locks.Release(t.lock))
 		t.lock = nil
+	}
+	if g := t.group; g != nil {
+		if t.gkind == message.GroupBegin {
+			c.dissolve(g, fmt.Errorf("%w: %s %d: its Begin was not created: %w", ErrTaskNotCreated, groupWord(g), g.id, err))
+		} else {
+			// Never created: its seq goes to the next member.
+			delete(g.live, t.gseq)
+			if g.ending == t {
+				g.ending = nil
+			}
+			g.next = t.gseq
+			c.memberFailed(g)
+		}
 	}
 	for _, to := range t.waiters {
 		c.reply(to, Reply{Err: err})

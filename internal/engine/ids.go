@@ -14,9 +14,9 @@ const idBlock = 1000
 
 // Id spaces (R8.3). The high bits of a broadcast id number its id space,
 // the low SpaceBits count within it. A cluster starts in space 0 (ids 1,
-// 2, ...). A secondary allocates an id only for a force promote, and that
-// first allocation opens a space above the space of every id it knows of
-// — its replicated tasks, its floor, and every copy in its WAL from the
+// 2, ...). A secondary allocates an id only for a force promote or a
+// local-only broadcast (R13.13), and its first allocation opens a space
+// above the space of every id it knows of — its replicated tasks, its floor, and every copy in its WAL from the
 // highest replicated position acked to the end (a scan: the streaming
 // nodes may not have acked them yet) — and the promoted cluster allocates
 // on in that space. Its ids are therefore above every id that reached it,
@@ -93,7 +93,8 @@ func (s *ids) floorFor(maxID uint64) uint64 {
 // reserved.
 func (s *ids) alloc(c *Core, then func(id uint64, err error)) {
 	if c.roles.role == Secondary && !s.spaced {
-		// A force promote's id (the only allocation on a secondary).
+		// A force promote's id, or a local-only broadcast's (R13.13): the
+		// only allocations on a secondary, in a space of their own.
 		s.waiting = append(s.waiting, then)
 		s.openSpace(c)
 		return

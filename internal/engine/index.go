@@ -87,6 +87,10 @@ func (c *Core) window(class int, id uint64, created, completed time.Time) Window
 		return w
 	}
 	w.CompletedAt = completed
+	if c.tombs.isHeld(id) {
+		// An open group's member: kept until the group ends (R13.3).
+		return w
+	}
 	w.ExpiresLatest = completed.Add(cl.cfg.MaxLifetime)
 	w.CountHeadroom = c.tombs.headroom(id)
 	return w

@@ -41,6 +41,8 @@ type CopyView struct {
 	Appended   bool
 	Acked      bool
 	Checkpoint wal.Checkpoint
+	// Extra is what the consumer returned with its ack (R13.12).
+	Extra []byte
 }
 
 func (c *Core) view(t *task) TaskView {
@@ -51,7 +53,7 @@ func (c *Core) view(t *task) TaskView {
 		Window: c.window(t.class, t.id, t.created, time.Time{})}
 	for i, vc := range t.msg.Broadcast.VChannels {
 		cp := t.copies[i]
-		v.Copies = append(v.Copies, CopyView{VChannel: vc, Appended: cp.appended, Acked: cp.acked, Checkpoint: cp.ackCP})
+		v.Copies = append(v.Copies, CopyView{VChannel: vc, Appended: cp.appended, Acked: cp.acked, Checkpoint: cp.ackCP, Extra: cp.extra})
 	}
 	return v
 }
@@ -134,3 +136,84 @@ func (c *Core) EarlyEvictions() map[string]int {
 // IDsUsed reports whether the cluster ever allocated or observed a
 // broadcast id.
 func (c *Core) IDsUsed() bool { return c.ids.used() }
+
+// GroupView describes an open group (R13.1, R13.7).
+type GroupView struct {
+	ID uint64
+	// OwnerKey names a resource-key owner's ownership; "" for a
+	// transaction.
+	OwnerKey string
+	Keys     []resource.Key
+	Targets  []message.VChannel
+	// Holding says the Begin's TOMBSTONE is durable and the group holds its
+	// keys here (HoldsHere: in this cluster's lock table; a secondary's
+	// groups hold nothing until a promote).
+	Holding, HoldsHere bool
+	// Members are the group's members known here, in seq order.
+	Members []MemberView
+	// Ending is the id of its first Commit or Rollback, 0 if none yet.
+	Ending     uint64
+	EndingKind message.GroupKind
+	// Queued counts members waiting to be created.
+	Queued int
+}
+
+// MemberView is one member of a group.
+type MemberView struct {
+	ID   uint64
+	Seq  uint32
+	Kind message.GroupKind
+	// Stage is the member's stage; Tombstoned once finished.
+	Stage Stage
+}
+
+// Groups returns every open group, in id order.
+func (c *Core) Groups() []GroupView {
+	out := make([]GroupView, 0, len(c.groups))
+	for _, id := range sortedKeys(c.groups) {
+		out = append(out, c.groupView(c.groups[id]))
+	}
+	return out
+}
+
+// Group returns open group id's view.
+func (c *Core) Group(id uint64) (GroupView, bool) {
+	g := c.groups[id]
+	if g == nil {
+		return GroupView{}, false
+	}
+	return c.groupView(g), true
+}
+
+// OwnerGroup returns the id of the group that owns key, 0 if none.
+func (c *Core) OwnerGroup(key string) uint64 { return c.owners[key] }
+
+// GroupError explains why id names no open group: ended, never opened, or
+// unknown.
+func (c *Core) GroupError(id uint64) error { return c.endedError(id) }
+
+func (c *Core) groupView(g *group) GroupView {
+	v := GroupView{ID: g.id, OwnerKey: g.key, Keys: slices.Clone(g.keys), Targets: slices.Clone(g.targets),
+		Holding: g.held(), HoldsHere: g.lock != nil, Queued: len(g.queue)}
+	if g.begin != nil {
+		v.Members = append(v.Members, MemberView{ID: g.id, Seq: 0, Kind: message.GroupBegin, Stage: g.begin.stage})
+	}
+	for i, tb := range g.done {
+		if g.seqs[i] == 0 {
+			continue
+		}
+		kind := message.GroupBody
+		if r, err := DecodeRecord(rawBytes(tb.raw)); err == nil && r.Msg.Group != nil {
+			kind = r.Msg.Group.Kind
+		}
+		v.Members = append(v.Members, MemberView{ID: tb.id, Seq: g.seqs[i], Kind: kind, Stage: Tombstoned})
+	}
+	for s, t := range g.live {
+		v.Members = append(v.Members, MemberView{ID: t.id, Seq: s, Kind: t.gkind, Stage: t.stage})
+	}
+	slices.SortFunc(v.Members, func(a, b MemberView) int { return int(a.Seq) - int(b.Seq) })
+	if g.ending != nil {
+		v.Ending, v.EndingKind = g.ending.id, g.ending.gkind
+	}
+	return v
+}

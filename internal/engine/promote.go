@@ -220,6 +220,7 @@ func (c *Core) replicatedHighest() map[message.PChannel]uint64 {
 // supplementAll lists the incomplete tasks and finishes them in id order.
 func (c *Core) supplementAll() {
 	p := c.prom
+	c.ignoreUnordered()
 	for _, x := range c.tasks {
 		if x != p.t {
 			p.todo = append(p.todo, x)
@@ -250,52 +251,72 @@ func (c *Core) supplementNext() {
 }
 
 // supplement gives x every missing copy: acked where an earlier run
-// appended it (unless AckSyncUp: its consumer acks it), appended now without
-// the replicate header otherwise. An AckSyncUp task's copies count only once
-// consumers ack them (R4.4).
+// appended it (unless AckSyncUp, or a two-phase append's first copy: its
+// consumer acks it), appended now without the replicate header otherwise. An
+// AckSyncUp task's copies count only once consumers ack them (R4.4); a
+// two-phase append's first copies are appended, and acked by their
+// consumers, before the rest (R13.11).
 func (c *Core) supplement(x *task) {
 	p := c.prom
 	syncUp := x.msg.Broadcast.AckSyncUp
-	var missing []int
 	for i, v := range x.msg.Broadcast.VChannels {
 		if x.copies[i].acked {
 			continue
 		}
 		if cp, ok := p.found[copyKey{x.id, v}]; ok {
 			x.copies[i].appended, x.copies[i].appendCP = true, cp
-			if !syncUp {
+			if !syncUp && !x.first(i) {
 				c.fastAck(x, i)
 			}
-			continue
-		}
-		if !x.copies[i].queued && !x.copies[i].appended {
-			missing = append(missing, i)
 		}
 	}
-	if len(missing) > 0 {
-		if x.replicated {
-			wire, err := message.Marshal(x.msg.WithoutReplicateHeader())
-			if err != nil {
-				// The message was encoded when its task was created: this
-				// cannot fail.
-				c.log.Error("force promote: encode", "broadcast", x.id, "err", err)
-				return
-			}
-			x.wire = wire
-		}
-		x.supplementing = true
-		want := map[int]bool{}
-		for _, i := range missing {
-			want[i] = true
-		}
-		c.queueCopies(x, func(i int) bool { return want[i] })
-	}
+	x.supplementing = true
+	c.supplementMissing(x)
 	switch x.stage {
 	case Collecting:
 		c.move(x, OnSupplement, Queued)
 	case Queued:
 		c.move(x, OnSupplement, Queued)
 	}
+}
+
+// supplementMissing appends x's copies that are neither acked nor in the
+// WAL: a two-phase append's first copies alone while they are not all
+// acked (checkAcked calls it again once they are).
+func (c *Core) supplementMissing(x *task) {
+	var missing []int
+	for i := range x.copies {
+		if cp := x.copies[i]; !cp.acked && !cp.queued && !cp.appended {
+			missing = append(missing, i)
+		}
+	}
+	x.supplementRest = false
+	if first := firstPhaseOf(x, missing); first != nil {
+		missing, x.supplementRest = first, true
+		c.log.Warn("force promote: appending a two-phase broadcast's first copies first", "broadcast", x.id,
+			"vchannels", vchannelsOf(x, first))
+	} else if len(x.msg.Broadcast.AppendFirst) > 0 && !x.firstAcked() {
+		x.supplementRest = true // the first copies are in the WAL: wait for their acks
+		return
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if x.replicated && x.wire == nil {
+		wire, err := message.Marshal(x.msg.WithoutReplicateHeader())
+		if err != nil {
+			// The message was encoded when its task was created: this
+			// cannot fail.
+			c.log.Error("force promote: encode", "broadcast", x.id, "err", err)
+			return
+		}
+		x.wire = wire
+	}
+	want := map[int]bool{}
+	for _, i := range missing {
+		want[i] = true
+	}
+	c.queueCopies(x, func(i int) bool { return want[i] })
 }
 
 // finished is called whenever a task is Done.

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/internal/durablepb"
@@ -33,6 +34,12 @@ type RecordSpec struct {
 	Checkpoints []wal.Checkpoint
 	// Outcome is set for a TOMBSTONE.
 	Outcome *Outcome
+	// Extras are per target what its consumer returned with its ack (nil:
+	// nothing); only with Acked.
+	Extras [][]byte
+	// HoldsKeys marks a group's Begin whose TOMBSTONE keeps its keys
+	// (R13.1, R13.7).
+	HoldsKeys bool
 }
 
 // EncodeRecord encodes a record deterministically (the same spec gives the
@@ -61,6 +68,9 @@ func EncodeRecord(s *RecordSpec) (record, msg []byte, err error) {
 			cp := &durablepb.Checkpoint{}
 			if a {
 				cp = checkpointPB(s.Checkpoints[i])
+				if i < len(s.Extras) {
+					cp.Extra = s.Extras[i]
+				}
 			}
 			pb.Checkpoints[i] = cp
 		}
@@ -68,6 +78,7 @@ func EncodeRecord(s *RecordSpec) (record, msg []byte, err error) {
 	if o := s.Outcome; o != nil {
 		pb.Outcome = &durablepb.Outcome{Status: durablepb.OutcomeStatus(o.Status), Detail: o.Detail, Data: o.Data}
 	}
+	pb.HoldsKeys = s.HoldsKeys
 	record, err = proto.MarshalOptions{Deterministic: true}.Marshal(pb)
 	return record, msg, err
 }
@@ -84,7 +95,21 @@ type Record struct {
 	// Acked and Checkpoints are per target; all false for a PENDING record.
 	Acked       []bool
 	Checkpoints []wal.Checkpoint
-	Outcome     Outcome
+	// Extras are per target what its consumer returned with its ack.
+	Extras  [][]byte
+	Outcome Outcome
+	// HoldsKeys marks a group's Begin that kept its keys past its
+	// TOMBSTONE; Released is when its group's end released them (zero:
+	// still held), ReleasedBy the end's broadcast id.
+	HoldsKeys  bool
+	Released   time.Time
+	ReleasedBy uint64
+}
+
+// Holding reports whether the record is a group's Begin that still holds
+// its group's keys.
+func (r *Record) Holding() bool {
+	return r.State == Tombstone && r.HoldsKeys && r.Released.IsZero()
 }
 
 // DecodeRecord decodes a task record.
@@ -118,13 +143,44 @@ func DecodeRecord(raw []byte) (*Record, error) {
 		if c.Acked {
 			r.Acked[i] = true
 			r.Checkpoints[i] = checkpointOf(c)
+			if c.Extra != nil {
+				if r.Extras == nil {
+					r.Extras = make([][]byte, n)
+				}
+				r.Extras[i] = c.Extra
+			}
 		}
 	}
+	r.HoldsKeys = pb.HoldsKeys
+	if pb.ReleasedUnixNano != 0 {
+		r.Released = time.Unix(0, pb.ReleasedUnixNano)
+	}
+	r.ReleasedBy = pb.ReleasedBy
 	if o := pb.Outcome; o != nil {
 		r.Outcome = Outcome{Status: OutcomeStatus(o.Status), Detail: o.Detail, Data: o.Data}
 	}
 	return r, nil
 }
+
+// releasedRecord returns a holding Begin's record with its keys released at
+// at by broadcast by: the fields are appended to the encoded record (a
+// protobuf field appended overrides), so the end's TOMBSTONE transaction
+// rewrites the Begin without decoding or encoding it again, and the same
+// inputs give the same bytes.
+func releasedRecord(raw []byte, at time.Time, by uint64) []byte {
+	out := make([]byte, 0, len(raw)+24)
+	out = append(out, raw...)
+	out = protowire.AppendTag(out, releasedField, protowire.VarintType)
+	out = protowire.AppendVarint(out, uint64(at.UnixNano()))
+	out = protowire.AppendTag(out, releasedByField, protowire.VarintType)
+	return protowire.AppendVarint(out, by)
+}
+
+// Field numbers of the durable Task (proto/walcast/durable/v1/durable.proto).
+const (
+	releasedField   protowire.Number = 10
+	releasedByField protowire.Number = 11
+)
 
 // Results returns where each acked copy of the record landed.
 func (r *Record) Results() map[message.VChannel]wal.Checkpoint {
@@ -132,6 +188,21 @@ func (r *Record) Results() map[message.VChannel]wal.Checkpoint {
 	for i, v := range r.Msg.Broadcast.VChannels {
 		if r.Acked[i] {
 			out[v] = r.Checkpoints[i]
+		}
+	}
+	return out
+}
+
+// ExtrasByVChannel returns what consumers returned with their acks, by
+// vchannel; nil if none did.
+func (r *Record) ExtrasByVChannel() map[message.VChannel][]byte {
+	var out map[message.VChannel][]byte
+	for i, x := range r.Extras {
+		if x != nil {
+			if out == nil {
+				out = make(map[message.VChannel][]byte)
+			}
+			out[r.Msg.Broadcast.VChannels[i]] = x
 		}
 	}
 	return out

@@ -7,17 +7,66 @@ import (
 
 	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
 )
 
 // recover rebuilds the core from the catalog (R4.8): PENDING tasks re-take
 // their resource keys (a conflict is corrupt metadata) and resume
 // appending; REPLICATED tasks wait for acks, those whose control copy is
-// acked enrolled in control-channel order; tombstones re-enter GC with
-// their persisted completion time (R6.3); the idempotency index is rebuilt
-// for every state; the id floor stays above every id seen.
+// acked enrolled in control-channel order; open groups take their keys
+// again (R13.1); tombstones re-enter GC with their persisted completion
+// time (R6.3), a finished group's together; the idempotency index is
+// rebuilt for every state; the id floor stays above every id seen.
 func (c *Core) recover(s Snapshot) error {
 	c.setTopology(s.Topology)
+	if err := c.recoverSide(s); err != nil {
+		return err
+	}
+	rs := &recovery{perClass: make([][]tomb, len(c.tombs.classes))}
+	err := c.recoverRecords(s, rs)
+	if err == nil {
+		err = c.recoverGroups(rs)
+	}
+	if err != nil {
+		for _, t := range rs.pending {
+			c.locks.Release(t.lock)
+		}
+		for _, g := range c.groups {
+			if g.lock != nil {
+				c.locks.Release(g.lock)
+			}
+		}
+		return err
+	}
+	c.loadTombs(rs)
+	c.ids.start(s.IDFloor, rs.maxID)
+	c.stats.Recovered = len(rs.pending) + len(rs.replicated) + c.tombs.count()
+	c.resume(rs)
+	c.log.Info("broadcaster recovered", "pending", len(rs.pending), "replicated", len(rs.replicated),
+		"tombstones", c.tombs.count(), "open_groups", len(c.groups), "next_id", c.ids.next)
+	return nil
+}
+
+// recovery is what recover gathers from the records.
+type recovery struct {
+	pending, replicated []*task
+	tombs               []recTomb
+	perClass            [][]tomb
+	maxID               uint64
+	// released are finished groups' Begins by id: their release time
+	// orders the group's tombstones for GC.
+	released map[uint64]*Record
+}
+
+type recTomb struct {
+	tb  tomb
+	rec *Record
+	cls int
+}
+
+// recoverSide reads the collected ids and the force promotes' positions.
+func (c *Core) recoverSide(s Snapshot) error {
 	if s.Collected != nil {
 		set, err := idset.Decode(s.Collected)
 		if err != nil {
@@ -41,29 +90,30 @@ func (c *Core) recover(s Snapshot) error {
 		}
 		c.promotes[id] = copies
 	}
-	var pending, replicated []*task
-	perClass := make([][]tomb, len(c.tombs.classes))
-	maxID := uint64(0)
-	fail := func(err error) error {
-		for _, t := range pending {
-			c.locks.Release(t.lock)
-		}
-		return err
-	}
+	return nil
+}
+
+// recoverRecords decodes every task record: tombstones are gathered,
+// live tasks registered (PENDING ones with their keys).
+func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
+	rs.released = map[uint64]*Record{}
 	for _, r := range s.Tasks {
 		rec, err := DecodeRecord(r.Raw)
 		if err != nil {
-			return fail(fmt.Errorf("%w: task record %d: %w", ErrCorruptCatalog, r.ID, err))
+			return fmt.Errorf("%w: task record %d: %w", ErrCorruptCatalog, r.ID, err)
 		}
 		if rec.Msg.Broadcast.ID != r.ID {
-			return fail(fmt.Errorf("%w: record %d holds broadcast %d", ErrCorruptCatalog, r.ID, rec.Msg.Broadcast.ID))
+			return fmt.Errorf("%w: record %d holds broadcast %d", ErrCorruptCatalog, r.ID, rec.Msg.Broadcast.ID)
 		}
-		maxID = max(maxID, r.ID)
+		rs.maxID = max(rs.maxID, r.ID)
 		cls := c.cfg.ClassOf(rec.Msg.Type)
 		if rec.State == Tombstone {
 			tb := tomb{id: r.ID, raw: c.tombs.keep(r.Raw), created: rec.Created.UnixNano(), completed: rec.Completed.UnixNano(),
 				cls: uint16(cls), replicated: rec.Msg.Replicate != nil}
-			perClass[cls] = append(perClass[cls], tb)
+			rs.tombs = append(rs.tombs, recTomb{tb: tb, rec: rec, cls: cls})
+			if g := rec.Msg.Group; g != nil && g.Kind == message.GroupBegin && rec.HoldsKeys && !rec.Released.IsZero() {
+				rs.released[r.ID] = rec
+			}
 			if tb.replicated {
 				c.indexReplicated(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
 			} else {
@@ -72,64 +122,244 @@ func (c *Core) recover(s Snapshot) error {
 			c.obs.TaskState(rec.Msg.Type, 0, Tombstone)
 			continue
 		}
-		info, _ := c.cfg.Types.Lookup(rec.Msg.Type)
-		t := newTask(rec.Msg, rec.Message, info, rec.Created)
-		t.digest, t.request = rec.PayloadDigest, rec.RequestDigest
-		t.class = cls
-		t.replicated = rec.State == Replicated
-		for i := range t.copies {
-			if rec.Acked[i] {
-				t.copies[i].acked, t.copies[i].ackCP = true, rec.Checkpoints[i]
-				t.nacked++
-			}
+		t, err := c.recoverTask(rec, cls)
+		if err != nil {
+			return err
 		}
-		t.persistedAcks = t.nacked
 		if t.replicated {
-			c.ids.observe(t.id)
-			replicated = append(replicated, t)
+			rs.replicated = append(rs.replicated, t)
 		} else {
-			r, err := c.locks.NewRequest(t.keys)
-			if err == nil {
-				err = c.locks.TryAcquire(r)
-			}
-			if err != nil {
-				return fail(fmt.Errorf("%w: recovered pending task %d cannot take its resource keys: %w", ErrCorruptCatalog, t.id, err))
-			}
-			r.Ref, r.Owner = t, fmt.Sprintf("broadcast %d", t.id)
-			t.lock = r
-			pending = append(pending, t)
+			rs.pending = append(rs.pending, t)
 		}
-		c.tasks[t.id] = t
-		c.indexTask(t)
-		c.obs.TaskState(t.msg.Type, 0, rec.State)
 	}
-	for cls, tombs := range perClass {
-		slices.SortFunc(tombs, func(x, y tomb) int { return compareTicks(uint64(x.completed), uint64(y.completed), x.id, y.id) })
-		c.tombs.load(cls, slices.Clip(tombs))
+	return nil
+}
+
+// recoverTask registers a live task from its record; a PENDING one takes
+// its keys again (a group member only the shared Cluster key: its group
+// holds the rest).
+func (c *Core) recoverTask(rec *Record, cls int) (*task, error) {
+	info, _ := c.cfg.Types.Lookup(rec.Msg.Type)
+	t := newTask(rec.Msg, rec.Message, info, rec.Created)
+	t.digest, t.request = rec.PayloadDigest, rec.RequestDigest
+	t.class = cls
+	t.replicated = rec.State == Replicated
+	for i := range t.copies {
+		if rec.Acked[i] {
+			t.copies[i].acked, t.copies[i].ackCP = true, rec.Checkpoints[i]
+			if rec.Extras != nil {
+				t.copies[i].extra = rec.Extras[i]
+			}
+			t.nacked++
+		}
 	}
-	c.ids.start(s.IDFloor, maxID)
-	c.stats.Recovered = len(pending) + len(replicated) + c.tombs.count()
-	slices.SortFunc(pending, func(x, y *task) int { return compareTicks(x.id, y.id, 0, 0) })
-	for _, t := range pending {
+	t.persistedAcks = t.nacked
+	if len(t.msg.Broadcast.AppendFirst) > 0 && t.firstAcked() {
+		t.firstDone = true
+	}
+	if t.replicated {
+		c.ids.observe(t.id)
+	} else {
+		keys := t.keys
+		if t.gkind != 0 && t.gkind != message.GroupBegin {
+			keys = []resource.Key{resource.SharedCluster()}
+		}
+		r, err := c.locks.NewRequest(keys)
+		if err == nil {
+			err = c.locks.TryAcquire(r)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: recovered pending task %d cannot take its resource keys: %w", ErrCorruptCatalog, t.id, err)
+		}
+		r.Ref, r.Owner = t, fmt.Sprintf("broadcast %d", t.id)
+		t.lock = r
+	}
+	c.tasks[t.id] = t
+	c.indexTask(t)
+	c.obs.TaskState(t.msg.Type, 0, rec.State)
+	return t, nil
+}
+
+// recoverGroups rebuilds the open groups (R13.1): a holding Begin's
+// TOMBSTONE opens one (with its keys, on a primary), a live Begin too;
+// finished members' tombstones and live members join theirs. A member
+// whose group is not open, or that does not carry its group's keys and
+// targets, is corrupt metadata, but for a secondary's replicated members
+// whose Begin has not arrived.
+func (c *Core) recoverGroups(rs *recovery) error {
+	for _, r := range rs.tombs {
+		h := r.rec.Msg.Group
+		if h == nil || h.Kind != message.GroupBegin || !r.rec.Holding() {
+			continue
+		}
+		if err := c.recoverHolding(r); err != nil {
+			return err
+		}
+	}
+	live := append(append([]*task(nil), rs.pending...), rs.replicated...)
+	slices.SortFunc(live, func(a, b *task) int { return compareTicks(a.id, b.id, 0, 0) })
+	for _, t := range live {
+		if t.gkind == message.GroupBegin {
+			c.groupOf(t)
+		}
+	}
+	for i, r := range rs.tombs {
+		h := r.rec.Msg.Group
+		if h == nil || h.Kind == message.GroupBegin {
+			continue
+		}
+		if g := c.groups[h.ID]; g != nil && g.held() {
+			g.keep(r.tb, h.Seq)
+			c.tombs.hold(r.tb)
+			rs.tombs[i].tb.id = 0 // taken
+		}
+	}
+	for _, t := range live {
+		if t.gkind == 0 || t.gkind == message.GroupBegin {
+			continue
+		}
+		if g := c.groups[t.msg.Group.ID]; (g == nil || g.begin == nil) && !t.replicated {
+			return fmt.Errorf("%w: pending broadcast %d is a member of group %d, which is not open", ErrCorruptCatalog, t.id, t.msg.Group.ID)
+		}
+		g := c.groupOf(t)
+		if !slices.Equal(t.keys, g.keys) || g.txn && !slices.Equal(t.msg.Broadcast.VChannels, g.targets) {
+			return fmt.Errorf("%w: broadcast %d does not carry the keys and targets of its group %d", ErrCorruptCatalog, t.id, g.id)
+		}
+	}
+	for _, g := range c.groups {
+		g.settle()
+	}
+	return nil
+}
+
+// recoverHolding reopens the group of a holding Begin's TOMBSTONE: on a
+// primary it takes the group's keys but the shared Cluster key.
+func (c *Core) recoverHolding(r recTomb) error {
+	info, _ := c.cfg.Types.Lookup(r.rec.Msg.Type)
+	b := newTask(r.rec.Msg, r.rec.Message, info, r.rec.Created)
+	b.class, b.replicated, b.outcome = r.cls, r.rec.State == Replicated || r.rec.Msg.Replicate != nil, r.rec.Outcome
+	g := c.openGroup(b)
+	c.move(b, OnRecoverHolding, Holding)
+	g.keep(r.tb, 0)
+	g.doneSeq = 0
+	c.tombs.hold(r.tb)
+	if c.roles.role != Primary {
+		return nil // a secondary's groups hold nothing until a promote
+	}
+	lr, err := c.locks.NewRequest(g.keys[:businessKeys(g.keys)])
+	if err == nil {
+		err = c.locks.TryAcquire(lr)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: open %s %d cannot take its resource keys: %w", ErrCorruptCatalog, groupWord(g), g.id, err)
+	}
+	lr.Ref, lr.Owner = g, g.label()
+	g.lock = lr
+	return nil
+}
+
+// settle orders a recovered group's finished members and works out how far
+// they run without a gap.
+func (g *group) settle() {
+	idx := make([]int, len(g.done))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return int(g.seqs[a]) - int(g.seqs[b]) })
+	done, seqs := make([]tomb, len(idx)), make([]uint32, len(idx))
+	for j, i := range idx {
+		done[j], seqs[j] = g.done[i], g.seqs[i]
+	}
+	g.done, g.seqs = done, seqs
+	g.doneSeq = -1
+	for _, s := range seqs {
+		if int(s) != g.doneSeq+1 {
+			break
+		}
+		g.doneSeq = int(s)
+		g.next = max(g.next, s+1)
+	}
+	for _, s := range seqs {
+		g.next = max(g.next, s+1)
+	}
+}
+
+// loadTombs puts the recovered tombstones in their classes' orders: a
+// finished group's together, in its Begin's class, ordered by the time its
+// end released it (R13.3); the others by completion.
+func (c *Core) loadTombs(rs *recovery) {
+	type ordered struct {
+		tb      tomb
+		at, grp uint64
+		seq     uint32
+		grouped bool
+	}
+	per := make([][]ordered, len(c.tombs.classes))
+	for _, r := range rs.tombs {
+		if r.tb.id == 0 {
+			continue // held by an open group
+		}
+		o := ordered{tb: r.tb, at: uint64(r.tb.completed), grp: r.tb.id}
+		cls := r.cls
+		if h := r.rec.Msg.Group; h != nil {
+			gid := h.ID
+			if h.Kind == message.GroupBegin {
+				gid = r.tb.id
+			}
+			if b := rs.released[gid]; b != nil {
+				o.at, o.grp, o.seq, o.grouped = uint64(b.Released.UnixNano()), gid, h.Seq, true
+				cls = c.cfg.ClassOf(b.Msg.Type)
+			}
+		}
+		o.tb.completed = int64(o.at)
+		o.tb.cls = uint16(cls)
+		per[cls] = append(per[cls], o)
+	}
+	for cls, os := range per {
+		slices.SortFunc(os, func(x, y ordered) int {
+			if d := compareTicks(x.at, y.at, x.grp, y.grp); d != 0 {
+				return d
+			}
+			return int(x.seq) - int(y.seq)
+		})
+		tombs := make([]tomb, len(os))
+		for i := 0; i < len(os); {
+			j := i + 1
+			for j < len(os) && os[i].grouped && os[j].grouped && os[j].grp == os[i].grp {
+				j++
+			}
+			for k := i; k < j; k++ {
+				tombs[k] = os[k].tb
+			}
+			if j-i > 1 {
+				tombs[i].run = uint16(j - i)
+			}
+			i = j
+		}
+		c.tombs.load(cls, tombs)
+	}
+}
+
+// resume moves the recovered live tasks on: PENDING ones append (a force
+// promote resumes), REPLICATED ones whose control copy is acked are
+// enrolled in control-channel order (R5.4), the rest when it is acked.
+func (c *Core) resume(rs *recovery) {
+	slices.SortFunc(rs.pending, func(x, y *task) int { return compareTicks(x.id, y.id, 0, 0) })
+	for _, t := range rs.pending {
 		if t.promote {
 			c.recoverPromote(t)
 			continue
 		}
-		c.move(t, OnRecoverPending, Appending)
+		c.move(t, OnRecoverPending, t.afterPersist())
 	}
-	// Replicated tasks whose control channel copy is acked are scheduled in
-	// control-channel order (R5.4); the rest enrol when it is acked.
-	slices.SortFunc(replicated, func(x, y *task) int { return compareTicks(x.controlTick(), y.controlTick(), x.id, y.id) })
-	for _, t := range replicated {
+	slices.SortFunc(rs.replicated, func(x, y *task) int { return compareTicks(x.controlTick(), y.controlTick(), x.id, y.id) })
+	for _, t := range rs.replicated {
 		if t.controlTick() != 0 || t.control < 0 && t.allAcked() {
 			c.move(t, OnRecoverReplicated, Queued)
 		} else {
 			c.move(t, OnRecoverReplicated, Collecting)
 		}
 	}
-	c.log.Info("broadcaster recovered", "pending", len(pending), "replicated", len(replicated),
-		"tombstones", c.tombs.count(), "next_id", c.ids.next)
-	return nil
 }
 
 // recoverPromote resumes a force promote: copies recorded as landed are

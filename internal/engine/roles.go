@@ -79,6 +79,9 @@ const (
 	UnreplicableProperty = ReservedPropertyPrefix + "unreplicable"
 	// ForcePromoteMark is UnreplicableProperty's value on a force promote.
 	ForcePromoteMark = "force-promote"
+	// LocalMark is UnreplicableProperty's value on a local-only broadcast
+	// (R13.13): accepted on any role, never replicated.
+	LocalMark = "local"
 	// RequestDigestProperty carries the hex of the caller's request digest,
 	// so that it replicates with the message (R7.6, R8.4).
 	RequestDigestProperty = ReservedPropertyPrefix + "request-digest"

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/resource"
 )
 
@@ -150,7 +152,7 @@ func (s *scheduler) remove(t *task) []*task {
 
 // schedule starts t's callback if it may run.
 func (c *Core) schedule(t *task) {
-	if t.stage != Queued || !t.allAcked() || c.sched.blocked(t) {
+	if t.stage != Queued || !t.allAcked() || !t.groupRunnable() || c.sched.blocked(t) {
 		return
 	}
 	c.move(t, OnRun, Calling)
@@ -161,12 +163,16 @@ func (c *Core) startCallback(t *task) {
 	t.attempts++
 	t.lastAt = c.now
 	t.nextAt = timeZero
+	if t.ignore != nil {
+		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Outcome: *t.ignore})
+		return
+	}
 	if t.msg.Type == AlterReplicateConfig {
 		ops, out, err := c.topologyCallback(t)
 		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Ops: ops, Outcome: out, Err: err})
 		return
 	}
-	c.emit(Callback{Task: t.id, Attempt: t.attempts, Msg: t.msg, Results: t.results()})
+	c.emit(Callback{Task: t.id, Attempt: t.attempts, Msg: t.msg, Results: t.results(), Extras: t.extras()})
 }
 
 func (c *Core) callbackDone(e CallbackDone) {
@@ -240,7 +246,13 @@ func (c *Core) tombstone(t *task) {
 	rec.Completed = t.completed
 	out := t.outcome
 	rec.Outcome = &out
-	c.write(WriteTombstone, t, rec, t.tombOps, func(w *writeOp, d Decision, err error) {
+	rec.HoldsKeys = t.holdsKeys()
+	ops := t.tombOps
+	if key, val, ok := c.endOp(t); ok {
+		// A group's end releases it in the same transaction (R13.3).
+		ops = append(slices.Clip(ops), catalog.Put(key, val))
+	}
+	c.write(WriteTombstone, t, rec, ops, func(w *writeOp, d Decision, err error) {
 		switch d {
 		case Done:
 			c.finish(t, w.raw)
@@ -259,17 +271,29 @@ func (c *Core) tombstone(t *task) {
 // answered (R4.6).
 func (c *Core) finish(t *task, raw []byte) {
 	from := t.state()
-	c.move(t, OnTombstoned, Tombstoned)
+	if t.holdsKeys() {
+		c.move(t, OnTombstoned, Holding)
+	} else {
+		c.move(t, OnTombstoned, Tombstoned)
+	}
 	c.applyTopology(t)
 	delete(c.tasks, t.id)
-	c.tombs.push(tomb{id: t.id, raw: c.tombs.keep(raw), created: t.created.UnixNano(), completed: t.completed.UnixNano(),
-		cls: uint16(t.class), replicated: t.replicated})
+	tb := tomb{id: t.id, raw: c.tombs.keep(raw), created: t.created.UnixNano(), completed: t.completed.UnixNano(),
+		cls: uint16(t.class), replicated: t.replicated}
 	next := c.sched.remove(t)
-	if t.lock != nil {
+	if t.promote {
+		// The promoted cluster takes its open groups' keys before the
+		// exclusive Cluster key goes (R13.5).
+		c.handOver()
+	}
+	if t.lock != nil && t.stage != Holding {
 		c.grantedAll(c.locks.Release(t.lock))
 		t.lock = nil
 	}
-	res := &Result{ID: t.id, Msg: t.msg, Appends: t.results(), Outcome: t.outcome}
+	if t.group == nil || !c.finishMember(t, tb) {
+		c.tombs.push(tb)
+	}
+	res := &Result{ID: t.id, Msg: t.msg, Appends: t.results(), Extras: t.extras(), Outcome: t.outcome}
 	if t.scope != (Scope{}) {
 		w := c.window(t.class, t.id, t.created, t.completed)
 		res.Window = &w

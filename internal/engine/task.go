@@ -61,12 +61,28 @@ type task struct {
 	// supplementing says a force promote appends the task's missing
 	// copies (and acks them, without AckSyncUp).
 	supplementing bool
+	// supplementRest says a force promote appends the rest of a two-phase
+	// task's missing copies once its first copies are acked.
+	supplementRest bool
 	// tombAfterAppends says the TOMBSTONE waits until no copy is queued
 	// for an append any more: no copy of a task may land after its
 	// TOMBSTONE (and GC) took it away (§11.1).
 	tombAfterAppends bool
 	// recording says a force promote's positions are being written.
 	recording bool
+
+	// group is the group t belongs to (nil if none): gkind its part, gseq
+	// its place (R13.1, R13.7).
+	group *group
+	gkind message.GroupKind
+	gseq  uint32
+	// ignore, if set, completes t with this outcome without running its
+	// callback: a group member a force promote cannot order (R13.5).
+	ignore *Outcome
+	// firstDone says the two-phase append's first copies are acked and
+	// durable (R13.11); ackWaits wait for named copies' acks.
+	firstDone bool
+	ackWaits  []ackWait
 
 	// Callback state (R5.2, R5.6).
 	attempts int
@@ -110,6 +126,14 @@ type copyState struct {
 	ackOnceWaiters []Target
 	fast           bool
 	fastBack       *backoff.ExponentialBackOff
+	// extra is what the consumer returned with its ack (R13.12).
+	extra []byte
+}
+
+// ackWait is a WaitAcked request: the copies it waits for.
+type ackWait struct {
+	to  Target
+	idx []int
 }
 
 type ackWaiter struct {
@@ -133,6 +157,9 @@ func newTask(msg *message.Message, bytes []byte, info message.TypeInfo, created 
 		// Only a keyed task is compared with retries (R7.6).
 		t.digest = PayloadDigest(msg.Payload)
 	}
+	if g := msg.Group; g != nil {
+		t.gkind, t.gseq = g.Kind, g.Seq
+	}
 	if d := msg.Properties[RequestDigestProperty]; d != "" {
 		// Set by the broadcaster that created the task, here or on a
 		// primary this secondary replicates (R7.6, R8.4).
@@ -140,6 +167,12 @@ func newTask(msg *message.Message, bytes []byte, info message.TypeInfo, created 
 	}
 	t.promote = msg.Type == AlterReplicateConfig && msg.Properties[UnreplicableProperty] == ForcePromoteMark
 	return t
+}
+
+// local reports whether t is a local-only broadcast (R13.13): marked so,
+// or of an unreplicable type.
+func (t *task) local() bool {
+	return t.msg.Properties[UnreplicableProperty] == LocalMark || t.info.Unreplicable
 }
 
 func (t *task) allAcked() bool { return t.nacked == len(t.copies) }
@@ -185,6 +218,20 @@ func (t *task) results() map[message.VChannel]wal.Checkpoint {
 	return out
 }
 
+// extras returns what consumers returned with their acks, nil if none did.
+func (t *task) extras() map[message.VChannel][]byte {
+	var out map[message.VChannel][]byte
+	for i, v := range t.msg.Broadcast.VChannels {
+		if x := t.copies[i].extra; x != nil {
+			if out == nil {
+				out = make(map[message.VChannel][]byte)
+			}
+			out[v] = x
+		}
+	}
+	return out
+}
+
 // controlTick is the control channel copy's time tick, 0 if not acked.
 func (t *task) controlTick() uint64 {
 	if t.control < 0 || !t.copies[t.control].acked {
@@ -197,10 +244,11 @@ func (t *task) controlTick() uint64 {
 func (t *task) record(st State) *RecordSpec {
 	s := &RecordSpec{ID: t.id, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
 		PayloadDigest: t.digest, RequestDigest: t.request}
-	if st == Pending && !t.promote {
+	if st == Pending && !t.promote && len(t.msg.Broadcast.AppendFirst) == 0 {
 		// A PENDING record has no checkpoints: a crash before the TOMBSTONE
 		// appends the copies again (consumers deduplicate). A force
-		// promote's records hold its acks (see promote.go).
+		// promote's records hold its acks (see promote.go), a two-phase
+		// append's its first copies' (phases.go).
 		return s
 	}
 	s.Acked = make([]bool, len(t.copies))
@@ -208,6 +256,12 @@ func (t *task) record(st State) *RecordSpec {
 	for i := range t.copies {
 		s.Acked[i] = t.copies[i].acked
 		s.Checkpoints[i] = t.copies[i].ackCP
+		if x := t.copies[i].extra; x != nil && t.copies[i].acked {
+			if s.Extras == nil {
+				s.Extras = make([][]byte, len(t.copies))
+			}
+			s.Extras[i] = x
+		}
 	}
 	return s
 }

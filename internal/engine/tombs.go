@@ -20,7 +20,11 @@ type tomb struct {
 	// not move a window (R6.3).
 	created, completed int64
 	cls                uint16
-	replicated         bool
+	// run is, on the first tombstone of a finished group, how many
+	// tombstones the group has (they follow it): GC deletes them together
+	// (R13.3). 0 or 1 for any other.
+	run        uint16
+	replicated bool
 }
 
 func (tb tomb) class() int { return int(tb.cls) }
@@ -49,6 +53,9 @@ type tombstones struct {
 	// early counts, per class, tombstones evicted by MaxCount before their
 	// MaxLifetime (R6.3, R6.4).
 	early []int
+	// held are the tombstones of open groups' finished members: not in any
+	// class's order, not collected, until their group ends (R13.3).
+	held map[uint64]tomb
 	// chunk is the free tail of the arena the records of new tombstones are
 	// copied into. Records are small and immutable, and tombstones die
 	// roughly in the order they were born, so packing them into shared
@@ -64,6 +71,7 @@ const (
 
 func (ts *tombstones) init(classes []Class) {
 	ts.byID = make(map[uint64]uint64)
+	ts.held = make(map[uint64]tomb)
 	for i, cl := range classes {
 		ts.classes = append(ts.classes, &tombClass{cfg: cl, idx: i})
 	}
@@ -103,21 +111,32 @@ func (ts *tombstones) load(cls int, tombs []tomb) {
 	}
 }
 
+// hold keeps an open group's member tombstone; unhold takes it back.
+func (ts *tombstones) hold(tb tomb)     { ts.held[tb.id] = tb }
+func (ts *tombstones) unhold(id uint64) { delete(ts.held, id) }
+func (ts *tombstones) isHeld(id uint64) bool {
+	_, ok := ts.held[id]
+	return ok
+}
+
 func (ts *tombstones) get(id uint64) (tomb, bool) {
 	ref, ok := ts.byID[id]
 	if !ok {
-		return tomb{}, false
+		tb, ok := ts.held[id]
+		return tb, ok
 	}
 	cl := ts.classes[ref>>seqBits]
 	return cl.order[ref&(1<<seqBits-1)-cl.base], true
 }
 
 func (ts *tombstones) has(id uint64) bool {
-	_, ok := ts.byID[id]
-	return ok
+	if _, ok := ts.byID[id]; ok {
+		return true
+	}
+	return ts.isHeld(id)
 }
 
-func (ts *tombstones) count() int { return len(ts.byID) }
+func (ts *tombstones) count() int { return len(ts.byID) + len(ts.held) }
 
 // headroom is how many newer tombstones of id's class may be created before
 // its MaxCount evicts id.
@@ -147,11 +166,15 @@ func (ts *tombstones) dropOldest(cl *tombClass, n int) {
 	}
 }
 
-// all returns copies of every tombstone, oldest first per class.
+// all returns copies of every tombstone, oldest first per class, then the
+// held ones in id order.
 func (ts *tombstones) all() []tomb {
 	var out []tomb
 	for _, cl := range ts.classes {
 		out = append(out, cl.order[cl.head:]...)
+	}
+	for _, id := range sortedKeys(ts.held) {
+		out = append(out, ts.held[id])
 	}
 	return out
 }
@@ -226,18 +249,22 @@ func (c *Core) runGC(all bool) {
 				continue
 			}
 		}
-		for i := cl.head; i < len(cl.order) && room() > 0; i++ {
+		for i := cl.head; i < len(cl.order); {
 			tb := cl.order[i]
 			byCount := i-cl.head < live-cl.cfg.MaxCount
 			byAge := tb.completed <= age
-			if !byCount && !byAge {
+			n := max(int(tb.run), 1) // a group's tombstones go together (R13.3)
+			if !byCount && !byAge || room() < n {
 				break
 			}
-			v := victim{cl: cl, tb: tb, early: !byAge}
-			if rec, err := DecodeRecord(rawBytes(tb.raw)); err == nil {
-				v.rec = rec
+			for _, x := range cl.order[i : i+n] {
+				v := victim{cl: cl, tb: x, early: !byAge}
+				if rec, err := DecodeRecord(rawBytes(x.raw)); err == nil {
+					v.rec = rec
+				}
+				victims = append(victims, v)
 			}
-			victims = append(victims, v)
+			i += n
 		}
 	}
 	if len(victims) == 0 {

@@ -29,6 +29,10 @@ const (
 	// Persisting: the PENDING record is being written, or waits to be
 	// written again after an ambiguous failure (R4.2).
 	Persisting
+	// FirstPhase: a two-phase append's first copies are appended and wait
+	// for their consumers' acks, which are made durable before the rest
+	// are appended (R13.11).
+	FirstPhase
 	// Appending: the record is durable and copies are being appended
 	// (R4.3).
 	Appending
@@ -55,13 +59,16 @@ const (
 	Tombstoning
 	// Tombstoned: the TOMBSTONE is durable; the task is a tombstone now.
 	Tombstoned
+	// Holding: the TOMBSTONE of a group's Begin is durable and it keeps the
+	// group's keys until the group's end (R13.1, R13.7).
+	Holding
 	// Aborted: the PENDING record was definitely not written; the task was
 	// never created.
 	Aborted
 )
 
-var stageNames = [...]string{"none", "persisting", "appending", "acking", "collecting", "promoting",
-	"queued", "calling", "backoff", "tombstoning", "tombstoned", "aborted"}
+var stageNames = [...]string{"none", "persisting", "first-phase", "appending", "acking", "collecting", "promoting",
+	"queued", "calling", "backoff", "tombstoning", "tombstoned", "holding", "aborted"}
 
 func (s Stage) String() string {
 	if int(s) < len(stageNames) {
@@ -93,6 +100,9 @@ const (
 	OnForce
 	OnTombstoned
 	OnTombstoneRefused
+	OnFirstAcked
+	OnGroupEnded
+	OnRecoverHolding
 )
 
 var triggerNames = map[Trigger]string{
@@ -102,6 +112,7 @@ var triggerNames = map[Trigger]string{
 	OnSupplement: "force promote finishes it", OnPromoted: "incomplete tasks finished", OnRun: "runnable",
 	OnCallbackOK: "callback succeeded", OnCallbackFailed: "callback failed", OnRetry: "backoff over / retry now",
 	OnForce: "operator completes", OnTombstoned: "TOMBSTONE durable", OnTombstoneRefused: "TOMBSTONE can never fit",
+	OnFirstAcked: "first copies acked and durable", OnGroupEnded: "group's end durable", OnRecoverHolding: "recovered holding Begin",
 }
 
 func (t Trigger) String() string { return triggerNames[t] }
@@ -120,10 +131,14 @@ type transition struct {
 var table = []transition{
 	{StageNone, OnSubmit, Persisting, ""},
 	{StageNone, OnRecoverPending, Appending, ""},
+	{StageNone, OnRecoverPending, FirstPhase, "two-phase append, first copies not all acked"},
+	{StageNone, OnRecoverHolding, Holding, "an open group's Begin"},
 	{StageNone, OnRecoverReplicated, Collecting, "control copy not acked"},
 	{StageNone, OnRecoverReplicated, Queued, "control copy acked"},
 	{StageNone, OnReplicatedAck, Collecting, "on a secondary, not fenced"},
 	{Persisting, OnPersisted, Appending, ""},
+	{Persisting, OnPersisted, FirstPhase, "two-phase append"},
+	{FirstPhase, OnFirstAcked, Appending, ""},
 	{Persisting, OnNotCreated, Aborted, ""},
 	{Appending, OnAppended, Acking, "FastAck, or a force promote"},
 	{Appending, OnAppended, Queued, "AckSyncUp"},
@@ -140,6 +155,8 @@ var table = []transition{
 	{Backoff, OnRetry, Calling, ""},
 	{Backoff, OnForce, Tombstoning, ""},
 	{Tombstoning, OnTombstoned, Tombstoned, ""},
+	{Tombstoning, OnTombstoned, Holding, "a group's Begin whose callback succeeded"},
+	{Holding, OnGroupEnded, Tombstoned, ""},
 	{Tombstoning, OnTombstoneRefused, Backoff, "first attempt too large"},
 }
 

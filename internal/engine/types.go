@@ -136,6 +136,9 @@ type Config struct {
 	CheckInterval time.Duration
 	// MaxKeyLength bounds new client idempotency keys.
 	MaxKeyLength int
+	// MaxGroupMembers bounds a transaction's members, its Begin and its
+	// end included (R13.4); 0 means 64.
+	MaxGroupMembers int
 	// Observer receives events for metrics; Logger logs. Both are outputs:
 	// the core never reads anything back from them.
 	Observer Observer

@@ -1,0 +1,582 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+)
+
+// Groups (R13.1-R13.9): one set of resource keys held across several
+// broadcasts. A group is opened by its Begin, an ordinary broadcast that
+// takes the keys; once the Begin's callback succeeded and its TOMBSTONE
+// (marked holds_keys) is durable, the Begin stays in stage Holding and
+// keeps the keys but the shared Cluster key (so that a long-lived group
+// does not hold up topology changes). Its members then come one at a time,
+// each holding only the shared Cluster key of its own and stamped with the
+// group's keys: they need no lock, since the group holds it, and a DDL
+// already queued for one of the keys stays queued. The group ends with its
+// first Commit or Rollback, whose TOMBSTONE transaction also rewrites the
+// Begin's record as released; once durable, the keys are released and the
+// group's tombstones join GC together (in the Begin's retention class), to
+// be deleted in one transaction.
+//
+// Two kinds share the machinery:
+//
+//   - a transaction (R13.1-R13.5): a Begin, bodies, and a Commit or
+//     Rollback, named by the Begin's id; every member keeps the Begin's
+//     targets; a client may resume it by id after any restart;
+//   - a resource-key owner (R13.7-R13.9): a broadcast of a type that
+//     acquires an ownership under a stable owner key (an Import acquires
+//     "import/<job>"), and the broadcast of a type that ends it (a
+//     CommitImport), found by that key.
+//
+// Members' callbacks take effect in sequence order: on the primary a
+// member is created only once the previous one finished, and on a
+// secondary (whose REPLICATED members hold no keys) a member's callback
+// waits for its predecessor's. A force promote refuses to start while a
+// group misses a member, and hands the open groups' keys over to the
+// promoted cluster before it releases the exclusive Cluster key.
+
+// group is one open group.
+type group struct {
+	id  uint64
+	key string // owner key; "" for a transaction
+	txn bool
+	// keys are the Begin's keys (the Cluster key included, as stamped on
+	// every member); targets the Begin's targets (a transaction's members
+	// keep them).
+	keys    []resource.Key
+	targets []message.VChannel
+	// begin is the Begin task: live, then in stage Holding; nil on a
+	// secondary until its copies arrive.
+	begin *task
+	// lock holds the group's keys once the Begin holds them; nil on a
+	// secondary (replicated groups hold nothing until a promote hands them
+	// over).
+	lock *resource.Request
+	// live are the live members but the Begin, by seq.
+	live map[uint32]*task
+	// done are the tombstones of finished members (the Begin first), kept
+	// until the group ends; seqs their seqs.
+	done []tomb
+	seqs []uint32
+	// doneSeq is the highest seq up to which every member finished, -1
+	// before the Begin.
+	doneSeq int
+	// next is the seq of the next member; busy says one is being created.
+	next uint32
+	busy bool
+	// ending is the first Commit or Rollback, once created.
+	ending *task
+	// queue are member submits waiting for the member in flight.
+	queue []queuedMember
+}
+
+type queuedMember struct {
+	h *handle
+	e Submit
+}
+
+// label names the group in lock listings.
+func (g *group) label() string {
+	if g.txn {
+		return fmt.Sprintf("transaction %d", g.id)
+	}
+	return fmt.Sprintf("owner %d (%s)", g.id, g.key)
+}
+
+// held reports whether the Begin holds the group's keys (its TOMBSTONE is
+// durable).
+func (g *group) held() bool { return g.begin != nil && g.begin.stage == Holding }
+
+func (c *Core) maxMembers() int {
+	if c.cfg.MaxGroupMembers > 0 {
+		return c.cfg.MaxGroupMembers
+	}
+	return 64
+}
+
+// businessKeys are keys without the shared Cluster key, which is always
+// last in normalised order: what a holding group keeps.
+func businessKeys(keys []resource.Key) int {
+	if n := len(keys); n > 0 && keys[n-1] == resource.SharedCluster() {
+		return n - 1
+	}
+	return len(keys)
+}
+
+// groupHeaderField is the field number of the group header in the durable
+// Message.
+const groupHeaderField protowire.Number = 13
+
+// appendGroupHeader appends a group header holding id and seq to an
+// encoded message: it merges with a header the face encoded (kind, owner
+// key), so the core completes the header without encoding again.
+func appendGroupHeader(b []byte, id uint64, seq uint32) []byte {
+	var h []byte
+	if id != 0 {
+		h = protowire.AppendTag(h, 1, protowire.VarintType)
+		h = protowire.AppendVarint(h, id)
+	}
+	if seq != 0 {
+		h = protowire.AppendTag(h, 2, protowire.VarintType)
+		h = protowire.AppendVarint(h, uint64(seq))
+	}
+	b = protowire.AppendTag(b, groupHeaderField, protowire.BytesType)
+	return protowire.AppendBytes(b, h)
+}
+
+// checkBegin refuses a Begin whose owner key is taken (R13.7).
+func (c *Core) checkBegin(m *message.Message) error {
+	g := m.Group
+	if g == nil || g.Kind != message.GroupBegin || g.OwnerKey == "" {
+		return nil
+	}
+	if id, ok := c.owners[g.OwnerKey]; ok {
+		return fmt.Errorf("%w: %s is owned by broadcast %d", ErrFailedPrecondition, g.OwnerKey, id)
+	}
+	return nil
+}
+
+// openGroup registers the group a new Begin t opens.
+func (c *Core) openGroup(t *task) *group {
+	g := &group{id: t.id, key: t.msg.Group.OwnerKey, txn: t.msg.Group.OwnerKey == "", keys: t.keys,
+		targets: t.msg.Broadcast.VChannels, begin: t, live: map[uint32]*task{}, doneSeq: -1, next: 1}
+	c.groups[g.id] = g
+	if g.key != "" {
+		c.owners[g.key] = g.id
+	}
+	t.group = g
+	return g
+}
+
+// groupOf returns the group a replicated member belongs to, registering a
+// group whose Begin has not arrived yet.
+func (c *Core) groupOf(t *task) *group {
+	h := t.msg.Group
+	if t.gkind == message.GroupBegin {
+		g := c.groups[t.id]
+		if g == nil {
+			g = c.openGroup(t)
+		}
+		g.begin = t
+		g.keys, g.targets = t.keys, t.msg.Broadcast.VChannels
+		t.group = g
+		return g
+	}
+	g := c.groups[h.ID]
+	if g == nil {
+		g = &group{id: h.ID, key: h.OwnerKey, txn: h.OwnerKey == "", keys: t.keys, targets: t.msg.Broadcast.VChannels,
+			live: map[uint32]*task{}, doneSeq: -1, next: 1}
+		c.groups[g.id] = g
+		if g.key != "" {
+			c.owners[g.key] = g.id
+		}
+	}
+	g.live[t.gseq] = t
+	g.next = max(g.next, t.gseq+1)
+	if t.gkind.Ends() && g.ending == nil {
+		g.ending = t
+	}
+	t.group = g
+	return g
+}
+
+// submitMember handles a Submit into an open group (R13.1, R13.7): it
+// checks the member against the group, queues it behind the member in
+// flight, joins a concurrent end of the same kind, or creates it.
+func (c *Core) submitMember(h *handle, e Submit) {
+	if c.groups[e.Group] == nil && e.Msg.Group != nil {
+		if o := c.endedBy(e.Group, e.Msg.Group.Kind); o != nil {
+			// The group ended with an end of this kind: a retried end gets
+			// its result (R13.3).
+			c.dropHandle(h)
+			c.reply(e.To, Reply{Original: o})
+			return
+		}
+	}
+	if err := c.memberError(e); err != nil {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: err})
+		return
+	}
+	g := c.groups[e.Group]
+	kind := e.Msg.Group.Kind
+	if end := g.ending; end != nil {
+		if kind == end.gkind {
+			// The first end wins; a concurrent one of the same kind joins it
+			// (R13.3).
+			c.dropHandle(h)
+			c.joinEnd(end, e.To)
+			return
+		}
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s %d is ending with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id,
+			end.gkind, end.id)})
+		return
+	}
+	if !g.held() || g.busy || len(g.live) > 0 {
+		// One member at a time, once the Begin holds the keys: members are
+		// created, and take effect, in sequence order.
+		h.busy = true
+		h.to = e.To
+		g.queue = append(g.queue, queuedMember{h, e})
+		return
+	}
+	if kind == message.GroupBody && int(g.next) >= c.maxMembers()-1 {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: transaction %d has %d members; the last of %d is kept for its Commit or Rollback",
+			ErrGroupFull, g.id, g.next, c.maxMembers())})
+		return
+	}
+	g.busy = true
+	h.busy = true
+	h.to = e.To
+	c.allocFor(h, e)
+}
+
+func groupWord(g *group) string {
+	if g.txn {
+		return "transaction"
+	}
+	return "owner"
+}
+
+// memberError checks a member against its group.
+func (c *Core) memberError(e Submit) error {
+	hd := e.Msg.Group
+	if hd == nil || hd.ID != e.Group || hd.Kind == message.GroupBegin {
+		return fmt.Errorf("%w: a member of group %d needs its group header", ErrInvalidArgument, e.Group)
+	}
+	g := c.groups[e.Group]
+	if g == nil || g.begin == nil && c.roles.role == Primary {
+		return c.endedError(e.Group)
+	}
+	if g.txn != (hd.OwnerKey == "") || hd.OwnerKey != g.key {
+		return fmt.Errorf("%w: group %d is %s, the member says owner key %q", ErrInvalidArgument, g.id, g.label(), hd.OwnerKey)
+	}
+	if !g.txn && hd.Kind == message.GroupBody {
+		return fmt.Errorf("%w: owner %s takes no bodies, only its end", ErrInvalidArgument, g.key)
+	}
+	if !slices.Equal(e.Msg.Broadcast.ResourceKeys, g.keys) {
+		return fmt.Errorf("%w: member keys %v differ from the group's %v", ErrInvalidArgument, e.Msg.Broadcast.ResourceKeys, g.keys)
+	}
+	if g.txn && !slices.Equal(e.Msg.Broadcast.VChannels, g.targets) {
+		return fmt.Errorf("%w: a transaction's members keep its targets %v, not %v", ErrInvalidArgument, g.targets, e.Msg.Broadcast.VChannels)
+	}
+	return nil
+}
+
+// endedError explains a member for a group that is not open.
+func (c *Core) endedError(id uint64) error {
+	if tb, ok := c.tombs.get(id); ok {
+		if r, err := DecodeRecord(rawBytes(tb.raw)); err == nil && r.HoldsKeys {
+			return fmt.Errorf("%w: group %d has ended (released by broadcast %d)", ErrFailedPrecondition, id, r.ReleasedBy)
+		}
+		return fmt.Errorf("%w: broadcast %d does not hold a group open (its callback did not succeed, or it is no group's Begin)",
+			ErrFailedPrecondition, id)
+	}
+	if t := c.tasks[id]; t != nil {
+		return fmt.Errorf("%w: broadcast %d is no group's Begin", ErrFailedPrecondition, id)
+	}
+	return fmt.Errorf("%w: no open group %d", ErrNotFound, id)
+}
+
+// endedBy returns the end of ended group id if it is of kind and still
+// remembered.
+func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
+	tb, ok := c.tombs.get(id)
+	if !ok || !kind.Ends() {
+		return nil
+	}
+	r, err := DecodeRecord(rawBytes(tb.raw))
+	if err != nil || !r.HoldsKeys || r.ReleasedBy == 0 {
+		return nil
+	}
+	end, ok := c.tombs.get(r.ReleasedBy)
+	if !ok {
+		return nil
+	}
+	er, err := DecodeRecord(rawBytes(end.raw))
+	if err != nil || er.Msg.Group == nil || er.Msg.Group.Kind != kind {
+		return nil
+	}
+	return c.tombOriginal(end)
+}
+
+// joinEnd makes to wait for the group's end.
+func (c *Core) joinEnd(end *task, to Target) {
+	if c.tasks[end.id] == end {
+		end.waiters = append(end.waiters, to)
+		return
+	}
+	c.wait(Wait{To: to, ID: end.id})
+}
+
+// createMember completes a member's creation: its seq, appended to its
+// encoding with the group header.
+func (c *Core) createMember(g *group, t *task, e *Submit) {
+	t.gseq = g.next
+	g.next++
+	e.Msg.Group.Seq = t.gseq
+	t.bytes = appendGroupHeader(t.bytes, 0, t.gseq)
+	g.live[t.gseq] = t
+	if t.gkind.Ends() {
+		g.ending = t
+	}
+	t.group = g
+}
+
+// memberFailed continues a group whose member was not created.
+func (c *Core) memberFailed(g *group) {
+	g.busy = false
+	c.nextMember(g)
+}
+
+// nextMember creates the next queued member, if the group is free for it.
+func (c *Core) nextMember(g *group) {
+	for len(g.queue) > 0 && c.groups[g.id] == g && !g.busy && len(g.live) == 0 && g.held() {
+		q := g.queue[0]
+		g.queue = g.queue[1:]
+		q.h.busy, q.h.to = false, nil
+		c.submitMember(q.h, q.e)
+	}
+}
+
+// groupRunnable reports whether t's callback may run as far as its group
+// is concerned: its predecessor finished (R13.2).
+func (t *task) groupRunnable() bool {
+	g := t.group
+	return g == nil || t.gkind == message.GroupBegin || t.ignore != nil || int(t.gseq) == g.doneSeq+1
+}
+
+// holdsKeys reports whether t's TOMBSTONE keeps its keys: a group's Begin
+// whose callback succeeded.
+func (t *task) holdsKeys() bool {
+	return t.group != nil && t.gkind == message.GroupBegin && t.outcome.Status == Succeeded
+}
+
+// endOp returns the op that releases the group t ends, in t's TOMBSTONE
+// transaction: the Begin's record rewritten as released.
+func (c *Core) endOp(t *task) (key string, val []byte, ok bool) {
+	g := t.group
+	if g == nil || !t.gkind.Ends() || len(g.done) == 0 || g.done[0].id != g.id {
+		return "", nil, false
+	}
+	return TaskKey(c.cfg.Prefix, g.id), releasedRecord(rawBytes(g.done[0].raw), t.completed, t.id), true
+}
+
+// finishMember is finish's part for a group member whose TOMBSTONE is
+// durable: it reports whether the tombstone stays with the group (true) or
+// joins GC now (false). A holding Begin keeps its keys but the shared
+// Cluster key.
+func (c *Core) finishMember(t *task, tb tomb) bool {
+	g := t.group
+	switch {
+	case t.gkind == message.GroupBegin && t.stage == Holding:
+		if t.lock != nil {
+			c.grantedAll(c.locks.Shrink(t.lock, businessKeys(t.lock.Keys())))
+			g.lock, t.lock = t.lock, nil
+			g.lock.Ref, g.lock.Owner = g, g.label()
+		}
+		g.keep(tb, 0)
+		g.doneSeq = 0
+		c.tombs.hold(tb)
+		c.groupProgress(g)
+		return true
+	case t.gkind == message.GroupBegin:
+		// The Begin failed (or an operator completed it): no group.
+		c.dissolve(g, fmt.Errorf("%w: %s %d did not open: its Begin ended %s", ErrFailedPrecondition, groupWord(g), g.id, t.outcome.Status))
+		return false
+	case t.gkind.Ends():
+		c.endGroup(g, t, tb)
+		return true
+	default:
+		delete(g.live, t.gseq)
+		g.keep(tb, t.gseq)
+		if int(t.gseq) == g.doneSeq+1 {
+			g.doneSeq = int(t.gseq)
+		}
+		c.tombs.hold(tb)
+		g.busy = false
+		c.groupProgress(g)
+		return true
+	}
+}
+
+// keep keeps a finished member's tombstone with the group.
+func (g *group) keep(tb tomb, seq uint32) {
+	g.done = append(g.done, tb)
+	g.seqs = append(g.seqs, seq)
+}
+
+// groupProgress continues a group after a member finished: the next live
+// member may run (a secondary's), the next queued one may be created.
+func (c *Core) groupProgress(g *group) {
+	if x := g.live[uint32(g.doneSeq+1)]; x != nil {
+		c.schedule(x)
+	}
+	c.nextMember(g)
+}
+
+// endGroup releases a group whose end's TOMBSTONE is durable (R13.3):
+// the keys go back, the group's tombstones join GC together.
+func (c *Core) endGroup(g *group, end *task, tb tomb) {
+	delete(g.live, end.gseq)
+	if g.lock != nil {
+		c.grantedAll(c.locks.Release(g.lock))
+		g.lock = nil
+	}
+	if b := g.begin; b != nil && b.stage == Holding {
+		c.move(b, OnGroupEnded, Tombstoned)
+	}
+	run := append(g.done, tb)
+	cls := uint16(c.groupClass(g, end))
+	for i := range run {
+		c.tombs.unhold(run[i].id)
+		run[i].completed = end.completed.UnixNano()
+		run[i].cls = cls
+	}
+	if _, val, ok := c.endOp(end); ok {
+		// The Begin's record as the end's transaction rewrote it.
+		run[0].raw = c.tombs.keep(val)
+	}
+	run[0].run = uint16(len(run))
+	for _, x := range run {
+		c.tombs.push(x)
+	}
+	g.done, g.seqs = nil, nil
+	c.closeGroup(g, nil, end)
+}
+
+// groupClass is the retention class of a group's tombstones: its Begin's.
+func (c *Core) groupClass(g *group, end *task) int {
+	if g.begin != nil {
+		return g.begin.class
+	}
+	return end.class
+}
+
+// dissolve forgets a group that never held its keys; queued members get
+// err.
+func (c *Core) dissolve(g *group, err error) {
+	c.closeGroup(g, err, nil)
+}
+
+// closeGroup forgets g and answers its queued members: an end of the same
+// kind as the group's end gets its result, everything else err (or an
+// explanation).
+func (c *Core) closeGroup(g *group, err error, end *task) {
+	delete(c.groups, g.id)
+	if g.key != "" && c.owners[g.key] == g.id {
+		delete(c.owners, g.key)
+	}
+	for _, q := range g.queue {
+		q.h.busy, q.h.to = false, nil
+		c.dropHandle(q.h)
+		switch {
+		case end != nil && q.e.Msg.Group.Kind == end.gkind:
+			c.joinEnd(end, q.e.To)
+		case end != nil:
+			c.reply(q.e.To, Reply{Err: fmt.Errorf("%w: %s %d ended with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id, end.gkind, end.id)})
+		default:
+			c.reply(q.e.To, Reply{Err: err})
+		}
+	}
+	g.queue = nil
+}
+
+// gaps returns, per group, the first missing member (a secondary that
+// did not receive every member): a force promote refuses to start then
+// (R13.5).
+func (c *Core) groupGaps() []string {
+	var out []string
+	for _, id := range sortedKeys(c.groups) {
+		g := c.groups[id]
+		if miss, ok := g.missing(); ok {
+			out = append(out, fmt.Sprintf("%s %d lacks member %d", groupWord(g), g.id, miss))
+		}
+	}
+	return out
+}
+
+// missing returns the first seq below the group's highest that neither
+// finished nor is live.
+func (g *group) missing() (uint32, bool) {
+	have := map[uint32]bool{}
+	for _, s := range g.seqs {
+		have[s] = true
+	}
+	if g.begin != nil {
+		have[0] = true
+	}
+	top := uint32(0)
+	for s := range g.live {
+		have[s] = true
+		top = max(top, s)
+	}
+	for s := range have {
+		top = max(top, s)
+	}
+	for s := uint32(0); s <= top; s++ {
+		if !have[s] {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+// ignoreUnordered marks, once a force promote fenced replication, the
+// members that can never run in order because an earlier one never came:
+// they complete Ignored, without their callbacks (R13.5).
+func (c *Core) ignoreUnordered() {
+	for _, id := range sortedKeys(c.groups) {
+		g := c.groups[id]
+		miss, ok := g.missing()
+		if !ok {
+			continue
+		}
+		for s, x := range g.live {
+			if s > miss && x.ignore == nil {
+				x.ignore = &Outcome{Status: Ignored, Detail: fmt.Sprintf("member %d of %s %d never reached this cluster", miss, groupWord(g), g.id)}
+				c.log.Error("force promote: group member ignored, an earlier member is missing", "group", g.id, "member", x.id,
+					"seq", s, "missing_seq", miss)
+			}
+		}
+	}
+}
+
+// handOver gives the promoted cluster the keys of its open groups, before
+// the force promote releases the exclusive Cluster key (R13.5).
+func (c *Core) handOver() {
+	for _, id := range sortedKeys(c.groups) {
+		g := c.groups[id]
+		if g.lock != nil || !g.held() {
+			continue
+		}
+		r, err := c.locks.NewRequest(g.keys[:businessKeys(g.keys)])
+		if err != nil {
+			c.log.Error("force promote: group keys do not validate", "group", g.id, "err", err)
+			continue
+		}
+		r.Ref, r.Owner = g, g.label()
+		if err := c.locks.TryAcquire(r); err != nil {
+			c.log.Error("force promote: an open group's keys are held; it waits for them", "group", g.id, "err", err)
+			c.locks.Acquire(r)
+		}
+		g.lock = r
+	}
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	ks := make([]uint64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/walcast/walcast/message"
+)
+
+// Two-phase append and partial acks (R13.10-R13.12). A broadcast may name
+// targets to append first (message.BroadcastHeader.AppendFirst): a shard
+// split fences its source vchannel before the new shards start. Their
+// copies are appended alone (stage FirstPhase) and count only once their
+// consumers ack them, whatever the broadcast's AckSyncUp says; those acks
+// are then written to the PENDING record (with their checkpoints and any
+// extra the consumer returned), so that a crash after the first phase does
+// not run it again; then the other copies are appended as usual. WaitAcked
+// answers once named copies are acked: a caller can act between the
+// phases, or on any partial set of acks.
+
+// twoPhase reports whether t appends in two phases and the first is not
+// over.
+func (t *task) twoPhase() bool { return len(t.msg.Broadcast.AppendFirst) > 0 && !t.firstDone }
+
+// first reports whether copy i is appended in the first phase.
+func (t *task) first(i int) bool {
+	return slices.Contains(t.msg.Broadcast.AppendFirst, t.msg.Broadcast.VChannels[i])
+}
+
+// firstAcked reports whether every first-phase copy is acked with a
+// checkpoint.
+func (t *task) firstAcked() bool {
+	for i := range t.copies {
+		if t.first(i) && !t.copies[i].acked {
+			return false
+		}
+	}
+	return true
+}
+
+// afterPersist is the stage a task whose PENDING record is durable goes
+// to.
+func (t *task) afterPersist() Stage {
+	if t.twoPhase() {
+		return FirstPhase
+	}
+	return Appending
+}
+
+// startFirstPhase appends the first-phase copies not in the WAL yet.
+func (c *Core) startFirstPhase(t *task) {
+	c.queueCopies(t, func(i int) bool {
+		cp := t.copies[i]
+		return t.first(i) && !cp.appended && !cp.queued && !cp.acked
+	})
+	c.checkFirstPhase(t)
+}
+
+// checkFirstPhase ends the first phase once its copies are acked: their
+// acks are made durable, then the rest is appended.
+func (c *Core) checkFirstPhase(t *task) {
+	if t.stage != FirstPhase || !t.firstAcked() || t.write != nil {
+		return
+	}
+	c.write(WriteAcks, t, t.record(Pending), nil, func(_ *writeOp, d Decision, err error) {
+		switch d {
+		case Done:
+			t.firstDone = true
+			t.persistedAcks = t.nacked
+			c.move(t, OnFirstAcked, Appending)
+		case Refuse:
+			// The record cannot take the acks (too large): go on without
+			// them; a crash then runs the first phase again.
+			c.log.Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
+			t.firstDone = true
+			c.move(t, OnFirstAcked, Appending)
+		}
+	})
+}
+
+// waitAcked answers once every named copy of a task is acked (R13.11).
+func (c *Core) waitAcked(e WaitAcked) {
+	t := c.tasks[e.ID]
+	if t == nil {
+		if c.tombs.has(e.ID) {
+			c.reply(e.To, Reply{}) // finished: every copy was acked
+			return
+		}
+		c.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d", ErrNotFound, e.ID)})
+		return
+	}
+	idx := make([]int, 0, len(e.VChannels))
+	for _, v := range e.VChannels {
+		i := t.msg.Index(v)
+		if i < 0 {
+			c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, v, e.ID)})
+			return
+		}
+		idx = append(idx, i)
+	}
+	w := ackWait{to: e.To, idx: idx}
+	if t.ackedAll(w.idx) {
+		c.reply(e.To, Reply{})
+		return
+	}
+	t.ackWaits = append(t.ackWaits, w)
+}
+
+func (t *task) ackedAll(idx []int) bool {
+	for _, i := range idx {
+		if !t.copies[i].acked {
+			return false
+		}
+	}
+	return true
+}
+
+// answerAckWaits answers the WaitAcked requests an ack completed.
+func (c *Core) answerAckWaits(t *task) {
+	if len(t.ackWaits) == 0 {
+		return
+	}
+	keep := t.ackWaits[:0]
+	for _, w := range t.ackWaits {
+		if t.ackedAll(w.idx) {
+			c.reply(w.to, Reply{})
+			continue
+		}
+		keep = append(keep, w)
+	}
+	clear(t.ackWaits[len(keep):])
+	t.ackWaits = keep
+}
+
+// firstPhaseOf returns the copies a force promote appends first for a
+// replicated two-phase task whose first copies are not all acked: the
+// missing first-phase copies (R13.11). It returns nil once they are.
+func firstPhaseOf(x *task, missing []int) []int {
+	if len(x.msg.Broadcast.AppendFirst) == 0 || x.firstAcked() {
+		return nil
+	}
+	var out []int
+	for _, i := range missing {
+		if x.first(i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// vchannelsOf names copies, for logs.
+func vchannelsOf(t *task, idx []int) []message.VChannel {
+	out := make([]message.VChannel, len(idx))
+	for j, i := range idx {
+		out[j] = t.msg.Broadcast.VChannels[i]
+	}
+	return out
+}
