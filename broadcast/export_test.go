@@ -45,3 +45,17 @@ func (l TestLocker) take(ctx context.Context, keys []resource.Key, try bool) (*T
 }
 
 var _ = engine.Lock{}
+
+// Waiters returns how many callers wait for live task id's result.
+func (b *Broadcaster) Waiters(id uint64) int {
+	var n int
+	b.d.inspect(func(c *engine.Core) { n = c.Waiters(id) })
+	return n
+}
+
+// PromoteTask returns the id of the force promote under way, 0 if none.
+func (b *Broadcaster) PromoteTask() uint64 {
+	var id uint64
+	b.d.inspect(func(c *engine.Core) { id = c.PromoteTask() })
+	return id
+}

@@ -267,8 +267,11 @@ func TestGap19_PromoteCallerDeadlineJoinedLater(t *testing.T) {
 	if !p.b.Promoting() {
 		t.Fatal("the promote stopped with its caller")
 	}
+	promote := p.b.PromoteTask()
+	before := p.b.Waiters(promote)
 	res := make(chan error, 1)
 	go func() { _, err := p.b.ForcePromote(ctx); res <- err }()
+	waitFor(t, "the second ForcePromote to join", func() bool { return p.b.Waiters(promote) > before })
 	p.mu.Lock()
 	p.failNext[10] = 0
 	p.mu.Unlock()

@@ -217,3 +217,11 @@ func (c *Core) groupView(g *group) GroupView {
 	}
 	return v
 }
+
+// Waiters returns how many requests wait for live task id's result.
+func (c *Core) Waiters(id uint64) int {
+	if t := c.tasks[id]; t != nil {
+		return len(t.waiters)
+	}
+	return 0
+}
