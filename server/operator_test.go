@@ -1,13 +1,16 @@
 package server_test
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
@@ -82,7 +85,9 @@ func TestR9_5_ListTasksPagesThroughEveryTask(t *testing.T) {
 func TestR5_6_ForceAckResolvesATaskWaitingForAGoneConsumer(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
-		c := dial(t, apitest.Serve(t, server.StaticLeader(env.Open()), nil), p)
+		var audit syncBuf
+		c := dial(t, apitest.Serve(t, server.StaticLeader(env.Open()), nil,
+			server.WithConnectOptions(connect.WithInterceptors(auth.NewAudit(&audit).Interceptor()))), p)
 		ctx := ctxT(t)
 		req := newReq()
 		req.Type = apitest.Sync.String()
@@ -143,5 +148,28 @@ func TestR5_6_ForceAckResolvesATaskWaitingForAGoneConsumer(t *testing.T) {
 		if ce := wantCode(t, err, connect.CodeFailedPrecondition); !strings.Contains(ce.Message(), "finished") {
 			t.Fatalf("ack of a finished task: %v", err)
 		}
+		// The operator's acks are in the audit log, with the reason.
+		if log := audit.String(); !strings.Contains(log, `"rpc":"/walcast.api.v1.BroadcastService/ForceAck"`) ||
+			!strings.Contains(log, `consumer of wal-0 and wal-1 decommissioned`) || !strings.Contains(log, `"result":"ok"`) {
+			t.Fatalf("audit log:\n%s", log)
+		}
 	})
+}
+
+// syncBuf is a bytes.Buffer for one writer and one reader at once.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
@@ -432,4 +433,87 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestCLIBroadcastSaysWhyItWaits: a broadcast queued on locks says so and
+// names the holder; one whose callback runs says that; after the deadline
+// the command says whether a task was created and what to run next.
+func TestCLIBroadcastSaysWhyItWaits(t *testing.T) {
+	pollEvery = 50 * time.Millisecond
+	defer func() { pollEvery = 2 * time.Second }()
+	env := apitest.New(t)
+	// gate holds callbacks until free; block makes the next ones wait
+	// again.
+	var mu sync.Mutex
+	gate := make(chan struct{})
+	free := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	}
+	block := func() {
+		mu.Lock()
+		gate = make(chan struct{})
+		mu.Unlock()
+	}
+	defer free()
+	env.SetCallback(func(ctx context.Context, _ *broadcast.Event) error {
+		mu.Lock()
+		g := gate
+		mu.Unlock()
+		select {
+		case <-g:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	addr := srv.URL
+	bc := walcastv1connect.NewBroadcastServiceClient(apitest.HTTPClient(t, false), addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { // holds Collection:db:c exclusively while its callback waits
+		_, err := bc.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: apitest.Create.String(), Payload: []byte("1"),
+			Vchannels: []string{"wal-0/a"}, ResourceKeys: []string{"Collection:db:c@X"}}))
+		first <- err
+	}()
+	waitUntil(t, "the first broadcast's callback", func() bool {
+		out, _ := execCLI("tasks", "show", "1", "--addr", addr)
+		return strings.Contains(out, "callback attempt 1 running")
+	})
+	bcast := func(key string) (string, string, error) {
+		root := newRoot()
+		var out, errOut syncBuffer
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs([]string{"broadcast", "--addr", addr, "--timeout", "1s", "--type", apitest.Create.String(), "--payload", key,
+			"--vchannel", "wal-1/b", "--key", "Collection:db:c@X", "--scope", "cluster", "--client-key", key})
+		err := root.ExecuteContext(ctx)
+		return out.String(), errOut.String(), err
+	}
+	_, errOut, err := bcast("k2")
+	if exitCode(err) != 1 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("broadcast behind a held key: %v\n%s", err, errOut)
+	}
+	wantOutput(t, errOut, `(?m)^  \.\.\. \d+s: waiting for locks: Collection:db:c held by broadcast 1 \(exclusive, \d+s\)$`)
+	if !strings.Contains(err.Error(), "no task was created: repeat the command with --client-key k2 (the key it used) to retry safely") {
+		t.Fatalf("hint after the deadline: %v", err)
+	}
+	free()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	block() // the next callback waits again
+	_, errOut, err = bcast("k3")
+	if !errors.Is(err, context.DeadlineExceeded) || !regexp.MustCompile(`broadcast (\d+) was created \(pending\); follow it with `+"`"+`walcast tasks show (\d+) --watch`+"`"+`, or repeat the command with --client-key k3`).MatchString(err.Error()) {
+		t.Fatalf("hint after the deadline of a created broadcast: %v\n%s", err, errOut)
+	}
+	wantOutput(t, errOut, `(?m)^  \.\.\. \d+s: broadcast \d+: callback attempt 1 running$`)
+	free()
 }
