@@ -516,7 +516,11 @@ func (w *crashWorkload) rbac(ctx context.Context, c *client.Client, n int) error
 			return fmt.Errorf("user %s: %w", u, err)
 		}
 		w.done(ur.Result)
-		g := &walcastv1.Grant{User: u, Privilege: "Search", Database: w.database(), Collection: "*"}
+		db, err := w.grantDatabase(ctx, c, i)
+		if err != nil {
+			return err
+		}
+		g := &walcastv1.Grant{User: u, Privilege: "Search", Database: db, Collection: "*"}
 		gr, err := c.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: g})
 		if err != nil {
 			return fmt.Errorf("grant %s: %w", u, err)
@@ -527,6 +531,32 @@ func (w *crashWorkload) rbac(ctx context.Context, c *client.Client, n int) error
 		w.mu.Unlock()
 	}
 	return nil
+}
+
+// grantsPerDatabase is how many of rbac's users are granted on one database:
+// under meta.MaxGrantsPerObject, so a long run (rounds < 0) moves on to a
+// database of its own instead of being refused with too many grants.
+const grantsPerDatabase = 48
+
+// grantDatabase is the database the grant of rbac's user i goes on: the
+// workload's own for the first grantsPerDatabase users, then one it creates
+// for each further grantsPerDatabase (a retried create that finds the
+// database there is fine).
+func (w *crashWorkload) grantDatabase(ctx context.Context, c *client.Client, i int) (string, error) {
+	if i < grantsPerDatabase {
+		return w.database(), nil
+	}
+	db := fmt.Sprintf("%s_g%d", w.database(), i/grantsPerDatabase)
+	if i%grantsPerDatabase == 0 {
+		dr, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: db})
+		if err != nil && !strings.Contains(err.Error(), "already exists") {
+			return "", fmt.Errorf("database %s: %w", db, err)
+		}
+		if err == nil {
+			w.done(dr.Result)
+		}
+	}
+	return db, nil
 }
 
 // writeImportFile writes an import file under root.

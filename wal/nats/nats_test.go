@@ -472,7 +472,11 @@ func TestCloseEndsBlockedNext(t *testing.T) {
 // log opened with KeepSettings and another replica count (a streaming node
 // configured differently) changes nothing.
 func TestClusterReplicas(t *testing.T) {
-	ctx := tctx(t)
+	// Not tctx's 20 s: under `go test -race ./...` on two cores, starting a
+	// three-server cluster and electing a new stream leader took longer (the
+	// context ran out while the append was still waiting for the election).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	servers, err := embednats.StartCluster(ctx, "wal", t.TempDir(), 3, embednats.Config{SyncAlways: true})
 	if err != nil {
 		t.Fatal(err)
@@ -514,18 +518,26 @@ func TestClusterReplicas(t *testing.T) {
 	// The stream leader stops: an append (retried, as the WAL does after an
 	// ambiguous error, with its dedup id) lands once the stream has a new
 	// leader, and the first entry is still there.
+	old := info.Cluster.Leader
 	for _, s := range servers {
-		if s.Name() == info.Cluster.Leader {
+		if s.Name() == old {
 			s.Close()
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	// Each try is logged, so a failure shows whether a leader was ever
+	// elected.
+	deadline := time.Now().Add(60 * time.Second)
 	var off uint64
-	for {
+	for try := 1; ; try++ {
 		off, err = l.Append(ctx, "p", "id-2", []byte("two"))
 		if err == nil {
 			break
 		}
+		leader := "(unknown)"
+		if si, serr := l.StreamInfo(ctx, "p"); serr == nil && si.Cluster != nil {
+			leader = si.Cluster.Leader
+		}
+		t.Logf("append try %d without leader %s: %v; stream leader now %q", try, old, err, leader)
 		if time.Now().After(deadline) {
 			t.Fatalf("append without the stream leader: %v", err)
 		}
