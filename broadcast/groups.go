@@ -49,9 +49,9 @@ type Txn struct {
 
 // BeginTxn opens a transaction with begin as its first member: begin's
 // targets become every member's targets; its type's callback runs first.
-// The transaction holds req.Keys once the Begin's callback succeeded; if it
-// did not, no transaction opens and BeginTxn returns the Begin's result
-// with an error wrapping ErrFailedPrecondition.
+// The transaction holds req.Keys from then on, until its Commit or
+// Rollback, whatever the Begin's callback reported (Txn.Begin.Outcome): a
+// Begin whose callback reported a failure is the caller's to roll back.
 func (b *Broadcaster) BeginTxn(ctx context.Context, req TxnRequest, begin *message.Message) (*Txn, error) {
 	if begin == nil {
 		return nil, fmt.Errorf("%w: nil message", ErrInvalidArgument)
@@ -75,12 +75,7 @@ func (b *Broadcaster) BeginTxn(ctx context.Context, req TxnRequest, begin *messa
 	if err != nil {
 		return nil, err
 	}
-	x := &Txn{b: b, ID: res.BroadcastID, Begin: res, Duplicate: dup}
-	if res.Outcome.Status != Succeeded {
-		return x, fmt.Errorf("%w: transaction %d did not open: its Begin ended %s %s", ErrFailedPrecondition, x.ID,
-			res.Outcome.Status, res.Outcome.Detail)
-	}
-	return x, nil
+	return &Txn{b: b, ID: res.BroadcastID, Begin: res, Duplicate: dup}, nil
 }
 
 // ResumeTxn returns open transaction id, after any restart (R13.2). A

@@ -207,7 +207,8 @@ func NewBroadcast(t Type, payload []byte, targets []VChannel, opts ...Option) (*
 }
 
 // CheckCopies checks that Copies and AppendFirst name targets of the
-// broadcast, AppendFirst each once and not all of them (R13.10, R13.11).
+// broadcast, AppendFirst each once (R13.10, R13.11). The control channel
+// the broadcaster adds is never first unless named.
 func (m *Message) CheckCopies() error {
 	for v := range m.Broadcast.Copies {
 		if !slices.Contains(m.Broadcast.VChannels, v) {
@@ -223,9 +224,6 @@ func (m *Message) CheckCopies() error {
 			return fmt.Errorf("%w: append-first %s named twice", ErrInvalidCopies, v)
 		}
 		seen[v] = true
-	}
-	if n := len(m.Broadcast.AppendFirst); n > 0 && n >= len(m.Broadcast.VChannels) {
-		return fmt.Errorf("%w: every target is append-first: nothing is left for the second phase", ErrInvalidCopies)
 	}
 	return nil
 }

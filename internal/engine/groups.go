@@ -354,10 +354,13 @@ func (t *task) groupRunnable() bool {
 	return g == nil || t.gkind == message.GroupBegin || t.ignore != nil || int(t.gseq) == g.doneSeq+1
 }
 
-// holdsKeys reports whether t's TOMBSTONE keeps its keys: a group's Begin
-// whose callback succeeded.
+// holdsKeys reports whether t's TOMBSTONE keeps its keys: a group's
+// Begin. The group opens with its Begin whatever the Begin's callback
+// reported (a failure is the application's to answer with a Rollback):
+// a secondary, which runs its own callbacks, must open and end the same
+// groups as its primary, from the broadcasts alone.
 func (t *task) holdsKeys() bool {
-	return t.group != nil && t.gkind == message.GroupBegin && t.outcome.Status == Succeeded
+	return t.group != nil && t.gkind == message.GroupBegin
 }
 
 // endOp returns the op that releases the group t ends, in t's TOMBSTONE
@@ -377,7 +380,7 @@ func (c *Core) endOp(t *task) (key string, val []byte, ok bool) {
 func (c *Core) finishMember(t *task, tb tomb) bool {
 	g := t.group
 	switch {
-	case t.gkind == message.GroupBegin && t.stage == Holding:
+	case t.gkind == message.GroupBegin:
 		if t.lock != nil {
 			c.grantedAll(c.locks.Shrink(t.lock, businessKeys(t.lock.Keys())))
 			g.lock, t.lock = t.lock, nil
@@ -388,10 +391,6 @@ func (c *Core) finishMember(t *task, tb tomb) bool {
 		c.tombs.hold(tb)
 		c.groupProgress(g)
 		return true
-	case t.gkind == message.GroupBegin:
-		// The Begin failed (or an operator completed it): no group.
-		c.dissolve(g, fmt.Errorf("%w: %s %d did not open: its Begin ended %s", ErrFailedPrecondition, groupWord(g), g.id, t.outcome.Status))
-		return false
 	case t.gkind.Ends():
 		c.endGroup(g, t, tb)
 		return true

@@ -62,7 +62,7 @@ func (c *Core) checkFirstPhase(t *task) {
 	if t.stage != FirstPhase || !t.firstAcked() || t.write != nil {
 		return
 	}
-	c.write(WriteAcks, t, t.record(Pending), nil, func(_ *writeOp, d Decision, err error) {
+	c.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *writeOp, d Decision, err error) {
 		switch d {
 		case Done:
 			t.firstDone = true

@@ -37,11 +37,15 @@ const (
 	WritePromote
 	// AppendCopies appends copies to the WAL (R4.3).
 	AppendCopies
+	// WriteFirstAcks persists a two-phase append's first-phase acks before
+	// its other copies are appended (R13.11).
+	WriteFirstAcks
 )
 
 var kindNames = map[WriteKind]string{
 	WritePending: "pending", WriteAcks: "ack", WriteTombstone: "tombstone", WriteGC: "gc",
 	WriteIDs: "ids", WriteTopology: "replicate", WritePromote: "promote", AppendCopies: "append",
+	WriteFirstAcks: "first-acks",
 }
 
 // String names the kind as the catalog-commit metric labels it.
@@ -185,6 +189,13 @@ var Policy = map[WriteKind]rule{
 	// A force promote cannot go on without knowing where its copies are.
 	WritePromote: {
 		first: map[Verdict]Decision{Applied: Done, NotApplied: RetrySame, Ambiguous: RetrySame, TooLarge: RetrySame, FencedOut: StepDown},
+		after: map[Verdict]Decision{Applied: Done, NotApplied: RetrySame, Ambiguous: RetrySame, TooLarge: RetrySame, FencedOut: StepDown},
+	},
+	// A two-phase append's first acks must be durable before the second
+	// phase (R13.11): retried until they are; a record too large to hold
+	// them goes on without (a crash then runs the first phase again).
+	WriteFirstAcks: {
+		first: map[Verdict]Decision{Applied: Done, NotApplied: RetrySame, Ambiguous: RetrySame, TooLarge: Refuse, FencedOut: StepDown},
 		after: map[Verdict]Decision{Applied: Done, NotApplied: RetrySame, Ambiguous: RetrySame, TooLarge: RetrySame, FencedOut: StepDown},
 	},
 	// Copies are appended until they are in the WAL (R4.3), as the same

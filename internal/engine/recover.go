@@ -187,7 +187,7 @@ func (c *Core) recoverTask(rec *Record, cls int) (*task, error) {
 // targets, is corrupt metadata, but for a secondary's replicated members
 // whose Begin has not arrived.
 func (c *Core) recoverGroups(rs *recovery) error {
-	for _, r := range rs.tombs {
+	for i, r := range rs.tombs {
 		h := r.rec.Msg.Group
 		if h == nil || h.Kind != message.GroupBegin || !r.rec.Holding() {
 			continue
@@ -195,6 +195,7 @@ func (c *Core) recoverGroups(rs *recovery) error {
 		if err := c.recoverHolding(r); err != nil {
 			return err
 		}
+		rs.tombs[i].tb.id = 0 // held by its group, not in GC's order
 	}
 	live := append(append([]*task(nil), rs.pending...), rs.replicated...)
 	slices.SortFunc(live, func(a, b *task) int { return compareTicks(a.id, b.id, 0, 0) })

@@ -26,6 +26,9 @@ type checker struct {
 
 type clusterFacts struct {
 	recs map[uint64]*recFacts
+	// groupSeq is, per group, the seq of the last member whose effect
+	// committed (R13.2).
+	groupSeq map[uint64]uint32
 	// applied lists callbacks whose effect committed, in commit order.
 	applied []appliedCB
 	// supplements counts copies without replicate header per (id,
@@ -49,6 +52,11 @@ type recFacts struct {
 	tomb       []byte // the TOMBSTONE record, once written
 	outcome    engine.Outcome
 	forced     bool // an operator completed it
+	// group is the broadcast's group header (R13); firstAcked says a
+	// record with every first-phase copy acked is durable (R13.11).
+	group      *message.GroupHeader
+	appendFst  []message.VChannel
+	firstAcked bool
 }
 
 type appliedCB struct {
@@ -62,7 +70,7 @@ func newChecker(w *world) *checker { return &checker{w: w, per: map[*cluster]*cl
 func (k *checker) facts(c *cluster) *clusterFacts {
 	f := k.per[c]
 	if f == nil {
-		f = &clusterFacts{recs: map[uint64]*recFacts{}, supplements: map[copyID]int{}}
+		f = &clusterFacts{recs: map[uint64]*recFacts{}, supplements: map[copyID]int{}, groupSeq: map[uint64]uint32{}}
 		k.per[c] = f
 	}
 	return f
@@ -95,15 +103,22 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 			}
 			if r != nil && r.tomb != nil {
 				// R5.3, R6.3: nothing is written over a TOMBSTONE but the same
-				// bytes (a retry), so no state goes back and no window moves.
-				if string(r.tomb) != string(o.Value) {
+				// bytes (a retry), so no state goes back and no window moves;
+				// but a holding Begin's, which its group's end marks released
+				// (R13.3), by appending to it.
+				switch {
+				case string(r.tomb) == string(o.Value):
+				case strings.HasPrefix(string(o.Value), string(r.tomb)) && rec.HoldsKeys && !rec.Released.IsZero() && rec.ReleasedBy != 0:
+					r.tomb = o.Value
+				default:
 					w.fail("%s: record of %d rewritten as %s after its TOMBSTONE", c.name, id, rec.State)
 				}
 				continue
 			}
 			if r == nil {
 				r = &recFacts{typ: rec.Msg.Type, targets: rec.Msg.Broadcast.VChannels, keys: rec.Msg.Broadcast.ResourceKeys,
-					scope: engine.ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), replicated: rec.Msg.Replicate != nil}
+					scope: engine.ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), replicated: rec.Msg.Replicate != nil,
+					group: rec.Msg.Group, appendFst: rec.Msg.Broadcast.AppendFirst}
 				// §11.4: no two originals per scope — a task this cluster
 				// creates has a scope no other record in the catalog has (a
 				// replicated task mirrors its primary's decision, which the
@@ -129,6 +144,15 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 				}
 			}
 			r.exists, r.state = true, rec.State
+			if len(r.appendFst) > 0 && !r.firstAcked {
+				all := true
+				for i, v := range rec.Msg.Broadcast.VChannels {
+					if rec.Msg.AppendsFirst(v) && !rec.Acked[i] {
+						all = false
+					}
+				}
+				r.firstAcked = all
+			}
 			if rec.State == engine.Tombstone {
 				r.tomb, r.outcome = o.Value, rec.Outcome
 				tomb, tombID = r, id
@@ -157,6 +181,14 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 			}
 		}
 		f.applied = append(f.applied, appliedCB{id: tombID, keys: tomb.keys, tick: tick})
+		if g := tomb.group; g != nil && g.Kind != message.GroupBegin {
+			// R13.2: a group's members take effect in sequence order.
+			gid := g.ID
+			if last, ok := f.groupSeq[gid]; ok && g.Seq <= last {
+				w.fail("%s: member %d (seq %d) of group %d took effect after seq %d", c.name, tombID, g.Seq, gid, last)
+			}
+			f.groupSeq[gid] = g.Seq
+		}
 	}
 }
 
@@ -193,6 +225,16 @@ func (k *checker) beforeAppend(c *cluster, a engine.Append) {
 		if r == nil || !r.exists {
 			k.w.fail("%s: copy of broadcast %d appended before its record is durable (§11.1)", c.name, m.Broadcast.ID)
 			return
+		}
+		if len(r.appendFst) > 0 && !r.firstAcked {
+			// R13.11: the second phase waits for the first copies' acks,
+			// durable.
+			for _, v := range it.VChannels {
+				if !m.AppendsFirst(v) {
+					k.w.fail("%s: broadcast %d's copy on %s appended before its first phase's acks were durable", c.name, m.Broadcast.ID, v)
+					return
+				}
+			}
 		}
 		if r.replicated && m.Replicate == nil {
 			for _, v := range it.VChannels {
@@ -289,6 +331,14 @@ func (k *checker) always() {
 						return
 					}
 				}
+				// A group holds its keys only while open, with its Begin
+				// holding (R13.3).
+				if n, ok := groupHolder(h.Owner); ok {
+					if g, open := c.core.Group(n); !open || !g.Holding {
+						w.fail("%s: %s:%s held by group %d, which is not open", c.name, ks.Domain, ks.Name, n)
+						return
+					}
+				}
 			}
 		}
 	}
@@ -359,6 +409,19 @@ func (k *checker) final() {
 			k.supplementsOnce(c)
 		}
 	}
+}
+
+// groupHolder parses a group's lock label ("transaction 12", "owner 12
+// (own/1)").
+func groupHolder(owner string) (uint64, bool) {
+	for _, p := range []string{"transaction ", "owner "} {
+		if rest, ok := strings.CutPrefix(owner, p); ok {
+			id, _, _ := strings.Cut(rest, " ")
+			n, err := strconv.ParseUint(id, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 var _ = fmt.Sprint

@@ -64,6 +64,13 @@ func newCluster(w *world, name string, lanes int) *cluster {
 		c.hasCB[t.typ] = t.callback
 	}
 	c.types.MustRegister(message.TypeInfo{Type: engine.AlterReplicateConfig})
+	ownerKey := func(p []byte) (string, error) { return string(p), nil }
+	c.types.MustRegister(message.TypeInfo{Type: typOwner, Owner: &message.OwnerRole{Key: ownerKey}})
+	c.types.MustRegister(message.TypeInfo{Type: typEnd, Owner: &message.OwnerRole{Key: ownerKey, Ends: message.GroupCommit}})
+	c.types.MustRegister(message.TypeInfo{Type: typRoll, Owner: &message.OwnerRole{Key: ownerKey, Ends: message.GroupRollback}})
+	for _, t := range []message.Type{typOwner, typEnd, typRoll} {
+		c.hasCB[t] = true
+	}
 	c.cfg = engine.Config{
 		ControlChannel: pchans[0].Control(), ClusterName: name, Prefix: prefix, Types: c.types,
 		HasAckOnce: func(t message.Type) bool { return t == typOnce },
@@ -84,7 +91,7 @@ func newCluster(w *world, name string, lanes int) *cluster {
 			}
 			return 0
 		},
-		CheckInterval: 5 * time.Minute, MaxKeyLength: 64,
+		CheckInterval: 5 * time.Minute, MaxKeyLength: 64, MaxGroupMembers: map[bool]int{true: 4, false: 64}[w.maxCount == 3],
 		Mutation: w.cfg.Mutation,
 	}
 	for _, p := range pchans {

@@ -167,7 +167,7 @@ func (r *replicator) losePrimary() {
 		if len(keyed) > 0 && w.rng.IntN(2) == 0 {
 			old := keyed[w.rng.IntN(len(keyed))]
 			again := *old
-			again.done, again.tries, again.outcome = false, 0, ""
+			again.done, again.tries, again.outcome, again.phase, again.gid = false, 0, "", 0, 0
 			cl.ops = append(cl.ops, &again)
 		}
 	}

@@ -81,7 +81,24 @@ type clientOp struct {
 	tries   int
 	done    bool
 	outcome string
+	// twoPhase appends the first target first (R13.11); local marks the
+	// broadcast local-only (R13.13), accepted on any role.
+	twoPhase, local bool
+	// A group op (R13.1, R13.7): a transaction's Begin (txn) or an owner's
+	// (ownerKey set), then members, the last of which ends the group.
+	// phase 0 is the Begin, phase i member i; gid is the group once known.
+	txn      bool
+	ownerKey string
+	members  []message.Type
+	ends     message.GroupKind
+	phase    int
+	gid      uint64
+	// reconcile marks a reconciler's rollback of a group the promote left
+	// open: it has no Begin to fall back to.
+	reconcile bool
 }
+
+func (op *clientOp) group() bool { return op.txn || op.ownerKey != "" }
 
 func (w *world) makeClients() {
 	n := 2 + w.rng.IntN(4)
@@ -100,6 +117,7 @@ func (w *world) makeClients() {
 func (w *world) makeOp() *clientOp {
 	t := types[w.rng.IntN(len(types))]
 	op := &clientOp{typ: t.typ, payload: fmt.Sprint("p", w.rng.IntN(3))}
+	defer w.makeGroupOp(op)
 	coll := fmt.Sprint("c", w.rng.IntN(3))
 	switch w.rng.IntN(3) {
 	case 0:
@@ -121,6 +139,34 @@ func (w *world) makeOp() *clientOp {
 		op.key = message.ClusterKey(fmt.Sprint("k", w.rng.IntN(6)))
 	}
 	return op
+}
+
+// makeGroupOp turns some ops into group ops, two-phase appends or
+// local-only broadcasts (R13). Group ops are always keyed: a client that
+// lost an answer must be able to tell whether its Begin or member was
+// created, and a group left open would hold its keys for ever.
+func (w *world) makeGroupOp(op *clientOp) {
+	switch r := w.rng.IntN(10); {
+	case r < 2:
+		op.txn = true
+		op.typ, op.payload = typCreate, "begin"
+		for range w.rng.IntN(4) {
+			op.members = append(op.members, typCreate)
+		}
+		op.members = append(op.members, typCreate)
+		op.ends = []message.GroupKind{message.GroupCommit, message.GroupRollback}[w.rng.IntN(2)]
+		op.key = message.ClusterKey(fmt.Sprint("t", w.rng.IntN(4)))
+	case r < 3:
+		op.ownerKey = fmt.Sprint("own/", w.rng.IntN(3))
+		op.typ, op.payload = typOwner, op.ownerKey
+		op.ends = []message.GroupKind{message.GroupCommit, message.GroupRollback}[w.rng.IntN(2)]
+		op.members = []message.Type{map[message.GroupKind]message.Type{message.GroupCommit: typEnd, message.GroupRollback: typRoll}[op.ends]}
+		op.key = message.ClusterKey(fmt.Sprint("o", w.rng.IntN(4)))
+	case r < 4 && len(op.targets) > 0:
+		op.twoPhase = true
+	case r < 5:
+		op.local = true
+	}
 }
 
 func (cl *client) done() bool { return cl.stuck || cl.cur >= len(cl.ops) }
@@ -168,7 +214,9 @@ func (cl *client) retry(why string) {
 		cl.next("unknown: " + why)
 		return
 	}
-	if op.tries > 20 {
+	if op.tries > 20 && !op.group() {
+		// A group once begun is driven to its end: open, it would hold its
+		// keys for ever.
 		cl.next("gave up: " + why)
 		return
 	}
@@ -186,6 +234,10 @@ func (cl *client) next(outcome string) {
 func (cl *client) start() {
 	op := cl.op()
 	cl.handle = cl.w.newHandle()
+	if op.group() && op.phase > 0 {
+		cl.startMember()
+		return
+	}
 	if op.key != "" {
 		sc := engine.ScopeOf(op.typ, op.key)
 		cl.send(engine.Resolve{Handle: cl.handle, Scope: sc, Key: op.key, CheckNew: true}, "resolve", func(r engine.Reply) {
@@ -210,7 +262,11 @@ func (cl *client) lock() {
 		cl.w.fail("workload keys: %v", err)
 		return
 	}
-	cl.send(engine.Lock{Handle: cl.handle, Keys: keys, Need: engine.Primary}, "lock", func(r engine.Reply) {
+	need := engine.Primary
+	if op.local {
+		need = 0
+	}
+	cl.send(engine.Lock{Handle: cl.handle, Keys: keys, Need: need}, "lock", func(r engine.Reply) {
 		if r.Err != nil {
 			cl.failed(r.Err)
 			return
@@ -232,10 +288,22 @@ func (cl *client) submit(keys []resource.Key) {
 	if op.key != "" {
 		opts = append(opts, message.WithIdempotencyKey(op.key))
 	}
+	if op.twoPhase {
+		opts = append(opts, message.WithAppendFirst(op.targets[0]), message.WithCopy(op.targets[0], "fence", nil))
+	}
+	if op.local {
+		opts = append(opts, message.WithProperty(engine.UnreplicableProperty, engine.LocalMark))
+	}
 	m, err := message.NewBroadcast(op.typ, []byte(op.payload), op.targets, opts...)
 	if err != nil {
 		cl.w.fail("workload message: %v", err)
 		return
+	}
+	switch {
+	case op.txn:
+		m.Group = &message.GroupHeader{Kind: message.GroupBegin}
+	case op.ownerKey != "":
+		m.Group = &message.GroupHeader{Kind: message.GroupBegin, OwnerKey: op.ownerKey}
 	}
 	st, raw, err := stampForSubmit(cl.c, m, keys)
 	if err != nil {
@@ -250,9 +318,129 @@ func (cl *client) submit(keys []resource.Key) {
 			cl.duplicate(r.Original)
 		default:
 			cl.w.check.answered(cl.c, r.Result.ID, false)
-			cl.next(fmt.Sprintf("broadcast %d", r.Result.ID))
+			cl.succeeded(r.Result.ID, fmt.Sprintf("broadcast %d", r.Result.ID))
 		}
 	})
+}
+
+// succeeded moves on after broadcast id answered the current phase: a
+// plain op is done; a group op goes to its next member, or is done after
+// its end (or when its Begin did not open a group).
+func (cl *client) succeeded(id uint64, outcome string) {
+	op := cl.op()
+	if !op.group() {
+		cl.next(outcome)
+		return
+	}
+	if op.phase == 0 {
+		op.gid = id
+		if r := cl.w.check.facts(cl.c).recs[id]; r == nil || r.group == nil || r.group.Kind != message.GroupBegin {
+			cl.next(outcome + ": no group opened")
+			return
+		}
+	}
+	op.phase++
+	op.tries = 0
+	if op.phase > len(op.members) {
+		cl.next(fmt.Sprintf("group %d ended (%s)", op.gid, outcome))
+		return
+	}
+	cl.w.tracef("client %d: op %d group %d phase %d", cl.id, cl.cur, op.gid, op.phase)
+}
+
+// startMember sends the current member of a group op: keyed (so that a
+// retry is answered by its original), holding the shared Cluster key of
+// its own, stamped with the group's keys and targets (R13.1, R13.8).
+func (cl *client) startMember() {
+	op := cl.op()
+	kind := message.GroupBody
+	if op.phase == len(op.members) {
+		kind = op.ends
+	}
+	typ := op.members[op.phase-1]
+	key := message.ClusterKey(fmt.Sprintf("%s/%d/%d/%d", op.key, cl.id, cl.cur, op.phase))
+	sc := engine.ScopeOf(typ, key)
+	cl.send(engine.Resolve{Handle: cl.handle, Scope: sc, Key: key, CheckNew: true}, "resolve", func(r engine.Reply) {
+		switch {
+		case r.Err != nil:
+			cl.memberFailed(r.Err)
+		case r.Original != nil:
+			cl.duplicate(r.Original)
+		default:
+			cl.lockMember(typ, kind, key)
+		}
+	})
+}
+
+func (cl *client) lockMember(typ message.Type, kind message.GroupKind, key message.IdempotencyKey) {
+	keys := []resource.Key{resource.SharedCluster()}
+	cl.send(engine.Lock{Handle: cl.handle, Keys: keys, Need: engine.Primary}, "lock", func(r engine.Reply) {
+		if r.Err != nil {
+			cl.memberFailed(r.Err)
+			return
+		}
+		cl.submitMember(typ, kind, key)
+	})
+}
+
+func (cl *client) submitMember(typ message.Type, kind message.GroupKind, key message.IdempotencyKey) {
+	op := cl.op()
+	gkeys, targets := cl.groupShape(op.gid)
+	m := &message.Message{Type: typ, Payload: []byte(fmt.Sprint("m", op.phase)), IdempotencyKey: key,
+		Broadcast: message.BroadcastHeader{VChannels: targets},
+		Group:     &message.GroupHeader{ID: op.gid, Kind: kind, OwnerKey: op.ownerKey}}
+	if op.ownerKey != "" {
+		m.Payload = []byte(op.ownerKey)
+	}
+	st, raw, err := stampForSubmit(cl.c, m, gkeys)
+	if err != nil {
+		cl.w.fail("workload member stamp: %v", err)
+		return
+	}
+	cl.send(engine.Submit{Handle: cl.handle, Msg: st, Bytes: raw, Group: op.gid}, "submit", func(r engine.Reply) {
+		switch {
+		case r.Err != nil:
+			cl.memberFailed(r.Err)
+		case r.Original != nil:
+			cl.duplicate(r.Original)
+		default:
+			cl.w.check.answered(cl.c, r.Result.ID, false)
+			cl.succeeded(r.Result.ID, fmt.Sprintf("member %d", r.Result.ID))
+		}
+	})
+}
+
+// groupShape returns the keys and targets a member of group gid carries:
+// the open group's, or its Begin's record's.
+func (cl *client) groupShape(gid uint64) ([]resource.Key, []message.VChannel) {
+	if g, ok := cl.c.core.Group(gid); ok && g.Keys != nil {
+		return g.Keys, g.Targets
+	}
+	if r := cl.w.check.facts(cl.c).recs[gid]; r != nil {
+		return r.keys, r.targets
+	}
+	return []resource.Key{resource.SharedCluster()}, []message.VChannel{pchans[0].Control()}
+}
+
+// memberFailed handles a member's error: a group that ended or is full
+// moves the op on, one this cluster does not know (a promoted secondary
+// the Begin never reached) begins again.
+func (cl *client) memberFailed(err error) {
+	op := cl.op()
+	switch {
+	case errors.Is(err, engine.ErrGroupFull):
+		op.phase = len(op.members) // straight to the end
+		cl.retry("group full")
+	case errors.Is(err, engine.ErrFailedPrecondition):
+		cl.next("group not open: " + err.Error())
+	case errors.Is(err, engine.ErrNotFound) && op.reconcile:
+		cl.next("group gone: " + err.Error())
+	case errors.Is(err, engine.ErrNotFound):
+		op.phase, op.gid = 0, 0
+		cl.retry("group unknown here: begin again")
+	default:
+		cl.failed(err)
+	}
 }
 
 // stampForSubmit stamps m as the face does before Submit: the control
@@ -274,7 +462,7 @@ func stampForSubmit(c *cluster, m *message.Message, keys []resource.Key) (*messa
 func (cl *client) duplicate(o *engine.Original) {
 	if !o.Live {
 		cl.w.check.answered(cl.c, o.ID, true)
-		cl.next(fmt.Sprintf("duplicate of %d", o.ID))
+		cl.succeeded(o.ID, fmt.Sprintf("duplicate of %d", o.ID))
 		return
 	}
 	cl.send(engine.Wait{ID: o.ID}, "wait", func(r engine.Reply) {
@@ -283,16 +471,18 @@ func (cl *client) duplicate(o *engine.Original) {
 			cl.failed(r.Err)
 		case r.Original != nil:
 			cl.w.check.answered(cl.c, r.Original.ID, true)
-			cl.next(fmt.Sprintf("duplicate of %d", r.Original.ID))
+			cl.succeeded(r.Original.ID, fmt.Sprintf("duplicate of %d", r.Original.ID))
 		default:
 			cl.w.check.answered(cl.c, r.Result.ID, true)
-			cl.next(fmt.Sprintf("duplicate of %d", r.Result.ID))
+			cl.succeeded(r.Result.ID, fmt.Sprintf("duplicate of %d", r.Result.ID))
 		}
 	})
 }
 
 func (cl *client) failed(err error) {
 	switch {
+	case errors.Is(err, engine.ErrFailedPrecondition) && cl.op().group():
+		cl.next("group refused: " + err.Error())
 	case errors.Is(err, engine.ErrTaskNotCreated):
 		cl.retry("not created")
 	case errors.Is(err, engine.ErrNotPrimary):
@@ -397,7 +587,7 @@ func (n *consumer) next() {
 				continue
 			}
 			m := cp.Message
-			must := m.Broadcast.AckSyncUp || m.Replicate != nil
+			must := m.Broadcast.AckSyncUp || m.Replicate != nil || m.AppendsFirst(cp.VChannel)
 			if !must && w.rng.IntN(3) > 0 {
 				continue
 			}

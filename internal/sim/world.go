@@ -49,24 +49,26 @@ type Result struct {
 // world is one run: the clusters, the workload, the clock, the random
 // source, and the checker.
 type world struct {
-	cfg      Config
-	rng      *rand.Rand
-	now      time.Time
-	steps    int
-	maxCount int
-	primary  *cluster
-	second   *cluster // the secondary, in the replication scenario
-	repl     *replicator
-	clients  []*client
-	requests []*request
-	failing  map[uint64]int // callback failures still to inject, per task
-	check    *checker
-	fnv      uint64
-	trace    []string
-	crashes  int
-	faults   int
-	fencings int
-	handles  uint64
+	// reconciled holds the groups reconcile gave a rollback.
+	reconciled map[uint64]bool
+	cfg        Config
+	rng        *rand.Rand
+	now        time.Time
+	steps      int
+	maxCount   int
+	primary    *cluster
+	second     *cluster // the secondary, in the replication scenario
+	repl       *replicator
+	clients    []*client
+	requests   []*request
+	failing    map[uint64]int // callback failures still to inject, per task
+	check      *checker
+	fnv        uint64
+	trace      []string
+	crashes    int
+	faults     int
+	fencings   int
+	handles    uint64
 	// faultsOn turns fault injection off for the run's end, so that it
 	// must finish (liveness).
 	faultsOn bool
@@ -192,6 +194,9 @@ func (w *world) moves() []move {
 	}
 	if w.repl != nil {
 		ms = append(ms, w.repl.moves()...)
+	}
+	if len(w.orphans()) > 0 {
+		ms = append(ms, move{1, w.reconcile})
 	}
 	if w.faultsOn {
 		ms = append(ms, move{1, w.clockJump})
@@ -443,6 +448,9 @@ func (w *world) finished() bool {
 	if w.repl != nil && !w.repl.done() {
 		return false
 	}
+	if len(w.orphans()) > 0 {
+		return false
+	}
 	for _, c := range w.clusters() {
 		if c.down || len(c.ops) > 0 {
 			return false
@@ -458,6 +466,44 @@ func (w *world) finished() bool {
 		}
 	}
 	return true
+}
+
+// orphans lists the groups a force promote left open on the promoted
+// cluster, begun on the old primary, that no reconciler has taken yet:
+// their end may never reach the promoted cluster (their clients moved on
+// when the old primary answered), so an application reconciles them after
+// the failover (R13.5). Only groups begun on the old primary qualify, so a
+// group of the promoted cluster's own that failed to end is still caught.
+func (w *world) orphans() []engine.GroupView {
+	if w.repl == nil || !w.repl.promoted || w.second.down {
+		return nil
+	}
+	var out []engine.GroupView
+	for _, g := range w.second.core.Groups() {
+		if g.Holding && !w.reconciled[g.ID] && w.check.facts(w.primary).recs[g.ID] != nil {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// reconcile starts a client of its own that rolls back the first orphan
+// group, racing its original client's end if that is still retrying (the
+// first end wins, R13.3).
+func (w *world) reconcile() {
+	g := w.orphans()[0]
+	if w.reconciled == nil {
+		w.reconciled = map[uint64]bool{}
+	}
+	w.reconciled[g.ID] = true
+	op := &clientOp{typ: typCreate, ownerKey: g.OwnerKey, txn: g.OwnerKey == "", ends: message.GroupRollback,
+		members: []message.Type{typCreate}, phase: 1, gid: g.ID, reconcile: true, key: message.ClusterKey(fmt.Sprint("reconcile/", g.ID))}
+	if g.OwnerKey != "" {
+		op.typ, op.members[0] = typOwner, typRoll
+	}
+	cl := &client{w: w, id: len(w.clients), c: w.second, ops: []*clientOp{op}}
+	w.clients = append(w.clients, cl)
+	w.tracef("reconciler: client %d rolls back group %d left open by the promote", cl.id, g.ID)
 }
 
 // finish checks the end state and then lets every window expire, checking
@@ -511,6 +557,12 @@ func (w *world) state() string {
 			s += fmt.Sprintf("%s: task %d %s stage %s copies %+v attempts %d err %q\n", c.name, t.ID, t.Msg.Type, t.Stage, t.Copies, t.Attempts, t.LastError)
 		}
 		s += fmt.Sprintf("%s: %d ops in flight, locks %+v\n", c.name, len(c.ops), c.core.Locks())
+		for _, g := range c.core.Groups() {
+			s += fmt.Sprintf("%s: open group %+v\n", c.name, g)
+		}
+		if live, n := c.core.Counts(); n > 0 {
+			s += fmt.Sprintf("%s: %d live, %d tombstones\n", c.name, live, n)
+		}
 	}
 	for _, cl := range w.clients {
 		s += cl.describe() + "\n"
@@ -540,6 +592,11 @@ var (
 	typOnce   = message.Type{Name: "Flush", Version: 1}    // with an ack-once callback
 	typPlain  = message.Type{Name: "NoCallback", Version: 1}
 	typImport = message.Type{Name: "Import", Version: 1} // a retention class of its own
+	// An owner (R13.7) acquires the ownership its payload names; typEnd
+	// and typRoll end it.
+	typOwner = message.Type{Name: "ImportJob", Version: 1}
+	typEnd   = message.Type{Name: "CommitImport", Version: 1}
+	typRoll  = message.Type{Name: "RollbackImport", Version: 1}
 )
 
 var types = []struct {
