@@ -517,3 +517,18 @@ func TestCLIBroadcastSaysWhyItWaits(t *testing.T) {
 	wantOutput(t, errOut, `(?m)^  \.\.\. \d+s: broadcast \d+: callback attempt 1 running$`)
 	free()
 }
+
+// TestCLIHelpShowsBoolFlagsPlainly: help shows a bool flag as --json, not
+// --json[=true|false].
+func TestCLIHelpShowsBoolFlagsPlainly(t *testing.T) {
+	for _, args := range [][]string{{"tasks", "list", "--help"}, {"standalone", "--help"}, {"coord", "--help"}, {"node", "--help"}} {
+		out, err := execCLI(args...)
+		if err != nil || strings.Contains(out, "[=true|false]") || !regexp.MustCompile(`(?m)^  -h, --help\s+help for `).MatchString(out) {
+			t.Errorf("walcast %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	out, _ := execCLI("tasks", "list", "--help")
+	if !regexp.MustCompile(`(?m)^      --json\s+print JSON \(-o json\)$`).MatchString(out) {
+		t.Errorf("tasks list --help:\n%s", out)
+	}
+}

@@ -82,6 +82,10 @@ error (unknown command or flag, bad value). See docs/cli.md.`,
 		addOutputFlags(c, g)
 	}
 	finish(root)
+	// pflag shows a bool flag as --json[=true|false]; say --json, keeping
+	// the help's columns.
+	cobra.AddTemplateFunc("plainBools", func(s string) string { return strings.ReplaceAll(s, "[=true|false]", "             ") })
+	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages | trimTrailingWhitespaces", ".FlagUsages | plainBools | trimTrailingWhitespaces"))
 	return root
 }
 
