@@ -1,9 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
+	"io"
+	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,16 +17,33 @@ import (
 
 func benchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
+	sw := bench.DefaultSweep()
+	var sweep bool
+	plots := ""
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure walcast against SPEC §12 (B1-B6) with the raw backend floor of the same run, and the cost of TLS + auth (S1, S2)",
+		Short: "Measure walcast against SPEC §12 (B1-B9) with the raw backend floors of the same run, and the cost of TLS + auth (S1, S2)",
 		Long: `Run the performance benchmarks of SPEC §12 on a fresh embedded etcd and NATS JetStream
 (syncing every write), or on external ones (--etcd, --nats), and print each result with
-the raw backend's figure measured in the same run and the ratio. Machines are noisy:
-compare ratios, not absolute numbers, across runs. S1 and S2 measure the API itself:
-B1's latency and B2's throughput through the Go client against two standalone
-processes on embedded backends, one plain and one with TLS and a bearer token (as
---secure); their floor is the plain one.
+the raw backend's figure measured in the same run and the ratio. B1, B2 (with B2r, its
+batched floor) and B4 also run on Kafka (franz-go against kfake, or --kafka brokers).
+Machines are noisy: compare ratios, not absolute numbers, across runs.
+
+--api adds B8 and B9 through the Connect API of a standalone process started here on
+its own embedded backends (or of the coordinators at --api-addr): B8 is B2's throughput
+from 64 client connections against in-process B2 measured in turns with it, B9 is
+CreateCollection per second from 16 clients. S1 and S2 measure what TLS and a bearer
+token cost through the API: B1's latency and B2's throughput through the Go client
+against two standalone processes, one plain and one with TLS and a token (as --secure).
+
+--sweep measures growth curves instead (minutes: 16k vchannels, 1M tombstones): broadcast
+latency vs target vchannels on 4, 64 and 256 pchannels, throughput vs clients beside the
+batched floor, the callback scheduler with N queued conflicting tasks, recovery time,
+memory and duplicate-hit latency vs tombstones. Each prints as a table with the growth
+measured (O(1), O(log n), O(n)).
+
+Progress goes to stderr: a status line on a terminal, plain lines otherwise, JSON lines
+with -o json or yaml (the results then print in that format on stdout).
 
 It exits 1 when a result misses its target (the results are printed first), and 2
 when --only names no benchmark.`,
@@ -32,16 +54,23 @@ when --only names no benchmark.`,
 				return err
 			}
 			for i, id := range cfg.Only {
-				up := strings.ToUpper(strings.TrimSpace(id))
-				if !slices.Contains(bench.IDs, up) {
+				known := ""
+				for _, k := range bench.IDs {
+					if strings.EqualFold(k, strings.TrimSpace(id)) {
+						known = k
+					}
+				}
+				if known == "" {
 					return usageError{fmt.Errorf("--only %q is no benchmark: they are %s", id, strings.Join(bench.IDs, ", "))}
 				}
-				cfg.Only[i] = up
+				cfg.Only[i] = known
 			}
-			if !f.machine() {
-				cfg.Progress = func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "==>", s) }
+			cfg.Progress = progressPrinter(cmd.ErrOrStderr(), f.machine())
+			if sweep {
+				return runSweep(cmd, f, cfg, sw, plots)
 			}
 			res, err := bench.Run(cmd.Context(), cfg)
+			finishProgress(cmd.ErrOrStderr(), f.machine())
 			var missed []string
 			for _, r := range res {
 				if !r.Pass {
@@ -51,28 +80,14 @@ when --only names no benchmark.`,
 			if f.machine() {
 				rows := make([]any, len(res))
 				for i, r := range res {
-					rows[i] = object{"id": r.ID, "what": r.What, "value": r.Value, "unit": r.Unit, "floor": r.Floor, "ratio": r.Ratio,
-						"target": r.Target, "pass": r.Pass, "note": r.Note}
+					rows[i] = object{"id": r.ID, "backend": r.Backend, "what": r.What, "value": r.Value, "unit": r.Unit, "floor": r.Floor,
+						"ratio": r.Ratio, "target": r.Target, "pass": r.Pass, "note": r.Note}
 				}
 				if perr := emit(cmd.OutOrStdout(), f, object{"results": rows, "missed": missed}); perr != nil {
 					return perr
 				}
-			} else {
-				tb := newTable(cmd.OutOrStdout(), "ID", "WHAT", "VALUE", "FLOOR", "RATIO", "TARGET", "OK", "NOTE")
-				for _, r := range res {
-					floor, ratio := "-", "-"
-					if r.Floor > 0 {
-						floor, ratio = fmt.Sprintf("%.3g %s", r.Floor, r.Unit), fmt.Sprintf("%.2f", r.Ratio)
-					}
-					ok := "yes"
-					if !r.Pass {
-						ok = "NO"
-					}
-					tb.row(r.ID, r.What, fmt.Sprintf("%.4g %s", r.Value, r.Unit), floor, ratio, r.Target, ok, r.Note)
-				}
-				if ferr := tb.flush(); ferr != nil {
-					return ferr
-				}
+			} else if ferr := printResults(cmd.OutOrStdout(), res); ferr != nil {
+				return ferr
 			}
 			if err != nil {
 				return err
@@ -87,13 +102,28 @@ when --only names no benchmark.`,
 	fl.StringSliceVar(&cfg.Etcd, "etcd", nil, "external etcd endpoints (default: an embedded etcd in a temp dir)")
 	fl.StringVar(&cfg.NATS, "nats", "", "external NATS URL (default: an embedded server syncing every write)")
 	fl.IntVar(&cfg.Replicas, "nats-replicas", 1, "replicas of the JetStream streams the benchmarks create (3 on a NATS cluster, e.g. walcast dev-cluster's)")
+	fl.StringSliceVar(&cfg.Kafka, "kafka", nil, "external Kafka brokers (default: kfake, franz-go's in-memory Kafka, in process)")
+	fl.StringSliceVar(&cfg.Backends, "backends", nil, "WALs B1, B2 and B4 run on: nats, kafka (default both)")
 	fl.IntVar(&cfg.Samples, "samples", cfg.Samples, "sequential operations per latency benchmark")
 	fl.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent clients of B2")
-	fl.DurationVar(&cfg.Duration, "duration", cfg.Duration, "duration of B2 (each of the raw and the walcast phase)")
+	fl.DurationVar(&cfg.Duration, "duration", cfg.Duration, "duration of each throughput benchmark (B2's phases together, B8's, B9's)")
 	fl.IntVar(&cfg.Tombstones, "tombstones", cfg.Tombstones, "tombstones B6 recovers")
 	fl.IntVar(&cfg.Pending, "pending", cfg.Pending, "pending tasks B6 recovers")
 	fl.StringSliceVar(&cfg.Only, "only", nil, "run only these ("+strings.Join(bench.IDs, ",")+")")
 	fl.IntVar(&cfg.Lanes, "lanes", cfg.Lanes, "WAL lanes the pchannels are folded into (0: one per pchannel)")
+	fl.BoolVar(&cfg.API, "api", false, "also run B8 and B9 through the Connect API")
+	fl.StringSliceVar(&cfg.APIAddrs, "api-addr", nil, "with --api: coordinators to drive instead of a standalone started here")
+	fl.IntVar(&cfg.APIClients, "api-clients", cfg.APIClients, "client connections of B8")
+	fl.IntVar(&cfg.MetaClients, "meta-clients", cfg.MetaClients, "client connections of B9")
+	fl.BoolVar(&sweep, "sweep", false, "measure the growth curves instead of the targets")
+	fl.IntSliceVar(&sw.VChannels, "sweep-vchannels", sw.VChannels, "with --sweep: target vchannels of the latency curve")
+	fl.IntSliceVar(&sw.PChannels, "sweep-pchannels", sw.PChannels, "with --sweep: pchannel counts of the latency curve")
+	fl.IntSliceVar(&sw.Clients, "sweep-clients", sw.Clients, "with --sweep: client counts of the throughput curve")
+	fl.IntSliceVar(&sw.Queued, "sweep-queued", sw.Queued, "with --sweep: queued conflicting tasks of the scheduler curve")
+	fl.IntSliceVar(&sw.Tombstones, "sweep-tombstones", sw.Tombstones, "with --sweep: tombstone counts of the recovery curves")
+	fl.DurationVar(&sw.Duration, "sweep-duration", sw.Duration, "with --sweep: duration of each throughput point (walcast and floor each)")
+	fl.IntVar(&sw.Samples, "sweep-samples", sw.Samples, "with --sweep: broadcasts per latency point (fewer above 256 vchannels)")
+	fl.StringSliceVar(&sw.Only, "sweep-only", nil, "with --sweep: only these curves (vchannels, clients, scheduler, tombstones)")
 	_ = cmd.RegisterFlagCompletionFunc("only", cobra.FixedCompletions(bench.IDs, cobra.ShellCompDirectiveNoFileComp))
 	addOutputFlags(cmd, g)
 	return cmd
@@ -104,4 +134,166 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// runSweep measures the growth curves, prints them and draws them.
+func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConfig, dir string) error {
+	curves, err := bench.Sweep(cmd.Context(), cfg, sw)
+	finishProgress(cmd.ErrOrStderr(), f.machine())
+	if f.machine() {
+		rows := make([]any, len(curves))
+		for i, c := range curves {
+			raw, jerr := json.Marshal(c)
+			var o object
+			if jerr == nil {
+				jerr = json.Unmarshal(raw, &o)
+			}
+			if jerr != nil {
+				return errors.Join(err, jerr)
+			}
+			rows[i] = o
+		}
+		return errors.Join(err, emit(cmd.OutOrStdout(), f, object{"curves": rows}))
+	}
+	w := cmd.OutOrStdout()
+	for _, c := range curves {
+		fmt.Fprintf(w, "\n%s (%s)\n", c.Title, c.YLabel)
+		header := []string{c.XLabel}
+		for _, s := range c.Series {
+			header = append(header, s.Name)
+		}
+		tb := newTable(w, header...)
+		for i, p := range c.Series[0].Points {
+			row := []string{fmt.Sprintf("%g", p.X)}
+			for _, s := range c.Series {
+				if i < len(s.Points) {
+					row = append(row, fmt.Sprintf("%.4g", s.Points[i].Y))
+				} else {
+					row = append(row, "-")
+				}
+			}
+			tb.row(row...)
+		}
+		if ferr := tb.flush(); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		fmt.Fprintf(w, "growth: %s\n", c.Complexity)
+		if c.Note != "" {
+			fmt.Fprintf(w, "setup: %s\n", c.Note)
+		}
+	}
+	return err
+}
+
+// printResults writes results as a table.
+func printResults(w io.Writer, res []bench.Result) error {
+	tb := newTable(w, "ID", "WAL", "WHAT", "VALUE", "FLOOR", "RATIO", "TARGET", "OK", "NOTE")
+	for _, r := range res {
+		floor, ratio := "-", "-"
+		if r.Floor > 0 {
+			floor, ratio = fmt.Sprintf("%.3g %s", r.Floor, r.Unit), fmt.Sprintf("%.2f", r.Ratio)
+		}
+		ok := "yes"
+		if !r.Pass {
+			ok = "NO"
+		}
+		be := r.Backend
+		if be == "" {
+			be = "-"
+		}
+		tb.row(r.ID, be, r.What, fmt.Sprintf("%.4g %s", r.Value, r.Unit), floor, ratio, r.Target, ok, r.Note)
+	}
+	return tb.flush()
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressState is what the terminal's status line shows now.
+var progressState struct {
+	sync.Mutex
+	line bool // a status line is drawn and not yet ended
+}
+
+// progressPrinter renders a run's events on w: JSON lines with asJSON (a
+// machine format); on a
+// terminal, one status line redrawn in place (what runs, its elapsed and
+// remaining time, the run's total), each step left as a line once done;
+// otherwise plain lines: one when a step begins, and one every 10 s while
+// it runs.
+func progressPrinter(w io.Writer, asJSON bool) func(bench.Event) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		var mu sync.Mutex
+		return func(e bench.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			_ = enc.Encode(e)
+		}
+	}
+	if !isTerminal(w) {
+		var mu sync.Mutex
+		last := map[string]time.Duration{}
+		return func(e bench.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch e.Kind {
+			case "note", "begin":
+				fmt.Fprintf(w, "==> %s%s\n", e.Step, left(e.Remaining))
+			case "progress":
+				if e.Elapsed-last[e.Step] >= 10*time.Second {
+					last[e.Step] = e.Elapsed
+					fmt.Fprintf(w, "    %s elapsed%s\n", round(e.Elapsed), left(e.Remaining))
+				}
+			case "end":
+				delete(last, e.Step)
+			}
+		}
+	}
+	return func(e bench.Event) {
+		progressState.Lock()
+		defer progressState.Unlock()
+		switch e.Kind {
+		case "note":
+			fmt.Fprintf(w, "\r\033[K==> %s\n", e.Step)
+			progressState.line = false
+		case "begin", "progress":
+			fmt.Fprintf(w, "\r\033[K==> %s  [%s%s; run %s]", e.Step, round(e.Elapsed), left(e.Remaining), round(e.Total))
+			progressState.line = true
+		case "end":
+			fmt.Fprintf(w, "\r\033[K==> %s  [%s]\n", e.Step, round(e.Elapsed))
+			progressState.line = false
+		}
+	}
+}
+
+// finishProgress ends a status line left open (a run that failed mid-step).
+func finishProgress(w io.Writer, asJSON bool) {
+	progressState.Lock()
+	defer progressState.Unlock()
+	if !asJSON && progressState.line {
+		fmt.Fprintln(w)
+		progressState.line = false
+	}
+}
+
+func left(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return ", ~" + round(d) + " left"
+}
+
+func round(d time.Duration) string {
+	if d >= time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
 }

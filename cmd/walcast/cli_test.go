@@ -80,7 +80,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{[]string{"coord", "--nodes", "3"}, 2, []string{"unknown flag: --nodes"}},
 		{[]string{"node", "--api-addr", "127.0.0.1:1"}, 2, []string{"unknown flag: --api-addr"}},
 		{[]string{"--json", "tasks", "list"}, 2, []string{"put it after the command"}},
-		{[]string{"bench", "--only", "B9"}, 2, []string{`--only "B9" is no benchmark`}},
+		{[]string{"bench", "--only", "B99"}, 2, []string{`--only "B99" is no benchmark`}},
 		{[]string{"tasks", "show", "999999", "--addr", m.addr}, 1, []string{"walcast: not_found:"}},
 		{[]string{"collection", "create", "x", "--db", "nope", "--addr", m.addr}, 1, []string{"not_found", "database not found"}},
 	} {

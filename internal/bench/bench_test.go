@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"math"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,14 +13,22 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRunSmall runs every benchmark at a tiny size: the harness works and
-// every result is filled in. The numbers are not asserted (they are
+// TestRunSmall runs every benchmark at a tiny size, on both WALs and
+// through the API: the harness works and every result is filled in. The numbers are not asserted (they are
 // measurements, recorded in BENCHMARKS.md), except the zero-I/O property of
 // duplicate hits, which is behaviour.
 func TestRunSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := Config{Samples: 10, Clients: 4, Duration: 200 * time.Millisecond, Tombstones: 300, Pending: 10}
+	cfg := Config{Samples: 10, Clients: 4, Duration: 200 * time.Millisecond, Tombstones: 300, Pending: 10, API: true,
+		APIClients: 4, MetaClients: 2}
+	var mu sync.Mutex
+	kinds := map[string]int{}
+	cfg.Progress = func(e Event) {
+		mu.Lock()
+		kinds[e.Kind]++
+		mu.Unlock()
+	}
 	res, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -32,10 +43,14 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("duplicate hits did I/O: %s", r.Note)
 		}
 	}
-	for id, n := range map[string]int{"B1": 1, "B2": 1, "B3": 2, "B4": 1, "B5": 1, "B6": 2, "S1": 1, "S2": 1} {
+	for id, n := range map[string]int{"B1": 2, "B2": 2, "B2r": 2, "B3": 4, "B4": 2, "B5": 1, "B6": 2, "B8": 1, "B9": 2, "S1": 1, "S2": 1} {
 		if ids[id] != n {
 			t.Errorf("%d results for %s, want %d", ids[id], id, n)
 		}
+	}
+	// Every step that began ended; notes say what is set up.
+	if kinds["begin"] == 0 || kinds["begin"] != kinds["end"] || kinds["note"] == 0 {
+		t.Errorf("progress events %v: want as many ends as begins, and notes", kinds)
 	}
 }
 
@@ -66,3 +81,54 @@ func BenchmarkB5DuplicateHit(b *testing.B)         { benchOne(b, "B5") }
 func BenchmarkB6Recovery(b *testing.B)             { benchOne(b, "B6") }
 func BenchmarkS1APILatencyTLSAuth(b *testing.B)    { benchOne(b, "S1") }
 func BenchmarkS2APIThroughputTLSAuth(b *testing.B) { benchOne(b, "S2") }
+
+// TestSweepSmall runs every growth curve at a tiny size: each has its
+// series filled in, and a growth statement.
+func TestSweepSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sw := SweepConfig{VChannels: []int{1, 8}, PChannels: []int{4}, Clients: []int{1, 2}, Duration: 100 * time.Millisecond,
+		Queued: []int{5, 20}, Tombstones: []int{50, 100}, Samples: 3}
+	curves, err := Sweep(ctx, Config{Lanes: 1}, sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, c := range curves {
+		names[c.Name] = true
+		if c.Complexity == "" || len(c.Series) == 0 {
+			t.Errorf("%s: %+v", c.Name, c)
+		}
+		for _, s := range c.Series {
+			if len(s.Points) != 2 {
+				t.Errorf("%s, %s: %d points, want 2", c.Name, s.Name, len(s.Points))
+			}
+		}
+	}
+	for _, n := range []string{"latency-vs-vchannels", "latency-p99-vs-vchannels", "throughput-vs-clients", "scheduler-vs-queued",
+		"recovery-vs-tombstones", "memory-vs-tombstones", "duplicate-hit-vs-index"} {
+		if !names[n] {
+			t.Errorf("no curve %s", n)
+		}
+	}
+}
+
+// TestGrowth classifies series of known shapes.
+func TestGrowth(t *testing.T) {
+	pts := func(f func(x float64) float64) []Point {
+		var ps []Point
+		for _, x := range []float64{10, 100, 1000, 10_000} {
+			ps = append(ps, Point{x, f(x)})
+		}
+		return ps
+	}
+	for want, f := range map[string]func(float64) float64{
+		"O(1)":     func(float64) float64 { return 5 },
+		"O(log n)": func(x float64) float64 { return 3 * math.Log(x) },
+		"O(n)":     func(x float64) float64 { return 2*x + 7 },
+	} {
+		if got := growth(pts(f)); !strings.HasPrefix(got, want+" ") {
+			t.Errorf("growth of %s-shaped points: %s", want, got)
+		}
+	}
+}

@@ -96,13 +96,13 @@ func apiOnce(ctx context.Context, c *client.Client, key string) error {
 // Clients keep their connections, as real ones do: the handshake is paid
 // once per connection, the token check (a SHA-256 and a map lookup once
 // verified) on every call.
-func security(ctx context.Context, cfg Config, want func(string) bool, say func(string)) ([]Result, error) {
+func security(ctx context.Context, cfg Config, want func(string) bool, t *tracker) ([]Result, error) {
 	dir, err := os.MkdirTemp("", "walcast-bench-api-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	say("S1/S2: a plain and a secure (TLS + token) standalone")
+	t.say("S1/S2: starting a plain and a secure (TLS + token) standalone")
 	p, err := startAPIPair(ctx, dir)
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func security(ctx context.Context, cfg Config, want func(string) bool, say func(
 	}
 	var out []Result
 	if want("S1") {
-		say(fmt.Sprintf("S1: %d sequential API broadcasts each, taking turns", cfg.Samples))
+		st := t.counted(fmt.Sprintf("S1: %d sequential API broadcasts each, plain and secure in turns", cfg.Samples), cfg.Samples)
 		plain := make([]time.Duration, 0, cfg.Samples)
 		secure := make([]time.Duration, 0, cfg.Samples)
 		for i := range cfg.Samples {
@@ -129,21 +129,28 @@ func security(ctx context.Context, cfg Config, want func(string) bool, say func(
 				}
 				*s.lat = append(*s.lat, time.Since(t0))
 			}
+			st.add(1)
 		}
+		st.end()
 		pm, sm := Median(plain), Median(secure)
 		out = append(out, Result{ID: "S1", What: "B1 through the API with TLS + token: Broadcast latency p50", Value: ms(sm), Unit: "ms",
 			Floor: ms(pm), Ratio: float64(sm) / float64(pm), Target: "report (floor: the same without TLS and auth)", Pass: true,
 			Note: fmt.Sprintf("plain API p50 %.2f ms, +%.3f ms with TLS + token", ms(pm), ms(sm-pm))})
 	}
 	if want("S2") {
-		say(fmt.Sprintf("S2: %d API clients, plain and secure in turns (ABBA) for %v each", cfg.Clients, cfg.Duration))
 		// ABBA: four phases of half the duration, so that drift and other
 		// load on the machine weigh on both sides alike.
 		var plain, secure float64
 		for i, c := range []*client.Client{p.plainC, p.secureC, p.secureC, p.plainC} {
-			r, err := parallel(ctx, cfg.Clients, cfg.Duration/2, func(ctx context.Context, cl, j int) error {
+			kind := "plain"
+			if c == p.secureC {
+				kind = "secure"
+			}
+			st := t.timed(fmt.Sprintf("S2: %d API clients, %s, for %v (phase %d of 4)", cfg.Clients, kind, cfg.Duration/2, i+1), cfg.Duration/2)
+			r, err := parallel(ctx, cfg.Clients, cfg.Duration/2, st, func(ctx context.Context, cl, j int) error {
 				return apiOnce(ctx, c, fmt.Sprintf("r%d-%d-%d", i, cl, j))
 			})
+			st.end()
 			if err != nil {
 				return out, err
 			}
