@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -13,13 +14,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/walcast/walcast/internal/bench"
+	"github.com/walcast/walcast/internal/bench/plot"
 )
 
 func benchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
 	sw := bench.DefaultSweep()
 	var sweep bool
-	plots := ""
+	plots := "docs/bench"
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure walcast against SPEC §12 (B1-B9) with the raw backend floors of the same run, and the cost of TLS + auth (S1, S2)",
@@ -40,7 +42,7 @@ against two standalone processes, one plain and one with TLS and a token (as --s
 latency vs target vchannels on 4, 64 and 256 pchannels, throughput vs clients beside the
 batched floor, the callback scheduler with N queued conflicting tasks, recovery time,
 memory and duplicate-hit latency vs tombstones. Each prints as a table with the growth
-measured (O(1), O(log n), O(n)).
+measured (O(1), O(log n), O(n)), and is drawn as PNG and SVG into --plots.
 
 Progress goes to stderr: a status line on a terminal, plain lines otherwise, JSON lines
 with -o json or yaml (the results then print in that format on stdout).
@@ -116,6 +118,7 @@ when --only names no benchmark.`,
 	fl.IntVar(&cfg.APIClients, "api-clients", cfg.APIClients, "client connections of B8")
 	fl.IntVar(&cfg.MetaClients, "meta-clients", cfg.MetaClients, "client connections of B9")
 	fl.BoolVar(&sweep, "sweep", false, "measure the growth curves instead of the targets")
+	fl.StringVar(&plots, "plots", plots, "with --sweep: directory the PNG and SVG plots go to (empty: none)")
 	fl.IntSliceVar(&sw.VChannels, "sweep-vchannels", sw.VChannels, "with --sweep: target vchannels of the latency curve")
 	fl.IntSliceVar(&sw.PChannels, "sweep-pchannels", sw.PChannels, "with --sweep: pchannel counts of the latency curve")
 	fl.IntSliceVar(&sw.Clients, "sweep-clients", sw.Clients, "with --sweep: client counts of the throughput curve")
@@ -140,6 +143,13 @@ func plural(n int, one, many string) string {
 func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConfig, dir string) error {
 	curves, err := bench.Sweep(cmd.Context(), cfg, sw)
 	finishProgress(cmd.ErrOrStderr(), f.machine())
+	if dir != "" {
+		for _, c := range curves {
+			if _, perr := plot.Write(dir, c); perr != nil {
+				return errors.Join(err, fmt.Errorf("plot %s: %w", c.Name, perr))
+			}
+		}
+	}
 	if f.machine() {
 		rows := make([]any, len(curves))
 		for i, c := range curves {
@@ -180,6 +190,9 @@ func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConf
 		fmt.Fprintf(w, "growth: %s\n", c.Complexity)
 		if c.Note != "" {
 			fmt.Fprintf(w, "setup: %s\n", c.Note)
+		}
+		if dir != "" {
+			fmt.Fprintf(w, "plots: %s.png, %s.svg\n", filepath.Join(dir, c.Name), filepath.Join(dir, c.Name))
 		}
 	}
 	return err

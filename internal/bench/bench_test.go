@@ -106,7 +106,7 @@ func TestSweepSmall(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"latency-vs-vchannels", "latency-p99-vs-vchannels", "throughput-vs-clients", "scheduler-vs-queued",
-		"recovery-vs-tombstones", "memory-vs-tombstones", "duplicate-hit-vs-index"} {
+		"recovery-vs-tombstones", "memory-vs-tombstones", "rss-vs-tombstones", "duplicate-hit-vs-index"} {
 		if !names[n] {
 			t.Errorf("no curve %s", n)
 		}
