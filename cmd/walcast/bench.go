@@ -248,7 +248,10 @@ func progressPrinter(w io.Writer, asJSON bool) func(bench.Event) {
 		return func(e bench.Event) {
 			mu.Lock()
 			defer mu.Unlock()
-			_ = enc.Encode(e)
+			// Durations as Go duration strings, as every machine output
+			// writes them (docs/cli.md).
+			_ = enc.Encode(object{"event": e.Kind, "step": e.Step, "elapsed": e.Elapsed.String(),
+				"remaining": e.Remaining.String(), "total": e.Total.String()})
 		}
 	}
 	if !isTerminal(w) {

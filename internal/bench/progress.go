@@ -16,9 +16,9 @@ type Event struct {
 	Step string `json:"step"`
 	// Elapsed is the step's time so far, Remaining an estimate of what it
 	// has left (0: unknown), Total the run's time so far.
-	Elapsed   time.Duration `json:"elapsed_ns"`
-	Remaining time.Duration `json:"remaining_ns"`
-	Total     time.Duration `json:"total_ns"`
+	Elapsed   time.Duration `json:"elapsed"`
+	Remaining time.Duration `json:"remaining"`
+	Total     time.Duration `json:"total"`
 }
 
 // progressEvery is how often a running step reports.
