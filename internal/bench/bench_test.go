@@ -76,6 +76,9 @@ func benchOne(b *testing.B, id string) {
 
 func BenchmarkB1UncontendedLatency(b *testing.B)   { benchOne(b, "B1") }
 func BenchmarkB2Throughput(b *testing.B)           { benchOne(b, "B2") }
+func BenchmarkB2rBatchedFloor(b *testing.B)        { benchOne(b, "B2r") }
+func BenchmarkB8APIThroughput(b *testing.B)        { benchOne(b, "B8") }
+func BenchmarkB9CreateCollections(b *testing.B)    { benchOne(b, "B9") }
 func BenchmarkB4WideBroadcast(b *testing.B)        { benchOne(b, "B4") }
 func BenchmarkB5DuplicateHit(b *testing.B)         { benchOne(b, "B5") }
 func BenchmarkB6Recovery(b *testing.B)             { benchOne(b, "B6") }
