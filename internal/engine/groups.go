@@ -381,6 +381,10 @@ func (c *Core) finishMember(t *task, tb tomb) bool {
 	g := t.group
 	switch {
 	case t.gkind == message.GroupBegin:
+		if c.cfg.Mutation == "group-keys-released-at-begin" && t.lock != nil {
+			c.grantedAll(c.locks.Release(t.lock))
+			t.lock = nil
+		}
 		if t.lock != nil {
 			c.grantedAll(c.locks.Shrink(t.lock, businessKeys(t.lock.Keys())))
 			g.lock, t.lock = t.lock, nil

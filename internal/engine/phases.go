@@ -59,7 +59,7 @@ func (c *Core) startFirstPhase(t *task) {
 // checkFirstPhase ends the first phase once its copies are acked: their
 // acks are made durable, then the rest is appended.
 func (c *Core) checkFirstPhase(t *task) {
-	if t.stage != FirstPhase || !t.firstAcked() || t.write != nil {
+	if t.stage != FirstPhase || !(t.firstAcked() || c.cfg.Mutation == "second-phase-early") || t.write != nil {
 		return
 	}
 	c.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *writeOp, d Decision, err error) {

@@ -152,7 +152,7 @@ func (s *scheduler) remove(t *task) []*task {
 
 // schedule starts t's callback if it may run.
 func (c *Core) schedule(t *task) {
-	if t.stage != Queued || !t.allAcked() || !t.groupRunnable() || c.sched.blocked(t) {
+	if t.stage != Queued || !t.allAcked() || !(t.groupRunnable() || c.cfg.Mutation == "group-unordered") || c.sched.blocked(t) {
 		return
 	}
 	c.move(t, OnRun, Calling)

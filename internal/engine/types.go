@@ -167,6 +167,15 @@ var Mutations = []string{
 	// retire-before-delete: GC retires index entries before their delete
 	// commits (breaks R6.2).
 	"retire-before-delete",
+	// second-phase-early: a two-phase append appends the rest before its
+	// first copies are acked (breaks R13.11).
+	"second-phase-early",
+	// group-keys-released-at-begin: a group's Begin releases its keys at
+	// its TOMBSTONE like a plain broadcast (breaks R13.1, R13.7).
+	"group-keys-released-at-begin",
+	// group-unordered: a group member's callback runs without waiting for
+	// the members before it (breaks R13.2).
+	"group-unordered",
 }
 
 // Observer receives the core's events (for metrics and tracing). Methods

@@ -303,15 +303,11 @@ func (k *checker) always() {
 		// §11.3, §11.5: no two live tasks created here hold conflicting
 		// keys, and no key is held by a task that is done.
 		ids := map[uint64]bool{}
-		type own struct {
-			id   uint64
-			keys []resource.Key
-		}
 		var owns []own
 		c.core.EachLive(func(id uint64, st engine.State, _ engine.Stage, m *message.Message, _ int) {
 			ids[id] = true
 			if st == engine.Pending {
-				owns = append(owns, own{id, m.Broadcast.ResourceKeys})
+				owns = append(owns, own{id, m.Broadcast.ResourceKeys, m.Group})
 			}
 		})
 		for i := range owns {
@@ -321,6 +317,9 @@ func (k *checker) always() {
 					return
 				}
 			}
+		}
+		if !k.groupsHoldTheirKeys(c, owns) {
+			return
 		}
 		for _, ks := range c.core.Locks() {
 			for _, h := range ks.Holders {
@@ -342,6 +341,47 @@ func (k *checker) always() {
 			}
 		}
 	}
+}
+
+// own is a live task's keys, for the conflict checks.
+type own struct {
+	id    uint64
+	keys  []resource.Key
+	group *message.GroupHeader
+}
+
+// groupsHoldTheirKeys checks, on a primary, that every open group holds
+// its keys (R13.1, R13.7) and that no live broadcast outside the group
+// holds keys conflicting with them.
+func (k *checker) groupsHoldTheirKeys(c *cluster, owns []own) bool {
+	if role, _ := c.core.Role(); role != engine.Primary {
+		return true
+	}
+	for _, g := range c.core.Groups() {
+		if !g.Holding {
+			continue
+		}
+		if !g.HoldsHere {
+			k.w.fail("%s: open group %d holds no keys (R13.1)", c.name, g.ID)
+			return false
+		}
+		var biz []resource.Key
+		for _, key := range g.Keys {
+			if key.Domain != resource.Cluster {
+				biz = append(biz, key)
+			}
+		}
+		for _, o := range owns {
+			if o.id == g.ID || o.group != nil && o.group.ID == g.ID {
+				continue
+			}
+			if resource.ConflictsAny(biz, o.keys) {
+				k.w.fail("%s: live broadcast %d holds keys conflicting with open group %d (R13.1)", c.name, o.id, g.ID)
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // final checks the end state: every task persisted completed, its effect

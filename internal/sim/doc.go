@@ -19,6 +19,15 @@
 // the primary is lost at a point the seed picks and the secondary is
 // force-promoted, after which clients retry there.
 //
+// Groups (R13): some clients run a transaction (a keyed Begin, up to four
+// bodies, a Commit or a Rollback) or an owner (an import job owning
+// "own/<n>", ended by its commit or rollback broadcast); members are keyed
+// and retried until the group ends, across crashes and the promote. Some
+// broadcasts append a fence copy first (two-phase, R13.11) and some are
+// local-only (R13.13). After a promote, a reconciler rolls back the groups
+// begun on the old primary that the promoted cluster still holds open, as
+// an application does after a failover (R13.5).
+//
 // # Faults
 //
 // Catalog writes fail definitely, time out without applying, apply and
@@ -40,7 +49,12 @@
 // task's scope has no other record (no two originals, §11.4); nothing is
 // written over a TOMBSTONE but its own bytes (R5.3, R6.3). After every step:
 // no move outside the transition table; no two live tasks hold conflicting
-// keys and no finished task holds a key (§11.3, §11.5). When a client is
+// keys and no finished task holds a key (§11.3, §11.5); on a primary every
+// open group holds its keys and no broadcast outside it holds conflicting
+// ones (R13.1), and a key held by a group means the group is open (R13.3).
+// A group's members take effect in sequence order (R13.2); no copy of a
+// two-phase broadcast outside its first phase is appended before the first
+// acks are durable (R13.11). When a client is
 // answered: never before the original's TOMBSTONE (§11.4). At the end:
 // every persisted task completed with its effect applied exactly once and a
 // copy on every target, nothing live or held, no force-promote supplement
