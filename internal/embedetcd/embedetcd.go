@@ -25,7 +25,9 @@
 //
 // etcd logs through zap and is chatty at info level; by default its logs are
 // dropped, and with Config.Logger set only its warnings and errors are passed
-// on.
+// on. Its fatal errors (a failed write to its WAL or database: a full disk)
+// are never dropped: zap would exit the process without a word, so they go
+// to Config.OnFatal (or, without it, to stderr before the exit).
 package embedetcd
 
 import (
@@ -111,6 +113,13 @@ type Config struct {
 	// KeepaliveMinTime is the shortest interval between a client's
 	// keepalive pings the member tolerates; 0 means etcd's default (5s).
 	KeepaliveMinTime time.Duration
+	// OnFatal receives a fatal error of the member (a *FatalError: its
+	// storage failed, e.g. the disk is full) once; the goroutine that hit
+	// it never continues, the member stops answering, and the caller must
+	// stop the process (Close then only releases the directory). Nil
+	// writes the error to stderr and exits the process with status 1, as
+	// etcd itself would, but never silently.
+	OnFatal func(error)
 }
 
 // TLS is the client-facing TLS of a member, PEM files.
@@ -136,6 +145,7 @@ type Server struct {
 	endpoints   []string
 	maxTxnOps   int
 	maxReqBytes int
+	fatal       *fatal
 
 	closeOnce sync.Once
 	closeErr  error
@@ -275,15 +285,41 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		ec.AutoCompactionMode = embed.CompactorModePeriodic
 		ec.AutoCompactionRetention = cfg.CompactionRetention.String()
 	}
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(cfg.Logger))
+	onFatal := cfg.OnFatal
+	if onFatal == nil {
+		onFatal = func(err error) {
+			fmt.Fprintf(os.Stderr, "%v\n", err)
+			os.Exit(1)
+		}
+	}
+	fatal := newFatal(onFatal)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(cfg.Logger, fatal))
 
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, picked, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
+	// etcd may hit a fatal error while it opens its storage, in this
+	// goroutine: it would stay in the fatal hook for ever.
+	type result struct {
+		e   *embed.Etcd
+		err error
+	}
+	rc := make(chan result, 1)
+	go func() {
+		e, err := embed.StartEtcd(ec)
+		rc <- result{e, err}
+	}()
+	var e *embed.Etcd
+	select {
+	case r := <-rc:
+		if r.err != nil {
+			return nil, picked, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, r.err)
+		}
+		e = r.e
+	case <-fatal.early:
+		return nil, false, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, fatal.failed())
 	}
 	started := cfg
 	started.ClientPort, started.PeerPort = clientPort, peerPort
 	s = &Server{
+		fatal:       fatal,
 		cfg:         started,
 		tls:         cfg.TLS,
 		etcd:        e,
@@ -293,7 +329,14 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 	}
 	select {
 	case <-e.Server.ReadyNotify():
+		if err := fatal.started(); err != nil {
+			s.Close() // releases the lock only
+			return nil, false, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
+		}
 		return s, picked, nil
+	case <-fatal.early:
+		s.Close()
+		return nil, false, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, fatal.failed())
 	case err := <-e.Err():
 		s.Close()
 		return nil, false, fmt.Errorf("embedetcd: server in %s failed while starting: %w", cfg.Dir, err)
@@ -318,6 +361,10 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Failed returns the member's fatal error (a *FatalError), nil while it
+// has none.
+func (s *Server) Failed() error { return s.fatal.failed() }
 
 // Config returns the member's configuration with the ports it listens on:
 // Start(ctx, s.Config()) after Close restarts the same member.
@@ -370,6 +417,16 @@ func (s *Server) Client() (*clientv3.Client, error) {
 // serving, if any.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		if err := s.fatal.failed(); err != nil {
+			// A goroutine of etcd's is stuck in the fatal hook: its
+			// Close would wait for it forever.
+			var errs []error
+			if s.lock != nil {
+				errs = append(errs, s.lock.Close())
+			}
+			s.closeErr = errors.Join(append(errs, err)...)
+			return
+		}
 		s.etcd.Close()
 		// Close closes Err's channel once every serving goroutine is
 		// gone; what is left in it failed before Close.
