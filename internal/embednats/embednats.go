@@ -31,6 +31,17 @@
 // /healthz) on 127.0.0.1. walcast coordinators read /varz to check that
 // every server syncs each write (jetstream.config.sync_always).
 //
+// # Running out of space
+//
+// JetStream's limits are explicit (Config.MaxStore, Config.MaxMemory), not
+// sized from the disk space free when the server starts. When a write fails
+// for lack of space, a single nats-server keeps the stream refusing every
+// append (it answers none) until the stream is loaded again, and in some
+// paths disables JetStream. The embedded server repairs both by itself: once
+// there is room (Config.CanResume) it restarts JetStream, which recovers the
+// streams from their files, so appends resume without a restart of the
+// process. JetStreamStatus says whether JetStream stores and why not.
+//
 // # Logging
 //
 // The server logs nothing unless Config.Logger is set. Errors that stop the
@@ -47,7 +58,9 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +71,24 @@ import (
 // of a server started without Config.MaxPayload. NATS' own default is 1 MiB;
 // walcast entries pack many copies, so the embedded server allows more.
 const DefaultMaxPayload = 8 << 20
+
+// Defaults of the JetStream limits (Config.MaxStore, Config.MaxMemory).
+// nats-server would size its file-store limit as 75% of the disk space free
+// when it starts, which a disk that was nearly full at that moment makes
+// far too small for good ("insufficient resources" until a restart).
+const (
+	// DefaultMaxStore bounds the file store: the data walcast keeps in
+	// JetStream.
+	DefaultMaxStore = 64 << 30
+	// DefaultMaxMemory bounds memory streams, which walcast does not use.
+	DefaultMaxMemory = 256 << 20
+	// DefaultResumeInterval is how often a server checks that JetStream
+	// stores and, after a failed write, whether there is room again.
+	DefaultResumeInterval = time.Second
+	// DefaultResumeProbe is the size of the file the default CanResume
+	// writes: one largest entry (DefaultMaxPayload).
+	DefaultResumeProbe = DefaultMaxPayload
+)
 
 // ErrInvalidConfig reports a Config that Start rejects before starting
 // anything.
@@ -103,6 +134,22 @@ type Config struct {
 	// (0 picks a free port); see Server.MonitorURL.
 	Monitor     bool
 	MonitorPort int
+	// MaxStore and MaxMemory are JetStream's limits on file and memory
+	// storage, in bytes; 0 means DefaultMaxStore and DefaultMaxMemory.
+	// Appends beyond MaxStore fail ("insufficient resources").
+	MaxStore, MaxMemory int64
+	// CanResume says whether there is room again after a write failed (a
+	// stream holds a write error, or JetStream disabled itself): the
+	// server restarts JetStream, recovering its streams from their files,
+	// once it returns nil; it is asked every ResumeInterval (0:
+	// DefaultResumeInterval). Nil means a probe: DefaultResumeProbe bytes
+	// written and synced in Dir. Clustered servers are not restarted (a
+	// replicated stream's peers take over).
+	CanResume      func() error
+	ResumeInterval time.Duration
+	// OnFatal, if set, receives the server's fatal errors after Start
+	// returned (before, Start returns them).
+	OnFatal func(error)
 }
 
 // Cluster is the cluster membership of a server.
@@ -125,7 +172,16 @@ type User struct {
 // Server is a running embedded NATS server. Close stops it.
 type Server struct {
 	ns        *server.Server
+	cfg       Config
+	jsc       server.JetStreamConfig // as enabled at start, to enable it again
 	closeOnce sync.Once
+	quit      chan struct{}
+	watchDone chan struct{}
+
+	mu       sync.Mutex
+	disabled time.Time // protected by mu: since when JetStream cannot store; zero while it can
+	cause    error     // protected by mu: why it cannot store
+	why      error     // protected by mu: why it was not repaired yet
 }
 
 // Start starts a server and waits until it accepts connections and JetStream
@@ -146,6 +202,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxPayload < 0 || cfg.MaxPayload > server.MAX_PENDING_SIZE {
 		return nil, fmt.Errorf("%w: MaxPayload %d must be 0 to %d", ErrInvalidConfig, cfg.MaxPayload, server.MAX_PENDING_SIZE)
 	}
+	if cfg.MaxStore < 0 || cfg.MaxMemory < 0 || cfg.ResumeInterval < 0 {
+		return nil, fmt.Errorf("%w: MaxStore %d, MaxMemory %d, ResumeInterval %v must not be negative", ErrInvalidConfig, cfg.MaxStore, cfg.MaxMemory, cfg.ResumeInterval)
+	}
+	if cfg.MaxStore == 0 {
+		cfg.MaxStore = DefaultMaxStore
+	}
+	if cfg.MaxMemory == 0 {
+		cfg.MaxMemory = DefaultMaxMemory
+	}
+	if cfg.ResumeInterval == 0 {
+		cfg.ResumeInterval = DefaultResumeInterval
+	}
+	if cfg.CanResume == nil {
+		cfg.CanResume = probeRoom(cfg.Dir, DefaultResumeProbe)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -162,13 +233,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		name = "walcast-embedded"
 	}
 	opts := &server.Options{
-		ServerName: name,
-		Host:       "127.0.0.1",
-		Port:       port,
-		MaxPayload: int32(maxPayload),
-		JetStream:  true,
-		StoreDir:   cfg.Dir,
-		SyncAlways: cfg.SyncAlways,
+		ServerName:         name,
+		Host:               "127.0.0.1",
+		Port:               port,
+		MaxPayload:         int32(maxPayload),
+		JetStream:          true,
+		JetStreamMaxStore:  cfg.MaxStore,
+		JetStreamMaxMemory: cfg.MaxMemory,
+		StoreDir:           cfg.Dir,
+		SyncAlways:         cfg.SyncAlways,
 		// No signal handlers, no monitoring port, no cluster: the
 		// process embedding the server owns all of that.
 		NoSigs: true,
@@ -239,10 +312,159 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return fail(fmt.Errorf("embednats: waiting for the server: %w", ctx.Err()))
 		}
 	}
-	if js := ns.JetStreamConfig(); js == nil || js.SyncAlways != cfg.SyncAlways {
+	js := ns.JetStreamConfig()
+	if js == nil || js.SyncAlways != cfg.SyncAlways {
 		return fail(errors.New("embednats: JetStream did not take the sync setting"))
 	}
-	return &Server{ns: ns}, nil
+	if js.MaxStore != cfg.MaxStore {
+		return fail(fmt.Errorf("embednats: JetStream's store limit is %d, not %d", js.MaxStore, cfg.MaxStore))
+	}
+	s := &Server{ns: ns, cfg: cfg, jsc: *js, quit: make(chan struct{}), watchDone: make(chan struct{})}
+	// EnableJetStream appends "jetstream" to the directory again.
+	s.jsc.StoreDir = cfg.Dir
+	lg.started(cfg.OnFatal)
+	go s.watch()
+	return s, nil
+}
+
+// watch repairs JetStream after a failed write, until Close: every
+// ResumeInterval it asks the server whether JetStream serves and whether a
+// stream or consumer holds a write error (a single nats-server keeps such a
+// stream refusing every append until it is reloaded), and once there is
+// room again (CanResume) it restarts JetStream, which recovers the streams
+// from their files.
+func (s *Server) watch() {
+	defer close(s.watchDone)
+	t := time.NewTicker(s.cfg.ResumeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		cause := s.fault()
+		s.mu.Lock()
+		since, first := s.disabled, s.disabled.IsZero()
+		switch {
+		case cause == nil:
+			s.disabled, s.cause, s.why = time.Time{}, nil, nil
+		case first:
+			s.disabled, s.cause = time.Now(), cause
+		}
+		s.mu.Unlock()
+		if cause == nil {
+			if !since.IsZero() {
+				s.log(slog.LevelInfo, "JetStream serves again: appends resume", "failed_for", time.Since(since).Round(time.Millisecond).String())
+			}
+			continue
+		}
+		if first {
+			s.log(slog.LevelError, "JetStream cannot store: the WAL refuses appends until it is repaired (once there is room again)", "cause", cause)
+		}
+		if s.ns.JetStreamIsClustered() {
+			continue // a replicated stream is repaired by its peers
+		}
+		if !s.ns.JetStreamEnabled() && s.ns.JetStreamConfig() != nil {
+			continue // still shutting down
+		}
+		why := s.resume()
+		s.mu.Lock()
+		s.why = why
+		s.mu.Unlock()
+	}
+}
+
+// fault returns why JetStream cannot store, nil while it can.
+func (s *Server) fault() error {
+	if !s.ns.JetStreamEnabled() {
+		return errors.New("JetStream is disabled (nats-server disables it when a write fails for lack of space)")
+	}
+	h := s.ns.Healthz(&server.HealthzOptions{Details: true})
+	for _, e := range h.Errors {
+		if (e.Type == server.HealthzErrorStream || e.Type == server.HealthzErrorConsumer) && strings.Contains(e.Error, "write error") {
+			return errors.New(e.Error)
+		}
+	}
+	return nil
+}
+
+// resume restarts JetStream once CanResume reports room.
+func (s *Server) resume() error {
+	if err := s.cfg.CanResume(); err != nil {
+		return err
+	}
+	if s.ns.JetStreamEnabled() {
+		// A stream with a write error refuses appends until it is
+		// loaded again from its files.
+		if err := s.ns.ShutdownJetStream(); err != nil {
+			return fmt.Errorf("stopping JetStream to reload its streams: %w", err)
+		}
+	}
+	jsc := s.jsc
+	if err := s.ns.EnableJetStream(&jsc); err != nil {
+		// A half-enabled JetStream would pass for enabled.
+		_ = s.ns.ShutdownJetStream()
+		s.log(slog.LevelWarn, "JetStream could not be enabled again; retrying", "err", err)
+		return err
+	}
+	s.log(slog.LevelInfo, "JetStream restarted, its streams recovered from their files")
+	return nil
+}
+
+// probeRoom is the default CanResume: it writes and syncs probe bytes in
+// dir and removes them.
+func probeRoom(dir string, probe int) func() error {
+	return func() error {
+		f, err := os.CreateTemp(dir, ".space-probe-*")
+		if err != nil {
+			return fmt.Errorf("no room yet: %w", err)
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		if _, err := f.Write(make([]byte, probe)); err != nil {
+			return fmt.Errorf("no room yet for %d bytes: %w", probe, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("no room yet for %d bytes: %w", probe, err)
+		}
+		return nil
+	}
+}
+
+func (s *Server) log(level slog.Level, msg string, args ...any) {
+	if l := s.cfg.Logger; l != nil {
+		l.Log(context.Background(), level, msg, append(args, "component", "nats-server")...)
+	}
+}
+
+// JetStreamStatus returns nil while JetStream stores, else an error saying
+// why it cannot (its cause), since when, and why it was not repaired yet.
+// It reflects the last check (every ResumeInterval).
+func (s *Server) JetStreamStatus() error {
+	s.mu.Lock()
+	since, cause, why := s.disabled, s.cause, s.why
+	s.mu.Unlock()
+	if since.IsZero() {
+		if !s.ns.JetStreamEnabled() {
+			return errors.New("JetStream is disabled")
+		}
+		return nil
+	}
+	msg := fmt.Sprintf("%v (since %s)", cause, since.Format(time.RFC3339))
+	if why != nil {
+		return fmt.Errorf("%s; not repaired yet: %w", msg, why)
+	}
+	return errors.New(msg + "; it is repaired once there is room")
+}
+
+// StoreUsage returns the bytes JetStream's file store holds and its limit
+// (Config.MaxStore).
+func (s *Server) StoreUsage() (used, limit uint64) {
+	if info, err := s.ns.Jsz(nil); err == nil {
+		used = info.Store
+	}
+	return used, uint64(s.cfg.MaxStore)
 }
 
 // ClientURL is the URL clients connect to (nats://127.0.0.1:port).
@@ -287,6 +509,8 @@ func (s *Server) WaitJetStream(ctx context.Context) error {
 // called more than once.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.watchDone
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
 	})
@@ -299,7 +523,15 @@ type logger struct {
 	l *slog.Logger
 
 	mu       sync.Mutex
-	fatalErr error // protected by mu
+	fatalErr error       // protected by mu
+	onFatal  func(error) // protected by mu: set once Start returned
+}
+
+// started hands later fatal errors to onFatal.
+func (g *logger) started(onFatal func(error)) {
+	g.mu.Lock()
+	g.onFatal = onFatal
+	g.mu.Unlock()
 }
 
 func (g *logger) fatal() error {
@@ -323,10 +555,15 @@ func (g *logger) Tracef(format string, v ...any)  { g.log(slog.LevelDebug-4, for
 func (g *logger) Fatalf(format string, v ...any) {
 	g.log(slog.LevelError, format, v...)
 	g.mu.Lock()
-	if g.fatalErr == nil {
+	first := g.fatalErr == nil
+	if first {
 		g.fatalErr = fmt.Errorf(format, v...)
 	}
+	err, onFatal := g.fatalErr, g.onFatal
 	g.mu.Unlock()
+	if first && onFatal != nil {
+		onFatal(fmt.Errorf("embedded NATS failed: %w", err))
+	}
 }
 
 // StartCluster starts n clustered servers in this process, named
