@@ -12,8 +12,9 @@ import (
 
 // Groups (R13.1-R13.9): one set of resource keys held across several
 // broadcasts. A group is opened by its Begin, an ordinary broadcast that
-// takes the keys; once the Begin's callback succeeded and its TOMBSTONE
-// (marked holds_keys) is durable, the Begin stays in stage Holding and
+// takes the keys; once the Begin's TOMBSTONE (marked holds_keys) is
+// durable — whatever its callback reported, so that a secondary opens the
+// same groups as its primary — the Begin stays in stage Holding and
 // keeps the keys but the shared Cluster key (so that a long-lived group
 // does not hold up topology changes). Its members then come one at a time,
 // each holding only the shared Cluster key of its own and stamped with the

@@ -155,7 +155,7 @@ var table = []transition{
 	{Backoff, OnRetry, Calling, ""},
 	{Backoff, OnForce, Tombstoning, ""},
 	{Tombstoning, OnTombstoned, Tombstoned, ""},
-	{Tombstoning, OnTombstoned, Holding, "a group's Begin whose callback succeeded"},
+	{Tombstoning, OnTombstoned, Holding, "a group's Begin (whatever its callback reported)"},
 	{Holding, OnGroupEnded, Tombstoned, ""},
 	{Tombstoning, OnTombstoneRefused, Backoff, "first attempt too large"},
 }
