@@ -28,7 +28,9 @@
 // across every address, since another coordinator may lead; WithUnreachable
 // ends the call early when no coordinator at all could be connected to for
 // that long (a server that is not running), with an error matching
-// ErrUnreachable.
+// ErrUnreachable. An address where something that does not speak HTTP
+// answers (a NATS or etcd port) counts as one where nothing listens, and
+// the error says what answered.
 //
 // # Idempotency
 //

@@ -108,6 +108,7 @@ type Error struct {
 	ctxErr      error         // the caller's context error, if it ended the retries
 	notSent     bool          // the last attempt never reached a server
 	tlsHint     string        // what to change, for a TLS failure
+	hint        string        // what to check, for an answer that came from no walcast API
 	unreachable time.Duration // how long no coordinator could be connected to, if that ended the call
 }
 
@@ -115,8 +116,14 @@ type Error struct {
 // appear in it, only fingerprints.
 func (e *Error) Error() string {
 	s := "walcast: " + e.err.Error()
+	if e.hint != "" {
+		s = shortenQuote(s)
+	}
 	if e.tlsHint != "" && !strings.Contains(s, plainTextHint) {
 		s += " (" + e.tlsHint + ")"
+	}
+	if e.hint != "" {
+		s += " (" + e.hint + ")"
 	}
 	switch {
 	case e.unreachable > 0:
@@ -181,6 +188,7 @@ type failure struct {
 	leader  string
 	notSent bool   // the connection was never made: no server saw the request
 	tlsHint string // set for a TLS failure: retrying cannot help
+	hint    string // set for an answer from something that is no walcast API
 	hung    bool   // abandoned: the coordinator stopped answering (hungError)
 	// unreachable is set when the call ends because no coordinator could
 	// be connected to for that long.
@@ -217,6 +225,14 @@ func inspect(err error) failure {
 	if f.tlsHint = tlsHint(err); f.tlsHint != "" {
 		f.notSent = true // the handshake comes before any request
 	}
+	if f.hint = foreignHint(f.code, err); f.hint != "" && f.code == connect.CodeUnavailable {
+		// Something that is not an HTTP server answered (a NATS or etcd
+		// port given for the API's): no walcast coordinator saw the
+		// request, as if none listened there. Another address may be
+		// right, so it is retried like a refused connection (and ends
+		// like one, WithUnreachable).
+		f.notSent = true
+	}
 	if f.code == connect.CodeCanceled && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 		// connect-go reports a connection the server reset (it crashed or
 		// was killed mid-call) as Canceled, a code meant for the caller's
@@ -244,7 +260,7 @@ func (f failure) retryable(p policy) bool {
 
 func (f failure) toError(attempts int, ctxErr error) *Error {
 	return &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent, tlsHint: f.tlsHint,
-		unreachable: f.unreachable}
+		hint: f.hint, unreachable: f.unreachable}
 }
 
 // invalidRequest is a request refused before any attempt.
@@ -283,4 +299,36 @@ func tlsHint(err error) string {
 		return "the server serves TLS: use an https:// address (and --tls-ca for its CA)"
 	}
 	return ""
+}
+
+// foreignHint says what to check when the answer to a call came from
+// something that is no walcast API: a server that does not speak HTTP (a
+// NATS or etcd port), or an HTTP server without the procedure (HTTP 404
+// with no Connect error in the body: a metrics port, another service);
+// "" otherwise.
+func foreignHint(code connect.Code, err error) string {
+	msg := err.Error()
+	switch {
+	case code == connect.CodeUnavailable && strings.Contains(msg, "malformed HTTP"):
+		return "the server at this address does not speak HTTP: is it a walcast coordinator's API address, not its NATS or etcd port?"
+	case code == connect.CodeUnimplemented && strings.HasSuffix(msg, "404 Not Found"):
+		return "HTTP 404: the server at this address has no such walcast API: is it a coordinator's API address (not a metrics address or another service)?"
+	}
+	return ""
+}
+
+// shortenQuote cuts what net/http quotes of a malformed answer (a NATS
+// server's INFO line is half a kilobyte) to its first 60 bytes.
+func shortenQuote(s string) string {
+	i := strings.Index(s, "malformed HTTP")
+	if i < 0 {
+		return s
+	}
+	open := strings.IndexByte(s[i:], '"')
+	end := strings.LastIndexByte(s, '"')
+	if open < 0 || end <= i+open+61 {
+		return s
+	}
+	open += i + 1
+	return s[:open+60] + "..." + s[end:]
 }

@@ -3,8 +3,10 @@ package client_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,5 +155,65 @@ func TestLivenessCheckSparesASlowCoordinator(t *testing.T) {
 	res, err := c.Broadcast(ctxT(t), req)
 	if err != nil || res.Attempts != 1 || res.Duplicated || healthz.Load() == 0 {
 		t.Fatalf("result %+v, %v; %d checks", res, err, healthz.Load())
+	}
+}
+
+// bannerAddr returns the URL of a server that does not speak HTTP: like a
+// NATS server, it writes a line of its own to every connection.
+func bannerAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_, _ = conn.Write([]byte(`INFO {"server_id":"NDXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX","server_name":"nats","jetstream":true}` + "\r\n"))
+				_, _ = io.Copy(io.Discard, conn) // until the client hangs up
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestForeignServerIsNoCoordinator: an address where something that does
+// not speak HTTP answers (the NATS port given for the API's) is treated as
+// one where no coordinator listens: the call goes on at another address,
+// and with no other it ends as unreachable (WithUnreachable), saying what
+// answered, its quote of the answer cut short. An HTTP server without the
+// API (a metrics port) is refused at once, saying so.
+func TestForeignServerIsNoCoordinator(t *testing.T) {
+	banner := bannerAddr(t)
+	c := newClient(t, protocols[0], []string{banner}, client.WithUnreachable(100*time.Millisecond))
+	start := time.Now()
+	_, err := c.GetTask(ctxT(t), 1)
+	if !errors.Is(err, client.ErrUnreachable) || !strings.Contains(err.Error(), "does not speak HTTP") ||
+		!strings.Contains(err.Error(), `XXX..."`) || strings.Contains(err.Error(), "jetstream") {
+		t.Fatalf("error %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("failed after %v", d)
+	}
+
+	env := apitest.New(t)
+	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	c = newClient(t, protocols[0], []string{banner, srv.URL}, client.WithUnreachable(time.Minute))
+	if _, err := c.ListTypes(ctxT(t)); err != nil {
+		t.Fatalf("with a coordinator at the second address: %v", err)
+	}
+
+	metrics := apitest.ServeHandler(t, http.NotFoundHandler())
+	c = newClient(t, protocols[0], []string{metrics.URL})
+	_, err = c.GetTask(ctxT(t), 1)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Attempts != 1 || !strings.Contains(err.Error(), "HTTP 404: the server at this address has no such walcast API") {
+		t.Fatalf("an HTTP server without the API: %v", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +83,15 @@ func TestCLIExitCodes(t *testing.T) {
 		{[]string{"node", "--api-addr", "127.0.0.1:1"}, 2, []string{"unknown flag: --api-addr"}},
 		{[]string{"--json", "tasks", "list"}, 2, []string{"put it after the command"}},
 		{[]string{"bench", "--only", "B99"}, 2, []string{`--only "B99" is no benchmark`}},
+		{[]string{"help", "tsks"}, 2, []string{`unknown command "tsks" for "walcast"`, "tasks"}},
+		{[]string{"help", "tasks", "lsit"}, 2, []string{`unknown command "lsit" for "walcast tasks"`, "list"}},
+		{[]string{"tasks", "list", "--state", "done"}, 2, []string{`--state "done" is not pending, replicated, tombstone`}},
+		{[]string{"tasks", "list", "--type", "Import"}, 2, []string{`--type: `, `"Import" is not <name>.v<version>`}},
+		{[]string{"tasks", "list", "--before-id", "3", "--after-id", "2"}, 2, []string{"leave no id between them"}},
+		{[]string{"broadcast", "--addr", m.addr}, 2, []string{"--vchannel: give the target vchannels"}},
+		{[]string{"broadcast", "--vchannel", "wal-1", "--addr", m.addr}, 2, []string{`--vchannel: `, `"wal-1" is not <pchannel>/<name>`}},
+		{[]string{"tasks", "list", "--addr", ":"}, 2, []string{`address ":" has no host`, "(the address from the flag)"}},
+		{[]string{"tasks", "list", "--addr", "127.0.0.1:70700"}, 2, []string{`port "70700" is not a number from 1 to 65535`}},
 		{[]string{"tasks", "show", "999999", "--addr", m.addr}, 1, []string{"walcast: not_found:"}},
 		{[]string{"collection", "create", "x", "--db", "nope", "--addr", m.addr}, 1, []string{"not_found", "database not found"}},
 	} {
@@ -108,6 +119,17 @@ func TestCLIExitCodes(t *testing.T) {
 		t.Errorf("unreachable server: failed after %v, not in about a second", d)
 	}
 
+	// Something that does not speak HTTP (a NATS port given for the API's)
+	// fails as fast, saying so.
+	start = time.Now()
+	_, errOut, code = exec1(t, nil, "tasks", "list", "--addr", natsLike(t))
+	if code != 1 || !strings.Contains(errOut, "does not speak HTTP: is it a walcast coordinator's API address, not its NATS or etcd port?") {
+		t.Errorf("a NATS port for --addr: exit %d\n%s", code, errOut)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("a NATS port for --addr: failed after %v, not in about a second", d)
+	}
+
 	// With machine output, the error is JSON on stderr, naming its kind.
 	_, errOut, code = exec1(t, nil, "tasks", "show", "999999", "--addr", m.addr, "-o", "json")
 	var e struct {
@@ -124,6 +146,31 @@ func TestCLIExitCodes(t *testing.T) {
 	if err := json.Unmarshal([]byte(errOut), &e); err != nil || e.Error.Kind != "unreachable" {
 		t.Errorf("JSON error of an unreachable server: %+v, %v\n%s", e, err, errOut)
 	}
+}
+
+// natsLike returns the address of a server that does not speak HTTP: like
+// a NATS server, it greets every connection with a line of its own.
+func natsLike(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_, _ = conn.Write([]byte(`INFO {"server_id":"NCXX","jetstream":true}` + "\r\n"))
+				_, _ = io.Copy(io.Discard, conn)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // TestCLIMachineOutput: --json and -o json print JSON of the conventions

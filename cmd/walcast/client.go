@@ -121,7 +121,13 @@ created and what to run next.`,
 				}
 			}
 			req := &client.BroadcastRequest{Type: t, Payload: body, AckSyncUp: syncUp, ClientKey: clientKey}
+			if len(vchannels) == 0 {
+				return usageError{errors.New("--vchannel: give the target vchannels (<pchannel>/<name>, repeat the flag)")}
+			}
 			for _, v := range vchannels {
+				if err := message.VChannel(v).Validate(); err != nil {
+					return usageError{fmt.Errorf("--vchannel: %w", err)}
+				}
 				req.VChannels = append(req.VChannels, message.VChannel(v))
 			}
 			for _, k := range keys {
@@ -527,6 +533,10 @@ func listTasks(ctx context.Context, c *client.Client, req *walcastv1.ListTasksRe
 	}
 }
 
+// taskStates are the states --state takes (the API's task states, in
+// lower case).
+var taskStates = []string{"pending", "replicated", "tombstone"}
+
 func tasksCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tasks", Short: "List, show, follow, retry, ack or complete broadcast tasks"}
 	list := func(use, short string, hanging bool) *cobra.Command {
@@ -549,8 +559,19 @@ of an earlier listing (its JSON says next_before_id when --limit cut it short).
 				if limit < 0 {
 					return usageError{fmt.Errorf("--limit %d is negative", limit)}
 				}
+				if typ != "" {
+					if _, err := message.ParseType(typ); err != nil {
+						return usageError{fmt.Errorf("--type: %w", err)}
+					}
+				}
+				if before > 0 && after > 0 && before <= after+1 {
+					return usageError{fmt.Errorf("--before-id %d and --after-id %d leave no id between them", before, after)}
+				}
 				req := &walcastv1.ListTasksRequest{Type: typ, BeforeId: before, AfterId: after, OldestFirst: oldest}
 				for _, s := range states {
+					if !slices.Contains(taskStates, strings.ToLower(s)) {
+						return usageError{fmt.Errorf("--state %q is not %s", s, strings.Join(taskStates, ", "))}
+					}
 					req.States = append(req.States, strings.ToUpper(s))
 				}
 				if hanging {
@@ -594,8 +615,8 @@ of an earlier listing (its JSON says next_before_id when --limit cut it short).
 		}
 		f := c.Flags()
 		if !hanging {
-			f.StringSliceVar(&states, "state", nil, "only tasks in these states: pending, replicated, tombstone")
-			_ = c.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"pending", "replicated", "tombstone"}, cobra.ShellCompDirectiveNoFileComp))
+			f.StringSliceVar(&states, "state", nil, "only tasks in these states: "+strings.Join(taskStates, ", "))
+			_ = c.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(taskStates, cobra.ShellCompDirectiveNoFileComp))
 		}
 		f.StringVar(&typ, "type", "", "only tasks of this type (<name>.v<version>)")
 		f.IntVar(&limit, "limit", 0, "at most this many tasks (0: all)")

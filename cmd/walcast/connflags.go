@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -233,7 +234,38 @@ func (g *globals) resolve(cmd *cobra.Command) (*resolved, error) {
 		return nil, usageError{fmt.Errorf("timeout %q (%s) is not a positive duration", timeout, r.from["timeout"])}
 	}
 	r.timeout = d
+	if err := checkAddrs(r.addr); err != nil {
+		return nil, usageError{fmt.Errorf("%w (the address from the %s)", err, r.from["addr"])}
+	}
 	return r, nil
+}
+
+// checkAddrs checks a comma-separated coordinator address list: at least
+// one address, each with a host and (if it has one) a numeric port.
+func checkAddrs(list string) error {
+	var n int
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		n++
+		_, rest, ok := strings.Cut(a, "://")
+		if !ok {
+			rest = a
+		}
+		hostport, _, _ := strings.Cut(rest, "/")
+		host, port, err := net.SplitHostPort(withDefaultPort(hostport))
+		if err != nil || host == "" {
+			return fmt.Errorf("address %q has no host: give host[:port], http://host[:port] or https://host[:port]", a)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("address %q: port %q is not a number from 1 to 65535", a, port)
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("no coordinator address: give host[:port] (comma separated for several)")
+	}
+	return nil
 }
 
 // expandPath makes a path of the configuration file absolute: "~/" is the

@@ -81,6 +81,12 @@ error (unknown command or flag, bad value). See docs/cli.md.`,
 	for _, c := range []*cobra.Command{root.Commands()[0]} { // version
 		addOutputFlags(c, g)
 	}
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "help" {
+			c.Run, c.RunE = nil, helpRun
+		}
+	}
 	finish(root)
 	// pflag shows a bool flag as --json[=true|false]; say --json, keeping
 	// the help's columns.
@@ -163,6 +169,21 @@ func finish(root *cobra.Command) {
 			}
 		}
 	})
+}
+
+// helpRun is the help command's: the help of the command its arguments
+// name, or a usage error with suggestions for a command that does not
+// exist (cobra's prints the root's help and succeeds).
+func helpRun(c *cobra.Command, args []string) error {
+	cmd, rest, err := c.Root().Find(args)
+	switch {
+	case err != nil || cmd == nil:
+		return unknownCommand(c.Root(), args[0])
+	case len(rest) > 0:
+		return unknownCommand(cmd, rest[0])
+	}
+	cmd.InitDefaultHelpFlag()
+	return cmd.Help()
 }
 
 // unknownCommand is the usage error of an unknown subcommand of c, with
