@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
@@ -319,7 +320,6 @@ func (c *channel) setStage(s Stage, attempts int, err error) {
 // apply calls the Applier until it succeeds; false means ctx ended first and
 // the copy is not applied.
 func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
-	bo := c.cfg.Backoff.New()
 	c.setStage(StageApplying, 0, nil)
 	// The span joins the trace of the broadcast's caller, carried in the
 	// message (R9.6).
@@ -328,60 +328,56 @@ func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 		trace.WithAttributes(tracing.MessageAttributes(cp.Message)...),
 		trace.WithAttributes(tracing.AttrVChannel.String(string(cp.VChannel))))
 	defer span.End()
-	for attempt := 1; ; attempt++ {
+	err := retry.Do(ctx, c.cfg.Backoff.Policy(), func(ctx context.Context) error {
 		err := wait.Safely("application code", func() error { return c.cfg.Applier.Apply(ctx, cp) })
-		if err == nil {
-			return true
+		if err != nil {
+			span.RecordError(err)
 		}
-		span.RecordError(err)
-		if ctx.Err() != nil {
-			return false
-		}
+		return err
+	}, retry.Notify(func(err error, attempt int, _ time.Duration) {
 		c.setStage(StageApplying, attempt, err)
 		c.log.Warn("apply failed; retrying", "vchannel", cp.VChannel, "broadcast", cp.Message.Broadcast.ID,
 			"offset", cp.Offset, "attempt", attempt, "err", err)
-		if !wait.Sleep(ctx, bo.NextBackOff()) {
-			return false
-		}
-	}
+	}))
+	return err == nil
 }
 
 // ack acks one copy until the Acker accepts it or refuses it for good; false
 // means ctx (the node's lifetime) ended first.
 func (c *channel) ack(ctx context.Context, cp wal.Copy) bool {
 	a := broadcast.Ack{BroadcastID: cp.Message.Broadcast.ID, VChannel: cp.VChannel, Checkpoint: cp.Checkpoint, Message: cp.Message}
-	bo := c.cfg.Backoff.New()
 	c.setStage(StageAcking, 0, nil)
-	for attempt := 1; ; attempt++ {
+	err := retry.Do(ctx, c.cfg.Backoff.Policy(), func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
+		defer cancel()
 		err := wait.Safely("application code", func() error { return c.cfg.Acker.Ack(actx, a) })
-		cancel()
-		switch {
-		case err == nil:
-			c.mu.Lock()
-			c.nAcks++
-			c.mu.Unlock()
-			return true
-		case permanent(err):
-			c.log.Error("ack refused for good; not retried", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
-				"offset", cp.Offset, "err", err)
-			c.mu.Lock()
-			c.nRejected++
-			c.mu.Unlock()
-			return true
-		case ctx.Err() != nil:
-			return false
+		if err != nil && permanent(err) {
+			return retry.Permanent(err)
 		}
+		return err
+	}, retry.Notify(func(err error, attempt int, _ time.Duration) {
 		c.mu.Lock()
 		c.nAckRetries++
 		c.mu.Unlock()
 		c.setStage(StageAcking, attempt, err)
 		c.log.Warn("ack failed; retrying", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
 			"attempt", attempt, "err", err)
-		if !wait.Sleep(ctx, bo.NextBackOff()) {
-			return false
-		}
+	}))
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		c.nAcks++
+		c.mu.Unlock()
+		return true
+	case permanent(err):
+		c.log.Error("ack refused for good; not retried", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
+			"offset", cp.Offset, "err", err)
+		c.mu.Lock()
+		c.nRejected++
+		c.mu.Unlock()
+		return true
 	}
+	return false // ctx (the node's lifetime) ended
 }
 
 // permanent reports an ack error that no retry can fix.
@@ -427,19 +423,13 @@ func (c *channel) snapshot() (snap []byte, err error) {
 
 // saveRetry saves until it succeeds; false means ctx ended first.
 func (c *channel) saveRetry(ctx context.Context) bool {
-	bo := c.cfg.Backoff.New()
 	c.setStage(StageSaving, 0, nil)
-	for attempt := 1; ; attempt++ {
-		err := c.save()
-		if err == nil {
-			return true
-		}
-		c.setStage(StageSaving, attempt, err)
-		c.log.Error("saving the state failed; retrying", "attempt", attempt, "err", err)
-		if !wait.Sleep(ctx, bo.NextBackOff()) {
-			return false
-		}
-	}
+	err := retry.Do(ctx, c.cfg.Backoff.Policy(), func(context.Context) error { return c.save() },
+		retry.Notify(func(err error, attempt int, _ time.Duration) {
+			c.setStage(StageSaving, attempt, err)
+			c.log.Error("saving the state failed; retrying", "attempt", attempt, "err", err)
+		}))
+	return err == nil
 }
 
 // finalSave saves the state on Close if it changed.

@@ -42,6 +42,7 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -393,15 +394,17 @@ func (r *Replicator) items(p message.PChannel, entry []wal.Copy) ([]wal.Item, er
 }
 
 func (r *Replicator) appendRetry(ctx context.Context, p message.PChannel, salt string, items []wal.Item) ([][]wal.Checkpoint, error) {
-	bo := r.cfg.Backoff.New()
-	for {
-		res, err := r.cfg.Dest.AppendReplica(ctx, p, salt, r.cfg.SourceCluster, items)
-		if err == nil {
-			return res, nil
-		}
+	var res [][]wal.Checkpoint
+	err := retry.Do(ctx, r.cfg.Backoff.Policy(), func(ctx context.Context) error {
+		var err error
+		res, err = r.cfg.Dest.AppendReplica(ctx, p, salt, r.cfg.SourceCluster, items)
+		return err
+	}, retry.Notify(func(err error, _ int, _ time.Duration) {
 		r.note(p, func(s *PChannelStatus) { s.LastError = err.Error() })
-		if !wait.Sleep(ctx, bo.NextBackOff()) {
-			return nil, ctx.Err()
-		}
+	}))
+	if err != nil {
+		// Only ctx's end stops the retries.
+		return nil, ctx.Err()
 	}
+	return res, nil
 }

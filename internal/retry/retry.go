@@ -1,8 +1,13 @@
 // Package retry is the one retry helper of walcast: an exponential schedule
 // without jitter (Policy) and Do, which runs an operation until it succeeds,
 // fails permanently or its context ends, built on cenkalti/backoff. Every
-// retry loop of the module uses it; the broadcast engine's decision core
-// uses Policy's schedule with virtual time instead of sleeping.
+// retry of one operation uses Do (node applies, acks and state saves, the
+// replicator's appends, the NATS adapter's stream setup and in-flight
+// dedup); the loops that restart a long-running activity after it broke
+// (a node's WAL reader, a replicator's pchannel run, a coordinator's
+// campaign) take Policy's schedule and reset it after progress; the
+// broadcast engine's decision core uses the schedule with virtual time
+// instead of sleeping.
 //
 // What a failure means — retry it, give up, or step down — is the caller's
 // classification (for catalog and WAL writes: the durable-write policy of

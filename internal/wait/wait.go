@@ -1,24 +1,13 @@
-// Package wait holds the small helpers every retry loop of walcast uses:
-// sleeping that a context cuts short, an exponential schedule for packages
-// below broadcast (which has its own configurable one), and running
-// application code so that its panic becomes an error.
+// Package wait holds small helpers of walcast's loops: sleeping that a
+// context cuts short, and running application code so that its panic
+// becomes an error. Retry schedules and retry loops are internal/retry's.
 package wait
 
 import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/cenkalti/backoff/v5"
 )
-
-// Backoff returns a fresh exponential schedule without jitter that never
-// gives up: initial, doubling up to maxInterval. Reset starts it over.
-func Backoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
-	b := &backoff.ExponentialBackOff{InitialInterval: initial, Multiplier: 2, MaxInterval: maxInterval}
-	b.Reset()
-	return b
-}
 
 // Sleep waits d or until ctx ends; it reports whether the wait completed.
 // A d <= 0 returns at once, true unless ctx has ended.

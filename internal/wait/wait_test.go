@@ -2,7 +2,6 @@ package wait
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 )
@@ -24,20 +23,5 @@ func TestSafely(t *testing.T) {
 	}
 	if err := Safely("callback", func() error { return nil }); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	b := Backoff(time.Millisecond, 5*time.Millisecond)
-	for round := range 2 {
-		var got []time.Duration
-		for range 5 {
-			got = append(got, b.NextBackOff())
-		}
-		want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond}
-		if !slices.Equal(got, want) {
-			t.Fatalf("round %d: schedule %v, want %v", round, got, want)
-		}
-		b.Reset()
 	}
 }

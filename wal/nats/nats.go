@@ -74,11 +74,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/walcast/walcast/internal/wait"
+	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -319,22 +318,30 @@ const setupTimeout = time.Minute
 // cluster still starting). The retries end with ctx, or after setupTimeout
 // if ctx has no deadline.
 func (l *Log) ensureStreamRetry(ctx context.Context, ch channel, cfg Config) (jetstream.StreamConfig, error) {
-	deadline := time.Now().Add(setupTimeout)
-	if d, ok := ctx.Deadline(); ok {
-		deadline = d
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, setupTimeout)
+		defer cancel()
 	}
-	bo := wait.Backoff(50*time.Millisecond, time.Second)
-	for {
-		sc, err := l.ensureStream(ctx, ch, cfg)
-		pause := bo.NextBackOff()
-		if err == nil || !setupRetriable(ctx, err) || time.Now().Add(pause).After(deadline) {
-			return sc, err
+	var sc jetstream.StreamConfig
+	err := retry.Do(ctx, setupRetry, func(ctx context.Context) error {
+		var err error
+		sc, err = l.ensureStream(ctx, ch, cfg)
+		if err != nil && !setupRetriable(ctx, err) {
+			return retry.Permanent(err)
 		}
-		if !wait.Sleep(ctx, pause) {
-			return sc, err
-		}
-	}
+		return err
+	})
+	return sc, err
 }
+
+// setupRetry paces the retries of a stream's setup (and a cursor's
+// reopening); dedupRetry those of an append whose message id's first copy is
+// still being replicated.
+var (
+	setupRetry = retry.Policy{Initial: 50 * time.Millisecond, Multiplier: 2, Max: time.Second}
+	dedupRetry = retry.Policy{Initial: time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond}
+)
 
 // JetStream API errors of a cluster that cannot place or answer yet.
 const (
@@ -489,31 +496,31 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	if dedupID != "" {
 		msg.Header[jetstream.MsgIDHeader] = []string{dedupID}
 	}
-	var bo *backoff.ExponentialBackOff
-	for {
-		ack, err := l.js.PublishMsg(ctx, msg)
-		if err == nil {
-			if ack.Stream != ch.stream || ack.Sequence == 0 {
-				return 0, fmt.Errorf("wal/nats: append to %s: acknowledgement for stream %q, sequence %d", p, ack.Stream, ack.Sequence)
-			}
-			// For a duplicate, Sequence is the original message's
-			// (nats-server 2.15: stream.go processJetStreamMsg and
-			// jetstream_cluster.go processClusteredInboundMsg).
-			return ack.Sequence - 1, nil
+	var ack *jetstream.PubAck
+	var last error
+	err := retry.Do(ctx, dedupRetry, func(ctx context.Context) error {
+		var err error
+		ack, err = l.js.PublishMsg(ctx, msg)
+		last = err
+		if err != nil && !isDedupInProgress(err) {
+			return retry.Permanent(err)
 		}
-		if isDedupInProgress(err) {
-			// Clustered streams refuse a message id whose first
-			// copy is still being replicated; its outcome decides.
-			if bo == nil {
-				bo = wait.Backoff(time.Millisecond, 100*time.Millisecond)
-			}
-			if !wait.Sleep(ctx, bo.NextBackOff()) {
-				return 0, fmt.Errorf("wal/nats: append to %s: %w (while the original was in flight: %w)", p, ctx.Err(), err)
-			}
-			continue
-		}
-		return 0, classify(p, err)
+		// Clustered streams refuse a message id whose first copy is
+		// still being replicated; its outcome decides: retried.
+		return err
+	})
+	switch {
+	case err != nil && isDedupInProgress(last) && ctx.Err() != nil:
+		return 0, fmt.Errorf("wal/nats: append to %s: %w (while the original was in flight: %w)", p, ctx.Err(), last)
+	case err != nil:
+		return 0, classify(p, last)
+	case ack.Stream != ch.stream || ack.Sequence == 0:
+		return 0, fmt.Errorf("wal/nats: append to %s: acknowledgement for stream %q, sequence %d", p, ack.Stream, ack.Sequence)
 	}
+	// For a duplicate, Sequence is the original message's (nats-server
+	// 2.15: stream.go processJetStreamMsg and jetstream_cluster.go
+	// processClusteredInboundMsg).
+	return ack.Sequence - 1, nil
 }
 
 // classify wraps a publish error; it wraps wal.ErrNotApplied only for errors

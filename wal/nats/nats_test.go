@@ -529,7 +529,12 @@ func TestClusterReplicas(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	var off uint64
 	for try := 1; ; try++ {
-		off, err = l.Append(ctx, "p", "id-2", []byte("two"))
+		// Each try has its own short deadline: JetStream's request timeout
+		// applies only to contexts without one, and a publish to a stream
+		// without a leader waits for the whole context.
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		off, err = l.Append(actx, "p", "id-2", []byte("two"))
+		cancel()
 		if err == nil {
 			break
 		}

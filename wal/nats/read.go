@@ -42,7 +42,7 @@ func (l *Log) Read(ctx context.Context, p message.PChannel, from uint64) (wal.Cu
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", wal.ErrUnknownPChannel, p)
 	}
-	c := &cursor{l: l, p: p, stream: ch.stream, next: from, bo: wait.Backoff(50*time.Millisecond, time.Second)}
+	c := &cursor{l: l, p: p, stream: ch.stream, next: from, bo: setupRetry.Schedule()}
 	// Create the consumer now, so that a missing stream or an unreachable
 	// server shows here rather than in the first Next.
 	if _, err := c.iterator(ctx); err != nil {
