@@ -3,7 +3,11 @@ package retry
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,5 +88,61 @@ func TestDoMaxTries(t *testing.T) {
 	err := Do(context.Background(), fast, func(context.Context) error { calls++; return errors.New("no") }, MaxTries(3))
 	if err == nil || calls != 3 {
 		t.Fatalf("err %v after %d calls, want an error after 3", err, calls)
+	}
+}
+
+// TestR6_5_OneRetryHelper keeps retry loops on this package: outside it,
+// nothing builds its own exponential schedule or calls backoff.Retry, and
+// only the loops that restart a long-running activity (allowed below, each
+// for its reason) step a schedule by hand.
+func TestR6_5_OneRetryHelper(t *testing.T) {
+	// Files that may step a schedule by hand (NextBackOff), and why.
+	supervisors := map[string]string{
+		"node/channel.go":        "the WAL reader's reopen loop: backs off across read failures, reset after progress",
+		"replicate/replicate.go": "a pchannel's run restarts after it broke",
+		"server/coordinator.go":  "the coordinator's campaign restarts after a term ended",
+		"wal/nats/read.go":       "a cursor's reopen backs off across its own calls",
+		"client/client.go":       "the client: jittered backoff (many clients) that leader hints skip",
+		"broadcast/config.go":    "builds the engine's schedule from retry.Policy",
+	}
+	own := []string{"client/client.go"} // may build its own (jittered) schedule
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		// The decision core (and its simulator) step retry.Policy's
+		// schedules on virtual time: they cannot sleep.
+		if strings.HasPrefix(rel, "internal/retry/") || strings.HasPrefix(rel, "internal/sim/") || strings.HasPrefix(rel, "internal/engine/") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		s := string(src)
+		if strings.Contains(s, "backoff.Retry(") {
+			t.Errorf("%s calls backoff.Retry: use retry.Do", rel)
+		}
+		if strings.Contains(s, "backoff.ExponentialBackOff{") && !slices.Contains(own, rel) {
+			t.Errorf("%s builds its own exponential schedule: use retry.Policy", rel)
+		}
+		if strings.Contains(s, ".NextBackOff()") {
+			if _, ok := supervisors[rel]; !ok {
+				t.Errorf("%s steps a schedule by hand: retry one operation with retry.Do (or add it to the supervisor loops, with its reason)", rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
