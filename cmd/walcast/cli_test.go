@@ -579,3 +579,60 @@ func TestCLIHelpShowsBoolFlagsPlainly(t *testing.T) {
 		t.Errorf("tasks list --help:\n%s", out)
 	}
 }
+
+// TestCLIDDLSaysWhyItWaits: a DDL command queued behind a broadcast that
+// holds its collection's key says so, naming the holder and its type, and
+// after its deadline says to repeat it with its key; the holder, an
+// unkeyed broadcast waiting for acks no streaming node sends (the cluster
+// has none), says that it waits for acks, and after its deadline names the
+// task it created.
+func TestCLIDDLSaysWhyItWaits(t *testing.T) {
+	pollEvery = 50 * time.Millisecond
+	defer func() { pollEvery = 2 * time.Second }()
+	m := startMetaCLI(t, func(c *server.Config) { c.Nodes.Count = 0 })
+	m.run("db", "create", "shop")
+	m.run("collection", "create", "orders", "--db", "shop")
+	run := func(args ...string) (string, error) {
+		root := newRoot()
+		var errOut syncBuffer
+		root.SetOut(io.Discard)
+		root.SetErr(&errOut)
+		root.SetArgs(append([]string{"--addr", m.addr}, args...))
+		err := root.ExecuteContext(context.Background())
+		return errOut.String(), err
+	}
+	held := make(chan struct {
+		out string
+		err error
+	}, 1)
+	go func() {
+		out, err := run("broadcast", "--vchannel", "wal-0/c9v0", "--key", "Collection:shop:orders@X", "--ack-sync-up", "--timeout", "3s")
+		held <- struct {
+			out string
+			err error
+		}{out, err}
+	}()
+	var id string
+	waitUntil(t, "the broadcast holding shop.orders", func() bool {
+		out, _ := m.try("tasks", "list", "--state", "pending", "--type", "Generic.v1")
+		if f := regexp.MustCompile(`(?m)^(\d+)\s+Generic\.v1\s+PENDING`).FindStringSubmatch(out); f != nil {
+			id = f[1]
+		}
+		return id != ""
+	})
+	errOut, err := run("index", "create", "orders", "idx", "--db", "shop", "--field", "vector", "--key", "k-index", "--timeout", "1s")
+	if exitCode(err) != 1 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("index create behind a held key: %v\n%s", err, errOut)
+	}
+	wantOutput(t, errOut, `(?m)^  \.\.\. \d+s: waiting for locks: Collection:shop:orders held by broadcast `+id+` \(Generic\.v1, exclusive, \d+s\)$`)
+	if !strings.Contains(err.Error(), "repeat the command with --key k-index (the key it used) to retry safely") {
+		t.Fatalf("hint after the deadline: %v", err)
+	}
+	h := <-held
+	wantOutput(t, h.out, `(?m)^  \.\.\. \d+s: broadcast `+id+`: waiting for acks from wal-0/c9v0, wal-0/_control `)
+	if h.err == nil || !strings.Contains(h.err.Error(), "broadcast "+id+" was created (its task has this broadcast's type, payload, vchannels and keys); follow it with `walcast tasks show "+id+" --watch`") {
+		t.Fatalf("hint after the deadline of an unkeyed broadcast: %v\n%s", h.err, h.out)
+	}
+	m.run("tasks", "ack", id, "--vchannel", "wal-0/c9v0", "--vchannel", "wal-0/_control", "--reason", "no nodes in this test")
+	m.run("index", "create", "orders", "idx", "--db", "shop", "--field", "vector", "--key", "k-index")
+}

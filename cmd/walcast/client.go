@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -146,11 +148,13 @@ created and what to run next.`,
 				req.ClientKey = client.NewRequestKey()
 			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*broadcastOutput, error) {
-				stop := g.progress(cmd, func(pctx context.Context) string { return broadcastProgress(pctx, c, req) })
+				start := time.Now()
+				var seen atomic.Uint64 // the task of an unkeyed broadcast, once seen
+				stop := g.progress(cmd, func(pctx context.Context) string { return broadcastProgress(pctx, c, req, start, &seen) })
 				res, err := c.Broadcast(ctx, req)
 				stop()
 				if err != nil {
-					return nil, broadcastHint(cmd.Context(), c, req, err)
+					return nil, broadcastHint(cmd.Context(), c, req, err, seen.Load())
 				}
 				return newBroadcastOutput(req, res), nil
 			}, printBroadcast, (*broadcastOutput).value)
@@ -169,10 +173,11 @@ created and what to run next.`,
 	return cmd
 }
 
-// broadcastProgress says why a broadcast still waits: its task's stage if
-// the server knows it (a keyed broadcast), else the resource keys it asked
-// for that another broadcast holds.
-func broadcastProgress(ctx context.Context, c *client.Client, req *client.BroadcastRequest) string {
+// broadcastProgress says why a broadcast (started at start) still waits:
+// its task's stage if the server knows it (a keyed broadcast, or a holder
+// of its keys that is its task by every sign: see sameBroadcast), else the
+// resource keys it asked for that another broadcast holds.
+func broadcastProgress(ctx context.Context, c *client.Client, req *client.BroadcastRequest, start time.Time, seen *atomic.Uint64) string {
 	if req.Scope != (client.Scope{}) {
 		if k, err := message.ScopedKey(req.Scope.Domain, req.Scope.ID, req.ClientKey); err == nil {
 			if ks, err := c.LookupKey(ctx, req.Type, k); err == nil {
@@ -190,11 +195,16 @@ func broadcastProgress(ctx context.Context, c *client.Client, req *client.Broadc
 	var held []string
 	for _, k := range req.ResourceKeys {
 		for _, l := range locks {
-			if l.GetDomain() != k.Domain.String() || l.GetName() != k.Name || len(l.GetWaiters()) == 0 {
+			if l.GetDomain() != k.Domain.String() || l.GetName() != k.Name {
 				continue
 			}
 			for _, h := range l.GetHolders() {
-				if k.Mode == resource.Exclusive || h.GetMode() == resource.Exclusive.String() {
+				if t := sameBroadcast(ctx, c, req, start, h.GetOwner()); t != nil {
+					// It holds its keys itself.
+					seen.Store(t.GetId())
+					return fmt.Sprintf("broadcast %d: %s", t.GetId(), strings.Join(waitReasons(t), "; "))
+				}
+				if len(l.GetWaiters()) > 0 && (k.Mode == resource.Exclusive || h.GetMode() == resource.Exclusive.String()) {
 					held = append(held, fmt.Sprintf("%s held by %s (%s, %s)", k.Domain.String()+":"+k.Name, h.GetOwner(), modeWord(h.GetMode()), age(h.GetSince())))
 				}
 			}
@@ -206,14 +216,56 @@ func broadcastProgress(ctx context.Context, c *client.Client, req *client.Broadc
 	return ""
 }
 
+// sameBroadcast returns the live task of a lock holder ("broadcast 7") if
+// it is, by every sign, the task of req, which has no key to look it up
+// by: the same type, payload, vchannels and resource keys, created since
+// start (less a few seconds of clock skew); nil otherwise.
+func sameBroadcast(ctx context.Context, c *client.Client, req *client.BroadcastRequest, start time.Time, owner string) *walcastv1.Task {
+	var id uint64
+	if req.Scope != (client.Scope{}) {
+		return nil // looked up by its key
+	}
+	if _, err := fmt.Sscanf(owner, "broadcast %d", &id); err != nil || id == 0 {
+		return nil
+	}
+	t, err := c.GetTask(ctx, id)
+	if err != nil || t.GetType() != req.Type.String() || !bytes.Equal(t.GetPayload(), req.Payload) ||
+		t.GetCreatedAt().AsTime().Before(start.Add(-5*time.Second)) {
+		return nil
+	}
+	targets := map[string]bool{}
+	for _, v := range t.GetVchannels() {
+		targets[v.GetVchannel()] = true
+	}
+	for _, v := range req.VChannels {
+		if !targets[string(v)] {
+			return nil
+		}
+	}
+	keys := map[string]bool{}
+	for _, k := range t.GetResourceKeys() {
+		keys[k] = true
+	}
+	for _, k := range req.ResourceKeys {
+		if !keys[k.String()] {
+			return nil
+		}
+	}
+	return t
+}
+
 // broadcastHint adds to a broadcast's failure what to run next: after a
 // deadline, whether a task was created and how to follow it or retry.
-func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastRequest, err error) error {
+func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastRequest, err error, seen uint64) error {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	keyed := req.Scope != (client.Scope{})
-	if !keyed {
+	switch {
+	case !keyed && seen != 0:
+		return fmt.Errorf("%w\nbroadcast %d was created (its task has this broadcast's type, payload, vchannels and keys); follow it with `walcast tasks show %d --watch` (repeating the command without --scope would broadcast again)",
+			err, seen, seen)
+	case !keyed:
 		return fmt.Errorf("%w\nwithout --scope it cannot be told whether the broadcast was created: look for it with `walcast tasks list --state pending --type %s`",
 			err, req.Type)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,19 +53,190 @@ func metaCmds(g *globals) []*cobra.Command {
 // runDDL runs a DDL command: as runClient, with the request's idempotency
 // key (minted by the client unless --key gave one) in the machine output,
 // so a script can retry safely, and in the error after a deadline, with
-// what to run.
+// what to run. While the call runs it says on stderr why it waits (see
+// ddlProgress); a call that goes on after the DDL's answer (import start
+// --wait) ends that with stopProgress.
 func runDDL(g *globals, cmd *cobra.Command, key *string, call func(context.Context, *client.Client) (proto.Message, error),
 	human func(io.Writer, proto.Message) error) error {
 	if *key == "" {
 		*key = client.NewRequestKey() // minted here so that a hint can name it
 	}
+	w := ddlWaitOf(cmd, time.Now())
 	return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-		m, err := call(ctx, c)
+		var once sync.Once
+		stop := g.progress(cmd, func(pctx context.Context) string { return w.progress(pctx, c) })
+		m, err := call(context.WithValue(ctx, stopProgressKey{}, func() { once.Do(stop) }), c)
+		once.Do(stop)
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w\nwhether it was done is unknown: repeat the command with --key %s (the key it used) to retry safely", err, *key)
+			err = fmt.Errorf("%w\n%s", err, w.hint(cmd.Context(), c, *key))
 		}
 		return m, err
 	}, human, func(m proto.Message) any { return with(protoValue(m), "idempotency_key", *key) })
+}
+
+// stopProgressKey is the context key of runDDL's function that ends its
+// progress display.
+type stopProgressKey struct{}
+
+// stopProgress ends runDDL's progress display (the DDL was answered).
+func stopProgress(ctx context.Context) {
+	if stop, ok := ctx.Value(stopProgressKey{}).(func()); ok {
+		stop()
+	}
+}
+
+// ddlTypes are the message types of the metadata service's DDL commands
+// (package meta's Type*), by command path.
+var ddlTypes = map[string]string{
+	"db create": "CreateDatabase.v1", "db drop": "DropDatabase.v1",
+	"collection create": "CreateCollection.v1", "collection drop": "DropCollection.v1", "collection rename": "RenameCollection.v1",
+	"index create": "CreateIndex.v1", "index drop": "DropIndex.v1",
+	"user create": "CreateUser.v1", "grant": "GrantPrivilege.v1", "revoke": "RevokePrivilege.v1",
+	"import start": "Import.v1",
+}
+
+// ddlWait is what a DDL command knows of the broadcast it waits for: its
+// type, the database and collection whose resource keys it takes, and when
+// it started.
+type ddlWait struct {
+	typ      string
+	db, coll string
+	start    time.Time
+}
+
+// ddlWaitOf reads a DDL command's type and objects from its path, its
+// --db and its arguments.
+func ddlWaitOf(cmd *cobra.Command, start time.Time) ddlWait {
+	path := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+	w := ddlWait{typ: ddlTypes[path], start: start}
+	args := cmd.Flags().Args()
+	switch cmd.Parent().Name() {
+	case "db":
+		if len(args) > 0 {
+			w.db = args[0]
+		}
+	case "collection", "index", "import":
+		if f := cmd.Flags().Lookup("db"); f != nil {
+			w.db = f.Value.String()
+		}
+		if len(args) > 0 {
+			w.coll = args[0]
+		}
+	}
+	return w
+}
+
+// progress says why the DDL still waits: the stage of its task once one
+// exists (the newest live task of its type on its objects, created since
+// it started), else the resource keys of its database or collection that
+// another broadcast holds while others wait for them ("waiting for locks:
+// Collection:shop:orders held by broadcast 7 (CreateIndex.v1, exclusive,
+// 12s)"); "" when it cannot tell.
+func (w ddlWait) progress(ctx context.Context, c *client.Client) string {
+	if t, n := w.task(ctx, c); t != nil {
+		// A task holds its keys: it waits for no lock.
+		s := fmt.Sprintf("broadcast %d: %s", t.GetId(), strings.Join(waitReasons(t), "; "))
+		if n > 1 {
+			s += fmt.Sprintf(" (the newest of %d live %s tasks on these objects)", n, w.typ)
+		}
+		return s
+	}
+	if locks, err := c.ListLocks(ctx); err == nil {
+		var held []string
+		for _, l := range locks {
+			if len(l.GetWaiters()) == 0 || !w.takes(l) {
+				continue
+			}
+			for _, h := range l.GetHolders() {
+				held = append(held, fmt.Sprintf("%s:%s held by %s", l.GetDomain(), l.GetName(), holderString(ctx, c, h)))
+			}
+		}
+		if len(held) > 0 {
+			return "waiting for locks: " + strings.Join(held, ", ")
+		}
+	}
+	return ""
+}
+
+// takes reports whether the DDL takes a resource key of l's domain and
+// name: its database's or its collection's.
+func (w ddlWait) takes(l *walcastv1.LockState) bool {
+	switch l.GetDomain() {
+	case "Database":
+		return w.db != "" && l.GetName() == w.db
+	case "Collection":
+		return w.db != "" && w.coll != "" && l.GetName() == w.db+":"+w.coll
+	}
+	return false
+}
+
+// holderString describes a lock holder: a broadcast with its type, its
+// mode and how long it has held the key.
+func holderString(ctx context.Context, c *client.Client, h *walcastv1.LockHolder) string {
+	what := modeWord(h.GetMode()) + ", " + age(h.GetSince())
+	var id uint64
+	if _, err := fmt.Sscanf(h.GetOwner(), "broadcast %d", &id); err == nil && id > 0 {
+		if t, err := c.GetTask(ctx, id); err == nil {
+			what = t.GetType() + ", " + what
+		}
+	}
+	return fmt.Sprintf("%s (%s)", h.GetOwner(), what)
+}
+
+// task returns the newest live task of the DDL's type created since the
+// command started (less a few seconds of clock skew), and how many there
+// are: its own, unless another client runs the same kind of DDL at once.
+func (w ddlWait) task(ctx context.Context, c *client.Client) (*walcastv1.Task, int) {
+	if w.typ == "" {
+		return nil, 0
+	}
+	r, err := c.ListTasksPage(ctx, &walcastv1.ListTasksRequest{Type: w.typ, States: []string{"PENDING", "REPLICATED"}, Limit: 20})
+	if err != nil {
+		return nil, 0
+	}
+	var newest *walcastv1.Task
+	n := 0
+	for _, t := range r.GetTasks() {
+		if t.GetCreatedAt().AsTime().Before(w.start.Add(-5*time.Second)) || !w.onObjects(t) {
+			continue
+		}
+		if n++; newest == nil || t.GetId() > newest.GetId() {
+			newest = t
+		}
+	}
+	return newest, n
+}
+
+// onObjects reports whether task t takes a resource key of the DDL's
+// database or collection (any task, for a DDL on neither).
+func (w ddlWait) onObjects(t *walcastv1.Task) bool {
+	if w.db == "" {
+		return true
+	}
+	for _, k := range t.GetResourceKeys() {
+		if strings.HasPrefix(k, "Database:"+w.db+"@") || w.coll != "" && strings.HasPrefix(k, "Collection:"+w.db+":"+w.coll+"@") {
+			return true
+		}
+	}
+	return false
+}
+
+// hint says what to run after the DDL's deadline passed: follow the task
+// it probably created, and repeat the command with its key, which is safe
+// either way.
+func (w ddlWait) hint(ctx context.Context, c *client.Client, key string) string {
+	again := fmt.Sprintf("repeat the command with --key %s (the key it used) to retry safely", key)
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if t, n := w.task(lctx, c); t != nil {
+		which := "it probably created"
+		if n > 1 {
+			which = fmt.Sprintf("the newest of %d live %s tasks", n, w.typ)
+		}
+		return fmt.Sprintf("broadcast %d (%s) is %s: %s; follow it with `walcast tasks show %d --watch`, or %s",
+			t.GetId(), which, strings.ToLower(t.GetState()), strings.Join(waitReasons(t), "; "), t.GetId(), again)
+	}
+	return "whether it was done is unknown: " + again
 }
 
 // keyFlag declares --key, the idempotency key of a DDL command.
@@ -515,6 +687,7 @@ stderr (one line per change when stderr is not a terminal), and exits 1 if it fa
 			var final *walcastv1.ImportJob
 			err = runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				r, err := c.Import(ctx, req)
+				stopProgress(ctx) // from here waitJob shows the job's
 				if err != nil || !wait {
 					return r, err
 				}

@@ -27,13 +27,16 @@ type metaCLI struct {
 	lastErr error  // of the last split
 }
 
-func startMetaCLI(t *testing.T) *metaCLI {
+func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
 	t.Helper()
 	cfg := server.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.API.Addr = "127.0.0.1:0"
 	cfg.Metrics.Addr = ""
 	cfg.Log.Level = "error"
+	for _, fn := range configure {
+		fn(&cfg)
+	}
 	mc := meta.ConfigFrom(cfg)
 	mc.ImporterInterval = 10 * time.Millisecond
 	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -44,6 +45,10 @@ func (g *globals) machine() bool {
 	f, err := g.format()
 	return err == nil && f.machine()
 }
+
+// addTemplateFuncs registers the help templates' functions in cobra's
+// global table once (newRoot runs concurrently in tests).
+var addTemplateFuncs sync.Once
 
 func newRoot() *cobra.Command {
 	g := &globals{}
@@ -90,7 +95,9 @@ error (unknown command or flag, bad value). See docs/cli.md.`,
 	finish(root)
 	// pflag shows a bool flag as --json[=true|false]; say --json, keeping
 	// the help's columns.
-	cobra.AddTemplateFunc("plainBools", func(s string) string { return strings.ReplaceAll(s, "[=true|false]", "             ") })
+	addTemplateFuncs.Do(func() {
+		cobra.AddTemplateFunc("plainBools", func(s string) string { return strings.ReplaceAll(s, "[=true|false]", "             ") })
+	})
 	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages | trimTrailingWhitespaces", ".FlagUsages | plainBools | trimTrailingWhitespaces"))
 	return root
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -30,9 +31,13 @@ func terminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// ages matches the durations of a progress line ("12s", "1m5s"), which
+// change every time without saying anything new.
+var ages = regexp.MustCompile(`\b\d[\dhm.]*s\b`)
+
 // progress says on stderr, every pollEvery while a call runs, what it
 // waits for (describe's answer, asked with a short deadline), when that
-// changes or at least every 10 s. It returns a function that stops it. It
+// changes (but for its durations) or at least every 10 s. It returns a function that stops it. It
 // says nothing with machine output.
 func (g *globals) progress(cmd *cobra.Command, describe func(context.Context) string) func() {
 	if g.machine() {
@@ -63,9 +68,9 @@ func (g *globals) progress(cmd *cobra.Command, describe func(context.Context) st
 			if what == "" {
 				what = "waiting for the server's answer"
 			}
-			if what != last || time.Since(lastAt) >= 10*time.Second {
+			if key := ages.ReplaceAllString(what, "_"); key != last || time.Since(lastAt) >= 10*time.Second {
 				fmt.Fprintf(w, "  ... %s: %s\n", time.Since(start).Round(time.Second), what)
-				last, lastAt = what, time.Now()
+				last, lastAt = key, time.Now()
 			}
 		}
 	})
