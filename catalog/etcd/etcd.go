@@ -44,7 +44,8 @@
 // (catalog.ErrFenced); a transaction refused for its size, by Check or by
 // the server (catalog.ErrTooLarge); a Catalog closed, or whose client was
 // closed, before the transaction was sent (catalog.ErrClosed); malformed ops
-// (catalog.ErrInvalid); and a few server refusals that happen before
+// (catalog.ErrInvalid); a transaction Config.WriteGuard refused; and a few
+// server refusals that happen before
 // anything is applied (no space, permission denied). Everything else —
 // timeouts, an unavailable server, a client closed while the transaction was
 // in flight — is ambiguous: the transaction may have been applied.
@@ -97,6 +98,13 @@ type Config struct {
 	// PageSize is how many keys List reads per request; 0 means
 	// DefaultPageSize.
 	PageSize int
+	// WriteGuard, if set, is asked before every transaction is sent: an
+	// error refuses the transaction without sending it, as a definite
+	// failure (wrapping catalog.ErrNotApplied and the guard's error).
+	// walcast's standalone refuses writes this way while its data
+	// directory's disk is nearly full, before its embedded etcd fails
+	// on a full disk; reads go on.
+	WriteGuard func() error
 }
 
 // Catalog is a catalog.Catalog stored in etcd. It is safe for concurrent use.
@@ -106,6 +114,7 @@ type Catalog struct {
 	fence    *Fence
 	limits   catalog.Limits // as enforced, after the framing allowance
 	pageSize int
+	guard    func() error
 	group    *catalog.Group
 	closed   atomic.Bool
 }
@@ -170,6 +179,7 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 		fence:    cfg.Fence,
 		limits:   lim,
 		pageSize: cfg.PageSize,
+		guard:    cfg.WriteGuard,
 	}
 	if c.pageSize == 0 {
 		c.pageSize = DefaultPageSize

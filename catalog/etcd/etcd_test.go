@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,4 +471,39 @@ func TestCampaignCancelled(t *testing.T) {
 	}
 	next := campaign(t, client, election, "c", 5*time.Second)
 	next.Resign(testCtx(t))
+}
+
+// TestWriteGuardRefusesDefinitely: while Config.WriteGuard fails, Commit
+// fails as not applied (catalog.NotApplied) with the guard's error and
+// writes nothing; reads go on; once it passes, writes go on.
+func TestWriteGuardRefusesDefinitely(t *testing.T) {
+	srv := server(t)
+	prefix, _ := uniquePrefixes()
+	client := newClient(t, srv)
+	noRoom := errors.New("disk nearly full")
+	var refuse atomic.Bool
+	c := newCatalog(t, client, Config{Prefix: prefix, WriteGuard: func() error {
+		if refuse.Load() {
+			return noRoom
+		}
+		return nil
+	}})
+	if err := c.Commit(testCtx(t), catalog.Put("a", []byte("1"))); err != nil {
+		t.Fatal(err)
+	}
+	refuse.Store(true)
+	err := c.Commit(testCtx(t), catalog.Put("b", []byte("2")))
+	if !catalog.NotApplied(err) || !errors.Is(err, noRoom) {
+		t.Fatalf("guarded commit: %v, want a definite failure wrapping the guard's error", err)
+	}
+	if v, err := c.Get(testCtx(t), "a"); err != nil || string(v) != "1" {
+		t.Fatalf("read while guarded: %q, %v", v, err)
+	}
+	if resp, err := client.Get(testCtx(t), prefix+"b"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the refused write reached etcd: %v, %v", resp, err)
+	}
+	refuse.Store(false)
+	if err := c.Commit(testCtx(t), catalog.Put("b", []byte("2"))); err != nil {
+		t.Fatal(err)
+	}
 }

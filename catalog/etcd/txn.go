@@ -38,6 +38,11 @@ func (c *Catalog) commitTxn(ctx context.Context, ops []catalog.Op) error {
 	if err := c.usable(); err != nil {
 		return err
 	}
+	if c.guard != nil {
+		if err := c.guard(); err != nil {
+			return fmt.Errorf("%w: refused before sending: %w", catalog.ErrNotApplied, err)
+		}
+	}
 	then := make([]clientv3.Op, len(ops))
 	for i, o := range ops {
 		if o.Delete {
