@@ -132,7 +132,31 @@ type Config struct {
 		// a secondary reading this cluster's NATS keeps reading it.
 		NATSAddr string `yaml:"nats_addr"`
 		EtcdAddr string `yaml:"etcd_addr"`
+		// NATSMaxStore and NATSMaxMemory are the embedded JetStream's
+		// limits on its file and memory storage, in bytes (not sized
+		// from the disk space free at start, which a nearly full disk
+		// would make too small for good). Appends beyond NATSMaxStore
+		// fail with "insufficient resources".
+		NATSMaxStore  int64 `yaml:"nats_max_store"`
+		NATSMaxMemory int64 `yaml:"nats_max_memory"`
 	} `yaml:"standalone"`
+	Disk struct {
+		// ReserveBytes is the free space of data_dir's file system below
+		// which standalone refuses catalog and WAL writes (a definite
+		// error: nothing was written; the broadcast fails as not
+		// created, or is retried until space is freed) and reports not
+		// ready, while it keeps serving reads, so that its embedded etcd
+		// never runs into a full disk (etcd cannot go on after a failed
+		// write). Keep it above etcd's WAL segment (64 MiB) plus a
+		// snapshot; 0 disables the check.
+		ReserveBytes int64 `yaml:"reserve_bytes"`
+		// WarnBytes is the free space below which every process warns
+		// (log, /readyz detail, walcast_disk_level): at least
+		// ReserveBytes.
+		WarnBytes int64 `yaml:"warn_bytes"`
+		// CheckInterval is how often the free space is sampled.
+		CheckInterval Duration `yaml:"check_interval"`
+	} `yaml:"disk"`
 	Metrics struct {
 		// Addr serves /metrics; empty disables it.
 		Addr string `yaml:"addr"`
@@ -435,6 +459,11 @@ func Default() Config {
 	c.Broadcast.MaxMessageBytes = 256 << 10
 	c.Nodes.Count = 2
 	c.Election.TTL = Duration(10 * time.Second)
+	c.Standalone.NATSMaxStore = 64 << 30
+	c.Standalone.NATSMaxMemory = 256 << 20
+	c.Disk.ReserveBytes = 256 << 20
+	c.Disk.WarnBytes = 1 << 30
+	c.Disk.CheckInterval = Duration(time.Second)
 	c.Tracing.Exporter = "none"
 	c.Tracing.SamplingRatio = 1
 	c.Tracing.OTLP.Protocol = "grpc"
@@ -710,6 +739,12 @@ func (c Config) Validate() error {
 		return bad("log.format", "%q is not json or text", c.Log.Format)
 	case c.Catalog.MaxTxnOps < 2:
 		return bad("catalog.max_txn_ops", "%d is below 2", c.Catalog.MaxTxnOps)
+	case c.Standalone.NATSMaxStore < 1<<20 || c.Standalone.NATSMaxMemory < 0:
+		return bad("standalone.nats_max_store", "nats_max_store (%d) must be at least 1 MiB and nats_max_memory (%d) not negative", c.Standalone.NATSMaxStore, c.Standalone.NATSMaxMemory)
+	case c.Disk.ReserveBytes < 0 || c.Disk.WarnBytes < 0:
+		return bad("disk.reserve_bytes", "reserve_bytes (%d) and warn_bytes (%d) must not be negative", c.Disk.ReserveBytes, c.Disk.WarnBytes)
+	case c.Disk.CheckInterval < Duration(10*time.Millisecond):
+		return bad("disk.check_interval", "%v is below 10ms", c.Disk.CheckInterval.D())
 	case c.Catalog.DialTimeout <= 0:
 		return bad("catalog.dial_timeout", "must be positive")
 	case c.Catalog.KeepaliveTime < Duration(time.Second) || c.Catalog.KeepaliveTimeout < Duration(time.Second):

@@ -68,6 +68,10 @@ type CoordinatorConfig struct {
 	// is elected at once rather than after election.ttl (see
 	// incarnation.go). Two coordinators cannot share one.
 	StateDir string
+	// WriteGuard, if set, refuses catalog writes while it fails, as
+	// definite failures (see catalog/etcd's Config.WriteGuard):
+	// standalone's guard against a full disk.
+	WriteGuard func() error
 }
 
 // NewCoordinator returns a coordinator; Run makes it campaign.
@@ -199,7 +203,8 @@ func (c *Coordinator) term(ctx context.Context) error {
 			c.log.Warn("resign", "err", err)
 		}
 	}()
-	cat, err := etcdcat.New(c.cfg.Client, etcdcat.Config{Prefix: c.cfg.Prefix, Limits: c.cfg.Limits, Fence: term.Fence(), CommitTimeout: c.cfg.CommitTimeout})
+	cat, err := etcdcat.New(c.cfg.Client, etcdcat.Config{Prefix: c.cfg.Prefix, Limits: c.cfg.Limits, Fence: term.Fence(), CommitTimeout: c.cfg.CommitTimeout,
+		WriteGuard: c.cfg.WriteGuard})
 	if err != nil {
 		return err
 	}

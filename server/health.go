@@ -78,6 +78,7 @@ type prober struct {
 	wal     *wal.WAL
 	pchan   message.PChannel // probed with WAL.End
 	timeout time.Duration
+	extra   func() []Check // more checks (the data directory's storage), or nil
 }
 
 // Ready probes the catalog (by reading who leads, a linearizable etcd read)
@@ -121,6 +122,9 @@ func (p *prober) Ready(ctx context.Context) Readiness {
 	default:
 		r.Role = RoleElecting
 		r.Checks = append(r.Checks, Check{Name: "leader", Detail: "no leader is known"})
+	}
+	if p.extra != nil {
+		r.Checks = append(r.Checks, p.extra()...)
 	}
 	r.Ready = true
 	for _, c := range r.Checks {

@@ -140,6 +140,7 @@ type Process struct {
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
 	durability           *Durability  // a coordinator's, checked at start
+	storage              *storage     // the data dir's free space; standalone's JetStream
 
 	mu      sync.Mutex
 	closers []func() error // run in reverse by Close
@@ -189,7 +190,28 @@ func (p *Process) Ready(ctx context.Context) Readiness {
 		r.Ready = r.Ready && c.OK
 		r.Checks = append(r.Checks, c)
 	}
+	for _, c := range p.storageChecks() {
+		r.Ready = r.Ready && c.OK
+		r.Checks = append(r.Checks, c)
+	}
 	return r
+}
+
+// storageChecks are the readiness checks of the data directory's storage.
+func (p *Process) storageChecks() []Check {
+	if p.storage == nil {
+		return nil
+	}
+	return p.storage.checks()
+}
+
+// catalogGuard refuses catalog writes below the disk reserve (standalone,
+// whose etcd shares the data directory); nil elsewhere.
+func (p *Process) catalogGuard() func() error {
+	if st := p.storage; st != nil && st.guard {
+		return st.disk.Check
+	}
+	return nil
 }
 
 // Durability returns what a coordinator found at start about its
@@ -309,6 +331,17 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	if err := p.startStorage(cfg, dir, cfg.Disk.ReserveBytes > 0); err != nil {
+		return nil, err
+	}
+	// A fatal error of an embedded server (its storage failed) stops the
+	// process with its cause: etcd cannot go on after a failed write.
+	fatal := func(what string) func(error) {
+		return func(err error) {
+			p.log.Error(what+" failed for good: stopping the process", "err", err)
+			p.fail(fmt.Errorf("%w: %s in %s: %w", ErrStorage, what, dir, err))
+		}
+	}
 	// The embedded servers log at debug level only: their routine warnings
 	// (single-port serving, shutdown errors) are noise to a walcast user.
 	var embedLog *slog.Logger
@@ -319,17 +352,23 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	if err != nil {
 		return nil, err
 	}
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog})
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog,
+		OnFatal: fatal("embedded etcd")})
+	if fe := (*embedetcd.FatalError)(nil); errors.As(err, &fe) {
+		return nil, fmt.Errorf("%w: embedded etcd in %s: %w", ErrStorage, dir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd (standalone.etcd_addr, --etcd-addr; port %d): %w", etcdPort, err)
 	}
 	p.onClose(etcd.Close)
 	p.etcdURL = strings.Join(etcd.Endpoints(), ",")
-	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog})
+	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog,
+		MaxStore: cfg.Standalone.NATSMaxStore, MaxMemory: cfg.Standalone.NATSMaxMemory, OnFatal: fatal("embedded NATS")})
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats (standalone.nats_addr, --nats-addr; port %d): %w", natsPort, err)
 	}
 	p.onClose(func() error { ns.Close(); return nil })
+	p.storage.nats = ns
 	client, err := etcd.Client()
 	if err != nil {
 		return nil, err
@@ -447,6 +486,9 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 	if _, err := p.startCoordinator(ctx, cfg, client, limits, w, app); err != nil {
 		return nil, err
 	}
+	if err := p.startStorage(cfg, cfg.DataDir, false); err != nil {
+		return nil, err
+	}
 	if err := p.serveMetrics(cfg, nil); err != nil {
 		return nil, err
 	}
@@ -488,6 +530,9 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 		return nil, err
 	}
 	if err := p.startNode(ctx, cfg.Nodes.Name, mine, w, dir, acker, app); err != nil {
+		return nil, err
+	}
+	if err := p.startStorage(cfg, dir, false); err != nil {
 		return nil, err
 	}
 	var views map[string]http.Handler
@@ -559,6 +604,9 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 		return nil, nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
 	}
 	p.onClose(log.Close)
+	if st := p.storage; user == walEmbedded && st != nil && st.guard {
+		log = guardedLog{Log: log, guard: st.writeGuard}
+	}
 	// The WAL is this cluster's: entries are stamped with its name, and
 	// entries of other clusters sharing the streams or topics are skipped.
 	w := wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames()), wal.WithCluster(cfg.Cluster.Name),
@@ -596,7 +644,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	coord, err := NewCoordinator(CoordinatorConfig{
 		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
 		Broadcast: cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
-		StateDir: stateDir,
+		StateDir: stateDir, WriteGuard: p.catalogGuard(),
 	})
 	if err != nil {
 		ln.Close()
@@ -634,7 +682,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
-	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout}
+	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout, extra: p.storageChecks}
 	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
 	var ui *console.Console
 	if cfg.Console.Enabled {

@@ -21,6 +21,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/server"
 )
 
 // Exit codes.
@@ -28,6 +29,9 @@ const (
 	exitOK    = 0
 	exitError = 1 // the command failed
 	exitUsage = 2 // a mistake in the command line
+	// exitStorage: a server process stopped because the storage of its
+	// embedded etcd or NATS failed (a full disk, an I/O error).
+	exitStorage = 3
 )
 
 func main() {
@@ -68,6 +72,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, server.ErrStorage):
+		return exitStorage
 	case errors.As(err, &ue):
 		return exitUsage
 	case errors.As(err, &re):

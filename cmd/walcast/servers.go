@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -53,11 +54,27 @@ wait:
 			}
 		}
 	}
+	if errors.Is(err, server.ErrStorage) {
+		// A failed embedded server may never answer again: stop what
+		// can be stopped within a bound, then exit with the cause.
+		closed := make(chan struct{})
+		go func() { defer close(closed); _ = p.Close() }()
+		select {
+		case <-closed:
+		case <-time.After(storageCloseTimeout):
+			fmt.Fprintln(cmd.ErrOrStderr(), "walcast: stopping after the storage failure took too long; exiting")
+		}
+		return err
+	}
 	if cerr := p.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
+
+// storageCloseTimeout bounds the stop of a process whose embedded server
+// failed.
+const storageCloseTimeout = 5 * time.Second
 
 func standaloneCmd() *cobra.Command {
 	return serverCmd("standalone", "standalone", modeStandalone,

@@ -34,6 +34,14 @@ func Mount(tb testing.TB, size int64) string {
 // returns its path: remove it to free the space again.
 func Fill(tb testing.TB, dir string) string {
 	tb.Helper()
+	return FillTo(tb, dir, 0)
+}
+
+// FillTo writes a file in dir until the file system has at most leave
+// bytes free and returns its path: remove it to free the space again.
+// Others writing meanwhile can leave less.
+func FillTo(tb testing.TB, dir string, leave uint64) string {
+	tb.Helper()
 	path := filepath.Join(dir, "filler")
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -42,6 +50,13 @@ func Fill(tb testing.TB, dir string) string {
 	defer f.Close()
 	buf := make([]byte, 1<<20)
 	for size := len(buf); size > 0; {
+		if leave > 0 {
+			free := Free(tb, dir)
+			if free <= leave {
+				break
+			}
+			size = min(size, int(free-leave))
+		}
 		if _, err := f.Write(buf[:size]); err != nil {
 			if !errors.Is(err, syscall.ENOSPC) {
 				tb.Fatal(err)
