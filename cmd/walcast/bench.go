@@ -248,10 +248,7 @@ func progressPrinter(w io.Writer, asJSON bool) func(bench.Event) {
 		return func(e bench.Event) {
 			mu.Lock()
 			defer mu.Unlock()
-			// Durations as Go duration strings, as every machine output
-			// writes them (docs/cli.md).
-			_ = enc.Encode(object{"event": e.Kind, "step": e.Step, "elapsed": e.Elapsed.String(),
-				"remaining": e.Remaining.String(), "total": e.Total.String()})
+			_ = enc.Encode(e) // durations as Go duration strings (bench.Event.MarshalJSON)
 		}
 	}
 	if !isTerminal(w) {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,18 @@ type Event struct {
 	Elapsed   time.Duration `json:"elapsed"`
 	Remaining time.Duration `json:"remaining"`
 	Total     time.Duration `json:"total"`
+}
+
+// MarshalJSON writes the durations as Go duration strings ("1.5s"), as
+// walcast's machine output writes every duration (docs/cli.md).
+func (e Event) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Kind      string `json:"event"`
+		Step      string `json:"step"`
+		Elapsed   string `json:"elapsed"`
+		Remaining string `json:"remaining"`
+		Total     string `json:"total"`
+	}{e.Kind, e.Step, e.Elapsed.String(), e.Remaining.String(), e.Total.String()})
 }
 
 // progressEvery is how often a running step reports.

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walcast/walcast/internal/bench"
+)
+
+// TestBenchProgressLines: bench's progress is JSON lines with duration
+// strings under -o json, and plain lines (no terminal control codes) when
+// stderr is not a terminal: one when a step begins, one every 10 s while it
+// runs.
+func TestBenchProgressLines(t *testing.T) {
+	events := []bench.Event{
+		{Kind: "note", Step: "B1 nats: starting a broadcaster"},
+		{Kind: "begin", Step: "B2 nats: walcast, 64 clients for 2.5s", Remaining: 2500 * time.Millisecond},
+		{Kind: "progress", Step: "B2 nats: walcast, 64 clients for 2.5s", Elapsed: 500 * time.Millisecond, Remaining: 2 * time.Second, Total: 3 * time.Second},
+		{Kind: "progress", Step: "B2 nats: walcast, 64 clients for 2.5s", Elapsed: 11 * time.Second, Remaining: time.Second, Total: 14 * time.Second},
+		{Kind: "end", Step: "B2 nats: walcast, 64 clients for 2.5s", Elapsed: 12 * time.Second, Total: 15 * time.Second},
+	}
+
+	var js bytes.Buffer
+	emit := progressPrinter(&js, true)
+	for _, e := range events {
+		emit(e)
+	}
+	lines := strings.Split(strings.TrimSpace(js.String()), "\n")
+	if len(lines) != len(events) {
+		t.Fatalf("%d JSON lines for %d events:\n%s", len(lines), len(events), js.String())
+	}
+	for i, l := range lines {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(l), &got); err != nil {
+			t.Fatalf("line %d %q: %v", i, l, err)
+		}
+		e := events[i]
+		want := map[string]any{"event": e.Kind, "step": e.Step, "elapsed": e.Elapsed.String(),
+			"remaining": e.Remaining.String(), "total": e.Total.String()}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("line %d: %s = %v, want %v", i, k, got[k], v)
+			}
+		}
+	}
+
+	var plain bytes.Buffer
+	emit = progressPrinter(&plain, false)
+	for _, e := range events {
+		emit(e)
+	}
+	want := "==> B1 nats: starting a broadcaster\n" +
+		"==> B2 nats: walcast, 64 clients for 2.5s, ~2.5s left\n" +
+		"    11s elapsed, ~1s left\n"
+	if plain.String() != want {
+		t.Errorf("plain progress:\n%q\nwant\n%q", plain.String(), want)
+	}
+}
