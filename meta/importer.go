@@ -267,6 +267,7 @@ func finishKey(collID, jobID uint64) message.IdempotencyKey {
 func (s *Service) finishJob(ctx context.Context, b *broadcast.Broadcaster, j jobRecord, p progressRecord, state jobState, reason string) error {
 	r := reader{b.Catalog()}
 	d := ddl{typ: TypeFinishImport, key: finishKey(j.CollectionID, j.ID), digest: digest(TypeFinishImport, j.ID)}
+	var final jobRecord // the job as this call ended it
 	err := resolving(func() error {
 		var c collRecord
 		alive, err := r.get(ctx, collKey(j.CollectionID), &c)
@@ -318,13 +319,19 @@ func (s *Service) finishJob(ctx context.Context, b *broadcast.Broadcaster, j job
 				cur.Database = c.Database
 			}
 			cur.UpdatedAt = s.now()
-			out.Job = cur
+			out.Job, final = cur, cur
 			return targets, nil
 		})
 		return err
 	})
 	if errors.Is(err, errJobEnded) {
 		return nil
+	}
+	if err == nil && final.State == jobFailed {
+		// Its Import task succeeded as a broadcast: say here that the
+		// original failed, and what that means for retries (R7.9).
+		s.log.Warn("import job failed: a retry with its idempotency key gets this failed job; the client must mint a new key to import again",
+			"job", final.ID, "database", final.Database, "collection", final.Collection, "reason", final.Reason)
 	}
 	return err
 }

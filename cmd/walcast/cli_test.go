@@ -219,7 +219,12 @@ func TestCLIMachineOutput(t *testing.T) {
 	if y := m.run("tasks", "show", "1", "-o", "yaml"); !regexp.MustCompile(`(?m)^state: tombstone$`).MatchString(y) {
 		t.Fatalf("-o yaml:\n%s", y)
 	}
-	out, errOut, code := exec1(t, nil, "config", "print", "--json", "--pchannels", "8")
+	out, errOut, code := exec1(t, nil, "version", "--json")
+	var v struct{ Version, Go string }
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != 0 || v.Version == "" || v.Go == "" {
+		t.Fatalf("version --json: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+	out, errOut, code = exec1(t, nil, "config", "print", "--json", "--pchannels", "8")
 	var cfg map[string]any
 	if err := json.Unmarshal([]byte(out), &cfg); err != nil || code != 0 || cfg["wal"].(map[string]any)["pchannels"] != float64(8) {
 		t.Fatalf("config print --json: exit %d, %v\n%s%s", code, err, out, errOut)
@@ -363,6 +368,10 @@ func TestCLIImportWait(t *testing.T) {
 	wantOutput(t, out, `(?m)^import job (\d+) failed: 0 of 1 files`, `reason: file bad.csv, line 3`,
 		`key: bad-1 \(its job failed: a retry with this key returns the failed job; run the command without --key, or with a new key, to import again\)`)
 	job := regexp.MustCompile(`import job (\d+) failed`).FindStringSubmatch(out)[1]
+	// The server's log says so too.
+	waitUntil(t, "the log line of the failed job", func() bool {
+		return regexp.MustCompile(`level=WARN msg="import job failed: a retry with its idempotency key gets this failed job; the client must mint a new key to import again" job=` + job + ` database=shop collection=orders reason="file bad.csv, line 3`).MatchString(m.log.String())
+	})
 	out, _ = m.split("import", "wait", job)
 	if exitCode(m.lastErr) != 1 || !strings.Contains(out, "failed") {
 		t.Fatalf("import wait of the failed job: %v\n%s", m.lastErr, out)

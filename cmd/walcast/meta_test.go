@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,8 +22,9 @@ import (
 type metaCLI struct {
 	t       *testing.T
 	addr    string
-	root    string // the import root
-	lastErr error  // of the last split
+	root    string      // the import root
+	lastErr error       // of the last split
+	log     *syncBuffer // the metadata service's warnings and errors
 }
 
 func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
@@ -39,7 +39,8 @@ func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
 	}
 	mc := meta.ConfigFrom(cfg)
 	mc.ImporterInterval = 10 * time.Millisecond
-	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := &syncBuffer{}
+	mc.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	app, err := meta.NewApp(mc)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
 		_ = app.Close()
 		_ = p.Close()
 	})
-	return &metaCLI{t: t, addr: p.APIAddr(), root: mc.ImportRoot}
+	return &metaCLI{t: t, addr: p.APIAddr(), root: mc.ImportRoot, log: log}
 }
 
 // run runs one command and returns its output, failing the test on error.

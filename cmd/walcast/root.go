@@ -83,9 +83,6 @@ error (unknown command or flag, bad value). See docs/cli.md.`,
 			}
 		})
 	}
-	for _, c := range []*cobra.Command{root.Commands()[0]} { // version
-		addOutputFlags(c, g)
-	}
 	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
 		if c.Name() == "help" {
@@ -249,7 +246,7 @@ func levenshtein(a, b string) int {
 }
 
 func versionCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the walcast version",
 		Args:  cobra.NoArgs,
@@ -269,4 +266,6 @@ func versionCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	addOutputFlags(cmd, g)
+	return cmd
 }
