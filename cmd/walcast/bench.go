@@ -45,7 +45,9 @@ memory and duplicate-hit latency vs tombstones. Each prints as a table with the 
 measured (O(1), O(log n), O(n)), and is drawn as PNG and SVG into --plots.
 
 Progress goes to stderr: a status line on a terminal, plain lines otherwise, JSON lines
-with -o json or yaml (the results then print in that format on stdout).
+with -o json or yaml (the results then print in that format on stdout). The results end
+with the machine they were measured on: when, how many CPUs, the load average at the
+start and the end, the Go version and the commit ("machine" in -o json).
 
 It exits 1 when a result misses its target (the results are printed first), and 2
 when --only names no benchmark.`,
@@ -68,10 +70,12 @@ when --only names no benchmark.`,
 				cfg.Only[i] = known
 			}
 			cfg.Progress = progressPrinter(cmd.ErrOrStderr(), f.machine())
+			m := bench.StartMachine()
 			if sweep {
-				return runSweep(cmd, f, cfg, sw, plots)
+				return runSweep(cmd, f, cfg, sw, plots, m)
 			}
 			res, err := bench.Run(cmd.Context(), cfg)
+			m.Finish()
 			finishProgress(cmd.ErrOrStderr(), f.machine())
 			var missed []string
 			for _, r := range res {
@@ -85,11 +89,14 @@ when --only names no benchmark.`,
 					rows[i] = object{"id": r.ID, "backend": r.Backend, "what": r.What, "value": r.Value, "unit": r.Unit, "floor": r.Floor,
 						"ratio": r.Ratio, "target": r.Target, "pass": r.Pass, "note": r.Note}
 				}
-				if perr := emit(cmd.OutOrStdout(), f, object{"results": rows, "missed": missed}); perr != nil {
+				if perr := emit(cmd.OutOrStdout(), f, object{"results": rows, "missed": missed, "machine": machineObject(m)}); perr != nil {
 					return perr
 				}
-			} else if ferr := printResults(cmd.OutOrStdout(), res); ferr != nil {
-				return ferr
+			} else {
+				if ferr := printResults(cmd.OutOrStdout(), res); ferr != nil {
+					return ferr
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "machine: %s\n", m)
 			}
 			if err != nil {
 				return err
@@ -140,8 +147,9 @@ func plural(n int, one, many string) string {
 }
 
 // runSweep measures the growth curves, prints them and draws them.
-func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConfig, dir string) error {
+func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConfig, dir string, m *bench.Machine) error {
 	curves, err := bench.Sweep(cmd.Context(), cfg, sw)
+	m.Finish()
 	finishProgress(cmd.ErrOrStderr(), f.machine())
 	if dir != "" {
 		for _, c := range curves {
@@ -163,7 +171,7 @@ func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConf
 			}
 			rows[i] = o
 		}
-		return errors.Join(err, emit(cmd.OutOrStdout(), f, object{"curves": rows}))
+		return errors.Join(err, emit(cmd.OutOrStdout(), f, object{"curves": rows, "machine": machineObject(m)}))
 	}
 	w := cmd.OutOrStdout()
 	for _, c := range curves {
@@ -195,7 +203,19 @@ func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConf
 			fmt.Fprintf(w, "plots: %s.png, %s.svg\n", filepath.Join(dir, c.Name), filepath.Join(dir, c.Name))
 		}
 	}
+	fmt.Fprintf(w, "\nmachine: %s\n", m)
 	return err
+}
+
+// machineObject is where and when a run measured, for machine output; the
+// load averages (1, 5, 15 minutes) are null where they cannot be read.
+func machineObject(m *bench.Machine) object {
+	o := object{"start": goTime(m.Start), "end": goTime(m.End), "cpus": m.CPUs, "go": m.GoVersion, "commit": m.Commit,
+		"load_average_start": nil, "load_average_end": nil}
+	if m.HasLoad {
+		o["load_average_start"], o["load_average_end"] = m.LoadStart[:], m.LoadEnd[:]
+	}
+	return o
 }
 
 // printResults writes results as a table.

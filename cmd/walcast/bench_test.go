@@ -59,3 +59,24 @@ func TestBenchProgressLines(t *testing.T) {
 		t.Errorf("plain progress:\n%q\nwant\n%q", plain.String(), want)
 	}
 }
+
+// TestBenchMachineJSON: -o json says where a run measured: times in RFC
+// 3339, the load averages as three numbers, or null where unknown.
+func TestBenchMachineJSON(t *testing.T) {
+	m := &bench.Machine{Start: time.Date(2026, 12, 1, 13, 47, 38, 0, time.UTC), End: time.Date(2026, 12, 1, 13, 48, 47, 0, time.UTC),
+		CPUs: 2, GoVersion: "go1.26.8", Commit: "16c687d", LoadStart: [3]float64{3.24, 2.2, 1.67}, LoadEnd: [3]float64{5.29, 3, 2}, HasLoad: true}
+	raw, err := json.Marshal(machineObject(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"commit":"16c687d","cpus":2,"end":"2026-12-01T13:48:47Z","go":"go1.26.8","load_average_end":[5.29,3,2],` +
+		`"load_average_start":[3.24,2.2,1.67],"start":"2026-12-01T13:47:38Z"}`
+	if string(raw) != want {
+		t.Errorf("got  %s\nwant %s", raw, want)
+	}
+	m.HasLoad = false
+	raw, _ = json.Marshal(machineObject(m))
+	if !strings.Contains(string(raw), `"load_average_end":null`) || !strings.Contains(string(raw), `"load_average_start":null`) {
+		t.Errorf("unknown load: %s", raw)
+	}
+}
