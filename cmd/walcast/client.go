@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -254,10 +255,17 @@ func sameBroadcast(ctx context.Context, c *client.Client, req *client.BroadcastR
 	return t
 }
 
+// deadlinePassed reports whether err is the end of the command's deadline:
+// the client's context, or the server's answer that the deadline it was
+// sent passed ("broadcast continues in the background").
+func deadlinePassed(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded
+}
+
 // broadcastHint adds to a broadcast's failure what to run next: after a
 // deadline, whether a task was created and how to follow it or retry.
 func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastRequest, err error, seen uint64) error {
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !deadlinePassed(err) {
 		return err
 	}
 	keyed := req.Scope != (client.Scope{})

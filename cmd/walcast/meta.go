@@ -67,7 +67,7 @@ func runDDL(g *globals, cmd *cobra.Command, key *string, call func(context.Conte
 		stop := g.progress(cmd, func(pctx context.Context) string { return w.progress(pctx, c) })
 		m, err := call(context.WithValue(ctx, stopProgressKey{}, func() { once.Do(stop) }), c)
 		once.Do(stop)
-		if errors.Is(err, context.DeadlineExceeded) {
+		if deadlinePassed(err) {
 			err = fmt.Errorf("%w\n%s", err, w.hint(cmd.Context(), c, *key))
 		}
 		return m, err
