@@ -40,6 +40,9 @@ type driver struct {
 	cbCancels map[uint64]context.CancelFunc
 
 	stopOnce sync.Once
+
+	// acts is the loop's reused list of actions to perform.
+	acts []engine.Action
 }
 
 func newDriver(b *Broadcaster, core *engine.Core) *driver {
@@ -54,7 +57,7 @@ func newDriver(b *Broadcaster, core *engine.Core) *driver {
 
 // start performs the core's first actions (recovery's) and runs the loop.
 func (d *driver) start() {
-	d.perform(d.core.Ready())
+	d.performReady()
 	go d.loop()
 }
 
@@ -87,12 +90,19 @@ func (d *driver) loop() {
 			d.core.Step(d.clock.Now(), engine.Tick{})
 		case err := <-d.stopc:
 			d.core.Step(d.clock.Now(), engine.Stop{Err: err})
-			d.perform(d.core.Ready())
+			d.performReady()
 			d.drain()
 			return
 		}
-		d.perform(d.core.Ready())
+		d.performReady()
 	}
+}
+
+// performReady performs the core's actions, in the loop's reused list.
+func (d *driver) performReady() {
+	d.acts = d.core.AppendReady(d.acts[:0])
+	d.perform(d.acts)
+	clear(d.acts)
 }
 
 // drain cancels every I/O and waits for the workers, stepping the stopped
@@ -100,6 +110,9 @@ func (d *driver) loop() {
 // results), so that no worker or caller is left blocked.
 func (d *driver) drain() {
 	d.cancel()
+	for _, p := range []*pool{d.commits, d.appends, d.cb} {
+		p.close()
+	}
 	idle := make(chan struct{})
 	go func() {
 		d.workers.Wait()
@@ -109,13 +122,13 @@ func (d *driver) drain() {
 		select {
 		case ev := <-d.events:
 			d.core.Step(d.clock.Now(), ev)
-			d.perform(d.core.Ready())
+			d.performReady()
 		case <-idle:
 			for {
 				select {
 				case ev := <-d.events:
 					d.core.Step(d.clock.Now(), ev)
-					d.perform(d.core.Ready())
+					d.performReady()
 				default:
 					return
 				}
@@ -309,47 +322,84 @@ func (d *driver) scan(s engine.Scan) {
 	d.result(engine.Scanned{ID: s.ID, Found: found, Err: err})
 }
 
-// pool runs functions on at most max goroutines, started on demand and
-// gone when idle; submit never blocks.
+// pool runs functions on at most max goroutines, started on demand; up to
+// keepIdle of them stay parked when idle (so that an uncontended broadcast
+// does not start a goroutine per write, append and callback), the others
+// end. submit never blocks; close lets the parked ones end once the queue
+// is empty.
 type pool struct {
 	wg      *sync.WaitGroup
 	mu      sync.Mutex
+	wake    *sync.Cond
 	queue   []func()
+	head    int // queue[head:] waits
 	running int
+	idle    int // parked workers not yet woken
 	max     int
+	closed  bool
 }
 
-func newPool(wg *sync.WaitGroup, max int) *pool { return &pool{wg: wg, max: max} }
+// keepIdle is how many idle workers a pool keeps parked.
+const keepIdle = 4
+
+func newPool(wg *sync.WaitGroup, max int) *pool {
+	p := &pool{wg: wg, max: max}
+	p.wake = sync.NewCond(&p.mu)
+	return p
+}
 
 func (p *pool) submit(fn func()) {
 	p.mu.Lock()
 	p.queue = append(p.queue, fn)
-	start := p.running < p.max
-	if start {
+	switch {
+	case p.idle > 0:
+		p.idle-- // this worker is spoken for
+		p.wake.Signal()
+		p.mu.Unlock()
+	case p.running < p.max:
 		p.running++
 		p.wg.Add(1)
-	}
-	p.mu.Unlock()
-	if start {
+		p.mu.Unlock()
 		go p.work()
+	default:
+		p.mu.Unlock()
 	}
 }
 
 func (p *pool) work() {
 	defer p.wg.Done()
+	p.mu.Lock()
 	for {
-		p.mu.Lock()
-		if len(p.queue) == 0 {
-			p.running--
-			p.mu.Unlock()
-			return
+		if p.head == len(p.queue) {
+			if p.closed || p.idle >= keepIdle {
+				p.running--
+				p.mu.Unlock()
+				return
+			}
+			p.idle++
+			p.wake.Wait() // submit or close took this worker off idle
+			continue
 		}
-		fn := p.queue[0]
-		p.queue[0] = nil
-		p.queue = p.queue[1:]
+		fn := p.queue[p.head]
+		p.queue[p.head] = nil
+		p.head++
+		if p.head == len(p.queue) {
+			p.queue, p.head = p.queue[:0], 0
+		}
 		p.mu.Unlock()
 		fn()
+		p.mu.Lock()
 	}
+}
+
+// close ends the parked workers, and each running one once the queue is
+// empty.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.idle = 0
+	p.wake.Broadcast()
+	p.mu.Unlock()
 }
 
 // mergeCancel returns ctx (values and all) cancelled also when other ends.

@@ -84,8 +84,10 @@ func (o coreObserver) Appended(t message.Type, d time.Duration) { o.b.obs.Append
 
 func (o coreObserver) Completed(id uint64, m *message.Message, d time.Duration, commits int, out engine.Outcome) {
 	o.b.obs.Completed(m.Type, d)
-	o.b.log.Info("task completed", "broadcast", id, "type", m.Type.String(), "duration", d, "commits", commits,
-		"outcome", out.Status.String())
+	if o.b.log.Enabled(context.Background(), slog.LevelInfo) {
+		o.b.log.Info("task completed", "broadcast", id, "type", m.Type.String(), "duration", d, "commits", commits,
+			"outcome", out.Status.String())
+	}
 }
 
 func (o coreObserver) AppendRetry(p message.PChannel, err error) { o.b.obs.AppendRetry(p, err) }

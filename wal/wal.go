@@ -283,25 +283,58 @@ func Encode(items []Item) (data []byte, dedupID string, err error) {
 // EncodeEntry builds the bytes of an entry with header h holding items,
 // and its dedup id.
 func EncodeEntry(h Header, items []Item) (data []byte, dedupID string, err error) {
-	e := &durablepb.Entry{Items: make([]*durablepb.Item, len(items)), Cluster: h.Cluster, ReplicatedFrom: h.ReplicatedFrom}
-	n := 0
-	for i, it := range items {
-		vs := make([]string, len(it.VChannels))
-		for j, v := range it.VChannels {
-			vs[j] = string(v)
-		}
-		n += len(vs)
-		e.Items[i] = &durablepb.Item{Message: it.Message, Vchannels: vs}
-	}
-	if n == 0 || n > MaxCopiesPerEntry {
-		return nil, "", fmt.Errorf("%w: %d copies in one entry", ErrTooLarge, n)
-	}
-	data, err = proto.MarshalOptions{Deterministic: true}.Marshal(e)
+	data, sum, err := encodeEntry(h, items)
 	if err != nil {
 		return nil, "", err
 	}
-	sum := sha256.Sum256(data)
 	return data, hex.EncodeToString(sum[:]), nil
+}
+
+// encodeEntry is EncodeEntry with the digest of the bytes, not yet hex:
+// the items, their pointers and their vchannel names in three allocations
+// whatever their count (the append path's cost per entry).
+func encodeEntry(h Header, items []Item) (data []byte, sum [sha256.Size]byte, err error) {
+	n := 0
+	for _, it := range items {
+		n += len(it.VChannels)
+	}
+	if n == 0 || n > MaxCopiesPerEntry {
+		return nil, sum, fmt.Errorf("%w: %d copies in one entry", ErrTooLarge, n)
+	}
+	pbs := make([]durablepb.Item, len(items))
+	ptrs := make([]*durablepb.Item, len(items))
+	names := make([]string, n)
+	for i, it := range items {
+		vs := names[:len(it.VChannels):len(it.VChannels)]
+		names = names[len(it.VChannels):]
+		for j, v := range it.VChannels {
+			vs[j] = string(v)
+		}
+		pbs[i].Message, pbs[i].Vchannels = it.Message, vs
+		ptrs[i] = &pbs[i]
+	}
+	e := durablepb.Entry{Items: ptrs, Cluster: h.Cluster, ReplicatedFrom: h.ReplicatedFrom}
+	data, err = proto.MarshalOptions{Deterministic: true}.Marshal(&e)
+	if err != nil {
+		return nil, sum, err
+	}
+	return data, sha256.Sum256(data), nil
+}
+
+// saltedID is the dedup id of an entry whose bytes have digest sum, salted
+// with salt (if not empty): the hex of sha256(hex(sum) + "/" + salt), as
+// it always was, built on the stack.
+func saltedID(sum [sha256.Size]byte, salt string) string {
+	var hexSum [2 * sha256.Size]byte
+	hex.Encode(hexSum[:], sum[:])
+	if salt == "" {
+		return string(hexSum[:])
+	}
+	var buf [2*sha256.Size + 1 + 64]byte
+	in := append(append(append(buf[:0], hexSum[:]...), '/'), salt...)
+	salted := sha256.Sum256(in)
+	hex.Encode(hexSum[:], salted[:])
+	return string(hexSum[:])
 }
 
 // EncodedSize estimates the entry bytes an item adds, for batching.
@@ -355,14 +388,11 @@ func (w *WAL) appendEntry(ctx context.Context, p message.PChannel, salt string, 
 		}
 	}
 	p = lane
-	data, id, err := EncodeEntry(h, items)
+	data, sum, err := encodeEntry(h, items)
 	if err != nil {
 		return nil, err
 	}
-	if salt != "" {
-		sum := sha256.Sum256([]byte(id + "/" + salt))
-		id = hex.EncodeToString(sum[:])
-	}
+	id := saltedID(sum, salt)
 	if len(data) > w.log.MaxEntryBytes() {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), w.log.MaxEntryBytes())
 	}
@@ -370,10 +400,15 @@ func (w *WAL) appendEntry(ctx context.Context, p message.PChannel, salt string, 
 	if err != nil {
 		return nil, err
 	}
+	copies := 0
+	for _, it := range items {
+		copies += len(it.VChannels)
+	}
 	out := make([][]Checkpoint, len(items))
+	all := make([]Checkpoint, copies)
 	idx := 0
 	for i, it := range items {
-		out[i] = make([]Checkpoint, len(it.VChannels))
+		out[i], all = all[:len(it.VChannels):len(it.VChannels)], all[len(it.VChannels):]
 		for j := range it.VChannels {
 			pos := Position(off, idx)
 			out[i][j] = Checkpoint{MessageID: pos, TimeTick: pos, LastConfirmed: pos}

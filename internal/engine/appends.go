@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/cenkalti/backoff/v5"
+	"slices"
 
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -76,41 +77,86 @@ func (c *Core) afterAppend(t *task) Stage {
 }
 
 // queueCopies queues the copies of t that want says, grouped by lane, and
-// reports whether it queued any.
+// reports whether it queued any. The requests of one call, their indexes
+// and their vchannels share three allocations (a counting sort by lane, in
+// the lanes' order of first appearance).
 func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
-	byLane := map[message.PChannel][]int{}
-	var order []message.PChannel
-	for i, v := range t.msg.Broadcast.VChannels {
-		if !want(i) {
-			continue
+	vcs := t.msg.Broadcast.VChannels
+	var laneBuf [16]int32
+	laneOfCopy := laneBuf[:0]
+	var namesBuf [8]message.PChannel
+	names := namesBuf[:0]
+	var byName map[message.PChannel]int32 // once there are many lanes
+	n := 0
+	for i, v := range vcs {
+		k := int32(-1)
+		if want(i) {
+			k = laneIndex(c.cfg.Lane(v.PChannel()), &names, &byName)
+			t.copies[i].queued = true
+			n++
 		}
-		l := c.cfg.Lane(v.PChannel())
-		if _, ok := byLane[l]; !ok {
-			order = append(order, l)
-		}
-		byLane[l] = append(byLane[l], i)
-		t.copies[i].queued = true
+		laneOfCopy = append(laneOfCopy, k)
 	}
-	if len(order) == 0 {
+	if n == 0 {
 		return false
 	}
 	bytes := t.bytes
 	if t.wire != nil {
 		bytes = t.wire
 	}
-	for _, name := range order {
-		idx := byLane[name]
-		vs := make([]message.VChannel, len(idx))
-		for j, i := range idx {
-			vs[j] = t.msg.Broadcast.VChannels[i]
+	// Offsets of each lane's copies in idx and vs.
+	start := make([]int, len(names)+1)
+	for _, k := range laneOfCopy {
+		if k >= 0 {
+			start[k+1]++
 		}
-		r := &appendReq{t: t, idx: idx, item: wal.Item{Message: bytes, VChannels: vs}, exclusive: t.info.ExclusiveAppend}
+	}
+	for k := range names {
+		start[k+1] += start[k]
+	}
+	idx := make([]int, n)
+	vs := make([]message.VChannel, n)
+	fill := slices.Clone(start[:len(names)])
+	for i, k := range laneOfCopy {
+		if k >= 0 {
+			idx[fill[k]], vs[fill[k]] = i, vcs[i]
+			fill[k]++
+		}
+	}
+	reqs := make([]appendReq, len(names))
+	for k, name := range names {
+		a, b := start[k], start[k+1]
+		r := &reqs[k]
+		*r = appendReq{t: t, idx: idx[a:b:b], item: wal.Item{Message: bytes, VChannels: vs[a:b:b]}, exclusive: t.info.ExclusiveAppend}
 		r.size = wal.EncodedSize(r.item)
 		l := c.laneOf(name)
 		l.queue = append(l.queue, r)
 	}
 	c.startLanes()
 	return true
+}
+
+// laneIndex returns the index of lane name in names, adding it: a scan of
+// the first few, a map once there are more.
+func laneIndex(name message.PChannel, names *[]message.PChannel, byName *map[message.PChannel]int32) int32 {
+	if *byName != nil {
+		if k, ok := (*byName)[name]; ok {
+			return k
+		}
+	} else if k := slices.Index(*names, name); k >= 0 {
+		return int32(k)
+	}
+	k := int32(len(*names))
+	*names = append(*names, name)
+	if *byName == nil && len(*names) > 8 {
+		*byName = make(map[message.PChannel]int32, 2*len(*names))
+		for i, x := range *names {
+			(*byName)[x] = int32(i)
+		}
+	} else if *byName != nil {
+		(*byName)[name] = k
+	}
+	return k
 }
 
 func (c *Core) laneOf(name message.PChannel) *lane {

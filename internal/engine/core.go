@@ -221,6 +221,16 @@ func (c *Core) Ready() []Action {
 	return out
 }
 
+// AppendReady appends the actions to perform to dst, forgets them and
+// returns the extended slice: a driver that reuses dst and the core its own
+// buffer allocates nothing per step for the list of actions.
+func (c *Core) AppendReady(dst []Action) []Action {
+	dst = append(dst, c.out...)
+	clear(c.out)
+	c.out = c.out[:0]
+	return dst
+}
+
 // Deadline returns when the core must be stepped next (with a Tick) and
 // whether it has anything scheduled.
 func (c *Core) Deadline() (time.Time, bool) {

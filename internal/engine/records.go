@@ -262,7 +262,16 @@ func checkpointOf(pb *durablepb.Checkpoint) wal.Checkpoint {
 
 // TaskKey is the key of task id's record; ids are zero-padded so that a
 // listing returns tasks in id order.
-func TaskKey(prefix string, id uint64) string { return prefix + "tasks/" + fmt.Sprintf("%020d", id) }
+func TaskKey(prefix string, id uint64) string {
+	var digits [20]byte
+	d := strconv.AppendUint(digits[:0], id, 10)
+	var buf [96]byte
+	k := append(append(buf[:0], prefix...), "tasks/"...)
+	for range 20 - len(d) {
+		k = append(k, '0')
+	}
+	return string(append(k, d...))
+}
 
 // TasksPrefix is the prefix of every task record.
 func TasksPrefix(prefix string) string { return prefix + "tasks/" }
