@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ func benchCmd(g *globals) *cobra.Command {
 	sw := bench.DefaultSweep()
 	var sweep bool
 	plots := "docs/bench"
+	var profiles string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure walcast against SPEC §12 (B1-B9) with the raw backend floors of the same run, and the cost of TLS + auth (S1, S2)",
@@ -70,6 +72,14 @@ when --only names no benchmark.`,
 				cfg.Only[i] = known
 			}
 			cfg.Progress = progressPrinter(cmd.ErrOrStderr(), f.machine())
+			if profiles != "" {
+				if err := os.MkdirAll(profiles, 0o755); err != nil {
+					return err
+				}
+				var stop func()
+				cfg.Progress, stop = profileSteps(profiles, cfg.Progress, cmd.ErrOrStderr())
+				defer stop()
+			}
 			m := bench.StartMachine()
 			if sweep {
 				return runSweep(cmd, f, cfg, sw, plots, m)
@@ -126,6 +136,7 @@ when --only names no benchmark.`,
 	fl.IntVar(&cfg.MetaClients, "meta-clients", cfg.MetaClients, "client connections of B9")
 	fl.BoolVar(&sweep, "sweep", false, "measure the growth curves instead of the targets")
 	fl.StringVar(&plots, "plots", plots, "with --sweep: directory the PNG and SVG plots go to (empty: none)")
+	fl.StringVar(&profiles, "profiles", "", "write a CPU profile of each measured step into this directory (NN-step.pprof; profiling costs a few percent)")
 	fl.IntSliceVar(&sw.VChannels, "sweep-vchannels", sw.VChannels, "with --sweep: target vchannels of the latency curve")
 	fl.IntSliceVar(&sw.PChannels, "sweep-pchannels", sw.PChannels, "with --sweep: pchannel counts of the latency curve")
 	fl.IntSliceVar(&sw.Clients, "sweep-clients", sw.Clients, "with --sweep: client counts of the throughput curve")
@@ -205,6 +216,81 @@ func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConf
 	}
 	fmt.Fprintf(w, "\nmachine: %s\n", m)
 	return err
+}
+
+// profileSteps wraps a progress function so that each step of the run is
+// CPU-profiled into dir, one file per step ("03-b2-nats-walcast-64-clients-for-2.5s.pprof",
+// numbered in the run's order): a step that begins while another is
+// profiled is part of that one's profile. stop ends a profile left open
+// (a run that failed mid-step).
+func profileSteps(dir string, next func(bench.Event), errw io.Writer) (progress func(bench.Event), stop func()) {
+	var (
+		mu     sync.Mutex
+		n      int
+		active string
+		file   *os.File
+	)
+	end := func() {
+		pprof.StopCPUProfile()
+		if err := file.Close(); err != nil {
+			fmt.Fprintf(errw, "walcast: profile %s: %v\n", file.Name(), err)
+		}
+		active, file = "", nil
+	}
+	progress = func(e bench.Event) {
+		mu.Lock()
+		switch {
+		case e.Kind == "begin" && file == nil:
+			n++
+			name := filepath.Join(dir, fmt.Sprintf("%02d-%s.pprof", n, slug(e.Step)))
+			f, err := os.Create(name)
+			if err == nil {
+				if err = pprof.StartCPUProfile(f); err != nil {
+					_ = f.Close()
+				}
+			}
+			if err != nil {
+				fmt.Fprintf(errw, "walcast: profile %s: %v\n", name, err)
+			} else {
+				active, file = e.Step, f
+			}
+		case e.Kind == "end" && file != nil && e.Step == active:
+			end()
+		}
+		mu.Unlock()
+		if next != nil {
+			next(e)
+		}
+	}
+	stop = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if file != nil {
+			end()
+		}
+	}
+	return progress, stop
+}
+
+// slug is a step's name as part of a file name: lower case, runs of
+// anything but letters, digits and '.' as one '-', at most 60 bytes.
+func slug(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	out := strings.TrimRight(b.String(), "-")
+	if len(out) > 60 {
+		out = strings.TrimRight(out[:60], "-")
+	}
+	return out
 }
 
 // machineObject is where and when a run measured, for machine output; the

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +81,44 @@ func TestBenchMachineJSON(t *testing.T) {
 	raw, _ = json.Marshal(machineObject(m))
 	if !strings.Contains(string(raw), `"load_average_end":null`) || !strings.Contains(string(raw), `"load_average_start":null`) {
 		t.Errorf("unknown load: %s", raw)
+	}
+}
+
+// TestBenchProfiles: --profiles writes one CPU profile per step, numbered
+// in the run's order and named after the step; a step inside another is
+// part of the outer one's profile; stop ends a profile left open; the
+// events still reach the printer.
+func TestBenchProfiles(t *testing.T) {
+	dir := t.TempDir()
+	var seen []string
+	progress, stop := profileSteps(dir, func(e bench.Event) { seen = append(seen, e.Kind) }, io.Discard)
+	for _, e := range []bench.Event{
+		{Kind: "begin", Step: "B1 nats: 200 sequential broadcasts"},
+		{Kind: "begin", Step: "inner"},
+		{Kind: "end", Step: "inner"},
+		{Kind: "end", Step: "B1 nats: 200 sequential broadcasts"},
+		{Kind: "note", Step: "B2 nats: starting a broadcaster"},
+		{Kind: "begin", Step: "B2 nats: walcast, 64 clients for 2.5s (phase 1 of 4)"},
+	} {
+		progress(e)
+	}
+	stop()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		if info, err := e.Info(); err != nil || info.Size() == 0 {
+			t.Errorf("%s: empty (%v)", e.Name(), err)
+		}
+	}
+	want := []string{"01-b1-nats-200-sequential-broadcasts.pprof", "02-b2-nats-walcast-64-clients-for-2.5s-phase-1-of-4.pprof"}
+	if !slices.Equal(names, want) {
+		t.Errorf("profiles %v, want %v", names, want)
+	}
+	if len(seen) != 6 {
+		t.Errorf("the printer saw %v", seen)
 	}
 }
