@@ -25,6 +25,12 @@ var procedures = map[string]Role{
 	walcastv1connect.BroadcastServiceCompleteCallbackProcedure: Admin,
 	walcastv1connect.BroadcastServiceForceAckProcedure:         Admin,
 	walcastv1connect.BroadcastServiceListTypesProcedure:        Reader,
+	// Transactions broadcast like Broadcast; groups and acks are read.
+	walcastv1connect.BroadcastServiceBeginTxnProcedure:           Writer,
+	walcastv1connect.BroadcastServiceTxnMemberProcedure:          Writer,
+	walcastv1connect.BroadcastServiceGetGroupProcedure:           Reader,
+	walcastv1connect.BroadcastServiceListGroupsProcedure:         Reader,
+	walcastv1connect.BroadcastServiceWaitVChannelsAckedProcedure: Reader,
 
 	// MetaService: DDL is Writer (plus the metadata privilege on its
 	// object, checked by the service), DCL is Admin: a writer cannot grant

@@ -63,6 +63,32 @@ type BroadcastRequest struct {
 	// the payload: give it when the payload holds values allocated per
 	// attempt.
 	RequestDigest []byte
+	// NoWait fails at once with an error matching ErrBusy (naming the
+	// holder: Error.Holder) instead of queueing for a resource key held in
+	// a conflicting mode (R13.15). Nothing is created then.
+	NoWait bool
+	// Unreplicable makes the broadcast local-only (R13.13): it goes to
+	// this cluster's WAL only, no replicator copies it, and a secondary
+	// accepts it too.
+	Unreplicable bool
+	// Copies gives targets a role or a payload of their own (R13.10); each
+	// must be one of VChannels.
+	Copies map[message.VChannel]Copy
+	// AppendFirst names targets whose copies are appended, and acked by
+	// their consumers, before the others are appended (R13.11); not all of
+	// them. WaitVChannelsAcked waits for such a phase.
+	AppendFirst []message.VChannel
+}
+
+// Copy is what one target's copy carries beside the broadcast's own
+// (R13.10).
+type Copy struct {
+	// Role is a short word for the consumer ("fence", "genesis"), at most
+	// 64 bytes.
+	Role string
+	// Payload, if not nil, replaces the broadcast's payload in this copy
+	// (an empty, non-nil slice: an empty payload).
+	Payload []byte
 }
 
 // BroadcastResult is the outcome of a broadcast.
@@ -84,6 +110,9 @@ type BroadcastResult struct {
 	IdempotencyKey message.IdempotencyKey
 	// Attempts counts the attempts made.
 	Attempts int
+	// Extras are what consumers returned with their acks (R13.12), by
+	// vchannel; nil if none did.
+	Extras map[message.VChannel][]byte
 }
 
 // Broadcast sends a broadcast and returns once its callback has run, or with
@@ -93,42 +122,31 @@ func (c *Client) Broadcast(ctx context.Context, req *BroadcastRequest) (*Broadca
 	if req == nil {
 		return nil, invalidRequest("nil request")
 	}
-	var key message.IdempotencyKey
-	switch {
-	case req.Scope != (Scope{}):
-		if req.ClientKey == "" {
-			req.ClientKey = NewRequestKey()
-		}
-		k, err := message.ScopedKey(req.Scope.Domain, req.Scope.ID, req.ClientKey)
-		if err != nil {
-			return nil, invalidRequest("scope: %v", err)
-		}
-		key = k
-	case req.ClientKey != "":
-		return nil, invalidRequest("a client key needs a scope")
+	key, err := scopedKey(req.Scope, &req.ClientKey)
+	if err != nil {
+		return nil, err
 	}
 	pb := &walcastv1.BroadcastRequest{
 		Type:           req.Type.String(),
 		Payload:        req.Payload,
-		Vchannels:      make([]string, len(req.VChannels)),
-		ResourceKeys:   make([]string, len(req.ResourceKeys)),
 		IdempotencyKey: string(key),
 		AckSyncUp:      req.AckSyncUp,
 		Properties:     req.Properties,
 		RequestDigest:  req.RequestDigest,
+		NoWait:         req.NoWait,
+		Unreplicable:   req.Unreplicable,
+		Vchannels:      strs(req.VChannels),
+		ResourceKeys:   keyStrs(req.ResourceKeys),
+		AppendFirst:    strs(req.AppendFirst),
 	}
-	for i, v := range req.VChannels {
-		pb.Vchannels[i] = string(v)
-	}
-	for i, k := range req.ResourceKeys {
-		pb.ResourceKeys[i] = k.String()
-	}
-	p := ifNotRun
-	if key != "" {
-		p = anyTransient
+	if len(req.Copies) > 0 {
+		pb.Copies = make(map[string]*walcastv1.TargetCopy, len(req.Copies))
+		for v, cp := range req.Copies {
+			pb.Copies[string(v)] = &walcastv1.TargetCopy{Role: cp.Role, Payload: cp.Payload}
+		}
 	}
 	var resp *walcastv1.BroadcastResponse
-	n, err := c.call(ctx, p, func(ctx context.Context, e *endpoint) error {
+	n, err := c.call(ctx, policyOf(key), func(ctx context.Context, e *endpoint) error {
 		r, err := e.broadcast.Broadcast(ctx, connect.NewRequest(pb))
 		if err == nil {
 			resp = r.Msg
@@ -138,6 +156,59 @@ func (c *Client) Broadcast(ctx context.Context, req *BroadcastRequest) (*Broadca
 	if err != nil {
 		return nil, err
 	}
+	return resultOf(resp, key, n), nil
+}
+
+// scopedKey returns the idempotency key of scope and *clientKey, minting
+// the client key if scope is set without one (and storing it there); ""
+// for no scope.
+func scopedKey(scope Scope, clientKey *string) (message.IdempotencyKey, error) {
+	switch {
+	case scope != (Scope{}):
+		if *clientKey == "" {
+			*clientKey = NewRequestKey()
+		}
+		k, err := message.ScopedKey(scope.Domain, scope.ID, *clientKey)
+		if err != nil {
+			return "", invalidRequest("scope: %v", err)
+		}
+		return k, nil
+	case *clientKey != "":
+		return "", invalidRequest("a client key needs a scope")
+	}
+	return "", nil
+}
+
+// policyOf is the retry policy of a broadcast with key: a keyed one is
+// answered by its original when repeated.
+func policyOf(key message.IdempotencyKey) policy {
+	if key != "" {
+		return anyTransient
+	}
+	return ifNotRun
+}
+
+func strs[S ~string](vs []S) []string {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
+
+func keyStrs(ks []resource.Key) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.String()
+	}
+	return out
+}
+
+// resultOf is the client's form of a broadcast's response.
+func resultOf(resp *walcastv1.BroadcastResponse, key message.IdempotencyKey, attempts int) *BroadcastResult {
 	res := &BroadcastResult{
 		BroadcastID:    resp.GetBroadcastId(),
 		Appends:        make(map[message.VChannel]*walcastv1.Checkpoint, len(resp.GetAppends())),
@@ -145,10 +216,16 @@ func (c *Client) Broadcast(ctx context.Context, req *BroadcastRequest) (*Broadca
 		Outcome:        resp.GetOutcome(),
 		Window:         resp.GetWindow(),
 		IdempotencyKey: key,
-		Attempts:       n,
+		Attempts:       attempts,
 	}
 	for v, cp := range resp.GetAppends() {
 		res.Appends[message.VChannel(v)] = cp
 	}
-	return res, nil
+	if len(resp.GetExtras()) > 0 {
+		res.Extras = make(map[message.VChannel][]byte, len(resp.GetExtras()))
+		for v, x := range resp.GetExtras() {
+			res.Extras[message.VChannel(v)] = x
+		}
+	}
+	return res
 }

@@ -60,6 +60,15 @@ var (
 	// does not speak TLS, the server refused the client's certificate).
 	// Retrying does not help; the error says what to change.
 	ErrTLS = errors.New("walcast: TLS handshake failed")
+	// ErrBusy: a NoWait request found a resource key held in a
+	// conflicting mode (R13.15; code Aborted). Nothing was created;
+	// Error.Holder names who holds the key. It does not match
+	// ErrFailedPrecondition.
+	ErrBusy = errors.New("walcast: resource keys busy")
+	// ErrTxnFull: the transaction has as many members as the server's
+	// txn.max_members allows but its end (R13.4): commit or roll it back.
+	// It does not match ErrInvalidArgument.
+	ErrTxnFull = errors.New("walcast: transaction is full")
 	// ErrTaskNotCreated: the server certainly did nothing (it refused before
 	// creating a task, did not lead, or was never reached), so the call can
 	// be repeated safely, keyed or not.
@@ -92,6 +101,10 @@ const (
 	ReasonAlreadyExists = "ALREADY_EXISTS"
 	// ReasonQuotaExceeded: an admission limit refused new work.
 	ReasonQuotaExceeded = "QUOTA_EXCEEDED"
+	// ReasonResourceBusy: a NoWait request found a key held (ErrBusy).
+	ReasonResourceBusy = "RESOURCE_BUSY"
+	// ReasonTxnFull: a transaction reached its member limit (ErrTxnFull).
+	ReasonTxnFull = "TXN_FULL"
 )
 
 // Error is a failed call, after any retries.
@@ -103,6 +116,9 @@ type Error struct {
 	// Attempts counts the attempts made (0 if the request was refused
 	// before any was sent).
 	Attempts int
+	// Holder and Key are, for ErrBusy, who holds the busy key
+	// ("transaction 12@X", "broadcast 42@X") and which key it is.
+	Holder, Key string
 
 	err         error         // the last attempt's error
 	ctxErr      error         // the caller's context error, if it ended the retries
@@ -151,7 +167,7 @@ func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrInvalidArgument:
 		return e.Code == connect.CodeInvalidArgument || e.Code == connect.CodeOutOfRange ||
-			e.Code == connect.CodeResourceExhausted && e.Reason != ReasonQuotaExceeded
+			e.Code == connect.CodeResourceExhausted && e.Reason != ReasonQuotaExceeded && e.Reason != ReasonTxnFull
 	case ErrNotFound:
 		return e.Code == connect.CodeNotFound
 	case ErrKeyReused:
@@ -160,6 +176,10 @@ func (e *Error) Is(target error) bool {
 		return e.Code == connect.CodeAlreadyExists && e.Reason == ReasonAlreadyExists
 	case ErrQuotaExceeded:
 		return e.Code == connect.CodeResourceExhausted && e.Reason == ReasonQuotaExceeded
+	case ErrBusy:
+		return e.Code == connect.CodeAborted && e.Reason == ReasonResourceBusy
+	case ErrTxnFull:
+		return e.Code == connect.CodeResourceExhausted && e.Reason == ReasonTxnFull
 	case ErrFailedPrecondition:
 		return e.Code == connect.CodeFailedPrecondition
 	case ErrNotPrimary:
@@ -186,10 +206,11 @@ type failure struct {
 	code    connect.Code
 	reason  string
 	leader  string
-	notSent bool   // the connection was never made: no server saw the request
-	tlsHint string // set for a TLS failure: retrying cannot help
-	hint    string // set for an answer from something that is no walcast API
-	hung    bool   // abandoned: the coordinator stopped answering (hungError)
+	meta    map[string]string // the ErrorInfo's metadata
+	notSent bool              // the connection was never made: no server saw the request
+	tlsHint string            // set for a TLS failure: retrying cannot help
+	hint    string            // set for an answer from something that is no walcast API
+	hung    bool              // abandoned: the coordinator stopped answering (hungError)
 	// unreachable is set when the call ends because no coordinator could
 	// be connected to for that long.
 	unreachable time.Duration
@@ -204,6 +225,7 @@ func inspect(err error) failure {
 			v, verr := d.Value()
 			if info, ok := v.(*errdetails.ErrorInfo); ok && verr == nil && info.GetDomain() == errorDomain {
 				f.reason = info.GetReason()
+				f.meta = info.GetMetadata()
 				if f.leader == "" {
 					f.leader = info.GetMetadata()["leader"]
 				}
@@ -259,8 +281,12 @@ func (f failure) retryable(p policy) bool {
 }
 
 func (f failure) toError(attempts int, ctxErr error) *Error {
-	return &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent, tlsHint: f.tlsHint,
+	e := &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent, tlsHint: f.tlsHint,
 		hint: f.hint, unreachable: f.unreachable}
+	if f.reason == ReasonResourceBusy {
+		e.Holder, e.Key = f.meta["holder"], f.meta["key"]
+	}
+	return e
 }
 
 // invalidRequest is a request refused before any attempt.

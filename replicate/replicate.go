@@ -58,6 +58,10 @@ type Config struct {
 	PChannels []message.PChannel
 	// Types tells which message types are unreplicable.
 	Types *message.Registry
+	// SkipTypes are types this replicator drops besides those
+	// (replication.skip_types, R13.14): their broadcasts never reach the
+	// destination.
+	SkipTypes []message.Type
 	// Catalog holds the checkpoints (the secondary's, fenced to the
 	// leader's term), under Prefix.
 	Catalog catalog.Catalog
@@ -373,7 +377,7 @@ func (r *Replicator) items(p message.PChannel, entry []wal.Copy) ([]wal.Item, er
 	var items []wal.Item
 	var cur *message.Message
 	for _, c := range entry {
-		if broadcast.Unreplicable(r.cfg.Types, c.Message) {
+		if broadcast.Unreplicable(r.cfg.Types, c.Message) || slices.Contains(r.cfg.SkipTypes, c.Message.Type) {
 			continue
 		}
 		if c.Message != cur {

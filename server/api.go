@@ -52,6 +52,12 @@ const (
 	// MaxReasonBytes bounds CompleteCallbackRequest.reason, which becomes
 	// the task's recorded outcome, stored in its tombstone.
 	MaxReasonBytes = 1 << 10
+	// MaxExtraBytes bounds AckRequest.extra, a consumer's result persisted
+	// with its checkpoint in the task's record (R13.12).
+	MaxExtraBytes = 1 << 10
+	// MaxRoleBytes bounds a per-target copy's role (R13.10), a short word
+	// for the consumer.
+	MaxRoleBytes = 64
 )
 
 // APIOption configures NewBroadcastHandler.
@@ -176,38 +182,27 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	// Check what the API can before touching the broadcaster, so such a
 	// request takes no lock; the engine checks the rest (registered type,
 	// payload size, key length) before it creates anything.
-	typ, err := message.ParseType(r.GetType())
+	typ, err := a.checkType(r.GetType())
 	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: type: %w", broadcast.ErrInvalidArgument, err))
+		return nil, a.fail(proc, err)
 	}
-	if a.cfg.reserved[typ] || typ == broadcast.AlterReplicateConfig {
-		return nil, a.fail(proc, invalidArg("type %s is broadcast by its own API (validated under its locks), not by BroadcastService", typ))
-	}
-	targets := make([]message.VChannel, len(r.GetVchannels()))
-	for i, v := range r.GetVchannels() {
-		targets[i] = message.VChannel(v)
-	}
-	keys := make([]resource.Key, len(r.GetResourceKeys()))
-	for i, s := range r.GetResourceKeys() {
-		if keys[i], err = resource.Parse(s); err != nil {
-			return nil, a.fail(proc, fmt.Errorf("%w: resource_keys[%d]: %w", broadcast.ErrInvalidArgument, i, err))
-		}
+	keys, err := parseKeys(r.GetResourceKeys())
+	if err != nil {
+		return nil, a.fail(proc, err)
 	}
 	ik, err := message.ParseIdempotencyKey(r.GetIdempotencyKey())
 	if err != nil {
 		return nil, a.fail(proc, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err))
 	}
-	mopts := []message.Option{message.WithIdempotencyKey(ik)}
-	if r.GetAckSyncUp() {
-		mopts = append(mopts, message.WithAckSyncUp())
-	}
-	for k, v := range r.GetProperties() {
-		mopts = append(mopts, message.WithProperty(k, v))
-	}
+	mopts := messageOptions(ik, r.GetAckSyncUp(), r.GetProperties())
 	if d := r.GetRequestDigest(); len(d) > MaxRequestDigestBytes {
 		return nil, a.fail(proc, invalidArg("request_digest is %d bytes, limit %d: send a hash of the request", len(d), MaxRequestDigestBytes))
 	}
-	msg, err := message.NewBroadcast(typ, r.GetPayload(), targets, mopts...)
+	copts, err := copyOptions(r)
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	msg, err := message.NewBroadcast(typ, r.GetPayload(), vchannelsOf(r.GetVchannels()), append(mopts, copts...)...)
 	if err != nil {
 		return nil, a.fail(proc, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err))
 	}
@@ -221,16 +216,14 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	if err := b.Check(msg); err != nil {
 		return nil, a.fail(proc, err)
 	}
-	var h *broadcast.Handle
+	areq := broadcast.AcquireRequest{Keys: keys, NoWait: r.GetNoWait(), Unreplicable: r.GetUnreplicable()}
 	if ik != "" {
-		idem := broadcast.Idempotent{Type: typ, Key: ik}
+		areq.Idempotent = &broadcast.Idempotent{Type: typ, Key: ik}
 		if d := r.GetRequestDigest(); len(d) > 0 {
-			idem.Digest = d
+			areq.Idempotent.Digest = d
 		}
-		h, err = b.WithIdempotentResourceKeys(ctx, idem, keys...)
-	} else {
-		h, err = b.WithResourceKeys(ctx, keys...)
 	}
+	h, err := b.Acquire(ctx, areq)
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
@@ -239,17 +232,34 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	out := &walcastv1.BroadcastResponse{
-		BroadcastId: res.BroadcastID,
-		Appends:     make(map[string]*walcastv1.Checkpoint, len(res.Appends)),
-		Duplicated:  res.Duplicated != nil,
-		Outcome:     outcomePB(res.Outcome),
-		Window:      windowPB(res.Window),
+	return connect.NewResponse(broadcastResponsePB(res)), nil
+}
+
+// copyOptions are the message options of a request's per-target copies
+// (R13.10) and two-phase append (R13.11); the message checks that they
+// name its targets.
+func copyOptions(r *walcastv1.BroadcastRequest) ([]message.Option, error) {
+	var opts []message.Option
+	for v, c := range r.GetCopies() {
+		if c == nil {
+			return nil, invalidArg("copies[%s]: empty copy spec", v)
+		}
+		if n := len(c.GetRole()); n > MaxRoleBytes {
+			return nil, invalidArg("copies[%s].role is %d bytes, limit %d", v, n, MaxRoleBytes)
+		}
+		var payload []byte
+		if c.Payload != nil {
+			payload = c.GetPayload()
+			if payload == nil {
+				payload = []byte{}
+			}
+		}
+		opts = append(opts, message.WithCopy(message.VChannel(v), c.GetRole(), payload))
 	}
-	for v, cp := range res.Appends {
-		out.Appends[string(v)] = checkpointPB(cp)
+	if af := r.GetAppendFirst(); len(af) > 0 {
+		opts = append(opts, message.WithAppendFirst(vchannelsOf(af)...))
 	}
-	return connect.NewResponse(out), nil
+	return opts, nil
 }
 
 // Ack records one consumer acknowledgement. The client cannot cancel it: an
@@ -265,6 +275,10 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 	if cp := r.GetCheckpoint(); cp != nil {
 		ack.Checkpoint = wal.Checkpoint{MessageID: cp.GetMessageId(), TimeTick: cp.GetTimeTick(), LastConfirmed: cp.GetLastConfirmed()}
 	}
+	if n := len(r.GetExtra()); n > MaxExtraBytes {
+		return nil, a.fail(proc, invalidArg("extra is %d bytes, limit %d: return a reference to a larger result", n, MaxExtraBytes))
+	}
+	ack.Extra = r.GetExtra()
 	// Consumers send the message only for a replicated copy (the engine
 	// needs it only to create the task on a secondary), so ordinary acks
 	// decode nothing.
@@ -627,11 +641,17 @@ func taskPB(ti broadcast.TaskInfo) *walcastv1.Task {
 	}
 	for i, v := range ti.VChannels {
 		t.Vchannels[i] = &walcastv1.VChannelState{Vchannel: string(v.VChannel), Appended: v.Appended, Acked: v.Acked,
-			Checkpoint: checkpointPB(v.Checkpoint)}
+			Checkpoint: checkpointPB(v.Checkpoint), Extra: ti.Extras[v.VChannel]}
+		if m := ti.Message; m != nil {
+			t.Vchannels[i].CopyRole = m.RoleFor(v.VChannel)
+			t.Vchannels[i].AppendFirst = m.AppendsFirst(v.VChannel)
+		}
 	}
 	if ti.Message != nil {
 		t.Payload = ti.Message.Payload
+		t.Group = groupHeaderPB(ti.Message.Group)
 	}
+	t.HoldsKeys, t.ReleasedBy = ti.HoldsKeys, ti.ReleasedBy
 	return t
 }
 

@@ -301,7 +301,26 @@ type Config struct {
 		// MaxKeyLength bounds new client idempotency keys, in bytes.
 		MaxKeyLength    int `yaml:"max_key_length"`
 		MaxMessageBytes int `yaml:"max_message_bytes"`
+		// Txn bounds broadcast transactions (R13.4): members (Begin and
+		// end included; the last is kept for the end, beyond it a body
+		// fails with TXN_FULL), a member's payload bytes, and targets (the
+		// control channel included). 0: the engine's default (64, or the
+		// catalog's transaction ops less two; 256 KiB; 128).
+		Txn struct {
+			MaxMembers     int `yaml:"max_members"`
+			MaxMemberBytes int `yaml:"max_member_bytes"`
+			MaxVChannels   int `yaml:"max_vchannels"`
+		} `yaml:"txn"`
 	} `yaml:"broadcast"`
+	Replication struct {
+		// SkipTypes are message types (<name>.v<version>) this cluster's
+		// replicator, while it is a secondary, does not copy from its
+		// primary (R13.14): a per-type replication policy on top of the
+		// types that are local-only anyway (R13.13). A skipped broadcast
+		// never reaches this cluster: skip only types whose effect this
+		// cluster must not have, never a transaction's members.
+		SkipTypes []string `yaml:"skip_types"`
+	} `yaml:"replication"`
 	Nodes struct {
 		// Count is how many streaming nodes a standalone process runs; the
 		// pchannels are spread over them round robin.
@@ -779,6 +798,12 @@ func (c Config) Validate() error {
 		return bad("broadcast.backoff", "need 0 < initial (%v) <= max (%v)", b.Backoff.Initial.D(), b.Backoff.Max.D())
 	case b.Backoff.Multiplier < 1:
 		return bad("broadcast.backoff.multiplier", "%v is below 1", b.Backoff.Multiplier)
+	case b.Txn.MaxMembers != 0 && (b.Txn.MaxMembers < 2 || b.Txn.MaxMembers > c.Catalog.MaxTxnOps-2):
+		return bad("broadcast.txn.max_members", "%d: need 0 (the default) or 2 to %d (catalog.max_txn_ops less two)", b.Txn.MaxMembers, c.Catalog.MaxTxnOps-2)
+	case b.Txn.MaxMemberBytes < 0:
+		return bad("broadcast.txn.max_member_bytes", "%d is negative", b.Txn.MaxMemberBytes)
+	case b.Txn.MaxVChannels != 0 && b.Txn.MaxVChannels < 2:
+		return bad("broadcast.txn.max_vchannels", "%d: need 0 (the default) or at least 2 (a target and the control channel)", b.Txn.MaxVChannels)
 	case b.Tombstone.MaxLifetime <= 0:
 		return bad("broadcast.tombstone.max_lifetime", "must be positive")
 	case b.Tombstone.MaxCount < 1:
@@ -817,6 +842,9 @@ func (c Config) Validate() error {
 		return bad("meta.collection_shards", "%d is outside 1..256", c.Meta.CollectionShards)
 	}
 	if err := c.validateClasses(); err != nil {
+		return err
+	}
+	if _, err := c.skipTypes(); err != nil {
 		return err
 	}
 	if _, _, err := c.EmbeddedPorts(); err != nil {
@@ -995,6 +1023,23 @@ func (c Config) validateClasses() error {
 			importCount, c.Meta.MaxImportJobNum)
 	}
 	return nil
+}
+
+// skipTypes returns replication.skip_types, checked: each a type name
+// <name>.v<version>, named once.
+func (c Config) skipTypes() ([]message.Type, error) {
+	var out []message.Type
+	for i, s := range c.Replication.SkipTypes {
+		t, err := message.ParseType(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: replication.skip_types[%d]: %v", ErrConfig, i, err)
+		}
+		if slices.Contains(out, t) {
+			return nil, fmt.Errorf("%w: replication.skip_types[%d]: %s is named twice", ErrConfig, i, t)
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // retentionClasses returns the classes as the engine takes them.

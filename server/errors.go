@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -69,6 +70,16 @@ const (
 	// ReasonQuotaExceeded (ResourceExhausted): an admission limit refused
 	// new work; retry later, with the same idempotency key.
 	ReasonQuotaExceeded = "QUOTA_EXCEEDED"
+	// ReasonResourceBusy (Aborted): a no_wait request found a resource key
+	// held in a conflicting mode (R13.15); the detail's "key" and "holder"
+	// metadata name the key and who holds it ("transaction 12@X",
+	// "broadcast 42@X"). Nothing was created: retry later, or without
+	// no_wait to queue.
+	ReasonResourceBusy = "RESOURCE_BUSY"
+	// ReasonTxnFull (ResourceExhausted): the transaction has as many
+	// members as the txn.max_members limit allows but its end (R13.4):
+	// commit or roll it back.
+	ReasonTxnFull = "TXN_FULL"
 )
 
 // codeOf maps an error of the engine or of request parsing to the status a
@@ -99,6 +110,14 @@ func codeOf(err error) (connect.Code, string) {
 		return connect.CodeAlreadyExists, ReasonAlreadyExists
 	case errors.Is(err, ErrQuotaExceeded):
 		return connect.CodeResourceExhausted, ReasonQuotaExceeded
+	// Aborted, not FailedPrecondition: the request was fine and the state
+	// it met is transient (someone holds the key); gRPC's guidance for
+	// Aborted is "retry at a higher level", which is what a try-acquire's
+	// caller decides to do.
+	case errors.Is(err, broadcast.ErrBusy):
+		return connect.CodeAborted, ReasonResourceBusy
+	case errors.Is(err, broadcast.ErrTxnFull):
+		return connect.CodeResourceExhausted, ReasonTxnFull
 	case errors.Is(err, broadcast.ErrInvalidArgument),
 		errors.Is(err, broadcast.ErrVChannelNotInTask),
 		errors.Is(err, message.ErrInvalidChannel),
@@ -181,9 +200,28 @@ func toConnectError(err error) *connect.Error {
 		if leader != "" {
 			info.Metadata = map[string]string{"leader": leader}
 		}
+		if reason == ReasonResourceBusy {
+			if key, holder, ok := busyHolder(err); ok {
+				info.Metadata = map[string]string{"key": key, "holder": holder}
+			}
+		}
 		if d, derr := connect.NewErrorDetail(info); derr == nil {
 			ce.AddDetail(d)
 		}
 	}
 	return ce
+}
+
+// busyHolder returns the key and its holder that a try-acquire's ErrBusy
+// names ("Collection:db:c@X", "transaction 12@X"). The engine reports them
+// in the error's text only (resource.Table.TryAcquire's "<key> is held by
+// <holders>"), so they are read from there; ok is false if the text has
+// another form.
+func busyHolder(err error) (key, holder string, ok bool) {
+	_, rest, found := strings.Cut(err.Error(), resource.ErrConflict.Error()+": ")
+	if !found {
+		return "", "", false
+	}
+	key, holder, ok = strings.Cut(rest, " is held by ")
+	return key, holder, ok && key != "" && holder != ""
 }

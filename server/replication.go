@@ -45,6 +45,9 @@ type replication struct {
 	// foreign hears entries of the primary's WAL that another cluster
 	// wrote (a topology naming the primary wrongly), if set.
 	foreign func(wal.Foreign)
+	// skip are the types the replicator drops (replication.skip_types,
+	// R13.14).
+	skip []message.Type
 	// start opens the primary's WAL at source and runs a replicator on it
 	// (startReplicator; tests replace it).
 	start func(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error)
@@ -210,7 +213,7 @@ func (rp *replication) startReplicator(ctx context.Context, b *broadcast.Broadca
 		sopts = append(sopts, wal.WithForeign(rp.foreign))
 	}
 	r, err := replicate.New(replicate.Config{SourceCluster: primary, Source: wal.New(src, sopts...),
-		Dest: rp.dest, PChannels: rp.pchans, Types: b.Types(), Catalog: b.Catalog(), Prefix: b.Prefix(), Logger: rp.log})
+		Dest: rp.dest, PChannels: rp.pchans, Types: b.Types(), SkipTypes: rp.skip, Catalog: b.Catalog(), Prefix: b.Prefix(), Logger: rp.log})
 	if err != nil {
 		_ = src.Close()
 		return nil, err

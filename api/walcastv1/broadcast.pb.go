@@ -81,6 +81,65 @@ func (OutcomeStatus) EnumDescriptor() ([]byte, []int) {
 	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{0}
 }
 
+// GroupKind is a broadcast's part in its group.
+type GroupKind int32
+
+const (
+	GroupKind_GROUP_KIND_UNSPECIFIED GroupKind = 0
+	// The group's first broadcast: a transaction's Begin, or the broadcast
+	// that acquires an ownership.
+	GroupKind_GROUP_KIND_BEGIN GroupKind = 1
+	GroupKind_GROUP_KIND_BODY  GroupKind = 2
+	// The ends, which release the group's keys.
+	GroupKind_GROUP_KIND_COMMIT   GroupKind = 3
+	GroupKind_GROUP_KIND_ROLLBACK GroupKind = 4
+)
+
+// Enum value maps for GroupKind.
+var (
+	GroupKind_name = map[int32]string{
+		0: "GROUP_KIND_UNSPECIFIED",
+		1: "GROUP_KIND_BEGIN",
+		2: "GROUP_KIND_BODY",
+		3: "GROUP_KIND_COMMIT",
+		4: "GROUP_KIND_ROLLBACK",
+	}
+	GroupKind_value = map[string]int32{
+		"GROUP_KIND_UNSPECIFIED": 0,
+		"GROUP_KIND_BEGIN":       1,
+		"GROUP_KIND_BODY":        2,
+		"GROUP_KIND_COMMIT":      3,
+		"GROUP_KIND_ROLLBACK":    4,
+	}
+)
+
+func (x GroupKind) Enum() *GroupKind {
+	p := new(GroupKind)
+	*p = x
+	return p
+}
+
+func (x GroupKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GroupKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_walcast_api_v1_broadcast_proto_enumTypes[1].Descriptor()
+}
+
+func (GroupKind) Type() protoreflect.EnumType {
+	return &file_walcast_api_v1_broadcast_proto_enumTypes[1]
+}
+
+func (x GroupKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GroupKind.Descriptor instead.
+func (GroupKind) EnumDescriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{1}
+}
+
 type Checkpoint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MessageId     uint64                 `protobuf:"varint,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
@@ -308,6 +367,22 @@ type BroadcastRequest struct {
 	// Optional digest of the client's request, compared on retries instead of
 	// the payload.
 	RequestDigest []byte `protobuf:"bytes,8,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
+	// Fail at once with code Aborted (ErrorInfo reason RESOURCE_BUSY, its
+	// "holder" metadata and the message naming the holder) instead of
+	// queueing for a resource key held in a conflicting mode (R13.15).
+	// Queued waiters do not make it fail. Nothing is created.
+	NoWait bool `protobuf:"varint,9,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	// Local-only (R13.13): the broadcast goes to this cluster's WAL only, no
+	// replicator copies it, and it is accepted on a secondary too. A type
+	// registered as unreplicable is local-only without it.
+	Unreplicable bool `protobuf:"varint,10,opt,name=unreplicable,proto3" json:"unreplicable,omitempty"`
+	// Per-target copies (R13.10): a role or a payload of its own for some
+	// targets, by vchannel; each must be one of vchannels.
+	Copies map[string]*TargetCopy `protobuf:"bytes,11,rep,name=copies,proto3" json:"copies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Two-phase append (R13.11): the copies of these targets are appended,
+	// and acked by their consumers, before the others are appended; not every
+	// target.
+	AppendFirst   []string `protobuf:"bytes,12,rep,name=append_first,json=appendFirst,proto3" json:"append_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -398,21 +473,106 @@ func (x *BroadcastRequest) GetRequestDigest() []byte {
 	return nil
 }
 
+func (x *BroadcastRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
+func (x *BroadcastRequest) GetUnreplicable() bool {
+	if x != nil {
+		return x.Unreplicable
+	}
+	return false
+}
+
+func (x *BroadcastRequest) GetCopies() map[string]*TargetCopy {
+	if x != nil {
+		return x.Copies
+	}
+	return nil
+}
+
+func (x *BroadcastRequest) GetAppendFirst() []string {
+	if x != nil {
+		return x.AppendFirst
+	}
+	return nil
+}
+
+// TargetCopy is what one target's copy carries beside the broadcast's own.
+type TargetCopy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A short word for the consumer ("fence", "genesis"), at most 64 bytes.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// The copy's own payload; unset: the broadcast's.
+	Payload       []byte `protobuf:"bytes,2,opt,name=payload,proto3,oneof" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetCopy) Reset() {
+	*x = TargetCopy{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetCopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetCopy) ProtoMessage() {}
+
+func (x *TargetCopy) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetCopy.ProtoReflect.Descriptor instead.
+func (*TargetCopy) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TargetCopy) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *TargetCopy) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
 type BroadcastResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	BroadcastId uint64                 `protobuf:"varint,1,opt,name=broadcast_id,json=broadcastId,proto3" json:"broadcast_id,omitempty"`
 	Appends     map[string]*Checkpoint `protobuf:"bytes,2,rep,name=appends,proto3" json:"appends,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Set when the request resolved to an earlier broadcast.
-	Duplicated    bool     `protobuf:"varint,3,opt,name=duplicated,proto3" json:"duplicated,omitempty"`
-	Outcome       *Outcome `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Window        *Window  `protobuf:"bytes,5,opt,name=window,proto3" json:"window,omitempty"`
+	Duplicated bool     `protobuf:"varint,3,opt,name=duplicated,proto3" json:"duplicated,omitempty"`
+	Outcome    *Outcome `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Window     *Window  `protobuf:"bytes,5,opt,name=window,proto3" json:"window,omitempty"`
+	// What consumers returned with their acks (R13.12), by vchannel.
+	Extras        map[string][]byte `protobuf:"bytes,6,rep,name=extras,proto3" json:"extras,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BroadcastResponse) Reset() {
 	*x = BroadcastResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[4]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +584,7 @@ func (x *BroadcastResponse) String() string {
 func (*BroadcastResponse) ProtoMessage() {}
 
 func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[4]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +597,7 @@ func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
 func (*BroadcastResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{4}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BroadcastResponse) GetBroadcastId() uint64 {
@@ -475,6 +635,13 @@ func (x *BroadcastResponse) GetWindow() *Window {
 	return nil
 }
 
+func (x *BroadcastResponse) GetExtras() map[string][]byte {
+	if x != nil {
+		return x.Extras
+	}
+	return nil
+}
+
 type AckRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	BroadcastId uint64                 `protobuf:"varint,1,opt,name=broadcast_id,json=broadcastId,proto3" json:"broadcast_id,omitempty"`
@@ -482,14 +649,18 @@ type AckRequest struct {
 	Checkpoint  *Checkpoint            `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	// The consumed copy's message in walcast's durable encoding, if the
 	// consumer has it; required to create a replicated task on a secondary.
-	Message       []byte `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Message []byte `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// What the consumer returns with its ack (R13.12): persisted with the
+	// checkpoint, given to the callback and to the broadcast's caller; at
+	// most 1 KiB.
+	Extra         []byte `protobuf:"bytes,5,opt,name=extra,proto3" json:"extra,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[5]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +672,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[5]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +685,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{5}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AckRequest) GetBroadcastId() uint64 {
@@ -545,6 +716,13 @@ func (x *AckRequest) GetMessage() []byte {
 	return nil
 }
 
+func (x *AckRequest) GetExtra() []byte {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
 type AckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -553,7 +731,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[6]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +743,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[6]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +756,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{6}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{7}
 }
 
 type GetTaskRequest struct {
@@ -590,7 +768,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[7]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +780,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[7]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +793,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{7}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetTaskRequest) GetId() uint64 {
@@ -626,18 +804,25 @@ func (x *GetTaskRequest) GetId() uint64 {
 }
 
 type VChannelState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vchannel      string                 `protobuf:"bytes,1,opt,name=vchannel,proto3" json:"vchannel,omitempty"`
-	Appended      bool                   `protobuf:"varint,2,opt,name=appended,proto3" json:"appended,omitempty"`
-	Acked         bool                   `protobuf:"varint,3,opt,name=acked,proto3" json:"acked,omitempty"`
-	Checkpoint    *Checkpoint            `protobuf:"bytes,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Vchannel   string                 `protobuf:"bytes,1,opt,name=vchannel,proto3" json:"vchannel,omitempty"`
+	Appended   bool                   `protobuf:"varint,2,opt,name=appended,proto3" json:"appended,omitempty"`
+	Acked      bool                   `protobuf:"varint,3,opt,name=acked,proto3" json:"acked,omitempty"`
+	Checkpoint *Checkpoint            `protobuf:"bytes,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// What the consumer returned with its ack (R13.12).
+	Extra []byte `protobuf:"bytes,5,opt,name=extra,proto3" json:"extra,omitempty"`
+	// The copy's role (R13.10), "" if none.
+	CopyRole string `protobuf:"bytes,6,opt,name=copy_role,json=copyRole,proto3" json:"copy_role,omitempty"`
+	// Set when the copy is appended in a two-phase append's first phase
+	// (R13.11).
+	AppendFirst   bool `protobuf:"varint,7,opt,name=append_first,json=appendFirst,proto3" json:"append_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VChannelState) Reset() {
 	*x = VChannelState{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[8]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +834,7 @@ func (x *VChannelState) String() string {
 func (*VChannelState) ProtoMessage() {}
 
 func (x *VChannelState) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[8]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +847,7 @@ func (x *VChannelState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VChannelState.ProtoReflect.Descriptor instead.
 func (*VChannelState) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{8}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VChannelState) GetVchannel() string {
@@ -693,6 +878,27 @@ func (x *VChannelState) GetCheckpoint() *Checkpoint {
 	return nil
 }
 
+func (x *VChannelState) GetExtra() []byte {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
+func (x *VChannelState) GetCopyRole() string {
+	if x != nil {
+		return x.CopyRole
+	}
+	return ""
+}
+
+func (x *VChannelState) GetAppendFirst() bool {
+	if x != nil {
+		return x.AppendFirst
+	}
+	return false
+}
+
 type CallbackState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Running       bool                   `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
@@ -706,7 +912,7 @@ type CallbackState struct {
 
 func (x *CallbackState) Reset() {
 	*x = CallbackState{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[9]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +924,7 @@ func (x *CallbackState) String() string {
 func (*CallbackState) ProtoMessage() {}
 
 func (x *CallbackState) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[9]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +937,7 @@ func (x *CallbackState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallbackState.ProtoReflect.Descriptor instead.
 func (*CallbackState) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{9}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CallbackState) GetRunning() bool {
@@ -799,13 +1005,19 @@ type Task struct {
 	// failed later): a retry with the task's key gets this failed original
 	// (R7.9), so mint a new key.
 	ApplicationOutcome *Outcome `protobuf:"bytes,18,opt,name=application_outcome,json=applicationOutcome,proto3" json:"application_outcome,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Set on a group's Begin that holds the group's keys (stage "holding";
+	// R13.1, R13.7); released_by is the end that released them, once it did.
+	HoldsKeys  bool   `protobuf:"varint,19,opt,name=holds_keys,json=holdsKeys,proto3" json:"holds_keys,omitempty"`
+	ReleasedBy uint64 `protobuf:"varint,20,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`
+	// The task's place in its group, if it is a group's member.
+	Group         *GroupHeader `protobuf:"bytes,21,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[10]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1029,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[10]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1042,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{10}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Task) GetId() uint64 {
@@ -959,6 +1171,101 @@ func (x *Task) GetApplicationOutcome() *Outcome {
 	return nil
 }
 
+func (x *Task) GetHoldsKeys() bool {
+	if x != nil {
+		return x.HoldsKeys
+	}
+	return false
+}
+
+func (x *Task) GetReleasedBy() uint64 {
+	if x != nil {
+		return x.ReleasedBy
+	}
+	return 0
+}
+
+func (x *Task) GetGroup() *GroupHeader {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+// GroupHeader is a broadcast's place in its group (R13.1, R13.7).
+type GroupHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group's id: its Begin's broadcast id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The member's sequence number, 0 for the Begin: callbacks take effect
+	// in this order.
+	Seq  uint32    `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Kind GroupKind `protobuf:"varint,3,opt,name=kind,proto3,enum=walcast.api.v1.GroupKind" json:"kind,omitempty"`
+	// The ownership a resource-key owner holds ("import/7"); "" in a
+	// transaction.
+	OwnerKey      string `protobuf:"bytes,4,opt,name=owner_key,json=ownerKey,proto3" json:"owner_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupHeader) Reset() {
+	*x = GroupHeader{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupHeader) ProtoMessage() {}
+
+func (x *GroupHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupHeader.ProtoReflect.Descriptor instead.
+func (*GroupHeader) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GroupHeader) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GroupHeader) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GroupHeader) GetKind() GroupKind {
+	if x != nil {
+		return x.Kind
+	}
+	return GroupKind_GROUP_KIND_UNSPECIFIED
+}
+
+func (x *GroupHeader) GetOwnerKey() string {
+	if x != nil {
+		return x.OwnerKey
+	}
+	return ""
+}
+
 type ListTasksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PENDING, REPLICATED, TOMBSTONE; empty for all.
@@ -981,7 +1288,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1300,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1313,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{11}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksRequest) GetStates() []string {
@@ -1070,7 +1377,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[12]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1389,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[12]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1402,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{12}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1120,7 +1427,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[13]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1439,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[13]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1452,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{13}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{15}
 }
 
 type LockHolder struct {
@@ -1160,7 +1467,7 @@ type LockHolder struct {
 
 func (x *LockHolder) Reset() {
 	*x = LockHolder{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[14]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1479,7 @@ func (x *LockHolder) String() string {
 func (*LockHolder) ProtoMessage() {}
 
 func (x *LockHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[14]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1492,7 @@ func (x *LockHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
 func (*LockHolder) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{14}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LockHolder) GetOwner() string {
@@ -1221,7 +1528,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[15]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1540,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[15]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1553,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{15}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LockState) GetDomain() string {
@@ -1286,7 +1593,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[16]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1605,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[16]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1618,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{16}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockState {
@@ -1331,7 +1638,7 @@ type LookupKeyRequest struct {
 
 func (x *LookupKeyRequest) Reset() {
 	*x = LookupKeyRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[17]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1650,7 @@ func (x *LookupKeyRequest) String() string {
 func (*LookupKeyRequest) ProtoMessage() {}
 
 func (x *LookupKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[17]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1663,7 @@ func (x *LookupKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupKeyRequest.ProtoReflect.Descriptor instead.
 func (*LookupKeyRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{17}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LookupKeyRequest) GetType() string {
@@ -1387,7 +1694,7 @@ type LookupKeyResponse struct {
 
 func (x *LookupKeyResponse) Reset() {
 	*x = LookupKeyResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[18]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1706,7 @@ func (x *LookupKeyResponse) String() string {
 func (*LookupKeyResponse) ProtoMessage() {}
 
 func (x *LookupKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[18]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1719,7 @@ func (x *LookupKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupKeyResponse.ProtoReflect.Descriptor instead.
 func (*LookupKeyResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{18}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LookupKeyResponse) GetBroadcastId() uint64 {
@@ -1459,7 +1766,7 @@ type RetryCallbackRequest struct {
 
 func (x *RetryCallbackRequest) Reset() {
 	*x = RetryCallbackRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[19]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1778,7 @@ func (x *RetryCallbackRequest) String() string {
 func (*RetryCallbackRequest) ProtoMessage() {}
 
 func (x *RetryCallbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[19]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1791,7 @@ func (x *RetryCallbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryCallbackRequest.ProtoReflect.Descriptor instead.
 func (*RetryCallbackRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{19}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RetryCallbackRequest) GetId() uint64 {
@@ -1502,7 +1809,7 @@ type RetryCallbackResponse struct {
 
 func (x *RetryCallbackResponse) Reset() {
 	*x = RetryCallbackResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[20]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1821,7 @@ func (x *RetryCallbackResponse) String() string {
 func (*RetryCallbackResponse) ProtoMessage() {}
 
 func (x *RetryCallbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[20]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1834,7 @@ func (x *RetryCallbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryCallbackResponse.ProtoReflect.Descriptor instead.
 func (*RetryCallbackResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{20}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{22}
 }
 
 type CompleteCallbackRequest struct {
@@ -1540,7 +1847,7 @@ type CompleteCallbackRequest struct {
 
 func (x *CompleteCallbackRequest) Reset() {
 	*x = CompleteCallbackRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1859,7 @@ func (x *CompleteCallbackRequest) String() string {
 func (*CompleteCallbackRequest) ProtoMessage() {}
 
 func (x *CompleteCallbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1872,7 @@ func (x *CompleteCallbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCallbackRequest.ProtoReflect.Descriptor instead.
 func (*CompleteCallbackRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{21}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompleteCallbackRequest) GetId() uint64 {
@@ -1590,7 +1897,7 @@ type CompleteCallbackResponse struct {
 
 func (x *CompleteCallbackResponse) Reset() {
 	*x = CompleteCallbackResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1909,7 @@ func (x *CompleteCallbackResponse) String() string {
 func (*CompleteCallbackResponse) ProtoMessage() {}
 
 func (x *CompleteCallbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1922,7 @@ func (x *CompleteCallbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCallbackResponse.ProtoReflect.Descriptor instead.
 func (*CompleteCallbackResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{22}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{24}
 }
 
 type ForceAckRequest struct {
@@ -1631,7 +1938,7 @@ type ForceAckRequest struct {
 
 func (x *ForceAckRequest) Reset() {
 	*x = ForceAckRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1950,7 @@ func (x *ForceAckRequest) String() string {
 func (*ForceAckRequest) ProtoMessage() {}
 
 func (x *ForceAckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1963,7 @@ func (x *ForceAckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAckRequest.ProtoReflect.Descriptor instead.
 func (*ForceAckRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{23}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ForceAckRequest) GetId() uint64 {
@@ -1690,7 +1997,7 @@ type ForceAckResponse struct {
 
 func (x *ForceAckResponse) Reset() {
 	*x = ForceAckResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2009,7 @@ func (x *ForceAckResponse) String() string {
 func (*ForceAckResponse) ProtoMessage() {}
 
 func (x *ForceAckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2022,7 @@ func (x *ForceAckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAckResponse.ProtoReflect.Descriptor instead.
 func (*ForceAckResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{24}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForceAckResponse) GetTask() *Task {
@@ -1733,7 +2040,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +2052,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +2065,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{25}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{27}
 }
 
 type MessageType struct {
@@ -1774,7 +2081,7 @@ type MessageType struct {
 
 func (x *MessageType) Reset() {
 	*x = MessageType{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2093,7 @@ func (x *MessageType) String() string {
 func (*MessageType) ProtoMessage() {}
 
 func (x *MessageType) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2106,7 @@ func (x *MessageType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageType.ProtoReflect.Descriptor instead.
 func (*MessageType) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{26}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MessageType) GetType() string {
@@ -1839,7 +2146,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2158,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,12 +2171,725 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{27}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListTypesResponse) GetTypes() []*MessageType {
 	if x != nil {
 		return x.Types
+	}
+	return nil
+}
+
+type WaitVChannelsAckedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The broadcast's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Targets of the broadcast whose copies must be acked (at least one).
+	Vchannels     []string `protobuf:"bytes,2,rep,name=vchannels,proto3" json:"vchannels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitVChannelsAckedRequest) Reset() {
+	*x = WaitVChannelsAckedRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitVChannelsAckedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitVChannelsAckedRequest) ProtoMessage() {}
+
+func (x *WaitVChannelsAckedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitVChannelsAckedRequest.ProtoReflect.Descriptor instead.
+func (*WaitVChannelsAckedRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WaitVChannelsAckedRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WaitVChannelsAckedRequest) GetVchannels() []string {
+	if x != nil {
+		return x.Vchannels
+	}
+	return nil
+}
+
+type WaitVChannelsAckedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task once they are acked: their checkpoints and extras.
+	Task          *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitVChannelsAckedResponse) Reset() {
+	*x = WaitVChannelsAckedResponse{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitVChannelsAckedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitVChannelsAckedResponse) ProtoMessage() {}
+
+func (x *WaitVChannelsAckedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitVChannelsAckedResponse.ProtoReflect.Descriptor instead.
+func (*WaitVChannelsAckedResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WaitVChannelsAckedResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type BeginTxnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Begin's type ("<name>.v<version>"), payload and targets: every
+	// member goes to these targets (and the control channel).
+	Type      string   `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Payload   []byte   `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Vchannels []string `protobuf:"bytes,3,rep,name=vchannels,proto3" json:"vchannels,omitempty"`
+	// Held from the Begin until the transaction's end.
+	ResourceKeys []string `protobuf:"bytes,4,rep,name=resource_keys,json=resourceKeys,proto3" json:"resource_keys,omitempty"`
+	// The transaction's admission identity (a scoped idempotency key): a
+	// retried Begin with it returns the transaction it opened.
+	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// Fail at once with code Aborted instead of queueing for the keys.
+	NoWait        bool              `protobuf:"varint,6,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	Properties    map[string]string `protobuf:"bytes,7,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginTxnRequest) Reset() {
+	*x = BeginTxnRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginTxnRequest) ProtoMessage() {}
+
+func (x *BeginTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginTxnRequest.ProtoReflect.Descriptor instead.
+func (*BeginTxnRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *BeginTxnRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *BeginTxnRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *BeginTxnRequest) GetVchannels() []string {
+	if x != nil {
+		return x.Vchannels
+	}
+	return nil
+}
+
+func (x *BeginTxnRequest) GetResourceKeys() []string {
+	if x != nil {
+		return x.ResourceKeys
+	}
+	return nil
+}
+
+func (x *BeginTxnRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *BeginTxnRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
+func (x *BeginTxnRequest) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+type BeginTxnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The transaction's id: its Begin's broadcast id.
+	TxnId uint64 `protobuf:"varint,1,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"`
+	// Set when the Begin was a retry answered by the transaction it opened.
+	Duplicated bool `protobuf:"varint,2,opt,name=duplicated,proto3" json:"duplicated,omitempty"`
+	// The Begin's result.
+	Begin         *BroadcastResponse `protobuf:"bytes,3,opt,name=begin,proto3" json:"begin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginTxnResponse) Reset() {
+	*x = BeginTxnResponse{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginTxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginTxnResponse) ProtoMessage() {}
+
+func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginTxnResponse.ProtoReflect.Descriptor instead.
+func (*BeginTxnResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *BeginTxnResponse) GetTxnId() uint64 {
+	if x != nil {
+		return x.TxnId
+	}
+	return 0
+}
+
+func (x *BeginTxnResponse) GetDuplicated() bool {
+	if x != nil {
+		return x.Duplicated
+	}
+	return false
+}
+
+func (x *BeginTxnResponse) GetBegin() *BroadcastResponse {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
+type TxnMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	TxnId uint64                 `protobuf:"varint,1,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"`
+	// GROUP_KIND_BODY, GROUP_KIND_COMMIT or GROUP_KIND_ROLLBACK.
+	Kind    GroupKind `protobuf:"varint,2,opt,name=kind,proto3,enum=walcast.api.v1.GroupKind" json:"kind,omitempty"`
+	Type    string    `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Payload []byte    `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Makes a retried member (a body) an answer from the original.
+	IdempotencyKey string            `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Properties     map[string]string `protobuf:"bytes,6,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TxnMemberRequest) Reset() {
+	*x = TxnMemberRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnMemberRequest) ProtoMessage() {}
+
+func (x *TxnMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnMemberRequest.ProtoReflect.Descriptor instead.
+func (*TxnMemberRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *TxnMemberRequest) GetTxnId() uint64 {
+	if x != nil {
+		return x.TxnId
+	}
+	return 0
+}
+
+func (x *TxnMemberRequest) GetKind() GroupKind {
+	if x != nil {
+		return x.Kind
+	}
+	return GroupKind_GROUP_KIND_UNSPECIFIED
+}
+
+func (x *TxnMemberRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TxnMemberRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TxnMemberRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *TxnMemberRequest) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+type TxnMemberResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member's result.
+	Result        *BroadcastResponse `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnMemberResponse) Reset() {
+	*x = TxnMemberResponse{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnMemberResponse) ProtoMessage() {}
+
+func (x *TxnMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnMemberResponse.ProtoReflect.Descriptor instead.
+func (*TxnMemberResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TxnMemberResponse) GetResult() *BroadcastResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type GetGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGroupRequest) Reset() {
+	*x = GetGroupRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGroupRequest) ProtoMessage() {}
+
+func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGroupRequest.ProtoReflect.Descriptor instead.
+func (*GetGroupRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetGroupRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// Group is an open group: a transaction, or a resource-key owner (R13.1,
+// R13.7).
+type Group struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group's id: its Begin's broadcast id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The ownership of a resource-key owner; "" for a transaction.
+	OwnerKey string `protobuf:"bytes,2,opt,name=owner_key,json=ownerKey,proto3" json:"owner_key,omitempty"`
+	// The keys the group holds (the shared Cluster key included, as every
+	// member carries them) and its targets (the control channel included).
+	ResourceKeys []string `protobuf:"bytes,3,rep,name=resource_keys,json=resourceKeys,proto3" json:"resource_keys,omitempty"`
+	Vchannels    []string `protobuf:"bytes,4,rep,name=vchannels,proto3" json:"vchannels,omitempty"`
+	// The Begin's TOMBSTONE is durable and the group holds its keys; here:
+	// in this cluster's lock table (a secondary's groups hold nothing until
+	// a force promote).
+	Holding   bool `protobuf:"varint,5,opt,name=holding,proto3" json:"holding,omitempty"`
+	HoldsHere bool `protobuf:"varint,6,opt,name=holds_here,json=holdsHere,proto3" json:"holds_here,omitempty"`
+	// The members known here, in sequence order.
+	Members []*GroupMember `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
+	// The first Commit or Rollback, once created (0: none yet).
+	EndingId   uint64    `protobuf:"varint,8,opt,name=ending_id,json=endingId,proto3" json:"ending_id,omitempty"`
+	EndingKind GroupKind `protobuf:"varint,9,opt,name=ending_kind,json=endingKind,proto3,enum=walcast.api.v1.GroupKind" json:"ending_kind,omitempty"`
+	// Members waiting to be created behind the one in flight.
+	Queued        int32 `protobuf:"varint,10,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Group) Reset() {
+	*x = Group{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Group) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Group) ProtoMessage() {}
+
+func (x *Group) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Group.ProtoReflect.Descriptor instead.
+func (*Group) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Group) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Group) GetOwnerKey() string {
+	if x != nil {
+		return x.OwnerKey
+	}
+	return ""
+}
+
+func (x *Group) GetResourceKeys() []string {
+	if x != nil {
+		return x.ResourceKeys
+	}
+	return nil
+}
+
+func (x *Group) GetVchannels() []string {
+	if x != nil {
+		return x.Vchannels
+	}
+	return nil
+}
+
+func (x *Group) GetHolding() bool {
+	if x != nil {
+		return x.Holding
+	}
+	return false
+}
+
+func (x *Group) GetHoldsHere() bool {
+	if x != nil {
+		return x.HoldsHere
+	}
+	return false
+}
+
+func (x *Group) GetMembers() []*GroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *Group) GetEndingId() uint64 {
+	if x != nil {
+		return x.EndingId
+	}
+	return 0
+}
+
+func (x *Group) GetEndingKind() GroupKind {
+	if x != nil {
+		return x.EndingKind
+	}
+	return GroupKind_GROUP_KIND_UNSPECIFIED
+}
+
+func (x *Group) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+type GroupMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Seq   uint32                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Kind  GroupKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=walcast.api.v1.GroupKind" json:"kind,omitempty"`
+	// The member's stage ("tombstoned" once finished, "holding" for a Begin
+	// holding the keys).
+	Stage         string `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupMember) Reset() {
+	*x = GroupMember{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMember) ProtoMessage() {}
+
+func (x *GroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
+func (*GroupMember) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GroupMember) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GroupMember) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GroupMember) GetKind() GroupKind {
+	if x != nil {
+		return x.Kind
+	}
+	return GroupKind_GROUP_KIND_UNSPECIFIED
+}
+
+func (x *GroupMember) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+type ListGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsRequest) Reset() {
+	*x = ListGroupsRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsRequest) ProtoMessage() {}
+
+func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{39}
+}
+
+type ListGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*Group               `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsResponse) Reset() {
+	*x = ListGroupsResponse{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsResponse) ProtoMessage() {}
+
+func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListGroupsResponse) GetGroups() []*Group {
+	if x != nil {
+		return x.Groups
 	}
 	return nil
 }
@@ -1896,7 +2916,7 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\x0eexpires_latest\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rexpiresLatest\x12%\n" +
 	"\x0ecount_headroom\x18\x04 \x01(\x03R\rcountHeadroom\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12.\n" +
-	"\x13class_early_evicted\x18\x06 \x01(\x03R\x11classEarlyEvicted\"\x84\x03\n" +
+	"\x13class_early_evicted\x18\x06 \x01(\x03R\x11classEarlyEvicted\"\x81\x05\n" +
 	"\x10BroadcastRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1c\n" +
@@ -1907,10 +2927,24 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\n" +
 	"properties\x18\a \x03(\v20.walcast.api.v1.BroadcastRequest.PropertiesEntryR\n" +
 	"properties\x12%\n" +
-	"\x0erequest_digest\x18\b \x01(\fR\rrequestDigest\x1a=\n" +
+	"\x0erequest_digest\x18\b \x01(\fR\rrequestDigest\x12\x17\n" +
+	"\ano_wait\x18\t \x01(\bR\x06noWait\x12\"\n" +
+	"\funreplicable\x18\n" +
+	" \x01(\bR\funreplicable\x12D\n" +
+	"\x06copies\x18\v \x03(\v2,.walcast.api.v1.BroadcastRequest.CopiesEntryR\x06copies\x12!\n" +
+	"\fappend_first\x18\f \x03(\tR\vappendFirst\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aU\n" +
+	"\vCopiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.walcast.api.v1.TargetCopyR\x05value:\x028\x01\"K\n" +
+	"\n" +
+	"TargetCopy\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x1d\n" +
+	"\apayload\x18\x02 \x01(\fH\x00R\apayload\x88\x01\x01B\n" +
+	"\n" +
+	"\b_payload\"\xdd\x03\n" +
 	"\x11BroadcastResponse\x12!\n" +
 	"\fbroadcast_id\x18\x01 \x01(\x04R\vbroadcastId\x12H\n" +
 	"\aappends\x18\x02 \x03(\v2..walcast.api.v1.BroadcastResponse.AppendsEntryR\aappends\x12\x1e\n" +
@@ -1918,10 +2952,14 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"duplicated\x18\x03 \x01(\bR\n" +
 	"duplicated\x121\n" +
 	"\aoutcome\x18\x04 \x01(\v2\x17.walcast.api.v1.OutcomeR\aoutcome\x12.\n" +
-	"\x06window\x18\x05 \x01(\v2\x16.walcast.api.v1.WindowR\x06window\x1aV\n" +
+	"\x06window\x18\x05 \x01(\v2\x16.walcast.api.v1.WindowR\x06window\x12E\n" +
+	"\x06extras\x18\x06 \x03(\v2-.walcast.api.v1.BroadcastResponse.ExtrasEntryR\x06extras\x1aV\n" +
 	"\fAppendsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.walcast.api.v1.CheckpointR\x05value:\x028\x01\"\xa1\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.walcast.api.v1.CheckpointR\x05value:\x028\x01\x1a9\n" +
+	"\vExtrasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb7\x01\n" +
 	"\n" +
 	"AckRequest\x12!\n" +
 	"\fbroadcast_id\x18\x01 \x01(\x04R\vbroadcastId\x12\x1a\n" +
@@ -1929,24 +2967,28 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\v2\x1a.walcast.api.v1.CheckpointR\n" +
 	"checkpoint\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\fR\amessage\"\r\n" +
+	"\amessage\x18\x04 \x01(\fR\amessage\x12\x14\n" +
+	"\x05extra\x18\x05 \x01(\fR\x05extra\"\r\n" +
 	"\vAckResponse\" \n" +
 	"\x0eGetTaskRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\x99\x01\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xef\x01\n" +
 	"\rVChannelState\x12\x1a\n" +
 	"\bvchannel\x18\x01 \x01(\tR\bvchannel\x12\x1a\n" +
 	"\bappended\x18\x02 \x01(\bR\bappended\x12\x14\n" +
 	"\x05acked\x18\x03 \x01(\bR\x05acked\x12:\n" +
 	"\n" +
 	"checkpoint\x18\x04 \x01(\v2\x1a.walcast.api.v1.CheckpointR\n" +
-	"checkpoint\"\xec\x01\n" +
+	"checkpoint\x12\x14\n" +
+	"\x05extra\x18\x05 \x01(\fR\x05extra\x12\x1b\n" +
+	"\tcopy_role\x18\x06 \x01(\tR\bcopyRole\x12!\n" +
+	"\fappend_first\x18\a \x01(\bR\vappendFirst\"\xec\x01\n" +
 	"\rCallbackState\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\bR\arunning\x12\x1a\n" +
 	"\battempts\x18\x02 \x01(\x03R\battempts\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\x03 \x01(\tR\tlastError\x12B\n" +
 	"\x0flast_attempt_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rlastAttemptAt\x12B\n" +
-	"\x0fnext_attempt_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\"\xff\x05\n" +
+	"\x0fnext_attempt_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rnextAttemptAt\"\xf2\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
@@ -1967,7 +3009,17 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\apayload\x18\x0f \x01(\fR\apayload\x12\x14\n" +
 	"\x05stage\x18\x10 \x01(\tR\x05stage\x122\n" +
 	"\x15catalog_commits_known\x18\x11 \x01(\bR\x13catalogCommitsKnown\x12H\n" +
-	"\x13application_outcome\x18\x12 \x01(\v2\x17.walcast.api.v1.OutcomeR\x12applicationOutcome\"\xe9\x01\n" +
+	"\x13application_outcome\x18\x12 \x01(\v2\x17.walcast.api.v1.OutcomeR\x12applicationOutcome\x12\x1d\n" +
+	"\n" +
+	"holds_keys\x18\x13 \x01(\bR\tholdsKeys\x12\x1f\n" +
+	"\vreleased_by\x18\x14 \x01(\x04R\n" +
+	"releasedBy\x121\n" +
+	"\x05group\x18\x15 \x01(\v2\x1b.walcast.api.v1.GroupHeaderR\x05group\"{\n" +
+	"\vGroupHeader\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\rR\x03seq\x12-\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x19.walcast.api.v1.GroupKindR\x04kind\x12\x1b\n" +
+	"\towner_key\x18\x04 \x01(\tR\bownerKey\"\xe9\x01\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06states\x18\x01 \x03(\tR\x06states\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x128\n" +
@@ -2022,13 +3074,81 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\funreplicable\x18\x03 \x01(\bR\funreplicable\x12)\n" +
 	"\x10exclusive_append\x18\x04 \x01(\bR\x0fexclusiveAppend\"F\n" +
 	"\x11ListTypesResponse\x121\n" +
-	"\x05types\x18\x01 \x03(\v2\x1b.walcast.api.v1.MessageTypeR\x05types*\xa8\x01\n" +
+	"\x05types\x18\x01 \x03(\v2\x1b.walcast.api.v1.MessageTypeR\x05types\"I\n" +
+	"\x19WaitVChannelsAckedRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1c\n" +
+	"\tvchannels\x18\x02 \x03(\tR\tvchannels\"F\n" +
+	"\x1aWaitVChannelsAckedResponse\x12(\n" +
+	"\x04task\x18\x01 \x01(\v2\x14.walcast.api.v1.TaskR\x04task\"\xd4\x02\n" +
+	"\x0fBeginTxnRequest\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1c\n" +
+	"\tvchannels\x18\x03 \x03(\tR\tvchannels\x12#\n" +
+	"\rresource_keys\x18\x04 \x03(\tR\fresourceKeys\x12'\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
+	"\ano_wait\x18\x06 \x01(\bR\x06noWait\x12O\n" +
+	"\n" +
+	"properties\x18\a \x03(\v2/.walcast.api.v1.BeginTxnRequest.PropertiesEntryR\n" +
+	"properties\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x01\n" +
+	"\x10BeginTxnResponse\x12\x15\n" +
+	"\x06txn_id\x18\x01 \x01(\x04R\x05txnId\x12\x1e\n" +
+	"\n" +
+	"duplicated\x18\x02 \x01(\bR\n" +
+	"duplicated\x127\n" +
+	"\x05begin\x18\x03 \x01(\v2!.walcast.api.v1.BroadcastResponseR\x05begin\"\xc0\x02\n" +
+	"\x10TxnMemberRequest\x12\x15\n" +
+	"\x06txn_id\x18\x01 \x01(\x04R\x05txnId\x12-\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x19.walcast.api.v1.GroupKindR\x04kind\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12'\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12P\n" +
+	"\n" +
+	"properties\x18\x06 \x03(\v20.walcast.api.v1.TxnMemberRequest.PropertiesEntryR\n" +
+	"properties\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\x11TxnMemberResponse\x129\n" +
+	"\x06result\x18\x01 \x01(\v2!.walcast.api.v1.BroadcastResponseR\x06result\"!\n" +
+	"\x0fGetGroupRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xd8\x02\n" +
+	"\x05Group\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
+	"\towner_key\x18\x02 \x01(\tR\bownerKey\x12#\n" +
+	"\rresource_keys\x18\x03 \x03(\tR\fresourceKeys\x12\x1c\n" +
+	"\tvchannels\x18\x04 \x03(\tR\tvchannels\x12\x18\n" +
+	"\aholding\x18\x05 \x01(\bR\aholding\x12\x1d\n" +
+	"\n" +
+	"holds_here\x18\x06 \x01(\bR\tholdsHere\x125\n" +
+	"\amembers\x18\a \x03(\v2\x1b.walcast.api.v1.GroupMemberR\amembers\x12\x1b\n" +
+	"\tending_id\x18\b \x01(\x04R\bendingId\x12:\n" +
+	"\vending_kind\x18\t \x01(\x0e2\x19.walcast.api.v1.GroupKindR\n" +
+	"endingKind\x12\x16\n" +
+	"\x06queued\x18\n" +
+	" \x01(\x05R\x06queued\"t\n" +
+	"\vGroupMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\rR\x03seq\x12-\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x19.walcast.api.v1.GroupKindR\x04kind\x12\x14\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\"\x13\n" +
+	"\x11ListGroupsRequest\"C\n" +
+	"\x12ListGroupsResponse\x12-\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.walcast.api.v1.GroupR\x06groups*\xa8\x01\n" +
 	"\rOutcomeStatus\x12\x1e\n" +
 	"\x1aOUTCOME_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18OUTCOME_STATUS_SUCCEEDED\x10\x01\x12\x19\n" +
 	"\x15OUTCOME_STATUS_FAILED\x10\x02\x12\"\n" +
 	"\x1eOUTCOME_STATUS_FORCE_COMPLETED\x10\x03\x12\x1a\n" +
-	"\x16OUTCOME_STATUS_IGNORED\x10\x042\xc1\x06\n" +
+	"\x16OUTCOME_STATUS_IGNORED\x10\x04*\x82\x01\n" +
+	"\tGroupKind\x12\x1a\n" +
+	"\x16GROUP_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10GROUP_KIND_BEGIN\x10\x01\x12\x13\n" +
+	"\x0fGROUP_KIND_BODY\x10\x02\x12\x15\n" +
+	"\x11GROUP_KIND_COMMIT\x10\x03\x12\x17\n" +
+	"\x13GROUP_KIND_ROLLBACK\x10\x042\xe8\t\n" +
 	"\x10BroadcastService\x12P\n" +
 	"\tBroadcast\x12 .walcast.api.v1.BroadcastRequest\x1a!.walcast.api.v1.BroadcastResponse\x12>\n" +
 	"\x03Ack\x12\x1a.walcast.api.v1.AckRequest\x1a\x1b.walcast.api.v1.AckResponse\x12?\n" +
@@ -2039,7 +3159,13 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\rRetryCallback\x12$.walcast.api.v1.RetryCallbackRequest\x1a%.walcast.api.v1.RetryCallbackResponse\x12e\n" +
 	"\x10CompleteCallback\x12'.walcast.api.v1.CompleteCallbackRequest\x1a(.walcast.api.v1.CompleteCallbackResponse\x12M\n" +
 	"\bForceAck\x12\x1f.walcast.api.v1.ForceAckRequest\x1a .walcast.api.v1.ForceAckResponse\x12P\n" +
-	"\tListTypes\x12 .walcast.api.v1.ListTypesRequest\x1a!.walcast.api.v1.ListTypesResponseB*Z(github.com/walcast/walcast/api/walcastv1b\x06proto3"
+	"\tListTypes\x12 .walcast.api.v1.ListTypesRequest\x1a!.walcast.api.v1.ListTypesResponse\x12k\n" +
+	"\x12WaitVChannelsAcked\x12).walcast.api.v1.WaitVChannelsAckedRequest\x1a*.walcast.api.v1.WaitVChannelsAckedResponse\x12M\n" +
+	"\bBeginTxn\x12\x1f.walcast.api.v1.BeginTxnRequest\x1a .walcast.api.v1.BeginTxnResponse\x12P\n" +
+	"\tTxnMember\x12 .walcast.api.v1.TxnMemberRequest\x1a!.walcast.api.v1.TxnMemberResponse\x12B\n" +
+	"\bGetGroup\x12\x1f.walcast.api.v1.GetGroupRequest\x1a\x15.walcast.api.v1.Group\x12S\n" +
+	"\n" +
+	"ListGroups\x12!.walcast.api.v1.ListGroupsRequest\x1a\".walcast.api.v1.ListGroupsResponseB*Z(github.com/walcast/walcast/api/walcastv1b\x06proto3"
 
 var (
 	file_walcast_api_v1_broadcast_proto_rawDescOnce sync.Once
@@ -2053,99 +3179,142 @@ func file_walcast_api_v1_broadcast_proto_rawDescGZIP() []byte {
 	return file_walcast_api_v1_broadcast_proto_rawDescData
 }
 
-var file_walcast_api_v1_broadcast_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_walcast_api_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_walcast_api_v1_broadcast_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_walcast_api_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_walcast_api_v1_broadcast_proto_goTypes = []any{
-	(OutcomeStatus)(0),               // 0: walcast.api.v1.OutcomeStatus
-	(*Checkpoint)(nil),               // 1: walcast.api.v1.Checkpoint
-	(*Outcome)(nil),                  // 2: walcast.api.v1.Outcome
-	(*Window)(nil),                   // 3: walcast.api.v1.Window
-	(*BroadcastRequest)(nil),         // 4: walcast.api.v1.BroadcastRequest
-	(*BroadcastResponse)(nil),        // 5: walcast.api.v1.BroadcastResponse
-	(*AckRequest)(nil),               // 6: walcast.api.v1.AckRequest
-	(*AckResponse)(nil),              // 7: walcast.api.v1.AckResponse
-	(*GetTaskRequest)(nil),           // 8: walcast.api.v1.GetTaskRequest
-	(*VChannelState)(nil),            // 9: walcast.api.v1.VChannelState
-	(*CallbackState)(nil),            // 10: walcast.api.v1.CallbackState
-	(*Task)(nil),                     // 11: walcast.api.v1.Task
-	(*ListTasksRequest)(nil),         // 12: walcast.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),        // 13: walcast.api.v1.ListTasksResponse
-	(*ListLocksRequest)(nil),         // 14: walcast.api.v1.ListLocksRequest
-	(*LockHolder)(nil),               // 15: walcast.api.v1.LockHolder
-	(*LockState)(nil),                // 16: walcast.api.v1.LockState
-	(*ListLocksResponse)(nil),        // 17: walcast.api.v1.ListLocksResponse
-	(*LookupKeyRequest)(nil),         // 18: walcast.api.v1.LookupKeyRequest
-	(*LookupKeyResponse)(nil),        // 19: walcast.api.v1.LookupKeyResponse
-	(*RetryCallbackRequest)(nil),     // 20: walcast.api.v1.RetryCallbackRequest
-	(*RetryCallbackResponse)(nil),    // 21: walcast.api.v1.RetryCallbackResponse
-	(*CompleteCallbackRequest)(nil),  // 22: walcast.api.v1.CompleteCallbackRequest
-	(*CompleteCallbackResponse)(nil), // 23: walcast.api.v1.CompleteCallbackResponse
-	(*ForceAckRequest)(nil),          // 24: walcast.api.v1.ForceAckRequest
-	(*ForceAckResponse)(nil),         // 25: walcast.api.v1.ForceAckResponse
-	(*ListTypesRequest)(nil),         // 26: walcast.api.v1.ListTypesRequest
-	(*MessageType)(nil),              // 27: walcast.api.v1.MessageType
-	(*ListTypesResponse)(nil),        // 28: walcast.api.v1.ListTypesResponse
-	nil,                              // 29: walcast.api.v1.BroadcastRequest.PropertiesEntry
-	nil,                              // 30: walcast.api.v1.BroadcastResponse.AppendsEntry
-	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
+	(OutcomeStatus)(0),                 // 0: walcast.api.v1.OutcomeStatus
+	(GroupKind)(0),                     // 1: walcast.api.v1.GroupKind
+	(*Checkpoint)(nil),                 // 2: walcast.api.v1.Checkpoint
+	(*Outcome)(nil),                    // 3: walcast.api.v1.Outcome
+	(*Window)(nil),                     // 4: walcast.api.v1.Window
+	(*BroadcastRequest)(nil),           // 5: walcast.api.v1.BroadcastRequest
+	(*TargetCopy)(nil),                 // 6: walcast.api.v1.TargetCopy
+	(*BroadcastResponse)(nil),          // 7: walcast.api.v1.BroadcastResponse
+	(*AckRequest)(nil),                 // 8: walcast.api.v1.AckRequest
+	(*AckResponse)(nil),                // 9: walcast.api.v1.AckResponse
+	(*GetTaskRequest)(nil),             // 10: walcast.api.v1.GetTaskRequest
+	(*VChannelState)(nil),              // 11: walcast.api.v1.VChannelState
+	(*CallbackState)(nil),              // 12: walcast.api.v1.CallbackState
+	(*Task)(nil),                       // 13: walcast.api.v1.Task
+	(*GroupHeader)(nil),                // 14: walcast.api.v1.GroupHeader
+	(*ListTasksRequest)(nil),           // 15: walcast.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),          // 16: walcast.api.v1.ListTasksResponse
+	(*ListLocksRequest)(nil),           // 17: walcast.api.v1.ListLocksRequest
+	(*LockHolder)(nil),                 // 18: walcast.api.v1.LockHolder
+	(*LockState)(nil),                  // 19: walcast.api.v1.LockState
+	(*ListLocksResponse)(nil),          // 20: walcast.api.v1.ListLocksResponse
+	(*LookupKeyRequest)(nil),           // 21: walcast.api.v1.LookupKeyRequest
+	(*LookupKeyResponse)(nil),          // 22: walcast.api.v1.LookupKeyResponse
+	(*RetryCallbackRequest)(nil),       // 23: walcast.api.v1.RetryCallbackRequest
+	(*RetryCallbackResponse)(nil),      // 24: walcast.api.v1.RetryCallbackResponse
+	(*CompleteCallbackRequest)(nil),    // 25: walcast.api.v1.CompleteCallbackRequest
+	(*CompleteCallbackResponse)(nil),   // 26: walcast.api.v1.CompleteCallbackResponse
+	(*ForceAckRequest)(nil),            // 27: walcast.api.v1.ForceAckRequest
+	(*ForceAckResponse)(nil),           // 28: walcast.api.v1.ForceAckResponse
+	(*ListTypesRequest)(nil),           // 29: walcast.api.v1.ListTypesRequest
+	(*MessageType)(nil),                // 30: walcast.api.v1.MessageType
+	(*ListTypesResponse)(nil),          // 31: walcast.api.v1.ListTypesResponse
+	(*WaitVChannelsAckedRequest)(nil),  // 32: walcast.api.v1.WaitVChannelsAckedRequest
+	(*WaitVChannelsAckedResponse)(nil), // 33: walcast.api.v1.WaitVChannelsAckedResponse
+	(*BeginTxnRequest)(nil),            // 34: walcast.api.v1.BeginTxnRequest
+	(*BeginTxnResponse)(nil),           // 35: walcast.api.v1.BeginTxnResponse
+	(*TxnMemberRequest)(nil),           // 36: walcast.api.v1.TxnMemberRequest
+	(*TxnMemberResponse)(nil),          // 37: walcast.api.v1.TxnMemberResponse
+	(*GetGroupRequest)(nil),            // 38: walcast.api.v1.GetGroupRequest
+	(*Group)(nil),                      // 39: walcast.api.v1.Group
+	(*GroupMember)(nil),                // 40: walcast.api.v1.GroupMember
+	(*ListGroupsRequest)(nil),          // 41: walcast.api.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),         // 42: walcast.api.v1.ListGroupsResponse
+	nil,                                // 43: walcast.api.v1.BroadcastRequest.PropertiesEntry
+	nil,                                // 44: walcast.api.v1.BroadcastRequest.CopiesEntry
+	nil,                                // 45: walcast.api.v1.BroadcastResponse.AppendsEntry
+	nil,                                // 46: walcast.api.v1.BroadcastResponse.ExtrasEntry
+	nil,                                // 47: walcast.api.v1.BeginTxnRequest.PropertiesEntry
+	nil,                                // 48: walcast.api.v1.TxnMemberRequest.PropertiesEntry
+	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 50: google.protobuf.Duration
 }
 var file_walcast_api_v1_broadcast_proto_depIdxs = []int32{
 	0,  // 0: walcast.api.v1.Outcome.status:type_name -> walcast.api.v1.OutcomeStatus
-	31, // 1: walcast.api.v1.Window.first_seen:type_name -> google.protobuf.Timestamp
-	31, // 2: walcast.api.v1.Window.completed_at:type_name -> google.protobuf.Timestamp
-	31, // 3: walcast.api.v1.Window.expires_latest:type_name -> google.protobuf.Timestamp
-	29, // 4: walcast.api.v1.BroadcastRequest.properties:type_name -> walcast.api.v1.BroadcastRequest.PropertiesEntry
-	30, // 5: walcast.api.v1.BroadcastResponse.appends:type_name -> walcast.api.v1.BroadcastResponse.AppendsEntry
-	2,  // 6: walcast.api.v1.BroadcastResponse.outcome:type_name -> walcast.api.v1.Outcome
-	3,  // 7: walcast.api.v1.BroadcastResponse.window:type_name -> walcast.api.v1.Window
-	1,  // 8: walcast.api.v1.AckRequest.checkpoint:type_name -> walcast.api.v1.Checkpoint
-	1,  // 9: walcast.api.v1.VChannelState.checkpoint:type_name -> walcast.api.v1.Checkpoint
-	31, // 10: walcast.api.v1.CallbackState.last_attempt_at:type_name -> google.protobuf.Timestamp
-	31, // 11: walcast.api.v1.CallbackState.next_attempt_at:type_name -> google.protobuf.Timestamp
-	31, // 12: walcast.api.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	31, // 13: walcast.api.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
-	9,  // 14: walcast.api.v1.Task.vchannels:type_name -> walcast.api.v1.VChannelState
-	10, // 15: walcast.api.v1.Task.callback:type_name -> walcast.api.v1.CallbackState
-	2,  // 16: walcast.api.v1.Task.outcome:type_name -> walcast.api.v1.Outcome
-	2,  // 17: walcast.api.v1.Task.application_outcome:type_name -> walcast.api.v1.Outcome
-	32, // 18: walcast.api.v1.ListTasksRequest.older_than:type_name -> google.protobuf.Duration
-	11, // 19: walcast.api.v1.ListTasksResponse.tasks:type_name -> walcast.api.v1.Task
-	31, // 20: walcast.api.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
-	15, // 21: walcast.api.v1.LockState.holders:type_name -> walcast.api.v1.LockHolder
-	15, // 22: walcast.api.v1.LockState.waiters:type_name -> walcast.api.v1.LockHolder
-	16, // 23: walcast.api.v1.ListLocksResponse.locks:type_name -> walcast.api.v1.LockState
-	2,  // 24: walcast.api.v1.LookupKeyResponse.outcome:type_name -> walcast.api.v1.Outcome
-	3,  // 25: walcast.api.v1.LookupKeyResponse.window:type_name -> walcast.api.v1.Window
-	2,  // 26: walcast.api.v1.LookupKeyResponse.application_outcome:type_name -> walcast.api.v1.Outcome
-	11, // 27: walcast.api.v1.ForceAckResponse.task:type_name -> walcast.api.v1.Task
-	27, // 28: walcast.api.v1.ListTypesResponse.types:type_name -> walcast.api.v1.MessageType
-	1,  // 29: walcast.api.v1.BroadcastResponse.AppendsEntry.value:type_name -> walcast.api.v1.Checkpoint
-	4,  // 30: walcast.api.v1.BroadcastService.Broadcast:input_type -> walcast.api.v1.BroadcastRequest
-	6,  // 31: walcast.api.v1.BroadcastService.Ack:input_type -> walcast.api.v1.AckRequest
-	8,  // 32: walcast.api.v1.BroadcastService.GetTask:input_type -> walcast.api.v1.GetTaskRequest
-	12, // 33: walcast.api.v1.BroadcastService.ListTasks:input_type -> walcast.api.v1.ListTasksRequest
-	14, // 34: walcast.api.v1.BroadcastService.ListLocks:input_type -> walcast.api.v1.ListLocksRequest
-	18, // 35: walcast.api.v1.BroadcastService.LookupKey:input_type -> walcast.api.v1.LookupKeyRequest
-	20, // 36: walcast.api.v1.BroadcastService.RetryCallback:input_type -> walcast.api.v1.RetryCallbackRequest
-	22, // 37: walcast.api.v1.BroadcastService.CompleteCallback:input_type -> walcast.api.v1.CompleteCallbackRequest
-	24, // 38: walcast.api.v1.BroadcastService.ForceAck:input_type -> walcast.api.v1.ForceAckRequest
-	26, // 39: walcast.api.v1.BroadcastService.ListTypes:input_type -> walcast.api.v1.ListTypesRequest
-	5,  // 40: walcast.api.v1.BroadcastService.Broadcast:output_type -> walcast.api.v1.BroadcastResponse
-	7,  // 41: walcast.api.v1.BroadcastService.Ack:output_type -> walcast.api.v1.AckResponse
-	11, // 42: walcast.api.v1.BroadcastService.GetTask:output_type -> walcast.api.v1.Task
-	13, // 43: walcast.api.v1.BroadcastService.ListTasks:output_type -> walcast.api.v1.ListTasksResponse
-	17, // 44: walcast.api.v1.BroadcastService.ListLocks:output_type -> walcast.api.v1.ListLocksResponse
-	19, // 45: walcast.api.v1.BroadcastService.LookupKey:output_type -> walcast.api.v1.LookupKeyResponse
-	21, // 46: walcast.api.v1.BroadcastService.RetryCallback:output_type -> walcast.api.v1.RetryCallbackResponse
-	23, // 47: walcast.api.v1.BroadcastService.CompleteCallback:output_type -> walcast.api.v1.CompleteCallbackResponse
-	25, // 48: walcast.api.v1.BroadcastService.ForceAck:output_type -> walcast.api.v1.ForceAckResponse
-	28, // 49: walcast.api.v1.BroadcastService.ListTypes:output_type -> walcast.api.v1.ListTypesResponse
-	40, // [40:50] is the sub-list for method output_type
-	30, // [30:40] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	49, // 1: walcast.api.v1.Window.first_seen:type_name -> google.protobuf.Timestamp
+	49, // 2: walcast.api.v1.Window.completed_at:type_name -> google.protobuf.Timestamp
+	49, // 3: walcast.api.v1.Window.expires_latest:type_name -> google.protobuf.Timestamp
+	43, // 4: walcast.api.v1.BroadcastRequest.properties:type_name -> walcast.api.v1.BroadcastRequest.PropertiesEntry
+	44, // 5: walcast.api.v1.BroadcastRequest.copies:type_name -> walcast.api.v1.BroadcastRequest.CopiesEntry
+	45, // 6: walcast.api.v1.BroadcastResponse.appends:type_name -> walcast.api.v1.BroadcastResponse.AppendsEntry
+	3,  // 7: walcast.api.v1.BroadcastResponse.outcome:type_name -> walcast.api.v1.Outcome
+	4,  // 8: walcast.api.v1.BroadcastResponse.window:type_name -> walcast.api.v1.Window
+	46, // 9: walcast.api.v1.BroadcastResponse.extras:type_name -> walcast.api.v1.BroadcastResponse.ExtrasEntry
+	2,  // 10: walcast.api.v1.AckRequest.checkpoint:type_name -> walcast.api.v1.Checkpoint
+	2,  // 11: walcast.api.v1.VChannelState.checkpoint:type_name -> walcast.api.v1.Checkpoint
+	49, // 12: walcast.api.v1.CallbackState.last_attempt_at:type_name -> google.protobuf.Timestamp
+	49, // 13: walcast.api.v1.CallbackState.next_attempt_at:type_name -> google.protobuf.Timestamp
+	49, // 14: walcast.api.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	49, // 15: walcast.api.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
+	11, // 16: walcast.api.v1.Task.vchannels:type_name -> walcast.api.v1.VChannelState
+	12, // 17: walcast.api.v1.Task.callback:type_name -> walcast.api.v1.CallbackState
+	3,  // 18: walcast.api.v1.Task.outcome:type_name -> walcast.api.v1.Outcome
+	3,  // 19: walcast.api.v1.Task.application_outcome:type_name -> walcast.api.v1.Outcome
+	14, // 20: walcast.api.v1.Task.group:type_name -> walcast.api.v1.GroupHeader
+	1,  // 21: walcast.api.v1.GroupHeader.kind:type_name -> walcast.api.v1.GroupKind
+	50, // 22: walcast.api.v1.ListTasksRequest.older_than:type_name -> google.protobuf.Duration
+	13, // 23: walcast.api.v1.ListTasksResponse.tasks:type_name -> walcast.api.v1.Task
+	49, // 24: walcast.api.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
+	18, // 25: walcast.api.v1.LockState.holders:type_name -> walcast.api.v1.LockHolder
+	18, // 26: walcast.api.v1.LockState.waiters:type_name -> walcast.api.v1.LockHolder
+	19, // 27: walcast.api.v1.ListLocksResponse.locks:type_name -> walcast.api.v1.LockState
+	3,  // 28: walcast.api.v1.LookupKeyResponse.outcome:type_name -> walcast.api.v1.Outcome
+	4,  // 29: walcast.api.v1.LookupKeyResponse.window:type_name -> walcast.api.v1.Window
+	3,  // 30: walcast.api.v1.LookupKeyResponse.application_outcome:type_name -> walcast.api.v1.Outcome
+	13, // 31: walcast.api.v1.ForceAckResponse.task:type_name -> walcast.api.v1.Task
+	30, // 32: walcast.api.v1.ListTypesResponse.types:type_name -> walcast.api.v1.MessageType
+	13, // 33: walcast.api.v1.WaitVChannelsAckedResponse.task:type_name -> walcast.api.v1.Task
+	47, // 34: walcast.api.v1.BeginTxnRequest.properties:type_name -> walcast.api.v1.BeginTxnRequest.PropertiesEntry
+	7,  // 35: walcast.api.v1.BeginTxnResponse.begin:type_name -> walcast.api.v1.BroadcastResponse
+	1,  // 36: walcast.api.v1.TxnMemberRequest.kind:type_name -> walcast.api.v1.GroupKind
+	48, // 37: walcast.api.v1.TxnMemberRequest.properties:type_name -> walcast.api.v1.TxnMemberRequest.PropertiesEntry
+	7,  // 38: walcast.api.v1.TxnMemberResponse.result:type_name -> walcast.api.v1.BroadcastResponse
+	40, // 39: walcast.api.v1.Group.members:type_name -> walcast.api.v1.GroupMember
+	1,  // 40: walcast.api.v1.Group.ending_kind:type_name -> walcast.api.v1.GroupKind
+	1,  // 41: walcast.api.v1.GroupMember.kind:type_name -> walcast.api.v1.GroupKind
+	39, // 42: walcast.api.v1.ListGroupsResponse.groups:type_name -> walcast.api.v1.Group
+	6,  // 43: walcast.api.v1.BroadcastRequest.CopiesEntry.value:type_name -> walcast.api.v1.TargetCopy
+	2,  // 44: walcast.api.v1.BroadcastResponse.AppendsEntry.value:type_name -> walcast.api.v1.Checkpoint
+	5,  // 45: walcast.api.v1.BroadcastService.Broadcast:input_type -> walcast.api.v1.BroadcastRequest
+	8,  // 46: walcast.api.v1.BroadcastService.Ack:input_type -> walcast.api.v1.AckRequest
+	10, // 47: walcast.api.v1.BroadcastService.GetTask:input_type -> walcast.api.v1.GetTaskRequest
+	15, // 48: walcast.api.v1.BroadcastService.ListTasks:input_type -> walcast.api.v1.ListTasksRequest
+	17, // 49: walcast.api.v1.BroadcastService.ListLocks:input_type -> walcast.api.v1.ListLocksRequest
+	21, // 50: walcast.api.v1.BroadcastService.LookupKey:input_type -> walcast.api.v1.LookupKeyRequest
+	23, // 51: walcast.api.v1.BroadcastService.RetryCallback:input_type -> walcast.api.v1.RetryCallbackRequest
+	25, // 52: walcast.api.v1.BroadcastService.CompleteCallback:input_type -> walcast.api.v1.CompleteCallbackRequest
+	27, // 53: walcast.api.v1.BroadcastService.ForceAck:input_type -> walcast.api.v1.ForceAckRequest
+	29, // 54: walcast.api.v1.BroadcastService.ListTypes:input_type -> walcast.api.v1.ListTypesRequest
+	32, // 55: walcast.api.v1.BroadcastService.WaitVChannelsAcked:input_type -> walcast.api.v1.WaitVChannelsAckedRequest
+	34, // 56: walcast.api.v1.BroadcastService.BeginTxn:input_type -> walcast.api.v1.BeginTxnRequest
+	36, // 57: walcast.api.v1.BroadcastService.TxnMember:input_type -> walcast.api.v1.TxnMemberRequest
+	38, // 58: walcast.api.v1.BroadcastService.GetGroup:input_type -> walcast.api.v1.GetGroupRequest
+	41, // 59: walcast.api.v1.BroadcastService.ListGroups:input_type -> walcast.api.v1.ListGroupsRequest
+	7,  // 60: walcast.api.v1.BroadcastService.Broadcast:output_type -> walcast.api.v1.BroadcastResponse
+	9,  // 61: walcast.api.v1.BroadcastService.Ack:output_type -> walcast.api.v1.AckResponse
+	13, // 62: walcast.api.v1.BroadcastService.GetTask:output_type -> walcast.api.v1.Task
+	16, // 63: walcast.api.v1.BroadcastService.ListTasks:output_type -> walcast.api.v1.ListTasksResponse
+	20, // 64: walcast.api.v1.BroadcastService.ListLocks:output_type -> walcast.api.v1.ListLocksResponse
+	22, // 65: walcast.api.v1.BroadcastService.LookupKey:output_type -> walcast.api.v1.LookupKeyResponse
+	24, // 66: walcast.api.v1.BroadcastService.RetryCallback:output_type -> walcast.api.v1.RetryCallbackResponse
+	26, // 67: walcast.api.v1.BroadcastService.CompleteCallback:output_type -> walcast.api.v1.CompleteCallbackResponse
+	28, // 68: walcast.api.v1.BroadcastService.ForceAck:output_type -> walcast.api.v1.ForceAckResponse
+	31, // 69: walcast.api.v1.BroadcastService.ListTypes:output_type -> walcast.api.v1.ListTypesResponse
+	33, // 70: walcast.api.v1.BroadcastService.WaitVChannelsAcked:output_type -> walcast.api.v1.WaitVChannelsAckedResponse
+	35, // 71: walcast.api.v1.BroadcastService.BeginTxn:output_type -> walcast.api.v1.BeginTxnResponse
+	37, // 72: walcast.api.v1.BroadcastService.TxnMember:output_type -> walcast.api.v1.TxnMemberResponse
+	39, // 73: walcast.api.v1.BroadcastService.GetGroup:output_type -> walcast.api.v1.Group
+	42, // 74: walcast.api.v1.BroadcastService.ListGroups:output_type -> walcast.api.v1.ListGroupsResponse
+	60, // [60:75] is the sub-list for method output_type
+	45, // [45:60] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_walcast_api_v1_broadcast_proto_init() }
@@ -2153,13 +3322,14 @@ func file_walcast_api_v1_broadcast_proto_init() {
 	if File_walcast_api_v1_broadcast_proto != nil {
 		return
 	}
+	file_walcast_api_v1_broadcast_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walcast_api_v1_broadcast_proto_rawDesc), len(file_walcast_api_v1_broadcast_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   30,
+			NumEnums:      2,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

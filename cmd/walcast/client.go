@@ -28,7 +28,7 @@ import (
 
 // clientCmds are the broadcast API's commands.
 func clientCmds(g *globals) []*cobra.Command {
-	return []*cobra.Command{broadcastCmd(g), tasksCmd(g), locksCmd(g), keysCmd(g), replicateCmd(g)}
+	return []*cobra.Command{broadcastCmd(g), tasksCmd(g), txnCmd(g), locksCmd(g), keysCmd(g), replicateCmd(g)}
 }
 
 // runClient dials the coordinators, runs call with the client and the
@@ -97,6 +97,7 @@ func broadcastCmd(g *globals) *cobra.Command {
 		typ, payload, payloadFile, scope, clientKey string
 		vchannels, keys                             []string
 		syncUp                                      bool
+		more                                        broadcastFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "broadcast",
@@ -143,6 +144,9 @@ created and what to run next.`,
 			if req.Scope, err = parseScope(scope); err != nil {
 				return usageError{err}
 			}
+			if err := more.apply(req); err != nil {
+				return err
+			}
 			if req.Scope != (client.Scope{}) && req.ClientKey == "" {
 				// Minted here, not in the client, so that a hint after a
 				// deadline can name it.
@@ -170,6 +174,7 @@ created and what to run next.`,
 	f.StringVar(&scope, "scope", "", "idempotency scope: cluster, db:<id> or collection:<id>")
 	f.StringVar(&clientKey, "client-key", "", "idempotency client key (minted if --scope is set without it)")
 	f.BoolVar(&syncUp, "ack-sync-up", false, "complete only once the streaming nodes acked every copy")
+	more.add(cmd)
 	completeTypes(cmd, "type", g)
 	return cmd
 }
@@ -320,6 +325,12 @@ func (o *broadcastOutput) value() any {
 	for v, cp := range r.Appends {
 		pb.Appends[string(v)] = cp
 	}
+	for v, x := range r.Extras {
+		if pb.Extras == nil {
+			pb.Extras = make(map[string][]byte, len(r.Extras))
+		}
+		pb.Extras[string(v)] = x
+	}
 	return with(protoValue(pb), "client_key", o.clientKey, "key_fingerprint", o.keyFingerprint, "attempts", r.Attempts)
 }
 
@@ -349,7 +360,10 @@ func printBroadcast(w io.Writer, o *broadcastOutput) error {
 		cp := r.Appends[message.VChannel(v)]
 		tb.row(v, fmt.Sprint(cp.GetMessageId()), fmt.Sprint(cp.GetTimeTick()))
 	}
-	return tb.flush()
+	if err := tb.flush(); err != nil {
+		return err
+	}
+	return printExtras(w, r.Extras)
 }
 
 // warnWindow says when a key's window was or may be cut short by its
@@ -530,13 +544,9 @@ func printTask(w io.Writer, t *walcastv1.Task) error {
 	if a := t.GetApplicationOutcome(); a != nil {
 		fmt.Fprintf(w, "app outcome %s (a retry with this task's key gets this failed original: mint a new key to try again)\n", outcomeString(a))
 	}
+	printTaskGroup(w, t)
 	fmt.Fprintln(w)
-	tb := newTable(w, "VCHANNEL", "APPENDED", "ACKED", "MESSAGE ID", "TIME TICK")
-	for _, v := range t.GetVchannels() {
-		id, tick := checkpointCols(v.GetCheckpoint())
-		tb.row(v.GetVchannel(), fmt.Sprint(v.GetAppended()), fmt.Sprint(v.GetAcked()), id, tick)
-	}
-	return tb.flush()
+	return printTaskCopies(w, t)
 }
 
 // taskList is the result of tasks list: the tasks of every page fetched,
@@ -789,7 +799,7 @@ Needs the admin role; the call, with the reason, is written to the audit log.`,
 	ack.Flags().StringArrayVar(&ackVChannels, "vchannel", nil, "a copy to ack, by its vchannel (repeat)")
 	ack.Flags().StringVar(&ackReason, "reason", "", "why the consumer's ack is given by hand (audited)")
 	cmd.AddCommand(list("list", "List tasks (filter by state and type)", false),
-		list("hanging", "List pending or replicated tasks older than --older-than", true), show, retry, complete, ack)
+		list("hanging", "List pending or replicated tasks older than --older-than", true), show, retry, complete, ack, waitAckedCmd(g))
 	return cmd
 }
 

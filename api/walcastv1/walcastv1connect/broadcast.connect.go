@@ -65,6 +65,21 @@ const (
 	// BroadcastServiceListTypesProcedure is the fully-qualified name of the BroadcastService's
 	// ListTypes RPC.
 	BroadcastServiceListTypesProcedure = "/walcast.api.v1.BroadcastService/ListTypes"
+	// BroadcastServiceWaitVChannelsAckedProcedure is the fully-qualified name of the BroadcastService's
+	// WaitVChannelsAcked RPC.
+	BroadcastServiceWaitVChannelsAckedProcedure = "/walcast.api.v1.BroadcastService/WaitVChannelsAcked"
+	// BroadcastServiceBeginTxnProcedure is the fully-qualified name of the BroadcastService's BeginTxn
+	// RPC.
+	BroadcastServiceBeginTxnProcedure = "/walcast.api.v1.BroadcastService/BeginTxn"
+	// BroadcastServiceTxnMemberProcedure is the fully-qualified name of the BroadcastService's
+	// TxnMember RPC.
+	BroadcastServiceTxnMemberProcedure = "/walcast.api.v1.BroadcastService/TxnMember"
+	// BroadcastServiceGetGroupProcedure is the fully-qualified name of the BroadcastService's GetGroup
+	// RPC.
+	BroadcastServiceGetGroupProcedure = "/walcast.api.v1.BroadcastService/GetGroup"
+	// BroadcastServiceListGroupsProcedure is the fully-qualified name of the BroadcastService's
+	// ListGroups RPC.
+	BroadcastServiceListGroupsProcedure = "/walcast.api.v1.BroadcastService/ListGroups"
 )
 
 // BroadcastServiceClient is a client for the walcast.api.v1.BroadcastService service.
@@ -92,6 +107,27 @@ type BroadcastServiceClient interface {
 	ForceAck(context.Context, *connect.Request[walcastv1.ForceAckRequest]) (*connect.Response[walcastv1.ForceAckResponse], error)
 	// ListTypes lists the registered message types.
 	ListTypes(context.Context, *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error)
+	// WaitVChannelsAcked returns once every copy of a broadcast on the named
+	// vchannels is acked (R13.11): between a two-phase append's phases, or on
+	// any partial set of acks; at once for a finished broadcast. The call's
+	// deadline bounds the wait.
+	WaitVChannelsAcked(context.Context, *connect.Request[walcastv1.WaitVChannelsAckedRequest]) (*connect.Response[walcastv1.WaitVChannelsAckedResponse], error)
+	// BeginTxn opens a transaction with its Begin broadcast and returns once
+	// the Begin's callback ran and the transaction holds its keys. A retry
+	// with the same idempotency key returns the transaction it opened,
+	// without waiting for its keys.
+	BeginTxn(context.Context, *connect.Request[walcastv1.BeginTxnRequest]) (*connect.Response[walcastv1.BeginTxnResponse], error)
+	// TxnMember broadcasts a member of an open transaction: a body, or its
+	// Commit or Rollback (which releases its keys). Members keep the Begin's
+	// keys and targets; the first end wins, and a Commit (Rollback) of a
+	// transaction that ended with a Commit (Rollback) gets that end's result.
+	TxnMember(context.Context, *connect.Request[walcastv1.TxnMemberRequest]) (*connect.Response[walcastv1.TxnMemberResponse], error)
+	// GetGroup describes an open group by id: a transaction, or a
+	// resource-key owner (R13.7). One that ended is refused with
+	// FailedPrecondition, an unknown id with NotFound.
+	GetGroup(context.Context, *connect.Request[walcastv1.GetGroupRequest]) (*connect.Response[walcastv1.Group], error)
+	// ListGroups lists the open groups: transactions and resource-key owners.
+	ListGroups(context.Context, *connect.Request[walcastv1.ListGroupsRequest]) (*connect.Response[walcastv1.ListGroupsResponse], error)
 }
 
 // NewBroadcastServiceClient constructs a client for the walcast.api.v1.BroadcastService service. By
@@ -165,21 +201,56 @@ func NewBroadcastServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(broadcastServiceMethods.ByName("ListTypes")),
 			connect.WithClientOptions(opts...),
 		),
+		waitVChannelsAcked: connect.NewClient[walcastv1.WaitVChannelsAckedRequest, walcastv1.WaitVChannelsAckedResponse](
+			httpClient,
+			baseURL+BroadcastServiceWaitVChannelsAckedProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("WaitVChannelsAcked")),
+			connect.WithClientOptions(opts...),
+		),
+		beginTxn: connect.NewClient[walcastv1.BeginTxnRequest, walcastv1.BeginTxnResponse](
+			httpClient,
+			baseURL+BroadcastServiceBeginTxnProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("BeginTxn")),
+			connect.WithClientOptions(opts...),
+		),
+		txnMember: connect.NewClient[walcastv1.TxnMemberRequest, walcastv1.TxnMemberResponse](
+			httpClient,
+			baseURL+BroadcastServiceTxnMemberProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("TxnMember")),
+			connect.WithClientOptions(opts...),
+		),
+		getGroup: connect.NewClient[walcastv1.GetGroupRequest, walcastv1.Group](
+			httpClient,
+			baseURL+BroadcastServiceGetGroupProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("GetGroup")),
+			connect.WithClientOptions(opts...),
+		),
+		listGroups: connect.NewClient[walcastv1.ListGroupsRequest, walcastv1.ListGroupsResponse](
+			httpClient,
+			baseURL+BroadcastServiceListGroupsProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("ListGroups")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // broadcastServiceClient implements BroadcastServiceClient.
 type broadcastServiceClient struct {
-	broadcast        *connect.Client[walcastv1.BroadcastRequest, walcastv1.BroadcastResponse]
-	ack              *connect.Client[walcastv1.AckRequest, walcastv1.AckResponse]
-	getTask          *connect.Client[walcastv1.GetTaskRequest, walcastv1.Task]
-	listTasks        *connect.Client[walcastv1.ListTasksRequest, walcastv1.ListTasksResponse]
-	listLocks        *connect.Client[walcastv1.ListLocksRequest, walcastv1.ListLocksResponse]
-	lookupKey        *connect.Client[walcastv1.LookupKeyRequest, walcastv1.LookupKeyResponse]
-	retryCallback    *connect.Client[walcastv1.RetryCallbackRequest, walcastv1.RetryCallbackResponse]
-	completeCallback *connect.Client[walcastv1.CompleteCallbackRequest, walcastv1.CompleteCallbackResponse]
-	forceAck         *connect.Client[walcastv1.ForceAckRequest, walcastv1.ForceAckResponse]
-	listTypes        *connect.Client[walcastv1.ListTypesRequest, walcastv1.ListTypesResponse]
+	broadcast          *connect.Client[walcastv1.BroadcastRequest, walcastv1.BroadcastResponse]
+	ack                *connect.Client[walcastv1.AckRequest, walcastv1.AckResponse]
+	getTask            *connect.Client[walcastv1.GetTaskRequest, walcastv1.Task]
+	listTasks          *connect.Client[walcastv1.ListTasksRequest, walcastv1.ListTasksResponse]
+	listLocks          *connect.Client[walcastv1.ListLocksRequest, walcastv1.ListLocksResponse]
+	lookupKey          *connect.Client[walcastv1.LookupKeyRequest, walcastv1.LookupKeyResponse]
+	retryCallback      *connect.Client[walcastv1.RetryCallbackRequest, walcastv1.RetryCallbackResponse]
+	completeCallback   *connect.Client[walcastv1.CompleteCallbackRequest, walcastv1.CompleteCallbackResponse]
+	forceAck           *connect.Client[walcastv1.ForceAckRequest, walcastv1.ForceAckResponse]
+	listTypes          *connect.Client[walcastv1.ListTypesRequest, walcastv1.ListTypesResponse]
+	waitVChannelsAcked *connect.Client[walcastv1.WaitVChannelsAckedRequest, walcastv1.WaitVChannelsAckedResponse]
+	beginTxn           *connect.Client[walcastv1.BeginTxnRequest, walcastv1.BeginTxnResponse]
+	txnMember          *connect.Client[walcastv1.TxnMemberRequest, walcastv1.TxnMemberResponse]
+	getGroup           *connect.Client[walcastv1.GetGroupRequest, walcastv1.Group]
+	listGroups         *connect.Client[walcastv1.ListGroupsRequest, walcastv1.ListGroupsResponse]
 }
 
 // Broadcast calls walcast.api.v1.BroadcastService.Broadcast.
@@ -232,6 +303,31 @@ func (c *broadcastServiceClient) ListTypes(ctx context.Context, req *connect.Req
 	return c.listTypes.CallUnary(ctx, req)
 }
 
+// WaitVChannelsAcked calls walcast.api.v1.BroadcastService.WaitVChannelsAcked.
+func (c *broadcastServiceClient) WaitVChannelsAcked(ctx context.Context, req *connect.Request[walcastv1.WaitVChannelsAckedRequest]) (*connect.Response[walcastv1.WaitVChannelsAckedResponse], error) {
+	return c.waitVChannelsAcked.CallUnary(ctx, req)
+}
+
+// BeginTxn calls walcast.api.v1.BroadcastService.BeginTxn.
+func (c *broadcastServiceClient) BeginTxn(ctx context.Context, req *connect.Request[walcastv1.BeginTxnRequest]) (*connect.Response[walcastv1.BeginTxnResponse], error) {
+	return c.beginTxn.CallUnary(ctx, req)
+}
+
+// TxnMember calls walcast.api.v1.BroadcastService.TxnMember.
+func (c *broadcastServiceClient) TxnMember(ctx context.Context, req *connect.Request[walcastv1.TxnMemberRequest]) (*connect.Response[walcastv1.TxnMemberResponse], error) {
+	return c.txnMember.CallUnary(ctx, req)
+}
+
+// GetGroup calls walcast.api.v1.BroadcastService.GetGroup.
+func (c *broadcastServiceClient) GetGroup(ctx context.Context, req *connect.Request[walcastv1.GetGroupRequest]) (*connect.Response[walcastv1.Group], error) {
+	return c.getGroup.CallUnary(ctx, req)
+}
+
+// ListGroups calls walcast.api.v1.BroadcastService.ListGroups.
+func (c *broadcastServiceClient) ListGroups(ctx context.Context, req *connect.Request[walcastv1.ListGroupsRequest]) (*connect.Response[walcastv1.ListGroupsResponse], error) {
+	return c.listGroups.CallUnary(ctx, req)
+}
+
 // BroadcastServiceHandler is an implementation of the walcast.api.v1.BroadcastService service.
 type BroadcastServiceHandler interface {
 	// Broadcast persists, appends and completes one broadcast. It returns after
@@ -257,6 +353,27 @@ type BroadcastServiceHandler interface {
 	ForceAck(context.Context, *connect.Request[walcastv1.ForceAckRequest]) (*connect.Response[walcastv1.ForceAckResponse], error)
 	// ListTypes lists the registered message types.
 	ListTypes(context.Context, *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error)
+	// WaitVChannelsAcked returns once every copy of a broadcast on the named
+	// vchannels is acked (R13.11): between a two-phase append's phases, or on
+	// any partial set of acks; at once for a finished broadcast. The call's
+	// deadline bounds the wait.
+	WaitVChannelsAcked(context.Context, *connect.Request[walcastv1.WaitVChannelsAckedRequest]) (*connect.Response[walcastv1.WaitVChannelsAckedResponse], error)
+	// BeginTxn opens a transaction with its Begin broadcast and returns once
+	// the Begin's callback ran and the transaction holds its keys. A retry
+	// with the same idempotency key returns the transaction it opened,
+	// without waiting for its keys.
+	BeginTxn(context.Context, *connect.Request[walcastv1.BeginTxnRequest]) (*connect.Response[walcastv1.BeginTxnResponse], error)
+	// TxnMember broadcasts a member of an open transaction: a body, or its
+	// Commit or Rollback (which releases its keys). Members keep the Begin's
+	// keys and targets; the first end wins, and a Commit (Rollback) of a
+	// transaction that ended with a Commit (Rollback) gets that end's result.
+	TxnMember(context.Context, *connect.Request[walcastv1.TxnMemberRequest]) (*connect.Response[walcastv1.TxnMemberResponse], error)
+	// GetGroup describes an open group by id: a transaction, or a
+	// resource-key owner (R13.7). One that ended is refused with
+	// FailedPrecondition, an unknown id with NotFound.
+	GetGroup(context.Context, *connect.Request[walcastv1.GetGroupRequest]) (*connect.Response[walcastv1.Group], error)
+	// ListGroups lists the open groups: transactions and resource-key owners.
+	ListGroups(context.Context, *connect.Request[walcastv1.ListGroupsRequest]) (*connect.Response[walcastv1.ListGroupsResponse], error)
 }
 
 // NewBroadcastServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -326,6 +443,36 @@ func NewBroadcastServiceHandler(svc BroadcastServiceHandler, opts ...connect.Han
 		connect.WithSchema(broadcastServiceMethods.ByName("ListTypes")),
 		connect.WithHandlerOptions(opts...),
 	)
+	broadcastServiceWaitVChannelsAckedHandler := connect.NewUnaryHandler(
+		BroadcastServiceWaitVChannelsAckedProcedure,
+		svc.WaitVChannelsAcked,
+		connect.WithSchema(broadcastServiceMethods.ByName("WaitVChannelsAcked")),
+		connect.WithHandlerOptions(opts...),
+	)
+	broadcastServiceBeginTxnHandler := connect.NewUnaryHandler(
+		BroadcastServiceBeginTxnProcedure,
+		svc.BeginTxn,
+		connect.WithSchema(broadcastServiceMethods.ByName("BeginTxn")),
+		connect.WithHandlerOptions(opts...),
+	)
+	broadcastServiceTxnMemberHandler := connect.NewUnaryHandler(
+		BroadcastServiceTxnMemberProcedure,
+		svc.TxnMember,
+		connect.WithSchema(broadcastServiceMethods.ByName("TxnMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	broadcastServiceGetGroupHandler := connect.NewUnaryHandler(
+		BroadcastServiceGetGroupProcedure,
+		svc.GetGroup,
+		connect.WithSchema(broadcastServiceMethods.ByName("GetGroup")),
+		connect.WithHandlerOptions(opts...),
+	)
+	broadcastServiceListGroupsHandler := connect.NewUnaryHandler(
+		BroadcastServiceListGroupsProcedure,
+		svc.ListGroups,
+		connect.WithSchema(broadcastServiceMethods.ByName("ListGroups")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/walcast.api.v1.BroadcastService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case BroadcastServiceBroadcastProcedure:
@@ -348,6 +495,16 @@ func NewBroadcastServiceHandler(svc BroadcastServiceHandler, opts ...connect.Han
 			broadcastServiceForceAckHandler.ServeHTTP(w, r)
 		case BroadcastServiceListTypesProcedure:
 			broadcastServiceListTypesHandler.ServeHTTP(w, r)
+		case BroadcastServiceWaitVChannelsAckedProcedure:
+			broadcastServiceWaitVChannelsAckedHandler.ServeHTTP(w, r)
+		case BroadcastServiceBeginTxnProcedure:
+			broadcastServiceBeginTxnHandler.ServeHTTP(w, r)
+		case BroadcastServiceTxnMemberProcedure:
+			broadcastServiceTxnMemberHandler.ServeHTTP(w, r)
+		case BroadcastServiceGetGroupProcedure:
+			broadcastServiceGetGroupHandler.ServeHTTP(w, r)
+		case BroadcastServiceListGroupsProcedure:
+			broadcastServiceListGroupsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -395,4 +552,24 @@ func (UnimplementedBroadcastServiceHandler) ForceAck(context.Context, *connect.R
 
 func (UnimplementedBroadcastServiceHandler) ListTypes(context.Context, *connect.Request[walcastv1.ListTypesRequest]) (*connect.Response[walcastv1.ListTypesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.ListTypes is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) WaitVChannelsAcked(context.Context, *connect.Request[walcastv1.WaitVChannelsAckedRequest]) (*connect.Response[walcastv1.WaitVChannelsAckedResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.WaitVChannelsAcked is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) BeginTxn(context.Context, *connect.Request[walcastv1.BeginTxnRequest]) (*connect.Response[walcastv1.BeginTxnResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.BeginTxn is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) TxnMember(context.Context, *connect.Request[walcastv1.TxnMemberRequest]) (*connect.Response[walcastv1.TxnMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.TxnMember is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) GetGroup(context.Context, *connect.Request[walcastv1.GetGroupRequest]) (*connect.Response[walcastv1.Group], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.GetGroup is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) ListGroups(context.Context, *connect.Request[walcastv1.ListGroupsRequest]) (*connect.Response[walcastv1.ListGroupsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.ListGroups is not implemented"))
 }
