@@ -75,8 +75,8 @@ type BroadcastRequest struct {
 	// must be one of VChannels.
 	Copies map[message.VChannel]Copy
 	// AppendFirst names targets whose copies are appended, and acked by
-	// their consumers, before the others are appended (R13.11); not all of
-	// them. WaitVChannelsAcked waits for such a phase.
+	// their consumers, before the others (the control channel's included)
+	// are appended (R13.11). WaitVChannelsAcked waits for such a phase.
 	AppendFirst []message.VChannel
 }
 

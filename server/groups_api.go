@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -195,11 +196,21 @@ func (a *broadcastAPI) WaitVChannelsAcked(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
+	// The engine answers a finished task at once whatever the vchannels;
+	// a vchannel the task never targeted is refused here too.
+	ti, err := b.Task(r.GetId())
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	for _, v := range vs {
+		if !slices.ContainsFunc(ti.VChannels, func(vi broadcast.VChannelInfo) bool { return vi.VChannel == v }) {
+			return nil, a.fail(proc, fmt.Errorf("%w: %s is not a target of task %d", broadcast.ErrVChannelNotInTask, v, ti.ID))
+		}
+	}
 	if err := b.WaitVChannelsAcked(ctx, r.GetId(), vs...); err != nil {
 		return nil, a.fail(proc, err)
 	}
-	ti, err := b.Task(r.GetId())
-	if err != nil {
+	if ti, err = b.Task(r.GetId()); err != nil {
 		return nil, a.fail(proc, err)
 	}
 	t := taskPB(ti)

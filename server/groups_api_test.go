@@ -346,3 +346,79 @@ func TestR13_4_TxnBadInputAndLimits(t *testing.T) {
 		t.Fatalf("the end of a full transaction: %v", err)
 	}
 }
+
+// followEast makes west a secondary of east.
+func followEast(t *testing.T, ctx context.Context, east, west *server.Process) {
+	t.Helper()
+	topo := &walcastv1.Topology{Primary: "east", Secondaries: []*walcastv1.SecondaryCluster{{Name: "west", Source: east.NATSURL()}}}
+	if _, err := replClient(west).Follow(ctx, connect.NewRequest(&walcastv1.FollowRequest{Topology: topo})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestR13_14_SkipTypesNotReplicated: a secondary with replication.skip_types
+// never receives broadcasts of those types, and receives the others: a
+// skipped broadcast followed, on the same pchannels, by one of another type
+// that reached the secondary was read by its replicator and dropped.
+// Broadcasts the primary marks unreplicable (R13.13, the API's
+// unreplicable flag) are dropped the same way.
+func TestR13_14_SkipTypesNotReplicated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	east := standaloneWith(t, ctx, "east", nil)
+	west := standaloneWith(t, ctx, "west", func(c *server.Config) { c.Replication.SkipTypes = []string{server.GenericSyncType.String()} })
+	followEast(t, ctx, east, west)
+	ec, wc := newClient(t, east), newClient(t, west)
+	send := func(typ message.Type, key string, local bool) uint64 {
+		t.Helper()
+		r, err := ec.Broadcast(ctx, &client.BroadcastRequest{Type: typ, Payload: []byte(key), VChannels: []message.VChannel{"wal-1/c1v0"},
+			Scope: client.ClusterScope(), ClientKey: key, Unreplicable: local})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.BroadcastID
+	}
+	skipped := send(server.GenericSyncType, "skipped", false)
+	local := send(server.GenericType, "local", true)
+	kept := send(server.GenericType, "kept", false)
+	waitUntil(t, "west to apply the broadcast of a type it replicates", func() bool {
+		r, err := wc.LookupKey(ctx, server.GenericType, message.ClusterKey("kept"))
+		return err == nil && r.GetState() == "TOMBSTONE" && r.GetBroadcastId() == kept
+	})
+	for name, c := range map[string]struct {
+		typ message.Type
+		id  uint64
+	}{"skipped": {server.GenericSyncType, skipped}, "local": {server.GenericType, local}} {
+		if _, err := wc.LookupKey(ctx, c.typ, message.ClusterKey(name)); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("the %s broadcast's key on west: %v, want not found", name, err)
+		}
+		if _, err := wc.GetTask(ctx, c.id); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("the %s broadcast %d on west: %v, want not found", name, c.id, err)
+		}
+	}
+	// On the secondary a local-only broadcast is accepted, another refused.
+	if _, err := wc.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/w"}}); !errors.Is(err, client.ErrNotPrimary) {
+		t.Fatalf("a broadcast on the secondary: %v, want not primary", err)
+	}
+	r, err := wc.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/w"}, Unreplicable: true})
+	if err != nil || r.Outcome.GetStatus() != walcastv1.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED {
+		t.Fatalf("a local-only broadcast on the secondary: %+v, %v", r, err)
+	}
+}
+
+// TestR13_14_SkipTypesValidated: replication.skip_types must name types,
+// each once; a bad one is refused naming the setting.
+func TestR13_14_SkipTypesValidated(t *testing.T) {
+	for _, bad := range [][]string{{"Generic"}, {"Generic.v1", "Generic.v1"}, {""}} {
+		cfg := server.Default()
+		cfg.Replication.SkipTypes = bad
+		if err := cfg.Validate(); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "replication.skip_types") {
+			t.Errorf("skip_types %q: %v, want a config error naming replication.skip_types", bad, err)
+		}
+	}
+	cfg := server.Default()
+	cfg.Replication.SkipTypes = []string{"Generic.v1", "Import.v2"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("valid skip_types: %v", err)
+	}
+}

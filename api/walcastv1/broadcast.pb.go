@@ -380,8 +380,8 @@ type BroadcastRequest struct {
 	// targets, by vchannel; each must be one of vchannels.
 	Copies map[string]*TargetCopy `protobuf:"bytes,11,rep,name=copies,proto3" json:"copies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Two-phase append (R13.11): the copies of these targets are appended,
-	// and acked by their consumers, before the others are appended; not every
-	// target.
+	// and acked by their consumers, before the others (the control
+	// channel's included) are appended; each named once, each a target.
 	AppendFirst   []string `protobuf:"bytes,12,rep,name=append_first,json=appendFirst,proto3" json:"append_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
