@@ -335,7 +335,10 @@ func tlsHint(err error) string {
 func foreignHint(code connect.Code, err error) string {
 	msg := err.Error()
 	switch {
-	case code == connect.CodeUnavailable && strings.Contains(msg, "malformed HTTP"):
+	case code == connect.CodeUnavailable && (strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "readLoopPeekFailLocked")):
+		// net/http's words for an answer that is no HTTP response, and
+		// for bytes that came before any request (an HTTP server never
+		// speaks first; a NATS server greets every connection).
 		return "the server at this address does not speak HTTP: is it a walcast coordinator's API address, not its NATS or etcd port?"
 	case code == connect.CodeUnimplemented && strings.HasSuffix(msg, "404 Not Found"):
 		return "HTTP 404: the server at this address has no such walcast API: is it a coordinator's API address (not a metrics address or another service)?"

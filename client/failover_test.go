@@ -194,8 +194,9 @@ func TestForeignServerIsNoCoordinator(t *testing.T) {
 	c := newClient(t, protocols[0], []string{banner}, client.WithUnreachable(100*time.Millisecond))
 	start := time.Now()
 	_, err := c.GetTask(ctxT(t), 1)
+	quoted := strings.Contains(err.Error(), "malformed HTTP") // else the greeting came before the request
 	if !errors.Is(err, client.ErrUnreachable) || !strings.Contains(err.Error(), "does not speak HTTP") ||
-		!strings.Contains(err.Error(), `XXX..."`) || strings.Contains(err.Error(), "jetstream") {
+		quoted && (!strings.Contains(err.Error(), `XXX..."`) || strings.Contains(err.Error(), "jetstream")) {
 		t.Fatalf("error %v", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {

@@ -452,6 +452,11 @@ func TestR5_6_CLIShowsWhyATaskWaitsAndAcksForAGoneConsumer(t *testing.T) {
 	}()
 	waitUntil(t, "the watch to show the task", func() bool { return strings.Contains(watched.String(), "waiting for acks") })
 
+	// Completion offers the copies still to ack, but those named already.
+	if out, err := execCLI("__complete", "tasks", "ack", "1", "--addr", addr, "--vchannel", "wal-0/t0", "--vchannel", ""); err != nil ||
+		!strings.Contains(out, "wal-1/t1\tnot acked\n") || !strings.Contains(out, "wal-0/_control\tnot acked\n") || strings.Contains(out, "wal-0/t0") {
+		t.Fatalf("completion of tasks ack --vchannel: %v\n%s", err, out)
+	}
 	if _, err := execCLI("tasks", "ack", "1", "--addr", addr, "--vchannel", "wal-0/t0"); err == nil || exitCode(err) != 2 {
 		t.Fatalf("tasks ack without --reason: %v", err)
 	}

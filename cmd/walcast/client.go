@@ -798,6 +798,7 @@ Needs the admin role; the call, with the reason, is written to the audit log.`,
 	}
 	ack.Flags().StringArrayVar(&ackVChannels, "vchannel", nil, "a copy to ack, by its vchannel (repeat)")
 	ack.Flags().StringVar(&ackReason, "reason", "", "why the consumer's ack is given by hand (audited)")
+	completeUnacked(ack, "vchannel", g)
 	cmd.AddCommand(list("list", "List tasks (filter by state and type)", false),
 		list("hanging", "List pending or replicated tasks older than --older-than", true), show, retry, complete, ack, waitAckedCmd(g))
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -71,6 +72,35 @@ func completeTaskIDs(g *globals, live bool) cobra.CompletionFunc {
 			return out, nil
 		})
 	}
+}
+
+// completeUnacked completes flag's value with the copies of the command's
+// task (its ID argument) that tasks ack can ack: appended, not acked, and
+// not named by the flag already.
+func completeUnacked(cmd *cobra.Command, flag string, g *globals) {
+	_ = cmd.RegisterFlagCompletionFunc(flag, func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) == 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		id, err := parseID(args[0])
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		given, _ := cmd.Flags().GetStringArray(flag)
+		return g.ask(cmd, func(ctx context.Context, c *client.Client) ([]string, error) {
+			t, err := c.GetTask(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			var out []string
+			for _, v := range t.GetVchannels() {
+				if v.GetAppended() && !v.GetAcked() && !slices.Contains(given, v.GetVchannel()) {
+					out = append(out, v.GetVchannel()+"\tnot acked")
+				}
+			}
+			return out, nil
+		})
+	})
 }
 
 // completeTypes completes flag's value with the server's message types.

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -359,6 +361,7 @@ func (f *connFlags) usesHTTPS() bool {
 // any address (unreachableAfter), and otherwise retries within its
 // deadline.
 func (g *globals) dial(cmd *cobra.Command) (*client.Client, context.Context, context.CancelFunc, error) {
+	quietStdLog()
 	r, err := g.resolve(cmd)
 	if err != nil {
 		return nil, nil, nil, err
@@ -374,6 +377,12 @@ func (g *globals) dial(cmd *cobra.Command) (*client.Client, context.Context, con
 	ctx, cancel := context.WithTimeout(cmd.Context(), r.timeout)
 	return c, ctx, func() { cancel(); c.Close() }, nil
 }
+
+// quietStdLog silences the standard logger in a client command: net/http
+// writes there ("Unsolicited response received on idle HTTP channel" when
+// --addr names a NATS port), which the command's own error says better.
+// Servers log with slog.
+var quietStdLog = sync.OnceFunc(func() { log.SetOutput(io.Discard) })
 
 // connError says what to do about a failed call: for a server that cannot
 // be reached, where the address came from and how to set it.

@@ -48,7 +48,7 @@ func TestR9_11_DevClusterCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
+	var stderr syncBuffer // read while the process writes it (a failure's message)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -89,6 +89,7 @@ func (g *globals) watch(cmd *cobra.Command, fetch func(context.Context, *client.
 	if err != nil {
 		return err
 	}
+	quietStdLog()
 	r, err := g.resolve(cmd)
 	if err != nil {
 		return err
