@@ -422,3 +422,44 @@ func TestR13_14_SkipTypesValidated(t *testing.T) {
 		t.Fatalf("valid skip_types: %v", err)
 	}
 }
+
+// TestR13_2_TxnSurvivesRestartThroughTheAPI: a transaction begun through
+// the API stays open across a restart of its standalone (the same data
+// directory) and is continued by id by a new client: its keys are still
+// held (a no_wait broadcast on them is busy), a body and the commit go
+// through, and the commit releases them.
+func TestR13_2_TxnSurvivesRestartThroughTheAPI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := standaloneWith(t, ctx, "east", func(c *server.Config) { c.DataDir = dir })
+	c := newClient(t, p)
+	key := resource.ExclusiveCollection("db", "c1")
+	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("begin"),
+		VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = standaloneWith(t, ctx, "east", func(c *server.Config) { c.DataDir = dir })
+	c = newClient(t, p)
+	busy := &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}, NoWait: true}
+	if _, err := c.Broadcast(ctx, busy); !errors.Is(err, client.ErrBusy) {
+		t.Fatalf("no_wait on the transaction's key after the restart: %v, want busy", err)
+	}
+	g, err := c.GetGroup(ctx, x.ID)
+	if err != nil || !g.GetHolding() || !g.GetHoldsHere() {
+		t.Fatalf("the transaction after the restart: %+v, %v", g, err)
+	}
+	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("after the restart")}); err != nil {
+		t.Fatalf("body after the restart: %v", err)
+	}
+	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); err != nil {
+		t.Fatalf("commit after the restart: %v", err)
+	}
+	if _, err := c.Broadcast(ctx, busy); err != nil {
+		t.Fatalf("no_wait after the commit: %v", err)
+	}
+}
