@@ -463,3 +463,55 @@ func TestR13_2_TxnSurvivesRestartThroughTheAPI(t *testing.T) {
 		t.Fatalf("no_wait after the commit: %v", err)
 	}
 }
+
+// TestR13_5_OpenTxnAfterForcePromoteThroughTheAPI: a transaction open on
+// the primary is open on its secondary too (its Begin replicated); after
+// the primary is lost and the secondary force-promoted, the promoted
+// cluster holds the transaction's keys (a no_wait broadcast on them is
+// busy) and ends it by id through the API, which releases them.
+func TestR13_5_OpenTxnAfterForcePromoteThroughTheAPI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	east := standaloneWith(t, ctx, "east", nil)
+	west := standaloneWith(t, ctx, "west", nil)
+	followEast(t, ctx, east, west)
+	ec, wc := newClient(t, east), newClient(t, west, client.WithMaxAttempts(3))
+	key := resource.ExclusiveCollection("db", "c1")
+	x, err := ec.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("begin"),
+		VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := ec.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("step")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "west to know the open transaction with its body", func() bool {
+		g, err := wc.GetGroup(ctx, x.ID)
+		return err == nil && g.GetHolding() && len(g.GetMembers()) == 2 && g.GetMembers()[1].GetId() == body.BroadcastID &&
+			g.GetMembers()[1].GetStage() == "tombstoned"
+	})
+	if g, _ := wc.GetGroup(ctx, x.ID); g.GetHoldsHere() {
+		t.Fatalf("the secondary holds the transaction's keys before a promote: %+v", g)
+	}
+	if err := east.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replClient(west).ForcePromote(ctx, connect.NewRequest(&walcastv1.ForcePromoteRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	busy := &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}, NoWait: true}
+	waitUntil(t, "the promoted cluster to hold the open transaction's keys", func() bool {
+		g, err := wc.GetGroup(ctx, x.ID)
+		return err == nil && g.GetHoldsHere()
+	})
+	if _, err := wc.Broadcast(ctx, busy); !errors.Is(err, client.ErrBusy) {
+		t.Fatalf("no_wait on the open transaction's key after the promote: %v, want busy", err)
+	}
+	if _, err := wc.RollbackTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("failover")}); err != nil {
+		t.Fatalf("rollback on the promoted cluster: %v", err)
+	}
+	if _, err := wc.Broadcast(ctx, busy); err != nil {
+		t.Fatalf("no_wait after the rollback: %v", err)
+	}
+}
