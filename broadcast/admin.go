@@ -62,7 +62,13 @@ type CallbackInfo struct {
 	LastError     string
 	LastAttemptAt time.Time
 	NextAttemptAt time.Time
+	// History lists the latest attempts (up to 16), oldest first: each
+	// with its number, start, end (zero while it runs) and error.
+	History []CallbackAttempt
 }
+
+// CallbackAttempt is one attempt of a task's ack callback.
+type CallbackAttempt = engine.Attempt
 
 func liveInfo(v engine.TaskView) TaskInfo {
 	ti := TaskInfo{
@@ -71,7 +77,7 @@ func liveInfo(v engine.TaskView) TaskInfo {
 		AckSyncUp: v.Msg.Broadcast.AckSyncUp, Stage: v.Stage.String(), AppendAttempts: v.AppendAttempts,
 		LastAppendError: v.AppendError, Outcome: v.Outcome, CatalogCommits: v.Commits, Message: v.Msg,
 		Callback: CallbackInfo{Running: v.CallbackStarted && v.Stage != engine.Queued, Attempts: v.Attempts,
-			LastError: v.LastError, LastAttemptAt: v.LastAttemptAt, NextAttemptAt: v.NextAttemptAt},
+			LastError: v.LastError, LastAttemptAt: v.LastAttemptAt, NextAttemptAt: v.NextAttemptAt, History: v.History},
 	}
 	for _, c := range v.Copies {
 		ti.VChannels = append(ti.VChannels, VChannelInfo{VChannel: c.VChannel, Appended: c.Appended, Acked: c.Acked, Checkpoint: c.Checkpoint})

@@ -536,8 +536,9 @@ func TestR5_2_CallbackRetriedAndVisible(t *testing.T) {
 	}
 }
 
-// TestR5_6_OperatorRetryAndComplete: a stuck callback shows its error, can be
-// retried now, and can be completed by an operator, which releases its keys.
+// TestR5_6_OperatorRetryAndComplete: a stuck callback shows its error and
+// the history of its attempts, can be retried now, and can be completed by
+// an operator, which releases its keys.
 func TestR5_6_OperatorRetryAndComplete(t *testing.T) {
 	e := newEnv(t)
 	b := e.open(func(c *broadcast.Config) {
@@ -562,7 +563,21 @@ func TestR5_6_OperatorRetryAndComplete(t *testing.T) {
 	if err := b.RetryCallback(1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the retry", func() bool { ti, _ = b.Task(1); return ti.Callback.Attempts == 2 && ti.Callback.LastError != "" })
+	waitFor(t, "the retry's failure", func() bool {
+		ti, _ = b.Task(1)
+		h := ti.Callback.History
+		return ti.Callback.Attempts == 2 && len(h) == 2 && h[1].Err != ""
+	})
+	// Each attempt is in the history, oldest first, with its times and
+	// error (the console's task page shows it).
+	if h := ti.Callback.History; len(h) != 2 || h[0].N != 1 || h[1].N != 2 {
+		t.Fatalf("attempt history %+v, want attempts 1 and 2", h)
+	}
+	for _, a := range ti.Callback.History {
+		if a.Err == "" || a.Started.IsZero() || a.Ended.Before(a.Started) || a.Ended.IsZero() {
+			t.Fatalf("attempt %+v: want its error and its start and end", a)
+		}
+	}
 	if err := b.CompleteCallback(ctx, 1, "operator: collection repaired by hand"); err != nil {
 		t.Fatal(err)
 	}

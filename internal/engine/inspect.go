@@ -30,9 +30,12 @@ type TaskView struct {
 	// complete it).
 	CallbackStarted bool
 	Running         bool
-	Outcome         Outcome
-	Commits         int
-	Window          Window
+	// History holds the latest callback attempts, oldest first (at most
+	// MaxAttemptHistory).
+	History []Attempt
+	Outcome Outcome
+	Commits int
+	Window  Window
 }
 
 // CopyView is one copy of a live task.
@@ -48,7 +51,7 @@ type CopyView struct {
 func (c *Core) view(t *task) TaskView {
 	v := TaskView{ID: t.id, Msg: t.msg, State: t.state(), Stage: t.stage, Created: t.created,
 		AppendAttempts: t.appendAttempts, AppendError: t.appendErr, Attempts: t.attempts, LastError: t.lastErr,
-		LastAttemptAt: t.lastAt, NextAttemptAt: t.nextAt, CallbackStarted: t.attempts > 0,
+		LastAttemptAt: t.lastAt, NextAttemptAt: t.nextAt, CallbackStarted: t.attempts > 0, History: slices.Clone(t.history),
 		Running: t.stage == Calling, Outcome: t.outcome, Commits: t.commits,
 		Window: c.window(t.class, t.id, t.created, time.Time{})}
 	for i, vc := range t.msg.Broadcast.VChannels {
@@ -224,4 +227,17 @@ func (c *Core) Waiters(id uint64) int {
 		return len(t.waiters)
 	}
 	return 0
+}
+
+// MaxAttemptHistory is how many of a task's latest callback attempts its
+// view keeps.
+const MaxAttemptHistory = 16
+
+// Attempt is one attempt of a task's callback: its number (from 1), when
+// it started and ended (zero while it runs) and its error ("" if it
+// succeeded or runs).
+type Attempt struct {
+	N              int
+	Started, Ended time.Time
+	Err            string
 }

@@ -163,6 +163,10 @@ func (c *Core) startCallback(t *task) {
 	t.attempts++
 	t.lastAt = c.now
 	t.nextAt = timeZero
+	if len(t.history) == MaxAttemptHistory {
+		t.history = append(t.history[:0], t.history[1:]...)
+	}
+	t.history = append(t.history, Attempt{N: t.attempts, Started: c.now})
 	if t.ignore != nil {
 		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Outcome: *t.ignore})
 		return
@@ -179,6 +183,13 @@ func (c *Core) callbackDone(e CallbackDone) {
 	t := c.tasks[e.Task]
 	if t == nil || t.stage != Calling || e.Attempt != t.attempts {
 		return
+	}
+	if n := len(t.history); n > 0 && t.history[n-1].N == e.Attempt {
+		a := &t.history[n-1]
+		a.Ended = c.now
+		if e.Err != nil {
+			a.Err = e.Err.Error()
+		}
 	}
 	if e.Err == nil {
 		if e.Outcome.Status == 0 {

@@ -89,6 +89,7 @@ type task struct {
 	lastErr  string
 	lastAt   time.Time
 	nextAt   time.Time
+	history  []Attempt // the latest MaxAttemptHistory attempts
 	cbBack   *backoff.ExponentialBackOff
 	cbTimer  *deadline
 	force    *Outcome // set by Complete

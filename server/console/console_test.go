@@ -176,6 +176,23 @@ func TestR9_9_PagesEscapeUserStrings(t *testing.T) {
 	}
 }
 
+// TestR9_9_TaskPageShowsCallbackAttempts: the task page lists the
+// callback's attempts, each with its number, times and error (escaped).
+func TestR9_9_TaskPageShowsCallbackAttempts(t *testing.T) {
+	f := newFixture(t, nil)
+	_, body := f.get("/ui/tasks/" + itoa(f.id))
+	i := strings.Index(body, `<table id="cb-history">`)
+	if i < 0 {
+		t.Fatalf("task page has no attempt history:\n%s", body)
+	}
+	table := body[i:]
+	table = table[:strings.Index(table, "</table>")]
+	if !strings.Contains(table, "<td>1</td>") || !strings.Contains(table, `&lt;script&gt;alert(1)&lt;/script&gt;`) {
+		t.Fatalf("attempt history does not show attempt 1 with its error:\n%s", table)
+	}
+	checkEscaped(t, "attempt history", table)
+}
+
 // TestR9_9_BadInputAnswers4xx: malformed ids, filters, page sizes and
 // event pages answer 4xx pages naming the problem, never a 500.
 func TestR9_9_BadInputAnswers4xx(t *testing.T) {
