@@ -110,7 +110,10 @@ func describe(err error) (kind, msg string) {
 	case errors.Is(err, client.ErrUnreachable):
 		return "unreachable", msg
 	case errors.As(err, &ce):
-		return ce.Code.String(), msg
+		// The server's message often starts with its kind in words
+		// ("invalid_argument: invalid argument: ..."): say it once.
+		kind := ce.Code.String()
+		return kind, strings.Replace(msg, kind+": "+strings.ReplaceAll(kind, "_", " ")+": ", kind+": ", 1)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded.String(), msg
 	case errors.Is(err, context.Canceled):
