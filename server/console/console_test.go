@@ -193,6 +193,28 @@ func TestR9_9_TaskPageShowsCallbackAttempts(t *testing.T) {
 	checkEscaped(t, "attempt history", table)
 }
 
+// TestR9_9_OverviewShowsEarlyEvictionsPerClass: the overview counts, per
+// retention class, the tombstones max_count evicted before max_lifetime.
+func TestR9_9_OverviewShowsEarlyEvictionsPerClass(t *testing.T) {
+	f := newFixture(t, nil)
+	_, body := f.get("/ui/")
+	i := strings.Index(body, `<span id="early-by-class">`)
+	if i < 0 {
+		t.Fatalf("overview has no early evictions per class:\n%s", body)
+	}
+	span := body[i:]
+	span = span[:strings.Index(span, "</span>")]
+	early := f.b.EarlyEvictions()
+	if len(early) == 0 {
+		t.Fatal("no retention class reported")
+	}
+	for cl, n := range early {
+		if !strings.Contains(span, fmt.Sprintf("%s %d", cl, n)) {
+			t.Errorf("early evictions %q do not show class %s with %d", span, cl, n)
+		}
+	}
+}
+
 // TestR9_9_BadInputAnswers4xx: malformed ids, filters, page sizes and
 // event pages answer 4xx pages naming the problem, never a 500.
 func TestR9_9_BadInputAnswers4xx(t *testing.T) {

@@ -140,6 +140,15 @@ type overviewData struct {
 	OldestAge  time.Duration
 	Failing    []broadcast.TaskInfo
 	Stats      broadcast.Stats
+	// Early lists, per retention class, the tombstones max_count evicted
+	// before their max_lifetime.
+	Early []classCount
+}
+
+// classCount is a retention class's count.
+type classCount struct {
+	Class string
+	N     int
 }
 
 func (c *Console) overview(r *request) (view, error) {
@@ -156,6 +165,10 @@ func (c *Console) overview(r *request) (view, error) {
 	d.Promoting = b.Promoting()
 	d.Stats = b.Stats()
 	d.Live, d.Tombstones = d.Stats.Live, d.Stats.Tombstones
+	early := b.EarlyEvictions()
+	for _, cl := range slices.Sorted(maps.Keys(early)) {
+		d.Early = append(d.Early, classCount{Class: cl, N: early[cl]})
+	}
 	live, err := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
 	if err != nil {
 		return nil, err
