@@ -88,6 +88,18 @@ type Config struct {
 		Advertise string `yaml:"advertise"`
 		// MaxRequestBytes bounds one API request.
 		MaxRequestBytes int `yaml:"max_request_bytes"`
+		// MaxInFlight bounds the API calls a coordinator serves at once
+		// (node acks, health and reflection aside); 0 turns admission
+		// off. MaxQueued more wait for a slot, each at most
+		// QueueTimeout; calls beyond them are refused at once with
+		// ResourceExhausted (QUOTA_EXCEEDED) and a retry hint
+		// (google.rpc.RetryInfo, Retry-After), having done nothing.
+		MaxInFlight  int      `yaml:"max_in_flight"`
+		MaxQueued    int      `yaml:"max_queued"`
+		QueueTimeout Duration `yaml:"queue_timeout"`
+		// RetryAfter is the retry hint of a refused call: clients should
+		// wait about that long (jittered) before retrying.
+		RetryAfter Duration `yaml:"retry_after"`
 		// Secure (standalone only) makes, once, a local CA, a server
 		// certificate and an admin token under data_dir/secure, and
 		// serves the API with them: TLS, tokens, and client
@@ -442,6 +454,10 @@ func Default() Config {
 	c.Cluster.Name = "walcast"
 	c.API.Addr = "127.0.0.1:7070"
 	c.API.MaxRequestBytes = 4 << 20
+	c.API.MaxInFlight = 256
+	c.API.MaxQueued = 1024
+	c.API.QueueTimeout = Duration(time.Second)
+	c.API.RetryAfter = Duration(2 * time.Second)
 	c.API.ReloadInterval = Duration(2 * time.Second)
 	c.Audit.File = "stderr"
 	c.Metrics.Addr = "127.0.0.1:7071"
@@ -752,6 +768,12 @@ func (c Config) Validate() error {
 		return bad("api.addr", "must not be empty")
 	case c.API.MaxRequestBytes < 1024:
 		return bad("api.max_request_bytes", "%d is below 1 KiB", c.API.MaxRequestBytes)
+	case c.API.MaxInFlight < 0 || c.API.MaxQueued < 0:
+		return bad("api.max_in_flight", "max_in_flight (%d) and max_queued (%d) must not be negative", c.API.MaxInFlight, c.API.MaxQueued)
+	case c.API.MaxInFlight > 0 && c.API.QueueTimeout < Duration(time.Millisecond):
+		return bad("api.queue_timeout", "%v is below 1ms", c.API.QueueTimeout.D())
+	case c.API.MaxInFlight > 0 && c.API.RetryAfter < Duration(100*time.Millisecond):
+		return bad("api.retry_after", "%v is below 100ms", c.API.RetryAfter.D())
 	case !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level):
 		return bad("log.level", "%q is not debug, info, warn or error", c.Log.Level)
 	case c.Log.Format != "json" && c.Log.Format != "text":

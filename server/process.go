@@ -711,8 +711,14 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		ln.Close()
 		return nil, err
 	}
-	// Outside the authentication, so that refused calls are counted too.
-	shutdown := p.sec.serve(ln, apiMetrics.Wrap(p.sec.handler(mux)), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
+	adm, err := newAdmission(cfg, p.reg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	// Outside the authentication, so that refused calls are counted too;
+	// admission first, so that a call refused for overload costs nothing.
+	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(mux))), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{}, 3)
 	go func() {

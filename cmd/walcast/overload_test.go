@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/server"
+)
+
+// overloadRun is what a phase of TestOverloadIsBounded measured.
+type overloadRun struct {
+	clients            int
+	confirmed, refused int64
+	rate               float64 // confirmed per second
+	maxRSS, maxGor     float64
+	maxQueued, maxBusy float64
+	hint               time.Duration // the last refusal's RetryInfo
+}
+
+// overload runs clients workers, each with its own client (its own
+// connection), sending keyed broadcasts for d; a refusal (QUOTA_EXCEEDED)
+// is retried with the same key after its retry hint, jittered. It samples
+// the process's RSS, goroutines and admission gauges meanwhile.
+func overload(t *testing.T, p *proc, clients int, d time.Duration, ids *sync.Map, tag string) overloadRun {
+	t.Helper()
+	r := overloadRun{clients: clients}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var confirmed, refused atomic.Int64
+	var hint atomic.Int64
+	var other atomic.Value
+	var wg sync.WaitGroup
+	for g := range clients {
+		c, err := client.New([]string{p.api}, client.WithAttemptTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				key := fmt.Sprintf("%s-%d-%d", tag, g, i)
+				for ctx.Err() == nil {
+					res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(key), Scope: client.ClusterScope(),
+						ClientKey: key, VChannels: []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/o%d", i%4, g%16))}})
+					if err == nil {
+						ids.Store(key, res.BroadcastID)
+						confirmed.Add(1)
+						break
+					}
+					if ctx.Err() != nil {
+						return
+					}
+					if !errors.Is(err, client.ErrQuotaExceeded) {
+						other.Store(err)
+						return
+					}
+					refused.Add(1)
+					wait := time.Second
+					var ce *connect.Error
+					if errors.As(err, &ce) {
+						for _, det := range ce.Details() {
+							if v, derr := det.Value(); derr == nil {
+								if ri, ok := v.(*errdetails.RetryInfo); ok {
+									wait = ri.GetRetryDelay().AsDuration()
+									hint.Store(int64(wait))
+								}
+							}
+						}
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(wait/2 + rand.N(wait)):
+					}
+				}
+			}
+		})
+	}
+	start := time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			r.maxRSS = max(r.maxRSS, metric(t, p, "process_resident_memory_bytes"))
+			r.maxGor = max(r.maxGor, metric(t, p, "go_goroutines"))
+			r.maxQueued = max(r.maxQueued, metric(t, p, "walcast_api_queued"))
+			r.maxBusy = max(r.maxBusy, metric(t, p, "walcast_api_in_flight"))
+		}
+	}
+	wg.Wait()
+	if err, ok := other.Load().(error); ok {
+		t.Fatalf("a broadcast failed otherwise than by admission: %v", err)
+	}
+	r.confirmed, r.refused, r.hint = confirmed.Load(), refused.Load(), time.Duration(hint.Load())
+	r.rate = float64(r.confirmed) / time.Since(start).Seconds()
+	return r
+}
+
+// TestOverloadIsBounded runs standalone with api.max_in_flight 64,
+// api.max_queued 128 and api.queue_timeout 500ms, first under 64 clients
+// (what it serves), then under WALCAST_OVERLOAD_CLIENTS (default 1000;
+// the figure is 2000) clients, each on its own connection, for
+// WALCAST_OVERLOAD_SECONDS (default 6) each. Under overload, calls beyond
+// the bounds are refused with ResourceExhausted (QUOTA_EXCEEDED) and a
+// RetryInfo hint, the queue never exceeds its bound, and every confirmed
+// key (a refused key retried after the hint) has exactly one original. The
+// rates, RSS and goroutines of both phases are logged for
+// docs/operations.md (timing is not asserted).
+func TestOverloadIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test")
+	}
+	clients, secs, retryAfter := 1000, 6, "2s"
+	if v := os.Getenv("WALCAST_OVERLOAD_RETRY_AFTER"); v != "" {
+		retryAfter = v
+	}
+	if v := os.Getenv("WALCAST_OVERLOAD_CLIENTS"); v != "" {
+		clients, _ = strconv.Atoi(v)
+	}
+	if v := os.Getenv("WALCAST_OVERLOAD_SECONDS"); v != "" {
+		secs, _ = strconv.Atoi(v)
+	}
+	env := []string{"WALCAST_API_MAX_IN_FLIGHT=64", "WALCAST_API_MAX_QUEUED=128", "WALCAST_API_QUEUE_TIMEOUT=500ms", "WALCAST_API_RETRY_AFTER=" + retryAfter, "WALCAST_AUDIT_FILE=off",
+		// Every key of the run keeps its tombstone, so that each can be looked up.
+		"WALCAST_BROADCAST_TOMBSTONE_MAX_COUNT=1000000"}
+	// WALCAST_OVERLOAD_ADMISSION=off measures the same load without
+	// admission, for comparison: nothing is refused then.
+	off := os.Getenv("WALCAST_OVERLOAD_ADMISSION") == "off"
+	if off {
+		env = append(env, "WALCAST_API_MAX_IN_FLIGHT=0")
+	}
+	p := startEnv(t, "standalone", env, "standalone", "--data-dir", t.TempDir(), "--api-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	var ids sync.Map
+	d := time.Duration(secs) * time.Second
+	base := overload(t, p, 64, d, &ids, "base")
+	over := overload(t, p, clients, d, &ids, "over")
+	for _, r := range []overloadRun{base, over} {
+		t.Logf("%4d clients: %6.0f confirmed/s (%d), %d refused (hint %v); max RSS %.0f MiB, goroutines %.0f, queued %.0f, in flight %.0f",
+			r.clients, r.rate, r.confirmed, r.refused, r.hint, r.maxRSS/(1<<20), r.maxGor, r.maxQueued, r.maxBusy)
+	}
+	t.Logf("admitted throughput under overload: %.0f%% of the 64-client figure", 100*over.rate/base.rate)
+	if off {
+		t.Logf("admission off: not checking its bounds")
+	} else if over.refused == 0 || over.hint <= 0 {
+		t.Errorf("%d clients: %d refusals, hint %v: admission refused nothing", clients, over.refused, over.hint)
+	}
+	if !off && (over.maxQueued > 128 || over.maxBusy > 64) {
+		t.Errorf("queued %v (bound 128), in flight %v (bound 64)", over.maxQueued, over.maxBusy)
+	}
+	if over.confirmed == 0 {
+		t.Fatal("nothing was confirmed under overload")
+	}
+	// Every confirmed key has its one original.
+	c, err := client.New([]string{p.api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seen := map[uint64]string{}
+	n := 0
+	ids.Range(func(k, v any) bool {
+		n++
+		key, id := k.(string), v.(uint64)
+		if other, dup := seen[id]; dup {
+			t.Errorf("keys %s and %s resolved to broadcast %d", key, other, id)
+		}
+		seen[id] = key
+		if n%50 != 0 { // the lookups of a sample: they take a while
+			return true
+		}
+		r, err := c.LookupKey(context.Background(), server.GenericType, message.ClusterKey(key))
+		if err != nil || r.GetBroadcastId() != id {
+			t.Errorf("key %s: %v, %v; the client got %d", key, r, err, id)
+		}
+		return true
+	})
+	p.stop()
+}
