@@ -41,6 +41,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -146,6 +147,8 @@ type Server struct {
 	maxTxnOps   int
 	maxReqBytes int
 	fatal       *fatal
+	closing     atomic.Bool
+	watchDone   chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -333,6 +336,16 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 			s.Close() // releases the lock only
 			return nil, false, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
 		}
+		// A server that stops by itself (not by Close, not by a fatal
+		// error, which is reported already) is reported like one.
+		s.watchDone = make(chan struct{})
+		go func() {
+			defer close(s.watchDone)
+			<-e.Server.StopNotify()
+			if !s.closing.Load() && fatal.failed() == nil {
+				onFatal(&FatalError{Message: "the etcd server stopped by itself", Fields: map[string]any{"dir": cfg.Dir}})
+			}
+		}()
 		return s, picked, nil
 	case <-fatal.early:
 		s.Close()
@@ -427,7 +440,11 @@ func (s *Server) Close() error {
 			s.closeErr = errors.Join(append(errs, err)...)
 			return
 		}
+		s.closing.Store(true)
 		s.etcd.Close()
+		if s.watchDone != nil {
+			<-s.watchDone
+		}
 		// Close closes Err's channel once every serving goroutine is
 		// gone; what is left in it failed before Close.
 		var errs []error
