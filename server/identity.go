@@ -2,15 +2,18 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -96,7 +99,21 @@ func checkWALOwner(ctx context.Context, cfg Config, client *clientv3.Client, l w
 		return nil
 	}
 	for _, lane := range wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames()) {
-		off, found, err := firstEntryOf(ctx, l, lane, cfg.Cluster.Name)
+		var off uint64
+		var found bool
+		// A stream another coordinator has just created may not be
+		// found yet (its replicas are still being placed): that is
+		// retried for a while, anything else fails the start.
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		err := retry.Do(rctx, retry.Policy{Max: time.Second}, func(ctx context.Context) error {
+			var err error
+			off, found, err = firstEntryOf(ctx, l, lane, cfg.Cluster.Name)
+			if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !strings.Contains(err.Error(), "stream not found") {
+				return retry.Permanent(err)
+			}
+			return err
+		})
+		rcancel()
 		if err != nil {
 			return fmt.Errorf("wal: check that lane %s is this cluster's: %w", lane, err)
 		}
