@@ -151,6 +151,11 @@ type Config struct {
 		// fail with "insufficient resources".
 		NATSMaxStore  int64 `yaml:"nats_max_store"`
 		NATSMaxMemory int64 `yaml:"nats_max_memory"`
+		// EtcdCompactionRetention is how long the embedded etcd keeps
+		// revision history before compacting it: its memory and database
+		// grow with the writes of that long. It must outlast the longest
+		// catalog listing (a recovery's), which pins one revision.
+		EtcdCompactionRetention Duration `yaml:"etcd_compaction_retention"`
 	} `yaml:"standalone"`
 	Disk struct {
 		// ReserveBytes is the free space of data_dir's file system below
@@ -496,6 +501,7 @@ func Default() Config {
 	c.Election.TTL = Duration(10 * time.Second)
 	c.Standalone.NATSMaxStore = 64 << 30
 	c.Standalone.NATSMaxMemory = 256 << 20
+	c.Standalone.EtcdCompactionRetention = Duration(time.Hour)
 	c.Disk.ReserveBytes = 256 << 20
 	c.Disk.WarnBytes = 1 << 30
 	c.Disk.CheckInterval = Duration(time.Second)
@@ -782,6 +788,8 @@ func (c Config) Validate() error {
 		return bad("catalog.max_txn_ops", "%d is below 2", c.Catalog.MaxTxnOps)
 	case c.Standalone.NATSMaxStore < 1<<20 || c.Standalone.NATSMaxMemory < 0:
 		return bad("standalone.nats_max_store", "nats_max_store (%d) must be at least 1 MiB and nats_max_memory (%d) not negative", c.Standalone.NATSMaxStore, c.Standalone.NATSMaxMemory)
+	case c.Standalone.EtcdCompactionRetention < Duration(time.Minute):
+		return bad("standalone.etcd_compaction_retention", "%v is below 1m", c.Standalone.EtcdCompactionRetention.D())
 	case c.Disk.ReserveBytes < 0 || c.Disk.WarnBytes < 0:
 		return bad("disk.reserve_bytes", "reserve_bytes (%d) and warn_bytes (%d) must not be negative", c.Disk.ReserveBytes, c.Disk.WarnBytes)
 	case c.Disk.CheckInterval < Duration(10*time.Millisecond):
