@@ -48,6 +48,16 @@
 // nothing: it did not lead, refused before creating the task, or was never
 // reached. Any other failure is returned at once, since the broadcast may
 // have happened.
+//
+// # Transactions and try-acquire
+//
+// BeginTxn, TxnBody, CommitTxn and RollbackTxn run a broadcast transaction
+// (one set of resource keys held from its Begin to its end) as separate
+// calls, by the transaction's id, from any process; their Scope and
+// ClientKey make them idempotent as a broadcast's do. GetGroup and
+// ListGroups show open transactions (and resource-key owners). A request
+// with NoWait fails at once with an error matching ErrBusy, whose Holder
+// names who holds the key, instead of queueing for it.
 package client
 
 import (

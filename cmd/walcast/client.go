@@ -270,6 +270,9 @@ func deadlinePassed(err error) bool {
 // broadcastHint adds to a broadcast's failure what to run next: after a
 // deadline, whether a task was created and how to follow it or retry.
 func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastRequest, err error, seen uint64) error {
+	if errors.Is(err, client.ErrBusy) {
+		return busyHint(err)
+	}
 	if !deadlinePassed(err) {
 		return err
 	}

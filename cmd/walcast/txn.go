@@ -122,7 +122,11 @@ once the Begin's callback ran; the keys stay held until "txn commit" or "txn rol
 				req.ResourceKeys = append(req.ResourceKeys, rk)
 			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (*client.Txn, error) {
-				return c.BeginTxn(ctx, req)
+				x, err := c.BeginTxn(ctx, req)
+				if errors.Is(err, client.ErrBusy) {
+					return nil, busyHint(err)
+				}
+				return x, err
 			}, func(w io.Writer, x *client.Txn) error {
 				fmt.Fprintf(w, "transaction %d open", x.ID)
 				if x.Duplicated {
@@ -194,6 +198,11 @@ repeated end gets the first one's result.`,
 	}
 	m.add(cmd, g)
 	return cmd
+}
+
+// busyHint says what to do after a --no-wait refusal.
+func busyHint(err error) error {
+	return fmt.Errorf("%w\nnothing was created: retry later, or without --no-wait to queue for the key (walcast locks shows its holders)", err)
 }
 
 func parseTxnID(s string) (uint64, error) {

@@ -56,7 +56,8 @@ func TestR13_1_TxnCLI(t *testing.T) {
 	wantOutput(t, out, `^transaction `+id+` open \(a repeat: answered by the transaction it opened\)`, "walcast txn commit "+id)
 
 	out, err := m.try("broadcast", "--vchannel", "wal-1/c1v0", "--key", "Collection:db:c1@R", "--no-wait")
-	if exitCode(err) != exitError || !strings.Contains(err.Error(), "transaction "+id+"@X") || !strings.Contains(err.Error(), "busy") {
+	if exitCode(err) != exitError || !strings.Contains(err.Error(), "transaction "+id+"@X") || !strings.Contains(err.Error(), "busy") ||
+		!strings.Contains(err.Error(), "without --no-wait to queue") {
 		t.Fatalf("broadcast --no-wait on the transaction's key: exit %d, %v\n%s", exitCode(err), err, out)
 	}
 
