@@ -76,7 +76,7 @@ func (o coreObserver) TaskState(t message.Type, from, to engine.State) {
 func (o coreObserver) Stage(id uint64, m *message.Message, from, to engine.Stage) {
 	o.b.spans.stage(id, m, from, to)
 	if o.b.log.Enabled(context.Background(), slog.LevelDebug) {
-		o.b.log.Debug("task stage", "broadcast", id, "type", m.Type.String(), "from", from.String(), "to", to.String())
+		o.b.log.With(engine.TraceAttrs(m)...).Debug("task stage", "broadcast", id, "type", m.Type.String(), "from", from.String(), "to", to.String())
 	}
 }
 
@@ -85,7 +85,7 @@ func (o coreObserver) Appended(t message.Type, d time.Duration) { o.b.obs.Append
 func (o coreObserver) Completed(id uint64, m *message.Message, d time.Duration, commits int, out engine.Outcome) {
 	o.b.obs.Completed(m.Type, d)
 	if o.b.log.Enabled(context.Background(), slog.LevelInfo) {
-		o.b.log.Info("task completed", "broadcast", id, "type", m.Type.String(), "duration", d, "commits", commits,
+		o.b.log.With(engine.TraceAttrs(m)...).Info("task completed", "broadcast", id, "type", m.Type.String(), "duration", d, "commits", commits,
 			"outcome", out.Status.String())
 	}
 }

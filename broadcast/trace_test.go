@@ -2,8 +2,10 @@ package broadcast_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -447,6 +449,57 @@ func BenchmarkBroadcastTraced(b *testing.B) {
 	for b.Loop() {
 		if _, err := do(ctx, bc, m, resource.ExclusiveCollection("db", "c")); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestR9_10_EngineLogsCarryTheCallersTrace: the records the engine logs
+// about a traced broadcast — its stages, a failed callback attempt, its
+// completion — carry the caller's trace_id (and a span_id), so that they
+// join the trace like records logged with a traced context.
+func TestR9_10_EngineLogsCarryTheCallersTrace(t *testing.T) {
+	tp, _ := newTracer(t)
+	var buf strings.Builder
+	var mu sync.Mutex
+	e := newEnv(t)
+	typ := message.Type{Name: "FlakyLogged", Version: 1}
+	var fails atomic.Int32
+	fails.Store(1)
+	registerTraced(t, e, tp, typ, func(context.Context) error {
+		if fails.Add(-1) >= 0 {
+			return errors.New("injected callback failure")
+		}
+		return nil
+	})
+	b := e.open(withTracer(tp), func(c *broadcast.Config) { c.Logger = newBufLogger(&buf, &mu) })
+	ctx, caller := tp.Tracer("test").Start(ctxT(t, 10*time.Second), "caller")
+	res, err := do(ctx, b, msgOf(t, typ, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+	caller.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := caller.SpanContext().TraceID().String()
+	mu.Lock()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	mu.Unlock()
+	seen := map[string]bool{}
+	for _, l := range lines {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r["broadcast"] != float64(res.BroadcastID) {
+			continue
+		}
+		msg, _ := r["msg"].(string)
+		if r["trace_id"] != want || r["span_id"] == nil || r["span_id"] == "" {
+			t.Errorf("%q: trace_id %v span_id %v, want the caller's trace %s", msg, r["trace_id"], r["span_id"], want)
+		}
+		seen[msg] = true
+	}
+	for _, m := range []string{"task stage", "ack callback failed; retrying", "task completed"} {
+		if !seen[m] {
+			t.Errorf("no %q record for broadcast %d", m, res.BroadcastID)
 		}
 	}
 }

@@ -176,7 +176,7 @@ func (c *Core) ackOnceDone(e AckOnceDone) {
 			c.reply(to, Reply{Err: err})
 		}
 		if copy.fast {
-			c.log.Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", e.Err)
+			c.tlog(t).Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", e.Err)
 			if copy.fastBack == nil {
 				copy.fastBack = c.newBackoff()
 			}

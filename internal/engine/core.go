@@ -270,7 +270,7 @@ func (c *Core) nextID() uint64 {
 func (c *Core) move(t *task, on Trigger, to Stage) {
 	from := t.stage
 	if !allowed(from, on, to) {
-		c.log.Error("engine bug: transition not in the table", "broadcast", t.id, "from", from.String(),
+		c.tlog(t).Error("engine bug: transition not in the table", "broadcast", t.id, "from", from.String(),
 			"on", on.String(), "to", to.String())
 		c.stats.Bugs++
 		c.stats.LastBug = fmt.Sprintf("broadcast %d: %s --%s--> %s", t.id, from, on, to)
@@ -464,7 +464,7 @@ func (c *Core) written(e Written) {
 		if w.bo == nil {
 			w.bo = c.newBackoff()
 		}
-		c.log.Warn("catalog write failed; retrying", "kind", w.kind.String(), "broadcast", taskID(w.task), "err", e.Err)
+		c.tlog(w.task).Warn("catalog write failed; retrying", "kind", w.kind.String(), "broadcast", taskID(w.task), "err", e.Err)
 		w.retry = c.after(w.bo.NextBackOff(), func() { c.issue(w) })
 	case StepDown:
 		w.done(w, d, e.Err)

@@ -71,7 +71,7 @@ func (c *Core) checkFirstPhase(t *task) {
 		case Refuse:
 			// The record cannot take the acks (too large): go on without
 			// them; a crash then runs the first phase again.
-			c.log.Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
+			c.tlog(t).Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
 			t.firstDone = true
 			c.move(t, OnFirstAcked, Appending)
 		}

@@ -138,7 +138,7 @@ func (c *Core) applyTopology(t *task) {
 	}
 	var cfg ReplicateConfig
 	if err := json.Unmarshal(t.outcome.Data, &cfg); err != nil {
-		c.log.Error("applied replication config does not decode", "broadcast", t.id, "err", err)
+		c.tlog(t).Error("applied replication config does not decode", "broadcast", t.id, "err", err)
 		return
 	}
 	c.setTopology(cfg)

@@ -223,7 +223,7 @@ func (c *Core) callbackFailed(t *task, err error) {
 	t.lastErr = err.Error()
 	t.nextAt = c.now.Add(d)
 	c.stats.CallbackFailures++
-	c.log.Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
+	c.tlog(t).Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
 		"retry_in", d, "err", err)
 	t.cbTimer = c.after(d, func() {
 		if t.stage == Backoff {
