@@ -56,9 +56,9 @@ type TxnMemberRequest struct {
 	Type    message.Type
 	Payload []byte
 	// Scope and ClientKey make the member idempotent, as in
-	// BroadcastRequest: a repeat is answered by the original (for an end,
-	// even after the transaction ended). Without them a member is retried
-	// only when the server certainly did nothing.
+	// BroadcastRequest: a repeat is answered by the original, even after
+	// the transaction ended. Without them a member is retried only when
+	// the server certainly did nothing.
 	Scope      Scope
 	ClientKey  string
 	Properties map[string]string

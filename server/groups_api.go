@@ -94,10 +94,8 @@ func (a *broadcastAPI) TxnMember(ctx context.Context, req *connect.Request[walca
 	x, err := b.ResumeTxn(r.GetTxnId())
 	var res *broadcast.Result
 	switch {
-	case err != nil && kind == walcastv1.GroupKind_GROUP_KIND_BODY:
-		return nil, a.fail(proc, err)
 	case err != nil:
-		res, err = endEnded(ctx, b, r.GetTxnId(), groupKindOf(kind), msg, err)
+		res, err = answerRetry(ctx, b, r.GetTxnId(), groupKindOf(kind), msg, err)
 	case kind == walcastv1.GroupKind_GROUP_KIND_BODY:
 		res, err = x.Body(ctx, msg)
 	case kind == walcastv1.GroupKind_GROUP_KIND_COMMIT:
@@ -111,12 +109,13 @@ func (a *broadcastAPI) TxnMember(ctx context.Context, req *connect.Request[walca
 	return connect.NewResponse(&walcastv1.TxnMemberResponse{Result: broadcastResponsePB(res)}), nil
 }
 
-// endEnded answers an end of a transaction ResumeTxn refused with rerr
-// (it ended, or is unknown): a retried end with the idempotency key of the
-// first end gets that end's result, as the engine gives a retried end
-// (R13.3); anything else keeps rerr. (The library resumes only open
-// transactions, so the API resolves the key itself.)
-func endEnded(ctx context.Context, b *broadcast.Broadcaster, id uint64, kind message.GroupKind, msg *message.Message, rerr error) (*broadcast.Result, error) {
+// answerRetry answers a member of a transaction ResumeTxn refused with
+// rerr (it ended, or is unknown): a retried member with the idempotency key
+// of one of the transaction's members of that kind gets that member's
+// result, as the engine gives a retried end (R13.3); anything else keeps
+// rerr. (The library resumes only open transactions, so the API resolves
+// the key itself.)
+func answerRetry(ctx context.Context, b *broadcast.Broadcaster, id uint64, kind message.GroupKind, msg *message.Message, rerr error) (*broadcast.Result, error) {
 	if msg.IdempotencyKey == "" {
 		return nil, rerr
 	}

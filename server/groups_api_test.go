@@ -180,7 +180,8 @@ func TestR13_1_TxnThroughTheAPI(t *testing.T) {
 	if err != nil || !again.Duplicated || again.ID != x.ID {
 		t.Fatalf("retried BeginTxn: %+v, %v; want a duplicate of %d", again, err, x.ID)
 	}
-	body, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("body-1")})
+	bodyReq := &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("body-1"), Scope: client.CollectionScope(1), ClientKey: "import-7-body-1"}
+	body, err := c.TxnBody(ctx, x.ID, bodyReq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +237,9 @@ func TestR13_1_TxnThroughTheAPI(t *testing.T) {
 	}
 	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); !errors.Is(err, client.ErrFailedPrecondition) {
 		t.Fatalf("TxnBody after the commit: %v, want failed precondition", err)
+	}
+	if b2, err := c.TxnBody(ctx, x.ID, bodyReq); err != nil || !b2.Duplicated || b2.BroadcastID != body.BroadcastID {
+		t.Fatalf("a retried keyed body after the commit: %+v, %v; want a duplicate of %d", b2, err, body.BroadcastID)
 	}
 	// Another end's key does not answer for this transaction.
 	other, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/x"},
