@@ -13,16 +13,21 @@ import (
 	"github.com/walcast/walcast/client"
 )
 
-// parseTopology reads --primary and repeated --secondary name=source.
-func parseTopology(primary string, secondaries []string) (*walcastv1.Topology, error) {
+// parseTopology reads --primary and repeated --secondary name=source
+// (follow needs every source: the secondaries read the primary's WAL
+// there; configure may leave one out).
+func parseTopology(primary string, secondaries []string, needSource bool) (*walcastv1.Topology, error) {
 	if primary == "" {
 		return nil, usageError{errors.New("--primary is required")}
 	}
 	t := &walcastv1.Topology{Primary: primary}
 	for _, s := range secondaries {
 		name, source, _ := strings.Cut(s, "=")
-		if name == "" {
+		switch {
+		case name == "":
 			return nil, usageError{fmt.Errorf("--secondary %q is not <name>=<source url>", s)}
+		case needSource && strings.TrimSpace(source) == "":
+			return nil, usageError{fmt.Errorf("--secondary %q: the source URL (the primary's WAL, e.g. nats://10.0.0.5:4222 or kafka://10.0.0.7:9092) is empty", s)}
 		}
 		t.Secondaries = append(t.Secondaries, &walcastv1.SecondaryCluster{Name: name, Source: source})
 	}
@@ -62,7 +67,7 @@ that name, is primary, and has the same pchannels and lanes.`,
   walcast replicate follow --addr 10.0.1.11:7070 --primary east --secondary west=kafka://10.0.0.7:9092,10.0.0.8:9092?topic_prefix=east-`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := parseTopology(primary, secondaries)
+			t, err := parseTopology(primary, secondaries, true)
 			if err != nil {
 				return err
 			}
@@ -87,7 +92,7 @@ that name, is primary, and has the same pchannels and lanes.`,
 		Short: "Broadcast a topology change on the primary (its secondaries follow it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := parseTopology(primary, secondaries)
+			t, err := parseTopology(primary, secondaries, false)
 			if err != nil {
 				return err
 			}

@@ -76,7 +76,7 @@ func TestR8_ReplicationThroughTheCLI(t *testing.T) {
 		words string
 	}{
 		{[]string{"--secondary", "wset=" + eastNATS}, 1, `this cluster is named "west"`},
-		{[]string{"--secondary", "west="}, 1, "the source URL"},
+		{[]string{"--secondary", "west="}, 2, "the source URL"},
 		{[]string{"--secondary", "west=nats://" + closedAddr(t)}, 1, "cannot reach the primary's WAL"},
 		{[]string{"--secondary", "west=" + eastNATS, "--primary-addr", west}, 2, `is named "west", not "east"`},
 	} {
