@@ -35,6 +35,11 @@ const (
 	ImportJobState_IMPORT_JOB_STATE_RUNNING     ImportJobState = 2
 	ImportJobState_IMPORT_JOB_STATE_COMPLETED   ImportJobState = 3
 	ImportJobState_IMPORT_JOB_STATE_FAILED      ImportJobState = 4
+	// A two-phase job (auto_commit false) read every file: it waits for
+	// CommitImport or RollbackImport, holding its collection.
+	ImportJobState_IMPORT_JOB_STATE_READY ImportJobState = 5
+	// RollbackImport ended the job: what it staged was discarded.
+	ImportJobState_IMPORT_JOB_STATE_ROLLED_BACK ImportJobState = 6
 )
 
 // Enum value maps for ImportJobState.
@@ -45,6 +50,8 @@ var (
 		2: "IMPORT_JOB_STATE_RUNNING",
 		3: "IMPORT_JOB_STATE_COMPLETED",
 		4: "IMPORT_JOB_STATE_FAILED",
+		5: "IMPORT_JOB_STATE_READY",
+		6: "IMPORT_JOB_STATE_ROLLED_BACK",
 	}
 	ImportJobState_value = map[string]int32{
 		"IMPORT_JOB_STATE_UNSPECIFIED": 0,
@@ -52,6 +59,8 @@ var (
 		"IMPORT_JOB_STATE_RUNNING":     2,
 		"IMPORT_JOB_STATE_COMPLETED":   3,
 		"IMPORT_JOB_STATE_FAILED":      4,
+		"IMPORT_JOB_STATE_READY":       5,
+		"IMPORT_JOB_STATE_ROLLED_BACK": 6,
 	}
 )
 
@@ -349,10 +358,13 @@ type Collection struct {
 	Shards     int32                  `protobuf:"varint,5,opt,name=shards,proto3" json:"shards,omitempty"`
 	// One vchannel per shard: shard i of collection id is
 	// "<pchannel (id+i) mod P>/c<id>v<i>".
-	Vchannels     []string               `protobuf:"bytes,6,rep,name=vchannels,proto3" json:"vchannels,omitempty"`
-	Fields        []*Field               `protobuf:"bytes,7,rep,name=fields,proto3" json:"fields,omitempty"`
-	Indexes       []*Index               `protobuf:"bytes,8,rep,name=indexes,proto3" json:"indexes,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Vchannels []string               `protobuf:"bytes,6,rep,name=vchannels,proto3" json:"vchannels,omitempty"`
+	Fields    []*Field               `protobuf:"bytes,7,rep,name=fields,proto3" json:"fields,omitempty"`
+	Indexes   []*Index               `protobuf:"bytes,8,rep,name=indexes,proto3" json:"indexes,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The shards split so far (SplitShard): each fenced source vchannel, no
+	// longer among vchannels, and the shards it was split into.
+	FencedShards  []*FencedShard `protobuf:"bytes,10,rep,name=fenced_shards,json=fencedShards,proto3" json:"fenced_shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +462,87 @@ func (x *Collection) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Collection) GetFencedShards() []*FencedShard {
+	if x != nil {
+		return x.FencedShards
+	}
+	return nil
+}
+
+// FencedShard is a shard that SplitShard fenced.
+type FencedShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source vchannel: it takes no more messages of the collection.
+	Vchannel string `protobuf:"bytes,1,opt,name=vchannel,proto3" json:"vchannel,omitempty"`
+	// The new shards' vchannels, in the collection's vchannels.
+	SplitInto []string `protobuf:"bytes,2,rep,name=split_into,json=splitInto,proto3" json:"split_into,omitempty"`
+	// The broadcast that split it.
+	BroadcastId uint64 `protobuf:"varint,3,opt,name=broadcast_id,json=broadcastId,proto3" json:"broadcast_id,omitempty"`
+	// Where the source's streaming node applied the fence: the position
+	// (message id) of the fence in the source's WAL, as the node acked it.
+	FencePosition uint64 `protobuf:"varint,4,opt,name=fence_position,json=fencePosition,proto3" json:"fence_position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FencedShard) Reset() {
+	*x = FencedShard{}
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FencedShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FencedShard) ProtoMessage() {}
+
+func (x *FencedShard) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FencedShard.ProtoReflect.Descriptor instead.
+func (*FencedShard) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FencedShard) GetVchannel() string {
+	if x != nil {
+		return x.Vchannel
+	}
+	return ""
+}
+
+func (x *FencedShard) GetSplitInto() []string {
+	if x != nil {
+		return x.SplitInto
+	}
+	return nil
+}
+
+func (x *FencedShard) GetBroadcastId() uint64 {
+	if x != nil {
+		return x.BroadcastId
+	}
+	return 0
+}
+
+func (x *FencedShard) GetFencePosition() uint64 {
+	if x != nil {
+		return x.FencePosition
+	}
+	return 0
+}
+
 type User struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -460,7 +553,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[5]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +565,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[5]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +578,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{5}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *User) GetName() string {
@@ -527,7 +620,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[6]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +632,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[6]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +645,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Grant) GetUser() string {
@@ -599,8 +692,9 @@ func (x *Grant) GetCollectionId() uint64 {
 
 // ImportJob is one bulk import. Its files are read from the server's import
 // root (meta.import_root), validated row by row against the collection's
-// fields, and counted. A job whose collection is dropped fails with reason
-// "collection dropped"; a job never completes into a dropped collection.
+// fields, and counted. While it is unfinished the job holds its collection:
+// the collection's DDL (drop, rename, index, split) waits for its end. A job
+// never completes into a dropped collection.
 type ImportJob struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -620,15 +714,18 @@ type ImportJob struct {
 	Database string `protobuf:"bytes,10,opt,name=database,proto3" json:"database,omitempty"`
 	// Progress: the files imported completely, and the rows validated so far
 	// (all rows once the job completed).
-	FilesDone     uint32 `protobuf:"varint,11,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
-	Rows          uint64 `protobuf:"varint,12,opt,name=rows,proto3" json:"rows,omitempty"`
+	FilesDone uint32 `protobuf:"varint,11,opt,name=files_done,json=filesDone,proto3" json:"files_done,omitempty"`
+	Rows      uint64 `protobuf:"varint,12,opt,name=rows,proto3" json:"rows,omitempty"`
+	// Set unless the job is two-phase: it then waits, ready, for
+	// CommitImport or RollbackImport.
+	AutoCommit    bool `protobuf:"varint,13,opt,name=auto_commit,json=autoCommit,proto3" json:"auto_commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ImportJob) Reset() {
 	*x = ImportJob{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[7]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +737,7 @@ func (x *ImportJob) String() string {
 func (*ImportJob) ProtoMessage() {}
 
 func (x *ImportJob) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[7]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +750,7 @@ func (x *ImportJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportJob.ProtoReflect.Descriptor instead.
 func (*ImportJob) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ImportJob) GetId() uint64 {
@@ -740,6 +837,13 @@ func (x *ImportJob) GetRows() uint64 {
 	return 0
 }
 
+func (x *ImportJob) GetAutoCommit() bool {
+	if x != nil {
+		return x.AutoCommit
+	}
+	return false
+}
+
 type CreateDatabaseRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -750,7 +854,7 @@ type CreateDatabaseRequest struct {
 
 func (x *CreateDatabaseRequest) Reset() {
 	*x = CreateDatabaseRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[8]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +866,7 @@ func (x *CreateDatabaseRequest) String() string {
 func (*CreateDatabaseRequest) ProtoMessage() {}
 
 func (x *CreateDatabaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[8]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +879,7 @@ func (x *CreateDatabaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDatabaseRequest.ProtoReflect.Descriptor instead.
 func (*CreateDatabaseRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateDatabaseRequest) GetName() string {
@@ -802,7 +906,7 @@ type CreateDatabaseResponse struct {
 
 func (x *CreateDatabaseResponse) Reset() {
 	*x = CreateDatabaseResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[9]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +918,7 @@ func (x *CreateDatabaseResponse) String() string {
 func (*CreateDatabaseResponse) ProtoMessage() {}
 
 func (x *CreateDatabaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[9]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +931,7 @@ func (x *CreateDatabaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDatabaseResponse.ProtoReflect.Descriptor instead.
 func (*CreateDatabaseResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateDatabaseResponse) GetResult() *DDLResult {
@@ -854,7 +958,7 @@ type DropDatabaseRequest struct {
 
 func (x *DropDatabaseRequest) Reset() {
 	*x = DropDatabaseRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[10]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +970,7 @@ func (x *DropDatabaseRequest) String() string {
 func (*DropDatabaseRequest) ProtoMessage() {}
 
 func (x *DropDatabaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[10]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +983,7 @@ func (x *DropDatabaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropDatabaseRequest.ProtoReflect.Descriptor instead.
 func (*DropDatabaseRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DropDatabaseRequest) GetName() string {
@@ -906,7 +1010,7 @@ type DropDatabaseResponse struct {
 
 func (x *DropDatabaseResponse) Reset() {
 	*x = DropDatabaseResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1022,7 @@ func (x *DropDatabaseResponse) String() string {
 func (*DropDatabaseResponse) ProtoMessage() {}
 
 func (x *DropDatabaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1035,7 @@ func (x *DropDatabaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropDatabaseResponse.ProtoReflect.Descriptor instead.
 func (*DropDatabaseResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{11}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DropDatabaseResponse) GetResult() *DDLResult {
@@ -956,7 +1060,7 @@ type ListDatabasesRequest struct {
 
 func (x *ListDatabasesRequest) Reset() {
 	*x = ListDatabasesRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[12]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1072,7 @@ func (x *ListDatabasesRequest) String() string {
 func (*ListDatabasesRequest) ProtoMessage() {}
 
 func (x *ListDatabasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[12]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1085,7 @@ func (x *ListDatabasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDatabasesRequest.ProtoReflect.Descriptor instead.
 func (*ListDatabasesRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{12}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 type ListDatabasesResponse struct {
@@ -993,7 +1097,7 @@ type ListDatabasesResponse struct {
 
 func (x *ListDatabasesResponse) Reset() {
 	*x = ListDatabasesResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[13]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1109,7 @@ func (x *ListDatabasesResponse) String() string {
 func (*ListDatabasesResponse) ProtoMessage() {}
 
 func (x *ListDatabasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[13]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1122,7 @@ func (x *ListDatabasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDatabasesResponse.ProtoReflect.Descriptor instead.
 func (*ListDatabasesResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{13}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDatabasesResponse) GetDatabases() []*Database {
@@ -1044,7 +1148,7 @@ type CreateCollectionRequest struct {
 
 func (x *CreateCollectionRequest) Reset() {
 	*x = CreateCollectionRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[14]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1160,7 @@ func (x *CreateCollectionRequest) String() string {
 func (*CreateCollectionRequest) ProtoMessage() {}
 
 func (x *CreateCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[14]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1173,7 @@ func (x *CreateCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCollectionRequest.ProtoReflect.Descriptor instead.
 func (*CreateCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{14}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateCollectionRequest) GetDatabase() string {
@@ -1117,7 +1221,7 @@ type CreateCollectionResponse struct {
 
 func (x *CreateCollectionResponse) Reset() {
 	*x = CreateCollectionResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[15]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1233,7 @@ func (x *CreateCollectionResponse) String() string {
 func (*CreateCollectionResponse) ProtoMessage() {}
 
 func (x *CreateCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[15]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1246,7 @@ func (x *CreateCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCollectionResponse.ProtoReflect.Descriptor instead.
 func (*CreateCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{15}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateCollectionResponse) GetResult() *DDLResult {
@@ -1164,13 +1268,16 @@ type DropCollectionRequest struct {
 	Database       string                 `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
 	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Fail at once (FailedPrecondition, naming the holder: a running import)
+	// instead of waiting for the collection's keys.
+	NoWait        bool `protobuf:"varint,4,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DropCollectionRequest) Reset() {
 	*x = DropCollectionRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[16]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1289,7 @@ func (x *DropCollectionRequest) String() string {
 func (*DropCollectionRequest) ProtoMessage() {}
 
 func (x *DropCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[16]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1302,7 @@ func (x *DropCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DropCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{16}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DropCollectionRequest) GetDatabase() string {
@@ -1219,6 +1326,13 @@ func (x *DropCollectionRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *DropCollectionRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
 type DropCollectionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -1229,7 +1343,7 @@ type DropCollectionResponse struct {
 
 func (x *DropCollectionResponse) Reset() {
 	*x = DropCollectionResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[17]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1355,7 @@ func (x *DropCollectionResponse) String() string {
 func (*DropCollectionResponse) ProtoMessage() {}
 
 func (x *DropCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[17]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1368,7 @@ func (x *DropCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropCollectionResponse.ProtoReflect.Descriptor instead.
 func (*DropCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{17}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DropCollectionResponse) GetResult() *DDLResult {
@@ -1277,13 +1391,15 @@ type RenameCollectionRequest struct {
 	OldName        string                 `protobuf:"bytes,2,opt,name=old_name,json=oldName,proto3" json:"old_name,omitempty"`
 	NewName        string                 `protobuf:"bytes,3,opt,name=new_name,json=newName,proto3" json:"new_name,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As DropCollectionRequest.no_wait.
+	NoWait        bool `protobuf:"varint,5,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenameCollectionRequest) Reset() {
 	*x = RenameCollectionRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[18]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1411,7 @@ func (x *RenameCollectionRequest) String() string {
 func (*RenameCollectionRequest) ProtoMessage() {}
 
 func (x *RenameCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[18]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1424,7 @@ func (x *RenameCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameCollectionRequest.ProtoReflect.Descriptor instead.
 func (*RenameCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{18}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenameCollectionRequest) GetDatabase() string {
@@ -1339,6 +1455,13 @@ func (x *RenameCollectionRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *RenameCollectionRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
 type RenameCollectionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -1349,7 +1472,7 @@ type RenameCollectionResponse struct {
 
 func (x *RenameCollectionResponse) Reset() {
 	*x = RenameCollectionResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[19]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1484,7 @@ func (x *RenameCollectionResponse) String() string {
 func (*RenameCollectionResponse) ProtoMessage() {}
 
 func (x *RenameCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[19]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1497,7 @@ func (x *RenameCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameCollectionResponse.ProtoReflect.Descriptor instead.
 func (*RenameCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{19}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenameCollectionResponse) GetResult() *DDLResult {
@@ -1400,7 +1523,7 @@ type ListCollectionsRequest struct {
 
 func (x *ListCollectionsRequest) Reset() {
 	*x = ListCollectionsRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[20]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1535,7 @@ func (x *ListCollectionsRequest) String() string {
 func (*ListCollectionsRequest) ProtoMessage() {}
 
 func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[20]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1548,7 @@ func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectionsRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{20}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListCollectionsRequest) GetDatabase() string {
@@ -1444,7 +1567,7 @@ type ListCollectionsResponse struct {
 
 func (x *ListCollectionsResponse) Reset() {
 	*x = ListCollectionsResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[21]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1579,7 @@ func (x *ListCollectionsResponse) String() string {
 func (*ListCollectionsResponse) ProtoMessage() {}
 
 func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[21]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1592,7 @@ func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectionsResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{21}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCollectionsResponse) GetCollections() []*Collection {
@@ -1489,7 +1612,7 @@ type DescribeCollectionRequest struct {
 
 func (x *DescribeCollectionRequest) Reset() {
 	*x = DescribeCollectionRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[22]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1624,7 @@ func (x *DescribeCollectionRequest) String() string {
 func (*DescribeCollectionRequest) ProtoMessage() {}
 
 func (x *DescribeCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[22]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1637,7 @@ func (x *DescribeCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DescribeCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{22}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DescribeCollectionRequest) GetDatabase() string {
@@ -1540,13 +1663,15 @@ type CreateIndexRequest struct {
 	// Default AUTOINDEX.
 	IndexType      string `protobuf:"bytes,5,opt,name=index_type,json=indexType,proto3" json:"index_type,omitempty"`
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As DropCollectionRequest.no_wait.
+	NoWait        bool `protobuf:"varint,7,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateIndexRequest) Reset() {
 	*x = CreateIndexRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[23]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1683,7 @@ func (x *CreateIndexRequest) String() string {
 func (*CreateIndexRequest) ProtoMessage() {}
 
 func (x *CreateIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[23]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1696,7 @@ func (x *CreateIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateIndexRequest.ProtoReflect.Descriptor instead.
 func (*CreateIndexRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{23}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateIndexRequest) GetDatabase() string {
@@ -1616,6 +1741,13 @@ func (x *CreateIndexRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *CreateIndexRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
 type CreateIndexResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -1627,7 +1759,7 @@ type CreateIndexResponse struct {
 
 func (x *CreateIndexResponse) Reset() {
 	*x = CreateIndexResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[24]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1771,7 @@ func (x *CreateIndexResponse) String() string {
 func (*CreateIndexResponse) ProtoMessage() {}
 
 func (x *CreateIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[24]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1784,7 @@ func (x *CreateIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateIndexResponse.ProtoReflect.Descriptor instead.
 func (*CreateIndexResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{24}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateIndexResponse) GetResult() *DDLResult {
@@ -1682,13 +1814,15 @@ type DropIndexRequest struct {
 	Collection     string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
 	Name           string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As DropCollectionRequest.no_wait.
+	NoWait        bool `protobuf:"varint,5,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DropIndexRequest) Reset() {
 	*x = DropIndexRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[25]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1834,7 @@ func (x *DropIndexRequest) String() string {
 func (*DropIndexRequest) ProtoMessage() {}
 
 func (x *DropIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[25]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1847,7 @@ func (x *DropIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropIndexRequest.ProtoReflect.Descriptor instead.
 func (*DropIndexRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{25}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DropIndexRequest) GetDatabase() string {
@@ -1744,6 +1878,13 @@ func (x *DropIndexRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *DropIndexRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
 type DropIndexResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -1754,7 +1895,7 @@ type DropIndexResponse struct {
 
 func (x *DropIndexResponse) Reset() {
 	*x = DropIndexResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[26]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1907,7 @@ func (x *DropIndexResponse) String() string {
 func (*DropIndexResponse) ProtoMessage() {}
 
 func (x *DropIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[26]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1920,7 @@ func (x *DropIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropIndexResponse.ProtoReflect.Descriptor instead.
 func (*DropIndexResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{26}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DropIndexResponse) GetResult() *DDLResult {
@@ -1806,7 +1947,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[27]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1959,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[27]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1972,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{27}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -1858,7 +1999,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[28]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2011,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[28]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2024,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{28}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateUserResponse) GetResult() *DDLResult {
@@ -1908,7 +2049,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[29]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2061,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[29]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2074,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{29}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{30}
 }
 
 type ListUsersResponse struct {
@@ -1946,7 +2087,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[30]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2099,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[30]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2112,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{30}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -1998,7 +2139,7 @@ type GrantPrivilegeRequest struct {
 
 func (x *GrantPrivilegeRequest) Reset() {
 	*x = GrantPrivilegeRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[31]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2151,7 @@ func (x *GrantPrivilegeRequest) String() string {
 func (*GrantPrivilegeRequest) ProtoMessage() {}
 
 func (x *GrantPrivilegeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[31]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2164,7 @@ func (x *GrantPrivilegeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantPrivilegeRequest.ProtoReflect.Descriptor instead.
 func (*GrantPrivilegeRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{31}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrantPrivilegeRequest) GetGrant() *Grant {
@@ -2050,7 +2191,7 @@ type GrantPrivilegeResponse struct {
 
 func (x *GrantPrivilegeResponse) Reset() {
 	*x = GrantPrivilegeResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[32]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2203,7 @@ func (x *GrantPrivilegeResponse) String() string {
 func (*GrantPrivilegeResponse) ProtoMessage() {}
 
 func (x *GrantPrivilegeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[32]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2216,7 @@ func (x *GrantPrivilegeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantPrivilegeResponse.ProtoReflect.Descriptor instead.
 func (*GrantPrivilegeResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{32}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GrantPrivilegeResponse) GetResult() *DDLResult {
@@ -2102,7 +2243,7 @@ type RevokePrivilegeRequest struct {
 
 func (x *RevokePrivilegeRequest) Reset() {
 	*x = RevokePrivilegeRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[33]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2255,7 @@ func (x *RevokePrivilegeRequest) String() string {
 func (*RevokePrivilegeRequest) ProtoMessage() {}
 
 func (x *RevokePrivilegeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[33]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2268,7 @@ func (x *RevokePrivilegeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePrivilegeRequest.ProtoReflect.Descriptor instead.
 func (*RevokePrivilegeRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{33}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RevokePrivilegeRequest) GetGrant() *Grant {
@@ -2154,7 +2295,7 @@ type RevokePrivilegeResponse struct {
 
 func (x *RevokePrivilegeResponse) Reset() {
 	*x = RevokePrivilegeResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[34]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2307,7 @@ func (x *RevokePrivilegeResponse) String() string {
 func (*RevokePrivilegeResponse) ProtoMessage() {}
 
 func (x *RevokePrivilegeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[34]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2320,7 @@ func (x *RevokePrivilegeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePrivilegeResponse.ProtoReflect.Descriptor instead.
 func (*RevokePrivilegeResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{34}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RevokePrivilegeResponse) GetResult() *DDLResult {
@@ -2210,13 +2351,17 @@ type ImportRequest struct {
 	// the file and line.
 	Files          []string `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
 	IdempotencyKey string   `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Unset or true: the job completes by itself once its files are read.
+	// False: a two-phase import — once its files are read the job is ready
+	// and waits for CommitImport or RollbackImport, holding its collection.
+	AutoCommit    *bool `protobuf:"varint,5,opt,name=auto_commit,json=autoCommit,proto3,oneof" json:"auto_commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ImportRequest) Reset() {
 	*x = ImportRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[35]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2373,7 @@ func (x *ImportRequest) String() string {
 func (*ImportRequest) ProtoMessage() {}
 
 func (x *ImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[35]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2386,7 @@ func (x *ImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
 func (*ImportRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{35}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ImportRequest) GetDatabase() string {
@@ -2272,6 +2417,13 @@ func (x *ImportRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *ImportRequest) GetAutoCommit() bool {
+	if x != nil && x.AutoCommit != nil {
+		return *x.AutoCommit
+	}
+	return false
+}
+
 type ImportResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Result *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -2284,7 +2436,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[36]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2448,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[36]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2461,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{36}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ImportResponse) GetResult() *DDLResult {
@@ -2335,7 +2487,7 @@ type GetImportJobRequest struct {
 
 func (x *GetImportJobRequest) Reset() {
 	*x = GetImportJobRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[37]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2499,7 @@ func (x *GetImportJobRequest) String() string {
 func (*GetImportJobRequest) ProtoMessage() {}
 
 func (x *GetImportJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[37]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2512,7 @@ func (x *GetImportJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImportJobRequest.ProtoReflect.Descriptor instead.
 func (*GetImportJobRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{37}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetImportJobRequest) GetId() uint64 {
@@ -2382,7 +2534,7 @@ type ListImportJobsRequest struct {
 
 func (x *ListImportJobsRequest) Reset() {
 	*x = ListImportJobsRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[38]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2546,7 @@ func (x *ListImportJobsRequest) String() string {
 func (*ListImportJobsRequest) ProtoMessage() {}
 
 func (x *ListImportJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[38]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2559,7 @@ func (x *ListImportJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImportJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListImportJobsRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{38}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListImportJobsRequest) GetDatabase() string {
@@ -2433,7 +2585,7 @@ type ListImportJobsResponse struct {
 
 func (x *ListImportJobsResponse) Reset() {
 	*x = ListImportJobsResponse{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[39]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2597,7 @@ func (x *ListImportJobsResponse) String() string {
 func (*ListImportJobsResponse) ProtoMessage() {}
 
 func (x *ListImportJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[39]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,12 +2610,369 @@ func (x *ListImportJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImportJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListImportJobsResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{39}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListImportJobsResponse) GetJobs() []*ImportJob {
 	if x != nil {
 		return x.Jobs
+	}
+	return nil
+}
+
+// CommitImportRequest commits job id. A repeated commit of a committed job
+// is answered by the first (DDLResult.duplicated).
+type CommitImportRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitImportRequest) Reset() {
+	*x = CommitImportRequest{}
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitImportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitImportRequest) ProtoMessage() {}
+
+func (x *CommitImportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitImportRequest.ProtoReflect.Descriptor instead.
+func (*CommitImportRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CommitImportRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type CommitImportResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// The job as it is now: completed.
+	Job           *ImportJob `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitImportResponse) Reset() {
+	*x = CommitImportResponse{}
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitImportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitImportResponse) ProtoMessage() {}
+
+func (x *CommitImportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitImportResponse.ProtoReflect.Descriptor instead.
+func (*CommitImportResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CommitImportResponse) GetResult() *DDLResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CommitImportResponse) GetJob() *ImportJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+// RollbackImportRequest rolls job id back. A repeated rollback of a rolled
+// back job is answered by the first (DDLResult.duplicated).
+type RollbackImportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why, kept as the job's reason (at most 1024 bytes); empty: "rolled
+	// back".
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackImportRequest) Reset() {
+	*x = RollbackImportRequest{}
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackImportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackImportRequest) ProtoMessage() {}
+
+func (x *RollbackImportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackImportRequest.ProtoReflect.Descriptor instead.
+func (*RollbackImportRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RollbackImportRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *RollbackImportRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RollbackImportResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// The job as it is now: rolled back.
+	Job           *ImportJob `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackImportResponse) Reset() {
+	*x = RollbackImportResponse{}
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackImportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackImportResponse) ProtoMessage() {}
+
+func (x *RollbackImportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackImportResponse.ProtoReflect.Descriptor instead.
+func (*RollbackImportResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RollbackImportResponse) GetResult() *DDLResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *RollbackImportResponse) GetJob() *ImportJob {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+type SplitShardRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Database   string                 `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
+	Collection string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The shard to split: one of the collection's vchannels.
+	Vchannel string `protobuf:"bytes,3,opt,name=vchannel,proto3" json:"vchannel,omitempty"`
+	// How many shards replace it, 2 to 16.
+	Into           int32  `protobuf:"varint,4,opt,name=into,proto3" json:"into,omitempty"`
+	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// As DropCollectionRequest.no_wait.
+	NoWait        bool `protobuf:"varint,6,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitShardRequest) Reset() {
+	*x = SplitShardRequest{}
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitShardRequest) ProtoMessage() {}
+
+func (x *SplitShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitShardRequest.ProtoReflect.Descriptor instead.
+func (*SplitShardRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SplitShardRequest) GetDatabase() string {
+	if x != nil {
+		return x.Database
+	}
+	return ""
+}
+
+func (x *SplitShardRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *SplitShardRequest) GetVchannel() string {
+	if x != nil {
+		return x.Vchannel
+	}
+	return ""
+}
+
+func (x *SplitShardRequest) GetInto() int32 {
+	if x != nil {
+		return x.Into
+	}
+	return 0
+}
+
+func (x *SplitShardRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *SplitShardRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
+type SplitShardResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result *DDLResult             `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// The collection after the split.
+	Collection *Collection `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The split: the fenced source and the new shards.
+	Split         *FencedShard `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitShardResponse) Reset() {
+	*x = SplitShardResponse{}
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitShardResponse) ProtoMessage() {}
+
+func (x *SplitShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitShardResponse.ProtoReflect.Descriptor instead.
+func (*SplitShardResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SplitShardResponse) GetResult() *DDLResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SplitShardResponse) GetCollection() *Collection {
+	if x != nil {
+		return x.Collection
+	}
+	return nil
+}
+
+func (x *SplitShardResponse) GetSplit() *FencedShard {
+	if x != nil {
+		return x.Split
 	}
 	return nil
 }
@@ -2477,7 +2986,7 @@ type GetVChannelViewRequest struct {
 
 func (x *GetVChannelViewRequest) Reset() {
 	*x = GetVChannelViewRequest{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[40]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2998,7 @@ func (x *GetVChannelViewRequest) String() string {
 func (*GetVChannelViewRequest) ProtoMessage() {}
 
 func (x *GetVChannelViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[40]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +3011,7 @@ func (x *GetVChannelViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVChannelViewRequest.ProtoReflect.Descriptor instead.
 func (*GetVChannelViewRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{40}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetVChannelViewRequest) GetVchannel() string {
@@ -2542,14 +3051,26 @@ type VChannelView struct {
 	// Messages that did not fit the view (a create of an existing
 	// collection, a drop of a missing index, ...): empty unless a message was
 	// applied twice or out of order.
-	Anomalies     []string `protobuf:"bytes,16,rep,name=anomalies,proto3" json:"anomalies,omitempty"`
+	Anomalies []string `protobuf:"bytes,16,rep,name=anomalies,proto3" json:"anomalies,omitempty"`
+	// Import jobs whose rollback (RollbackImport) the vchannel applied, in
+	// order.
+	RolledBackImportJobs []uint64 `protobuf:"varint,18,rep,packed,name=rolled_back_import_jobs,json=rolledBackImportJobs,proto3" json:"rolled_back_import_jobs,omitempty"`
+	// Set once the vchannel applied the fence of a shard split: it takes no
+	// more messages of its collection (one would be an anomaly).
+	Fenced bool `protobuf:"varint,19,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	// The shards a fenced vchannel was split into.
+	SplitInto []string `protobuf:"bytes,20,rep,name=split_into,json=splitInto,proto3" json:"split_into,omitempty"`
+	// The position (message id) of the fence in the vchannel's WAL.
+	FencedAt uint64 `protobuf:"varint,21,opt,name=fenced_at,json=fencedAt,proto3" json:"fenced_at,omitempty"`
+	// A shard created by a split: the vchannel it was split from.
+	SplitFrom     string `protobuf:"bytes,22,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VChannelView) Reset() {
 	*x = VChannelView{}
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[41]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +3082,7 @@ func (x *VChannelView) String() string {
 func (*VChannelView) ProtoMessage() {}
 
 func (x *VChannelView) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_meta_proto_msgTypes[41]
+	mi := &file_walcast_api_v1_meta_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +3095,7 @@ func (x *VChannelView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VChannelView.ProtoReflect.Descriptor instead.
 func (*VChannelView) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{41}
+	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VChannelView) GetVchannel() string {
@@ -2696,6 +3217,41 @@ func (x *VChannelView) GetAnomalies() []string {
 	return nil
 }
 
+func (x *VChannelView) GetRolledBackImportJobs() []uint64 {
+	if x != nil {
+		return x.RolledBackImportJobs
+	}
+	return nil
+}
+
+func (x *VChannelView) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
+}
+
+func (x *VChannelView) GetSplitInto() []string {
+	if x != nil {
+		return x.SplitInto
+	}
+	return nil
+}
+
+func (x *VChannelView) GetFencedAt() uint64 {
+	if x != nil {
+		return x.FencedAt
+	}
+	return 0
+}
+
+func (x *VChannelView) GetSplitFrom() string {
+	if x != nil {
+		return x.SplitFrom
+	}
+	return ""
+}
+
 var File_walcast_api_v1_meta_proto protoreflect.FileDescriptor
 
 const file_walcast_api_v1_meta_proto_rawDesc = "" +
@@ -2722,7 +3278,7 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\n" +
 	"index_type\x18\x04 \x01(\tR\tindexType\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xbe\x02\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x80\x03\n" +
 	"\n" +
 	"Collection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1f\n" +
@@ -2735,7 +3291,15 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x06fields\x18\a \x03(\v2\x15.walcast.api.v1.FieldR\x06fields\x12/\n" +
 	"\aindexes\x18\b \x03(\v2\x15.walcast.api.v1.IndexR\aindexes\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"U\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12@\n" +
+	"\rfenced_shards\x18\n" +
+	" \x03(\v2\x1b.walcast.api.v1.FencedShardR\ffencedShards\"\x92\x01\n" +
+	"\vFencedShard\x12\x1a\n" +
+	"\bvchannel\x18\x01 \x01(\tR\bvchannel\x12\x1d\n" +
+	"\n" +
+	"split_into\x18\x02 \x03(\tR\tsplitInto\x12!\n" +
+	"\fbroadcast_id\x18\x03 \x01(\x04R\vbroadcastId\x12%\n" +
+	"\x0efence_position\x18\x04 \x01(\x04R\rfencePosition\"U\n" +
 	"\x04User\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x129\n" +
 	"\n" +
@@ -2749,7 +3313,7 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"collection\x12\x1f\n" +
 	"\vdatabase_id\x18\x05 \x01(\x04R\n" +
 	"databaseId\x12#\n" +
-	"\rcollection_id\x18\x06 \x01(\x04R\fcollectionId\"\xaa\x03\n" +
+	"\rcollection_id\x18\x06 \x01(\x04R\fcollectionId\"\xcb\x03\n" +
 	"\tImportJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1f\n" +
 	"\vdatabase_id\x18\x02 \x01(\x04R\n" +
@@ -2769,7 +3333,9 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	" \x01(\tR\bdatabase\x12\x1d\n" +
 	"\n" +
 	"files_done\x18\v \x01(\rR\tfilesDone\x12\x12\n" +
-	"\x04rows\x18\f \x01(\x04R\x04rows\"T\n" +
+	"\x04rows\x18\f \x01(\x04R\x04rows\x12\x1f\n" +
+	"\vauto_commit\x18\r \x01(\bR\n" +
+	"autoCommit\"T\n" +
 	"\x15CreateDatabaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\x81\x01\n" +
@@ -2796,19 +3362,21 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12:\n" +
 	"\n" +
 	"collection\x18\x02 \x01(\v2\x1a.walcast.api.v1.CollectionR\n" +
-	"collection\"p\n" +
+	"collection\"\x89\x01\n" +
 	"\x15DropCollectionRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"p\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
+	"\ano_wait\x18\x04 \x01(\bR\x06noWait\"p\n" +
 	"\x16DropCollectionResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12#\n" +
-	"\rcollection_id\x18\x02 \x01(\x04R\fcollectionId\"\x94\x01\n" +
+	"\rcollection_id\x18\x02 \x01(\x04R\fcollectionId\"\xad\x01\n" +
 	"\x17RenameCollectionRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x19\n" +
 	"\bold_name\x18\x02 \x01(\tR\aoldName\x12\x19\n" +
 	"\bnew_name\x18\x03 \x01(\tR\anewName\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"\x89\x01\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
+	"\ano_wait\x18\x05 \x01(\bR\x06noWait\"\x89\x01\n" +
 	"\x18RenameCollectionResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12:\n" +
 	"\n" +
@@ -2820,7 +3388,7 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\vcollections\x18\x01 \x03(\v2\x1a.walcast.api.v1.CollectionR\vcollections\"K\n" +
 	"\x19DescribeCollectionRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xc2\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xdb\x01\n" +
 	"\x12CreateIndexRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x1e\n" +
 	"\n" +
@@ -2830,18 +3398,20 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x05field\x18\x04 \x01(\tR\x05field\x12\x1d\n" +
 	"\n" +
 	"index_type\x18\x05 \x01(\tR\tindexType\x12'\n" +
-	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"\x9a\x01\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
+	"\ano_wait\x18\a \x01(\bR\x06noWait\"\x9a\x01\n" +
 	"\x13CreateIndexResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12#\n" +
 	"\rcollection_id\x18\x02 \x01(\x04R\fcollectionId\x12+\n" +
-	"\x05index\x18\x03 \x01(\v2\x15.walcast.api.v1.IndexR\x05index\"\x8b\x01\n" +
+	"\x05index\x18\x03 \x01(\v2\x15.walcast.api.v1.IndexR\x05index\"\xa4\x01\n" +
 	"\x10DropIndexRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x02 \x01(\tR\n" +
 	"collection\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"k\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
+	"\ano_wait\x18\x05 \x01(\bR\x06noWait\"k\n" +
 	"\x11DropIndexResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12#\n" +
 	"\rcollection_id\x18\x02 \x01(\x04R\fcollectionId\"P\n" +
@@ -2866,14 +3436,17 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"y\n" +
 	"\x17RevokePrivilegeResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12+\n" +
-	"\x05grant\x18\x02 \x01(\v2\x15.walcast.api.v1.GrantR\x05grant\"\x8a\x01\n" +
+	"\x05grant\x18\x02 \x01(\v2\x15.walcast.api.v1.GrantR\x05grant\"\xc0\x01\n" +
 	"\rImportRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x02 \x01(\tR\n" +
 	"collection\x12\x14\n" +
 	"\x05files\x18\x03 \x03(\tR\x05files\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"p\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12$\n" +
+	"\vauto_commit\x18\x05 \x01(\bH\x00R\n" +
+	"autoCommit\x88\x01\x01B\x0e\n" +
+	"\f_auto_commit\"p\n" +
 	"\x0eImportResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12+\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.walcast.api.v1.ImportJobR\x03job\"%\n" +
@@ -2885,9 +3458,35 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"collection\x18\x02 \x01(\tR\n" +
 	"collection\"G\n" +
 	"\x16ListImportJobsResponse\x12-\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x19.walcast.api.v1.ImportJobR\x04jobs\"4\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x19.walcast.api.v1.ImportJobR\x04jobs\"%\n" +
+	"\x13CommitImportRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"v\n" +
+	"\x14CommitImportResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12+\n" +
+	"\x03job\x18\x02 \x01(\v2\x19.walcast.api.v1.ImportJobR\x03job\"?\n" +
+	"\x15RollbackImportRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"x\n" +
+	"\x16RollbackImportResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12+\n" +
+	"\x03job\x18\x02 \x01(\v2\x19.walcast.api.v1.ImportJobR\x03job\"\xc1\x01\n" +
+	"\x11SplitShardRequest\x12\x1a\n" +
+	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\tR\n" +
+	"collection\x12\x1a\n" +
+	"\bvchannel\x18\x03 \x01(\tR\bvchannel\x12\x12\n" +
+	"\x04into\x18\x04 \x01(\x05R\x04into\x12'\n" +
+	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12\x17\n" +
+	"\ano_wait\x18\x06 \x01(\bR\x06noWait\"\xb6\x01\n" +
+	"\x12SplitShardResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12:\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\v2\x1a.walcast.api.v1.CollectionR\n" +
+	"collection\x121\n" +
+	"\x05split\x18\x03 \x01(\v2\x1b.walcast.api.v1.FencedShardR\x05split\"4\n" +
 	"\x16GetVChannelViewRequest\x12\x1a\n" +
-	"\bvchannel\x18\x01 \x01(\tR\bvchannel\"\xd5\x04\n" +
+	"\bvchannel\x18\x01 \x01(\tR\bvchannel\"\xff\x05\n" +
 	"\fVChannelView\x12\x1a\n" +
 	"\bvchannel\x18\x01 \x01(\tR\bvchannel\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12#\n" +
@@ -2910,13 +3509,22 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x06grants\x18\r \x03(\v2\x15.walcast.api.v1.GrantR\x06grants\x12\x18\n" +
 	"\aapplied\x18\x0e \x01(\x04R\aapplied\x12*\n" +
 	"\x11last_broadcast_id\x18\x0f \x01(\x04R\x0flastBroadcastId\x12\x1c\n" +
-	"\tanomalies\x18\x10 \x03(\tR\tanomalies*\xab\x01\n" +
+	"\tanomalies\x18\x10 \x03(\tR\tanomalies\x125\n" +
+	"\x17rolled_back_import_jobs\x18\x12 \x03(\x04R\x14rolledBackImportJobs\x12\x16\n" +
+	"\x06fenced\x18\x13 \x01(\bR\x06fenced\x12\x1d\n" +
+	"\n" +
+	"split_into\x18\x14 \x03(\tR\tsplitInto\x12\x1b\n" +
+	"\tfenced_at\x18\x15 \x01(\x04R\bfencedAt\x12\x1d\n" +
+	"\n" +
+	"split_from\x18\x16 \x01(\tR\tsplitFrom*\xe9\x01\n" +
 	"\x0eImportJobState\x12 \n" +
 	"\x1cIMPORT_JOB_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18IMPORT_JOB_STATE_PENDING\x10\x01\x12\x1c\n" +
 	"\x18IMPORT_JOB_STATE_RUNNING\x10\x02\x12\x1e\n" +
 	"\x1aIMPORT_JOB_STATE_COMPLETED\x10\x03\x12\x1b\n" +
-	"\x17IMPORT_JOB_STATE_FAILED\x10\x042\x80\r\n" +
+	"\x17IMPORT_JOB_STATE_FAILED\x10\x04\x12\x1a\n" +
+	"\x16IMPORT_JOB_STATE_READY\x10\x05\x12 \n" +
+	"\x1cIMPORT_JOB_STATE_ROLLED_BACK\x10\x062\x91\x0f\n" +
 	"\vMetaService\x12_\n" +
 	"\x0eCreateDatabase\x12%.walcast.api.v1.CreateDatabaseRequest\x1a&.walcast.api.v1.CreateDatabaseResponse\x12Y\n" +
 	"\fDropDatabase\x12#.walcast.api.v1.DropDatabaseRequest\x1a$.walcast.api.v1.DropDatabaseResponse\x12\\\n" +
@@ -2935,7 +3543,11 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x0fRevokePrivilege\x12&.walcast.api.v1.RevokePrivilegeRequest\x1a'.walcast.api.v1.RevokePrivilegeResponse\x12G\n" +
 	"\x06Import\x12\x1d.walcast.api.v1.ImportRequest\x1a\x1e.walcast.api.v1.ImportResponse\x12N\n" +
 	"\fGetImportJob\x12#.walcast.api.v1.GetImportJobRequest\x1a\x19.walcast.api.v1.ImportJob\x12_\n" +
-	"\x0eListImportJobs\x12%.walcast.api.v1.ListImportJobsRequest\x1a&.walcast.api.v1.ListImportJobsResponse\x12W\n" +
+	"\x0eListImportJobs\x12%.walcast.api.v1.ListImportJobsRequest\x1a&.walcast.api.v1.ListImportJobsResponse\x12Y\n" +
+	"\fCommitImport\x12#.walcast.api.v1.CommitImportRequest\x1a$.walcast.api.v1.CommitImportResponse\x12_\n" +
+	"\x0eRollbackImport\x12%.walcast.api.v1.RollbackImportRequest\x1a&.walcast.api.v1.RollbackImportResponse\x12S\n" +
+	"\n" +
+	"SplitShard\x12!.walcast.api.v1.SplitShardRequest\x1a\".walcast.api.v1.SplitShardResponse\x12W\n" +
 	"\x0fGetVChannelView\x12&.walcast.api.v1.GetVChannelViewRequest\x1a\x1c.walcast.api.v1.VChannelViewB*Z(github.com/walcast/walcast/api/walcastv1b\x06proto3"
 
 var (
@@ -2951,7 +3563,7 @@ func file_walcast_api_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_walcast_api_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_walcast_api_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_walcast_api_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_walcast_api_v1_meta_proto_goTypes = []any{
 	(ImportJobState)(0),               // 0: walcast.api.v1.ImportJobState
 	(*DDLResult)(nil),                 // 1: walcast.api.v1.DDLResult
@@ -2959,126 +3571,147 @@ var file_walcast_api_v1_meta_proto_goTypes = []any{
 	(*Field)(nil),                     // 3: walcast.api.v1.Field
 	(*Index)(nil),                     // 4: walcast.api.v1.Index
 	(*Collection)(nil),                // 5: walcast.api.v1.Collection
-	(*User)(nil),                      // 6: walcast.api.v1.User
-	(*Grant)(nil),                     // 7: walcast.api.v1.Grant
-	(*ImportJob)(nil),                 // 8: walcast.api.v1.ImportJob
-	(*CreateDatabaseRequest)(nil),     // 9: walcast.api.v1.CreateDatabaseRequest
-	(*CreateDatabaseResponse)(nil),    // 10: walcast.api.v1.CreateDatabaseResponse
-	(*DropDatabaseRequest)(nil),       // 11: walcast.api.v1.DropDatabaseRequest
-	(*DropDatabaseResponse)(nil),      // 12: walcast.api.v1.DropDatabaseResponse
-	(*ListDatabasesRequest)(nil),      // 13: walcast.api.v1.ListDatabasesRequest
-	(*ListDatabasesResponse)(nil),     // 14: walcast.api.v1.ListDatabasesResponse
-	(*CreateCollectionRequest)(nil),   // 15: walcast.api.v1.CreateCollectionRequest
-	(*CreateCollectionResponse)(nil),  // 16: walcast.api.v1.CreateCollectionResponse
-	(*DropCollectionRequest)(nil),     // 17: walcast.api.v1.DropCollectionRequest
-	(*DropCollectionResponse)(nil),    // 18: walcast.api.v1.DropCollectionResponse
-	(*RenameCollectionRequest)(nil),   // 19: walcast.api.v1.RenameCollectionRequest
-	(*RenameCollectionResponse)(nil),  // 20: walcast.api.v1.RenameCollectionResponse
-	(*ListCollectionsRequest)(nil),    // 21: walcast.api.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 22: walcast.api.v1.ListCollectionsResponse
-	(*DescribeCollectionRequest)(nil), // 23: walcast.api.v1.DescribeCollectionRequest
-	(*CreateIndexRequest)(nil),        // 24: walcast.api.v1.CreateIndexRequest
-	(*CreateIndexResponse)(nil),       // 25: walcast.api.v1.CreateIndexResponse
-	(*DropIndexRequest)(nil),          // 26: walcast.api.v1.DropIndexRequest
-	(*DropIndexResponse)(nil),         // 27: walcast.api.v1.DropIndexResponse
-	(*CreateUserRequest)(nil),         // 28: walcast.api.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),        // 29: walcast.api.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),          // 30: walcast.api.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),         // 31: walcast.api.v1.ListUsersResponse
-	(*GrantPrivilegeRequest)(nil),     // 32: walcast.api.v1.GrantPrivilegeRequest
-	(*GrantPrivilegeResponse)(nil),    // 33: walcast.api.v1.GrantPrivilegeResponse
-	(*RevokePrivilegeRequest)(nil),    // 34: walcast.api.v1.RevokePrivilegeRequest
-	(*RevokePrivilegeResponse)(nil),   // 35: walcast.api.v1.RevokePrivilegeResponse
-	(*ImportRequest)(nil),             // 36: walcast.api.v1.ImportRequest
-	(*ImportResponse)(nil),            // 37: walcast.api.v1.ImportResponse
-	(*GetImportJobRequest)(nil),       // 38: walcast.api.v1.GetImportJobRequest
-	(*ListImportJobsRequest)(nil),     // 39: walcast.api.v1.ListImportJobsRequest
-	(*ListImportJobsResponse)(nil),    // 40: walcast.api.v1.ListImportJobsResponse
-	(*GetVChannelViewRequest)(nil),    // 41: walcast.api.v1.GetVChannelViewRequest
-	(*VChannelView)(nil),              // 42: walcast.api.v1.VChannelView
-	(*timestamppb.Timestamp)(nil),     // 43: google.protobuf.Timestamp
+	(*FencedShard)(nil),               // 6: walcast.api.v1.FencedShard
+	(*User)(nil),                      // 7: walcast.api.v1.User
+	(*Grant)(nil),                     // 8: walcast.api.v1.Grant
+	(*ImportJob)(nil),                 // 9: walcast.api.v1.ImportJob
+	(*CreateDatabaseRequest)(nil),     // 10: walcast.api.v1.CreateDatabaseRequest
+	(*CreateDatabaseResponse)(nil),    // 11: walcast.api.v1.CreateDatabaseResponse
+	(*DropDatabaseRequest)(nil),       // 12: walcast.api.v1.DropDatabaseRequest
+	(*DropDatabaseResponse)(nil),      // 13: walcast.api.v1.DropDatabaseResponse
+	(*ListDatabasesRequest)(nil),      // 14: walcast.api.v1.ListDatabasesRequest
+	(*ListDatabasesResponse)(nil),     // 15: walcast.api.v1.ListDatabasesResponse
+	(*CreateCollectionRequest)(nil),   // 16: walcast.api.v1.CreateCollectionRequest
+	(*CreateCollectionResponse)(nil),  // 17: walcast.api.v1.CreateCollectionResponse
+	(*DropCollectionRequest)(nil),     // 18: walcast.api.v1.DropCollectionRequest
+	(*DropCollectionResponse)(nil),    // 19: walcast.api.v1.DropCollectionResponse
+	(*RenameCollectionRequest)(nil),   // 20: walcast.api.v1.RenameCollectionRequest
+	(*RenameCollectionResponse)(nil),  // 21: walcast.api.v1.RenameCollectionResponse
+	(*ListCollectionsRequest)(nil),    // 22: walcast.api.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),   // 23: walcast.api.v1.ListCollectionsResponse
+	(*DescribeCollectionRequest)(nil), // 24: walcast.api.v1.DescribeCollectionRequest
+	(*CreateIndexRequest)(nil),        // 25: walcast.api.v1.CreateIndexRequest
+	(*CreateIndexResponse)(nil),       // 26: walcast.api.v1.CreateIndexResponse
+	(*DropIndexRequest)(nil),          // 27: walcast.api.v1.DropIndexRequest
+	(*DropIndexResponse)(nil),         // 28: walcast.api.v1.DropIndexResponse
+	(*CreateUserRequest)(nil),         // 29: walcast.api.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),        // 30: walcast.api.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),          // 31: walcast.api.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),         // 32: walcast.api.v1.ListUsersResponse
+	(*GrantPrivilegeRequest)(nil),     // 33: walcast.api.v1.GrantPrivilegeRequest
+	(*GrantPrivilegeResponse)(nil),    // 34: walcast.api.v1.GrantPrivilegeResponse
+	(*RevokePrivilegeRequest)(nil),    // 35: walcast.api.v1.RevokePrivilegeRequest
+	(*RevokePrivilegeResponse)(nil),   // 36: walcast.api.v1.RevokePrivilegeResponse
+	(*ImportRequest)(nil),             // 37: walcast.api.v1.ImportRequest
+	(*ImportResponse)(nil),            // 38: walcast.api.v1.ImportResponse
+	(*GetImportJobRequest)(nil),       // 39: walcast.api.v1.GetImportJobRequest
+	(*ListImportJobsRequest)(nil),     // 40: walcast.api.v1.ListImportJobsRequest
+	(*ListImportJobsResponse)(nil),    // 41: walcast.api.v1.ListImportJobsResponse
+	(*CommitImportRequest)(nil),       // 42: walcast.api.v1.CommitImportRequest
+	(*CommitImportResponse)(nil),      // 43: walcast.api.v1.CommitImportResponse
+	(*RollbackImportRequest)(nil),     // 44: walcast.api.v1.RollbackImportRequest
+	(*RollbackImportResponse)(nil),    // 45: walcast.api.v1.RollbackImportResponse
+	(*SplitShardRequest)(nil),         // 46: walcast.api.v1.SplitShardRequest
+	(*SplitShardResponse)(nil),        // 47: walcast.api.v1.SplitShardResponse
+	(*GetVChannelViewRequest)(nil),    // 48: walcast.api.v1.GetVChannelViewRequest
+	(*VChannelView)(nil),              // 49: walcast.api.v1.VChannelView
+	(*timestamppb.Timestamp)(nil),     // 50: google.protobuf.Timestamp
 }
 var file_walcast_api_v1_meta_proto_depIdxs = []int32{
-	43, // 0: walcast.api.v1.Database.created_at:type_name -> google.protobuf.Timestamp
-	43, // 1: walcast.api.v1.Index.created_at:type_name -> google.protobuf.Timestamp
+	50, // 0: walcast.api.v1.Database.created_at:type_name -> google.protobuf.Timestamp
+	50, // 1: walcast.api.v1.Index.created_at:type_name -> google.protobuf.Timestamp
 	3,  // 2: walcast.api.v1.Collection.fields:type_name -> walcast.api.v1.Field
 	4,  // 3: walcast.api.v1.Collection.indexes:type_name -> walcast.api.v1.Index
-	43, // 4: walcast.api.v1.Collection.created_at:type_name -> google.protobuf.Timestamp
-	43, // 5: walcast.api.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 6: walcast.api.v1.ImportJob.state:type_name -> walcast.api.v1.ImportJobState
-	43, // 7: walcast.api.v1.ImportJob.created_at:type_name -> google.protobuf.Timestamp
-	43, // 8: walcast.api.v1.ImportJob.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 9: walcast.api.v1.CreateDatabaseResponse.result:type_name -> walcast.api.v1.DDLResult
-	2,  // 10: walcast.api.v1.CreateDatabaseResponse.database:type_name -> walcast.api.v1.Database
-	1,  // 11: walcast.api.v1.DropDatabaseResponse.result:type_name -> walcast.api.v1.DDLResult
-	2,  // 12: walcast.api.v1.ListDatabasesResponse.databases:type_name -> walcast.api.v1.Database
-	3,  // 13: walcast.api.v1.CreateCollectionRequest.fields:type_name -> walcast.api.v1.Field
-	1,  // 14: walcast.api.v1.CreateCollectionResponse.result:type_name -> walcast.api.v1.DDLResult
-	5,  // 15: walcast.api.v1.CreateCollectionResponse.collection:type_name -> walcast.api.v1.Collection
-	1,  // 16: walcast.api.v1.DropCollectionResponse.result:type_name -> walcast.api.v1.DDLResult
-	1,  // 17: walcast.api.v1.RenameCollectionResponse.result:type_name -> walcast.api.v1.DDLResult
-	5,  // 18: walcast.api.v1.RenameCollectionResponse.collection:type_name -> walcast.api.v1.Collection
-	5,  // 19: walcast.api.v1.ListCollectionsResponse.collections:type_name -> walcast.api.v1.Collection
-	1,  // 20: walcast.api.v1.CreateIndexResponse.result:type_name -> walcast.api.v1.DDLResult
-	4,  // 21: walcast.api.v1.CreateIndexResponse.index:type_name -> walcast.api.v1.Index
-	1,  // 22: walcast.api.v1.DropIndexResponse.result:type_name -> walcast.api.v1.DDLResult
-	1,  // 23: walcast.api.v1.CreateUserResponse.result:type_name -> walcast.api.v1.DDLResult
-	6,  // 24: walcast.api.v1.CreateUserResponse.user:type_name -> walcast.api.v1.User
-	6,  // 25: walcast.api.v1.ListUsersResponse.users:type_name -> walcast.api.v1.User
-	7,  // 26: walcast.api.v1.ListUsersResponse.grants:type_name -> walcast.api.v1.Grant
-	7,  // 27: walcast.api.v1.GrantPrivilegeRequest.grant:type_name -> walcast.api.v1.Grant
-	1,  // 28: walcast.api.v1.GrantPrivilegeResponse.result:type_name -> walcast.api.v1.DDLResult
-	7,  // 29: walcast.api.v1.GrantPrivilegeResponse.grant:type_name -> walcast.api.v1.Grant
-	7,  // 30: walcast.api.v1.RevokePrivilegeRequest.grant:type_name -> walcast.api.v1.Grant
-	1,  // 31: walcast.api.v1.RevokePrivilegeResponse.result:type_name -> walcast.api.v1.DDLResult
-	7,  // 32: walcast.api.v1.RevokePrivilegeResponse.grant:type_name -> walcast.api.v1.Grant
-	1,  // 33: walcast.api.v1.ImportResponse.result:type_name -> walcast.api.v1.DDLResult
-	8,  // 34: walcast.api.v1.ImportResponse.job:type_name -> walcast.api.v1.ImportJob
-	8,  // 35: walcast.api.v1.ListImportJobsResponse.jobs:type_name -> walcast.api.v1.ImportJob
-	4,  // 36: walcast.api.v1.VChannelView.indexes:type_name -> walcast.api.v1.Index
-	2,  // 37: walcast.api.v1.VChannelView.databases:type_name -> walcast.api.v1.Database
-	7,  // 38: walcast.api.v1.VChannelView.grants:type_name -> walcast.api.v1.Grant
-	9,  // 39: walcast.api.v1.MetaService.CreateDatabase:input_type -> walcast.api.v1.CreateDatabaseRequest
-	11, // 40: walcast.api.v1.MetaService.DropDatabase:input_type -> walcast.api.v1.DropDatabaseRequest
-	13, // 41: walcast.api.v1.MetaService.ListDatabases:input_type -> walcast.api.v1.ListDatabasesRequest
-	15, // 42: walcast.api.v1.MetaService.CreateCollection:input_type -> walcast.api.v1.CreateCollectionRequest
-	17, // 43: walcast.api.v1.MetaService.DropCollection:input_type -> walcast.api.v1.DropCollectionRequest
-	19, // 44: walcast.api.v1.MetaService.RenameCollection:input_type -> walcast.api.v1.RenameCollectionRequest
-	21, // 45: walcast.api.v1.MetaService.ListCollections:input_type -> walcast.api.v1.ListCollectionsRequest
-	23, // 46: walcast.api.v1.MetaService.DescribeCollection:input_type -> walcast.api.v1.DescribeCollectionRequest
-	24, // 47: walcast.api.v1.MetaService.CreateIndex:input_type -> walcast.api.v1.CreateIndexRequest
-	26, // 48: walcast.api.v1.MetaService.DropIndex:input_type -> walcast.api.v1.DropIndexRequest
-	28, // 49: walcast.api.v1.MetaService.CreateUser:input_type -> walcast.api.v1.CreateUserRequest
-	30, // 50: walcast.api.v1.MetaService.ListUsers:input_type -> walcast.api.v1.ListUsersRequest
-	32, // 51: walcast.api.v1.MetaService.GrantPrivilege:input_type -> walcast.api.v1.GrantPrivilegeRequest
-	34, // 52: walcast.api.v1.MetaService.RevokePrivilege:input_type -> walcast.api.v1.RevokePrivilegeRequest
-	36, // 53: walcast.api.v1.MetaService.Import:input_type -> walcast.api.v1.ImportRequest
-	38, // 54: walcast.api.v1.MetaService.GetImportJob:input_type -> walcast.api.v1.GetImportJobRequest
-	39, // 55: walcast.api.v1.MetaService.ListImportJobs:input_type -> walcast.api.v1.ListImportJobsRequest
-	41, // 56: walcast.api.v1.MetaService.GetVChannelView:input_type -> walcast.api.v1.GetVChannelViewRequest
-	10, // 57: walcast.api.v1.MetaService.CreateDatabase:output_type -> walcast.api.v1.CreateDatabaseResponse
-	12, // 58: walcast.api.v1.MetaService.DropDatabase:output_type -> walcast.api.v1.DropDatabaseResponse
-	14, // 59: walcast.api.v1.MetaService.ListDatabases:output_type -> walcast.api.v1.ListDatabasesResponse
-	16, // 60: walcast.api.v1.MetaService.CreateCollection:output_type -> walcast.api.v1.CreateCollectionResponse
-	18, // 61: walcast.api.v1.MetaService.DropCollection:output_type -> walcast.api.v1.DropCollectionResponse
-	20, // 62: walcast.api.v1.MetaService.RenameCollection:output_type -> walcast.api.v1.RenameCollectionResponse
-	22, // 63: walcast.api.v1.MetaService.ListCollections:output_type -> walcast.api.v1.ListCollectionsResponse
-	5,  // 64: walcast.api.v1.MetaService.DescribeCollection:output_type -> walcast.api.v1.Collection
-	25, // 65: walcast.api.v1.MetaService.CreateIndex:output_type -> walcast.api.v1.CreateIndexResponse
-	27, // 66: walcast.api.v1.MetaService.DropIndex:output_type -> walcast.api.v1.DropIndexResponse
-	29, // 67: walcast.api.v1.MetaService.CreateUser:output_type -> walcast.api.v1.CreateUserResponse
-	31, // 68: walcast.api.v1.MetaService.ListUsers:output_type -> walcast.api.v1.ListUsersResponse
-	33, // 69: walcast.api.v1.MetaService.GrantPrivilege:output_type -> walcast.api.v1.GrantPrivilegeResponse
-	35, // 70: walcast.api.v1.MetaService.RevokePrivilege:output_type -> walcast.api.v1.RevokePrivilegeResponse
-	37, // 71: walcast.api.v1.MetaService.Import:output_type -> walcast.api.v1.ImportResponse
-	8,  // 72: walcast.api.v1.MetaService.GetImportJob:output_type -> walcast.api.v1.ImportJob
-	40, // 73: walcast.api.v1.MetaService.ListImportJobs:output_type -> walcast.api.v1.ListImportJobsResponse
-	42, // 74: walcast.api.v1.MetaService.GetVChannelView:output_type -> walcast.api.v1.VChannelView
-	57, // [57:75] is the sub-list for method output_type
-	39, // [39:57] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	50, // 4: walcast.api.v1.Collection.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 5: walcast.api.v1.Collection.fenced_shards:type_name -> walcast.api.v1.FencedShard
+	50, // 6: walcast.api.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 7: walcast.api.v1.ImportJob.state:type_name -> walcast.api.v1.ImportJobState
+	50, // 8: walcast.api.v1.ImportJob.created_at:type_name -> google.protobuf.Timestamp
+	50, // 9: walcast.api.v1.ImportJob.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: walcast.api.v1.CreateDatabaseResponse.result:type_name -> walcast.api.v1.DDLResult
+	2,  // 11: walcast.api.v1.CreateDatabaseResponse.database:type_name -> walcast.api.v1.Database
+	1,  // 12: walcast.api.v1.DropDatabaseResponse.result:type_name -> walcast.api.v1.DDLResult
+	2,  // 13: walcast.api.v1.ListDatabasesResponse.databases:type_name -> walcast.api.v1.Database
+	3,  // 14: walcast.api.v1.CreateCollectionRequest.fields:type_name -> walcast.api.v1.Field
+	1,  // 15: walcast.api.v1.CreateCollectionResponse.result:type_name -> walcast.api.v1.DDLResult
+	5,  // 16: walcast.api.v1.CreateCollectionResponse.collection:type_name -> walcast.api.v1.Collection
+	1,  // 17: walcast.api.v1.DropCollectionResponse.result:type_name -> walcast.api.v1.DDLResult
+	1,  // 18: walcast.api.v1.RenameCollectionResponse.result:type_name -> walcast.api.v1.DDLResult
+	5,  // 19: walcast.api.v1.RenameCollectionResponse.collection:type_name -> walcast.api.v1.Collection
+	5,  // 20: walcast.api.v1.ListCollectionsResponse.collections:type_name -> walcast.api.v1.Collection
+	1,  // 21: walcast.api.v1.CreateIndexResponse.result:type_name -> walcast.api.v1.DDLResult
+	4,  // 22: walcast.api.v1.CreateIndexResponse.index:type_name -> walcast.api.v1.Index
+	1,  // 23: walcast.api.v1.DropIndexResponse.result:type_name -> walcast.api.v1.DDLResult
+	1,  // 24: walcast.api.v1.CreateUserResponse.result:type_name -> walcast.api.v1.DDLResult
+	7,  // 25: walcast.api.v1.CreateUserResponse.user:type_name -> walcast.api.v1.User
+	7,  // 26: walcast.api.v1.ListUsersResponse.users:type_name -> walcast.api.v1.User
+	8,  // 27: walcast.api.v1.ListUsersResponse.grants:type_name -> walcast.api.v1.Grant
+	8,  // 28: walcast.api.v1.GrantPrivilegeRequest.grant:type_name -> walcast.api.v1.Grant
+	1,  // 29: walcast.api.v1.GrantPrivilegeResponse.result:type_name -> walcast.api.v1.DDLResult
+	8,  // 30: walcast.api.v1.GrantPrivilegeResponse.grant:type_name -> walcast.api.v1.Grant
+	8,  // 31: walcast.api.v1.RevokePrivilegeRequest.grant:type_name -> walcast.api.v1.Grant
+	1,  // 32: walcast.api.v1.RevokePrivilegeResponse.result:type_name -> walcast.api.v1.DDLResult
+	8,  // 33: walcast.api.v1.RevokePrivilegeResponse.grant:type_name -> walcast.api.v1.Grant
+	1,  // 34: walcast.api.v1.ImportResponse.result:type_name -> walcast.api.v1.DDLResult
+	9,  // 35: walcast.api.v1.ImportResponse.job:type_name -> walcast.api.v1.ImportJob
+	9,  // 36: walcast.api.v1.ListImportJobsResponse.jobs:type_name -> walcast.api.v1.ImportJob
+	1,  // 37: walcast.api.v1.CommitImportResponse.result:type_name -> walcast.api.v1.DDLResult
+	9,  // 38: walcast.api.v1.CommitImportResponse.job:type_name -> walcast.api.v1.ImportJob
+	1,  // 39: walcast.api.v1.RollbackImportResponse.result:type_name -> walcast.api.v1.DDLResult
+	9,  // 40: walcast.api.v1.RollbackImportResponse.job:type_name -> walcast.api.v1.ImportJob
+	1,  // 41: walcast.api.v1.SplitShardResponse.result:type_name -> walcast.api.v1.DDLResult
+	5,  // 42: walcast.api.v1.SplitShardResponse.collection:type_name -> walcast.api.v1.Collection
+	6,  // 43: walcast.api.v1.SplitShardResponse.split:type_name -> walcast.api.v1.FencedShard
+	4,  // 44: walcast.api.v1.VChannelView.indexes:type_name -> walcast.api.v1.Index
+	2,  // 45: walcast.api.v1.VChannelView.databases:type_name -> walcast.api.v1.Database
+	8,  // 46: walcast.api.v1.VChannelView.grants:type_name -> walcast.api.v1.Grant
+	10, // 47: walcast.api.v1.MetaService.CreateDatabase:input_type -> walcast.api.v1.CreateDatabaseRequest
+	12, // 48: walcast.api.v1.MetaService.DropDatabase:input_type -> walcast.api.v1.DropDatabaseRequest
+	14, // 49: walcast.api.v1.MetaService.ListDatabases:input_type -> walcast.api.v1.ListDatabasesRequest
+	16, // 50: walcast.api.v1.MetaService.CreateCollection:input_type -> walcast.api.v1.CreateCollectionRequest
+	18, // 51: walcast.api.v1.MetaService.DropCollection:input_type -> walcast.api.v1.DropCollectionRequest
+	20, // 52: walcast.api.v1.MetaService.RenameCollection:input_type -> walcast.api.v1.RenameCollectionRequest
+	22, // 53: walcast.api.v1.MetaService.ListCollections:input_type -> walcast.api.v1.ListCollectionsRequest
+	24, // 54: walcast.api.v1.MetaService.DescribeCollection:input_type -> walcast.api.v1.DescribeCollectionRequest
+	25, // 55: walcast.api.v1.MetaService.CreateIndex:input_type -> walcast.api.v1.CreateIndexRequest
+	27, // 56: walcast.api.v1.MetaService.DropIndex:input_type -> walcast.api.v1.DropIndexRequest
+	29, // 57: walcast.api.v1.MetaService.CreateUser:input_type -> walcast.api.v1.CreateUserRequest
+	31, // 58: walcast.api.v1.MetaService.ListUsers:input_type -> walcast.api.v1.ListUsersRequest
+	33, // 59: walcast.api.v1.MetaService.GrantPrivilege:input_type -> walcast.api.v1.GrantPrivilegeRequest
+	35, // 60: walcast.api.v1.MetaService.RevokePrivilege:input_type -> walcast.api.v1.RevokePrivilegeRequest
+	37, // 61: walcast.api.v1.MetaService.Import:input_type -> walcast.api.v1.ImportRequest
+	39, // 62: walcast.api.v1.MetaService.GetImportJob:input_type -> walcast.api.v1.GetImportJobRequest
+	40, // 63: walcast.api.v1.MetaService.ListImportJobs:input_type -> walcast.api.v1.ListImportJobsRequest
+	42, // 64: walcast.api.v1.MetaService.CommitImport:input_type -> walcast.api.v1.CommitImportRequest
+	44, // 65: walcast.api.v1.MetaService.RollbackImport:input_type -> walcast.api.v1.RollbackImportRequest
+	46, // 66: walcast.api.v1.MetaService.SplitShard:input_type -> walcast.api.v1.SplitShardRequest
+	48, // 67: walcast.api.v1.MetaService.GetVChannelView:input_type -> walcast.api.v1.GetVChannelViewRequest
+	11, // 68: walcast.api.v1.MetaService.CreateDatabase:output_type -> walcast.api.v1.CreateDatabaseResponse
+	13, // 69: walcast.api.v1.MetaService.DropDatabase:output_type -> walcast.api.v1.DropDatabaseResponse
+	15, // 70: walcast.api.v1.MetaService.ListDatabases:output_type -> walcast.api.v1.ListDatabasesResponse
+	17, // 71: walcast.api.v1.MetaService.CreateCollection:output_type -> walcast.api.v1.CreateCollectionResponse
+	19, // 72: walcast.api.v1.MetaService.DropCollection:output_type -> walcast.api.v1.DropCollectionResponse
+	21, // 73: walcast.api.v1.MetaService.RenameCollection:output_type -> walcast.api.v1.RenameCollectionResponse
+	23, // 74: walcast.api.v1.MetaService.ListCollections:output_type -> walcast.api.v1.ListCollectionsResponse
+	5,  // 75: walcast.api.v1.MetaService.DescribeCollection:output_type -> walcast.api.v1.Collection
+	26, // 76: walcast.api.v1.MetaService.CreateIndex:output_type -> walcast.api.v1.CreateIndexResponse
+	28, // 77: walcast.api.v1.MetaService.DropIndex:output_type -> walcast.api.v1.DropIndexResponse
+	30, // 78: walcast.api.v1.MetaService.CreateUser:output_type -> walcast.api.v1.CreateUserResponse
+	32, // 79: walcast.api.v1.MetaService.ListUsers:output_type -> walcast.api.v1.ListUsersResponse
+	34, // 80: walcast.api.v1.MetaService.GrantPrivilege:output_type -> walcast.api.v1.GrantPrivilegeResponse
+	36, // 81: walcast.api.v1.MetaService.RevokePrivilege:output_type -> walcast.api.v1.RevokePrivilegeResponse
+	38, // 82: walcast.api.v1.MetaService.Import:output_type -> walcast.api.v1.ImportResponse
+	9,  // 83: walcast.api.v1.MetaService.GetImportJob:output_type -> walcast.api.v1.ImportJob
+	41, // 84: walcast.api.v1.MetaService.ListImportJobs:output_type -> walcast.api.v1.ListImportJobsResponse
+	43, // 85: walcast.api.v1.MetaService.CommitImport:output_type -> walcast.api.v1.CommitImportResponse
+	45, // 86: walcast.api.v1.MetaService.RollbackImport:output_type -> walcast.api.v1.RollbackImportResponse
+	47, // 87: walcast.api.v1.MetaService.SplitShard:output_type -> walcast.api.v1.SplitShardResponse
+	49, // 88: walcast.api.v1.MetaService.GetVChannelView:output_type -> walcast.api.v1.VChannelView
+	68, // [68:89] is the sub-list for method output_type
+	47, // [47:68] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_walcast_api_v1_meta_proto_init() }
@@ -3086,13 +3719,14 @@ func file_walcast_api_v1_meta_proto_init() {
 	if File_walcast_api_v1_meta_proto != nil {
 		return
 	}
+	file_walcast_api_v1_meta_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walcast_api_v1_meta_proto_rawDesc), len(file_walcast_api_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -84,6 +84,14 @@ const (
 	// MetaServiceListImportJobsProcedure is the fully-qualified name of the MetaService's
 	// ListImportJobs RPC.
 	MetaServiceListImportJobsProcedure = "/walcast.api.v1.MetaService/ListImportJobs"
+	// MetaServiceCommitImportProcedure is the fully-qualified name of the MetaService's CommitImport
+	// RPC.
+	MetaServiceCommitImportProcedure = "/walcast.api.v1.MetaService/CommitImport"
+	// MetaServiceRollbackImportProcedure is the fully-qualified name of the MetaService's
+	// RollbackImport RPC.
+	MetaServiceRollbackImportProcedure = "/walcast.api.v1.MetaService/RollbackImport"
+	// MetaServiceSplitShardProcedure is the fully-qualified name of the MetaService's SplitShard RPC.
+	MetaServiceSplitShardProcedure = "/walcast.api.v1.MetaService/SplitShard"
 	// MetaServiceGetVChannelViewProcedure is the fully-qualified name of the MetaService's
 	// GetVChannelView RPC.
 	MetaServiceGetVChannelViewProcedure = "/walcast.api.v1.MetaService/GetVChannelView"
@@ -125,6 +133,17 @@ type MetaServiceClient interface {
 	GetImportJob(context.Context, *connect.Request[walcastv1.GetImportJobRequest]) (*connect.Response[walcastv1.ImportJob], error)
 	// ListImportJobs lists import jobs, optionally of one collection.
 	ListImportJobs(context.Context, *connect.Request[walcastv1.ListImportJobsRequest]) (*connect.Response[walcastv1.ListImportJobsResponse], error)
+	// CommitImport commits a two-phase import job (auto_commit false) that is
+	// ready: the job completes with the rows it staged, and its hold on the
+	// collection ends.
+	CommitImport(context.Context, *connect.Request[walcastv1.CommitImportRequest]) (*connect.Response[walcastv1.CommitImportResponse], error)
+	// RollbackImport rolls back an unfinished import job: what it staged is
+	// discarded, the job ends rolled back, and its hold on the collection
+	// ends.
+	RollbackImport(context.Context, *connect.Request[walcastv1.RollbackImportRequest]) (*connect.Response[walcastv1.RollbackImportResponse], error)
+	// SplitShard splits one shard (vchannel) of a collection into new shards:
+	// the source is fenced first, then the new shards start.
+	SplitShard(context.Context, *connect.Request[walcastv1.SplitShardRequest]) (*connect.Response[walcastv1.SplitShardResponse], error)
 	// GetVChannelView shows what the streaming node consuming a vchannel built
 	// from the messages it applied. Answered by a process whose own nodes
 	// consume the vchannel (a standalone process consumes all of them).
@@ -244,6 +263,24 @@ func NewMetaServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(metaServiceMethods.ByName("ListImportJobs")),
 			connect.WithClientOptions(opts...),
 		),
+		commitImport: connect.NewClient[walcastv1.CommitImportRequest, walcastv1.CommitImportResponse](
+			httpClient,
+			baseURL+MetaServiceCommitImportProcedure,
+			connect.WithSchema(metaServiceMethods.ByName("CommitImport")),
+			connect.WithClientOptions(opts...),
+		),
+		rollbackImport: connect.NewClient[walcastv1.RollbackImportRequest, walcastv1.RollbackImportResponse](
+			httpClient,
+			baseURL+MetaServiceRollbackImportProcedure,
+			connect.WithSchema(metaServiceMethods.ByName("RollbackImport")),
+			connect.WithClientOptions(opts...),
+		),
+		splitShard: connect.NewClient[walcastv1.SplitShardRequest, walcastv1.SplitShardResponse](
+			httpClient,
+			baseURL+MetaServiceSplitShardProcedure,
+			connect.WithSchema(metaServiceMethods.ByName("SplitShard")),
+			connect.WithClientOptions(opts...),
+		),
 		getVChannelView: connect.NewClient[walcastv1.GetVChannelViewRequest, walcastv1.VChannelView](
 			httpClient,
 			baseURL+MetaServiceGetVChannelViewProcedure,
@@ -272,6 +309,9 @@ type metaServiceClient struct {
 	_import            *connect.Client[walcastv1.ImportRequest, walcastv1.ImportResponse]
 	getImportJob       *connect.Client[walcastv1.GetImportJobRequest, walcastv1.ImportJob]
 	listImportJobs     *connect.Client[walcastv1.ListImportJobsRequest, walcastv1.ListImportJobsResponse]
+	commitImport       *connect.Client[walcastv1.CommitImportRequest, walcastv1.CommitImportResponse]
+	rollbackImport     *connect.Client[walcastv1.RollbackImportRequest, walcastv1.RollbackImportResponse]
+	splitShard         *connect.Client[walcastv1.SplitShardRequest, walcastv1.SplitShardResponse]
 	getVChannelView    *connect.Client[walcastv1.GetVChannelViewRequest, walcastv1.VChannelView]
 }
 
@@ -360,6 +400,21 @@ func (c *metaServiceClient) ListImportJobs(ctx context.Context, req *connect.Req
 	return c.listImportJobs.CallUnary(ctx, req)
 }
 
+// CommitImport calls walcast.api.v1.MetaService.CommitImport.
+func (c *metaServiceClient) CommitImport(ctx context.Context, req *connect.Request[walcastv1.CommitImportRequest]) (*connect.Response[walcastv1.CommitImportResponse], error) {
+	return c.commitImport.CallUnary(ctx, req)
+}
+
+// RollbackImport calls walcast.api.v1.MetaService.RollbackImport.
+func (c *metaServiceClient) RollbackImport(ctx context.Context, req *connect.Request[walcastv1.RollbackImportRequest]) (*connect.Response[walcastv1.RollbackImportResponse], error) {
+	return c.rollbackImport.CallUnary(ctx, req)
+}
+
+// SplitShard calls walcast.api.v1.MetaService.SplitShard.
+func (c *metaServiceClient) SplitShard(ctx context.Context, req *connect.Request[walcastv1.SplitShardRequest]) (*connect.Response[walcastv1.SplitShardResponse], error) {
+	return c.splitShard.CallUnary(ctx, req)
+}
+
 // GetVChannelView calls walcast.api.v1.MetaService.GetVChannelView.
 func (c *metaServiceClient) GetVChannelView(ctx context.Context, req *connect.Request[walcastv1.GetVChannelViewRequest]) (*connect.Response[walcastv1.VChannelView], error) {
 	return c.getVChannelView.CallUnary(ctx, req)
@@ -401,6 +456,17 @@ type MetaServiceHandler interface {
 	GetImportJob(context.Context, *connect.Request[walcastv1.GetImportJobRequest]) (*connect.Response[walcastv1.ImportJob], error)
 	// ListImportJobs lists import jobs, optionally of one collection.
 	ListImportJobs(context.Context, *connect.Request[walcastv1.ListImportJobsRequest]) (*connect.Response[walcastv1.ListImportJobsResponse], error)
+	// CommitImport commits a two-phase import job (auto_commit false) that is
+	// ready: the job completes with the rows it staged, and its hold on the
+	// collection ends.
+	CommitImport(context.Context, *connect.Request[walcastv1.CommitImportRequest]) (*connect.Response[walcastv1.CommitImportResponse], error)
+	// RollbackImport rolls back an unfinished import job: what it staged is
+	// discarded, the job ends rolled back, and its hold on the collection
+	// ends.
+	RollbackImport(context.Context, *connect.Request[walcastv1.RollbackImportRequest]) (*connect.Response[walcastv1.RollbackImportResponse], error)
+	// SplitShard splits one shard (vchannel) of a collection into new shards:
+	// the source is fenced first, then the new shards start.
+	SplitShard(context.Context, *connect.Request[walcastv1.SplitShardRequest]) (*connect.Response[walcastv1.SplitShardResponse], error)
 	// GetVChannelView shows what the streaming node consuming a vchannel built
 	// from the messages it applied. Answered by a process whose own nodes
 	// consume the vchannel (a standalone process consumes all of them).
@@ -516,6 +582,24 @@ func NewMetaServiceHandler(svc MetaServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(metaServiceMethods.ByName("ListImportJobs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	metaServiceCommitImportHandler := connect.NewUnaryHandler(
+		MetaServiceCommitImportProcedure,
+		svc.CommitImport,
+		connect.WithSchema(metaServiceMethods.ByName("CommitImport")),
+		connect.WithHandlerOptions(opts...),
+	)
+	metaServiceRollbackImportHandler := connect.NewUnaryHandler(
+		MetaServiceRollbackImportProcedure,
+		svc.RollbackImport,
+		connect.WithSchema(metaServiceMethods.ByName("RollbackImport")),
+		connect.WithHandlerOptions(opts...),
+	)
+	metaServiceSplitShardHandler := connect.NewUnaryHandler(
+		MetaServiceSplitShardProcedure,
+		svc.SplitShard,
+		connect.WithSchema(metaServiceMethods.ByName("SplitShard")),
+		connect.WithHandlerOptions(opts...),
+	)
 	metaServiceGetVChannelViewHandler := connect.NewUnaryHandler(
 		MetaServiceGetVChannelViewProcedure,
 		svc.GetVChannelView,
@@ -558,6 +642,12 @@ func NewMetaServiceHandler(svc MetaServiceHandler, opts ...connect.HandlerOption
 			metaServiceGetImportJobHandler.ServeHTTP(w, r)
 		case MetaServiceListImportJobsProcedure:
 			metaServiceListImportJobsHandler.ServeHTTP(w, r)
+		case MetaServiceCommitImportProcedure:
+			metaServiceCommitImportHandler.ServeHTTP(w, r)
+		case MetaServiceRollbackImportProcedure:
+			metaServiceRollbackImportHandler.ServeHTTP(w, r)
+		case MetaServiceSplitShardProcedure:
+			metaServiceSplitShardHandler.ServeHTTP(w, r)
 		case MetaServiceGetVChannelViewProcedure:
 			metaServiceGetVChannelViewHandler.ServeHTTP(w, r)
 		default:
@@ -635,6 +725,18 @@ func (UnimplementedMetaServiceHandler) GetImportJob(context.Context, *connect.Re
 
 func (UnimplementedMetaServiceHandler) ListImportJobs(context.Context, *connect.Request[walcastv1.ListImportJobsRequest]) (*connect.Response[walcastv1.ListImportJobsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.MetaService.ListImportJobs is not implemented"))
+}
+
+func (UnimplementedMetaServiceHandler) CommitImport(context.Context, *connect.Request[walcastv1.CommitImportRequest]) (*connect.Response[walcastv1.CommitImportResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.MetaService.CommitImport is not implemented"))
+}
+
+func (UnimplementedMetaServiceHandler) RollbackImport(context.Context, *connect.Request[walcastv1.RollbackImportRequest]) (*connect.Response[walcastv1.RollbackImportResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.MetaService.RollbackImport is not implemented"))
+}
+
+func (UnimplementedMetaServiceHandler) SplitShard(context.Context, *connect.Request[walcastv1.SplitShardRequest]) (*connect.Response[walcastv1.SplitShardResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.MetaService.SplitShard is not implemented"))
 }
 
 func (UnimplementedMetaServiceHandler) GetVChannelView(context.Context, *connect.Request[walcastv1.GetVChannelViewRequest]) (*connect.Response[walcastv1.VChannelView], error) {
