@@ -52,6 +52,9 @@ var procedures = map[string]Role{
 	walcastv1connect.MetaServiceImportProcedure:             Writer,
 	walcastv1connect.MetaServiceGetImportJobProcedure:       Reader,
 	walcastv1connect.MetaServiceListImportJobsProcedure:     Reader,
+	walcastv1connect.MetaServiceCommitImportProcedure:       Writer,
+	walcastv1connect.MetaServiceRollbackImportProcedure:     Writer,
+	walcastv1connect.MetaServiceSplitShardProcedure:         Writer,
 	walcastv1connect.MetaServiceGetVChannelViewProcedure:    Reader,
 
 	// ReplicationService.

@@ -191,3 +191,30 @@ func (c *Client) GetVChannelView(ctx context.Context, vchannel string) (*walcast
 	return metaCall[walcastv1.GetVChannelViewRequest, walcastv1.VChannelView](ctx, c, walcastv1connect.MetaServiceGetVChannelViewProcedure,
 		&walcastv1.GetVChannelViewRequest{Vchannel: vchannel})
 }
+
+// CommitImport commits a two-phase import job (ImportRequest.auto_commit
+// false) that is ready: it completes with the rows it staged. A retry after
+// the commit is answered by it (DDLResult.duplicated); a commit of a
+// rolled-back job fails with FailedPrecondition.
+func (c *Client) CommitImport(ctx context.Context, id uint64) (*walcastv1.CommitImportResponse, error) {
+	return metaCall[walcastv1.CommitImportRequest, walcastv1.CommitImportResponse](ctx, c, walcastv1connect.MetaServiceCommitImportProcedure,
+		&walcastv1.CommitImportRequest{Id: id})
+}
+
+// RollbackImport rolls back an unfinished import job, discarding what it
+// staged; reason (optional) is kept as the job's. A retry after the rollback
+// is answered by it.
+func (c *Client) RollbackImport(ctx context.Context, id uint64, reason string) (*walcastv1.RollbackImportResponse, error) {
+	return metaCall[walcastv1.RollbackImportRequest, walcastv1.RollbackImportResponse](ctx, c, walcastv1connect.MetaServiceRollbackImportProcedure,
+		&walcastv1.RollbackImportRequest{Id: id, Reason: reason})
+}
+
+// SplitShard splits one shard (vchannel) of a collection into new shards:
+// the source is fenced first, then the new shards start.
+func (c *Client) SplitShard(ctx context.Context, req *walcastv1.SplitShardRequest) (*walcastv1.SplitShardResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	mint(&req.IdempotencyKey)
+	return metaCall[walcastv1.SplitShardRequest, walcastv1.SplitShardResponse](ctx, c, walcastv1connect.MetaServiceSplitShardProcedure, req)
+}

@@ -125,3 +125,15 @@ func (h *handler) ListImportJobs(ctx context.Context, r *connect.Request[walcast
 func (h *handler) GetVChannelView(ctx context.Context, r *connect.Request[walcastv1.GetVChannelViewRequest]) (*connect.Response[walcastv1.VChannelView], error) {
 	return serve(ctx, h, "GetVChannelView", r, h.s.GetVChannelView)
 }
+
+func (h *handler) CommitImport(ctx context.Context, r *connect.Request[walcastv1.CommitImportRequest]) (*connect.Response[walcastv1.CommitImportResponse], error) {
+	return serve(ctx, h, "CommitImport", r, h.s.CommitImport)
+}
+
+func (h *handler) RollbackImport(ctx context.Context, r *connect.Request[walcastv1.RollbackImportRequest]) (*connect.Response[walcastv1.RollbackImportResponse], error) {
+	return serve(ctx, h, "RollbackImport", r, h.s.RollbackImport)
+}
+
+func (h *handler) SplitShard(ctx context.Context, r *connect.Request[walcastv1.SplitShardRequest]) (*connect.Response[walcastv1.SplitShardResponse], error) {
+	return serve(ctx, h, "SplitShard", r, h.s.SplitShard)
+}

@@ -35,6 +35,10 @@ func privilegeOf(req any) (priv, db, coll string, ok bool) {
 		return "DropIndex", r.GetDatabase(), r.GetCollection(), true
 	case *walcastv1.ImportRequest:
 		return "Import", r.GetDatabase(), r.GetCollection(), true
+	case *walcastv1.SplitShardRequest:
+		// No privilege of its own: it changes the collection's layout,
+		// which only a grant of everything on it allows.
+		return "All", r.GetDatabase(), r.GetCollection(), true
 	}
 	return "", "", "", false
 }
@@ -51,7 +55,10 @@ func (s *Service) authorize(ctx context.Context, req any) error {
 	}
 	priv, db, coll, ok := privilegeOf(req)
 	if !ok {
-		return nil
+		var err error
+		if priv, db, coll, ok, err = s.jobPrivilege(ctx, req); err != nil || !ok {
+			return err
+		}
 	}
 	obj := db
 	if coll != "" {
@@ -77,4 +84,28 @@ func (s *Service) authorize(ctx context.Context, req any) error {
 		return err
 	}
 	return fmt.Errorf("%w: %s needs privilege %s on %s", auth.ErrPermissionDenied, id.Name, priv, obj)
+}
+
+// jobPrivilege names the privilege a commit or rollback of an import job
+// needs: Import on the job's collection, by its current name.
+func (s *Service) jobPrivilege(ctx context.Context, req any) (priv, db, coll string, ok bool, err error) {
+	var id uint64
+	switch r := req.(type) {
+	case *walcastv1.CommitImportRequest:
+		id = r.GetId()
+	case *walcastv1.RollbackImportRequest:
+		id = r.GetId()
+	default:
+		return "", "", "", false, nil
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return "", "", "", false, err
+	}
+	j, found, err := jobNow(ctx, r, id)
+	if err != nil || !found {
+		// An unknown job is the request's to report, NotFound.
+		return "", "", "", false, err
+	}
+	return "Import", j.Database, j.Collection, true, nil
 }

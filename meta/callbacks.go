@@ -87,23 +87,57 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 				created(e, p.Job.ID, "import job")
 				return putJSON(e, jobKey(p.Job.ID), p.Job)
 			}),
-		onAck(a, types, cbs, TypeFinishImport, finishImportPayload.check,
-			func(p finishImportPayload, e *broadcast.Effects) error {
-				j := p.Job
-				detail := fmt.Sprintf("import job %d completed: %d rows from %d files", j.ID, j.Rows, j.FilesDone)
-				if j.State == jobFailed {
-					detail = fmt.Sprintf("import job %d failed: %s", j.ID, j.Reason)
-				}
-				e.SetOutcome(broadcast.Outcome{Status: broadcast.Succeeded, Detail: detail, Data: []byte(idStr(j.ID))})
-				return errors.Join(putJSON(e, jobKey(j.ID), j), e.Delete(progressKey(j.ID)))
+		onAckEvent(a, types, cbs, TypeFinishImport, finishImportPayload.check, endJob),
+		onAckEvent(a, types, cbs, TypeCommitImport, endImportPayload.checkCommit,
+			func(p endImportPayload, ev *broadcast.Event) error { return endJob(finishImportPayload(p), ev) }),
+		onAckEvent(a, types, cbs, TypeRollbackImport, endImportPayload.checkRollback,
+			func(p endImportPayload, ev *broadcast.Event) error { return endJob(finishImportPayload(p), ev) }),
+		onAckEvent(a, types, cbs, TypeSplitShard, splitShardPayload.check,
+			func(p splitShardPayload, ev *broadcast.Event) error {
+				c := p.Collection
+				f := &c.Fenced[len(c.Fenced)-1]
+				// Where the fence landed: the source's append result, which
+				// its consumer acked before the new shards were appended.
+				f.BroadcastID, f.FencePosition = ev.Message.Broadcast.ID, ev.Results[p.Source].MessageID
+				ev.Effects.SetOutcome(broadcast.Outcome{Status: broadcast.Succeeded,
+					Detail: fmt.Sprintf("shard %s of collection %d split into %d", p.Source, c.ID, len(p.Into)), Data: []byte(idStr(c.ID))})
+				return putJSON(ev.Effects, collKey(c.ID), c)
 			}),
 	)
+}
+
+// endJob is the callback of the broadcasts that end an import job, and its
+// ownership (FinishImport, CommitImport, RollbackImport): it writes the
+// job as it ended, naming the broadcast, and deletes its progress.
+func endJob(p finishImportPayload, ev *broadcast.Event) error {
+	j := p.Job
+	j.EndedBy = ev.Message.Broadcast.ID
+	var detail string
+	switch j.State {
+	case jobFailed:
+		detail = fmt.Sprintf("import job %d failed: %s", j.ID, j.Reason)
+	case jobRolledBack:
+		detail = fmt.Sprintf("import job %d rolled back: %s", j.ID, j.Reason)
+	default:
+		detail = fmt.Sprintf("import job %d completed: %d rows from %d files", j.ID, j.Rows, j.FilesDone)
+	}
+	e := ev.Effects
+	e.SetOutcome(broadcast.Outcome{Status: broadcast.Succeeded, Detail: detail, Data: []byte(idStr(j.ID))})
+	return errors.Join(putJSON(e, jobKey(j.ID), j), e.Delete(progressKey(j.ID)))
 }
 
 // onAck registers type t with a validator of its payload, and its ack
 // callback: the test hook, if any, then effects.
 func onAck[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks, t message.Type, check func(P) error,
 	effects func(P, *broadcast.Effects) error) error {
+	return onAckEvent(a, types, cbs, t, check, func(p P, ev *broadcast.Event) error { return effects(p, ev.Effects) })
+}
+
+// onAckEvent is onAck for a callback that reads its event (its broadcast
+// id, where its copies landed). A type with an owner role (owners) is
+// registered with it.
+func onAckEvent[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks, t message.Type, check func(P) error,
+	effects func(P, *broadcast.Event) error) error {
 	validate := func(raw []byte) error {
 		p, err := decodeStrict[P](raw)
 		if err != nil {
@@ -114,7 +148,7 @@ func onAck[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks, t m
 	// The validator keeps malformed payloads sent through the generic
 	// Broadcast API out of the task table: they would fail this callback
 	// forever.
-	if err := types.Register(message.TypeInfo{Type: t, Validate: validate}); err != nil {
+	if err := types.Register(message.TypeInfo{Type: t, Validate: validate, Owner: owners[t]}); err != nil {
 		return err
 	}
 	return broadcast.OnAck(cbs, t, decodeStrict[P], func(ctx context.Context, ev *broadcast.TypedEvent[P]) error {
@@ -123,7 +157,7 @@ func onAck[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks, t m
 				return err
 			}
 		}
-		return effects(ev.Payload, ev.Effects)
+		return effects(ev.Payload, ev.Event)
 	})
 }
 
@@ -259,4 +293,43 @@ func (j jobRecord) checkNames() error {
 		errs = append(errs, checkName("database", j.Database))
 	}
 	return errors.Join(errs...)
+}
+
+func (p endImportPayload) checkCommit() error {
+	j := p.Job
+	if j.State != jobCompleted || !j.TwoPhase {
+		return errorf(ErrInvalidArgument, "commit of import job %d in state %d (two-phase %t)", j.ID, j.State, j.TwoPhase)
+	}
+	return finishImportPayload(p).check()
+}
+
+func (p endImportPayload) checkRollback() error {
+	if j := p.Job; j.State != jobRolledBack {
+		return errorf(ErrInvalidArgument, "rollback of import job %d in state %d", j.ID, j.State)
+	}
+	return finishImportPayload(p).check()
+}
+
+func (p splitShardPayload) check() error {
+	c := p.Collection
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := p.Source.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	switch {
+	case len(p.Into) < 2 || len(p.Into) > MaxSplitInto:
+		return errorf(ErrInvalidArgument, "split into %d shards, want 2..%d", len(p.Into), MaxSplitInto)
+	case slices.Contains(c.VChannels, p.Source):
+		return errorf(ErrInvalidArgument, "the fenced shard %s is still among the collection's vchannels", p.Source)
+	case len(c.Fenced) == 0 || c.Fenced[len(c.Fenced)-1].VChannel != p.Source || !slices.Equal(c.Fenced[len(c.Fenced)-1].SplitInto, p.Into):
+		return errorf(ErrInvalidArgument, "the collection does not record the split of %s", p.Source)
+	}
+	for _, v := range p.Into {
+		if !slices.Contains(c.VChannels, v) {
+			return errorf(ErrInvalidArgument, "new shard %s is not among the collection's vchannels", v)
+		}
+	}
+	return nil
 }

@@ -33,6 +33,12 @@ const (
 	MaxRowBytes = 1 << 20
 	// MaxReasonLength bounds the reason of a failed import job, in bytes.
 	MaxReasonLength = 1024
+	// MaxSplitInto bounds how many shards SplitShard splits one into (at
+	// least 2).
+	MaxSplitInto = 16
+	// MaxFencedShards bounds the splits a collection records, so that its
+	// record stays small.
+	MaxFencedShards = 64
 )
 
 // Config configures the metadata service. PChannels is required; the other

@@ -35,16 +35,21 @@
 //     change is applied exactly once, whatever crashes happen.
 //
 // Resource keys (R10.2): collection DDL (create, drop, index create and
-// drop) holds Database(db) shared and Collection(db:coll) exclusive, so DDL
-// on different collections proceeds in parallel and DDL on one collection
-// serialises; an import holds both shared, so imports into one collection
-// run together but wait for its DDL; database DDL and RenameCollection hold
-// Database(db) exclusive; RBAC (users, grants) holds Privilege exclusive.
-// Since a task holds its keys until its callback has finished, what step 4
-// validated is still true when the callback writes. Grants and revokes also
-// hold the database and collection they name shared (they must exist), and
-// an import's FinishImport holds its collection's keys shared and the job's
-// ImportJob key exclusive.
+// drop, split-shard) holds Database(db) shared and Collection(db:coll)
+// exclusive, so DDL on different collections proceeds in parallel and DDL
+// on one collection serialises; an import holds both shared, so imports
+// into one collection run together but wait for its DDL; database DDL and
+// RenameCollection hold Database(db) exclusive; RBAC (users, grants) holds
+// Privilege exclusive. Since a task holds its keys until its callback has
+// finished, what step 4 validated is still true when the callback writes.
+// Grants and revokes also hold the database and collection they name
+// shared (they must exist). An import holds its keys far longer: until its
+// job ends (see Import jobs).
+//
+// A collection's DDL (drop, rename, create and drop index, split-shard)
+// waits for keys held — by another DDL, or by a running import — unless the
+// request sets no_wait (CLI --no-wait): it is then refused at once with
+// ErrCollectionBusy (FailedPrecondition), naming the holder (R13.15).
 //
 // # Names
 //
@@ -107,8 +112,8 @@
 //
 // # Import jobs
 //
-// Import(db, collection, files, key): the callback creates the job
-// (pending). New imports are admitted while fewer than MaxImportJobNum jobs
+// Import(db, collection, files, key, auto_commit): the callback creates
+// the job (pending). New imports are admitted while fewer than MaxImportJobNum jobs
 // are unfinished, counting the imports whose job is not committed yet (an
 // import whose caller gave up counts until its task ends), checked after
 // the key was resolved, so a retry is answered even when the limit is
@@ -137,24 +142,83 @@
 // A missing, unreadable, escaping or malformed file fails the job with a
 // reason naming the file and the line.
 //
-// A job ends with FinishImport, a broadcast of its own (effect-once, like
-// every change): its callback writes the finished job — completed with its
-// counts, or failed with its reason — and deletes the progress in the
-// transaction of its TOMBSTONE, and its idempotency key, one per job, makes
-// a second attempt (after a crash, by a new leader) an answer by the first.
-// A job thus ends exactly once and is never left running. FinishImport
-// holds its collection's keys shared, so a drop (exclusive) runs before or
-// after it, never during: a job whose collection is gone fails, reason
-// "collection dropped", and never completes into a dropped collection. The
-// API shows an unfinished job of a dropped collection as failed at once,
-// and admission no longer counts it. Finished jobs are deleted after
+// The Import is a resource-key owner (R13.7): its message type declares
+// the owner key "import/<job>", and its broadcast keeps its keys —
+// Database(db) and Collection(db:coll), shared — past its callback, across
+// restarts (R13.9) and a force promote, until the job ends. So while a job
+// is unfinished its collection cannot be dropped, renamed, indexed or
+// split: that DDL queues behind the import (the caller's deadline bounds
+// the wait), or with no_wait is refused naming "import/<job>". We chose
+// queueing: a drop issued during an import runs as soon as the import
+// ends, which is what a caller who waits expects, and no_wait is there for
+// one who would rather know at once. Another import of the collection is
+// not held up (shared keys), unless a DDL already queues for it.
+//
+// A job ends with one of three broadcasts, each a member that ends the
+// ownership (broadcast.EndOwnership): stamped with the Import's keys
+// without locking them again — a drop may already be queued for them —
+// it releases them once its TOMBSTONE is durable (R13.8). Its callback
+// writes the job as it ended (naming the broadcast, EndedBy) and deletes
+// the progress in the transaction of its TOMBSTONE; the first end wins:
+//
+//   - FinishImport, the importer's: completed with its counts (an
+//     auto-commit job), or failed with its reason. A second attempt (after
+//     a crash, by a new leader) joins the end under way, or finds the job
+//     ended.
+//   - CommitImport (R13.11; `walcast import commit ID`): a two-phase job
+//     (auto_commit false) that read every file is READY — it shows the
+//     rows it staged, still owning its collection — and its commit
+//     completes it with those rows. Only then do they become visible: a
+//     streaming node's view counts a job's rows (imported_rows) when it
+//     applies its completion. A commit of a job that is not ready is
+//     refused with ErrImportNotReady.
+//   - RollbackImport (`walcast import rollback ID`): any unfinished job
+//     ends ROLLED_BACK with its reason (default "rolled back"), what it
+//     staged discarded (rows 0); a running importer stops at the next
+//     file.
+//
+// A commit or rollback repeated after the job ended that way is answered
+// by the first (DDLResult.duplicated, the first's broadcast id); a commit
+// of a rolled-back job fails with ErrImportRolledBack, a rollback of a
+// completed or failed job (or a commit of a failed or auto-committed one)
+// with ErrImportJobEnded — all FailedPrecondition. A job thus ends exactly
+// once and is never left running, and never ends into a dropped
+// collection. A job whose collection is nevertheless gone (its Import's
+// callback failed, or it predates owners) fails, reason "collection
+// dropped", at once as the API shows it. Finished jobs are deleted after
 // ImportJobRetention. Jobs show their collection's current name (after a
-// rename) and id.
+// rename) and id. CommitImport and RollbackImport need the Import
+// privilege on the job's collection when the API authenticates callers.
 //
 // Only the leader's process reads files: in cluster mode every
 // coordinator's import root must hold the same files (a shared mount). A
-// secondary mirrors its primary's jobs (FinishImport is replicated) and
-// imports nothing until promoted.
+// secondary mirrors its primary's jobs (FinishImport, CommitImport and
+// RollbackImport are replicated) and imports nothing until promoted; the
+// Import's ownership is handed over by the promote (R13.5), so the
+// promoted cluster's importer reads an unfinished job's files again from
+// the start (progress is the primary's own) and its jobs are committed or
+// rolled back there.
+//
+// # Splitting a shard
+//
+// SplitShard(db, collection, vchannel, into) replaces one shard by 2 to
+// MaxSplitInto new ones with one broadcast whose copies differ by target
+// (R13.10): the source vchannel's copy has role "fence", each new shard's
+// role "genesis" and a payload of its own (the collection, its shard
+// number, the indexes it starts with). The fence is appended first, and
+// only once the source's streaming node acked it are the genesis copies
+// and the control channel's appended (message.WithAppendFirst, R13.11), so
+// no new shard starts before its source stopped. The callback writes the
+// collection's new shard list — the source replaced in place by the new
+// shards, numbered on from the highest shard the collection ever had — and
+// records the split (Collection.fenced_shards) with the fence's position
+// in the source's WAL (its append result). A fenced vchannel's view shows
+// fenced, split_into and fenced_at; a new shard's shows split_from, its
+// collection, shard and indexes. Later collection messages target the new
+// shards only; one reaching a fenced vchannel would be an anomaly. It holds
+// the collection's keys like its other DDL (waits for a running import),
+// and needs the All privilege on the collection when the API authenticates
+// callers.
 //
 // # Grants
 //
@@ -171,9 +235,10 @@
 //
 // Each streaming node gets an Applier keeping, per vchannel, a view built
 // only from the messages the vchannel applied: a shard vchannel knows its
-// collection (id, name, database, shard, dropped flag), its indexes and the
-// import jobs it saw; the control channel knows the databases, users and
-// grants. The node applies each copy once per vchannel and snapshots the
+// collection (id, name, database, shard, dropped flag), its indexes, the
+// import jobs it saw start and end (completed or failed, rolled back), the
+// rows of those that completed (imported_rows), and a split's fence or
+// genesis; the control channel knows the databases, users and grants. The node applies each copy once per vchannel and snapshots the
 // views with its state, so a view holds every completed DDL exactly once, in
 // order, across crashes (R10.4). A message that does not fit the view (a
 // second create, a drop of a missing index) is recorded as an anomaly, so a

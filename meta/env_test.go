@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -259,26 +260,45 @@ func viewsMatchOf(ctx context.Context, c *client.Client, view viewFunc, control 
 	if err != nil {
 		return err
 	}
-	jobsOf, finishedOf := map[uint64][]uint64{}, map[uint64][]uint64{}
+	jobsOf, finishedOf, rolledBackOf, rowsOf := map[uint64][]uint64{}, map[uint64][]uint64{}, map[uint64][]uint64{}, map[uint64]uint64{}
 	for _, j := range s.Jobs {
 		jobsOf[j.CollectionId] = append(jobsOf[j.CollectionId], j.Id)
-		if j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || j.State == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED {
+		switch j.State {
+		case walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED:
+			rowsOf[j.CollectionId] += j.Rows
+			fallthrough
+		case walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED:
 			finishedOf[j.CollectionId] = append(finishedOf[j.CollectionId], j.Id)
+		case walcastv1.ImportJobState_IMPORT_JOB_STATE_ROLLED_BACK:
+			rolledBackOf[j.CollectionId] = append(rolledBackOf[j.CollectionId], j.Id)
 		}
 	}
 	for _, colls := range s.Collections {
 		for _, coll := range colls {
+			splitFrom := map[string]string{}
+			for _, f := range coll.FencedShards {
+				for _, to := range f.SplitInto {
+					splitFrom[to] = f.Vchannel
+				}
+			}
 			for i, vc := range coll.Vchannels {
+				if len(coll.FencedShards) > 0 {
+					// After a split a shard's number is its name's
+					// (c<id>v<n>), no longer its place in the list.
+					i, _ = strconv.Atoi(vc[strings.LastIndex(vc, "v")+1:])
+				}
 				v, err := view(ctx, vc)
 				if err != nil {
 					return fmt.Errorf("view of %s: %w", vc, err)
 				}
 				want := &walcastv1.VChannelView{Vchannel: vc, Node: v.Node, CollectionId: coll.Id, Collection: coll.Name,
 					DatabaseId: coll.DatabaseId, Database: coll.Database, Shard: int32(i), Indexes: coll.Indexes,
-					ImportJobs: jobsOf[coll.Id], FinishedImportJobs: finishedOf[coll.Id], Applied: v.Applied, LastBroadcastId: v.LastBroadcastId}
+					ImportJobs: jobsOf[coll.Id], FinishedImportJobs: finishedOf[coll.Id], RolledBackImportJobs: rolledBackOf[coll.Id],
+					ImportedRows: rowsOf[coll.Id], SplitFrom: splitFrom[vc], Applied: v.Applied, LastBroadcastId: v.LastBroadcastId}
 				got := proto.Clone(v).(*walcastv1.VChannelView)
 				slices.Sort(got.ImportJobs)
 				slices.Sort(got.FinishedImportJobs)
+				slices.Sort(got.RolledBackImportJobs)
 				if !proto.Equal(got, want) {
 					return fmt.Errorf("view of %s:\n got %v\nwant %v", vc, got, want)
 				}

@@ -58,6 +58,32 @@ var (
 	// FailedPrecondition).
 	ErrTooManyGrants = kind("too many grants", broadcast.ErrFailedPrecondition)
 
+	// ErrCollectionBusy refuses a collection's DDL asked with no_wait while
+	// another holds the collection: a running import's ownership (R13.7),
+	// or another DDL. The message names the holder
+	// (broadcast.ErrFailedPrecondition: FailedPrecondition; it also
+	// matches broadcast.ErrBusy).
+	ErrCollectionBusy = kind("collection busy", broadcast.ErrFailedPrecondition)
+	// ErrImportNotReady refuses to commit an import job that is not a
+	// two-phase job ready to commit: it is an auto-commit job, or still
+	// reading its files (broadcast.ErrFailedPrecondition:
+	// FailedPrecondition).
+	ErrImportNotReady = kind("import job not ready to commit", broadcast.ErrFailedPrecondition)
+	// ErrImportRolledBack refuses to commit an import job that was rolled
+	// back (broadcast.ErrFailedPrecondition: FailedPrecondition).
+	ErrImportRolledBack = kind("import job was rolled back", broadcast.ErrFailedPrecondition)
+	// ErrImportJobEnded refuses to commit or roll back an import job that
+	// ended otherwise: completed (a rollback), or failed
+	// (broadcast.ErrFailedPrecondition: FailedPrecondition).
+	ErrImportJobEnded = kind("import job already ended", broadcast.ErrFailedPrecondition)
+	// ErrShardNotFound reports a SplitShard of a vchannel that is not one
+	// of the collection's shards (broadcast.ErrNotFound: NotFound).
+	ErrShardNotFound = kind("shard not found", broadcast.ErrNotFound)
+	// ErrTooManySplits refuses a split beyond MaxFencedShards of one
+	// collection, or one that would give it more than MaxShards shards
+	// (broadcast.ErrFailedPrecondition: FailedPrecondition).
+	ErrTooManySplits = kind("too many shards", broadcast.ErrFailedPrecondition)
+
 	// ErrTooManyImportJobs refuses a new import while MaxImportJobNum jobs
 	// are unfinished; a retry of an accepted import is never refused
 	// (server.ErrQuotaExceeded: ResourceExhausted).

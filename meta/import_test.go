@@ -123,8 +123,11 @@ func TestR10_3_ImportRetryAfterRenameByNewName(t *testing.T) {
 func TestR10_3_ImportRetryByOldNameAfterRenameNotFound(t *testing.T) {
 	e, ctx := importEnv(t)
 	k := key()
-	must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", k))
-	e.pauseImporter() // its FinishImport would count as a broadcast below
+	r := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", k))
+	// The running job holds the collection (R13.7): the rename waits for
+	// its end, and its FinishImport would count as a broadcast below.
+	e.waitJob(ctx, r.Job.Id, stateCompleted)
+	e.pauseImporter()
 	must[*walcastv1.RenameCollectionResponse](t)(e.c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "db", OldName: "c", NewName: "c2"}))
 	tasks := e.b().Stats().Broadcasts
 	_, err := e.importInto(ctx, "c", k)

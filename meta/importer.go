@@ -15,7 +15,6 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
-	"github.com/walcast/walcast/resource"
 )
 
 // reasonDropped is the reason of a job whose collection was dropped.
@@ -178,6 +177,9 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 	if !alive {
 		return s.finishJob(ctx, b, j, p, jobFailed, reasonDropped)
 	}
+	if started && p.Ready {
+		return nil // a two-phase job waiting for its commit or rollback
+	}
 	save := func() error {
 		p.UpdatedAt = s.now()
 		return cat.Commit(ctx, catalog.Put(progressKey(j.ID), mustJSON(p)))
@@ -227,6 +229,14 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 		if err != nil {
 			return err
 		}
+		// A job rolled back meanwhile stops here; its rollback deleted
+		// the progress, which stays deleted.
+		var cur jobRecord
+		if ok, err := r.get(ctx, jobKey(j.ID), &cur); err != nil {
+			return err
+		} else if !ok || cur.State.finished() {
+			return nil
+		}
 		p.FilesDone++
 		p.RowsDone += rows
 		p.FileRows = 0
@@ -240,100 +250,74 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 			return s.finishJob(ctx, b, j, p, jobFailed, reasonDropped)
 		}
 	}
+	if j.TwoPhase {
+		// Every file read: the job is ready, and waits for its commit or
+		// rollback (R13.11), still owning its collection's keys.
+		p.Ready = true
+		if err := save(); err != nil {
+			return err
+		}
+		s.log.Info("two-phase import job ready to commit", "job", j.ID, "rows", p.RowsDone, "files", p.FilesDone)
+		return nil
+	}
 	return s.finishJob(ctx, b, j, p, jobCompleted, "")
 }
 
-// errJobEnded stops a FinishImport whose job already ended.
-var errJobEnded = errors.New("meta: import job already ended")
-
-// finishKey is the idempotency key of job id's FinishImport: one per job,
-// so that a retry of the finish (after a crash, by the next leader) is
-// answered by the first one instead of ending the job again. Its digest is
-// the job's id alone: a retry that counted differently (a file changed) is
-// still the same request, and the first finish stands.
-func finishKey(collID, jobID uint64) message.IdempotencyKey {
-	return message.CollectionKey(collID, "import-job-"+idStr(jobID))
-}
-
 // finishJob ends job j with state (and reason, if failed) by broadcasting
-// FinishImport, whose callback writes the finished job (and deletes its
-// progress) in the transaction of the task's TOMBSTONE: a job ends exactly
-// once, whatever crashes. It holds the collection's Database and Collection
-// keys shared (so no drop or rename runs meanwhile) and the job's key
-// exclusive; under them a collection found dropped turns the end into
-// failed, "collection dropped": a job never completes into a dropped
-// collection. The message goes to the collection's vchannels, or to the
-// control channel alone if the collection is gone.
+// FinishImport through EndOwnership (R13.8): stamped with the keys its
+// Import owns, without locking them, it ends the ownership, and its
+// callback writes the finished job (and deletes its progress) in the
+// transaction of its TOMBSTONE. A job thus ends exactly once, whatever
+// crashes: a second attempt (after a crash, by the next leader) joins the
+// first end, or finds the job ended and stops. The message goes to the
+// collection's vchannels, or to the control channel alone if the
+// collection is gone (a job's ownership keeps its collection, so only a
+// job whose Import failed can see that).
 func (s *Service) finishJob(ctx context.Context, b *broadcast.Broadcaster, j jobRecord, p progressRecord, state jobState, reason string) error {
 	r := reader{b.Catalog()}
-	d := ddl{typ: TypeFinishImport, key: finishKey(j.CollectionID, j.ID), digest: digest(TypeFinishImport, j.ID)}
-	var final jobRecord // the job as this call ended it
-	err := resolving(func() error {
-		var c collRecord
-		alive, err := r.get(ctx, collKey(j.CollectionID), &c)
-		if err != nil {
-			return err
-		}
-		d.keys = []resource.Key{resource.ExclusiveImportJob(int64(j.ID))}
-		if alive {
-			d.keys = append(d.keys, resource.SharedDatabase(c.Database), resource.SharedCollection(c.Database, c.Name))
-		}
-		_, _, err = runDDL(ctx, s, b, d, func(out *finishImportPayload) ([]message.VChannel, error) {
-			var cur jobRecord
-			if ok, err := r.get(ctx, jobKey(j.ID), &cur); err != nil {
-				return nil, err
-			} else if !ok || cur.State.finished() {
-				return nil, errJobEnded
-			}
-			targets := control(b)
-			end, why := state, reason
-			if alive {
-				id, named, err := r.getID(ctx, collNameKey(c.DatabaseID, c.Name))
-				if err != nil {
-					return nil, err
-				}
-				switch {
-				case named && id == c.ID:
-					targets = c.VChannels
-				case named:
-					return nil, errResolveAgain // renamed, and its name taken again
-				default:
-					if ok, err := r.get(ctx, collKey(c.ID), &c); err != nil {
-						return nil, err
-					} else if ok {
-						return nil, errResolveAgain // renamed
-					}
-					alive = false // dropped before we held its keys
-				}
-			}
-			if !alive {
-				end, why = jobFailed, reasonDropped
-			}
-			cur.State, cur.Reason = end, truncate(why, MaxReasonLength)
-			cur.FilesDone = p.FilesDone
-			cur.Rows = p.RowsDone + p.FileRows
-			if end == jobCompleted {
-				cur.Rows = p.RowsDone
-			}
-			if cur.Database == "" && c.Database != "" {
-				cur.Database = c.Database
-			}
-			cur.UpdatedAt = s.now()
-			out.Job, final = cur, cur
-			return targets, nil
-		})
-		return err
-	})
-	if errors.Is(err, errJobEnded) {
+	cur, _, c, alive, err := jobParts(ctx, r, j.ID)
+	if errors.Is(err, ErrImportJobNotFound) {
 		return nil
 	}
-	if err == nil && final.State == jobFailed {
+	if err != nil {
+		return err
+	}
+	if cur.State.finished() {
+		return nil
+	}
+	end, why := state, reason
+	if !alive {
+		end, why = jobFailed, reasonDropped
+	}
+	cur.State, cur.Reason = end, truncate(why, MaxReasonLength)
+	cur.FilesDone = p.FilesDone
+	cur.Rows = p.RowsDone + p.FileRows
+	if end == jobCompleted {
+		cur.Rows = p.RowsDone
+	}
+	if cur.Database == "" && c.Database != "" {
+		cur.Database = c.Database
+	}
+	cur.UpdatedAt = s.now()
+	msg, err := message.NewBroadcast(TypeFinishImport, mustJSON(finishImportPayload{Job: cur}), endTargets(b, c, alive))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	if _, err = b.EndOwnership(ctx, msg); err != nil {
+		// Another end won (a rollback): the job has ended.
+		var now jobRecord
+		if ok, rerr := r.get(ctx, jobKey(j.ID), &now); rerr == nil && (!ok || now.State.finished()) {
+			return nil
+		}
+		return err
+	}
+	if cur.State == jobFailed {
 		// Its Import task succeeded as a broadcast: say here that the
 		// original failed, and what that means for retries (R7.9).
 		s.log.Warn("import job failed: a retry with its idempotency key gets this failed job; the client must mint a new key to import again",
-			"job", final.ID, "database", final.Database, "collection", final.Collection, "reason", final.Reason)
+			"job", cur.ID, "database", cur.Database, "collection", cur.Collection, "reason", cur.Reason)
 	}
-	return err
+	return nil
 }
 
 // truncate shortens s to at most n bytes of UTF-8.

@@ -87,6 +87,18 @@ type (
 		VChannels  []message.VChannel `json:"vchannels"`
 		Fields     []fieldRecord      `json:"fields"`
 		CreatedAt  int64              `json:"created_at"`
+		// Fenced are the shards split so far (SplitShard), oldest first.
+		Fenced []fencedRecord `json:"fenced,omitempty"`
+	}
+	// fencedRecord is a shard SplitShard fenced: the source vchannel, the
+	// shards it was split into, the split's broadcast and where the fence
+	// landed in the source's WAL (the split's callback fills the last
+	// two from its event).
+	fencedRecord struct {
+		VChannel      message.VChannel   `json:"vchannel"`
+		SplitInto     []message.VChannel `json:"into"`
+		BroadcastID   uint64             `json:"broadcast_id,omitempty"`
+		FencePosition uint64             `json:"fence_position,omitempty"`
 	}
 	droppedRecord struct {
 		DroppedAt int64 `json:"dropped_at"`
@@ -129,6 +141,14 @@ type (
 		Rows         uint64   `json:"rows,omitempty"`
 		CreatedAt    int64    `json:"created_at"`
 		UpdatedAt    int64    `json:"updated_at"`
+		// TwoPhase is set for an import with auto_commit false: once its
+		// files are read it waits, ready, for CommitImport or
+		// RollbackImport (R13.11).
+		TwoPhase bool `json:"two_phase,omitempty"`
+		// EndedBy is the broadcast that ended the job (its FinishImport,
+		// CommitImport or RollbackImport): a retried commit or rollback
+		// is answered with it.
+		EndedBy uint64 `json:"ended_by,omitempty"`
 	}
 	// progressRecord is how far the importer got with a job: FilesDone
 	// files (RowsDone rows) completely, and FileRows rows of the next one.
@@ -140,6 +160,9 @@ type (
 		FileRows  uint64 `json:"file_rows,omitempty"`
 		StartedAt int64  `json:"started_at"`
 		UpdatedAt int64  `json:"updated_at"`
+		// Ready is set once a two-phase job read every file: it waits for
+		// its commit or rollback.
+		Ready bool `json:"ready,omitempty"`
 	}
 )
 
@@ -151,9 +174,13 @@ const (
 	jobRunning   = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING)
 	jobCompleted = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED)
 	jobFailed    = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED)
+	// jobReady is shown, never recorded: a two-phase job whose progress
+	// says it read every file.
+	jobReady      = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_READY)
+	jobRolledBack = jobState(walcastv1.ImportJobState_IMPORT_JOB_STATE_ROLLED_BACK)
 )
 
-func (s jobState) finished() bool { return s == jobCompleted || s == jobFailed }
+func (s jobState) finished() bool { return s == jobCompleted || s == jobFailed || s == jobRolledBack }
 
 // Schema vocabulary.
 var (
@@ -303,10 +330,16 @@ func checkGrantIDs(g grantRecord) error {
 // consecutive pchannels and each spreads its shards over distinct pchannels
 // while it has at most P of them.
 func vchannelsOf(ps []message.PChannel, id uint64, shards int) ([]message.VChannel, error) {
-	out := make([]message.VChannel, shards)
-	for i := range shards {
-		p := ps[(id+uint64(i))%uint64(len(ps))]
-		v, err := message.NewVChannel(p, fmt.Sprintf("c%dv%d", id, i))
+	return vchannelsFrom(ps, id, 0, shards)
+}
+
+// vchannelsFrom lays out n shards of collection id numbered from first on,
+// as vchannelsOf does: a split's new shards continue the numbering.
+func vchannelsFrom(ps []message.PChannel, id uint64, first, n int) ([]message.VChannel, error) {
+	out := make([]message.VChannel, n)
+	for i := range n {
+		p := ps[(id+uint64(first+i))%uint64(len(ps))]
+		v, err := message.NewVChannel(p, fmt.Sprintf("c%dv%d", id, first+i))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
@@ -427,6 +460,17 @@ func (c collRecord) pb(idx []indexRecord) *walcastv1.Collection {
 	for _, i := range idx {
 		out.Indexes = append(out.Indexes, i.pb())
 	}
+	for _, f := range c.Fenced {
+		out.FencedShards = append(out.FencedShards, f.pb())
+	}
+	return out
+}
+
+func (f fencedRecord) pb() *walcastv1.FencedShard {
+	out := &walcastv1.FencedShard{Vchannel: string(f.VChannel), BroadcastId: f.BroadcastID, FencePosition: f.FencePosition}
+	for _, v := range f.SplitInto {
+		out.SplitInto = append(out.SplitInto, string(v))
+	}
 	return out
 }
 
@@ -456,5 +500,6 @@ func grantFromPB(g *walcastv1.Grant) grantRecord {
 func (j jobRecord) pb() *walcastv1.ImportJob {
 	return &walcastv1.ImportJob{Id: j.ID, DatabaseId: j.DatabaseID, Database: j.Database, CollectionId: j.CollectionID,
 		Collection: j.Collection, Files: slices.Clone(j.Files), State: walcastv1.ImportJobState(j.State), Reason: j.Reason,
-		FilesDone: uint32(j.FilesDone), Rows: j.Rows, CreatedAt: tsPB(j.CreatedAt), UpdatedAt: tsPB(j.UpdatedAt)}
+		FilesDone: uint32(j.FilesDone), Rows: j.Rows, CreatedAt: tsPB(j.CreatedAt), UpdatedAt: tsPB(j.UpdatedAt),
+		AutoCommit: !j.TwoPhase}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
-	"github.com/walcast/walcast/resource"
 )
 
 const (
@@ -157,66 +156,6 @@ func TestR10_3_ImportShowsCurrentCollectionName(t *testing.T) {
 	}
 }
 
-// TestR10_3_DropDuringImportFailsTheJob: a job running when its collection
-// is dropped fails, reason "collection dropped": at once as the API shows
-// it, and durably through its FinishImport, which goes to the control
-// channel only; no job completes into a dropped collection, and no view
-// sees an anomaly (R10.3, item 5 of the import rules).
-func TestR10_3_DropDuringImportFailsTheJob(t *testing.T) {
-	e, ctx := importEnv(t)
-	c := must[*walcastv1.Collection](t)(e.c.DescribeCollection(ctx, "db", "c"))
-	e.writeImport("one.jsonl", jsonlRows(2))
-	e.writeImport("two.jsonl", jsonlRows(2))
-	// Hold the job before its second file: it runs, one file done.
-	held, release := make(chan struct{}), make(chan struct{})
-	var once, released sync.Once
-	defer released.Do(func() { close(release) })
-	hook := func(ctx context.Context, _ uint64, i int) {
-		if i != 1 {
-			return
-		}
-		once.Do(func() { close(held) })
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}
-	e.svc().beforeFile.Store(&hook)
-	defer e.svc().beforeFile.Store(nil)
-	r := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", key(), "one.jsonl", "two.jsonl"))
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("the job never reached its second file")
-	}
-	if j := must[*walcastv1.ImportJob](t)(e.c.GetImportJob(ctx, r.Job.Id)); j.State != stateRunning || j.FilesDone != 1 || j.Rows != 2 {
-		t.Fatalf("job before the drop %v", j)
-	}
-	must[*walcastv1.DropCollectionResponse](t)(e.c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: "c"}))
-	if j := must[*walcastv1.ImportJob](t)(e.c.GetImportJob(ctx, r.Job.Id)); j.State != stateFailed || j.Reason != reasonDropped {
-		t.Fatalf("job right after the drop %v, want failed: %s", j, reasonDropped)
-	}
-	released.Do(func() { close(release) })
-	eventually(t, "the failure recorded", func() error {
-		if rec := e.record(ctx, r.Job.Id); rec.State != jobFailed || rec.Reason != reasonDropped {
-			return fmt.Errorf("record %+v", rec)
-		}
-		return nil
-	})
-	tasks := e.finishTasks(r.Job.Id)
-	if len(tasks) != 1 || len(tasks[0].VChannels) != 1 || tasks[0].VChannels[0].VChannel != e.b().ControlChannel() {
-		t.Fatalf("FinishImport tasks %+v, want one, to the control channel only", tasks)
-	}
-	eventually(t, "views", func() error { return e.viewsMatch(ctx, []*walcastv1.Collection{c}) })
-	if err := e.noAnomalies(); err != nil {
-		t.Fatal(err)
-	}
-	// The admission limit no longer counts the job.
-	if n, err := e.unfinishedCounted(ctx); err != nil || n != 0 {
-		t.Fatalf("%d unfinished jobs counted, %v", n, err)
-	}
-}
-
 // unfinishedCounted is how many imports admission counts as unfinished.
 func (e *env) unfinishedCounted(ctx context.Context) (int, error) {
 	s := e.svc()
@@ -234,69 +173,6 @@ func (e *env) unfinishedCounted(ctx context.Context) (int, error) {
 		}
 	}
 	return 0, errors.New("more than 100")
-}
-
-// TestR10_3_FinishRacingDropNeverCompletes: a job whose last file is read
-// while its collection's drop is under way cannot complete: its
-// FinishImport waits for the drop's exclusive Collection key, then finds
-// the collection gone and fails the job, "collection dropped".
-func TestR10_3_FinishRacingDropNeverCompletes(t *testing.T) {
-	e, ctx := importEnv(t)
-	e.pauseImporter()
-	r := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", key()))
-	// The drop holds its keys, its callback blocked.
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once, released sync.Once
-	defer released.Do(func() { close(release) })
-	hook := func(ctx context.Context, ev *broadcast.Event) error {
-		if ev.Message.Type != TypeDropCollection {
-			return nil
-		}
-		once.Do(func() { close(entered) })
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	e.app.hook.Store(&hook)
-	defer e.app.hook.Store(nil)
-	dropped := make(chan error, 1)
-	go func() {
-		_, err := e.c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: "c"})
-		dropped <- err
-	}()
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		t.Fatal("the drop's callback did not run")
-	}
-	// The importer reads the job's file, and its FinishImport queues
-	// behind the drop.
-	e.svc().importerPaused.Store(false)
-	eventually(t, "the FinishImport waits for the drop", func() error {
-		for _, k := range e.b().Locks() {
-			if k.Domain == resource.Collection && k.Name == "db:c" && len(k.Waiters) > 0 && k.Waiters[0].Mode == resource.Shared {
-				return nil
-			}
-		}
-		return errors.New("no shared waiter on Collection:db:c")
-	})
-	released.Do(func() { close(release) })
-	if err := <-dropped; err != nil {
-		t.Fatal(err)
-	}
-	e.waitJob(ctx, r.Job.Id, stateFailed)
-	eventually(t, "the failure recorded", func() error {
-		if rec := e.record(ctx, r.Job.Id); rec.State != jobFailed || rec.Reason != reasonDropped || rec.FilesDone != 1 {
-			return fmt.Errorf("record %+v", rec)
-		}
-		return nil
-	})
-	if err := e.noAnomalies(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestR10_3_FinishImportRecoveredOnce: the process stops after a job's

@@ -71,6 +71,9 @@ type ddl struct {
 	key    message.IdempotencyKey // scoped; "" without a client key
 	digest []byte
 	keys   []resource.Key
+	// noWait fails at once with ErrCollectionBusy, naming the holder,
+	// instead of queueing for keys held (R13.15).
+	noWait bool
 }
 
 // current returns the leader's broadcaster and a reader of its catalog.
@@ -88,7 +91,11 @@ func (s *Service) current() (*broadcast.Broadcaster, reader, error) {
 // admission check of its own.
 func (s *Service) start(ctx context.Context, b *broadcast.Broadcaster, d ddl) (*broadcast.Handle, *broadcast.Result, error) {
 	// Without a key this is WithResourceKeys.
-	h, err := b.WithIdempotentResourceKeys(ctx, broadcast.Idempotent{Type: d.typ, Key: d.key, Digest: d.digest}, d.keys...)
+	h, err := b.Acquire(ctx, broadcast.AcquireRequest{Keys: d.keys,
+		Idempotent: &broadcast.Idempotent{Type: d.typ, Key: d.key, Digest: d.digest}, NoWait: d.noWait})
+	if errors.Is(err, broadcast.ErrBusy) {
+		return nil, nil, fmt.Errorf("%w: %w", ErrCollectionBusy, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,7 +140,11 @@ func (s *Service) lookupOriginal(ctx context.Context, b *broadcast.Broadcaster, 
 
 // send broadcasts payload to targets through h.
 func (s *Service) send(ctx context.Context, h *broadcast.Handle, d ddl, payload any, targets []message.VChannel) (*broadcast.Result, error) {
-	msg, err := message.NewBroadcast(d.typ, mustJSON(payload), targets, message.WithIdempotencyKey(d.key))
+	opts := []message.Option{message.WithIdempotencyKey(d.key)}
+	if sp, ok := payload.(shaped); ok {
+		opts = append(opts, sp.copyOptions()...)
+	}
+	msg, err := message.NewBroadcast(d.typ, mustJSON(payload), targets, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
@@ -185,7 +196,13 @@ func collDDL[P any](ctx context.Context, s *Service, b *broadcast.Broadcaster, r
 			if err != nil {
 				return nil, err
 			}
-			return c.VChannels, prepare(p, dbID, collID, c)
+			if err := prepare(p, dbID, collID, c); err != nil {
+				return nil, err
+			}
+			if sp, ok := any(*p).(shaped); ok {
+				return sp.targets(), nil
+			}
+			return c.VChannels, nil
 		})
 		return err
 	})
@@ -498,7 +515,7 @@ func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollect
 		if err != nil {
 			return err
 		}
-		d := ddl{typ: TypeDropCollection, digest: digest(TypeDropCollection), keys: collKeys(db, name)}
+		d := ddl{typ: TypeDropCollection, digest: digest(TypeDropCollection), keys: collKeys(db, name), noWait: req.GetNoWait()}
 		if ck != "" {
 			dropped, err := droppedIDs(ctx, r, dbID, name)
 			if err != nil {
@@ -573,7 +590,7 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 			return err
 		}
 		d := ddl{typ: TypeRenameCollection, digest: digest(TypeRenameCollection, newName),
-			keys: []resource.Key{resource.ExclusiveDatabase(db)}}
+			keys: []resource.Key{resource.ExclusiveDatabase(db)}, noWait: req.GetNoWait()}
 		if ck != "" {
 			if id, ok, err := r.getID(ctx, collNameKey(dbID, newName)); err != nil {
 				return err
@@ -728,7 +745,7 @@ func (s *Service) CreateIndex(ctx context.Context, req *walcastv1.CreateIndexReq
 	if err != nil {
 		return nil, err
 	}
-	d := ddl{typ: TypeCreateIndex, digest: digest(TypeCreateIndex, name, field, typ), keys: collKeys(db, coll)}
+	d := ddl{typ: TypeCreateIndex, digest: digest(TypeCreateIndex, name, field, typ), keys: collKeys(db, coll), noWait: req.GetNoWait()}
 	res, p, key, err := collDDL(ctx, s, b, r, d, db, coll, ck, func(p *indexPayload, dbID, collID uint64, c collRecord) error {
 		if !slices.ContainsFunc(c.Fields, func(f fieldRecord) bool { return f.Name == field }) {
 			return errorf(ErrInvalidArgument, "collection %s.%s has no field %s", db, coll, field)
@@ -772,7 +789,7 @@ func (s *Service) DropIndex(ctx context.Context, req *walcastv1.DropIndexRequest
 	if err != nil {
 		return nil, err
 	}
-	d := ddl{typ: TypeDropIndex, digest: digest(TypeDropIndex, name), keys: collKeys(db, coll)}
+	d := ddl{typ: TypeDropIndex, digest: digest(TypeDropIndex, name), keys: collKeys(db, coll), noWait: req.GetNoWait()}
 	res, p, key, err := collDDL(ctx, s, b, r, d, db, coll, ck, func(p *indexPayload, dbID, collID uint64, _ collRecord) error {
 		*p = indexPayload{DatabaseID: dbID, CollectionID: collID}
 		if ok, err := r.get(ctx, indexKey(collID, name), &p.Index); err != nil {
@@ -1033,9 +1050,16 @@ func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*wa
 	if err != nil {
 		return nil, err
 	}
+	twoPhase := req.AutoCommit != nil && !req.GetAutoCommit()
+	params := []any{files}
+	if twoPhase {
+		params = append(params, "two-phase")
+	}
 	// Imports into one collection do not conflict with each other: they
-	// share the collection's key, which its DDL takes exclusively.
-	d := ddl{typ: TypeImport, digest: digest(TypeImport, files),
+	// share the collection's key, which its DDL takes exclusively. The
+	// Import owns the keys (R13.7) until the job ends: FinishImport,
+	// CommitImport or RollbackImport.
+	d := ddl{typ: TypeImport, digest: digest(TypeImport, params...),
 		keys: []resource.Key{resource.SharedDatabase(db), resource.SharedCollection(db, coll)}}
 	var slot *importSlot
 	res, p, key, err := collDDL(ctx, s, b, r, d, db, coll, ck, func(p *importPayload, dbID, collID uint64, _ collRecord) error {
@@ -1050,7 +1074,7 @@ func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*wa
 		s.admitted(slot, id)
 		now := s.now()
 		p.Job = jobRecord{ID: id, DatabaseID: dbID, Database: db, CollectionID: collID, Collection: coll, Files: slices.Clone(files),
-			State: jobPending, CreatedAt: now, UpdatedAt: now}
+			State: jobPending, CreatedAt: now, UpdatedAt: now, TwoPhase: twoPhase}
 		return nil
 	})
 	// Broadcast returned: from here a created import counts as its task
@@ -1128,6 +1152,10 @@ func jobView(j jobRecord, p *progressRecord, c collRecord) jobRecord {
 	switch {
 	case c.ID == 0:
 		j.State, j.Reason = jobFailed, reasonDropped
+	case p != nil && p.Ready:
+		j.State = jobReady
+		j.FilesDone, j.Rows = p.FilesDone, p.RowsDone
+		j.UpdatedAt = max(j.UpdatedAt, p.UpdatedAt)
 	case p != nil:
 		j.State = jobRunning
 		j.FilesDone, j.Rows = p.FilesDone, p.RowsDone+p.FileRows

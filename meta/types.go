@@ -3,6 +3,7 @@ package meta
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 
 	"github.com/walcast/walcast/message"
 )
@@ -26,13 +27,60 @@ var (
 	// importer broadcasts it, once per job (its key is scoped to the job),
 	// so that a job's end is effect-once like every other change.
 	TypeFinishImport = message.Type{Name: "FinishImport", Version: 1}
+	// TypeCommitImport ends a two-phase import job that is ready: its
+	// rows become visible (R13.11). TypeRollbackImport ends an unfinished
+	// job, discarding what it staged. Like FinishImport they end the
+	// Import's ownership of its collection (R13.7, R13.8).
+	TypeCommitImport   = message.Type{Name: "CommitImport", Version: 1}
+	TypeRollbackImport = message.Type{Name: "RollbackImport", Version: 1}
+	// TypeSplitShard splits one shard of a collection into new ones
+	// (R13.10): the source vchannel's copy is its fence, appended and acked
+	// first, the new shards' copies their genesis.
+	TypeSplitShard = message.Type{Name: "SplitShard", Version: 1}
 )
+
+// Per-target roles of a SplitShard's copies (R13.10).
+const (
+	roleFence   = "fence"
+	roleGenesis = "genesis"
+)
+
+// importOwnerKey is the owner key an import job's Import acquires (R13.7):
+// its collection's keys stay held under it until the job's FinishImport,
+// CommitImport or RollbackImport.
+func importOwnerKey(job uint64) string { return "import/" + idStr(job) }
+
+// jobOwnerKey reads the owner key of a payload that carries a job.
+func jobOwnerKey(raw []byte) (string, error) {
+	var p struct {
+		Job struct {
+			ID uint64 `json:"id"`
+		} `json:"job"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return "", err
+	}
+	if p.Job.ID == 0 {
+		return "", errors.New("no job id")
+	}
+	return importOwnerKey(p.Job.ID), nil
+}
+
+// owners are the owner roles of the service's types (R13.7): an Import
+// acquires its job's ownership; FinishImport and CommitImport end it as a
+// commit, RollbackImport as a rollback.
+var owners = map[message.Type]*message.OwnerRole{
+	TypeImport:         {Key: jobOwnerKey},
+	TypeFinishImport:   {Key: jobOwnerKey, Ends: message.GroupCommit},
+	TypeCommitImport:   {Key: jobOwnerKey, Ends: message.GroupCommit},
+	TypeRollbackImport: {Key: jobOwnerKey, Ends: message.GroupRollback},
+}
 
 // Types lists the service's message types.
 func Types() []message.Type {
 	return []message.Type{TypeCreateDatabase, TypeDropDatabase, TypeCreateCollection, TypeDropCollection,
 		TypeRenameCollection, TypeCreateIndex, TypeDropIndex, TypeCreateUser, TypeGrantPrivilege,
-		TypeRevokePrivilege, TypeImport, TypeFinishImport}
+		TypeRevokePrivilege, TypeImport, TypeFinishImport, TypeCommitImport, TypeRollbackImport, TypeSplitShard}
 }
 
 // Payloads (JSON). Each carries everything its ack callback writes and its
@@ -85,6 +133,35 @@ type (
 		// Job is the job as it ends: completed (every file read, its rows
 		// counted) or failed (with the reason).
 		Job jobRecord `json:"job"`
+	}
+	// endImportPayload is a CommitImport's or RollbackImport's.
+	endImportPayload struct {
+		// Job is the job as it ends: completed with the rows it staged
+		// (a commit), or rolled back with its reason.
+		Job jobRecord `json:"job"`
+	}
+	splitShardPayload struct {
+		// Collection is the record after the split: the source replaced by
+		// the new shards in its vchannels, the split in its fenced shards.
+		Collection collRecord `json:"coll"`
+		// Source is the fenced vchannel; Into the new shards, in order.
+		Source message.VChannel   `json:"source"`
+		Into   []message.VChannel `json:"into"`
+		// indexes are the collection's, for the genesis copies; not
+		// part of the broadcast's own payload.
+		indexes []indexRecord
+	}
+	// genesisPayload is the payload of a new shard's copy of a SplitShard.
+	genesisPayload struct {
+		CollectionID uint64 `json:"coll_id"`
+		Collection   string `json:"coll"`
+		DatabaseID   uint64 `json:"db_id"`
+		Database     string `json:"db"`
+		// Shard is the new shard's number, the n of its name c<id>v<n>.
+		Shard     int              `json:"shard"`
+		SplitFrom message.VChannel `json:"split_from"`
+		// Indexes are the collection's, which the new shard starts with.
+		Indexes []indexRecord `json:"indexes,omitempty"`
 	}
 )
 

@@ -62,15 +62,23 @@ func (a *Applier) pchan(p message.PChannel, create bool) *pchannel {
 
 // view is one vchannel's view, as snapshotted.
 type view struct {
-	CollectionID    uint64                 `json:"coll_id,omitempty"`
-	Collection      string                 `json:"coll,omitempty"`
-	DatabaseID      uint64                 `json:"db_id,omitempty"`
-	Database        string                 `json:"db,omitempty"`
-	Shard           int                    `json:"shard,omitempty"`
-	Dropped         bool                   `json:"dropped,omitempty"`
-	Indexes         map[string]indexRecord `json:"indexes,omitempty"`
-	ImportJobs      []uint64               `json:"jobs,omitempty"`
-	FinishedJobs    []uint64               `json:"finished,omitempty"`
+	CollectionID   uint64                 `json:"coll_id,omitempty"`
+	Collection     string                 `json:"coll,omitempty"`
+	DatabaseID     uint64                 `json:"db_id,omitempty"`
+	Database       string                 `json:"db,omitempty"`
+	Shard          int                    `json:"shard,omitempty"`
+	Dropped        bool                   `json:"dropped,omitempty"`
+	Indexes        map[string]indexRecord `json:"indexes,omitempty"`
+	ImportJobs     []uint64               `json:"jobs,omitempty"`
+	FinishedJobs   []uint64               `json:"finished,omitempty"`
+	RolledBackJobs []uint64               `json:"rolled_back,omitempty"`
+	ImportedRows   uint64                 `json:"imported_rows,omitempty"`
+	// A fenced shard (SplitShard's source): the shards it was split into
+	// and the fence's position in its WAL. A new shard names its source.
+	Fenced          bool                   `json:"fenced,omitempty"`
+	SplitInto       []message.VChannel     `json:"split_into,omitempty"`
+	FencedAt        uint64                 `json:"fenced_at,omitempty"`
+	SplitFrom       message.VChannel       `json:"split_from,omitempty"`
 	Databases       map[string]dbRecord    `json:"dbs,omitempty"`
 	Users           map[string]userRecord  `json:"users,omitempty"`
 	Grants          map[string]grantRecord `json:"grants,omitempty"`
@@ -117,7 +125,7 @@ func (a *Applier) Apply(_ context.Context, c wal.Copy) error {
 	}
 	v.Applied++
 	v.LastBroadcastID = m.Broadcast.ID
-	if err := v.apply(c.VChannel, m); err != nil {
+	if err := v.apply(c.VChannel, m, c.Checkpoint.MessageID); err != nil {
 		v.anomaly("broadcast %d (%s): %v", m.Broadcast.ID, m.Type, err)
 	}
 	return nil
@@ -130,7 +138,7 @@ func decodeInto[P any](raw []byte, p *P) error {
 }
 
 // apply changes v by m; an error is an anomaly.
-func (v *view) apply(vc message.VChannel, m *message.Message) error {
+func (v *view) apply(vc message.VChannel, m *message.Message, pos uint64) error {
 	control := vc.IsControl()
 	switch m.Type {
 	case TypeCreateDatabase:
@@ -208,7 +216,7 @@ func (v *view) apply(vc message.VChannel, m *message.Message) error {
 			// collection, which live here.
 			return v.applyCollectionGrants(m)
 		}
-		return v.applyCollection(vc, m)
+		return v.applyCollection(vc, m, pos)
 	}
 	return nil
 }
@@ -251,8 +259,12 @@ func (v *view) dropGrants(gs []grantRecord) error {
 	return nil
 }
 
-// applyCollection applies a collection message to a shard vchannel.
-func (v *view) applyCollection(vc message.VChannel, m *message.Message) error {
+// applyCollection applies a collection message, its copy at position pos,
+// to a shard vchannel. A fenced vchannel takes none.
+func (v *view) applyCollection(vc message.VChannel, m *message.Message, pos uint64) error {
+	if v.Fenced {
+		return fmt.Errorf("%s on vchannel fenced by a split into %v", m.Type, v.SplitInto)
+	}
 	switch m.Type {
 	case TypeCreateCollection:
 		var p createCollectionPayload
@@ -332,7 +344,7 @@ func (v *view) applyCollection(vc message.VChannel, m *message.Message) error {
 		v.jobs[p.Job.ID] = struct{}{}
 		v.ImportJobs = append(v.ImportJobs, p.Job.ID)
 		return nil
-	case TypeFinishImport:
+	case TypeFinishImport, TypeCommitImport, TypeRollbackImport:
 		var p finishImportPayload
 		if err := decodeInto(m.Payload, &p); err != nil {
 			return err
@@ -342,17 +354,26 @@ func (v *view) applyCollection(vc message.VChannel, m *message.Message) error {
 		}
 		v.indexJobs()
 		if _, seen := v.jobs[p.Job.ID]; !seen {
-			return fmt.Errorf("finish of import job %d the vchannel never saw", p.Job.ID)
+			return fmt.Errorf("end of import job %d the vchannel never saw", p.Job.ID)
 		}
 		if _, done := v.finished[p.Job.ID]; done {
-			return fmt.Errorf("import job %d finished twice", p.Job.ID)
+			return fmt.Errorf("import job %d ended twice", p.Job.ID)
 		}
 		if v.Dropped {
-			return fmt.Errorf("import job %d finished into dropped collection %d", p.Job.ID, v.CollectionID)
+			return fmt.Errorf("import job %d ended into dropped collection %d", p.Job.ID, v.CollectionID)
 		}
 		v.finished[p.Job.ID] = struct{}{}
+		if m.Type == TypeRollbackImport {
+			v.RolledBackJobs = append(v.RolledBackJobs, p.Job.ID)
+			return nil
+		}
 		v.FinishedJobs = append(v.FinishedJobs, p.Job.ID)
+		if p.Job.State == jobCompleted {
+			v.ImportedRows += p.Job.Rows
+		}
 		return nil
+	case TypeSplitShard:
+		return v.applySplit(vc, m, pos)
 	}
 	return fmt.Errorf("%s on a shard vchannel", m.Type)
 }
@@ -366,9 +387,49 @@ func (v *view) indexJobs() {
 	for _, id := range v.ImportJobs {
 		v.jobs[id] = struct{}{}
 	}
-	v.finished = make(map[uint64]struct{}, len(v.FinishedJobs)+1)
-	for _, id := range v.FinishedJobs {
+	v.finished = make(map[uint64]struct{}, len(v.FinishedJobs)+len(v.RolledBackJobs)+1)
+	for _, id := range slices.Concat(v.FinishedJobs, v.RolledBackJobs) {
 		v.finished[id] = struct{}{}
+	}
+}
+
+// applySplit applies a SplitShard's copy (R13.10): the source's is its
+// fence, after which it takes no message of its collection; a new shard's
+// is its genesis, from which it knows its collection, shard and indexes.
+func (v *view) applySplit(vc message.VChannel, m *message.Message, pos uint64) error {
+	switch role := m.RoleFor(vc); role {
+	case roleFence:
+		var p splitShardPayload
+		if err := decodeInto(m.Payload, &p); err != nil {
+			return err
+		}
+		if err := v.owns(p.Collection.ID); err != nil {
+			return err
+		}
+		if p.Source != vc {
+			return fmt.Errorf("fence of %s applied to %s", p.Source, vc)
+		}
+		v.Fenced, v.SplitInto, v.FencedAt = true, p.Into, pos
+		return nil
+	case roleGenesis:
+		var g genesisPayload
+		if err := decodeInto(m.PayloadFor(vc), &g); err != nil {
+			return err
+		}
+		if v.CollectionID != 0 {
+			return fmt.Errorf("genesis of collection %d on a vchannel of collection %d", g.CollectionID, v.CollectionID)
+		}
+		v.CollectionID, v.Collection, v.DatabaseID, v.Database = g.CollectionID, g.Collection, g.DatabaseID, g.Database
+		v.Shard, v.SplitFrom = g.Shard, g.SplitFrom
+		for _, i := range g.Indexes {
+			if v.Indexes == nil {
+				v.Indexes = make(map[string]indexRecord)
+			}
+			v.Indexes[i.Name] = i
+		}
+		return nil
+	default:
+		return fmt.Errorf("split copy with role %q", role)
 	}
 }
 
@@ -425,6 +486,8 @@ func (a *Applier) View(vc message.VChannel) (*walcastv1.VChannelView, error) {
 		CollectionId: v.CollectionID, Collection: v.Collection, DatabaseId: v.DatabaseID, Database: v.Database,
 		Shard: int32(v.Shard), Dropped: v.Dropped,
 		ImportJobs: slices.Clone(v.ImportJobs), FinishedImportJobs: slices.Clone(v.FinishedJobs),
+		RolledBackImportJobs: slices.Clone(v.RolledBackJobs), ImportedRows: v.ImportedRows,
+		Fenced: v.Fenced, FencedAt: v.FencedAt, SplitFrom: string(v.SplitFrom),
 		Applied: v.Applied, LastBroadcastId: v.LastBroadcastID,
 		Anomalies: slices.Clone(v.Anomalies),
 	}
@@ -433,6 +496,9 @@ func (a *Applier) View(vc message.VChannel) (*walcastv1.VChannelView, error) {
 	}
 	for _, n := range slices.Sorted(maps.Keys(v.Databases)) {
 		out.Databases = append(out.Databases, v.Databases[n].pb())
+	}
+	for _, s := range v.SplitInto {
+		out.SplitInto = append(out.SplitInto, string(s))
 	}
 	out.Users = slices.Sorted(maps.Keys(v.Users))
 	for _, k := range slices.Sorted(maps.Keys(v.Grants)) {

@@ -3039,8 +3039,8 @@ type VChannelView struct {
 	Indexes []*Index `protobuf:"bytes,9,rep,name=indexes,proto3" json:"indexes,omitempty"`
 	// Import jobs whose message the vchannel applied, in order.
 	ImportJobs []uint64 `protobuf:"varint,10,rep,packed,name=import_jobs,json=importJobs,proto3" json:"import_jobs,omitempty"`
-	// Import jobs whose completion or failure (FinishImport) the vchannel
-	// applied, in order.
+	// Import jobs whose completion or failure (FinishImport) or commit
+	// (CommitImport) the vchannel applied, in order.
 	FinishedImportJobs []uint64    `protobuf:"varint,17,rep,packed,name=finished_import_jobs,json=finishedImportJobs,proto3" json:"finished_import_jobs,omitempty"`
 	Databases          []*Database `protobuf:"bytes,11,rep,name=databases,proto3" json:"databases,omitempty"`
 	Users              []string    `protobuf:"bytes,12,rep,name=users,proto3" json:"users,omitempty"`
@@ -3063,7 +3063,11 @@ type VChannelView struct {
 	// The position (message id) of the fence in the vchannel's WAL.
 	FencedAt uint64 `protobuf:"varint,21,opt,name=fenced_at,json=fencedAt,proto3" json:"fenced_at,omitempty"`
 	// A shard created by a split: the vchannel it was split from.
-	SplitFrom     string `protobuf:"bytes,22,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
+	SplitFrom string `protobuf:"bytes,22,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
+	// Rows of the import jobs that completed into the vchannel's collection
+	// as it applied them (FinishImport completed, CommitImport): the rows a
+	// commit makes visible. A rolled-back job adds none.
+	ImportedRows  uint64 `protobuf:"varint,23,opt,name=imported_rows,json=importedRows,proto3" json:"imported_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3250,6 +3254,13 @@ func (x *VChannelView) GetSplitFrom() string {
 		return x.SplitFrom
 	}
 	return ""
+}
+
+func (x *VChannelView) GetImportedRows() uint64 {
+	if x != nil {
+		return x.ImportedRows
+	}
+	return 0
 }
 
 var File_walcast_api_v1_meta_proto protoreflect.FileDescriptor
@@ -3486,7 +3497,7 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"collection\x121\n" +
 	"\x05split\x18\x03 \x01(\v2\x1b.walcast.api.v1.FencedShardR\x05split\"4\n" +
 	"\x16GetVChannelViewRequest\x12\x1a\n" +
-	"\bvchannel\x18\x01 \x01(\tR\bvchannel\"\xff\x05\n" +
+	"\bvchannel\x18\x01 \x01(\tR\bvchannel\"\xa4\x06\n" +
 	"\fVChannelView\x12\x1a\n" +
 	"\bvchannel\x18\x01 \x01(\tR\bvchannel\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12#\n" +
@@ -3516,7 +3527,8 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"split_into\x18\x14 \x03(\tR\tsplitInto\x12\x1b\n" +
 	"\tfenced_at\x18\x15 \x01(\x04R\bfencedAt\x12\x1d\n" +
 	"\n" +
-	"split_from\x18\x16 \x01(\tR\tsplitFrom*\xe9\x01\n" +
+	"split_from\x18\x16 \x01(\tR\tsplitFrom\x12#\n" +
+	"\rimported_rows\x18\x17 \x01(\x04R\fimportedRows*\xe9\x01\n" +
 	"\x0eImportJobState\x12 \n" +
 	"\x1cIMPORT_JOB_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18IMPORT_JOB_STATE_PENDING\x10\x01\x12\x1c\n" +

@@ -346,6 +346,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 		db, key string
 		shards  int32
 		fields  []string
+		noWait  bool
 	)
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a collection: one vchannel per shard, spread over the pchannels", Args: cobra.ExactArgs(1),
@@ -374,7 +375,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 		Use: "drop NAME", Short: "Drop a collection and its indexes", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				return c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: db, Name: args[0], IdempotencyKey: key})
+				return c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: db, Name: args[0], IdempotencyKey: key, NoWait: noWait})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.DropCollectionResponse)
 				return ddlLine(w, r.GetResult(), "collection %s.%s dropped, id %d", db, args[0], r.GetCollectionId())
@@ -383,11 +384,13 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	}
 	dbFlag(drop, &db)
 	keyFlag(drop, &key)
+	noWaitFlag(drop, &noWait)
 	rename := &cobra.Command{
 		Use: "rename OLD NEW", Short: "Rename a collection (it keeps its id)", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				return c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: db, OldName: args[0], NewName: args[1], IdempotencyKey: key})
+				return c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: db, OldName: args[0], NewName: args[1],
+					IdempotencyKey: key, NoWait: noWait})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.RenameCollectionResponse)
 				return ddlLine(w, r.GetResult(), "collection %s.%s renamed to %s, id %d", db, args[0], r.GetCollection().GetName(), r.GetCollection().GetId())
@@ -396,6 +399,7 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	}
 	dbFlag(rename, &db)
 	keyFlag(rename, &key)
+	noWaitFlag(rename, &noWait)
 	list := &cobra.Command{
 		Use: "list", Short: "List the collections of a database", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -427,26 +431,31 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 				tb.row("vchannels", strings.Join(cl.GetVchannels(), " "))
 				tb.row("schema", fieldsString(cl.GetFields()))
 				tb.row("indexes", indexesString(cl.GetIndexes()))
+				for _, f := range cl.GetFencedShards() {
+					tb.row("fenced shard", fmt.Sprintf("%s split into %s (broadcast %d, fence at %d)", f.GetVchannel(),
+						strings.Join(f.GetSplitInto(), " "), f.GetBroadcastId(), f.GetFencePosition()))
+				}
 				tb.row("created", ts(cl.GetCreatedAt()))
 				return tb.flush()
 			})
 		},
 	}
 	dbFlag(describe, &db)
-	cmd.AddCommand(create, drop, rename, list, describe)
+	cmd.AddCommand(create, drop, rename, list, describe, splitShardCmd(g))
 	return cmd
 }
 
 func metaIndexCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "index", Short: "Create or drop indexes"}
 	var db, key, field, typ string
+	var noWait bool
 	create := &cobra.Command{
 		Use: "create COLLECTION INDEX", Short: "Create an index on a field", Args: cobra.ExactArgs(2),
 		Example: "  walcast index create orders by_emb --db shop --field emb --type HNSW",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 				return c.CreateIndex(ctx, &walcastv1.CreateIndexRequest{Database: db, Collection: args[0], Name: args[1],
-					Field: field, IndexType: typ, IdempotencyKey: key})
+					Field: field, IndexType: typ, IdempotencyKey: key, NoWait: noWait})
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.CreateIndexResponse)
 				return ddlLine(w, r.GetResult(), "index %s (%s on %s) created on %s.%s, id %d", r.GetIndex().GetName(),
@@ -459,11 +468,12 @@ func metaIndexCmd(g *globals) *cobra.Command {
 	create.Flags().StringVar(&field, "field", "", "the field to index (required)")
 	_ = create.MarkFlagRequired("field")
 	create.Flags().StringVar(&typ, "type", "", "index type (default AUTOINDEX)")
+	noWaitFlag(create, &noWait)
 	drop := &cobra.Command{
 		Use: "drop COLLECTION INDEX", Short: "Drop an index", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDDL(g, cmd, &key, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				return c.DropIndex(ctx, &walcastv1.DropIndexRequest{Database: db, Collection: args[0], Name: args[1], IdempotencyKey: key})
+				return c.DropIndex(ctx, &walcastv1.DropIndexRequest{Database: db, Collection: args[0], Name: args[1], IdempotencyKey: key, NoWait: noWait})
 			}, func(w io.Writer, m proto.Message) error {
 				return ddlLine(w, m.(*walcastv1.DropIndexResponse).GetResult(), "index %s dropped from %s.%s", args[1], db, args[0])
 			})
@@ -471,6 +481,7 @@ func metaIndexCmd(g *globals) *cobra.Command {
 	}
 	dbFlag(drop, &db)
 	keyFlag(drop, &key)
+	noWaitFlag(drop, &noWait)
 	cmd.AddCommand(create, drop)
 	return cmd
 }
@@ -559,10 +570,16 @@ func jobState(s walcastv1.ImportJobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "IMPORT_JOB_STATE_"))
 }
 
-// jobEnded reports whether a job reached its end: completed or failed.
+// jobEnded reports whether a job reached its end — completed, failed or
+// rolled back — or, two-phase, is ready: it then waits for
+// `walcast import commit` or `rollback`.
 func jobEnded(j *walcastv1.ImportJob) bool {
-	s := j.GetState()
-	return s == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || s == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED
+	switch j.GetState() {
+	case walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED, walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED,
+		walcastv1.ImportJobState_IMPORT_JOB_STATE_ROLLED_BACK, walcastv1.ImportJobState_IMPORT_JOB_STATE_READY:
+		return true
+	}
+	return false
 }
 
 // jobFailed is the error of a job that failed: the command fails (exit 1)
@@ -649,15 +666,18 @@ func printJob(w io.Writer, j *walcastv1.ImportJob) error {
 	tb.row("database", fmt.Sprintf("%s (id %d)", j.GetDatabase(), j.GetDatabaseId()))
 	tb.row("files", strings.Join(j.GetFiles(), " "))
 	tb.row("progress", fmt.Sprintf("%d of %d files, %d rows", j.GetFilesDone(), len(j.GetFiles()), j.GetRows()))
+	if !j.GetAutoCommit() {
+		tb.row("commit", "two-phase: walcast import commit|rollback "+fmt.Sprint(j.GetId()))
+	}
 	tb.row("created", ts(j.GetCreatedAt()))
 	tb.row("updated", ts(j.GetUpdatedAt()))
 	return tb.flush()
 }
 
 func metaImportCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "import", Short: "Start, wait for, show or list bulk import jobs"}
+	cmd := &cobra.Command{Use: "import", Short: "Start, wait for, show, list, commit or roll back bulk import jobs"}
 	var db, coll, key string
-	var wait bool
+	var wait, autoCommit bool
 	start := &cobra.Command{
 		Use: "start COLLECTION FILE...", Short: "Start a bulk import job (--wait: and follow it to its end)", Args: cobra.MinimumNArgs(2),
 		Long: `Start a bulk import job into a collection. Each FILE is a path relative to the server's
@@ -672,14 +692,23 @@ the original job (also after the collection was renamed, if you name it by its n
 never a second one. A retry of a job that failed returns it failed: use a new key to import
 again.
 
---wait follows the job to its end, showing its state, files, rows and elapsed time on
-stderr (one line per change when stderr is not a terminal), and exits 1 if it failed.`,
+--auto-commit=false makes a two-phase import: once its files are read the job is ready,
+its rows staged but not visible, and it holds the collection (its drop, rename, index or
+split waits) until walcast import commit ID makes them visible or walcast import rollback ID
+discards them.
+
+--wait follows the job to its end (or, two-phase, until it is ready), showing its state,
+files, rows and elapsed time on stderr (one line per change when stderr is not a
+terminal), and exits 1 if it failed.`,
 		ValidArgsFunction: completeCollectionArg(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if key == "" {
 				key = client.NewRequestKey()
 			}
 			req := &walcastv1.ImportRequest{Database: db, Collection: args[0], Files: args[1:], IdempotencyKey: key}
+			if cmd.Flags().Changed("auto-commit") {
+				req.AutoCommit = &autoCommit
+			}
 			f, err := g.format()
 			if err != nil {
 				return err
@@ -724,7 +753,8 @@ stderr (one line per change when stderr is not a terminal), and exits 1 if it fa
 	}
 	dbFlag(start, &db)
 	keyFlag(start, &key)
-	start.Flags().BoolVar(&wait, "wait", false, "follow the job to its end (exit 1 if it failed)")
+	start.Flags().BoolVar(&wait, "wait", false, "follow the job to its end, or until it is ready to commit (exit 1 if it failed)")
+	start.Flags().BoolVar(&autoCommit, "auto-commit", true, "false: a two-phase import, ready once its files are read, ended by walcast import commit or rollback")
 	waitCmd := &cobra.Command{
 		Use: "wait ID", Short: "Follow an import job to its end, with its progress (exit 1 if it failed)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -784,6 +814,7 @@ stderr (one line per change when stderr is not a terminal), and exits 1 if it fa
 	list.Flags().StringVar(&db, "db", "", "only jobs of this database")
 	list.Flags().StringVar(&coll, "collection", "", "only jobs of this collection (by its current name; needs --db)")
 	cmd.AddCommand(start, waitCmd, show, list)
+	cmd.AddCommand(importPhaseCmds(g)...)
 	return cmd
 }
 
@@ -838,6 +869,7 @@ settings, or to loopback callers only).`,
 					}
 					tb.row("finished jobs", strings.Join(ended, " "))
 				}
+				splitRows(tb, v)
 				if len(v.GetDatabases()) > 0 || len(v.GetUsers()) > 0 || len(v.GetGrants()) > 0 {
 					dbs := make([]string, len(v.GetDatabases()))
 					for i, d := range v.GetDatabases() {
