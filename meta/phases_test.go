@@ -268,6 +268,10 @@ func TestR13_11_CommitBeforeReadyRefused(t *testing.T) {
 	if rb.Job.State != stateRolledBack || rb.Job.Reason != "rolled back" {
 		t.Fatalf("rollback %v", rb)
 	}
+	// The admission limit no longer counts the job.
+	if n, err := e.unfinishedCounted(ctx); err != nil || n != 0 {
+		t.Fatalf("%d unfinished jobs counted after the rollback, %v", n, err)
+	}
 	e.svc().importerPaused.Store(false)
 	must[*walcastv1.DropCollectionResponse](t)(e.c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: "c", NoWait: true}))
 	if j := must[*walcastv1.ImportJob](t)(e.c.GetImportJob(ctx, r.Job.Id)); j.State != stateRolledBack {

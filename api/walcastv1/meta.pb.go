@@ -3033,7 +3033,9 @@ type VChannelView struct {
 	Collection   string `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
 	DatabaseId   uint64 `protobuf:"varint,5,opt,name=database_id,json=databaseId,proto3" json:"database_id,omitempty"`
 	Database     string `protobuf:"bytes,6,opt,name=database,proto3" json:"database,omitempty"`
-	Shard        int32  `protobuf:"varint,7,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The shard's number: the n of its name c<id>v<n> (before any split,
+	// its place in the collection's vchannels).
+	Shard int32 `protobuf:"varint,7,opt,name=shard,proto3" json:"shard,omitempty"`
 	// Set once the collection was dropped.
 	Dropped bool     `protobuf:"varint,8,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	Indexes []*Index `protobuf:"bytes,9,rep,name=indexes,proto3" json:"indexes,omitempty"`
