@@ -49,7 +49,7 @@
 // A collection's DDL (drop, rename, create and drop index, split-shard)
 // waits for keys held — by another DDL, or by a running import — unless the
 // request sets no_wait (CLI --no-wait): it is then refused at once with
-// ErrCollectionBusy (FailedPrecondition), naming the holder (R13.15).
+// ErrCollectionBusy (Aborted, RESOURCE_BUSY), naming the holder (R13.15).
 //
 // # Names
 //

@@ -60,10 +60,10 @@ var (
 
 	// ErrCollectionBusy refuses a collection's DDL asked with no_wait while
 	// another holds the collection: a running import's ownership (R13.7),
-	// or another DDL. The message names the holder
-	// (broadcast.ErrFailedPrecondition: FailedPrecondition; it also
-	// matches broadcast.ErrBusy).
-	ErrCollectionBusy = kind("collection busy", broadcast.ErrFailedPrecondition)
+	// or another DDL. The message names the key and its holder
+	// (broadcast.ErrBusy: Aborted, reason RESOURCE_BUSY, like every
+	// no_wait request, R13.15).
+	ErrCollectionBusy = kind("collection busy", broadcast.ErrBusy)
 	// ErrImportNotReady refuses to commit an import job that is not a
 	// two-phase job ready to commit: it is an auto-commit job, or still
 	// reading its files (broadcast.ErrFailedPrecondition:

@@ -45,7 +45,7 @@ func (e *env) collectionWaiter(coll string) error {
 // ownership.
 func busy(t *testing.T, what string, job uint64, err error) {
 	t.Helper()
-	wantCode(t, err, connect.CodeFailedPrecondition)
+	wantCode(t, err, connect.CodeAborted)
 	if !strings.Contains(err.Error(), importOwnerKey(job)) {
 		t.Fatalf("%s: %v, want it to name %s", what, err, importOwnerKey(job))
 	}

@@ -1268,8 +1268,9 @@ type DropCollectionRequest struct {
 	Database       string                 `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
 	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	// Fail at once (FailedPrecondition, naming the holder: a running import)
-	// instead of waiting for the collection's keys.
+	// Fail at once (Aborted, reason RESOURCE_BUSY, naming the holder: a
+	// running import, another DDL) instead of waiting for the collection's
+	// keys.
 	NoWait        bool `protobuf:"varint,4,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
