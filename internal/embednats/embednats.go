@@ -380,6 +380,11 @@ func (s *Server) fault() error {
 	if !s.ns.JetStreamEnabled() {
 		return errors.New("JetStream is disabled (nats-server disables it when a write fails for lack of space)")
 	}
+	if s.ns.JetStreamIsClustered() {
+		// Its peers take a failed replica's place; the clustered health
+		// check is too costly to run every second.
+		return nil
+	}
 	h := s.ns.Healthz(&server.HealthzOptions{Details: true})
 	for _, e := range h.Errors {
 		if (e.Type == server.HealthzErrorStream || e.Type == server.HealthzErrorConsumer) && strings.Contains(e.Error, "write error") {
