@@ -107,3 +107,43 @@ func BenchmarkCommitParallel(b *testing.B) {
 	})
 	reportTrips(b, c)
 }
+
+// BenchmarkList lists a prefix of n keys (as recovery lists the task
+// records): the time per key listed should not grow with n.
+//
+//	go test -run xxx -bench List -benchtime 3x ./catalog/etcd
+func BenchmarkList(b *testing.B) {
+	for _, n := range []int{25_000, 100_000, 400_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			s := ownServer(b)
+			cl := newClient(b, s)
+			c, err := New(cl, Config{Prefix: "list/", Limits: catalog.Limits{MaxOps: s.MaxTxnOps(), MaxBytes: DefaultMaxBytes}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			ops := make([]catalog.Op, 0, s.MaxTxnOps())
+			for i := range n {
+				ops = append(ops, catalog.Put(fmt.Sprintf("tasks/%020d", i), benchValue))
+				if len(ops) == cap(ops) || i == n-1 {
+					if err := c.Commit(ctx, ops...); err != nil {
+						b.Fatal(err)
+					}
+					ops = ops[:0]
+				}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				got := 0
+				if err := c.List(ctx, "tasks/", func(string, []byte) error { got++; return nil }); err != nil {
+					b.Fatal(err)
+				}
+				if got != n {
+					b.Fatalf("listed %d keys of %d", got, n)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+		})
+	}
+}

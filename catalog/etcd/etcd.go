@@ -12,9 +12,14 @@
 // splitting one caller's ops and never exceeding Limits. RoundTrips reports
 // how many transactions were sent for how many Commits.
 //
-// Reads are linearizable. List reads in pages (Config.PageSize keys per
-// request) at the revision of its first page, so it sees one consistent
-// snapshot of any size without loading it in one response.
+// Reads are linearizable. List streams the range (etcd's RangeStream, in
+// chunks the server sizes) at the revision of its first chunk, so it sees
+// one consistent snapshot of any size without loading it in one response.
+// A server without RangeStream (before etcd 3.7), or Config.PageSize set,
+// gets pages of PageSize keys per request instead, at the revision of the
+// first page; each paged request makes etcd count every key left in the
+// range, so a paged listing of n keys costs O(n²/PageSize) on the server
+// (6 s for 400,000 keys where the stream takes a fraction of it).
 //
 // # Fencing
 //
@@ -60,6 +65,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/walcast/walcast/catalog"
 )
@@ -70,7 +77,8 @@ const (
 	DefaultMaxOps = catalog.DefaultMaxOps
 	// DefaultMaxBytes is etcd's default --max-request-bytes.
 	DefaultMaxBytes = catalog.DefaultMaxBytes
-	// DefaultPageSize is how many keys List reads per request.
+	// DefaultPageSize is how many keys List reads per request when it
+	// reads pages (see Config.PageSize).
 	DefaultPageSize = 1000
 )
 
@@ -95,8 +103,10 @@ type Config struct {
 	// CommitTimeout bounds each shared transaction of the group commit; 0
 	// means catalog.NewGroup's default (30s).
 	CommitTimeout time.Duration
-	// PageSize is how many keys List reads per request; 0 means
-	// DefaultPageSize.
+	// PageSize, if set, makes List read pages of this many keys per
+	// request instead of streaming the range (see the package
+	// documentation); pages of DefaultPageSize serve servers without
+	// RangeStream.
 	PageSize int
 	// WriteGuard, if set, is asked before every transaction is sent: an
 	// error refuses the transaction without sending it, as a definite
@@ -115,6 +125,7 @@ type Catalog struct {
 	limits   catalog.Limits // as enforced, after the framing allowance
 	pageSize int
 	guard    func() error
+	paged    atomic.Bool // List reads pages: PageSize was set, or the server has no RangeStream
 	group    *catalog.Group
 	closed   atomic.Bool
 }
@@ -181,6 +192,7 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 		pageSize: cfg.PageSize,
 		guard:    cfg.WriteGuard,
 	}
+	c.paged.Store(c.pageSize > 0)
 	if c.pageSize == 0 {
 		c.pageSize = DefaultPageSize
 	}
@@ -242,6 +254,56 @@ func (c *Catalog) List(ctx context.Context, prefix string, fn func(key string, v
 		// The whole keyspace: from the smallest key to the end.
 		from, end = "\x00", "\x00"
 	}
+	if !c.paged.Load() {
+		err := c.listStream(ctx, prefix, from, end, fn)
+		if !errors.Is(err, errNoStream) {
+			return err
+		}
+		c.paged.Store(true)
+	}
+	return c.listPages(ctx, prefix, from, end, fn)
+}
+
+// errNoStream says the server has no RangeStream: nothing was listed.
+var errNoStream = errors.New("catalog/etcd: the server has no RangeStream")
+
+// listStream lists [from, end) through one RangeStream.
+func (c *Catalog) listStream(ctx context.Context, prefix, from, end string, fn func(key string, value []byte) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	ch, err := c.client.GetStream(ctx, from, clientv3.WithRange(end))
+	if err != nil {
+		cancel()
+		if status.Code(err) == codes.Unimplemented {
+			return errNoStream
+		}
+		return c.readErr("list "+prefix, err)
+	}
+	defer func() {
+		cancel()
+		for range ch { // let the stream's reader end
+		}
+	}()
+	first := true
+	for r := range ch {
+		if err := r.Err(); err != nil {
+			if first && status.Code(err) == codes.Unimplemented {
+				return errNoStream
+			}
+			return c.readErr("list "+prefix, err)
+		}
+		first = false
+		for _, kv := range r.Kvs {
+			if err := fn(string(kv.Key[len(c.prefix):]), kv.Value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listPages lists [from, end) in pages of pageSize keys, at the revision of
+// the first page.
+func (c *Catalog) listPages(ctx context.Context, prefix, from, end string, fn func(key string, value []byte) error) error {
 	var rev int64
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(c.pageSize))}

@@ -249,13 +249,19 @@ func TestR4_9_GroupCommitCoalesces(t *testing.T) {
 	}
 }
 
-// TestListPages: a listing over many pages returns every key once, in
-// order, prefix stripped, from one snapshot taken when it starts.
+// TestListPages: a listing, streamed or over many pages, returns every key
+// once, in order, prefix stripped, from one snapshot taken when it starts.
 func TestListPages(t *testing.T) {
+	for _, pageSize := range []int{0, 7} {
+		t.Run(map[int]string{0: "stream", 7: "pages of 7"}[pageSize], func(t *testing.T) { testList(t, pageSize) })
+	}
+}
+
+func testList(t *testing.T, pageSize int) {
 	srv := server(t)
 	prefix, _ := uniquePrefixes()
 	client := newClient(t, srv)
-	c := newCatalog(t, client, Config{Prefix: prefix, PageSize: 7})
+	c := newCatalog(t, client, Config{Prefix: prefix, PageSize: pageSize})
 	const n = 100
 	var ops []catalog.Op
 	for i := range n {
@@ -289,7 +295,10 @@ func TestListPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	if i != n {
-		t.Fatalf("listed %d keys over pages of 7, want %d", i, n)
+		t.Fatalf("listed %d keys, want %d", i, n)
+	}
+	if pageSize == 0 && c.paged.Load() {
+		t.Fatal("the embedded etcd has RangeStream, yet List fell back to pages")
 	}
 	keys := 0
 	if err := c.List(testCtx(t), "", func(string, []byte) error { keys++; return nil }); err != nil {
@@ -297,6 +306,30 @@ func TestListPages(t *testing.T) {
 	}
 	if keys != n+3 { // p/000..p/098, p/100, p, q/1, o/1
 		t.Fatalf("List(\"\") saw %d keys, want %d", keys, n+3)
+	}
+}
+
+// TestListStopsEarly: an error from fn ends a streamed listing at once and
+// is returned as it is; the catalog lists again afterwards.
+func TestListStopsEarly(t *testing.T) {
+	srv := server(t)
+	prefix, _ := uniquePrefixes()
+	c := newCatalog(t, newClient(t, srv), Config{Prefix: prefix})
+	var ops []catalog.Op
+	for i := range 50 {
+		ops = append(ops, catalog.Put(fmt.Sprintf("s/%02d", i), nil))
+	}
+	if err := c.Commit(testCtx(t), ops...); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("enough")
+	seen := 0
+	if err := c.List(testCtx(t), "s/", func(string, []byte) error { seen++; return stop }); !errors.Is(err, stop) || seen != 1 {
+		t.Fatalf("List returned %v after %d keys, want the callback's error after 1", err, seen)
+	}
+	seen = 0
+	if err := c.List(testCtx(t), "s/", func(string, []byte) error { seen++; return nil }); err != nil || seen != 50 {
+		t.Fatalf("List again: %v, %d keys", err, seen)
 	}
 }
 
