@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -527,4 +528,93 @@ func TestR9_9_EventsStreamUpdatesAndCloses(t *testing.T) {
 			t.Fatal("the stream did not end on Close")
 		}
 	}
+}
+
+// TestR13_12_TaskPageShowsCopiesExtrasAndGroup: a task's page shows each
+// copy's role, its phase in a two-phase append and its consumer's extra
+// (escaped), and a transaction member's place in its group.
+func TestR13_12_TaskPageShowsCopiesExtrasAndGroup(t *testing.T) {
+	f := newFixture(t, nil)
+	f.fail.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := message.NewBroadcast(apitest.Sync, []byte("split"), []message.VChannel{"wal-1/s0", "wal-0/s1"},
+		message.WithCopy("wal-1/s0", "fence", nil), message.WithCopy("wal-0/s1", "genesis", []byte("shard-1")), message.WithAppendFirst("wal-1/s0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		h, err := f.b.WithResourceKeys(ctx, resource.ExclusiveCollection("db", "split"))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer h.Close()
+		_, err = h.Broadcast(ctx, m)
+		done <- err
+	}()
+	var id uint64
+	waitFor(t, "the two-phase task's first copy appended", func() bool {
+		ts, _ := f.b.Tasks(broadcast.Filter{Type: apitest.Sync})
+		if len(ts) == 0 || len(ts[0].VChannels) == 0 || !ts[0].VChannels[0].Appended {
+			return false
+		}
+		id = ts[0].ID
+		return true
+	})
+	if err := f.b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: "wal-1/s0", Extra: []byte("<script>alert(1)</script> at 42")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the extra", func() bool {
+		ti, err := f.b.Task(id)
+		return err == nil && len(ti.Extras) > 0
+	})
+	_, body := f.get("/ui/tasks/" + itoa(id))
+	for _, want := range []string{"<th>role</th><th>phase</th><th>extra</th>", "<td>fence</td><td>1</td><td><code>&lt;script&gt;alert(1)&lt;/script&gt; at 42</code>",
+		"<td>genesis</td><td>2</td><td></td>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("task page lacks %q", want)
+		}
+	}
+	checkEscaped(t, "two-phase task", body)
+	for _, v := range []message.VChannel{"wal-0/s1", apitest.Control} {
+		waitFor(t, "the second phase", func() bool {
+			ti, err := f.b.Task(id)
+			return err == nil && slices.ContainsFunc(ti.VChannels, func(vi broadcast.VChannelInfo) bool { return vi.VChannel == v && vi.Appended })
+		})
+		if err := f.b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	x, err := f.b.BeginTxn(ctx, broadcast.TxnRequest{Keys: []resource.Key{resource.ExclusiveCollection("db", "txn")}},
+		mustBroadcast(t, apitest.Create, "wal-1/t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body = f.get("/ui/tasks/" + itoa(x.ID))
+	if want := "transaction " + itoa(x.ID) + ", member 0 (begin); holds the group&#39;s keys"; !strings.Contains(body, want) {
+		t.Errorf("the Begin's page lacks %q", want)
+	}
+	res, err := x.Rollback(ctx, mustBroadcast(t, apitest.Create, "wal-1/t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body = f.get("/ui/tasks/" + itoa(x.ID))
+	if want := "its keys were released by broadcast " + itoa(res.BroadcastID); !strings.Contains(body, want) {
+		t.Errorf("the ended Begin's page lacks %q", want)
+	}
+}
+
+func mustBroadcast(t *testing.T, typ message.Type, v message.VChannel) *message.Message {
+	t.Helper()
+	m, err := message.NewBroadcast(typ, []byte("x"), []message.VChannel{v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"html/template"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -420,6 +422,61 @@ type taskData struct {
 	CanForce   bool
 	Done       string
 	Properties [][2]string
+	// Copies are the targets with their copies' role, phase and extra
+	// (R13.10-R13.12); HasCopies says whether any copy has one.
+	Copies    []copyRow
+	HasCopies bool
+	// Group is the task's place in its group (R13.1, R13.7), "" if none.
+	Group string
+}
+
+// copyRow is one target of a task, with its copy's role, its phase in a
+// two-phase append and its consumer's extra result.
+type copyRow struct {
+	broadcast.VChannelInfo
+	Role  string
+	Phase int
+	Extra string
+}
+
+// extraText shows a consumer's extra result: text as is, anything else
+// in hex, cut at 60 characters.
+func extraText(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	s := string(b)
+	if !utf8.Valid(b) || strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		s = "0x" + hex.EncodeToString(b)
+	}
+	if r := []rune(s); len(r) > 60 {
+		s = string(r[:57]) + "..."
+	}
+	return s
+}
+
+// groupText describes a task's place in its group.
+func groupText(t broadcast.TaskInfo) string {
+	if t.Message == nil || t.Message.Group == nil {
+		return ""
+	}
+	g := t.Message.Group
+	id := g.ID
+	if id == 0 {
+		id = t.ID
+	}
+	word := "transaction"
+	if g.OwnerKey != "" {
+		word = "owner " + g.OwnerKey
+	}
+	s := fmt.Sprintf("%s %d, member %d (%s)", word, id, g.Seq, g.Kind)
+	switch {
+	case t.HoldsKeys:
+		s += "; holds the group's keys"
+	case t.ReleasedBy != 0:
+		s += fmt.Sprintf("; its keys were released by broadcast %d", t.ReleasedBy)
+	}
+	return s
 }
 
 func parseID(s string) (uint64, error) {
@@ -450,7 +507,17 @@ func (c *Console) task(r *request) (view, error) {
 		if v.Acked {
 			d.Acked++
 		}
+		row := copyRow{VChannelInfo: v, Phase: 2, Extra: extraText(t.Extras[v.VChannel])}
+		if m := t.Message; m != nil {
+			row.Role = m.RoleFor(v.VChannel)
+			if m.AppendsFirst(v.VChannel) {
+				row.Phase = 1
+			}
+		}
+		d.HasCopies = d.HasCopies || row.Role != "" || row.Phase == 1 || row.Extra != ""
+		d.Copies = append(d.Copies, row)
 	}
+	d.Group = groupText(t)
 	if m := t.Message; m != nil {
 		if raw, err := message.Marshal(m); err == nil {
 			d.Size = len(raw)
