@@ -152,7 +152,10 @@
 // queueing: a drop issued during an import runs as soon as the import
 // ends, which is what a caller who waits expects, and no_wait is there for
 // one who would rather know at once. Another import of the collection is
-// not held up (shared keys), unless a DDL already queues for it.
+// not held up (shared keys), unless a DDL already queues for it. Since an
+// import holds its database shared too, the DDL that holds a database
+// exclusively — DropDatabase, and RenameCollection of any of its
+// collections — also waits for the database's running imports.
 //
 // A job ends with one of three broadcasts, each a member that ends the
 // ownership (broadcast.EndOwnership): stamped with the Import's keys
