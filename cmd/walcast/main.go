@@ -89,7 +89,13 @@ func report(w io.Writer, err error, machine bool) int {
 	code := exitCode(err)
 	kind, msg := describe(err)
 	if machine {
-		_ = emit(w, formatJSON, object{"error": object{"kind": kind, "message": msg, "exit_code": code}})
+		e := object{"kind": kind, "message": msg, "exit_code": code}
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Holder != "" {
+			// A --no-wait refusal (R13.15): which key, and who holds it.
+			e["key"], e["holder"] = ce.Key, ce.Holder
+		}
+		_ = emit(w, formatJSON, object{"error": e})
 		return code
 	}
 	if !strings.HasPrefix(msg, "walcast") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,6 +60,17 @@ func TestR13_1_TxnCLI(t *testing.T) {
 	if exitCode(err) != exitError || !strings.Contains(err.Error(), "transaction "+id+"@X") || !strings.Contains(err.Error(), "busy") ||
 		!strings.Contains(err.Error(), "without --no-wait to queue") {
 		t.Fatalf("broadcast --no-wait on the transaction's key: exit %d, %v\n%s", exitCode(err), err, out)
+	}
+	var stderr bytes.Buffer
+	report(&stderr, err, true)
+	var busy struct {
+		Error struct {
+			Kind, Key, Holder string
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(stderr.Bytes(), &busy); err != nil || busy.Error.Kind != "aborted" || busy.Error.Key != "Collection:db:c1@R" ||
+		busy.Error.Holder != "transaction "+id+"@X" {
+		t.Fatalf("the --no-wait refusal as JSON: %v\n%s", err, stderr.String())
 	}
 
 	out = m.run("txn", "body", id, "--payload", "step-1")
