@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -383,5 +384,48 @@ func TestR13_10_SplitShardFencesThenStarts(t *testing.T) {
 	}
 	if err := e.noAnomalies(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestR9_8_ImportEndsAndSplitNeedTheirPrivileges: with an authenticated
+// writer, committing or rolling back an import job needs Import on the
+// job's collection, and a shard split needs All on the collection;
+// refusals come before anything is done.
+func TestR9_8_ImportEndsAndSplitNeedTheirPrivileges(t *testing.T) {
+	e, ctx := importEnv(t)
+	e.pauseImporter()
+	r := e.importTwoPhase(ctx, "c", e.writeImport("x.jsonl", jsonlRows(1)))
+	c := must[*walcastv1.Collection](t)(e.c.DescribeCollection(ctx, "db", "c"))
+	must[*walcastv1.CreateUserResponse](t)(e.c.CreateUser(ctx, &walcastv1.CreateUserRequest{Name: "alice"}))
+	s := e.svc()
+	as := auth.NewContext(ctx, auth.Identity{Name: "alice", Role: auth.Writer, Method: auth.MethodToken})
+	commit := &walcastv1.CommitImportRequest{Id: r.Job.Id}
+	rollback := &walcastv1.RollbackImportRequest{Id: r.Job.Id}
+	split := &walcastv1.SplitShardRequest{Database: "db", Collection: "c", Vchannel: c.Vchannels[0], Into: 2}
+	for _, req := range []any{commit, rollback, split} {
+		if err := s.authorize(as, req); !errors.Is(err, auth.ErrPermissionDenied) {
+			t.Fatalf("%T without grants: %v, want ErrPermissionDenied", req, err)
+		}
+	}
+	grant := func(priv string) {
+		must[*walcastv1.GrantPrivilegeResponse](t)(e.c.GrantPrivilege(ctx, &walcastv1.GrantPrivilegeRequest{Grant: &walcastv1.Grant{
+			User: "alice", Privilege: priv, Database: "db", Collection: "c"}}))
+	}
+	grant("Import")
+	for _, req := range []any{commit, rollback} {
+		if err := s.authorize(as, req); err != nil {
+			t.Fatalf("%T with Import: %v", req, err)
+		}
+	}
+	if err := s.authorize(as, split); !errors.Is(err, auth.ErrPermissionDenied) {
+		t.Fatalf("split with Import only: %v, want ErrPermissionDenied", err)
+	}
+	grant("All")
+	if err := s.authorize(as, split); err != nil {
+		t.Fatalf("split with All: %v", err)
+	}
+	// An unknown job is the request's to report: NotFound, not a refusal.
+	if err := s.authorize(as, &walcastv1.CommitImportRequest{Id: 999999}); err != nil {
+		t.Fatalf("commit of an unknown job: %v", err)
 	}
 }
