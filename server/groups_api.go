@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
@@ -23,6 +24,8 @@ import (
 // them until its Commit or Rollback.
 func (a *broadcastAPI) BeginTxn(ctx context.Context, req *connect.Request[walcastv1.BeginTxnRequest]) (*connect.Response[walcastv1.BeginTxnResponse], error) {
 	const proc = "BeginTxn"
+	// The caller's trace context joins the Begin's spans, as Broadcast's.
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Header()))
 	r := req.Msg
 	typ, err := a.checkType(r.GetType())
 	if err != nil {
@@ -63,6 +66,7 @@ func (a *broadcastAPI) BeginTxn(ctx context.Context, req *connect.Request[walcas
 // did not see the Begin.
 func (a *broadcastAPI) TxnMember(ctx context.Context, req *connect.Request[walcastv1.TxnMemberRequest]) (*connect.Response[walcastv1.TxnMemberResponse], error) {
 	const proc = "TxnMember"
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Header()))
 	r := req.Msg
 	if r.GetTxnId() == 0 {
 		return nil, a.fail(proc, invalidArg("txn_id is required"))
