@@ -86,7 +86,7 @@ func TestJSONGolden(t *testing.T) {
 			Incomplete: []*walcastv1.IncompleteTask{{Id: 9, Type: "CreateCollection.v1", State: "REPLICATED", Acked: 1, Vchannels: 3}}}),
 		"import_start": with(protoValue(&walcastv1.ImportResponse{Result: &walcastv1.DDLResult{BroadcastId: 3},
 			Job: &walcastv1.ImportJob{Id: 3, DatabaseId: 1, CollectionId: 2, Collection: "orders", Database: "shop", Files: []string{"orders/a.jsonl"},
-				State: walcastv1.ImportJobState_IMPORT_JOB_STATE_PENDING, CreatedAt: at, UpdatedAt: at}}), "idempotency_key", "imp-1"),
+				State: walcastv1.ImportJobState_IMPORT_JOB_STATE_PENDING, CreatedAt: at, UpdatedAt: at, AutoCommit: true}}), "idempotency_key", "imp-1"),
 		"error": object{"error": object{"kind": "not_found", "message": "walcast: not_found: task 9 not found", "exit_code": 1}},
 	}
 	for name, v := range cases {
