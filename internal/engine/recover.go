@@ -97,11 +97,30 @@ func (c *Core) recoverSide(s Snapshot) error {
 // live tasks registered (PENDING ones with their keys).
 func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 	rs.released = map[uint64]*Record{}
-	for _, r := range s.Tasks {
+	// Decode every record first, so that the index is sized once for the
+	// keyed ones: grown by doubling it would hold up to twice the memory
+	// per tombstone (B6).
+	recs := make([]*Record, len(s.Tasks))
+	keyed := 0
+	for i, r := range s.Tasks {
 		rec, err := DecodeRecord(r.Raw)
 		if err != nil {
 			return fmt.Errorf("%w: task record %d: %w", ErrCorruptCatalog, r.ID, err)
 		}
+		recs[i] = rec
+		if rec.Msg.IdempotencyKey != "" {
+			keyed++
+		}
+	}
+	if len(c.index) == 0 && keyed > 0 {
+		c.index = make(map[Scope]uint64, keyed)
+	}
+	if len(c.tombs.byID) == 0 {
+		c.tombs.byID = make(map[uint64]uint64, len(s.Tasks))
+	}
+	for i, r := range s.Tasks {
+		rec := recs[i]
+		recs[i] = nil
 		if rec.Msg.Broadcast.ID != r.ID {
 			return fmt.Errorf("%w: record %d holds broadcast %d", ErrCorruptCatalog, r.ID, rec.Msg.Broadcast.ID)
 		}
