@@ -325,8 +325,13 @@ func (l *Log) ensureStreamRetry(ctx context.Context, ch channel, cfg Config) (je
 	}
 	var sc jetstream.StreamConfig
 	err := retry.Do(ctx, setupRetry, func(ctx context.Context) error {
+		// Each attempt has its own deadline: JetStream's request timeout
+		// applies only to contexts without one, and a request to a cluster
+		// still electing its leaders may get no answer at all.
+		actx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+		defer cancel()
 		var err error
-		sc, err = l.ensureStream(ctx, ch, cfg)
+		sc, err = l.ensureStream(actx, ch, cfg)
 		if err != nil && !setupRetriable(ctx, err) {
 			return retry.Permanent(err)
 		}
