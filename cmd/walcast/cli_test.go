@@ -649,4 +649,21 @@ func TestCLIDDLSaysWhyItWaits(t *testing.T) {
 	}
 	m.run("tasks", "ack", id, "--vchannel", "wal-0/c9v0", "--vchannel", "wal-0/_control", "--reason", "no nodes in this test")
 	m.run("index", "create", "orders", "idx", "--db", "shop", "--field", "vector", "--key", "k-index")
+
+	// A two-phase import holds its collection until its job ends: a drop
+	// names the job, and not the database key they both take shared.
+	writeFile(t, filepath.Join(m.root, "a.jsonl"), `{"id": 1, "vector": [1, 2]}`+"\n")
+	out := m.run("import", "start", "orders", "a.jsonl", "--db", "shop", "--auto-commit=false")
+	job := regexp.MustCompile(`import job (\d+) into`).FindStringSubmatch(out)
+	if job == nil {
+		t.Fatalf("import start:\n%s", out)
+	}
+	errOut, err = run("collection", "drop", "orders", "--db", "shop", "--timeout", "1s")
+	if exitCode(err) != 1 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("collection drop behind an import: %v\n%s", err, errOut)
+	}
+	wantOutput(t, errOut, `(?m)^  \.\.\. \d+s: waiting for locks: Collection:shop:orders held by owner \d+ \(import/`+job[1]+`\) \(shared, \d+s\): import job `+job[1]+` holds it until the job ends \(walcast import show `+job[1]+`\)$`)
+	if strings.Contains(errOut, "Database:shop held") {
+		t.Fatalf("collection drop names a key it shares with the import:\n%s", errOut)
+	}
 }

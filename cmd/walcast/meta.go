@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,7 +130,7 @@ func ddlWaitOf(cmd *cobra.Command, start time.Time) ddlWait {
 // progress says why the DDL still waits: the stage of its task once one
 // exists (the newest live task of its type on its objects, created since
 // it started), else the resource keys of its database or collection that
-// another broadcast holds while others wait for them ("waiting for locks:
+// another broadcast holds ("waiting for locks:
 // Collection:shop:orders held by broadcast 7 (CreateIndex.v1, exclusive,
 // 12s)"); "" when it cannot tell.
 func (w ddlWait) progress(ctx context.Context, c *client.Client) string {
@@ -144,11 +145,15 @@ func (w ddlWait) progress(ctx context.Context, c *client.Client) string {
 	if locks, err := c.ListLocks(ctx); err == nil {
 		var held []string
 		for _, l := range locks {
-			if len(l.GetWaiters()) == 0 || !w.takes(l) {
+			// Waiters or not: between two attempts (each a share of the
+			// deadline) the DDL waits in no queue.
+			if !w.takes(l) {
 				continue
 			}
 			for _, h := range l.GetHolders() {
-				held = append(held, fmt.Sprintf("%s:%s held by %s", l.GetDomain(), l.GetName(), holderString(ctx, c, h)))
+				if w.conflicts(l, h.GetMode()) {
+					held = append(held, fmt.Sprintf("%s:%s held by %s", l.GetDomain(), l.GetName(), holderString(ctx, c, h)))
+				}
 			}
 		}
 		if len(held) > 0 {
@@ -170,6 +175,23 @@ func (w ddlWait) takes(l *walcastv1.LockState) bool {
 	return false
 }
 
+// conflicts reports whether a holder of l in mode ("R" or "X") keeps the
+// DDL out: the DDL takes its database's key exclusively for the database
+// commands and shared otherwise, its collection's shared for an import and
+// exclusively otherwise.
+func (w ddlWait) conflicts(l *walcastv1.LockState, mode string) bool {
+	if mode == "X" {
+		return true
+	}
+	switch l.GetDomain() {
+	case "Database":
+		return w.coll == "" // db create, db drop
+	case "Collection":
+		return w.typ != "Import.v1"
+	}
+	return false
+}
+
 // holderString describes a lock holder: a broadcast with its type, its
 // mode and how long it has held the key.
 func holderString(ctx context.Context, c *client.Client, h *walcastv1.LockHolder) string {
@@ -180,8 +202,16 @@ func holderString(ctx context.Context, c *client.Client, h *walcastv1.LockHolder
 			what = t.GetType() + ", " + what
 		}
 	}
-	return fmt.Sprintf("%s (%s)", h.GetOwner(), what)
+	s := fmt.Sprintf("%s (%s)", h.GetOwner(), what)
+	if m := importOwner.FindStringSubmatch(h.GetOwner()); m != nil {
+		s += fmt.Sprintf(": import job %s holds it until the job ends (walcast import show %s)", m[1], m[1])
+	}
+	return s
 }
+
+// importOwner matches the owner label of an import job's hold on its
+// collection ("owner 3 (import/3)").
+var importOwner = regexp.MustCompile(`\(import/(\d+)\)$`)
 
 // task returns the newest live task of the DDL's type created since the
 // command started (less a few seconds of clock skew), and how many there
