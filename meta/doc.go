@@ -186,9 +186,10 @@
 // completed or failed job (or a commit of a failed or auto-committed one)
 // with ErrImportJobEnded — all FailedPrecondition. A job thus ends exactly
 // once and is never left running, and never ends into a dropped
-// collection. A job whose collection is nevertheless gone (its Import's
-// callback failed, or it predates owners) fails, reason "collection
-// dropped", at once as the API shows it. Finished jobs are deleted after
+// collection. A job no Import owns (written by a walcast before owners)
+// cannot end: the importer logs that once and skips it, so the jobs after
+// it still run; if its collection is gone the API shows it failed,
+// "collection dropped". Finished jobs are deleted after
 // ImportJobRetention. Jobs show their collection's current name (after a
 // rename) and id. CommitImport and RollbackImport need the Import
 // privilege on the job's collection when the API authenticates callers.

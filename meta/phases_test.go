@@ -14,6 +14,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -427,5 +428,25 @@ func TestR9_8_ImportEndsAndSplitNeedTheirPrivileges(t *testing.T) {
 	// An unknown job is the request's to report: NotFound, not a refusal.
 	if err := s.authorize(as, &walcastv1.CommitImportRequest{Id: 999999}); err != nil {
 		t.Fatalf("commit of an unknown job: %v", err)
+	}
+}
+
+// TestImporterSkipsAJobWithoutOwnership: a job no Import owns (written
+// before owners existed) cannot end; the importer says so and goes on with
+// the jobs after it instead of retrying it ahead of them forever.
+func TestImporterSkipsAJobWithoutOwnership(t *testing.T) {
+	e, ctx := importEnv(t)
+	c := must[*walcastv1.Collection](t)(e.c.DescribeCollection(ctx, "db", "c"))
+	e.pauseImporter()
+	orphan := jobRecord{ID: 1, DatabaseID: c.DatabaseId, Database: "db", CollectionID: c.Id, Collection: "c",
+		Files: []string{e.writeImport("o.jsonl", jsonlRows(1))}, State: jobPending, CreatedAt: 1, UpdatedAt: 1}
+	if err := e.b().Catalog().Commit(ctx, catalog.Put(jobKey(orphan.ID), mustJSON(orphan))); err != nil {
+		t.Fatal(err)
+	}
+	r := must[*walcastv1.ImportResponse](t)(e.importInto(ctx, "c", key()))
+	e.svc().importerPaused.Store(false)
+	e.waitJob(ctx, r.Job.Id, stateCompleted)
+	if rec := e.record(ctx, orphan.ID); rec.State.finished() {
+		t.Fatalf("the job without an ownership ended: %+v", rec)
 	}
 }

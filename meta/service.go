@@ -46,6 +46,9 @@ type Service struct {
 	// beforeFile, if set, runs before the importer reads file i of job id
 	// (tests hold a job there, running).
 	beforeFile atomic.Pointer[func(ctx context.Context, job uint64, i int)]
+	// unowned are the jobs the importer found without an ownership to end
+	// (logged once each, then skipped).
+	unowned sync.Map // job id → struct{}
 }
 
 // maxResolve bounds how often a request resolves its names again when one
