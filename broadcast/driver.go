@@ -170,7 +170,7 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 			return r, nil
 		default:
 		}
-		return engine.Reply{}, ctx.Err()
+		return engine.Reply{}, d.waitErr(ctx.Err(), rc)
 	case <-d.done:
 		select {
 		case r := <-rc:
@@ -179,6 +179,48 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 		}
 		return engine.Reply{}, d.b.closedErr()
 	}
+}
+
+// waitErr is err (the caller's context ended) saying, when the request
+// waited for a task, which task and what it was waiting for: a caller stuck
+// behind a frozen catalog or WAL learns which one.
+func (d *driver) waitErr(err error, rc chan engine.Reply) error {
+	var (
+		id    uint64
+		stage engine.Stage
+		ok    bool
+	)
+	d.inspect(func(c *engine.Core) { id, stage, ok = c.WaitedBy(rc) })
+	switch {
+	case !ok:
+		return err
+	case id == 0:
+		return fmt.Errorf("waiting for the catalog to allocate the broadcast's id: %w", err)
+	}
+	return fmt.Errorf("broadcast %d was %s: %w", id, stageWaiting(stage), err)
+}
+
+// stageWaiting says what a task in stage s waits for.
+func stageWaiting(s engine.Stage) string {
+	switch s {
+	case engine.Persisting:
+		return "waiting for the catalog to write its PENDING record"
+	case engine.FirstPhase:
+		return "waiting for its first-phase copies to be appended and acked"
+	case engine.Appending:
+		return "waiting for the WAL to append its copies"
+	case engine.Acking:
+		return "waiting for its consumers to ack its copies"
+	case engine.Queued:
+		return "waiting for acks or for conflicting callbacks before it"
+	case engine.Calling:
+		return "waiting for its callback to return"
+	case engine.Backoff:
+		return "waiting to retry its failed callback"
+	case engine.Tombstoning:
+		return "waiting for the catalog to write its TOMBSTONE"
+	}
+	return "in stage " + s.String()
 }
 
 // inspect runs fn on the core between two events and waits for it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
+	cmem "github.com/walcast/walcast/catalog/memory"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -803,5 +805,36 @@ func TestR9_5_TasksPageByCursor(t *testing.T) {
 	asc, err := b.Tasks(broadcast.Filter{AfterID: ids[1], Limit: 2})
 	if err != nil || len(asc) != 2 || asc[0].ID != ids[2] || asc[1].ID != ids[3] {
 		t.Fatalf("ascending after %d: %+v, %v", ids[1], asc, err)
+	}
+}
+
+// TestR4_6_DeadlineSaysWhatTheBroadcastWaitsFor: a caller whose context
+// ends while its broadcast waits for a hung catalog write or a hung WAL
+// append gets the deadline error (errors.Is finds it) naming the broadcast
+// and what it was waiting for (issue 16: a frozen backend).
+func TestR4_6_DeadlineSaysWhatTheBroadcastWaitsFor(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+		hang       func(e *env)
+	}{
+		{"catalog, ids", "waiting for the catalog to allocate the broadcast's id", func(e *env) { e.store.FailNext(1, cmem.Hang) }},
+		{"catalog, PENDING", "was waiting for the catalog to write its PENDING record", func(e *env) {
+			e.store.FailNext(1, cmem.None)
+			e.store.FailNext(1, cmem.Hang)
+		}},
+		{"wal", "was waiting for the WAL to append its copies", func(e *env) { e.log.FailNext("wal-1", 1, wmem.Fault{Hang: true}) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			b := e.open()
+			c.hang(e)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
+			named := strings.Contains(err.Error(), "broadcast 1 ") || c.name == "catalog, ids"
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), c.want) || !named {
+				t.Fatalf("got %v, want the deadline error naming broadcast 1 and %q", err, c.want)
+			}
+		})
 	}
 }
