@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -137,13 +138,29 @@ func (p *proc) stop(t *testing.T) {
 	}
 }
 
+// freeAddr returns an API address whose port and the three after it are
+// free: standalone puts its embedded NATS and etcd at the API port + 2 and
+// + 3. The ports come from 14000-17999, below the kernel's ephemeral range
+// (an ephemeral API port's neighbours are often some connection's local
+// port: "address already in use") and apart from the ranges other
+// packages' tests pick from.
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	for range 200 {
+		p := 14000 + rand.IntN(3996)
+		ok := true
+		for q := p; ok && q <= p+3; q++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
+			if ok = err == nil; ok {
+				_ = l.Close()
+			}
+		}
+		if ok {
+			return fmt.Sprintf("127.0.0.1:%d", p)
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no four free ports in a row")
+	return ""
 }
 
 // crashWorkload is what the clients did and learned.
