@@ -255,6 +255,10 @@ func (b *Broadcaster) Ack(ctx context.Context, a Ack) error {
 	if err := b.closedErr(); err != nil {
 		return err
 	}
+	if n := len(a.Extra); n > MaxAckExtraBytes {
+		return fmt.Errorf("%w: ack of broadcast %d on %s: extra is %d bytes, limit %d: return a reference to a larger result",
+			ErrInvalidArgument, a.BroadcastID, a.VChannel, n, MaxAckExtraBytes)
+	}
 	r, err := b.d.call(ctx, func(to engine.Target) engine.Event {
 		return engine.Ack{To: to, ID: a.BroadcastID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Msg: a.Message, Ctx: ctx, Extra: a.Extra}
 	})
@@ -263,6 +267,10 @@ func (b *Broadcaster) Ack(ctx context.Context, a Ack) error {
 	}
 	return r.Err
 }
+
+// MaxAckExtraBytes bounds Ack.Extra: it is persisted in the task's record
+// with its checkpoint, and records must fit a catalog transaction.
+const MaxAckExtraBytes = 1 << 10
 
 // Ack is one consumer acknowledgement.
 type Ack struct {
@@ -275,6 +283,6 @@ type Ack struct {
 	Message *message.Message
 	// Extra is what the consumer returns with its ack (R13.12): persisted
 	// with the checkpoint, given to the callback (Event.Extras) and to the
-	// caller (Result.Extras).
+	// caller (Result.Extras); at most MaxAckExtraBytes.
 	Extra []byte
 }

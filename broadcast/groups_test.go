@@ -371,6 +371,15 @@ func TestR13_11_TwoPhaseAppend(t *testing.T) {
 	default:
 	}
 	cp := wal.Checkpoint{MessageID: 1, TimeTick: 1, LastConfirmed: 1}
+	// An extra beyond the bound is refused and changes nothing: the copy
+	// stays unacked and the first phase goes on waiting.
+	big := make([]byte, broadcast.MaxAckExtraBytes+1)
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: src, Checkpoint: cp, Extra: big}); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("ack with a %d-byte extra: %v, want invalid argument", len(big), err)
+	}
+	if ti, _ := b.Task(id); ti.VChannels[0].Acked {
+		t.Fatal("a refused ack acked the copy")
+	}
 	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: src, Checkpoint: cp, Extra: []byte("fenced at 99")}); err != nil {
 		t.Fatal(err)
 	}

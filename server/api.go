@@ -54,7 +54,7 @@ const (
 	MaxReasonBytes = 1 << 10
 	// MaxExtraBytes bounds AckRequest.extra, a consumer's result persisted
 	// with its checkpoint in the task's record (R13.12).
-	MaxExtraBytes = 1 << 10
+	MaxExtraBytes = broadcast.MaxAckExtraBytes
 	// MaxRoleBytes bounds a per-target copy's role (R13.10), a short word
 	// for the consumer.
 	MaxRoleBytes = 64
