@@ -172,12 +172,30 @@ func (t *Table) advance(r *Request, now int64) bool {
 	return true
 }
 
-// TryAcquire takes every key of r at once, or none: it fails with an error
-// wrapping ErrConflict only when a key is held in a conflicting mode.
+// ConflictError is the error of a try-acquire that found a key held in a
+// conflicting mode: errors.Is(err, ErrConflict) holds, and errors.As gives
+// the key and who holds it, without parsing the message.
+type ConflictError struct {
+	// Key is the requested key (with the mode asked for).
+	Key Key
+	// Holders describes who holds it: "owner@mode", comma separated.
+	Holders string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%v: %s is held by %s", ErrConflict, e.Key, e.Holders)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// TryAcquire takes every key of r at once, or none: it fails with a
+// *ConflictError (wrapping ErrConflict) only when a key is held in a
+// conflicting mode.
 func (t *Table) TryAcquire(r *Request) error {
 	for _, k := range r.keys {
 		if e := t.lookup(k.Domain, k.Name); e != nil && !e.compatible(k.Mode) {
-			return fmt.Errorf("%w: %s is held by %s", ErrConflict, k, e.describeHolders())
+			return &ConflictError{Key: k, Holders: e.describeHolders()}
 		}
 	}
 	t.number(r)

@@ -70,6 +70,24 @@ func TestR3_5_TryAcquireFailsOnlyOnAHeldConflict(t *testing.T) {
 	}
 }
 
+// TestR13_15_ConflictErrorNamesKeyAndHolders: a refused try-acquire's
+// error is a *ConflictError giving the key asked for and who holds it, so
+// callers need not parse its text.
+func TestR13_15_ConflictErrorNamesKeyAndHolders(t *testing.T) {
+	var tb Table
+	holder := req(t, &tb, SharedDatabase("db"))
+	holder.Owner = "broadcast 7"
+	tb.Acquire(holder)
+	err := tb.TryAcquire(req(t, &tb, ExclusiveDatabase("db")))
+	var ce *ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) {
+		t.Fatalf("got %v (%T), want a *ConflictError wrapping ErrConflict", err, err)
+	}
+	if ce.Key != ExclusiveDatabase("db") || ce.Holders != "broadcast 7@"+Shared.String() {
+		t.Fatalf("conflict names %v held by %q", ce.Key, ce.Holders)
+	}
+}
+
 // TestGap24_SameKeyTwiceIsOneKey: TryAcquire(k, k) and (Shared k,
 // Exclusive k) succeed and hold the key once, exclusive for the second
 // (R3.3: no self-deadlock).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -213,15 +212,12 @@ func toConnectError(err error) *connect.Error {
 }
 
 // busyHolder returns the key and its holder that a try-acquire's ErrBusy
-// names ("Collection:db:c@X", "transaction 12@X"). The engine reports them
-// in the error's text only (resource.Table.TryAcquire's "<key> is held by
-// <holders>"), so they are read from there; ok is false if the text has
-// another form.
+// names ("Collection:db:c@X", "transaction 12@X"), from the
+// resource.ConflictError it wraps; ok is false if it wraps none.
 func busyHolder(err error) (key, holder string, ok bool) {
-	_, rest, found := strings.Cut(err.Error(), resource.ErrConflict.Error()+": ")
-	if !found {
+	var ce *resource.ConflictError
+	if !errors.As(err, &ce) || ce.Holders == "" {
 		return "", "", false
 	}
-	key, holder, ok = strings.Cut(rest, " is held by ")
-	return key, holder, ok && key != "" && holder != ""
+	return ce.Key.String(), ce.Holders, true
 }
