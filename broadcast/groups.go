@@ -118,8 +118,11 @@ func (x *Txn) Rollback(ctx context.Context, msg *message.Message) (*Result, erro
 // (a CommitImport), stamped with the keys of the broadcast that owns the
 // key msg's payload names, without locking them (an exclusive DDL may
 // already wait for them); once its TOMBSTONE is durable the owner's keys
-// are released (R13.8). It waits for the owner's callback first. With no
-// owner of the key it fails with ErrNotFound.
+// are released (R13.8). It waits for the owner's callback first. Once the
+// ownership ended, an end of the same kind is answered by the first end's
+// result (Result.Duplicated set) and one of the other kind fails with
+// ErrFailedPrecondition, while the ended owner's tombstones are remembered.
+// With no owner of the key, ever, it fails with ErrNotFound.
 func (b *Broadcaster) EndOwnership(ctx context.Context, msg *message.Message) (*Result, error) {
 	if msg == nil {
 		return nil, fmt.Errorf("%w: nil message", ErrInvalidArgument)
@@ -133,7 +136,13 @@ func (b *Broadcaster) EndOwnership(ctx context.Context, msg *message.Message) (*
 		return nil, fmt.Errorf("%w: owner key of %s: %w", ErrInvalidArgument, msg.Type, err)
 	}
 	var id uint64
-	if !b.d.inspect(func(c *engine.Core) { id = c.OwnerGroup(key) }) {
+	if !b.d.inspect(func(c *engine.Core) {
+		if id = c.OwnerGroup(key); id == 0 {
+			// Ended: a retried end of the same kind gets the end's
+			// result, the other kind is refused (R13.3).
+			id = c.EndedOwner(key)
+		}
+	}) {
 		return nil, fmt.Errorf("%w: %w", ErrTaskNotCreated, b.closedErr())
 	}
 	if id == 0 {

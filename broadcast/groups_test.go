@@ -273,7 +273,8 @@ func TestR13_4_TransactionLimits(t *testing.T) {
 // TestR13_7_OwnerKeepsItsKeysUntilItsEnd: an Import keeps its keys past its
 // callback and across a restart; a DropCollection waits for them; the
 // CommitImport is stamped with them without locking (the Drop is already
-// queued) and releases them; then the Drop runs.
+// queued) and releases them; then the Drop runs. A retried commit, also
+// after a restart, is answered by the first; a rollback then is refused.
 func TestR13_7_OwnerKeepsItsKeysUntilItsEnd(t *testing.T) {
 	e := newEnv(t)
 	withGroupTypes(t, e)
@@ -322,6 +323,22 @@ func TestR13_7_OwnerKeepsItsKeysUntilItsEnd(t *testing.T) {
 	}
 	if !slicesEqualKeys(calls[1].keys, calls[0].keys) {
 		t.Fatalf("the commit carried %v, the import %v", calls[1].keys, calls[0].keys)
+	}
+	// The ownership has ended: a retried commit, also after a restart, is
+	// answered by the first; a rollback is refused; nothing runs again.
+	for round := range 2 {
+		again, err := b.EndOwnership(ctx, msgOf(t, typCommitIm, "7", targets))
+		if err != nil || again.BroadcastID != end.BroadcastID || again.Duplicated == nil {
+			t.Fatalf("round %d: a retried commit: %+v %v, want the first commit %d as a duplicate", round, again, err, end.BroadcastID)
+		}
+		if _, err := b.EndOwnership(ctx, msgOf(t, typRollIm, "7", targets)); !errors.Is(err, broadcast.ErrFailedPrecondition) {
+			t.Fatalf("round %d: a rollback after the commit: %v, want ErrFailedPrecondition", round, err)
+		}
+		_ = b.Close()
+		b = e.open()
+	}
+	if n := len(e.callsCopy()); n != 3 {
+		t.Fatalf("%d callbacks after the retried ends, want still 3", n)
 	}
 	e.checkInvariants(b, nil)
 }

@@ -150,7 +150,9 @@ func (s *Service) endImport(ctx context.Context, id uint64, typ message.Type, re
 	}
 	s.log.Info("import job ended", "job", id, "end", typ.String(), "broadcast", res.BroadcastID,
 		"state", walcastv1.ImportJobState(now.State).String())
-	return &walcastv1.DDLResult{BroadcastId: res.BroadcastID}, now, nil
+	// A concurrent end of the same kind that won is answered by the engine
+	// with its result: this call is its duplicate.
+	return &walcastv1.DDLResult{BroadcastId: res.BroadcastID, Duplicated: res.Duplicated != nil}, now, nil
 }
 
 // endedAnswer answers a commit or rollback (typ) of a job that ended: done

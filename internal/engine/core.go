@@ -42,6 +42,10 @@ type Core struct {
 	// group (R13.1, R13.7).
 	groups map[uint64]*group
 	owners map[string]uint64
+	// endedOwners maps an owner key to the group that last held it, once
+	// ended, while its tombstones are remembered: a retried end is answered
+	// by the end's result (R13.3, R13.8).
+	endedOwners map[string]uint64
 	sched  scheduler
 	tombs  tombstones
 	ids    ids
@@ -137,7 +141,7 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
 		index: make(map[Scope]uint64), admits: make(map[Scope]*admission),
-		groups: make(map[uint64]*group), owners: make(map[string]uint64),
+		groups: make(map[uint64]*group), owners: make(map[string]uint64), endedOwners: make(map[string]uint64),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
 		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),

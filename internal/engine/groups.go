@@ -479,6 +479,9 @@ func (c *Core) closeGroup(g *group, err error, end *task) {
 	if g.key != "" && c.owners[g.key] == g.id {
 		delete(c.owners, g.key)
 	}
+	if g.key != "" && end != nil && g.id > c.endedOwners[g.key] {
+		c.endedOwners[g.key] = g.id
+	}
 	for _, q := range g.queue {
 		q.h.busy, q.h.to = false, nil
 		c.dropHandle(q.h)

@@ -191,6 +191,10 @@ func (c *Core) Group(id uint64) (GroupView, bool) {
 // OwnerGroup returns the id of the group that owns key, 0 if none.
 func (c *Core) OwnerGroup(key string) uint64 { return c.owners[key] }
 
+// EndedOwner returns the id of the ended group that last owned key, while
+// its tombstones are remembered; 0 if none.
+func (c *Core) EndedOwner(key string) uint64 { return c.endedOwners[key] }
+
 // GroupError explains why id names no open group: ended, never opened, or
 // unknown.
 func (c *Core) GroupError(id uint64) error { return c.endedError(id) }

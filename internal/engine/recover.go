@@ -132,6 +132,9 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 			rs.tombs = append(rs.tombs, recTomb{tb: tb, rec: rec, cls: cls})
 			if g := rec.Msg.Group; g != nil && g.Kind == message.GroupBegin && rec.HoldsKeys && !rec.Released.IsZero() {
 				rs.released[r.ID] = rec
+				if k := g.OwnerKey; k != "" && r.ID > c.endedOwners[k] {
+					c.endedOwners[k] = r.ID
+				}
 			}
 			if tb.replicated {
 				c.indexReplicated(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)

@@ -347,6 +347,9 @@ func (c *Core) forget(vs []victim) {
 			if sc := ScopeOf(v.rec.Msg.Type, v.rec.Msg.IdempotencyKey); sc != (Scope{}) && c.index[sc] == v.tb.id {
 				delete(c.index, sc)
 			}
+			if g := v.rec.Msg.Group; g != nil && g.OwnerKey != "" && c.endedOwners[g.OwnerKey] == v.tb.id {
+				delete(c.endedOwners, g.OwnerKey)
+			}
 			c.obs.TaskState(v.rec.Msg.Type, Tombstone, 0)
 		}
 		cn.n++
