@@ -46,11 +46,11 @@ type Core struct {
 	// ended, while its tombstones are remembered: a retried end is answered
 	// by the end's result (R13.3, R13.8).
 	endedOwners map[string]uint64
-	sched  scheduler
-	tombs  tombstones
-	ids    ids
-	roles  roles
-	prom   *promoter
+	sched       scheduler
+	tombs       tombstones
+	ids         ids
+	roles       roles
+	prom        *promoter
 	// promotes holds, per force promote, the positions its copies landed
 	// at (recovered, or recorded by this run).
 	promotes map[uint64]map[message.VChannel]uint64
