@@ -45,6 +45,9 @@ type Txn struct {
 	// answered by the transaction it had opened.
 	Begin     *Result
 	Duplicate bool
+	// Ended says ResumeTxn found the transaction ended: only a retry of
+	// its end is answered.
+	Ended bool
 }
 
 // BeginTxn opens a transaction with begin as its first member: begin's
@@ -78,11 +81,22 @@ func (b *Broadcaster) BeginTxn(ctx context.Context, req TxnRequest, begin *messa
 	return &Txn{b: b, ID: res.BroadcastID, Begin: res, Duplicate: dup}, nil
 }
 
-// ResumeTxn returns open transaction id, after any restart (R13.2). A
-// transaction that has ended is refused with ErrFailedPrecondition, an
-// unknown one with ErrNotFound.
+// ResumeTxn returns transaction id, open or ended, after any restart
+// (R13.2). Of an ended one (while its tombstones are remembered; Ended is
+// set), a Commit or Rollback of the kind it ended with gets that end's
+// result and anything else fails with ErrFailedPrecondition. Any other
+// broadcast is refused with ErrFailedPrecondition, an unknown id with
+// ErrNotFound.
 func (b *Broadcaster) ResumeTxn(id uint64) (*Txn, error) {
 	g, err := b.openGroup(id)
+	if errors.Is(err, ErrFailedPrecondition) {
+		var owner string
+		var ended bool
+		b.d.inspect(func(c *engine.Core) { owner, ended = c.EndedGroup(id) })
+		if ended && owner == "" {
+			return &Txn{b: b, ID: id, Ended: true}, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +222,10 @@ func (b *Broadcaster) member(ctx context.Context, id uint64, kind message.GroupK
 	}
 	g, err := b.openGroup(id)
 	if err != nil {
-		if !errors.Is(err, ErrFailedPrecondition) || !kind.Ends() {
+		if errors.Is(err, ErrFailedPrecondition) && !kind.Ends() {
+			return b.retriedBody(ctx, id, msg, err)
+		}
+		if !errors.Is(err, ErrFailedPrecondition) {
 			return nil, err
 		}
 		// An ended group: a retried end of the same kind gets the end's
@@ -229,7 +246,42 @@ func (b *Broadcaster) member(ctx context.Context, id uint64, kind message.GroupK
 	}
 	defer h.Close()
 	h.member = &memberOf{id: id, kind: kind, key: g.OwnerKey, keys: g.Keys, targets: g.Targets, ended: g.Keys == nil}
-	return h.Broadcast(ctx, msg)
+	res, err := h.Broadcast(ctx, msg)
+	if err != nil {
+		return nil, err
+	}
+	if d := res.Duplicated; d != nil && (d.Group == nil || d.Group.ID != id || d.Group.Kind != kind) {
+		// The key answered for a broadcast that is not this member.
+		return nil, fmt.Errorf("%w: the idempotency key belongs to broadcast %d, not to a %s of group %d",
+			ErrKeyReusedWithDifferentPayload, res.BroadcastID, kind, id)
+	}
+	return res, nil
+}
+
+// retriedBody answers a body of transaction id, which has ended (gerr
+// says so): a retry with the idempotency key of one of its bodies gets that
+// body's result; anything else gets gerr.
+func (b *Broadcaster) retriedBody(ctx context.Context, id uint64, msg *message.Message, gerr error) (*Result, error) {
+	if msg.IdempotencyKey == "" {
+		return nil, gerr
+	}
+	h, err := b.Acquire(ctx, AcquireRequest{Idempotent: &Idempotent{Type: msg.Type, Key: msg.IdempotencyKey}})
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if !h.Duplicate() {
+		return nil, gerr
+	}
+	res, err := h.Broadcast(ctx, msg)
+	if err != nil {
+		return nil, err
+	}
+	if g := res.Duplicated.Group; g == nil || g.ID != id || g.Kind != message.GroupBody {
+		return nil, fmt.Errorf("%w: the idempotency key belongs to broadcast %d, not to a body of transaction %d",
+			ErrKeyReusedWithDifferentPayload, res.BroadcastID, id)
+	}
+	return res, nil
 }
 
 // memberOf is what a group member's handle stamps.

@@ -146,7 +146,8 @@ func slicesEqualKeys(a, b []resource.Key) bool {
 
 // TestR13_2_RetriedBeginAndRestarts: a retried Begin with the transaction's
 // key returns the open transaction without waiting for its keys; the open
-// transaction survives a restart, holding its keys, and is resumed by id.
+// transaction survives a restart, holding its keys, and is resumed by id;
+// resumed after its end it answers a retried end only.
 func TestR13_2_RetriedBeginAndRestarts(t *testing.T) {
 	e := newEnv(t)
 	b := e.open()
@@ -180,13 +181,47 @@ func TestR13_2_RetriedBeginAndRestarts(t *testing.T) {
 	if err != nil || len(g.Members) != 2 || !g.HoldsHere {
 		t.Fatalf("recovered group %+v, %v: want the Begin and one body, holding", g, err)
 	}
-	if _, err := y.Rollback(ctx, &message.Message{Type: typCreate, Payload: []byte("rollback")}); err != nil {
+	rb, err := y.Rollback(ctx, &message.Message{Type: typCreate, Payload: []byte("rollback")})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ResumeTxn(x.ID); !errors.Is(err, broadcast.ErrFailedPrecondition) {
-		t.Fatalf("resume after the end: %v, want ErrFailedPrecondition", err)
+	// Resumed after its end, also after a restart, the transaction answers
+	// a retried rollback (unkeyed) with the first and refuses the rest.
+	for round := range 2 {
+		z, err := b.ResumeTxn(x.ID)
+		if err != nil || !z.Ended {
+			t.Fatalf("round %d: resume after the end: %+v %v, want the ended transaction", round, z, err)
+		}
+		again, err := z.Rollback(ctx, &message.Message{Type: typCreate, Payload: []byte("rollback")})
+		if err != nil || again.BroadcastID != rb.BroadcastID || again.Duplicated == nil {
+			t.Fatalf("round %d: a retried rollback: %+v %v, want rollback %d as a duplicate", round, again, err, rb.BroadcastID)
+		}
+		if _, err := z.Commit(ctx, &message.Message{Type: typCreate, Payload: []byte("commit")}); !errors.Is(err, broadcast.ErrFailedPrecondition) {
+			t.Fatalf("round %d: a commit after the rollback: %v", round, err)
+		}
+		if _, err := z.Body(ctx, &message.Message{Type: typCreate, Payload: []byte("b2")}); !errors.Is(err, broadcast.ErrFailedPrecondition) {
+			t.Fatalf("round %d: a body after the rollback: %v", round, err)
+		}
+		_ = b.Close()
+		b = e.open()
+	}
+	if _, err := b.ResumeTxn(plainBroadcast(t, b)); !errors.Is(err, broadcast.ErrFailedPrecondition) {
+		t.Fatalf("resume of a plain broadcast: %v, want ErrFailedPrecondition", err)
+	}
+	if _, err := b.ResumeTxn(1 << 40); !errors.Is(err, broadcast.ErrNotFound) {
+		t.Fatalf("resume of an unknown id: %v, want ErrNotFound", err)
 	}
 	e.checkInvariants(b, nil)
+}
+
+// plainBroadcast runs a broadcast of no group and returns its id.
+func plainBroadcast(t *testing.T, b *broadcast.Broadcaster) uint64 {
+	t.Helper()
+	r, err := do(ctxT(t, 10*time.Second), b, msgOf(t, typCreate, "plain", []message.VChannel{vch(2, "d")}), resource.ExclusiveCollection("db", "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.BroadcastID
 }
 
 // TestR13_3_FirstEndWins: concurrent Commits join the first; a Rollback

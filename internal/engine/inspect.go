@@ -195,6 +195,21 @@ func (c *Core) OwnerGroup(key string) uint64 { return c.owners[key] }
 // its tombstones are remembered; 0 if none.
 func (c *Core) EndedOwner(key string) uint64 { return c.endedOwners[key] }
 
+// EndedGroup reports whether id is a group that has ended (its Begin's
+// tombstone, released, is still remembered), and its owner key ("" for a
+// transaction).
+func (c *Core) EndedGroup(id uint64) (ownerKey string, ended bool) {
+	tb, ok := c.tombs.get(id)
+	if !ok {
+		return "", false
+	}
+	r, err := DecodeRecord(rawBytes(tb.raw))
+	if err != nil || !r.HoldsKeys || r.ReleasedBy == 0 || r.Msg.Group == nil {
+		return "", false
+	}
+	return r.Msg.Group.OwnerKey, true
+}
+
 // GroupError explains why id names no open group: ended, never opened, or
 // unknown.
 func (c *Core) GroupError(id uint64) error { return c.endedError(id) }
