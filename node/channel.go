@@ -261,7 +261,7 @@ func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
 					vs = &vstate{}
 					c.st.vchans[cp.VChannel] = vs
 				}
-				vs.ids.add(id)
+				vs.ids.Add(id)
 				vs.applied++
 				vs.last = id
 				c.st.last = id

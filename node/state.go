@@ -9,71 +9,17 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 
+	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 )
 
-// idSet is a set of broadcast ids kept as sorted, disjoint, non-adjacent
-// closed ranges. Ids are allocated densely, so the control channel (which
-// gets every broadcast) stays a handful of ranges.
-type idSet struct {
-	r [][2]uint64
-}
-
-// search returns the index of the first range whose upper end is >= id.
-func (s *idSet) search(id uint64) int {
-	return sort.Search(len(s.r), func(i int) bool { return s.r[i][1] >= id })
-}
-
-func (s *idSet) has(id uint64) bool {
-	i := s.search(id)
-	return i < len(s.r) && s.r[i][0] <= id
-}
-
-// add inserts id and reports whether it was new.
-func (s *idSet) add(id uint64) bool {
-	i := s.search(id)
-	if i < len(s.r) && s.r[i][0] <= id {
-		return false
-	}
-	joinLeft := i > 0 && s.r[i-1][1] == id-1
-	joinRight := i < len(s.r) && id != ^uint64(0) && s.r[i][0] == id+1
-	switch {
-	case joinLeft && joinRight:
-		s.r[i-1][1] = s.r[i][1]
-		s.r = append(s.r[:i], s.r[i+1:]...)
-	case joinLeft:
-		s.r[i-1][1] = id
-	case joinRight:
-		s.r[i][0] = id
-	default:
-		s.r = append(s.r, [2]uint64{})
-		copy(s.r[i+1:], s.r[i:])
-		s.r[i] = [2]uint64{id, id}
-	}
-	return true
-}
-
-// valid reports whether the ranges are well formed.
-func (s *idSet) valid() bool {
-	for i, r := range s.r {
-		if r[0] == 0 || r[0] > r[1] {
-			return false
-		}
-		if i > 0 && s.r[i-1][1]+1 >= r[0] {
-			return false
-		}
-	}
-	return true
-}
-
 // vstate is what the node records about one vchannel.
 type vstate struct {
-	ids     idSet
-	applied uint64 // broadcasts applied
-	last    uint64 // last broadcast id applied
+	ids     idset.Set // the broadcasts applied, as ranges (dense ids stay a handful)
+	applied uint64    // broadcasts applied
+	last    uint64    // last broadcast id applied
 }
 
 // pstate is the durable state of one pchannel, minus the Applier's snapshot.
@@ -93,7 +39,7 @@ func newPState() *pstate { return &pstate{vchans: make(map[message.VChannel]*vst
 
 func (st *pstate) applied(v message.VChannel, id uint64) bool {
 	vs := st.vchans[v]
-	return vs != nil && vs.ids.has(id)
+	return vs != nil && vs.ids.Has(id)
 }
 
 // stateVersion is the version of the state file format.
@@ -127,7 +73,7 @@ func encodeState(node string, p message.PChannel, st *pstate, snap []byte) ([]by
 	f := fileState{Version: stateVersion, Node: node, PChannel: p, Resume: st.resume, Handled: st.handled,
 		Last: st.last, VChannels: make(map[string]fileVState, len(st.vchans)), Applier: snap}
 	for v, vs := range st.vchans {
-		f.VChannels[string(v)] = fileVState{Applied: vs.applied, Last: vs.last, IDs: vs.ids.r}
+		f.VChannels[string(v)] = fileVState{Applied: vs.applied, Last: vs.last, IDs: vs.ids.Ranges()}
 	}
 	body, err := json.Marshal(f)
 	if err != nil {
@@ -176,10 +122,11 @@ func decodeState(p message.PChannel, data []byte) (*pstate, []byte, error) {
 		if err := v.Validate(); err != nil || v.PChannel() != p {
 			return nil, nil, corrupt("vchannel %q is not hosted on the pchannel", name)
 		}
-		vs := &vstate{ids: idSet{r: fv.IDs}, applied: fv.Applied, last: fv.Last}
-		if !vs.ids.valid() {
+		ids, err := idset.FromRanges(fv.IDs)
+		if err != nil {
 			return nil, nil, corrupt("vchannel %s: malformed id ranges", v)
 		}
+		vs := &vstate{ids: ids, applied: fv.Applied, last: fv.Last}
 		st.vchans[v] = vs
 	}
 	return st, f.Applier, nil
