@@ -361,6 +361,27 @@ func TestR13_9_OwnerSurvivesRestart(t *testing.T) {
 	if r := drop.result(); r == nil || r.Err != nil {
 		t.Fatalf("the drop after the commit: %+v", r)
 	}
+	// The ended ownership is remembered (a retried end is answered by the
+	// first), across a restart, until GC collects the owner's tombstones.
+	if got := s.c.core.EndedOwner("import/7"); got != gid {
+		t.Fatalf("ended owner of import/7: %d, want %d", got, gid)
+	}
+	s.restart()
+	if got := s.c.core.EndedOwner("import/7"); got != gid {
+		t.Fatalf("after a restart the ended owner of import/7 is %d, want %d", got, gid)
+	}
+	s.w.now = s.w.now.Add(48 * s.c.cfg.CheckInterval)
+	for range 50 {
+		s.c.step(engine.Tick{})
+		s.settle(nil)
+	}
+	if _, _, _, ok := s.c.core.TaskByID(gid); ok {
+		t.Fatal("the owner's tombstone was not collected: the scenario needs it gone")
+	}
+	if got := s.c.core.EndedOwner("import/7"); got != 0 {
+		t.Fatalf("after GC the ended owner of import/7 is still remembered as %d", got)
+	}
+	s.noViolation()
 }
 
 // TestR13_8_EndRunsBehindQueuedExclusiveDDL: while an import owns
