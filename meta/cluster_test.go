@@ -193,16 +193,24 @@ func (ph *phase) rate(from, to time.Time) float64 {
 	return float64(len(in)-1) / in[len(in)-1].Sub(in[0]).Seconds()
 }
 
-// waitFor polls cond until it holds or a minute passes.
-func waitFor(t *testing.T, what string, cond func() error) {
+// probeTimeout bounds one probe of waitFor: the client retries a call
+// until its context ends, so a probe of a cluster that stopped answering
+// must end by itself for waitFor's own deadline to be seen.
+const probeTimeout = 10 * time.Second
+
+// waitFor polls cond until it holds or a minute passes; each probe gets a
+// context that ends after probeTimeout.
+func waitFor(ctx context.Context, t *testing.T, what string, cond func(ctx context.Context) error) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := cond()
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err := cond(pctx)
+		cancel()
 		if err == nil {
 			return
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -229,7 +237,7 @@ func natsFaults(full bool) []fault {
 				}
 				victim = m
 				m.Kill()
-				waitFor(t, "a new etcd leader", func() error {
+				waitFor(ctx, t, "a new etcd leader", func(ctx context.Context) error {
 					l, err := cl.EtcdLeader(ctx)
 					if err == nil && l == m {
 						err = errors.New("the killed member still leads")
@@ -249,7 +257,7 @@ func natsFaults(full bool) []fault {
 				}
 				victim = m
 				m.Kill()
-				waitFor(t, "a new stream leader", func() error {
+				waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
 					l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
 					if err == nil && l == m {
 						err = errors.New("the killed server still leads")
@@ -260,7 +268,7 @@ func natsFaults(full bool) []fault {
 			},
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
 				restart(ctx, t, victim)
-				waitFor(t, victim.Name+" current in the stream again", func() error { return current(ctx, cl, victim.Name) })
+				waitFor(ctx, t, victim.Name+" current in the stream again", func(ctx context.Context) error { return current(ctx, cl, victim.Name) })
 			}},
 		{name: "leading coordinator killed", inject: killLeader(&victim), recover: restartStandby(&victim)},
 		{name: "streaming node killed", hold: 20,
@@ -282,7 +290,7 @@ func natsFaults(full bool) []fault {
 				if err := m.Pause(); err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, "the other coordinator to lead", func() error {
+				waitFor(ctx, t, "the other coordinator to lead", func(ctx context.Context) error {
 					l, err := cl.CoordLeader(ctx)
 					if err == nil && l == m {
 						err = errors.New("the paused coordinator")
@@ -298,7 +306,7 @@ func natsFaults(full bool) []fault {
 				// Its lease ended while it slept: it must find out and
 				// stand by (its writes are fenced meanwhile), leaving one
 				// leader.
-				waitFor(t, "the resumed zombie to stand by", func() error { return standsBy(ctx, cl, victim) })
+				waitFor(ctx, t, "the resumed zombie to stand by", func(ctx context.Context) error { return standsBy(ctx, cl, victim) })
 			}},
 	}
 	if full {
@@ -341,7 +349,7 @@ func killLeader(victim **devcluster.Member) func(ctx context.Context, t *testing
 func restartStandby(victim **devcluster.Member) func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
 	return func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
 		restart(ctx, t, *victim)
-		waitFor(t, "the restarted coordinator to stand by", func() error { return standsBy(ctx, cl, *victim) })
+		waitFor(ctx, t, "the restarted coordinator to stand by", func(ctx context.Context) error { return standsBy(ctx, cl, *victim) })
 	}
 }
 
@@ -465,7 +473,14 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// The run ends a minute before the test binary's deadline, so that a
+	// cluster that stopped answering fails the test with the members'
+	// logs (the cleanup below) instead of the binary's timeout panic.
+	deadline := time.Now().Add(10 * time.Minute)
+	if d, ok := t.Deadline(); ok && d.Add(-time.Minute).Before(deadline) {
+		deadline = d.Add(-time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	cl, err := devcluster.Start(ctx, devcluster.Config{Binary: walcastBinary(t), Dir: t.TempDir(), BasePort: nextBasePort(t), WAL: walKind,
 		// Retries of appends and callbacks back off to 200ms at most, so
@@ -523,16 +538,21 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	// node processes stop (saving their state) and their states are
 	// loaded into nodes of this process, which read on from there.
 	view := nodeViews(ctx, t, cl)
-	waitFor(t, "views equal the metadata", func() error {
+	waitFor(ctx, t, "views equal the metadata", func(ctx context.Context) error {
 		return viewsMatchOf(ctx, c, view, "wal-0/_control", dropped)
 	})
 }
 
+// phaseTimeout bounds one phase (about 10 s here when nothing goes wrong).
+const phaseTimeout = 3 * time.Minute
+
 // runPhase runs the workload through one fault.
 func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *client.Client, hc *countingClient, f fault, ph *phase, name string, jobs *int) {
 	// A failed phase ends its clients at once instead of letting them
-	// retry until the test's deadline.
-	ctx, cancel := context.WithCancel(ctx)
+	// retry until the test's deadline; a phase that stops making progress
+	// ends after phaseTimeout (its waits have shorter deadlines of their
+	// own, but the clients' calls retry until their context ends).
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
 	sent0 := hc.n.Load()
 	ph.start = time.Now()
@@ -599,14 +619,14 @@ func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *clie
 // counts what was lost (answered, then missing) and duplicated (applied
 // twice, or present unasked).
 func checkPhase(ctx context.Context, t *testing.T, c *client.Client, ph *phase, jobs *int) {
-	waitFor(t, "no live task", func() error {
+	waitFor(ctx, t, "no live task", func(ctx context.Context) error {
 		live, err := c.ListTasks(ctx, &walcastv1.ListTasksRequest{States: []string{"PENDING", "REPLICATED"}})
 		if err == nil && len(live) > 0 {
 			err = fmt.Errorf("%d live tasks, the first %v", len(live), live[0])
 		}
 		return err
 	})
-	waitFor(t, "no lock held", func() error {
+	waitFor(ctx, t, "no lock held", func(ctx context.Context) error {
 		locks, err := c.ListLocks(ctx)
 		if err == nil && len(locks) > 0 {
 			err = fmt.Errorf("locks held: %v", locks)
