@@ -43,7 +43,7 @@ func TestR13_11_CopiesWaitAckedAndExtrasCLI(t *testing.T) {
 	var show string
 	waitUntil(t, "the first phase appended", func() bool {
 		show, _ = execCLI("tasks", "show", "1", "--addr", addr)
-		return strings.Contains(show, "ROLE")
+		return regexp.MustCompile(`(?m)^wal-1/s0\s+true`).MatchString(show)
 	})
 	wantOutput(t, show, `(?m)^VCHANNEL\s+APPENDED\s+ACKED\s+MESSAGE ID\s+TIME TICK\s+ROLE\s+PHASE\s+EXTRA$`,
 		`(?m)^wal-1/s0\s+true\s+false\s+-\s+-\s+fence\s+1\s+-$`, `(?m)^wal-0/s1\s+false\s+false\s+-\s+-\s+genesis\s+2\s+-$`)
