@@ -80,22 +80,33 @@
 // returns actions. This package is its face and driver, in the manner of the
 // loop a user of etcd's raft package writes:
 //
-//   - One loop goroutine owns the core. It steps it with every event — an API
-//     request, an I/O result, a timer tick — draining what is queued before
-//     it performs the actions, and re-arms one timer on the core's earliest
-//     deadline (Config.Clock's, so a test or the simulator moves time).
+//   - One loop goroutine drives the core. It steps it with every event — an
+//     API request, an I/O result, a timer tick — draining what is queued
+//     before it performs the actions, and re-arms one timer on the core's
+//     earliest deadline (Config.Clock's, so a test or the simulator moves
+//     time).
 //   - Bounded pools perform the actions: catalog commits, WAL appends,
 //     callbacks and ack-once callbacks (at most CallbackConcurrency at once),
 //     WAL scans. Each sends its result back to the loop as an event. Workers
 //     start on demand and exit when idle; Close cancels their I/O and waits
 //     for them.
 //   - An API call sends its request to the loop with a reply channel and
-//     waits for the reply, its context or the broadcaster's end. What a
+//     waits for the reply, its context or the broadcaster's end. When the
+//     core is free and no event waits for the loop, the caller steps the
+//     core with its request itself (a TryLock of the driver's mutex): if
+//     the step only answers callers (a duplicate found in the index, a
+//     lock granted at once), the caller delivers the answers and no
+//     goroutine handoff happens; anything else the step asked for is left
+//     for the loop to perform with its batch. The loop holds the same
+//     mutex while it steps and performs, so under load requests go to the
+//     loop and keep being batched. What a
 //     caller can do alone it does in its own goroutine: validating, stamping
 //     and encoding its message, decoding a tombstone it got as an original.
 //     A call whose context ends withdraws what it holds (a lock wait, an
 //     admission slot); a created task goes on.
-//   - Nothing else is shared: the core's state is touched only by the loop,
+//   - Nothing else is shared: the core's state is touched only under the
+//     driver's mutex, which is never held while taking another lock that
+//     waits on the core (pool submissions and reply sends do not block),
 //     so there is no lock order to keep. The Handle's mutex guards only the
 //     handle's own fields; the tracing spans of tasks have a mutex of their
 //     own (written by the loop and by commit workers).

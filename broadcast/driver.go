@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/walcast/walcast/catalog"
@@ -14,15 +15,32 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// driver runs the engine's decision core: one loop goroutine owns it and
-// steps it with every event (API requests, I/O results, timer ticks);
-// the actions it returns are performed by bounded worker pools (catalog
-// commits, WAL appends, callbacks) whose results come back as events.
-// Nothing else touches the core.
+// driver runs the engine's decision core: one loop goroutine steps it with
+// every event (API requests, I/O results, timer ticks); the actions it
+// returns are performed by bounded worker pools (catalog commits, WAL
+// appends, callbacks) whose results come back as events.
+//
+// A caller's request may skip the loop (tryStep): when the core is free and
+// no event waits for the loop, the caller steps the core itself under mu,
+// and if the step only answers callers (a duplicate answered from the
+// index, a lock granted at once) it delivers the answers itself: no
+// goroutine hands the request over and back. Anything else the step asks
+// for is left to the loop, which performs it with its batch. Nothing else
+// touches the core.
 type driver struct {
-	b      *Broadcaster
-	core   *engine.Core
-	clock  clock.Clock
+	b     *Broadcaster
+	core  *engine.Core
+	clock clock.Clock
+	// mu guards the core, acts and armed: the loop holds it while it
+	// steps and performs, a caller's tryStep while it steps.
+	mu sync.Mutex
+	// queued counts the events sent and not yet stepped: a caller steps
+	// the core itself only when it is zero, so that no request overtakes
+	// an event sent before it (a goroutine's own Close included).
+	queued atomic.Int64
+	// wake asks the loop to perform what a caller's step left (and to
+	// re-arm its timer).
+	wake   chan struct{}
 	events chan engine.Event
 	stopc  chan error
 	// done is closed when the loop has exited: every reply has been sent.
@@ -41,12 +59,14 @@ type driver struct {
 
 	stopOnce sync.Once
 
-	// acts is the loop's reused list of actions to perform.
+	// acts is the reused list of actions to perform.
 	acts []engine.Action
+	// armed is the core deadline the loop's timer is set for.
+	armed time.Time
 }
 
 func newDriver(b *Broadcaster, core *engine.Core) *driver {
-	d := &driver{b: b, core: core, clock: b.cfg.Clock, events: make(chan engine.Event, 1024),
+	d := &driver{b: b, core: core, clock: b.cfg.Clock, events: make(chan engine.Event, 1024), wake: make(chan struct{}, 1),
 		stopc: make(chan error, 1), done: make(chan struct{}), cbCancels: make(map[uint64]context.CancelFunc)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.commits = newPool(&d.workers, 256)
@@ -65,36 +85,84 @@ func (d *driver) loop() {
 	defer close(d.done)
 	timer := d.clock.NewTimer(time.Hour)
 	defer timer.Stop()
-	armed := time.Time{}
 	for {
-		if at, ok := d.core.Deadline(); ok && !at.Equal(armed) {
-			armed = at
+		d.mu.Lock()
+		if at, ok := d.core.Deadline(); ok && !at.Equal(d.armed) {
+			d.armed = at
 			timer.Reset(at.Sub(d.clock.Now()))
 		}
+		d.mu.Unlock()
 		select {
 		case ev := <-d.events:
-			d.core.Step(d.clock.Now(), ev)
+			d.mu.Lock()
+			d.step(ev)
 			// Take whatever else is queued before performing: replies and
 			// writes of one batch go out together.
 			for n := 0; n < 256; n++ {
 				select {
 				case ev := <-d.events:
-					d.core.Step(d.clock.Now(), ev)
+					d.step(ev)
 					continue
 				default:
 				}
 				break
 			}
 		case <-timer.C():
-			armed = time.Time{}
+			d.mu.Lock()
+			d.armed = time.Time{}
 			d.core.Step(d.clock.Now(), engine.Tick{})
+		case <-d.wake:
+			d.mu.Lock()
 		case err := <-d.stopc:
+			d.mu.Lock()
 			d.core.Step(d.clock.Now(), engine.Stop{Err: err})
 			d.performReady()
+			d.mu.Unlock()
 			d.drain()
 			return
 		}
 		d.performReady()
+		d.mu.Unlock()
+	}
+}
+
+// step steps the core with an event the loop received (under mu).
+func (d *driver) step(ev engine.Event) {
+	d.core.Step(d.clock.Now(), ev)
+	d.queued.Add(-1)
+}
+
+// tryStep steps the core with a caller's request on the caller's
+// goroutine, if the core is free and no event waits for the loop (false:
+// send it to the loop). If the step only answers callers, the answers go
+// out at once; whatever else it asks for (writes, appends, a timer) is the
+// loop's to perform, in its order.
+func (d *driver) tryStep(ev engine.Event) bool {
+	if d.queued.Load() != 0 || !d.mu.TryLock() {
+		return false
+	}
+	defer d.mu.Unlock()
+	if d.queued.Load() != 0 || d.core.Stopped() {
+		return false
+	}
+	d.core.Step(d.clock.Now(), ev)
+	if d.core.OnlyReplies() {
+		d.performReady()
+	} else {
+		d.poke()
+		return true
+	}
+	if at, ok := d.core.Deadline(); ok && !at.Equal(d.armed) {
+		d.poke()
+	}
+	return true
+}
+
+// poke wakes the loop (if it is not awake already).
+func (d *driver) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -121,20 +189,26 @@ func (d *driver) drain() {
 	for {
 		select {
 		case ev := <-d.events:
-			d.core.Step(d.clock.Now(), ev)
-			d.performReady()
+			d.stepAndPerform(ev)
 		case <-idle:
 			for {
 				select {
 				case ev := <-d.events:
-					d.core.Step(d.clock.Now(), ev)
-					d.performReady()
+					d.stepAndPerform(ev)
 				default:
 					return
 				}
 			}
 		}
 	}
+}
+
+// stepAndPerform steps the stopped core with ev and performs what it asks.
+func (d *driver) stepAndPerform(ev engine.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.step(ev)
+	d.performReady()
 }
 
 // stop asks the loop to stop the core with err (nil: Close).
@@ -144,12 +218,20 @@ func (d *driver) stop(err error) {
 
 // send delivers an event to the loop; false if the loop has exited.
 func (d *driver) send(ev engine.Event) bool {
+	d.queued.Add(1)
 	select {
 	case d.events <- ev:
 		return true
 	case <-d.done:
+		d.queued.Add(-1)
 		return false
 	}
+}
+
+// request delivers a caller's request: stepped at once by tryStep, or
+// sent to the loop; false if the loop has exited.
+func (d *driver) request(ev engine.Event) bool {
+	return d.tryStep(ev) || d.send(ev)
 }
 
 // call sends a request and waits for its reply. If ctx ends first it
@@ -158,7 +240,7 @@ func (d *driver) send(ev engine.Event) bool {
 // ErrClosed.
 func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Event) (engine.Reply, error) {
 	rc := make(chan engine.Reply, 1)
-	if !d.send(mk(rc)) {
+	if !d.request(mk(rc)) {
 		return engine.Reply{}, d.b.closedErr()
 	}
 	select {
@@ -226,7 +308,7 @@ func stageWaiting(s engine.Stage) string {
 // inspect runs fn on the core between two events and waits for it.
 func (d *driver) inspect(fn func(c *engine.Core)) bool {
 	ok := make(chan struct{})
-	if !d.send(engine.Inspect{Fn: func(c *engine.Core) { fn(c); close(ok) }}) {
+	if !d.request(engine.Inspect{Fn: func(c *engine.Core) { fn(c); close(ok) }}) {
 		return false
 	}
 	<-ok
@@ -235,9 +317,11 @@ func (d *driver) inspect(fn func(c *engine.Core)) bool {
 
 // result delivers a worker's result; a stopped loop still takes it.
 func (d *driver) result(ev engine.Event) {
+	d.queued.Add(1)
 	select {
 	case d.events <- ev:
 	case <-d.done:
+		d.queued.Add(-1)
 	}
 }
 

@@ -838,3 +838,41 @@ func TestR4_6_DeadlineSaysWhatTheBroadcastWaitsFor(t *testing.T) {
 		})
 	}
 }
+
+// TestDriverKeepsEachCallersOrder: a caller's requests reach the core in the
+// order it made them, whether the caller steps the core itself or the loop
+// does. A closed handle's keys are free for the same goroutine's next
+// NoWait acquire, while other goroutines' broadcasts keep the loop busy
+// (so some requests go through it and some do not).
+func TestDriverKeepsEachCallersOrder(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 20*time.Second)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m := msgOf(t, typCreate, "p", []message.VChannel{vch(i, "load")})
+				if _, err := do(ctx, b, m, resource.ExclusiveCollection("load", fmt.Sprint(i, "-", n))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	key := resource.ExclusiveCollection("db", "order")
+	for i := range 2000 {
+		h, err := b.TryWithResourceKeys(ctx, key)
+		if err != nil {
+			t.Fatalf("acquire %d after the previous handle's Close: %v", i, err)
+		}
+		h.Close()
+	}
+}

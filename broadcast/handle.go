@@ -183,7 +183,7 @@ func (b *Broadcaster) notCreated(err error) error {
 func (h *Handle) release() {
 	if h.locked {
 		h.locked = false
-		h.b.d.send(engine.Close{Handle: h.id})
+		h.b.d.request(engine.Close{Handle: h.id})
 	}
 }
 

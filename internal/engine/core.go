@@ -235,6 +235,18 @@ func (c *Core) AppendReady(dst []Action) []Action {
 	return dst
 }
 
+// OnlyReplies reports whether every action ready is a Reply (also when
+// none is): a driver may deliver those on any goroutine, while the other
+// actions are I/O for its workers.
+func (c *Core) OnlyReplies() bool {
+	for _, a := range c.out {
+		if _, ok := a.(Reply); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // Deadline returns when the core must be stepped next (with a Tick) and
 // whether it has anything scheduled.
 func (c *Core) Deadline() (time.Time, bool) {
