@@ -33,6 +33,10 @@ type App struct {
 	// types (tests block or fail callbacks with it).
 	hook atomic.Pointer[func(context.Context, *broadcast.Event) error]
 
+	// names is the leader's view of the name indexes, which the callbacks
+	// keep (see names).
+	names *names
+
 	mu       sync.Mutex
 	appliers map[string]*Applier // by node name; protected by mu
 	services []*Service          // protected by mu
@@ -51,7 +55,7 @@ func NewApp(cfg Config) (*App, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, appliers: make(map[string]*Applier)}
+	a := &App{cfg: cfg, log: cfg.Logger, appliers: make(map[string]*Applier), names: newNames()}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	return a, nil
 }
@@ -74,7 +78,7 @@ func (a *App) Handlers(l server.Leader, opts ...connect.HandlerOption) map[strin
 }
 
 func (a *App) newService(l server.Leader) *Service {
-	s := &Service{cfg: a.cfg, leader: l, log: a.log, views: a.View}
+	s := &Service{cfg: a.cfg, leader: l, log: a.log, views: a.View, names: a.names}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.services = append(a.services, s)

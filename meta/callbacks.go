@@ -22,29 +22,30 @@ import (
 // against can have changed.
 func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error {
 	return errors.Join(
-		onAck(a, types, cbs, TypeCreateDatabase, func(p createDatabasePayload) error { return p.Database.check() },
-			func(p createDatabasePayload, e *broadcast.Effects) error {
+		onNames(a, types, cbs, TypeCreateDatabase, func(p createDatabasePayload) error { return p.Database.check() },
+			func(p createDatabasePayload, e *broadcast.Effects) ([]nameChange, error) {
 				d := p.Database
 				created(e, d.ID, "database")
-				return errors.Join(putJSON(e, dbKey(d.ID), d), putID(e, dbNameKey(d.Name), d.ID))
+				return []nameChange{{dbNameKey(d.Name), d.ID}}, errors.Join(putJSON(e, dbKey(d.ID), d), putID(e, dbNameKey(d.Name), d.ID))
 			}),
-		onAck(a, types, cbs, TypeDropDatabase, dropDatabasePayload.check,
-			func(p dropDatabasePayload, e *broadcast.Effects) error {
+		onNames(a, types, cbs, TypeDropDatabase, dropDatabasePayload.check,
+			func(p dropDatabasePayload, e *broadcast.Effects) ([]nameChange, error) {
 				d := p.Database
 				errs := []error{e.Delete(dbKey(d.ID)), e.Delete(dbNameKey(d.Name))}
 				for _, g := range p.Grants {
 					errs = append(errs, e.Delete(grantKey(g)))
 				}
-				return errors.Join(errs...)
+				return []nameChange{{dbNameKey(d.Name), 0}}, errors.Join(errs...)
 			}),
-		onAck(a, types, cbs, TypeCreateCollection, func(p createCollectionPayload) error { return p.Collection.check() },
-			func(p createCollectionPayload, e *broadcast.Effects) error {
+		onNames(a, types, cbs, TypeCreateCollection, func(p createCollectionPayload) error { return p.Collection.check() },
+			func(p createCollectionPayload, e *broadcast.Effects) ([]nameChange, error) {
 				c := p.Collection
 				created(e, c.ID, "collection")
-				return errors.Join(putJSON(e, collKey(c.ID), c), putID(e, collNameKey(c.DatabaseID, c.Name), c.ID))
+				key := collNameKey(c.DatabaseID, c.Name)
+				return []nameChange{{key, c.ID}}, errors.Join(putJSON(e, collKey(c.ID), c), putID(e, key, c.ID))
 			}),
-		onAck(a, types, cbs, TypeDropCollection, dropCollectionPayload.check,
-			func(p dropCollectionPayload, e *broadcast.Effects) error {
+		onNames(a, types, cbs, TypeDropCollection, dropCollectionPayload.check,
+			func(p dropCollectionPayload, e *broadcast.Effects) ([]nameChange, error) {
 				c := p.Collection
 				errs := []error{e.Delete(collKey(c.ID)), e.Delete(collNameKey(c.DatabaseID, c.Name)),
 					// A retry of this drop finds the collection's id here.
@@ -55,17 +56,17 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 				for _, g := range p.Grants {
 					errs = append(errs, e.Delete(grantKey(g)))
 				}
-				return errors.Join(errs...)
+				return []nameChange{{collNameKey(c.DatabaseID, c.Name), 0}}, errors.Join(errs...)
 			}),
-		onAck(a, types, cbs, TypeRenameCollection, renameCollectionPayload.check,
-			func(p renameCollectionPayload, e *broadcast.Effects) error {
+		onNames(a, types, cbs, TypeRenameCollection, renameCollectionPayload.check,
+			func(p renameCollectionPayload, e *broadcast.Effects) ([]nameChange, error) {
 				c := p.Collection
 				errs := []error{putJSON(e, collKey(c.ID), c), e.Delete(collNameKey(c.DatabaseID, p.OldName)),
 					putID(e, collNameKey(c.DatabaseID, c.Name), c.ID)}
 				for _, g := range p.Grants {
 					errs = append(errs, putJSON(e, grantKey(g), g)) // same key (ids), new name
 				}
-				return errors.Join(errs...)
+				return []nameChange{{collNameKey(c.DatabaseID, p.OldName), 0}, {collNameKey(c.DatabaseID, c.Name), c.ID}}, errors.Join(errs...)
 			}),
 		onAck(a, types, cbs, TypeCreateIndex, indexPayload.check,
 			func(p indexPayload, e *broadcast.Effects) error {
@@ -131,6 +132,22 @@ func endJob(p finishImportPayload, ev *broadcast.Event) error {
 func onAck[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks, t message.Type, check func(P) error,
 	effects func(P, *broadcast.Effects) error) error {
 	return onAckEvent(a, types, cbs, t, check, func(p P, ev *broadcast.Event) error { return effects(p, ev.Effects) })
+}
+
+// onNames is onAck for a callback that changes the name indexes: once its
+// effects are staged, its changes are staged in the names view too
+// (before the callback returns, so before its TOMBSTONE and the release of
+// its keys).
+func onNames[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks, t message.Type, check func(P) error,
+	effects func(P, *broadcast.Effects) ([]nameChange, error)) error {
+	return onAckEvent(a, types, cbs, t, check, func(p P, ev *broadcast.Event) error {
+		changes, err := effects(p, ev.Effects)
+		if err != nil {
+			return err
+		}
+		a.names.stage(ev.Message.Broadcast.ID, changes...)
+		return nil
+	})
 }
 
 // onAckEvent is onAck for a callback that reads its event (its broadcast

@@ -22,6 +22,8 @@
 //     Names below);
 //  2. resolve names to ids from the committed metadata (the leader's
 //     catalog), since idempotency keys are scoped by id;
+//     CreateDatabase and CreateCollection resolve and check names from the
+//     leader's names view instead (see Names view);
 //  3. resolve the idempotency key, then take the resource keys
 //     (broadcast.Broadcaster.WithIdempotentResourceKeys): a retry of an
 //     accepted request gets the original's result here, before any lock,
@@ -50,6 +52,23 @@
 // waits for keys held — by another DDL, or by a running import — unless the
 // request sets no_wait (CLI --no-wait): it is then refused at once with
 // ErrCollectionBusy (Aborted, RESOURCE_BUSY), naming the holder (R13.15).
+//
+// # Names view
+//
+// The leader keeps the name indexes (database name → id, collection name
+// → id) in memory, so that CreateDatabase and CreateCollection read no
+// catalog key before they broadcast. Only the ack callbacks change them,
+// and each callback stages its change in the view before it returns, so
+// before its TOMBSTONE and the release of its keys: a check made under
+// the request's keys sees every DDL that ended before, like a read of the
+// catalog would. A change is trusted once its broadcast succeeded (the
+// service's own Broadcast returned, or the task is a tombstone that
+// succeeded) or while its task is live; one whose broadcast was force-
+// completed (its effects not written) or is forgotten is read from the
+// catalog. A new leadership term (a restart, a leader change) rebuilds the
+// view before its first request uses it: both indexes are read from the
+// catalog, and the changes staged by tasks still live in the new term are
+// kept over them. The view costs about 100 bytes per name.
 //
 // # Names
 //

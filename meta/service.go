@@ -28,6 +28,9 @@ type Service struct {
 	leader server.Leader
 	log    *slog.Logger
 	views  func(message.VChannel) (*walcastv1.VChannelView, error)
+	// names resolves database and collection names without reading the
+	// catalog (see names); nil: every name is read from the catalog.
+	names *names
 
 	mu     sync.Mutex
 	idsFor *broadcast.Broadcaster // the broadcaster ids was made for; protected by mu
@@ -261,6 +264,38 @@ func checkKey(clientKey string) error {
 	return nil
 }
 
+// nameID returns the id a name index key maps to on b, as a read of b's
+// committed metadata (r) would: from the names view if the service has one.
+func (s *Service) nameID(ctx context.Context, b *broadcast.Broadcaster, r reader, key string) (uint64, bool, error) {
+	if s.names == nil {
+		return r.getID(ctx, key)
+	}
+	if err := s.names.use(ctx, b, r); err != nil {
+		return 0, false, err
+	}
+	return s.names.lookup(ctx, b, r, key)
+}
+
+// settle tells the names view that the service's own broadcast res, whose
+// callback staged keys, has ended (its TOMBSTONE is durable).
+func (s *Service) settle(res *broadcast.Result, keys ...string) {
+	if s.names != nil && res.Duplicated == nil {
+		s.names.settle(res.BroadcastID, res.Outcome, keys...)
+	}
+}
+
+// dbID is resolveDB through nameID.
+func (s *Service) dbID(ctx context.Context, b *broadcast.Broadcaster, r reader, name string) (uint64, error) {
+	id, ok, err := s.nameID(ctx, b, r, dbNameKey(name))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, errorf(ErrDatabaseNotFound, "%s", name)
+	}
+	return id, nil
+}
+
 // resolveDB returns the id of database name.
 func resolveDB(ctx context.Context, r reader, name string) (uint64, error) {
 	id, ok, err := r.getID(ctx, dbNameKey(name))
@@ -312,19 +347,6 @@ func recheckColl(ctx context.Context, r reader, dbID uint64, db, name string, co
 	return c, nil
 }
 
-// recheckDB checks, under the request's resource keys, that db still names
-// database dbID.
-func recheckDB(ctx context.Context, r reader, db string, dbID uint64) error {
-	id, err := resolveDB(ctx, r, db)
-	switch {
-	case err != nil:
-		return err
-	case id != dbID:
-		return errResolveAgain
-	}
-	return nil
-}
-
 // CreateDatabase creates a database. Its key is cluster-scoped.
 func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatabaseRequest) (*walcastv1.CreateDatabaseResponse, error) {
 	name, ck := req.GetName(), req.GetIdempotencyKey()
@@ -338,7 +360,7 @@ func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatab
 	d := ddl{typ: TypeCreateDatabase, key: message.ClusterKey(ck), digest: digest(TypeCreateDatabase, name),
 		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
 	res, p, err := runDDL(ctx, s, b, d, func(p *createDatabasePayload) ([]message.VChannel, error) {
-		if _, ok, err := r.getID(ctx, dbNameKey(name)); err != nil {
+		if _, ok, err := s.nameID(ctx, b, r, dbNameKey(name)); err != nil {
 			return nil, err
 		} else if ok {
 			return nil, errorf(ErrDatabaseExists, "%s", name)
@@ -353,6 +375,7 @@ func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatab
 	if err != nil {
 		return nil, err
 	}
+	s.settle(res, dbNameKey(name))
 	return &walcastv1.CreateDatabaseResponse{Result: result(res, d.key), Database: p.Database.pb()}, nil
 }
 
@@ -446,17 +469,21 @@ func (s *Service) CreateCollection(ctx context.Context, req *walcastv1.CreateCol
 		return nil, err
 	}
 	var out *walcastv1.CreateCollectionResponse
+	// The names are resolved from the names view: under the keys, it holds
+	// every DDL that ended before.
 	err = resolving(func() error {
-		dbID, err := resolveDB(ctx, r, db)
+		dbID, err := s.dbID(ctx, b, r, db)
 		if err != nil {
 			return err
 		}
 		d := ddl{typ: TypeCreateCollection, key: message.DatabaseKey(dbID, ck), digest: params, keys: collKeys(db, name)}
 		res, p, err := runDDL(ctx, s, b, d, func(p *createCollectionPayload) ([]message.VChannel, error) {
-			if err := recheckDB(ctx, r, db, dbID); err != nil {
+			if id, err := s.dbID(ctx, b, r, db); err != nil {
 				return nil, err
+			} else if id != dbID {
+				return nil, errResolveAgain
 			}
-			if _, ok, err := r.getID(ctx, collNameKey(dbID, name)); err != nil {
+			if _, ok, err := s.nameID(ctx, b, r, collNameKey(dbID, name)); err != nil {
 				return nil, err
 			} else if ok {
 				return nil, errorf(ErrCollectionExists, "%s.%s", db, name)
@@ -476,6 +503,7 @@ func (s *Service) CreateCollection(ctx context.Context, req *walcastv1.CreateCol
 		if err != nil {
 			return err
 		}
+		s.settle(res, collNameKey(dbID, name))
 		out = &walcastv1.CreateCollectionResponse{Result: result(res, d.key), Collection: p.Collection.pb(nil)}
 		return nil
 	})

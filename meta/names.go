@@ -1,0 +1,233 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/walcast/walcast/broadcast"
+)
+
+// names is the leader's view of the name indexes (meta/dbname/<name> → db
+// id, meta/collname/<db id>/<name> → collection id), so that the DDL that
+// resolves or checks a name does not read etcd for it: a CreateCollection
+// read etcd three times before it broadcast (its database to scope the
+// key, again under the keys, its name), each a linearizable read.
+//
+// Only the ack callbacks change those indexes (as effects committed with
+// their TOMBSTONE), and every callback of the process records its change
+// here too, in callback order, before it returns (stage). A change is
+// staged by its broadcast until known durable: settled by the service when
+// its own Broadcast returns, or, when a lookup meets it, by the task's
+// state (live: the change stands, its TOMBSTONE is under way; a tombstone
+// that Succeeded: durable; force-completed without effects, or forgotten:
+// read the catalog instead). A check made under a request's resource keys
+// is therefore exact: every conflicting DDL before it has ended (its
+// TOMBSTONE is durable) and staged its change here before that, and none
+// after it can have started.
+//
+// The view is of one leadership term's broadcaster (term): a request with
+// another broadcaster (a new term, after a restart or a leader change)
+// rebuilds it first (use): it reads both indexes from the catalog, keeping
+// over them the changes staged by tasks still live in the new term (their
+// callbacks ran, their TOMBSTONE is not durable yet) and those staged
+// while it read. Changes another leader made are in the catalog by then: a
+// term starts only once its predecessor is fenced out.
+type names struct {
+	// rebuild is held while the view is rebuilt for a new term; requests
+	// of that term wait for it.
+	rebuild sync.Mutex
+	// term is the broadcaster the view is of (nil before the first
+	// request).
+	term atomic.Pointer[broadcast.Broadcaster]
+
+	mu  sync.Mutex
+	seq uint64                // the last change's number; protected by mu
+	m   map[string]*nameEntry // by catalog key; protected by mu
+}
+
+// nameEntry is what the view knows of one name's key; entries are
+// replaced, never changed. A key without an entry is free (no record).
+type nameEntry struct {
+	id uint64 // the id the name maps to; 0: free (a staged drop or rename)
+	// by is the broadcast whose callback staged the entry (0: read from
+	// the catalog); settled is set once its TOMBSTONE is known durable.
+	by      uint64
+	settled bool
+	// unknown entries are read from the catalog at each lookup: a record
+	// that does not decode (the read reports it, as before), or a change
+	// whose broadcast did not succeed.
+	unknown bool
+	seq     uint64
+}
+
+func newNames() *names { return &names{m: make(map[string]*nameEntry)} }
+
+// nameChange is one change a callback makes to a name index: key maps to
+// id, or is removed (id 0).
+type nameChange struct {
+	key string
+	id  uint64
+}
+
+// stage records the changes of broadcast task's callback. Called by the
+// callbacks in their order, after their effects were staged.
+func (n *names) stage(task uint64, changes ...nameChange) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, c := range changes {
+		n.seq++
+		n.m[c.key] = &nameEntry{id: c.id, by: task, seq: n.seq}
+	}
+}
+
+// settle records that broadcast task, whose callback staged keys, ended
+// with outcome o: durable if it succeeded, else to be read from the
+// catalog (a force-completed callback's effects are not written).
+func (n *names) settle(task uint64, o broadcast.Outcome, keys ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, k := range keys {
+		if e := n.m[k]; e != nil && e.by == task && !e.settled && !e.unknown {
+			n.m[k] = e.settledAs(o)
+		}
+	}
+}
+
+// settledAs is e once its broadcast ended with outcome o.
+func (e *nameEntry) settledAs(o broadcast.Outcome) *nameEntry {
+	s := *e
+	if o.Status == broadcast.Succeeded {
+		s.settled = true
+	} else {
+		s.unknown = true
+	}
+	return &s
+}
+
+// use makes the view b's, rebuilding it if it is of another broadcaster
+// (see names). r reads b's catalog.
+func (n *names) use(ctx context.Context, b *broadcast.Broadcaster, r reader) error {
+	if n.term.Load() == b {
+		return nil
+	}
+	n.rebuild.Lock()
+	defer n.rebuild.Unlock()
+	if n.term.Load() == b {
+		return nil
+	}
+	select {
+	case <-b.Done():
+		// A deposed broadcaster's requests fail; its successor's rebuild.
+		return fmt.Errorf("%w: the broadcaster stopped", ErrUnavailable)
+	default:
+	}
+	n.mu.Lock()
+	upTo := n.seq
+	staged := make(map[uint64]bool)
+	for _, e := range n.m {
+		if e.by != 0 && !e.settled {
+			staged[e.by] = false
+		}
+	}
+	n.mu.Unlock()
+	// Tasks first, then the catalog: a task found tombstoned here has its
+	// effects in what is read after.
+	for id := range staged {
+		ti, err := b.Task(id)
+		switch {
+		case errors.Is(err, broadcast.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("%w: task %d: %w", ErrUnavailable, id, err)
+		default:
+			staged[id] = ti.State != broadcast.Tombstone
+		}
+	}
+	read := make(map[string]*nameEntry)
+	for _, prefix := range []string{prefixDBName, prefixCollName} {
+		err := r.cat.List(ctx, prefix, func(key string, raw []byte) error {
+			e := &nameEntry{unknown: true} // read through: getID reports it
+			if id, err := strconv.ParseUint(string(raw), 10, 64); err == nil && id != 0 {
+				e = &nameEntry{id: id}
+			}
+			read[key] = e
+			return nil
+		})
+		if err != nil {
+			return listErr(prefix, err)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, e := range n.m {
+		// Staged while reading, or by a task whose TOMBSTONE may not have
+		// been durable when read.
+		if e.seq > upTo || e.by != 0 && staged[e.by] {
+			read[k] = e
+		}
+	}
+	n.m = read
+	n.term.Store(b)
+	return nil
+}
+
+// lookup returns the id key maps to on b (ok false: none), as a read of
+// b's committed metadata under the request's resource keys would, but from
+// the view: the catalog is read only for an entry whose broadcast did not
+// succeed or is forgotten, or that did not decode. The view must be b's
+// (use).
+func (n *names) lookup(ctx context.Context, b *broadcast.Broadcaster, r reader, key string) (uint64, bool, error) {
+	n.mu.Lock()
+	e := n.m[key]
+	n.mu.Unlock()
+	switch {
+	case e == nil:
+		return 0, false, nil
+	case e.unknown:
+		return n.readThrough(ctx, r, key, e)
+	case e.by == 0 || e.settled:
+		return e.id, e.id != 0, nil
+	}
+	ti, err := b.Task(e.by)
+	switch {
+	case err == nil && ti.State != broadcast.Tombstone:
+		// Its TOMBSTONE is under way: the change stands.
+		return e.id, e.id != 0, nil
+	case err == nil && ti.Outcome.Status == broadcast.Succeeded:
+		n.replace(key, e, e.settledAs(ti.Outcome))
+		return e.id, e.id != 0, nil
+	}
+	return n.readThrough(ctx, r, key, e)
+}
+
+// readThrough reads key from the catalog and, if the view still holds e
+// for it, keeps what it read.
+func (n *names) readThrough(ctx context.Context, r reader, key string, e *nameEntry) (uint64, bool, error) {
+	id, ok, err := r.getID(ctx, key)
+	if err != nil {
+		return 0, false, err
+	}
+	read := &nameEntry{id: id, seq: e.seq}
+	if !ok {
+		read = nil
+	}
+	n.replace(key, e, read)
+	return id, ok, nil
+}
+
+// replace sets key's entry to to (nil: free) if it is still from.
+func (n *names) replace(key string, from, to *nameEntry) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.m[key] != from {
+		return
+	}
+	if to == nil {
+		delete(n.m, key)
+		return
+	}
+	n.m[key] = to
+}
