@@ -43,7 +43,11 @@
 // because the waiter is granted the moment the last holder leaves.
 //
 // [Guard.Unlock] releases every key exactly once, in reverse acquisition order;
-// further calls are no-ops.
+// further calls are no-ops. A Guard is a small value, not a pointer: copies of
+// it are the same guard, and the zero Guard (which Lock and TryLock return
+// with an error) holds nothing. An uncontended Lock and Unlock allocate
+// nothing: the Locker reuses the state a released guard had, and a guard kept
+// after its Unlock can neither release nor relabel the state's next user.
 //
 // # Introspection
 //

@@ -131,6 +131,20 @@ func (t *Table) initRequest(r *Request, keys []Key) error {
 	return nil
 }
 
+// setKeys makes already normalised keys r's, for Locker, which normalises
+// them outside its lock and reuses requests: small ones are copied into r,
+// more (which nobody changes afterwards) becomes r's own. Copying small
+// keeps the caller's array (a Guard on its stack) from escaping.
+func (r *Request) setKeys(small, more []Key) {
+	if more != nil {
+		r.keys = more
+		r.ents = make([]*entry, len(more))
+		return
+	}
+	r.keys = r.small[:copy(r.small[:], small)]
+	r.ents = r.smallE[:len(r.keys)]
+}
+
 // number gives r its id, the first time it is used.
 func (t *Table) number(r *Request) {
 	if r.id == 0 {
