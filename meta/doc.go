@@ -88,7 +88,7 @@
 // # Ids and vchannels
 //
 // Databases, collections, indexes and import jobs get ids from one sequence,
-// reserved from the catalog in blocks of 100 through the leader's fenced
+// reserved from the catalog in blocks of 1000 through the leader's fenced
 // catalog (key meta/ids, the end of the reserved block): within a cluster
 // ids are never reused, across crashes and leaders. A force-promoted
 // secondary continues above the highest id its metadata holds, so there an

@@ -14,7 +14,7 @@ import (
 )
 
 // idBlock is how many ids one catalog write reserves.
-const idBlock = 100
+const idBlock = 1000
 
 // ids hands out the service's ids (databases, collections, indexes, import
 // jobs; one sequence for all, so an id names one object). The end of the
