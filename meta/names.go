@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -134,16 +133,17 @@ func (n *names) use(ctx context.Context, b *broadcast.Broadcaster, r reader) err
 		}
 	}
 	n.mu.Unlock()
-	// Tasks first, then the catalog: a task found tombstoned here has its
-	// effects in what is read after.
-	for id := range staged {
-		ti, err := b.Task(id)
-		switch {
-		case errors.Is(err, broadcast.ErrNotFound):
-		case err != nil:
-			return fmt.Errorf("%w: task %d: %w", ErrUnavailable, id, err)
-		default:
-			staged[id] = ti.State != broadcast.Tombstone
+	// Tasks first, then the catalog: a task not live here is a tombstone
+	// (or forgotten) whose effects are in what is read after.
+	if len(staged) > 0 {
+		live, err := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
+		if err != nil {
+			return fmt.Errorf("%w: list the live tasks: %w", ErrUnavailable, err)
+		}
+		for _, ti := range live {
+			if _, ok := staged[ti.ID]; ok {
+				staged[ti.ID] = true
+			}
 		}
 	}
 	read := make(map[string]*nameEntry)

@@ -418,6 +418,7 @@ func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseR
 	if err != nil {
 		return nil, err
 	}
+	s.settle(res, dbNameKey(name))
 	return &walcastv1.DropDatabaseResponse{Result: result(res, d.key), DatabaseId: p.Database.ID}, nil
 }
 
@@ -593,6 +594,7 @@ func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollect
 		if err != nil {
 			return err
 		}
+		s.settle(res, collNameKey(dbID, name))
 		out = &walcastv1.DropCollectionResponse{Result: result(res, d.key), CollectionId: p.Collection.ID}
 		return nil
 	})
@@ -670,6 +672,7 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 		if err != nil {
 			return err
 		}
+		s.settle(res, collNameKey(dbID, oldName), collNameKey(dbID, newName))
 		out = &walcastv1.RenameCollectionResponse{Result: result(res, d.key), Collection: p.Collection.pb(nil)}
 		return nil
 	})
