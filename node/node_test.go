@@ -318,6 +318,12 @@ func TestCloseMidEntryReacksAfterRestart(t *testing.T) {
 	if calls, _ := app2.stats(); calls != 0 {
 		t.Errorf("the restarted node applied %d copies again", calls)
 	}
+	// The broadcast can return before the last Ack call returns to the
+	// recording acker: wait for both records, then count them.
+	waitFor(t, "the restarted node's acks recorded", func() bool {
+		got := acker2.succeeded()
+		return got[key{cchan, 1}] > 0 && got[key{vA, 1}] > 0
+	})
 	if got := acker2.succeeded(); got[key{cchan, 1}] != 1 || got[key{vA, 1}] != 1 {
 		t.Errorf("the restarted node's acks: %v", got)
 	}
