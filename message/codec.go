@@ -61,59 +61,9 @@ func Marshal(m *Message) ([]byte, error) {
 // or decode to a message with an invalid domain or mode, give an error
 // wrapping ErrCorrupt.
 func Unmarshal(b []byte) (*Message, error) {
-	var pb durablepb.Message
-	if err := proto.Unmarshal(b, &pb); err != nil {
+	m := &Message{}
+	if err := decode(b, m); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	m := &Message{
-		Type:           Type{Name: pb.TypeName, Version: pb.TypeVersion},
-		Payload:        pb.Payload,
-		Properties:     pb.Properties,
-		IdempotencyKey: IdempotencyKey(pb.IdempotencyKey),
-		TraceParent:    pb.TraceParent,
-		TraceState:     pb.TraceState,
-		Broadcast:      BroadcastHeader{ID: pb.BroadcastId, AckSyncUp: pb.AckSyncUp},
-	}
-	if n := len(pb.Vchannels); n > 0 {
-		m.Broadcast.VChannels = make([]VChannel, n)
-		for i, v := range pb.Vchannels {
-			m.Broadcast.VChannels[i] = VChannel(v)
-		}
-	}
-	if n := len(pb.ResourceKeys); n > 0 {
-		m.Broadcast.ResourceKeys = make([]resource.Key, n)
-		for i, k := range pb.ResourceKeys {
-			mode := resource.Shared
-			if k.Exclusive {
-				mode = resource.Exclusive
-			}
-			if k.Domain > 0xffff {
-				return nil, fmt.Errorf("%w: resource domain %d", ErrCorrupt, k.Domain)
-			}
-			m.Broadcast.ResourceKeys[i] = resource.Key{Domain: resource.Domain(k.Domain), Name: k.Name, Mode: mode}
-		}
-	}
-	if r := pb.Replicate; r != nil {
-		m.Replicate = &ReplicateHeader{SourceCluster: r.SourceCluster, SourcePChannel: PChannel(r.SourcePchannel),
-			SourceMessageID: r.SourceMessageId, SourceTimeTick: r.SourceTimeTick}
-	}
-	if g := pb.Group; g != nil {
-		if g.Kind < durablepb.GroupKind_GROUP_KIND_BEGIN || g.Kind > durablepb.GroupKind_GROUP_KIND_ROLLBACK {
-			return nil, fmt.Errorf("%w: group kind %d", ErrCorrupt, g.Kind)
-		}
-		m.Group = &GroupHeader{ID: g.Id, Seq: g.Seq, Kind: GroupKind(g.Kind), OwnerKey: g.OwnerKey}
-	}
-	if len(pb.Copies) > 0 {
-		m.Broadcast.Copies = make(map[VChannel]CopySpec, len(pb.Copies))
-		for v, c := range pb.Copies {
-			m.Broadcast.Copies[VChannel(v)] = CopySpec{Role: c.Role, Payload: c.Payload, HasPayload: c.HasPayload}
-		}
-	}
-	if n := len(pb.AppendFirst); n > 0 {
-		m.Broadcast.AppendFirst = make([]VChannel, n)
-		for i, v := range pb.AppendFirst {
-			m.Broadcast.AppendFirst[i] = VChannel(v)
-		}
 	}
 	return m, nil
 }

@@ -5,8 +5,10 @@ import (
 
 	"errors"
 	"fmt"
-	"github.com/walcast/walcast/internal/durablepb"
+	"slices"
 	"testing"
+
+	"github.com/walcast/walcast/internal/durablepb"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -120,7 +122,12 @@ func TestDecodeFilteredMatchesDecode(t *testing.T) {
 	}
 	for _, bad := range [][]byte{{0xff, 0xff, 0xff}, encoded[:len(encoded)-1],
 		protowire.AppendBytes(protowire.AppendTag(nil, entryItems, protowire.BytesType),
-			protowire.AppendBytes(protowire.AppendTag(nil, itemVChannels, protowire.BytesType), []byte{'p', '0', '/', 0xff}))} {
+			protowire.AppendBytes(protowire.AppendTag(nil, itemVChannels, protowire.BytesType), []byte{'p', '0', '/', 0xff})),
+		// A field number above protobuf's largest, at the top and in an
+		// item: ConsumeTag takes it, proto.Unmarshal does not.
+		protowire.AppendVarint(protowire.AppendTag(slices.Clone(encoded), protowire.MaxValidNumber+1, protowire.VarintType), 1),
+		protowire.AppendBytes(protowire.AppendTag(nil, entryItems, protowire.BytesType),
+			protowire.AppendVarint(protowire.AppendTag(nil, protowire.MaxValidNumber+1, protowire.VarintType), 1))} {
 		_, derr := protoDecode(0, bad)
 		_, err := decode(0, bad, Header{}, &filter{p: "p0"})
 		if !errors.Is(err, ErrCorrupt) || !errors.Is(derr, ErrCorrupt) {

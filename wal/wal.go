@@ -455,6 +455,10 @@ const (
 	itemVChannels       protowire.Number = 2
 )
 
+// errFieldNumber is a field number above protobuf's largest: ConsumeTag
+// takes those, proto.Unmarshal refuses them.
+var errFieldNumber = errors.New("field number out of range")
+
 // decodeHeader walks the entry's top-level fields for its identity,
 // skipping the items unread (they come first in the encoding). The last
 // occurrence of a field wins, as for proto.Unmarshal.
@@ -464,6 +468,9 @@ func decodeHeader(offset uint64, data []byte) (Header, error) {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, protowire.ParseError(n))
+		}
+		if num > protowire.MaxValidNumber {
+			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, errFieldNumber)
 		}
 		b = b[n:]
 		if (num == entryCluster || num == entryReplicatedFrom) && typ == protowire.BytesType {
@@ -529,6 +536,9 @@ func decode(offset uint64, data []byte, h Header, f *filter) ([]Copy, error) {
 		if n < 0 {
 			return nil, corrupt(protowire.ParseError(n))
 		}
+		if num > protowire.MaxValidNumber {
+			return nil, corrupt(errFieldNumber)
+		}
 		b = b[n:]
 		if num != entryItems || typ != protowire.BytesType {
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
@@ -550,6 +560,9 @@ func decode(offset uint64, data []byte, h Header, f *filter) ([]Copy, error) {
 			num, typ, n := protowire.ConsumeTag(item)
 			if n < 0 {
 				return nil, corrupt(protowire.ParseError(n))
+			}
+			if num > protowire.MaxValidNumber {
+				return nil, corrupt(errFieldNumber)
 			}
 			item = item[n:]
 			if (num != itemMessage && num != itemVChannels) || typ != protowire.BytesType {

@@ -114,11 +114,11 @@ func (r *Record) Holding() bool {
 
 // DecodeRecord decodes a task record.
 func DecodeRecord(raw []byte) (*Record, error) {
-	var pb durablepb.Task
-	if err := proto.Unmarshal(raw, &pb); err != nil {
+	var pb taskFields
+	if err := decodeTask(raw, &pb); err != nil {
 		return nil, err
 	}
-	m, err := message.Unmarshal(pb.Message)
+	m, err := message.Unmarshal(pb.message)
 	if err != nil {
 		return nil, err
 	}
@@ -126,39 +126,37 @@ func DecodeRecord(raw []byte) (*Record, error) {
 	if m.Broadcast.ID == 0 || n == 0 {
 		return nil, fmt.Errorf("record has no broadcast id or targets")
 	}
-	if c := len(pb.Checkpoints); c != 0 && c != n {
+	if c := len(pb.checkpoints); c != 0 && c != n {
 		return nil, fmt.Errorf("record has %d checkpoints for %d vchannels", c, n)
 	}
-	st := stateFromPB(pb.State)
+	st := stateFromPB(durablepb.TaskState(pb.state))
 	if st == 0 {
-		return nil, fmt.Errorf("record has unknown state %v", pb.State)
+		return nil, fmt.Errorf("record has unknown state %v", durablepb.TaskState(pb.state))
 	}
-	r := &Record{State: st, Msg: m, Message: pb.Message, Created: time.Unix(0, pb.CreatedUnixNano),
-		PayloadDigest: pb.PayloadDigest, RequestDigest: pb.RequestDigest,
+	r := &Record{State: st, Msg: m, Message: pb.message, Created: time.Unix(0, pb.created),
+		PayloadDigest: pb.payloadDigest, RequestDigest: pb.requestDigest,
 		Acked: make([]bool, n), Checkpoints: make([]wal.Checkpoint, n)}
-	if pb.CompletedUnixNano != 0 {
-		r.Completed = time.Unix(0, pb.CompletedUnixNano)
+	if pb.completed != 0 {
+		r.Completed = time.Unix(0, pb.completed)
 	}
-	for i, c := range pb.Checkpoints {
-		if c.Acked {
+	for i, c := range pb.checkpoints {
+		if c.acked {
 			r.Acked[i] = true
-			r.Checkpoints[i] = checkpointOf(c)
-			if c.Extra != nil {
+			r.Checkpoints[i] = checkpointOf(c.messageID, c.timeTick, c.lastConfirmed)
+			if c.extra != nil {
 				if r.Extras == nil {
 					r.Extras = make([][]byte, n)
 				}
-				r.Extras[i] = c.Extra
+				r.Extras[i] = c.extra
 			}
 		}
 	}
-	r.HoldsKeys = pb.HoldsKeys
-	if pb.ReleasedUnixNano != 0 {
-		r.Released = time.Unix(0, pb.ReleasedUnixNano)
+	r.HoldsKeys = pb.holdsKeys
+	if pb.released != 0 {
+		r.Released = time.Unix(0, pb.released)
 	}
-	r.ReleasedBy = pb.ReleasedBy
-	if o := pb.Outcome; o != nil {
-		r.Outcome = Outcome{Status: OutcomeStatus(o.Status), Detail: o.Detail, Data: o.Data}
-	}
+	r.ReleasedBy = pb.releasedBy
+	r.Outcome = Outcome{Status: OutcomeStatus(pb.outcome.status), Detail: pb.outcome.detail, Data: pb.outcome.data}
 	return r, nil
 }
 
@@ -247,8 +245,8 @@ func checkpointPB(c wal.Checkpoint) *durablepb.Checkpoint {
 	return pb
 }
 
-func checkpointOf(pb *durablepb.Checkpoint) wal.Checkpoint {
-	c := wal.Checkpoint{MessageID: pb.MessageId, TimeTick: pb.TimeTick, LastConfirmed: pb.LastConfirmed}
+func checkpointOf(messageID, timeTick, lastConfirmed uint64) wal.Checkpoint {
+	c := wal.Checkpoint{MessageID: messageID, TimeTick: timeTick, LastConfirmed: lastConfirmed}
 	if c.TimeTick == 0 {
 		c.TimeTick = c.MessageID
 	}

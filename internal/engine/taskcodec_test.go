@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walcast/walcast/internal/durablepb"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/wal"
+)
+
+// decodeRecordProto is DecodeRecord through proto.Unmarshal, as it was
+// before decodeTask: the reference decodeTask must agree with.
+func decodeRecordProto(raw []byte) (*Record, error) {
+	var pb durablepb.Task
+	if err := proto.Unmarshal(raw, &pb); err != nil {
+		return nil, err
+	}
+	m, err := message.Unmarshal(pb.Message)
+	if err != nil {
+		return nil, err
+	}
+	n := len(m.Broadcast.VChannels)
+	if m.Broadcast.ID == 0 || n == 0 {
+		return nil, fmt.Errorf("record has no broadcast id or targets")
+	}
+	if c := len(pb.Checkpoints); c != 0 && c != n {
+		return nil, fmt.Errorf("record has %d checkpoints for %d vchannels", c, n)
+	}
+	st := stateFromPB(pb.State)
+	if st == 0 {
+		return nil, fmt.Errorf("record has unknown state %v", pb.State)
+	}
+	r := &Record{State: st, Msg: m, Message: pb.Message, Created: time.Unix(0, pb.CreatedUnixNano),
+		PayloadDigest: pb.PayloadDigest, RequestDigest: pb.RequestDigest,
+		Acked: make([]bool, n), Checkpoints: make([]wal.Checkpoint, n)}
+	if pb.CompletedUnixNano != 0 {
+		r.Completed = time.Unix(0, pb.CompletedUnixNano)
+	}
+	for i, c := range pb.Checkpoints {
+		if c.Acked {
+			r.Acked[i] = true
+			r.Checkpoints[i] = checkpointOf(c.MessageId, c.TimeTick, c.LastConfirmed)
+			if c.Extra != nil {
+				if r.Extras == nil {
+					r.Extras = make([][]byte, n)
+				}
+				r.Extras[i] = c.Extra
+			}
+		}
+	}
+	r.HoldsKeys = pb.HoldsKeys
+	if pb.ReleasedUnixNano != 0 {
+		r.Released = time.Unix(0, pb.ReleasedUnixNano)
+	}
+	r.ReleasedBy = pb.ReleasedBy
+	if o := pb.Outcome; o != nil {
+		r.Outcome = Outcome{Status: OutcomeStatus(o.Status), Detail: o.Detail, Data: o.Data}
+	}
+	return r, nil
+}
+
+// randomRecord is the encoding of a random task record, with the oddities
+// an encoder other than walcast's may produce: fields repeated (the last
+// wins), the outcome split in two (they merge), unknown fields, a known
+// field with another wire type (skipped).
+func randomRecord(r *rand.Rand) []byte {
+	n := 1 + r.IntN(4)
+	var vcs []message.VChannel
+	for i := range n {
+		vcs = append(vcs, message.VChannel(fmt.Sprintf("wal-%d/v%d", i, r.IntN(100))))
+	}
+	m, err := message.NewBroadcast(message.Type{Name: "T", Version: 1}, []byte(fmt.Sprint("payload", r.IntN(1000))), vcs)
+	if err != nil {
+		panic(err)
+	}
+	m.Broadcast.ID = 1 + r.Uint64N(1<<40)
+	mb, err := message.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	bytesOr := func(b []byte) []byte {
+		if r.IntN(3) == 0 {
+			return nil
+		}
+		return b
+	}
+	pb := &durablepb.Task{Message: mb, State: durablepb.TaskState(1 + r.IntN(3)), CreatedUnixNano: r.Int64(),
+		PayloadDigest: bytesOr([]byte("pd")), RequestDigest: bytesOr([]byte("rd")), HoldsKeys: r.IntN(2) == 0}
+	if r.IntN(2) == 0 {
+		pb.CompletedUnixNano = r.Int64()
+	}
+	if r.IntN(2) == 0 {
+		pb.ReleasedUnixNano, pb.ReleasedBy = r.Int64(), r.Uint64()
+	}
+	if r.IntN(4) != 0 {
+		for range n {
+			cp := &durablepb.Checkpoint{}
+			if r.IntN(3) != 0 {
+				cp = &durablepb.Checkpoint{Acked: true, MessageId: r.Uint64N(1000), TimeTick: r.Uint64N(3) * 7, LastConfirmed: r.Uint64N(3) * 5,
+					Extra: bytesOr([]byte("extra"))}
+			}
+			pb.Checkpoints = append(pb.Checkpoints, cp)
+		}
+	}
+	if r.IntN(2) == 0 {
+		pb.Outcome = &durablepb.Outcome{Status: durablepb.OutcomeStatus(r.IntN(5)), Detail: "détail", Data: bytesOr([]byte{1, 2})}
+	}
+	out, err := proto.Marshal(pb)
+	if err != nil {
+		panic(err)
+	}
+	if r.IntN(3) == 0 { // a later state and creation time win
+		out = protowire.AppendTag(out, taskState, protowire.VarintType)
+		out = protowire.AppendVarint(out, uint64(1+r.IntN(3)))
+		out = protowire.AppendTag(out, taskCreated, protowire.VarintType)
+		out = protowire.AppendVarint(out, r.Uint64())
+	}
+	if r.IntN(3) == 0 { // a second outcome merges into the first
+		o, _ := proto.Marshal(&durablepb.Outcome{Detail: "second"})
+		out = protowire.AppendTag(out, taskOutcome, protowire.BytesType)
+		out = protowire.AppendBytes(out, o)
+	}
+	if r.IntN(3) == 0 { // unknown fields of every wire type
+		out = protowire.AppendTag(out, 99, protowire.VarintType)
+		out = protowire.AppendVarint(out, 5)
+		out = protowire.AppendTag(out, 100, protowire.BytesType)
+		out = protowire.AppendBytes(out, []byte("x"))
+		out = protowire.AppendTag(out, 101, protowire.Fixed64Type)
+		out = protowire.AppendFixed64(out, 7)
+		out = protowire.AppendTag(out, 102, protowire.Fixed32Type)
+		out = protowire.AppendFixed32(out, 7)
+	}
+	if r.IntN(4) == 0 { // a known field with another wire type is unknown
+		out = protowire.AppendTag(out, taskHoldsKeys, protowire.BytesType)
+		out = protowire.AppendBytes(out, []byte{1})
+	}
+	return out
+}
+
+// TestDecodeTaskMatchesProto: DecodeRecord (decodeTask) and the same
+// decoding through proto.Unmarshal give equal records for random records,
+// and agree on which corrupted records to refuse.
+func TestDecodeTaskMatchesProto(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 3000 {
+		raw := randomRecord(r)
+		check(t, fmt.Sprint("record ", i), raw)
+		// Cut short and with a byte changed: both refuse or both read
+		// the same.
+		check(t, fmt.Sprint("record ", i, " cut"), raw[:r.IntN(len(raw))])
+		bad := append([]byte(nil), raw...)
+		bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
+		check(t, fmt.Sprint("record ", i, " changed"), bad)
+	}
+}
+
+func check(t *testing.T, what string, raw []byte) {
+	t.Helper()
+	got, err := DecodeRecord(raw)
+	want, werr := decodeRecordProto(raw)
+	if (err == nil) != (werr == nil) {
+		t.Fatalf("%s: DecodeRecord error %v, proto.Unmarshal's %v\n%x", what, err, werr, raw)
+	}
+	if err == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: DecodeRecord\n%+v\nproto.Unmarshal\n%+v", what, got, want)
+	}
+}
+
+// FuzzDecodeTask: for any bytes, DecodeRecord and proto.Unmarshal agree.
+func FuzzDecodeTask(f *testing.F) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		f.Add(randomRecord(r))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { check(t, "fuzzed record", raw) })
+}

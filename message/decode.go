@@ -1,0 +1,351 @@
+package message
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/walcast/walcast/resource"
+)
+
+// Field numbers of durablepb.Message and the messages it holds
+// (proto/walcast/durable/v1/durable.proto).
+const (
+	fTypeName       protowire.Number = 1
+	fTypeVersion    protowire.Number = 2
+	fPayload        protowire.Number = 3
+	fProperties     protowire.Number = 4
+	fIdempotencyKey protowire.Number = 5
+	fTraceParent    protowire.Number = 6
+	fTraceState     protowire.Number = 7
+	fBroadcastID    protowire.Number = 8
+	fVChannels      protowire.Number = 9
+	fResourceKeys   protowire.Number = 10
+	fAckSyncUp      protowire.Number = 11
+	fReplicate      protowire.Number = 12
+	fGroup          protowire.Number = 13
+	fCopies         protowire.Number = 14
+	fAppendFirst    protowire.Number = 15
+)
+
+var (
+	errFieldNumber = errors.New("field number out of range")
+	errUTF8        = errors.New("string field contains invalid UTF-8")
+)
+
+// decode reads the wire format of a durablepb.Message into m without
+// reflection or an intermediate message (every copy a node reads and every
+// record the engine decodes goes through here). It reads it as
+// proto.Unmarshal does: the last occurrence of a scalar wins, repeated
+// fields append, occurrences of a message field merge, the last map entry
+// of a key wins, unknown fields and known fields of an unexpected wire
+// type are skipped, strings must be UTF-8; bytes are copied and empty ones
+// are nil. TestUnmarshalMatchesProto checks it against proto.Unmarshal.
+func decode(b []byte, m *Message) error {
+	groupKind := int32(-1) // -1: no group
+	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		if num == fProperties && m.Properties == nil {
+			// proto.Unmarshal makes the map on the field's tag, even
+			// when its wire type then makes it an unknown field.
+			m.Properties = map[string]string{}
+		}
+		switch typ {
+		case protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			switch num {
+			case fTypeVersion:
+				m.Type.Version = uint32(v)
+			case fBroadcastID:
+				m.Broadcast.ID = v
+			case fAckSyncUp:
+				m.Broadcast.AckSyncUp = v != 0
+			default:
+				return protowire.ConsumeFieldValue(num, typ, b), nil
+			}
+			return n, nil
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n, nil
+			}
+			var err error
+			switch num {
+			case fTypeName:
+				m.Type.Name, err = str(v)
+			case fPayload:
+				m.Payload = copyBytes(v)
+			case fProperties:
+				err = m.decodeProperty(v)
+			case fIdempotencyKey:
+				var s string
+				s, err = str(v)
+				m.IdempotencyKey = IdempotencyKey(s)
+			case fTraceParent:
+				m.TraceParent, err = str(v)
+			case fTraceState:
+				m.TraceState, err = str(v)
+			case fVChannels, fAppendFirst:
+				var s string
+				if s, err = str(v); num == fVChannels {
+					m.Broadcast.VChannels = append(m.Broadcast.VChannels, VChannel(s))
+				} else {
+					m.Broadcast.AppendFirst = append(m.Broadcast.AppendFirst, VChannel(s))
+				}
+			case fResourceKeys:
+				err = m.decodeResourceKey(v)
+			case fReplicate:
+				if m.Replicate == nil {
+					m.Replicate = &ReplicateHeader{}
+				}
+				err = decodeReplicate(v, m.Replicate)
+			case fGroup:
+				if m.Group == nil {
+					m.Group, groupKind = &GroupHeader{}, 0
+				}
+				err = decodeGroup(v, m.Group, &groupKind)
+			case fCopies:
+				err = m.decodeCopy(v)
+			default:
+				return n, nil
+			}
+			return n, err
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+	if err != nil {
+		return err
+	}
+	if m.Group != nil {
+		if groupKind < int32(GroupBegin) || groupKind > int32(GroupRollback) {
+			return fmt.Errorf("group kind %d", groupKind)
+		}
+		m.Group.Kind = GroupKind(groupKind)
+	}
+	return nil
+}
+
+// decodeProperty reads one entry of the properties map.
+func (m *Message) decodeProperty(b []byte) error {
+	var k, v string
+	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		if typ != protowire.BytesType || (num != 1 && num != 2) {
+			return protowire.ConsumeFieldValue(num, typ, b), nil
+		}
+		raw, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return n, nil
+		}
+		s, err := str(raw)
+		if num == 1 {
+			k = s
+		} else {
+			v = s
+		}
+		return n, err
+	})
+	if err != nil {
+		return err
+	}
+	if m.Properties == nil {
+		m.Properties = map[string]string{}
+	}
+	m.Properties[k] = v
+	return nil
+}
+
+// decodeResourceKey reads one ResourceKey.
+func (m *Message) decodeResourceKey(b []byte) error {
+	var (
+		domain    uint32
+		name      string
+		exclusive bool
+	)
+	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		switch {
+		case typ == protowire.VarintType && (num == 1 || num == 3):
+			v, n := protowire.ConsumeVarint(b)
+			if num == 1 {
+				domain = uint32(v)
+			} else {
+				exclusive = v != 0
+			}
+			return n, nil
+		case typ == protowire.BytesType && num == 2:
+			raw, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n, nil
+			}
+			var err error
+			name, err = str(raw)
+			return n, err
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+	if err != nil {
+		return err
+	}
+	if domain > 0xffff {
+		return fmt.Errorf("resource domain %d", domain)
+	}
+	mode := resource.Shared
+	if exclusive {
+		mode = resource.Exclusive
+	}
+	m.Broadcast.ResourceKeys = append(m.Broadcast.ResourceKeys, resource.Key{Domain: resource.Domain(domain), Name: name, Mode: mode})
+	return nil
+}
+
+func decodeReplicate(b []byte, r *ReplicateHeader) error {
+	return fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		switch {
+		case typ == protowire.BytesType && (num == 1 || num == 2):
+			raw, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n, nil
+			}
+			s, err := str(raw)
+			if num == 1 {
+				r.SourceCluster = s
+			} else {
+				r.SourcePChannel = PChannel(s)
+			}
+			return n, err
+		case typ == protowire.VarintType && (num == 3 || num == 4):
+			v, n := protowire.ConsumeVarint(b)
+			if num == 3 {
+				r.SourceMessageID = v
+			} else {
+				r.SourceTimeTick = v
+			}
+			return n, nil
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+}
+
+func decodeGroup(b []byte, g *GroupHeader, kind *int32) error {
+	return fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		switch {
+		case typ == protowire.VarintType && num >= 1 && num <= 3:
+			v, n := protowire.ConsumeVarint(b)
+			switch num {
+			case 1:
+				g.ID = v
+			case 2:
+				g.Seq = uint32(v)
+			case 3:
+				*kind = int32(v)
+			}
+			return n, nil
+		case typ == protowire.BytesType && num == 4:
+			raw, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n, nil
+			}
+			var err error
+			g.OwnerKey, err = str(raw)
+			return n, err
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+}
+
+// decodeCopy reads one entry of the copies map (a value given twice in
+// one entry merges, as a message does).
+func (m *Message) decodeCopy(b []byte) error {
+	var (
+		k string
+		c CopySpec
+	)
+	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		if typ != protowire.BytesType || (num != 1 && num != 2) {
+			return protowire.ConsumeFieldValue(num, typ, b), nil
+		}
+		raw, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return n, nil
+		}
+		if num == 1 {
+			var err error
+			k, err = str(raw)
+			return n, err
+		}
+		return n, decodeCopySpec(raw, &c)
+	})
+	if err != nil {
+		return err
+	}
+	if m.Broadcast.Copies == nil {
+		m.Broadcast.Copies = map[VChannel]CopySpec{}
+	}
+	m.Broadcast.Copies[VChannel(k)] = c
+	return nil
+}
+
+func decodeCopySpec(b []byte, c *CopySpec) error {
+	return fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		switch {
+		case typ == protowire.BytesType && (num == 1 || num == 2):
+			raw, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n, nil
+			}
+			if num == 2 {
+				c.Payload = copyBytes(raw)
+				return n, nil
+			}
+			var err error
+			c.Role, err = str(raw)
+			return n, err
+		case typ == protowire.VarintType && num == 3:
+			v, n := protowire.ConsumeVarint(b)
+			c.HasPayload = v != 0
+			return n, nil
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+}
+
+// fields calls field with each field's number, wire type and the bytes
+// after its tag; field returns how many bytes its value took (negative: a
+// protowire parse error).
+func fields(b []byte, field func(num protowire.Number, typ protowire.Type, b []byte) (int, error)) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			return errFieldNumber
+		}
+		b = b[n:]
+		n, err := field(num, typ, b)
+		if err != nil {
+			return err
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// str is a string field's value; not UTF-8 is an error.
+func str(v []byte) (string, error) {
+	if !utf8.Valid(v) {
+		return "", errUTF8
+	}
+	return string(v), nil
+}
+
+// copyBytes copies v; nil if it is empty (as proto.Unmarshal leaves an
+// empty proto3 bytes field).
+func copyBytes(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return append([]byte(nil), v...)
+}
