@@ -239,12 +239,15 @@ func (d *driver) request(ev engine.Event) bool {
 // withdraw it send what withdraws it). If the loop has exited it returns
 // ErrClosed.
 func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Event) (engine.Reply, error) {
-	rc := make(chan engine.Reply, 1)
+	rc := replyChans.Get().(chan engine.Reply)
 	if !d.request(mk(rc)) {
+		replyChans.Put(rc) // the core never saw it
 		return engine.Reply{}, d.b.closedErr()
 	}
 	select {
 	case r := <-rc:
+		// The core answers a request once: nothing else is sent on rc.
+		replyChans.Put(rc)
 		return r, nil
 	case <-ctx.Done():
 		select {
@@ -262,6 +265,11 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 		return engine.Reply{}, d.b.closedErr()
 	}
 }
+
+// replyChans are reply channels for call: one goes back only once its
+// request's reply was received (a request abandoned by its caller keeps
+// its channel, which the core may still answer).
+var replyChans = sync.Pool{New: func() any { return make(chan engine.Reply, 1) }}
 
 // waitErr is err (the caller's context ended) saying, when the request
 // waited for a task, which task and what it was waiting for: a caller stuck

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/walcast/walcast/internal/engine"
@@ -106,6 +107,9 @@ func (b *Broadcaster) reused(k message.IdempotencyKey) error {
 // logDuplicate logs a hit with the original's status; the key only as a
 // fingerprint (R7.7, R7.9).
 func (b *Broadcaster) logDuplicate(k message.IdempotencyKey, id uint64, status string) {
+	if !b.log.Enabled(context.Background(), slog.LevelInfo) {
+		return // the fingerprint is a SHA-256: not for a line nobody reads
+	}
 	b.log.Info("duplicate request answered by its original", "key_fp", k.Fingerprint(), "original", id, "original_status", status)
 }
 

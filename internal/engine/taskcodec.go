@@ -110,6 +110,9 @@ func decodeTask(raw []byte, f *taskFields) error {
 			case taskRequestDigest:
 				f.requestDigest = copyBytes(v)
 			case taskCheckpoints:
+				if f.checkpoints == nil {
+					f.checkpoints = make([]checkpointFields, 0, 1+countFields(b[n:], taskCheckpoints))
+				}
 				var c checkpointFields
 				err = decodeCheckpoint(v, &c)
 				f.checkpoints = append(f.checkpoints, c)
@@ -193,6 +196,28 @@ func walkFields(b []byte, field func(num protowire.Number, typ protowire.Type, b
 		b = b[n:]
 	}
 	return nil
+}
+
+// countFields counts the length-delimited fields numbered num in b (up to
+// the first it cannot read): the size of a repeated field, to allocate it
+// once.
+func countFields(b []byte, num protowire.Number) int {
+	c := 0
+	for len(b) > 0 {
+		n2, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(n2, typ, b); n < 0 {
+			break
+		}
+		b = b[n:]
+		if n2 == num && typ == protowire.BytesType {
+			c++
+		}
+	}
+	return c
 }
 
 // copyBytes copies v; nil if it is empty (as proto.Unmarshal leaves an
