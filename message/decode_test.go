@@ -1,6 +1,7 @@
 package message
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -192,4 +193,127 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Add(randomMessage(r))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) { checkDecode(t, "fuzzed message", raw) })
+}
+
+// marshalProto is Marshal through proto.Marshal, as it was before encode:
+// the reference its bytes must equal.
+func marshalProto(m *Message) ([]byte, error) {
+	pb := &durablepb.Message{
+		TypeName:       m.Type.Name,
+		TypeVersion:    m.Type.Version,
+		Payload:        m.Payload,
+		Properties:     m.Properties,
+		IdempotencyKey: string(m.IdempotencyKey),
+		TraceParent:    m.TraceParent,
+		TraceState:     m.TraceState,
+		BroadcastId:    m.Broadcast.ID,
+		AckSyncUp:      m.Broadcast.AckSyncUp,
+	}
+	if n := len(m.Broadcast.VChannels); n > 0 {
+		pb.Vchannels = make([]string, n)
+		for i, v := range m.Broadcast.VChannels {
+			pb.Vchannels[i] = string(v)
+		}
+	}
+	if n := len(m.Broadcast.ResourceKeys); n > 0 {
+		pb.ResourceKeys = make([]*durablepb.ResourceKey, n)
+		for i, k := range m.Broadcast.ResourceKeys {
+			pb.ResourceKeys[i] = &durablepb.ResourceKey{Domain: uint32(k.Domain), Name: k.Name, Exclusive: k.Mode == resource.Exclusive}
+		}
+	}
+	if r := m.Replicate; r != nil {
+		pb.Replicate = &durablepb.ReplicateHeader{SourceCluster: r.SourceCluster, SourcePchannel: string(r.SourcePChannel),
+			SourceMessageId: r.SourceMessageID, SourceTimeTick: r.SourceTimeTick}
+	}
+	if g := m.Group; g != nil {
+		pb.Group = &durablepb.GroupHeader{Id: g.ID, Seq: g.Seq, Kind: durablepb.GroupKind(g.Kind), OwnerKey: g.OwnerKey}
+	}
+	if len(m.Broadcast.Copies) > 0 {
+		pb.Copies = make(map[string]*durablepb.CopySpec, len(m.Broadcast.Copies))
+		for v, c := range m.Broadcast.Copies {
+			pb.Copies[string(v)] = &durablepb.CopySpec{Role: c.Role, Payload: c.Payload, HasPayload: c.HasPayload}
+		}
+	}
+	if n := len(m.Broadcast.AppendFirst); n > 0 {
+		pb.AppendFirst = make([]string, n)
+		for i, v := range m.Broadcast.AppendFirst {
+			pb.AppendFirst[i] = string(v)
+		}
+	}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(pb)
+}
+
+// randomMsg is a random message with every field, empty strings and empty
+// elements included.
+func randomMsg(r *rand.Rand) *Message {
+	maybe := func(s string) string {
+		if r.IntN(3) == 0 {
+			return ""
+		}
+		return s
+	}
+	m := &Message{Type: Type{Name: maybe("CreateCollection"), Version: uint32(r.IntN(3))}, Payload: []byte(maybe("payload")),
+		IdempotencyKey: IdempotencyKey(maybe("c:db:k")), TraceParent: maybe("00-abc-def-01"), TraceState: maybe("x=y")}
+	m.Broadcast.ID = r.Uint64N(1 << 50)
+	m.Broadcast.AckSyncUp = r.IntN(2) == 0
+	for i := range r.IntN(4) {
+		m.Broadcast.VChannels = append(m.Broadcast.VChannels, VChannel(maybe(fmt.Sprintf("wal-%d/v", i))))
+	}
+	for i := range r.IntN(3) {
+		m.Broadcast.ResourceKeys = append(m.Broadcast.ResourceKeys, resource.Key{Domain: resource.Domain(r.IntN(6)), Name: maybe(fmt.Sprint("k", i)),
+			Mode: []resource.Mode{resource.Shared, resource.Exclusive}[r.IntN(2)]})
+	}
+	if r.IntN(2) == 0 {
+		m.Properties = map[string]string{}
+		for i := range r.IntN(4) {
+			m.Properties[maybe(fmt.Sprint("p", i))] = maybe(fmt.Sprint("v", i))
+		}
+	}
+	if r.IntN(2) == 0 {
+		m.Replicate = &ReplicateHeader{SourceCluster: maybe("east"), SourcePChannel: PChannel(maybe("wal-1")), SourceMessageID: r.Uint64N(3), SourceTimeTick: r.Uint64()}
+	}
+	if r.IntN(2) == 0 {
+		m.Group = &GroupHeader{ID: r.Uint64N(3), Seq: uint32(r.IntN(3)), Kind: GroupKind(r.IntN(5)), OwnerKey: maybe("import/7")}
+	}
+	if r.IntN(2) == 0 {
+		m.Broadcast.Copies = map[VChannel]CopySpec{}
+		for i := range r.IntN(4) {
+			m.Broadcast.Copies[VChannel(maybe(fmt.Sprintf("wal-%d/c", i)))] = CopySpec{Role: maybe("fence"), Payload: []byte(maybe("p")), HasPayload: r.IntN(2) == 0}
+		}
+	}
+	for i := range r.IntN(3) {
+		m.Broadcast.AppendFirst = append(m.Broadcast.AppendFirst, VChannel(fmt.Sprintf("wal-%d/v", i)))
+	}
+	return m
+}
+
+// TestMarshalMatchesProto: Marshal writes the bytes of
+// proto.MarshalOptions{Deterministic: true} (stored records and WAL entries
+// keep their bytes and their dedup ids) in a buffer of the exact size, and
+// refuses what it refuses (a string that is not UTF-8).
+func TestMarshalMatchesProto(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for i := range 3000 {
+		m := randomMsg(r)
+		if r.IntN(20) == 0 {
+			m.Broadcast.VChannels = append(m.Broadcast.VChannels, VChannel([]byte{'w', 0xff}))
+		}
+		if r.IntN(40) == 0 {
+			m.Properties = map[string]string{"k": string([]byte{0xc3})}
+		}
+		got, err := Marshal(m)
+		want, werr := marshalProto(m)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("message %d: Marshal error %v, proto.Marshal's %v", i, err, werr)
+		}
+		if err != nil {
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("message %d %+v: Marshal\n%x\nproto.Marshal\n%x", i, m, got, want)
+		}
+		if cap(got) != len(got) {
+			t.Fatalf("message %d: %d bytes in a buffer of %d", i, len(got), cap(got))
+		}
+	}
 }

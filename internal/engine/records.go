@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/internal/durablepb"
 	"github.com/walcast/walcast/message"
@@ -52,35 +51,7 @@ func EncodeRecord(s *RecordSpec) (record, msg []byte, err error) {
 			return nil, nil, fmt.Errorf("encode broadcast %d: %w", s.ID, err)
 		}
 	}
-	pb := &durablepb.Task{
-		Message:         msg,
-		State:           stateToPB(s.State),
-		CreatedUnixNano: s.Created.UnixNano(),
-		PayloadDigest:   s.PayloadDigest,
-		RequestDigest:   s.RequestDigest,
-	}
-	if !s.Completed.IsZero() {
-		pb.CompletedUnixNano = s.Completed.UnixNano()
-	}
-	if s.Acked != nil {
-		pb.Checkpoints = make([]*durablepb.Checkpoint, len(s.Acked))
-		for i, a := range s.Acked {
-			cp := &durablepb.Checkpoint{}
-			if a {
-				cp = checkpointPB(s.Checkpoints[i])
-				if i < len(s.Extras) {
-					cp.Extra = s.Extras[i]
-				}
-			}
-			pb.Checkpoints[i] = cp
-		}
-	}
-	if o := s.Outcome; o != nil {
-		pb.Outcome = &durablepb.Outcome{Status: durablepb.OutcomeStatus(o.Status), Detail: o.Detail, Data: o.Data}
-	}
-	pb.HoldsKeys = s.HoldsKeys
-	record, err = proto.MarshalOptions{Deterministic: true}.Marshal(pb)
-	return record, msg, err
+	return encodeTask(s, msg), msg, nil
 }
 
 // Record is a decoded task record.
@@ -230,21 +201,7 @@ func stateFromPB(s durablepb.TaskState) State {
 	return 0
 }
 
-// checkpointPB encodes an acked checkpoint. The WAL's positions make time
-// tick and last-confirmed id equal to the message id; those are left out
-// (0) to keep tombstones small, and checkpointOf restores them. No acked
-// copy has a zero time tick, so the encoding is unambiguous.
-func checkpointPB(c wal.Checkpoint) *durablepb.Checkpoint {
-	pb := &durablepb.Checkpoint{Acked: true, MessageId: c.MessageID, TimeTick: c.TimeTick, LastConfirmed: c.LastConfirmed}
-	if pb.TimeTick == pb.MessageId {
-		pb.TimeTick = 0
-	}
-	if pb.LastConfirmed == pb.MessageId {
-		pb.LastConfirmed = 0
-	}
-	return pb
-}
-
+// checkpointOf restores what checkpointFieldsOf left out.
 func checkpointOf(messageID, timeTick, lastConfirmed uint64) wal.Checkpoint {
 	c := wal.Checkpoint{MessageID: messageID, TimeTick: timeTick, LastConfirmed: lastConfirmed}
 	if c.TimeTick == 0 {
