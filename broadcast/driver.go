@@ -69,9 +69,9 @@ func newDriver(b *Broadcaster, core *engine.Core) *driver {
 	d := &driver{b: b, core: core, clock: b.cfg.Clock, events: make(chan engine.Event, 1024), wake: make(chan struct{}, 1),
 		stopc: make(chan error, 1), done: make(chan struct{}), cbCancels: make(map[uint64]context.CancelFunc)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
-	d.commits = newPool(&d.workers, 256)
-	d.appends = newPool(&d.workers, b.cfg.appendConcurrency())
-	d.cb = newPool(&d.workers, b.cfg.CallbackConcurrency)
+	d.commits = newPool(&d.workers, 256, d.run)
+	d.appends = newPool(&d.workers, b.cfg.appendConcurrency(), d.run)
+	d.cb = newPool(&d.workers, b.cfg.CallbackConcurrency, d.run)
 	return d
 }
 
@@ -333,10 +333,11 @@ func (d *driver) result(ev engine.Event) {
 	}
 }
 
-// perform carries out the core's actions.
+// perform carries out the core's actions: I/O goes to the pools as jobs
+// (the action as the core boxed it: nothing is allocated to hand it over).
 func (d *driver) perform(acts []engine.Action) {
-	for _, a := range acts {
-		switch a := a.(type) {
+	for _, act := range acts {
+		switch a := act.(type) {
 		case engine.Reply:
 			select {
 			case a.To.(chan engine.Reply) <- a:
@@ -344,15 +345,15 @@ func (d *driver) perform(acts []engine.Action) {
 				d.b.log.Error("engine bug: a second reply to one request", "reply", fmt.Sprintf("%+v", a))
 			}
 		case engine.Write:
-			d.commits.submit(func() { d.write(a) })
+			d.commits.submit(job{act: act})
 		case engine.Append:
-			d.appends.submit(func() { d.append(a) })
+			d.appends.submit(job{act: act})
 		case engine.Callback:
 			ctx, cancel := context.WithCancel(d.ctx)
 			d.cbMu.Lock()
 			d.cbCancels[a.Task] = cancel
 			d.cbMu.Unlock()
-			d.cb.submit(func() { d.callback(ctx, cancel, a) })
+			d.cb.submit(job{act: act, ctx: ctx, cancel: cancel})
 		case engine.CancelCallback:
 			d.cbMu.Lock()
 			if cancel := d.cbCancels[a.Task]; cancel != nil {
@@ -360,9 +361,9 @@ func (d *driver) perform(acts []engine.Action) {
 			}
 			d.cbMu.Unlock()
 		case engine.AckOnce:
-			d.cb.submit(func() { d.ackOnce(a) })
+			d.cb.submit(job{act: act})
 		case engine.Scan:
-			d.commits.submit(func() { d.scan(a) })
+			d.commits.submit(job{act: act})
 		case engine.RoleChanged:
 			d.b.setRole(a.Role, a.Config)
 		case engine.Fenced:
@@ -370,6 +371,29 @@ func (d *driver) perform(acts []engine.Action) {
 		default:
 			panic(fmt.Sprintf("broadcast: unknown action %T", a))
 		}
+	}
+}
+
+// job is an action for a pool's worker; a callback's with its context.
+type job struct {
+	act    engine.Action
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// run performs a job on a pool's worker.
+func (d *driver) run(j job) {
+	switch a := j.act.(type) {
+	case engine.Write:
+		d.write(a)
+	case engine.Append:
+		d.append(a)
+	case engine.Callback:
+		d.callback(j.ctx, j.cancel, a)
+	case engine.AckOnce:
+		d.ackOnce(a)
+	case engine.Scan:
+		d.scan(a)
 	}
 }
 
@@ -456,7 +480,7 @@ func (d *driver) scan(s engine.Scan) {
 	d.result(engine.Scanned{ID: s.ID, Found: found, Err: err})
 }
 
-// pool runs functions on at most max goroutines, started on demand; up to
+// pool runs jobs (with run) on at most max goroutines, started on demand; up to
 // keepIdle of them stay parked when idle (so that an uncontended broadcast
 // does not start a goroutine per write, append and callback), the others
 // end. submit never blocks; close lets the parked ones end once the queue
@@ -465,7 +489,8 @@ type pool struct {
 	wg      *sync.WaitGroup
 	mu      sync.Mutex
 	wake    *sync.Cond
-	queue   []func()
+	run     func(job)
+	queue   []job
 	head    int // queue[head:] waits
 	running int
 	idle    int // parked workers not yet woken
@@ -476,15 +501,15 @@ type pool struct {
 // keepIdle is how many idle workers a pool keeps parked.
 const keepIdle = 4
 
-func newPool(wg *sync.WaitGroup, max int) *pool {
-	p := &pool{wg: wg, max: max}
+func newPool(wg *sync.WaitGroup, max int, run func(job)) *pool {
+	p := &pool{wg: wg, max: max, run: run}
 	p.wake = sync.NewCond(&p.mu)
 	return p
 }
 
-func (p *pool) submit(fn func()) {
+func (p *pool) submit(j job) {
 	p.mu.Lock()
-	p.queue = append(p.queue, fn)
+	p.queue = append(p.queue, j)
 	switch {
 	case p.idle > 0:
 		p.idle-- // this worker is spoken for
@@ -514,14 +539,14 @@ func (p *pool) work() {
 			p.wake.Wait() // submit or close took this worker off idle
 			continue
 		}
-		fn := p.queue[p.head]
-		p.queue[p.head] = nil
+		j := p.queue[p.head]
+		p.queue[p.head] = job{}
 		p.head++
 		if p.head == len(p.queue) {
 			p.queue, p.head = p.queue[:0], 0
 		}
 		p.mu.Unlock()
-		fn()
+		p.run(j)
 		p.mu.Lock()
 	}
 }
