@@ -91,15 +91,18 @@
 //     start on demand and exit when idle; Close cancels their I/O and waits
 //     for them.
 //   - An API call sends its request to the loop with a reply channel and
-//     waits for the reply, its context or the broadcaster's end. When the
-//     core is free and no event waits for the loop, the caller steps the
-//     core with its request itself (a TryLock of the driver's mutex): if
+//     waits for the reply, its context or the broadcaster's end. For a
+//     request usually answered without I/O (a key's original, a lock, a
+//     handle's close, a look at the core), when the core is free and no
+//     event waits for the loop, the caller steps the core with its request
+//     itself (a TryLock of the driver's mutex): if
 //     the step only answers callers (a duplicate found in the index, a
 //     lock granted at once), the caller delivers the answers and no
 //     goroutine handoff happens; anything else the step asked for is left
-//     for the loop to perform with its batch. The loop holds the same
-//     mutex while it steps and performs, so under load requests go to the
-//     loop and keep being batched. What a
+//     for the loop to perform with its batch. A Submit always goes to the
+//     loop, whose batches of drained requests share catalog commits; the
+//     loop holds the mutex while it steps and performs, so under load
+//     requests go to it and keep being batched. What a
 //     caller can do alone it does in its own goroutine: validating, stamping
 //     and encoding its message, decoding a tombstone it got as an original.
 //     A call whose context ends withdraws what it holds (a lock wait, an

@@ -228,10 +228,25 @@ func (d *driver) send(ev engine.Event) bool {
 	}
 }
 
-// request delivers a caller's request: stepped at once by tryStep, or
+// request delivers a caller's request: stepped at once by tryStep if it is
+// one that is usually answered without I/O, else (or if tryStep cannot)
 // sent to the loop; false if the loop has exited.
 func (d *driver) request(ev engine.Event) bool {
-	return d.tryStep(ev) || d.send(ev)
+	return answersAtOnce(ev) && d.tryStep(ev) || d.send(ev)
+}
+
+// answersAtOnce reports whether ev is a request the core usually answers
+// without I/O: a key's original, a lock granted, a handle closed, a look
+// at the core. A Submit (and an operator's action) always asks for a
+// catalog write: it goes to the loop, which batches the writes of the
+// requests it drains (group commit), so a caller stepping it would only
+// split the batches.
+func answersAtOnce(ev engine.Event) bool {
+	switch ev.(type) {
+	case engine.Resolve, engine.Lock, engine.Close, engine.Inspect, engine.Wait, engine.WaitAcked:
+		return true
+	}
+	return false
 }
 
 // call sends a request and waits for its reply. If ctx ends first it
