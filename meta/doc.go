@@ -65,7 +65,11 @@
 // service's own Broadcast returned, or the task is a tombstone that
 // succeeded) or while its task is live; one whose broadcast was force-
 // completed (its effects not written) or is forgotten is read from the
-// catalog. A new leadership term (a restart, a leader change) rebuilds the
+// catalog. The view only lets requests go on: a request it would refuse
+// (the name taken, the database missing or replaced) is checked against
+// the catalog, whose answer it gets, so every refusal is the catalog's (a
+// deposed leader that has not noticed yet refuses nothing from what it
+// missed; what it accepts, its fenced catalog refuses). A new leadership term (a restart, a leader change) rebuilds the
 // view before its first request uses it: both indexes are read from the
 // catalog, and the changes staged by tasks still live in the new term are
 // kept over them. The view costs about 100 bytes per name.

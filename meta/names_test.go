@@ -127,3 +127,32 @@ func TestR10_2_NamesRebuildKeepsChangesOfLiveTasks(t *testing.T) {
 	_, err := c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "coll"})
 	wantCode(t, err, connect.CodeAlreadyExists)
 }
+
+// TestR10_2_NamesViewRefusalsAreTheCatalogs checks that the names view
+// only lets requests go on: a view that wrongly says a name is taken, or a
+// database is missing (as a deposed leader's could), refuses nothing the
+// catalog accepts, since a refusal is read from the catalog.
+func TestR10_2_NamesViewRefusalsAreTheCatalogs(t *testing.T) {
+	e := startEnv(t)
+	ctx := ctxT(t)
+	c := e.c
+	db := must[*walcastv1.CreateDatabaseResponse](t)(c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "db"}))
+	n, by := e.app.names, db.Result.BroadcastId // a tombstone that succeeded: its changes are trusted
+	n.stage(by, nameChange{collNameKey(db.Database.Id, "taken"), 900001})
+	got := must[*walcastv1.CreateCollectionResponse](t)(c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "taken"}))
+	if got.Collection.Id == 900001 || got.Result.Duplicated {
+		t.Fatalf("created %v", got)
+	}
+	_, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A database the view wrongly says is missing.
+	n.stage(by, nameChange{dbNameKey("other"), 0})
+	must[*walcastv1.CreateCollectionResponse](t)(c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "other", Name: "c"}))
+	// Real refusals stay refusals.
+	_, err = c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "taken"})
+	wantCode(t, err, connect.CodeAlreadyExists)
+	_, err = c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "nodb", Name: "c"})
+	wantCode(t, err, connect.CodeNotFound)
+}

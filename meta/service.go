@@ -264,17 +264,30 @@ func checkKey(clientKey string) error {
 	return nil
 }
 
-// nameID returns the id a name index key maps to on b, as a read of b's
-// committed metadata (r) would: from the names view if the service has one.
-func (s *Service) nameID(ctx context.Context, b *broadcast.Broadcaster, r reader, key string) (uint64, bool, error) {
-	if s.names == nil {
-		return r.getID(ctx, key)
+// nameID returns the id a name index key maps to on b (ok false: none),
+// as a read of b's committed metadata (r) would: from the names view if
+// the service has one. The view's answer is trusted when it lets the
+// request go on (proceeds); one that would refuse or resolve again is
+// read from the catalog instead, so that every refusal is the catalog's, as
+// without the view: a deposed leader that has not noticed yet refuses
+// nothing from what it missed. The catalog's answer is not kept in the
+// view, which may be ahead of it (a change staged whose TOMBSTONE is under
+// way).
+func (s *Service) nameID(ctx context.Context, b *broadcast.Broadcaster, r reader, key string, proceeds func(id uint64, ok bool) bool) (uint64, bool, error) {
+	if s.names != nil {
+		if err := s.names.use(ctx, b, r); err != nil {
+			return 0, false, err
+		}
+		id, ok, err := s.names.lookup(ctx, b, r, key)
+		if err != nil || proceeds(id, ok) {
+			return id, ok, err
+		}
 	}
-	if err := s.names.use(ctx, b, r); err != nil {
-		return 0, false, err
-	}
-	return s.names.lookup(ctx, b, r, key)
+	return r.getID(ctx, key)
 }
+
+// free is nameID's proceeds for a name that must be free.
+func free(_ uint64, ok bool) bool { return !ok }
 
 // settle tells the names view that the service's own broadcast res, whose
 // callback staged keys, has ended (its TOMBSTONE is durable).
@@ -284,9 +297,10 @@ func (s *Service) settle(res *broadcast.Result, keys ...string) {
 	}
 }
 
-// dbID is resolveDB through nameID.
-func (s *Service) dbID(ctx context.Context, b *broadcast.Broadcaster, r reader, name string) (uint64, error) {
-	id, ok, err := s.nameID(ctx, b, r, dbNameKey(name))
+// dbID is resolveDB through nameID; want, if not 0, is the id the request
+// resolved before (a different one is a refusal too).
+func (s *Service) dbID(ctx context.Context, b *broadcast.Broadcaster, r reader, name string, want uint64) (uint64, error) {
+	id, ok, err := s.nameID(ctx, b, r, dbNameKey(name), func(id uint64, ok bool) bool { return ok && (want == 0 || id == want) })
 	if err != nil {
 		return 0, err
 	}
@@ -360,7 +374,7 @@ func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatab
 	d := ddl{typ: TypeCreateDatabase, key: message.ClusterKey(ck), digest: digest(TypeCreateDatabase, name),
 		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
 	res, p, err := runDDL(ctx, s, b, d, func(p *createDatabasePayload) ([]message.VChannel, error) {
-		if _, ok, err := s.nameID(ctx, b, r, dbNameKey(name)); err != nil {
+		if _, ok, err := s.nameID(ctx, b, r, dbNameKey(name), free); err != nil {
 			return nil, err
 		} else if ok {
 			return nil, errorf(ErrDatabaseExists, "%s", name)
@@ -470,21 +484,22 @@ func (s *Service) CreateCollection(ctx context.Context, req *walcastv1.CreateCol
 		return nil, err
 	}
 	var out *walcastv1.CreateCollectionResponse
-	// The names are resolved from the names view: under the keys, it holds
-	// every DDL that ended before.
+	// The names are resolved from the names view (under the keys, it holds
+	// every DDL that ended before); a refusal is read from the catalog
+	// (nameID).
 	err = resolving(func() error {
-		dbID, err := s.dbID(ctx, b, r, db)
+		dbID, err := s.dbID(ctx, b, r, db, 0)
 		if err != nil {
 			return err
 		}
 		d := ddl{typ: TypeCreateCollection, key: message.DatabaseKey(dbID, ck), digest: params, keys: collKeys(db, name)}
 		res, p, err := runDDL(ctx, s, b, d, func(p *createCollectionPayload) ([]message.VChannel, error) {
-			if id, err := s.dbID(ctx, b, r, db); err != nil {
+			if id, err := s.dbID(ctx, b, r, db, dbID); err != nil {
 				return nil, err
 			} else if id != dbID {
 				return nil, errResolveAgain
 			}
-			if _, ok, err := s.nameID(ctx, b, r, collNameKey(dbID, name)); err != nil {
+			if _, ok, err := s.nameID(ctx, b, r, collNameKey(dbID, name), free); err != nil {
 				return nil, err
 			} else if ok {
 				return nil, errorf(ErrCollectionExists, "%s.%s", db, name)
