@@ -46,6 +46,10 @@ type names struct {
 	mu  sync.Mutex
 	seq uint64                // the last change's number; protected by mu
 	m   map[string]*nameEntry // by catalog key; protected by mu
+	// rebuilding is set while use reads the catalog: entries are not
+	// removed then (a free name is kept as an entry), since use keeps the
+	// entries changed meanwhile over what it read. Protected by mu.
+	rebuilding bool
 }
 
 // nameEntry is what the view knows of one name's key; entries are
@@ -91,9 +95,19 @@ func (n *names) settle(task uint64, o broadcast.Outcome, keys ...string) {
 	defer n.mu.Unlock()
 	for _, k := range keys {
 		if e := n.m[k]; e != nil && e.by == task && !e.settled && !e.unknown {
-			n.m[k] = e.settledAs(o)
+			n.set(k, e.settledAs(o))
 		}
 	}
+}
+
+// set sets key's entry; a settled free name (a drop or rename that
+// succeeded) has none, unless the view is being rebuilt. n.mu is held.
+func (n *names) set(key string, e *nameEntry) {
+	if e.id == 0 && e.settled && !n.rebuilding {
+		delete(n.m, key)
+		return
+	}
+	n.m[key] = e
 }
 
 // settledAs is e once its broadcast ended with outcome o.
@@ -126,6 +140,7 @@ func (n *names) use(ctx context.Context, b *broadcast.Broadcaster, r reader) err
 	}
 	n.mu.Lock()
 	upTo := n.seq
+	n.rebuilding = true
 	staged := make(map[uint64]bool)
 	for _, e := range n.m {
 		if e.by != 0 && !e.settled {
@@ -138,6 +153,7 @@ func (n *names) use(ctx context.Context, b *broadcast.Broadcaster, r reader) err
 	if len(staged) > 0 {
 		live, err := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
 		if err != nil {
+			n.rebuilt()
 			return fmt.Errorf("%w: list the live tasks: %w", ErrUnavailable, err)
 		}
 		for _, ti := range live {
@@ -157,11 +173,13 @@ func (n *names) use(ctx context.Context, b *broadcast.Broadcaster, r reader) err
 			return nil
 		})
 		if err != nil {
+			n.rebuilt()
 			return listErr(prefix, err)
 		}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.rebuilding = false
 	for k, e := range n.m {
 		// Staged while reading, or by a task whose TOMBSTONE may not have
 		// been durable when read.
@@ -172,6 +190,13 @@ func (n *names) use(ctx context.Context, b *broadcast.Broadcaster, r reader) err
 	n.m = read
 	n.term.Store(b)
 	return nil
+}
+
+// rebuilt ends a rebuild that failed.
+func (n *names) rebuilt() {
+	n.mu.Lock()
+	n.rebuilding = false
+	n.mu.Unlock()
 }
 
 // lookup returns the id key maps to on b (ok false: none), as a read of
@@ -210,24 +235,15 @@ func (n *names) readThrough(ctx context.Context, r reader, key string, e *nameEn
 	if err != nil {
 		return 0, false, err
 	}
-	read := &nameEntry{id: id, seq: e.seq}
-	if !ok {
-		read = nil
-	}
-	n.replace(key, e, read)
+	n.replace(key, e, &nameEntry{id: id, settled: true, seq: e.seq})
 	return id, ok, nil
 }
 
-// replace sets key's entry to to (nil: free) if it is still from.
+// replace sets key's entry to to if it is still from.
 func (n *names) replace(key string, from, to *nameEntry) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.m[key] != from {
-		return
+	if n.m[key] == from {
+		n.set(key, to)
 	}
-	if to == nil {
-		delete(n.m, key)
-		return
-	}
-	n.m[key] = to
 }

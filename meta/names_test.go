@@ -14,9 +14,9 @@ import (
 // TestR10_2_NamesResolvedAfterRestart checks that the names view a
 // restarted process builds from the catalog gives the answers the catalog
 // gives: an existing collection or database is refused as existing, a
-// dropped collection's name is free, an unknown database is not found; and
-// that CreateCollection resolved its names from the view (no catalog read:
-// the view is the leader's and holds them).
+// dropped collection's name is free (and leaves no entry in the view), an
+// unknown database is not found; and that the view is the leader's after a
+// CreateCollection.
 func TestR10_2_NamesResolvedAfterRestart(t *testing.T) {
 	e := startEnv(t)
 	ctx := ctxT(t)
@@ -26,6 +26,14 @@ func TestR10_2_NamesResolvedAfterRestart(t *testing.T) {
 		must[*walcastv1.CreateCollectionResponse](t)(c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: n}))
 	}
 	must[*walcastv1.DropCollectionResponse](t)(c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: "dropped"}))
+	// A name freed by a drop that succeeded leaves no entry behind.
+	e.app.names.mu.Lock()
+	_, kept := e.app.names.m[collNameKey(db.Id, "dropped")]
+	size := len(e.app.names.m)
+	e.app.names.mu.Unlock()
+	if kept || size != 2 {
+		t.Fatalf("after the drop the view holds %d names, the dropped one: %t; want the database and kept", size, kept)
+	}
 
 	e.stop()
 	e.start(e.mc) // same data directory: a new process, a new view
