@@ -18,8 +18,14 @@ var benchTargets = []message.VChannel{vch(0, "v"), vch(1, "v"), vch(2, "v"), vch
 
 // BenchmarkBroadcast is one uncontended broadcast at a time on the in-memory
 // backends: the engine's own cost.
-func BenchmarkBroadcast(b *testing.B) {
-	e := newEnv(b)
+func BenchmarkBroadcast(b *testing.B) { benchBroadcast(b, newEnv(b)) }
+
+// BenchmarkBroadcastOneLane is BenchmarkBroadcast with the pchannels folded
+// into one WAL lane, the server's default (wal.lanes: 1): one entry per
+// broadcast holds its copies for every pchannel.
+func BenchmarkBroadcastOneLane(b *testing.B) { benchBroadcast(b, newEnvLanes(b, 1)) }
+
+func benchBroadcast(b *testing.B, e *env) {
 	bc := e.open()
 	ctx := context.Background()
 	m, _ := message.NewBroadcast(typPlain, []byte("payload"), benchTargets)
@@ -35,8 +41,13 @@ func BenchmarkBroadcast(b *testing.B) {
 
 // BenchmarkBroadcastParallel runs 64 goroutines of non-conflicting
 // broadcasts through a group-commit catalog.
-func BenchmarkBroadcastParallel(b *testing.B) {
-	e := newEnv(b)
+func BenchmarkBroadcastParallel(b *testing.B) { benchBroadcastParallel(b, newEnv(b)) }
+
+// BenchmarkBroadcastParallelOneLane is BenchmarkBroadcastParallel with the
+// server's default of one WAL lane.
+func BenchmarkBroadcastParallelOneLane(b *testing.B) { benchBroadcastParallel(b, newEnvLanes(b, 1)) }
+
+func benchBroadcastParallel(b *testing.B, e *env) {
 	var g *catalog.Group
 	bc := e.open(func(c *broadcast.Config) {
 		g = catalog.NewGroup(c.Catalog, 0)

@@ -349,3 +349,63 @@ func copyBytes(v []byte) []byte {
 	}
 	return append([]byte(nil), v...)
 }
+
+// Identity is what names a stored broadcast without its payload and
+// targets: its type, its idempotency key and, in a group, the ownership it
+// belongs to (the engine's collector needs no more of a tombstone).
+type Identity struct {
+	Type           Type
+	IdempotencyKey IdempotencyKey
+	// OwnerKey is the group's owner key; empty outside a group or in a
+	// transaction.
+	OwnerKey string
+}
+
+// DecodeIdentity reads only the identity of an encoded message: the same
+// values Unmarshal gives those fields, without decoding the rest (which is
+// still walked, so bytes Unmarshal refuses for their framing are refused
+// here too).
+func DecodeIdentity(b []byte) (Identity, error) {
+	var id Identity
+	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		switch {
+		case typ == protowire.VarintType && num == fTypeVersion:
+			v, n := protowire.ConsumeVarint(b)
+			id.Type.Version = uint32(v)
+			return n, nil
+		case typ == protowire.BytesType && (num == fTypeName || num == fIdempotencyKey || num == fGroup):
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n, nil
+			}
+			var err error
+			switch num {
+			case fTypeName:
+				id.Type.Name, err = str(v)
+			case fIdempotencyKey:
+				var s string
+				s, err = str(v)
+				id.IdempotencyKey = IdempotencyKey(s)
+			case fGroup:
+				err = fields(v, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+					if typ != protowire.BytesType || num != 4 {
+						return protowire.ConsumeFieldValue(num, typ, b), nil
+					}
+					raw, n := protowire.ConsumeBytes(b)
+					if n < 0 {
+						return n, nil
+					}
+					var err error
+					id.OwnerKey, err = str(raw)
+					return n, err
+				})
+			}
+			return n, err
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return id, nil
+}

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
 
@@ -359,4 +360,23 @@ func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
 		return b
 	}
 	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+// recordIdentity reads the identity of a task record's message (its type,
+// key and owner key) without decoding the record or the rest of the
+// message: what the collector needs of a tombstone it deletes.
+func recordIdentity(raw []byte) (message.Identity, error) {
+	var msg []byte
+	err := walkFields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		if num == taskMessage && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			msg = v
+			return n, nil
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+	if err != nil {
+		return message.Identity{}, err
+	}
+	return message.DecodeIdentity(msg)
 }

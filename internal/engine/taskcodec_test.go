@@ -291,3 +291,35 @@ func TestEncodeTaskMatchesProto(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordIdentityMatchesDecodeRecord: the collector's identity of a
+// record is what DecodeRecord gives those fields, for random records, cut
+// and corrupted ones (wherever DecodeRecord reads the record).
+func TestRecordIdentityMatchesDecodeRecord(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for i := range 3000 {
+		raw := randomRecord(r)
+		if r.IntN(2) == 0 {
+			raw = raw[:r.IntN(len(raw))]
+		}
+		if r.IntN(3) == 0 && len(raw) > 0 {
+			raw = append([]byte(nil), raw...)
+			raw[r.IntN(len(raw))] ^= byte(1 + r.IntN(255))
+		}
+		rec, err := DecodeRecord(raw)
+		if err != nil {
+			continue
+		}
+		id, err := recordIdentity(raw)
+		if err != nil {
+			t.Fatalf("record %d: DecodeRecord reads it, recordIdentity: %v", i, err)
+		}
+		want := message.Identity{Type: rec.Msg.Type, IdempotencyKey: rec.Msg.IdempotencyKey}
+		if rec.Msg.Group != nil {
+			want.OwnerKey = rec.Msg.Group.OwnerKey
+		}
+		if id != want {
+			t.Fatalf("record %d: recordIdentity %+v, DecodeRecord %+v", i, id, want)
+		}
+	}
+}

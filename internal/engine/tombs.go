@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/message"
 )
 
 // tomb is a finished task kept for deduplication (§6, §7). Only its record
@@ -217,7 +218,9 @@ type victim struct {
 	cl    *tombClass
 	tb    tomb
 	early bool
-	rec   *Record
+	// id is the tombstone's identity (ok: it decoded).
+	id message.Identity
+	ok bool
 }
 
 // runGC deletes tombstones that are due; unless all is set, count-evictions
@@ -259,8 +262,8 @@ func (c *Core) runGC(all bool) {
 			}
 			for _, x := range cl.order[i : i+n] {
 				v := victim{cl: cl, tb: x, early: !byAge}
-				if rec, err := DecodeRecord(rawBytes(x.raw)); err == nil {
-					v.rec = rec
+				if id, err := recordIdentity(rawBytes(x.raw)); err == nil {
+					v.id, v.ok = id, true
 				}
 				victims = append(victims, v)
 			}
@@ -296,8 +299,8 @@ func (c *Core) runGC(all bool) {
 	c.gc.writing = true
 	if c.cfg.Mutation == "retire-before-delete" {
 		for _, v := range victims {
-			if v.rec != nil {
-				if sc := ScopeOf(v.rec.Msg.Type, v.rec.Msg.IdempotencyKey); c.index[sc] == v.tb.id {
+			if v.ok {
+				if sc := ScopeOf(v.id.Type, v.id.IdempotencyKey); c.index[sc] == v.tb.id {
 					delete(c.index, sc)
 				}
 			}
@@ -343,14 +346,14 @@ func (c *Core) forget(vs []victim) {
 			per[v.cl] = cn
 		}
 		c.tombs.dropOldest(v.cl, 1)
-		if v.rec != nil {
-			if sc := ScopeOf(v.rec.Msg.Type, v.rec.Msg.IdempotencyKey); sc != (Scope{}) && c.index[sc] == v.tb.id {
+		if v.ok {
+			if sc := ScopeOf(v.id.Type, v.id.IdempotencyKey); sc != (Scope{}) && c.index[sc] == v.tb.id {
 				delete(c.index, sc)
 			}
-			if g := v.rec.Msg.Group; g != nil && g.OwnerKey != "" && c.endedOwners[g.OwnerKey] == v.tb.id {
-				delete(c.endedOwners, g.OwnerKey)
+			if k := v.id.OwnerKey; k != "" && c.endedOwners[k] == v.tb.id {
+				delete(c.endedOwners, k)
 			}
-			c.obs.TaskState(v.rec.Msg.Type, Tombstone, 0)
+			c.obs.TaskState(v.id.Type, Tombstone, 0)
 		}
 		cn.n++
 		if v.early {
