@@ -59,40 +59,56 @@ func (q *keyQueue) end() uint64          { return q.base + uint64(len(q.claims))
 
 type scheduler struct {
 	queues map[claimKey]*keyQueue
-	claims map[*task][]*claim
+	// free are emptied queues kept for new keys (their claims slices
+	// reused): most broadcasts hold a key no other holds.
+	free []*keyQueue
 }
+
+// keepFree is how many emptied queues the scheduler keeps.
+const keepFree = 64
 
 func (s *scheduler) init() {
 	s.queues = make(map[claimKey]*keyQueue)
-	s.claims = make(map[*task][]*claim)
 }
 
 // enroll adds t at the end of the order.
 func (s *scheduler) enroll(t *task) {
 	t.enrolled = true
-	cs := make([]*claim, 0, len(t.keys))
-	for _, k := range t.keys {
+	t.claims = make([]claim, len(t.keys))
+	for i, k := range t.keys {
 		ck := claimKey{k.Domain, k.Name}
 		q := s.queues[ck]
 		if q == nil {
-			q = &keyQueue{key: ck, firstExcl: none}
+			q = s.newQueue(ck)
 			s.queues[ck] = q
 		}
-		cl := &claim{t: t, q: q, excl: k.Mode == resource.Exclusive, pos: q.end()}
+		cl := &t.claims[i]
+		*cl = claim{t: t, q: q, excl: k.Mode == resource.Exclusive, pos: q.end()}
 		q.claims = append(q.claims, cl)
 		if cl.excl && q.firstExcl == none {
 			q.firstExcl = cl.pos
 		}
-		cs = append(cs, cl)
 	}
-	s.claims[t] = cs
+}
+
+// newQueue returns an empty queue for key k, a kept one if there is one.
+func (s *scheduler) newQueue(k claimKey) *keyQueue {
+	if n := len(s.free); n > 0 {
+		q := s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+		*q = keyQueue{key: k, claims: q.claims[:0], firstExcl: none}
+		return q
+	}
+	return &keyQueue{key: k, firstExcl: none}
 }
 
 // blocked reports whether an earlier unfinished task conflicts with t: on
 // some key, an exclusive claim of t is not the first pending one, or a
 // shared claim of t is behind a pending exclusive one.
 func (s *scheduler) blocked(t *task) bool {
-	for _, cl := range s.claims[t] {
+	for i := range t.claims {
+		cl := &t.claims[i]
 		q := cl.q
 		if cl.excl && q.claims[q.head] != cl || !cl.excl && q.firstExcl < cl.pos {
 			return true
@@ -105,7 +121,8 @@ func (s *scheduler) blocked(t *task) bool {
 // have been waiting for it.
 func (s *scheduler) remove(t *task) []*task {
 	var next []*task
-	for _, cl := range s.claims[t] {
+	for i := range t.claims {
+		cl := &t.claims[i]
 		cl.gone = true
 		q := cl.q
 		for q.head < len(q.claims) && q.claims[q.head].gone {
@@ -123,6 +140,10 @@ func (s *scheduler) remove(t *task) []*task {
 		}
 		if q.head == len(q.claims) {
 			delete(s.queues, q.key)
+			if len(s.free) < keepFree && cap(q.claims) <= 64 {
+				clear(q.claims)
+				s.free = append(s.free, q)
+			}
 			continue
 		}
 		if q.head > 64 && q.head > len(q.claims)/2 {
@@ -145,7 +166,7 @@ func (s *scheduler) remove(t *task) []*task {
 			next = append(next, head.t)
 		}
 	}
-	delete(s.claims, t)
+	t.claims = nil
 	t.enrolled = false
 	return next
 }

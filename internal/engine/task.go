@@ -40,8 +40,10 @@ type task struct {
 	// replicated tasks); its caller waits in waiters too.
 	copies []copyState
 	nacked int // acked copies; only grows
-	// enrolled says the task is in the callback order (sched).
+	// enrolled says the task is in the callback order (sched); claims
+	// are its places there, one per key.
 	enrolled bool
+	claims   []claim
 
 	// write is the task's catalog write in flight or waiting to be retried:
 	// at most one at a time, so that no REPLICATED record can land after a
