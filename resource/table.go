@@ -77,11 +77,13 @@ type waiting struct {
 // Request is one multi-key acquisition in a Table. Create it with
 // NewRequest; it is used once.
 type Request struct {
-	// Ref is the caller's: the table never reads it. Locker keeps its Guard
-	// there; the engine its handle or task.
+	// Ref is the caller's: the table reads it only to label the request
+	// when Owner is empty and Ref is an OwnerLabeler. Locker keeps its
+	// Guard there; the engine its handle or task.
 	Ref any
-	// Owner labels the request in Snapshot ("broadcast 42"); "" shows as
-	// "guard #<n>".
+	// Owner labels the request in Snapshot and conflict errors
+	// ("broadcast 42"); if empty, an OwnerLabeler Ref labels it, else it
+	// shows as "guard #<n>".
 	Owner string
 
 	id uint64
@@ -427,10 +429,20 @@ func (e *entry) describeHolders() string {
 	return strings.Join(parts, ", ")
 }
 
-// label is the owner, or "guard #<id>" if none was set.
+// OwnerLabeler is a Request's Ref that names its owner when the table
+// describes the request (Snapshot, a conflict), so that a label is built
+// only when someone reads it, not for every request.
+type OwnerLabeler interface {
+	LockOwner() string
+}
+
+// label is the owner, the Ref's label, or "guard #<id>" if neither is set.
 func (r *Request) label() string {
 	if r.Owner != "" {
 		return r.Owner
+	}
+	if l, ok := r.Ref.(OwnerLabeler); ok {
+		return l.LockOwner()
 	}
 	return fmt.Sprintf("guard #%d", r.id)
 }

@@ -88,6 +88,32 @@ func TestR13_15_ConflictErrorNamesKeyAndHolders(t *testing.T) {
 	}
 }
 
+// labelled is a Ref that names its request's owner when asked.
+type labelled struct{ calls *int }
+
+func (l labelled) LockOwner() string { *l.calls++; return "task 9" }
+
+// TestR13_15_OwnerLabelledByItsRefWhenRead: a request with no Owner whose
+// Ref is an OwnerLabeler is named by it in conflicts and snapshots, and only
+// then (not when it acquires).
+func TestR13_15_OwnerLabelledByItsRefWhenRead(t *testing.T) {
+	var tb Table
+	calls := 0
+	holder := req(t, &tb, SharedDatabase("db"))
+	holder.Ref = labelled{&calls}
+	tb.Acquire(holder)
+	if calls != 0 {
+		t.Fatalf("the label was built %d times before anyone read it", calls)
+	}
+	var ce *ConflictError
+	if err := tb.TryAcquire(req(t, &tb, ExclusiveDatabase("db"))); !errors.As(err, &ce) || ce.Holders != "task 9@"+Shared.String() {
+		t.Fatalf("conflict: %v", err)
+	}
+	if ks := tb.Snapshot(); len(ks) != 1 || len(ks[0].Holders) != 1 || ks[0].Holders[0].Owner != "task 9" {
+		t.Fatalf("snapshot %+v", ks)
+	}
+}
+
 // TestGap24_SameKeyTwiceIsOneKey: TryAcquire(k, k) and (Shared k,
 // Exclusive k) succeed and hold the key once, exclusive for the second
 // (R3.3: no self-deadlock).

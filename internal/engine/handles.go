@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -13,6 +14,10 @@ import (
 
 // handle is one right to broadcast while holding resource keys (R3.6):
 // from Resolve/Lock to Submit or Close.
+// LockOwner labels the handle's lock request ("handle 7"), when the lock
+// table describes it.
+func (h *handle) LockOwner() string { return "handle " + strconv.FormatUint(uint64(h.id), 10) }
+
 type handle struct {
 	id HandleID
 	// to is where the pending Lock's reply goes (nil once answered).
@@ -113,7 +118,7 @@ func (c *Core) lock(e Lock) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 		return
 	}
-	r.Ref, r.Owner = h, fmt.Sprintf("handle %d", h.id)
+	r.Ref = h // labelled by LockOwner
 	h.lock, h.need, h.to = r, e.Need, e.To
 	if e.Try {
 		if err := c.locks.TryAcquire(r); err != nil {
@@ -335,7 +340,7 @@ func (c *Core) create(h *handle, e Submit) {
 		c.openGroup(t)
 	}
 	t.lock = h.lock
-	t.lock.Ref, t.lock.Owner = t, fmt.Sprintf("broadcast %d", t.id)
+	t.lock.Ref = t // labelled by LockOwner
 	h.lock = nil
 	delete(c.handles, h.id)
 	c.releaseAdmission(h)

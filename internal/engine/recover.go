@@ -193,7 +193,7 @@ func (c *Core) recoverTask(rec *Record, cls int) (*task, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: recovered pending task %d cannot take its resource keys: %w", ErrCorruptCatalog, t.id, err)
 		}
-		r.Ref, r.Owner = t, fmt.Sprintf("broadcast %d", t.id)
+		r.Ref = t // labelled by LockOwner
 		t.lock = r
 	}
 	c.tasks[t.id] = t

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/hex"
+	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -14,6 +15,10 @@ import (
 
 // task is a live broadcast task: PENDING or REPLICATED, from Persisting to
 // Tombstoning. Only the core touches it.
+// LockOwner labels the task's lock request ("broadcast 42"), when the
+// lock table describes it.
+func (t *task) LockOwner() string { return "broadcast " + strconv.FormatUint(t.id, 10) }
+
 type task struct {
 	id    uint64
 	msg   *message.Message // stamped; never modified
