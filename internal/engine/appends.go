@@ -200,17 +200,28 @@ func (c *Core) startLanes() {
 // queue, so that their task can finish.
 func (c *Core) stillNeeded(r *appendReq) *appendReq {
 	t := r.t
+	live := c.tasks[t.id] == t
+	needed := func(i int) bool {
+		cp := &t.copies[i]
+		return live && !(cp.acked && cp.ackCP != (wal.Checkpoint{}))
+	}
+	all := true
+	for _, i := range r.idx {
+		if !needed(i) {
+			all = false
+			break
+		}
+	}
+	if all {
+		return r // the common case: nothing to copy
+	}
 	keep := r.idx[:0:0]
 	for _, i := range r.idx {
-		cp := &t.copies[i]
-		if c.tasks[t.id] == t && !(cp.acked && cp.ackCP != (wal.Checkpoint{})) {
+		if needed(i) {
 			keep = append(keep, i)
 			continue
 		}
-		cp.queued = false
-	}
-	if len(keep) == len(r.idx) {
-		return r
+		t.copies[i].queued = false
 	}
 	c.unqueued(t)
 	if len(keep) == 0 {
