@@ -467,8 +467,15 @@ func TestR4_5_AcksAreIdempotent(t *testing.T) {
 			t.Fatalf("ack of a tombstoned task: %v", err)
 		}
 	}
-	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: 999999, VChannel: vch(1, "a")}); err != nil {
+	// Unknown to it but within the ids it reserved (a collected tombstone
+	// looks the same): ignored.
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: res.BroadcastID + 1, VChannel: vch(1, "a")}); err != nil {
 		t.Fatalf("ack of an unknown task: %v", err)
+	}
+	// Above every id it reserved: a newer leader's broadcast, which this
+	// coordinator must not swallow (it is deposed and has not noticed).
+	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: 999999, VChannel: vch(1, "a")}); !errors.Is(err, catalog.ErrFenced) {
+		t.Fatalf("ack of a broadcast it did not issue: %v, want an error wrapping catalog.ErrFenced", err)
 	}
 	if e.store.Applied() != before {
 		t.Fatal("ignored acks wrote to the catalog")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -515,5 +516,34 @@ func TestGap40_PromoteIgnoresStaleTopologyOnly(t *testing.T) {
 	}
 	if got := s.copies(10); len(got) != 0 {
 		t.Fatalf("the complete topology change was supplemented: %v", got)
+	}
+}
+
+// TestR9_2_DeposedLeaderRefusesAcksOfNewerBroadcasts: a coordinator that
+// lost its leadership without noticing yet (a zombie resumed) gets a node's
+// ack for a broadcast the new leader issued, above every id this one
+// reserved. It must refuse it as fenced, so that the node acks it at the
+// new leader; answered as done, the ack was lost and the new leader's task
+// waited for it forever (seen in the cluster fault test's zombie phase).
+// Acks of its own broadcasts, done or collected, are still answered.
+func TestR9_2_DeposedLeaderRefusesAcksOfNewerBroadcasts(t *testing.T) {
+	s := newScript(t, false, 3)
+	b := s.broadcast(typPlain, "", []resource.Key{resource.ExclusiveCollection("db", "a")}, vc(1, "a"))
+	s.settle(nil)
+	r := b.result()
+	if r == nil || r.Err != nil || r.Result == nil {
+		t.Fatalf("broadcast: %+v", r)
+	}
+	own := r.Result.ID
+	newer := own + 100_000 // above this coordinator's block: another leader's
+	m := &message.Message{Type: typPlain, Payload: []byte("x"), Broadcast: message.BroadcastHeader{ID: newer, VChannels: []message.VChannel{vc(1, "b")}}}
+	x := s.ack(m, vc(1, "b"), 7)
+	if x.reply == nil || !errors.Is(x.reply.Err, catalog.ErrFenced) {
+		t.Fatalf("ack of broadcast %d, issued by a newer leader: %+v; want an error wrapping catalog.ErrFenced", newer, x.reply)
+	}
+	// Its own broadcast, done: a repeated ack is answered (R4.5).
+	mine := &message.Message{Type: typPlain, Broadcast: message.BroadcastHeader{ID: own, VChannels: []message.VChannel{vc(1, "a")}}}
+	if x := s.ack(mine, vc(1, "a"), 5); x.reply == nil || x.reply.Err != nil {
+		t.Fatalf("repeated ack of its own broadcast %d: %+v", own, x.reply)
 	}
 }
