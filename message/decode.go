@@ -1,12 +1,11 @@
 package message
 
 import (
-	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/walcast/walcast/internal/wire"
 	"github.com/walcast/walcast/resource"
 )
 
@@ -30,11 +29,6 @@ const (
 	fAppendFirst    protowire.Number = 15
 )
 
-var (
-	errFieldNumber = errors.New("field number out of range")
-	errUTF8        = errors.New("string field contains invalid UTF-8")
-)
-
 // decode reads the wire format of a durablepb.Message into m without
 // reflection or an intermediate message (every copy a node reads and every
 // record the engine decodes goes through here). It reads it as
@@ -45,7 +39,7 @@ var (
 // are nil. TestUnmarshalMatchesProto checks it against proto.Unmarshal.
 func decode(b []byte, m *Message) error {
 	groupKind := int32(-1) // -1: no group
-	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		if num == fProperties && m.Properties == nil {
 			// proto.Unmarshal makes the map on the field's tag, even
 			// when its wire type then makes it an unknown field.
@@ -73,22 +67,22 @@ func decode(b []byte, m *Message) error {
 			var err error
 			switch num {
 			case fTypeName:
-				m.Type.Name, err = str(v)
+				m.Type.Name, err = wire.String(v)
 			case fPayload:
-				m.Payload = copyBytes(v)
+				m.Payload = wire.CopyBytes(v)
 			case fProperties:
 				err = m.decodeProperty(v)
 			case fIdempotencyKey:
 				var s string
-				s, err = str(v)
+				s, err = wire.String(v)
 				m.IdempotencyKey = IdempotencyKey(s)
 			case fTraceParent:
-				m.TraceParent, err = str(v)
+				m.TraceParent, err = wire.String(v)
 			case fTraceState:
-				m.TraceState, err = str(v)
+				m.TraceState, err = wire.String(v)
 			case fVChannels, fAppendFirst:
 				var s string
-				if s, err = str(v); num == fVChannels {
+				if s, err = wire.String(v); num == fVChannels {
 					m.Broadcast.VChannels = append(m.Broadcast.VChannels, VChannel(s))
 				} else {
 					m.Broadcast.AppendFirst = append(m.Broadcast.AppendFirst, VChannel(s))
@@ -129,7 +123,7 @@ func decode(b []byte, m *Message) error {
 // decodeProperty reads one entry of the properties map.
 func (m *Message) decodeProperty(b []byte) error {
 	var k, v string
-	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		if typ != protowire.BytesType || (num != 1 && num != 2) {
 			return protowire.ConsumeFieldValue(num, typ, b), nil
 		}
@@ -137,7 +131,7 @@ func (m *Message) decodeProperty(b []byte) error {
 		if n < 0 {
 			return n, nil
 		}
-		s, err := str(raw)
+		s, err := wire.String(raw)
 		if num == 1 {
 			k = s
 		} else {
@@ -162,7 +156,7 @@ func (m *Message) decodeResourceKey(b []byte) error {
 		name      string
 		exclusive bool
 	)
-	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && (num == 1 || num == 3):
 			v, n := protowire.ConsumeVarint(b)
@@ -178,7 +172,7 @@ func (m *Message) decodeResourceKey(b []byte) error {
 				return n, nil
 			}
 			var err error
-			name, err = str(raw)
+			name, err = wire.String(raw)
 			return n, err
 		}
 		return protowire.ConsumeFieldValue(num, typ, b), nil
@@ -198,14 +192,14 @@ func (m *Message) decodeResourceKey(b []byte) error {
 }
 
 func decodeReplicate(b []byte, r *ReplicateHeader) error {
-	return fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.BytesType && (num == 1 || num == 2):
 			raw, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return n, nil
 			}
-			s, err := str(raw)
+			s, err := wire.String(raw)
 			if num == 1 {
 				r.SourceCluster = s
 			} else {
@@ -226,7 +220,7 @@ func decodeReplicate(b []byte, r *ReplicateHeader) error {
 }
 
 func decodeGroup(b []byte, g *GroupHeader, kind *int32) error {
-	return fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && num >= 1 && num <= 3:
 			v, n := protowire.ConsumeVarint(b)
@@ -245,7 +239,7 @@ func decodeGroup(b []byte, g *GroupHeader, kind *int32) error {
 				return n, nil
 			}
 			var err error
-			g.OwnerKey, err = str(raw)
+			g.OwnerKey, err = wire.String(raw)
 			return n, err
 		}
 		return protowire.ConsumeFieldValue(num, typ, b), nil
@@ -259,7 +253,7 @@ func (m *Message) decodeCopy(b []byte) error {
 		k string
 		c CopySpec
 	)
-	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		if typ != protowire.BytesType || (num != 1 && num != 2) {
 			return protowire.ConsumeFieldValue(num, typ, b), nil
 		}
@@ -269,7 +263,7 @@ func (m *Message) decodeCopy(b []byte) error {
 		}
 		if num == 1 {
 			var err error
-			k, err = str(raw)
+			k, err = wire.String(raw)
 			return n, err
 		}
 		return n, decodeCopySpec(raw, &c)
@@ -285,7 +279,7 @@ func (m *Message) decodeCopy(b []byte) error {
 }
 
 func decodeCopySpec(b []byte, c *CopySpec) error {
-	return fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.BytesType && (num == 1 || num == 2):
 			raw, n := protowire.ConsumeBytes(b)
@@ -293,11 +287,11 @@ func decodeCopySpec(b []byte, c *CopySpec) error {
 				return n, nil
 			}
 			if num == 2 {
-				c.Payload = copyBytes(raw)
+				c.Payload = wire.CopyBytes(raw)
 				return n, nil
 			}
 			var err error
-			c.Role, err = str(raw)
+			c.Role, err = wire.String(raw)
 			return n, err
 		case typ == protowire.VarintType && num == 3:
 			v, n := protowire.ConsumeVarint(b)
@@ -306,48 +300,6 @@ func decodeCopySpec(b []byte, c *CopySpec) error {
 		}
 		return protowire.ConsumeFieldValue(num, typ, b), nil
 	})
-}
-
-// fields calls field with each field's number, wire type and the bytes
-// after its tag; field returns how many bytes its value took (negative: a
-// protowire parse error).
-func fields(b []byte, field func(num protowire.Number, typ protowire.Type, b []byte) (int, error)) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		if num > protowire.MaxValidNumber {
-			return errFieldNumber
-		}
-		b = b[n:]
-		n, err := field(num, typ, b)
-		if err != nil {
-			return err
-		}
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// str is a string field's value; not UTF-8 is an error.
-func str(v []byte) (string, error) {
-	if !utf8.Valid(v) {
-		return "", errUTF8
-	}
-	return string(v), nil
-}
-
-// copyBytes copies v; nil if it is empty (as proto.Unmarshal leaves an
-// empty proto3 bytes field).
-func copyBytes(v []byte) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return append([]byte(nil), v...)
 }
 
 // Identity is what names a stored broadcast without its payload and
@@ -367,7 +319,7 @@ type Identity struct {
 // here too).
 func DecodeIdentity(b []byte) (Identity, error) {
 	var id Identity
-	err := fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && num == fTypeVersion:
 			v, n := protowire.ConsumeVarint(b)
@@ -381,13 +333,13 @@ func DecodeIdentity(b []byte) (Identity, error) {
 			var err error
 			switch num {
 			case fTypeName:
-				id.Type.Name, err = str(v)
+				id.Type.Name, err = wire.String(v)
 			case fIdempotencyKey:
 				var s string
-				s, err = str(v)
+				s, err = wire.String(v)
 				id.IdempotencyKey = IdempotencyKey(s)
 			case fGroup:
-				err = fields(v, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+				err = wire.Fields(v, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 					if typ != protowire.BytesType || num != 4 {
 						return protowire.ConsumeFieldValue(num, typ, b), nil
 					}
@@ -396,7 +348,7 @@ func DecodeIdentity(b []byte) (Identity, error) {
 						return n, nil
 					}
 					var err error
-					id.OwnerKey, err = str(raw)
+					id.OwnerKey, err = wire.String(raw)
 					return n, err
 				})
 			}

@@ -55,6 +55,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/walcast/walcast/internal/wire"
 	"github.com/walcast/walcast/message"
 )
 
@@ -303,7 +304,7 @@ func encodeEntry(h Header, items []Item) (data []byte, sum [sha256.Size]byte, er
 	if n == 0 || n > MaxCopiesPerEntry {
 		return nil, sum, fmt.Errorf("%w: %d copies in one entry", ErrTooLarge, n)
 	}
-	size += stringFieldSize(entryCluster, h.Cluster) + stringFieldSize(entryReplicatedFrom, h.ReplicatedFrom)
+	size += wire.StringSize(entryCluster, h.Cluster) + wire.StringSize(entryReplicatedFrom, h.ReplicatedFrom)
 	data = make([]byte, 0, size)
 	for _, it := range items {
 		data = protowire.AppendTag(data, entryItems, protowire.BytesType)
@@ -317,8 +318,8 @@ func encodeEntry(h Header, items []Item) (data []byte, sum [sha256.Size]byte, er
 			data = protowire.AppendString(data, string(v))
 		}
 	}
-	data = appendStringField(data, entryCluster, h.Cluster)
-	data = appendStringField(data, entryReplicatedFrom, h.ReplicatedFrom)
+	data = wire.AppendString(data, entryCluster, h.Cluster)
+	data = wire.AppendString(data, entryReplicatedFrom, h.ReplicatedFrom)
 	return data, sha256.Sum256(data), nil
 }
 
@@ -332,22 +333,6 @@ func itemSize(it Item) int {
 		n += protowire.SizeTag(itemVChannels) + protowire.SizeBytes(len(v))
 	}
 	return n
-}
-
-// stringFieldSize is the encoded size of a proto3 string field (none if
-// empty).
-func stringFieldSize(num protowire.Number, s string) int {
-	if s == "" {
-		return 0
-	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
-}
-
-func appendStringField(b []byte, num protowire.Number, s string) []byte {
-	if s == "" {
-		return b
-	}
-	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
 }
 
 // saltedID is the dedup id of an entry whose bytes have digest sum, salted
@@ -484,10 +469,6 @@ const (
 	itemVChannels       protowire.Number = 2
 )
 
-// errFieldNumber is a field number above protobuf's largest: ConsumeTag
-// takes those, proto.Unmarshal refuses them.
-var errFieldNumber = errors.New("field number out of range")
-
 // decodeHeader walks the entry's top-level fields for its identity,
 // skipping the items unread (they come first in the encoding). The last
 // occurrence of a field wins, as for proto.Unmarshal.
@@ -499,7 +480,7 @@ func decodeHeader(offset uint64, data []byte) (Header, error) {
 			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, protowire.ParseError(n))
 		}
 		if num > protowire.MaxValidNumber {
-			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, errFieldNumber)
+			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, wire.ErrFieldNumber)
 		}
 		b = b[n:]
 		if (num == entryCluster || num == entryReplicatedFrom) && typ == protowire.BytesType {
@@ -566,7 +547,7 @@ func decode(offset uint64, data []byte, h Header, f *filter) ([]Copy, error) {
 			return nil, corrupt(protowire.ParseError(n))
 		}
 		if num > protowire.MaxValidNumber {
-			return nil, corrupt(errFieldNumber)
+			return nil, corrupt(wire.ErrFieldNumber)
 		}
 		b = b[n:]
 		if num != entryItems || typ != protowire.BytesType {
@@ -591,7 +572,7 @@ func decode(offset uint64, data []byte, h Header, f *filter) ([]Copy, error) {
 				return nil, corrupt(protowire.ParseError(n))
 			}
 			if num > protowire.MaxValidNumber {
-				return nil, corrupt(errFieldNumber)
+				return nil, corrupt(wire.ErrFieldNumber)
 			}
 			item = item[n:]
 			if (num != itemMessage && num != itemVChannels) || typ != protowire.BytesType {

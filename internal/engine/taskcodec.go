@@ -1,11 +1,11 @@
 package engine
 
 import (
-	"errors"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/walcast/walcast/internal/wire"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -59,14 +59,6 @@ type outcomeFields struct {
 	data   []byte
 }
 
-// errFieldNumber is a field number above protobuf's largest (ConsumeTag
-// takes those; proto.Unmarshal refuses them).
-var errFieldNumber = errors.New("field number out of range")
-
-// errInvalidUTF8 is a string field that is not UTF-8 (proto.Unmarshal
-// refuses those too).
-var errInvalidUTF8 = errors.New("string field contains invalid UTF-8")
-
 // decodeTask reads a Task record's wire format into f without reflection
 // (a duplicate hit and recovery decode a record each). It reads it as
 // proto.Unmarshal does: the last occurrence of a scalar wins, repeated
@@ -75,7 +67,7 @@ var errInvalidUTF8 = errors.New("string field contains invalid UTF-8")
 // (raw may be a tombstone's string) and empty ones are nil.
 // TestDecodeTaskMatchesProto checks it against proto.Unmarshal.
 func decodeTask(raw []byte, f *taskFields) error {
-	return walkFields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	return wire.Fields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && (num == taskState || num == taskCreated || num == taskCompleted ||
 			num == taskHoldsKeys || num == taskReleased || num == taskReleasedBy):
@@ -107,11 +99,11 @@ func decodeTask(raw []byte, f *taskFields) error {
 			var err error
 			switch num {
 			case taskMessage:
-				f.message = copyBytes(v)
+				f.message = wire.CopyBytes(v)
 			case taskPayloadDigest:
-				f.payloadDigest = copyBytes(v)
+				f.payloadDigest = wire.CopyBytes(v)
 			case taskRequestDigest:
-				f.requestDigest = copyBytes(v)
+				f.requestDigest = wire.CopyBytes(v)
 			case taskCheckpoints:
 				if f.checkpoints == nil {
 					f.checkpoints = make([]checkpointFields, 0, 1+countFields(b[n:], taskCheckpoints))
@@ -129,7 +121,7 @@ func decodeTask(raw []byte, f *taskFields) error {
 }
 
 func decodeCheckpoint(raw []byte, c *checkpointFields) error {
-	return walkFields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	return wire.Fields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && num >= cpAcked && num <= cpLastConfirmed:
 			v, n := protowire.ConsumeVarint(b)
@@ -146,7 +138,7 @@ func decodeCheckpoint(raw []byte, c *checkpointFields) error {
 			return n, nil
 		case typ == protowire.BytesType && num == cpExtra:
 			v, n := protowire.ConsumeBytes(b)
-			c.extra = copyBytes(v)
+			c.extra = wire.CopyBytes(v)
 			return n, nil
 		}
 		return protowire.ConsumeFieldValue(num, typ, b), nil
@@ -154,7 +146,7 @@ func decodeCheckpoint(raw []byte, c *checkpointFields) error {
 }
 
 func decodeOutcome(raw []byte, o *outcomeFields) error {
-	return walkFields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	return wire.Fields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && num == outcomeStatusField:
 			v, n := protowire.ConsumeVarint(b)
@@ -163,42 +155,17 @@ func decodeOutcome(raw []byte, o *outcomeFields) error {
 		case typ == protowire.BytesType && num == outcomeDetailField:
 			v, n := protowire.ConsumeBytes(b)
 			if n >= 0 && !utf8.Valid(v) {
-				return n, errInvalidUTF8
+				return n, wire.ErrUTF8
 			}
 			o.detail = string(v)
 			return n, nil
 		case typ == protowire.BytesType && num == outcomeDataField:
 			v, n := protowire.ConsumeBytes(b)
-			o.data = copyBytes(v)
+			o.data = wire.CopyBytes(v)
 			return n, nil
 		}
 		return protowire.ConsumeFieldValue(num, typ, b), nil
 	})
-}
-
-// walkFields calls field with each field's number, wire type and the bytes
-// after its tag; field returns how many bytes its value took (negative: a
-// protowire parse error).
-func walkFields(b []byte, field func(num protowire.Number, typ protowire.Type, b []byte) (int, error)) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		if num > protowire.MaxValidNumber {
-			return errFieldNumber
-		}
-		b = b[n:]
-		n, err := field(num, typ, b)
-		if err != nil {
-			return err
-		}
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return nil
 }
 
 // countFields counts the length-delimited fields numbered num in b (up to
@@ -223,15 +190,6 @@ func countFields(b []byte, num protowire.Number) int {
 	return c
 }
 
-// copyBytes copies v; nil if it is empty (as proto.Unmarshal leaves an
-// empty proto3 bytes field).
-func copyBytes(v []byte) []byte {
-	if len(v) == 0 {
-		return nil
-	}
-	return append([]byte(nil), v...)
-}
-
 // encodeTask writes the record of s holding message msg: the wire format
 // of a durablepb.Task, by hand, in one allocation of the exact size, with
 // the bytes proto.MarshalOptions{Deterministic: true} writes
@@ -244,48 +202,46 @@ func encodeTask(s *RecordSpec, msg []byte) []byte {
 		completed = s.Completed.UnixNano()
 	}
 	state := uint64(stateToPB(s.State))
-	size := bytesFieldSize(taskMessage, msg) + varintFieldSize(taskState, state)
+	size := wire.BytesSize(taskMessage, msg) + wire.VarintSize(taskState, state)
 	for i := range s.Acked {
 		size += protowire.SizeTag(taskCheckpoints) + protowire.SizeBytes(checkpointSize(s, i))
 	}
-	size += varintFieldSize(taskCreated, uint64(created)) + varintFieldSize(taskCompleted, uint64(completed)) +
-		bytesFieldSize(taskPayloadDigest, s.PayloadDigest) + bytesFieldSize(taskRequestDigest, s.RequestDigest)
+	size += wire.VarintSize(taskCreated, uint64(created)) + wire.VarintSize(taskCompleted, uint64(completed)) +
+		wire.BytesSize(taskPayloadDigest, s.PayloadDigest) + wire.BytesSize(taskRequestDigest, s.RequestDigest)
 	if s.Outcome != nil {
 		size += protowire.SizeTag(taskOutcome) + protowire.SizeBytes(outcomeSize(s.Outcome))
 	}
 	if s.HoldsKeys {
-		size += varintFieldSize(taskHoldsKeys, 1)
+		size += wire.VarintSize(taskHoldsKeys, 1)
 	}
 	b := make([]byte, 0, size)
-	b = appendBytesField(b, taskMessage, msg)
-	b = appendVarintField(b, taskState, state)
+	b = wire.AppendBytes(b, taskMessage, msg)
+	b = wire.AppendVarint(b, taskState, state)
 	for i := range s.Acked {
 		b = protowire.AppendTag(b, taskCheckpoints, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(checkpointSize(s, i)))
 		if s.Acked[i] {
 			id, tick, last := checkpointFieldsOf(s.Checkpoints[i])
-			b = appendVarintField(b, cpAcked, 1)
-			b = appendVarintField(b, cpMessageID, id)
-			b = appendVarintField(b, cpTimeTick, tick)
-			b = appendVarintField(b, cpLastConfirmed, last)
-			b = appendBytesField(b, cpExtra, extraOf(s, i))
+			b = wire.AppendVarint(b, cpAcked, 1)
+			b = wire.AppendVarint(b, cpMessageID, id)
+			b = wire.AppendVarint(b, cpTimeTick, tick)
+			b = wire.AppendVarint(b, cpLastConfirmed, last)
+			b = wire.AppendBytes(b, cpExtra, extraOf(s, i))
 		}
 	}
-	b = appendVarintField(b, taskCreated, uint64(created))
-	b = appendVarintField(b, taskCompleted, uint64(completed))
-	b = appendBytesField(b, taskPayloadDigest, s.PayloadDigest)
-	b = appendBytesField(b, taskRequestDigest, s.RequestDigest)
+	b = wire.AppendVarint(b, taskCreated, uint64(created))
+	b = wire.AppendVarint(b, taskCompleted, uint64(completed))
+	b = wire.AppendBytes(b, taskPayloadDigest, s.PayloadDigest)
+	b = wire.AppendBytes(b, taskRequestDigest, s.RequestDigest)
 	if o := s.Outcome; o != nil {
 		b = protowire.AppendTag(b, taskOutcome, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(outcomeSize(o)))
-		b = appendVarintField(b, outcomeStatusField, uint64(int64(int32(o.Status))))
-		if o.Detail != "" {
-			b = protowire.AppendString(protowire.AppendTag(b, outcomeDetailField, protowire.BytesType), o.Detail)
-		}
-		b = appendBytesField(b, outcomeDataField, o.Data)
+		b = wire.AppendVarint(b, outcomeStatusField, uint64(int64(int32(o.Status))))
+		b = wire.AppendString(b, outcomeDetailField, o.Detail)
+		b = wire.AppendBytes(b, outcomeDataField, o.Data)
 	}
 	if s.HoldsKeys {
-		b = appendVarintField(b, taskHoldsKeys, 1)
+		b = wire.AppendVarint(b, taskHoldsKeys, 1)
 	}
 	return b
 }
@@ -318,48 +274,13 @@ func checkpointSize(s *RecordSpec, i int) int {
 		return 0
 	}
 	id, tick, last := checkpointFieldsOf(s.Checkpoints[i])
-	return varintFieldSize(cpAcked, 1) + varintFieldSize(cpMessageID, id) + varintFieldSize(cpTimeTick, tick) +
-		varintFieldSize(cpLastConfirmed, last) + bytesFieldSize(cpExtra, extraOf(s, i))
+	return wire.VarintSize(cpAcked, 1) + wire.VarintSize(cpMessageID, id) + wire.VarintSize(cpTimeTick, tick) +
+		wire.VarintSize(cpLastConfirmed, last) + wire.BytesSize(cpExtra, extraOf(s, i))
 }
 
 func outcomeSize(o *Outcome) int {
-	return varintFieldSize(outcomeStatusField, uint64(int64(int32(o.Status)))) +
-		protowireStringSize(outcomeDetailField, o.Detail) + bytesFieldSize(outcomeDataField, o.Data)
-}
-
-func protowireStringSize(num protowire.Number, v string) int {
-	if v == "" {
-		return 0
-	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(len(v))
-}
-
-func varintFieldSize(num protowire.Number, v uint64) int {
-	if v == 0 {
-		return 0
-	}
-	return protowire.SizeTag(num) + protowire.SizeVarint(v)
-}
-
-func bytesFieldSize(num protowire.Number, v []byte) int {
-	if len(v) == 0 {
-		return 0
-	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(len(v))
-}
-
-func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
-	if v == 0 {
-		return b
-	}
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
-}
-
-func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
-	if len(v) == 0 {
-		return b
-	}
-	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+	return wire.VarintSize(outcomeStatusField, uint64(int64(int32(o.Status)))) +
+		wire.StringSize(outcomeDetailField, o.Detail) + wire.BytesSize(outcomeDataField, o.Data)
 }
 
 // recordIdentity reads the identity of a task record's message (its type,
@@ -367,7 +288,7 @@ func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
 // message: what the collector needs of a tombstone it deletes.
 func recordIdentity(raw []byte) (message.Identity, error) {
 	var msg []byte
-	err := walkFields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	err := wire.Fields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		if num == taskMessage && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			msg = v
