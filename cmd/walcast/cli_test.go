@@ -553,7 +553,7 @@ func TestCLIBroadcastSaysWhyItWaits(t *testing.T) {
 		var out, errOut syncBuffer
 		root.SetOut(&out)
 		root.SetErr(&errOut)
-		root.SetArgs([]string{"broadcast", "--addr", addr, "--timeout", "1s", "--type", apitest.Create.String(), "--payload", key,
+		root.SetArgs([]string{"broadcast", "--addr", addr, "--timeout", "3s", "--type", apitest.Create.String(), "--payload", key,
 			"--vchannel", "wal-1/b", "--key", "Collection:db:c@X", "--scope", "cluster", "--client-key", key})
 		err := root.ExecuteContext(ctx)
 		return out.String(), errOut.String(), err
@@ -620,7 +620,7 @@ func TestCLIDDLSaysWhyItWaits(t *testing.T) {
 		err error
 	}, 1)
 	go func() {
-		out, err := run("broadcast", "--vchannel", "wal-0/c9v0", "--key", "Collection:shop:orders@X", "--ack-sync-up", "--timeout", "3s")
+		out, err := run("broadcast", "--vchannel", "wal-0/c9v0", "--key", "Collection:shop:orders@X", "--ack-sync-up", "--timeout", "5s")
 		held <- struct {
 			out string
 			err error
@@ -634,7 +634,7 @@ func TestCLIDDLSaysWhyItWaits(t *testing.T) {
 		}
 		return id != ""
 	})
-	errOut, err := run("index", "create", "orders", "idx", "--db", "shop", "--field", "vector", "--key", "k-index", "--timeout", "1s")
+	errOut, err := run("index", "create", "orders", "idx", "--db", "shop", "--field", "vector", "--key", "k-index", "--timeout", "3s")
 	if exitCode(err) != 1 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("index create behind a held key: %v\n%s", err, errOut)
 	}
@@ -658,7 +658,7 @@ func TestCLIDDLSaysWhyItWaits(t *testing.T) {
 	if job == nil {
 		t.Fatalf("import start:\n%s", out)
 	}
-	errOut, err = run("collection", "drop", "orders", "--db", "shop", "--timeout", "1s")
+	errOut, err = run("collection", "drop", "orders", "--db", "shop", "--timeout", "3s")
 	if exitCode(err) != 1 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("collection drop behind an import: %v\n%s", err, errOut)
 	}

@@ -20,6 +20,11 @@ import (
 // pollEvery is how often waiting and following commands ask the server.
 var pollEvery = 2 * time.Second
 
+// describeTimeout bounds one look at why a call waits (a few RPCs): apart
+// from pollEvery, so that a test polling every 50 ms still gives the look
+// the time a loaded machine needs.
+var describeTimeout = 2 * time.Second
+
 // terminal reports whether w is a terminal (a progress display may redraw
 // its line there; elsewhere it prints one line per change).
 func terminal(w io.Writer) bool {
@@ -57,7 +62,7 @@ func (g *globals) progress(cmd *cobra.Command, describe func(context.Context) st
 				return
 			case <-t.C:
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), pollEvery)
+			ctx, cancel := context.WithTimeout(cmd.Context(), describeTimeout)
 			what := describe(ctx)
 			cancel()
 			select {
