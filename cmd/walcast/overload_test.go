@@ -34,13 +34,36 @@ type overloadRun struct {
 // overload runs clients workers, each with its own client (its own
 // connection), sending keyed broadcasts for d; a refusal (QUOTA_EXCEEDED)
 // is retried with the same key after its retry hint, jittered. It samples
-// the process's RSS, goroutines and admission gauges meanwhile.
-func overload(t *testing.T, p *proc, clients int, d time.Duration, ids *sync.Map, tag string) overloadRun {
+// the process's RSS, goroutines and admission gauges meanwhile. With
+// untilRefused, a run that has seen no refusal after d goes on (up to 5 d):
+// on a loaded machine the clients need longer to build up the overload.
+func overload(t *testing.T, p *proc, clients int, d time.Duration, ids *sync.Map, tag string, untilRefused bool) overloadRun {
 	t.Helper()
 	r := overloadRun{clients: clients}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
 	var confirmed, refused atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		end, limit := time.After(d), time.After(5*d)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for ended := false; ; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-end:
+				ended = true
+			case <-limit:
+				cancel()
+				return
+			case <-tick.C:
+			}
+			if ended && (!untilRefused || refused.Load() > 0) {
+				cancel()
+				return
+			}
+		}
+	}()
 	var hint atomic.Int64
 	var other atomic.Value
 	var wg sync.WaitGroup
@@ -155,8 +178,8 @@ func TestOverloadIsBounded(t *testing.T) {
 	p := startEnv(t, "standalone", env, "standalone", "--data-dir", t.TempDir(), "--api-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	var ids sync.Map
 	d := time.Duration(secs) * time.Second
-	base := overload(t, p, 64, d, &ids, "base")
-	over := overload(t, p, clients, d, &ids, "over")
+	base := overload(t, p, 64, d, &ids, "base", false)
+	over := overload(t, p, clients, d, &ids, "over", !off)
 	for _, r := range []overloadRun{base, over} {
 		t.Logf("%4d clients: %6.0f confirmed/s (%d), %d refused (hint %v); max RSS %.0f MiB, goroutines %.0f, queued %.0f, in flight %.0f",
 			r.clients, r.rate, r.confirmed, r.refused, r.hint, r.maxRSS/(1<<20), r.maxGor, r.maxQueued, r.maxBusy)
