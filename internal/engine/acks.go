@@ -293,7 +293,17 @@ func (c *Core) waitAcksDurable(t *task, to Target) {
 // durableAcks says t's acks are persisted before the acker is answered: a
 // REPLICATED task's (nothing would re-deliver a secondary's copies) and a
 // force promote's (a crash must not lose an ack its node will not repeat).
-func (t *task) durableAcks() bool { return t.replicated || t.promote }
+// durableAcks reports whether an ack of t is answered only once it is
+// durable: a replicated task's and a force promote's (their records hold
+// them, R8.2, R8.3), and an AckSyncUp task's. A consumer's ack of an
+// AckSyncUp copy is the one thing that lets its task complete; answered
+// from memory, a deposed leader that has not noticed yet (a paused zombie
+// that resumed) would take it for its own copy of the task and drop it for
+// the new leader, whose task then waited for an ack the node had seen
+// answered. The write is fenced on a deposed leader, so the ack is
+// refused there and the node sends it to the new leader; and the new
+// leader recovers the acks already written.
+func (t *task) durableAcks() bool { return t.replicated || t.promote || t.msg.Broadcast.AckSyncUp }
 
 // acksPersisted reports whether every recorded ack is durable.
 func (t *task) acksPersisted() bool { return t.persistedAcks >= t.nacked }
@@ -317,33 +327,37 @@ func (c *Core) persistAcks(t *task) {
 		if t.bytes == nil && w.msg != nil {
 			t.bytes = w.msg
 		}
-		switch d {
-		case Done:
-			t.persistedAcks = max(t.persistedAcks, n)
-			keep := t.ackWaiters[:0]
-			for _, a := range t.ackWaiters {
-				if a.want <= t.persistedAcks {
-					c.reply(a.to, Reply{})
-				} else {
-					keep = append(keep, a)
-				}
-			}
-			clear(t.ackWaiters[len(keep):])
-			t.ackWaiters = keep
-		case Refuse:
-			keep := t.ackWaiters[:0]
-			for _, a := range t.ackWaiters {
-				if a.want <= n {
-					c.reply(a.to, Reply{Err: fmt.Errorf("persist ack of broadcast %d: %w", t.id, err)})
-				} else {
-					keep = append(keep, a)
-				}
-			}
-			clear(t.ackWaiters[len(keep):])
-			t.ackWaiters = keep
-		}
+		c.acksWritten(t, n, d, err)
 		c.afterWrite(t)
 	})
+}
+
+// acksWritten answers the ack waiters that a write of t's record holding
+// its first n acks covers: once it is done, or with its error if the
+// record was refused.
+func (c *Core) acksWritten(t *task, n int, d Decision, err error) {
+	switch d {
+	case Done:
+		t.persistedAcks = max(t.persistedAcks, n)
+		n = t.persistedAcks
+	case Refuse:
+		err = fmt.Errorf("persist ack of broadcast %d: %w", t.id, err)
+	default:
+		return
+	}
+	keep := t.ackWaiters[:0]
+	for _, a := range t.ackWaiters {
+		switch {
+		case a.want > n:
+			keep = append(keep, a)
+		case d == Done:
+			c.reply(a.to, Reply{})
+		default:
+			c.reply(a.to, Reply{Err: err})
+		}
+	}
+	clear(t.ackWaiters[len(keep):])
+	t.ackWaiters = keep
 }
 
 // afterWrite continues a task whose write finished: a TOMBSTONE that

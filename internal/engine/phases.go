@@ -62,18 +62,23 @@ func (c *Core) checkFirstPhase(t *task) {
 	if t.stage != FirstPhase || !(t.firstAcked() || c.cfg.Mutation == "second-phase-early") || t.write != nil {
 		return
 	}
+	n := t.nacked
 	c.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *writeOp, d Decision, err error) {
 		switch d {
 		case Done:
 			t.firstDone = true
-			t.persistedAcks = t.nacked
+			c.acksWritten(t, n, d, err) // acks that waited for durability (durableAcks)
 			c.move(t, OnFirstAcked, Appending)
 		case Refuse:
 			// The record cannot take the acks (too large): go on without
 			// them; a crash then runs the first phase again.
 			c.tlog(t).Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
 			t.firstDone = true
+			c.acksWritten(t, n, d, err)
 			c.move(t, OnFirstAcked, Appending)
+		}
+		if len(t.ackWaiters) > 0 && c.tasks[t.id] == t && !c.stopped {
+			c.persistAcks(t) // acks recorded while the write was in flight
 		}
 	})
 }

@@ -252,11 +252,12 @@ func (t *task) controlTick() uint64 {
 func (t *task) record(st State) *RecordSpec {
 	s := &RecordSpec{ID: t.id, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
 		PayloadDigest: t.digest, RequestDigest: t.request}
-	if st == Pending && !t.promote && len(t.msg.Broadcast.AppendFirst) == 0 {
+	if st == Pending && !t.promote && len(t.msg.Broadcast.AppendFirst) == 0 && !t.msg.Broadcast.AckSyncUp {
 		// A PENDING record has no checkpoints: a crash before the TOMBSTONE
 		// appends the copies again (consumers deduplicate). A force
 		// promote's records hold its acks (see promote.go), a two-phase
-		// append's its first copies' (phases.go).
+		// append's its first copies' (phases.go), an AckSyncUp task's its
+		// consumers' acks (durableAcks).
 		return s
 	}
 	s.Acked = make([]bool, len(t.copies))
