@@ -10,6 +10,7 @@ import (
 	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/wal"
 )
 
 // Scenarios of the reference system's own test suite that walcast did not
@@ -546,4 +547,39 @@ func TestR9_2_DeposedLeaderRefusesAcksOfNewerBroadcasts(t *testing.T) {
 	if x := s.ack(mine, vc(1, "a"), 5); x.reply == nil || x.reply.Err != nil {
 		t.Fatalf("repeated ack of its own broadcast %d: %+v", own, x.reply)
 	}
+}
+
+// TestR4_4_AckSyncUpAckAnsweredOnceDurable: a consumer's ack of an
+// AckSyncUp copy is answered only once a write of the task's record holding
+// it is done (so that a deposed leader, whose write is fenced, cannot
+// answer it and lose it for the new leader), and the record holds it.
+func TestR4_4_AckSyncUpAckAnsweredOnceDurable(t *testing.T) {
+	s := newScript(t, false, 64)
+	s.broadcast(typSync, "", []resource.Key{resource.ExclusiveCollection("db", "c")}, vc(1, "x"))
+	s.settle(nil)
+	var m *message.Message
+	s.c.core.EachLive(func(_ uint64, _ engine.State, _ engine.Stage, msg *message.Message, _ int) { m = msg })
+	if m == nil {
+		t.Fatal("no live task")
+	}
+	x := s.send(engine.Ack{ID: m.Broadcast.ID, VChannel: vc(1, "x"), Checkpoint: wal.Checkpoint{MessageID: 9, TimeTick: 9, LastConfirmed: 9}}, "ack")
+	if x.reply != nil {
+		t.Fatalf("ack answered before any write: %+v", x.reply)
+	}
+	i := slices.IndexFunc(s.c.ops, func(o *op) bool { w, ok := o.a.(engine.Write); return ok && w.Kind == engine.WriteAcks })
+	if i < 0 {
+		t.Fatal("no write of the ack")
+	}
+	w := s.c.ops[i].a.(engine.Write)
+	if w.Record == nil || len(w.Record.Acked) == 0 || !w.Record.Acked[m.Index(vc(1, "x"))] {
+		t.Fatalf("the ack's write does not hold it: %+v", w.Record)
+	}
+	for x.reply == nil {
+		i := slices.IndexFunc(s.c.ops, func(o *op) bool { w, ok := o.a.(engine.Write); return ok && w.Kind == engine.WriteAcks })
+		if i < 0 {
+			t.Fatal("the ack's write finished and the ack is not answered")
+		}
+		s.c.complete(i)
+	}
+	mustOK(t, x)
 }

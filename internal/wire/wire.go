@@ -133,12 +133,3 @@ func AppendString(b []byte, num protowire.Number, s string) []byte {
 func AppendElemString(b []byte, num protowire.Number, s string) []byte {
 	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
 }
-
-// AppendHeader appends the tag and length of a length-delimited field of
-// size n (a message or map entry whose fields follow).
-func AppendHeader(b []byte, num protowire.Number, n int) []byte {
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(n))
-}
-
-// HeaderSize is the size of a length-delimited field of n bytes.
-func HeaderSize(num protowire.Number, n int) int { return protowire.SizeTag(num) + protowire.SizeBytes(n) }
