@@ -258,9 +258,7 @@ func (c *Core) checkAcked(t *task) {
 		c.checkFirstPhase(t)
 		return
 	}
-	if t.supplementRest && t.firstAcked() {
-		c.supplementMissing(t)
-	}
+	c.supplementRestIfDue(t)
 	if !t.allAcked() {
 		return
 	}
@@ -276,6 +274,15 @@ func (c *Core) checkAcked(t *task) {
 		c.move(t, OnAcked, Queued)
 	case Queued:
 		c.schedule(t)
+	}
+}
+
+// supplementRestIfDue appends the rest of a two-phase broadcast a force
+// promote supplements once its first copies are acked and those acks are
+// durable (R13.11: no second-phase copy before the first acks are durable).
+func (c *Core) supplementRestIfDue(t *task) {
+	if t.supplementRest && t.firstAcked() && (!t.durableAcks() || t.acksPersisted()) {
+		c.supplementMissing(t)
 	}
 }
 
@@ -376,6 +383,8 @@ func (c *Core) afterWrite(t *task) {
 	}
 	if t.stage == Acking || t.stage == FirstPhase {
 		c.checkAcked(t)
+	} else {
+		c.supplementRestIfDue(t)
 	}
 }
 

@@ -61,6 +61,11 @@ func TestSeed2479_NoCopyAfterTombstone(t *testing.T) { regress(t, 2479) }
 // A force promote recorded its positions twice (a move outside the table).
 func TestSeed5061_PromoteRecordsOnce(t *testing.T) { regress(t, 5061) }
 
+// A force promote supplemented the rest of a replicated two-phase
+// broadcast as soon as its first copies were acked in memory, before those
+// acks were durable (R13.11); it now waits for the write that holds them.
+func TestSeed5483_SupplementWaitsForDurableFirstAcks(t *testing.T) { regress(t, 5483) }
+
 // A retried append was trimmed of copies acked meanwhile: its bytes changed
 // and a supplement landed twice (R8.3). Retries now send the same entry.
 func TestSeed5836_RetriedAppendSameBytes(t *testing.T) { regress(t, 5836) }

@@ -26,7 +26,7 @@ var (
 // regressions are seeds that once failed; CI always runs them. Each is
 // also a named test in regress_test.go.
 var regressions = []uint64{
-	6, 8, 11, 86, 129, 533, 1289, 1558, 1798, 2093, 2479, 5061, 5836,
+	6, 8, 11, 86, 129, 533, 1289, 1558, 1798, 2093, 2479, 5061, 5483, 5836,
 }
 
 func replayCommand(seed uint64, mutation string) string {
