@@ -146,12 +146,11 @@ func (d *driver) tryStep(ev engine.Event) bool {
 		return false
 	}
 	d.core.Step(d.clock.Now(), ev)
-	if d.core.OnlyReplies() {
-		d.performReady()
-	} else {
-		d.poke()
+	if !d.core.OnlyReplies() {
+		d.poke() // the loop performs it all, and re-arms its timer
 		return true
 	}
+	d.performReady()
 	if at, ok := d.core.Deadline(); ok && !at.Equal(d.armed) {
 		d.poke()
 	}

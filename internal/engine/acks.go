@@ -297,12 +297,10 @@ func (c *Core) waitAcksDurable(t *task, to Target) {
 	c.persistAcks(t)
 }
 
-// durableAcks says t's acks are persisted before the acker is answered: a
-// REPLICATED task's (nothing would re-deliver a secondary's copies) and a
-// force promote's (a crash must not lose an ack its node will not repeat).
-// durableAcks reports whether an ack of t is answered only once it is
-// durable: a replicated task's and a force promote's (their records hold
-// them, R8.2, R8.3), and an AckSyncUp task's. A consumer's ack of an
+// durableAcks reports whether an ack of t is answered only once a record
+// holding it is durable: a REPLICATED task's (nothing would re-deliver a
+// secondary's copies), a force promote's (a crash must not lose an ack its
+// node will not repeat), and an AckSyncUp task's. A consumer's ack of an
 // AckSyncUp copy is the one thing that lets its task complete; answered
 // from memory, a deposed leader that has not noticed yet (a paused zombie
 // that resumed) would take it for its own copy of the task and drop it for

@@ -14,10 +14,6 @@ import (
 
 // handle is one right to broadcast while holding resource keys (R3.6):
 // from Resolve/Lock to Submit or Close.
-// LockOwner labels the handle's lock request ("handle 7"), when the lock
-// table describes it.
-func (h *handle) LockOwner() string { return "handle " + strconv.FormatUint(uint64(h.id), 10) }
-
 type handle struct {
 	id HandleID
 	// to is where the pending Lock's reply goes (nil once answered).
@@ -33,6 +29,10 @@ type handle struct {
 	// Submit waits for an id: Close then does nothing.
 	busy bool
 }
+
+// LockOwner labels the handle's lock request ("handle 7"), when the lock
+// table describes it.
+func (h *handle) LockOwner() string { return "handle " + strconv.FormatUint(uint64(h.id), 10) }
 
 // admission reserves a scope while its first request takes its locks, so a
 // concurrent request with the same key waits for it instead of taking

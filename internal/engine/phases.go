@@ -77,9 +77,7 @@ func (c *Core) checkFirstPhase(t *task) {
 			c.acksWritten(t, n, d, err)
 			c.move(t, OnFirstAcked, Appending)
 		}
-		if len(t.ackWaiters) > 0 && c.tasks[t.id] == t && !c.stopped {
-			c.persistAcks(t) // acks recorded while the write was in flight
-		}
+		c.afterWrite(t) // acks recorded while the write was in flight
 	})
 }
 

@@ -15,10 +15,6 @@ import (
 
 // task is a live broadcast task: PENDING or REPLICATED, from Persisting to
 // Tombstoning. Only the core touches it.
-// LockOwner labels the task's lock request ("broadcast 42"), when the
-// lock table describes it.
-func (t *task) LockOwner() string { return "broadcast " + strconv.FormatUint(t.id, 10) }
-
 type task struct {
 	id    uint64
 	msg   *message.Message // stamped; never modified
@@ -118,6 +114,10 @@ type task struct {
 	// waiters are answered with the Result when the task is Done.
 	waiters []Target
 }
+
+// LockOwner labels the task's lock request ("broadcast 42"), when the
+// lock table describes it.
+func (t *task) LockOwner() string { return "broadcast " + strconv.FormatUint(t.id, 10) }
 
 // copyState is one copy (target vchannel) of a task.
 type copyState struct {
