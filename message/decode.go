@@ -127,11 +127,7 @@ func (m *Message) decodeProperty(b []byte) error {
 		if typ != protowire.BytesType || (num != 1 && num != 2) {
 			return protowire.ConsumeFieldValue(num, typ, b), nil
 		}
-		raw, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return n, nil
-		}
-		s, err := wire.String(raw)
+		s, n, err := wire.ConsumeString(b)
 		if num == 1 {
 			k = s
 		} else {
@@ -167,12 +163,8 @@ func (m *Message) decodeResourceKey(b []byte) error {
 			}
 			return n, nil
 		case typ == protowire.BytesType && num == 2:
-			raw, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return n, nil
-			}
-			var err error
-			name, err = wire.String(raw)
+			v, n, err := wire.ConsumeString(b)
+			name = v
 			return n, err
 		}
 		return protowire.ConsumeFieldValue(num, typ, b), nil
@@ -195,11 +187,7 @@ func decodeReplicate(b []byte, r *ReplicateHeader) error {
 	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.BytesType && (num == 1 || num == 2):
-			raw, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return n, nil
-			}
-			s, err := wire.String(raw)
+			s, n, err := wire.ConsumeString(b)
 			if num == 1 {
 				r.SourceCluster = s
 			} else {
@@ -234,12 +222,8 @@ func decodeGroup(b []byte, g *GroupHeader, kind *int32) error {
 			}
 			return n, nil
 		case typ == protowire.BytesType && num == 4:
-			raw, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return n, nil
-			}
-			var err error
-			g.OwnerKey, err = wire.String(raw)
+			v, n, err := wire.ConsumeString(b)
+			g.OwnerKey = v
 			return n, err
 		}
 		return protowire.ConsumeFieldValue(num, typ, b), nil
@@ -343,12 +327,8 @@ func DecodeIdentity(b []byte) (Identity, error) {
 					if typ != protowire.BytesType || num != 4 {
 						return protowire.ConsumeFieldValue(num, typ, b), nil
 					}
-					raw, n := protowire.ConsumeBytes(b)
-					if n < 0 {
-						return n, nil
-					}
-					var err error
-					id.OwnerKey, err = wire.String(raw)
+					v, n, err := wire.ConsumeString(b)
+					id.OwnerKey = v
 					return n, err
 				})
 			}

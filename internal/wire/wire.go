@@ -55,6 +55,18 @@ func String(v []byte) (string, error) {
 	return string(v), nil
 }
 
+// ConsumeString reads a length-delimited string field's value from b: the
+// string, the bytes it took (negative: a protowire parse error, with an
+// empty string) and ErrUTF8 if it is not UTF-8.
+func ConsumeString(b []byte) (string, int, error) {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return "", n, nil
+	}
+	s, err := String(v)
+	return s, n, err
+}
+
 // CopyBytes copies v; nil if it is empty (as proto.Unmarshal leaves an
 // empty proto3 bytes field).
 func CopyBytes(v []byte) []byte {
