@@ -255,17 +255,65 @@ func (b *Broadcaster) Ack(ctx context.Context, a Ack) error {
 	if err := b.closedErr(); err != nil {
 		return err
 	}
-	if n := len(a.Extra); n > MaxAckExtraBytes {
-		return fmt.Errorf("%w: ack of broadcast %d on %s: extra is %d bytes, limit %d: return a reference to a larger result",
-			ErrInvalidArgument, a.BroadcastID, a.VChannel, n, MaxAckExtraBytes)
+	if err := checkAck(a); err != nil {
+		return err
 	}
-	r, err := b.d.call(ctx, func(to engine.Target) engine.Event {
-		return engine.Ack{To: to, ID: a.BroadcastID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Msg: a.Message, Ctx: ctx, Extra: a.Extra}
-	})
+	r, err := b.d.call(ctx, func(to engine.Target) engine.Event { return ackEvent(ctx, to, a) })
 	if err != nil {
 		return fmt.Errorf("ack of broadcast %d: %w", a.BroadcastID, err)
 	}
 	return r.Err
+}
+
+// AckAll is Ack for the acks a consumer has together (the copies of one WAL
+// entry): they reach the coordinator in one hand-over, and each is answered
+// as Ack alone would answer it. errs[i] answers acks[i]; errs is nil when
+// every ack was taken. Under load this costs the coordinator one wake-up per
+// entry instead of one per copy.
+func (b *Broadcaster) AckAll(ctx context.Context, acks []Ack) (errs []error) {
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(acks))
+		}
+		errs[i] = err
+	}
+	if err := b.closedErr(); err != nil {
+		for i := range acks {
+			fail(i, err)
+		}
+		return errs
+	}
+	ok := make([]int, 0, len(acks)) // the acks that go to the core
+	for i, a := range acks {
+		if err := checkAck(a); err != nil {
+			fail(i, err)
+			continue
+		}
+		ok = append(ok, i)
+	}
+	rs, cerrs := b.d.callAll(ctx, len(ok), func(j int, to engine.Target) engine.Event { return ackEvent(ctx, to, acks[ok[j]]) })
+	for j, i := range ok {
+		switch {
+		case cerrs != nil && cerrs[j] != nil:
+			fail(i, fmt.Errorf("ack of broadcast %d: %w", acks[i].BroadcastID, cerrs[j]))
+		case rs[j].Err != nil:
+			fail(i, rs[j].Err)
+		}
+	}
+	return errs
+}
+
+// checkAck refuses an ack the core must not see.
+func checkAck(a Ack) error {
+	if n := len(a.Extra); n > MaxAckExtraBytes {
+		return fmt.Errorf("%w: ack of broadcast %d on %s: extra is %d bytes, limit %d: return a reference to a larger result",
+			ErrInvalidArgument, a.BroadcastID, a.VChannel, n, MaxAckExtraBytes)
+	}
+	return nil
+}
+
+func ackEvent(ctx context.Context, to engine.Target, a Ack) engine.Event {
+	return engine.Ack{To: to, ID: a.BroadcastID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Msg: a.Message, Ctx: ctx, Extra: a.Extra}
 }
 
 // MaxAckExtraBytes bounds Ack.Extra: it is persisted in the task's record

@@ -280,6 +280,52 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 	}
 }
 
+// callAll is call for n requests, sent to the loop one after another
+// without waiting, so that the loop takes them in one wake-up; it waits for
+// every reply. errs is nil when every request was answered; else errs[i]
+// says why request i was not (the loop exited, or ctx ended first).
+func (d *driver) callAll(ctx context.Context, n int, mk func(i int, to engine.Target) engine.Event) (rs []engine.Reply, errs []error) {
+	rs = make([]engine.Reply, n)
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, n)
+		}
+		errs[i] = err
+	}
+	rcs := make([]chan engine.Reply, n)
+	for i := range n {
+		rc := replyChans.Get().(chan engine.Reply)
+		if !d.send(mk(i, rc)) {
+			replyChans.Put(rc)
+			fail(i, d.b.closedErr())
+			continue
+		}
+		rcs[i] = rc
+	}
+	for i, rc := range rcs {
+		if rc == nil {
+			continue
+		}
+		select {
+		case rs[i] = <-rc:
+			replyChans.Put(rc)
+		case <-ctx.Done():
+			select {
+			case rs[i] = <-rc:
+			default:
+				fail(i, d.waitErr(ctx.Err(), rc))
+			}
+		case <-d.done:
+			select {
+			case rs[i] = <-rc:
+			default:
+				fail(i, d.b.closedErr())
+			}
+		}
+	}
+	return rs, errs
+}
+
 // replyChans are reply channels for call: one goes back only once its
 // request's reply was received (a request abandoned by its caller keeps
 // its channel, which the core may still answer).

@@ -521,6 +521,66 @@ func TestR4_5_AcksAreIdempotent(t *testing.T) {
 	}
 }
 
+// TestR4_5_AckAllAnswersEachAckAsAckWould: the acks of one entry, given
+// together, are each answered as Ack alone answers them; one refused does
+// not refuse the others, and the taken ones complete the task.
+func TestR4_5_AckAllAnswersEachAckAsAckWould(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	done := make(chan *broadcast.Result, 1)
+	go func() {
+		r, err := do(ctx, b, msgOf(t, typSync, "t", []message.VChannel{vch(1, "a"), vch(2, "b")}), resource.ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	var id uint64
+	waitFor(t, "the AckSyncUp task", func() bool {
+		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
+		if len(ts) == 1 && ts[0].VChannels[1].Appended && ts[0].VChannels[2].Appended {
+			id = ts[0].ID
+			return true
+		}
+		return false
+	})
+	cpA := wal.Checkpoint{MessageID: 7, TimeTick: 7, LastConfirmed: 7}
+	cpB := wal.Checkpoint{MessageID: 8, TimeTick: 8, LastConfirmed: 8}
+	acks := []broadcast.Ack{
+		{BroadcastID: id, VChannel: vch(1, "a"), Checkpoint: cpA},
+		{BroadcastID: id, VChannel: vch(3, "elsewhere")},
+		{BroadcastID: id, VChannel: vch(2, "b"), Checkpoint: cpB, Extra: make([]byte, broadcast.MaxAckExtraBytes+1)},
+		{BroadcastID: id, VChannel: vch(2, "b"), Checkpoint: cpB},
+		{BroadcastID: id, VChannel: cchan},
+	}
+	errs := b.AckAll(ctx, acks)
+	if len(errs) != len(acks) {
+		t.Fatalf("AckAll answered %d of %d acks: %v", len(errs), len(acks), errs)
+	}
+	for i, want := range []error{nil, broadcast.ErrVChannelNotInTask, broadcast.ErrInvalidArgument, nil, nil} {
+		if want == nil && errs[i] != nil || want != nil && !errors.Is(errs[i], want) {
+			t.Errorf("ack %d (%s): %v, want %v", i, acks[i].VChannel, errs[i], want)
+		}
+	}
+	r := <-done
+	if r == nil {
+		t.FailNow()
+	}
+	if r.Appends[vch(1, "a")] != cpA || r.Appends[vch(2, "b")] != cpB {
+		t.Fatalf("the taken acks' checkpoints are not the result's: %+v", r.Appends)
+	}
+	// Every ack taken: no answers to read.
+	if errs := b.AckAll(ctx, acks[:1]); errs != nil {
+		t.Fatalf("AckAll of a tombstoned task's ack: %v, want nil", errs)
+	}
+	b.Close()
+	errs = b.AckAll(ctx, acks[:2])
+	if len(errs) != 2 || !errors.Is(errs[0], broadcast.ErrClosed) || !errors.Is(errs[1], broadcast.ErrClosed) {
+		t.Fatalf("AckAll after Close: %v, want ErrClosed for each", errs)
+	}
+}
+
 // TestR5_2_CallbackRetriedAndVisible: a failing callback is retried with
 // backoff, its failures visible, until it succeeds.
 func TestR5_2_CallbackRetriedAndVisible(t *testing.T) {

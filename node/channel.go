@@ -279,10 +279,8 @@ func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
 	if syncUp && c.dirty && !c.saveRetry(ctx) {
 		return false
 	}
-	for _, cp := range acks {
-		if !c.ack(ctx, cp) {
-			return false
-		}
+	if !c.ackAll(ctx, acks) {
+		return false
 	}
 	c.mu.Lock()
 	c.st.resume = entry[0].Offset + 1
@@ -345,7 +343,7 @@ func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 // ack acks one copy until the Acker accepts it or refuses it for good; false
 // means ctx (the node's lifetime) ended first.
 func (c *channel) ack(ctx context.Context, cp wal.Copy) bool {
-	a := broadcast.Ack{BroadcastID: cp.Message.Broadcast.ID, VChannel: cp.VChannel, Checkpoint: cp.Checkpoint, Message: cp.Message}
+	a := ackOf(cp)
 	c.setStage(StageAcking, 0, nil)
 	err := retry.Do(ctx, c.cfg.Backoff.Policy(), func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
@@ -356,28 +354,103 @@ func (c *channel) ack(ctx context.Context, cp wal.Copy) bool {
 		}
 		return err
 	}, retry.Notify(func(err error, attempt int, _ time.Duration) {
-		c.mu.Lock()
-		c.nAckRetries++
-		c.mu.Unlock()
-		c.setStage(StageAcking, attempt, err)
-		c.log.Warn("ack failed; retrying", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
-			"attempt", attempt, "err", err)
+		c.ackRetry(cp, 1, attempt, err)
 	}))
 	switch {
 	case err == nil:
-		c.mu.Lock()
-		c.nAcks++
-		c.mu.Unlock()
+		c.counted(&c.nAcks)
 		return true
 	case permanent(err):
-		c.log.Error("ack refused for good; not retried", "vchannel", cp.VChannel, "broadcast", a.BroadcastID,
-			"offset", cp.Offset, "err", err)
-		c.mu.Lock()
-		c.nRejected++
-		c.mu.Unlock()
+		c.refused(cp, err)
 		return true
 	}
 	return false // ctx (the node's lifetime) ended
+}
+
+// ackAll acks cps, in one call per attempt if the Acker is an AllAcker:
+// each attempt sends the acks not yet taken nor refused for good. It returns
+// false if ctx (the node's lifetime) ended first.
+func (c *channel) ackAll(ctx context.Context, cps []wal.Copy) bool {
+	all, ok := c.cfg.Acker.(AllAcker)
+	if !ok || len(cps) < 2 {
+		for _, cp := range cps {
+			if !c.ack(ctx, cp) {
+				return false
+			}
+		}
+		return true
+	}
+	left := make([]int, len(cps)) // indexes of the copies not acked yet
+	for i := range left {
+		left[i] = i
+	}
+	acks := make([]broadcast.Ack, 0, len(cps))
+	c.setStage(StageAcking, 0, nil)
+	var failed int // the first copy the last attempt did not get taken
+	err := retry.Do(ctx, c.cfg.Backoff.Policy(), func(ctx context.Context) error {
+		acks = acks[:0]
+		for _, i := range left {
+			acks = append(acks, ackOf(cps[i]))
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
+		defer cancel()
+		var errs []error
+		if err := wait.Safely("application code", func() error { errs = all.AckAll(actx, acks); return nil }); err != nil {
+			failed = left[0]
+			return err
+		}
+		var last error
+		still := left[:0]
+		for k, i := range left {
+			var err error
+			if errs != nil {
+				err = errs[k]
+			}
+			switch {
+			case err == nil:
+				c.counted(&c.nAcks)
+			case permanent(err):
+				c.refused(cps[i], err)
+			default:
+				if last == nil {
+					failed, last = i, err
+				}
+				still = append(still, i)
+			}
+		}
+		left = still
+		return last
+	}, retry.Notify(func(err error, attempt int, _ time.Duration) {
+		c.ackRetry(cps[failed], len(left), attempt, err)
+	}))
+	return err == nil
+}
+
+func ackOf(cp wal.Copy) broadcast.Ack {
+	return broadcast.Ack{BroadcastID: cp.Message.Broadcast.ID, VChannel: cp.VChannel, Checkpoint: cp.Checkpoint, Message: cp.Message}
+}
+
+// counted adds one to a counter of c's status.
+func (c *channel) counted(n *uint64) {
+	c.mu.Lock()
+	*n++
+	c.mu.Unlock()
+}
+
+// ackRetry counts and logs a failed ack attempt of n copies, the first
+// failed one cp.
+func (c *channel) ackRetry(cp wal.Copy, n, attempt int, err error) {
+	c.counted(&c.nAckRetries)
+	c.setStage(StageAcking, attempt, err)
+	c.log.Warn("ack failed; retrying", "vchannel", cp.VChannel, "broadcast", cp.Message.Broadcast.ID,
+		"copies", n, "attempt", attempt, "err", err)
+}
+
+// refused logs and counts an ack refused for good.
+func (c *channel) refused(cp wal.Copy, err error) {
+	c.log.Error("ack refused for good; not retried", "vchannel", cp.VChannel, "broadcast", cp.Message.Broadcast.ID,
+		"offset", cp.Offset, "err", err)
+	c.counted(&c.nRejected)
 }
 
 // permanent reports an ack error that no retry can fix.

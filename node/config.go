@@ -39,6 +39,16 @@ type Acker interface {
 	Ack(ctx context.Context, a broadcast.Ack) error
 }
 
+// AllAcker is an Acker that also takes the acks of one entry together:
+// errs[i] answers acks[i] as Ack would, and nil errs means every ack was
+// taken. A node acks an entry's copies with one AckAll call when its Acker
+// has it (the *broadcast.Broadcaster does), and retries only the acks that
+// failed.
+type AllAcker interface {
+	Acker
+	AckAll(ctx context.Context, acks []broadcast.Ack) (errs []error)
+}
+
 // Config configures a Node. Name, WAL, PChannels, Applier, Acker and StateDir
 // are required; the other fields have defaults.
 type Config struct {

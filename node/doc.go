@@ -85,7 +85,9 @@
 // AckTimeout so a hung call is retried too. An ack refused with
 // broadcast.ErrVChannelNotInTask or broadcast.ErrInvalidArgument can never
 // succeed: it is logged, counted in Status and not retried. A remote Acker
-// must map the coordinator's status codes back to those errors.
+// must map the coordinator's status codes back to those errors. An Acker that
+// is an AllAcker (the *broadcast.Broadcaster is) gets the acks of an entry in
+// one call, and a retry sends only the acks that failed.
 //
 // # Durability and restart
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -374,4 +375,34 @@ func appendMsg(t testing.TB, w *wal.WAL, p message.PChannel, m *message.Message,
 	if _, err := w.Append(context.Background(), p, []wal.Item{{Message: raw, VChannels: vs}}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// allAcker is a recAcker that also takes an entry's acks together, and
+// records each AckAll call's acks.
+type allAcker struct {
+	*recAcker
+	mu    sync.Mutex
+	calls [][]broadcast.Ack
+}
+
+func (a *allAcker) AckAll(ctx context.Context, acks []broadcast.Ack) []error {
+	a.mu.Lock()
+	a.calls = append(a.calls, slices.Clone(acks))
+	a.mu.Unlock()
+	var errs []error
+	for i, ack := range acks {
+		if err := a.Ack(ctx, ack); err != nil {
+			if errs == nil {
+				errs = make([]error, len(acks))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+func (a *allAcker) allCalls() [][]broadcast.Ack {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.calls)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -376,6 +377,65 @@ func TestR9_3_AcksRetriedAndNeverCancelledByCaller(t *testing.T) {
 	}
 	if ti, err := e.b.Task(r.BroadcastID); err != nil || ti.State != broadcast.Tombstone {
 		t.Errorf("task: %v %v", ti.State, err)
+	}
+}
+
+// TestR9_3_EntryAckedInOneCallAndOnlyFailuresRetried: an Acker that takes
+// an entry's acks together gets them in one call; an attempt retries only
+// the acks that failed and not those refused for good.
+func TestR9_3_EntryAckedInOneCallAndOnlyFailuresRetried(t *testing.T) {
+	e := newEnv(t)
+	vB2, vB3 := message.VChannel("wal-1/b2"), message.VChannel("wal-1/b3")
+	flaky := 2 // broadcast 8's ack fails twice
+	var mu sync.Mutex
+	acker := &allAcker{recAcker: &recAcker{hook: func(_ context.Context, a broadcast.Ack) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case a.BroadcastID == 7:
+			return fmt.Errorf("remote: %w", broadcast.ErrVChannelNotInTask)
+		case a.BroadcastID == 8 && flaky > 0:
+			flaky--
+			return errors.New("injected: coordinator unavailable")
+		}
+		return nil
+	}}}
+	n := e.start(newCountApplier(), acker)
+	var items []wal.Item
+	for id, v := range map[uint64]message.VChannel{7: vB, 8: vB2, 9: vB3} {
+		raw, err := message.Marshal(stamped(t, typCreate, id, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, wal.Item{Message: raw, VChannels: []message.VChannel{v}})
+	}
+	if _, err := e.w.Append(context.Background(), "wal-1", items); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the entry's acks", func() bool { return len(acker.succeeded()) == 2 })
+	calls := acker.allCalls()
+	if len(calls) != 3 {
+		t.Fatalf("%d AckAll calls, want 3 (the entry, then two retries of the failed ack): %+v", len(calls), calls)
+	}
+	if len(calls[0]) != 3 {
+		t.Errorf("first call had %d acks, want the entry's 3", len(calls[0]))
+	}
+	for i, c := range calls[1:] {
+		if len(c) != 1 || c[0].BroadcastID != 8 {
+			t.Errorf("retry %d sent %+v, want only broadcast 8's ack", i+1, c)
+		}
+	}
+	if got := len(acker.records()); got != 5 {
+		t.Errorf("%d acks in all, want 5 (3, then 8's twice)", got)
+	}
+	var st PChannelStatus
+	for _, ps := range n.Status().PChannels {
+		if ps.PChannel == "wal-1" {
+			st = ps
+		}
+	}
+	if st.Acks != 2 || st.AckRetries != 2 || st.AcksRejected != 1 {
+		t.Errorf("status: %d acks, %d retries, %d rejected; want 2, 2, 1", st.Acks, st.AckRetries, st.AcksRejected)
 	}
 }
 

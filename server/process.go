@@ -859,6 +859,18 @@ func (a leaderAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 	return b.Ack(ctx, ack)
 }
 
+func (a leaderAcker) AckAll(ctx context.Context, acks []broadcast.Ack) []error {
+	b, err := a.l.Current()
+	if err != nil {
+		errs := make([]error, len(acks))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	return b.AckAll(ctx, acks)
+}
+
 // ReadyLine is what a started process prints once it serves.
 func (p *Process) ReadyLine(mode string) string {
 	var b strings.Builder
