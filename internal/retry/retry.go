@@ -86,6 +86,19 @@ func MaxTries(n uint) Option { return func(o *options) { o.maxTries = n } }
 // error, or — when ctx ended — the last attempt's error joined with ctx's,
 // so that errors.Is finds both.
 func Do(ctx context.Context, p Policy, op func(ctx context.Context) error, opts ...Option) error {
+	// The first attempt runs before anything is set up: almost every
+	// operation succeeds at once (a node's apply and ack of every copy),
+	// and the schedule, options and closures of the retry loop cost about
+	// ten allocations per call that only a failure needs.
+	err := op(ctx)
+	if err == nil {
+		return nil
+	}
+	return retryAfter(ctx, p, op, err, opts)
+}
+
+// retryAfter is Do after a first attempt that failed with first.
+func retryAfter(ctx context.Context, p Policy, op func(ctx context.Context) error, first error, opts []Option) error {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -106,7 +119,10 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context) error, opts 
 	}
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		attempt++
-		err := op(ctx)
+		err := first // the attempt Do made
+		if attempt > 1 {
+			err = op(ctx)
+		}
 		if err != nil {
 			last = err
 		}
