@@ -30,7 +30,16 @@ import (
 type API struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	known    map[string]bool // "/pkg.Service/Method" → a method of a served service
+	methods  map[string]*apiMethod // "/pkg.Service/Method" → a method of a served service
+}
+
+// apiMethod is one method's series, looked up once when the API is built:
+// a call that succeeds touches no label (a vector's lookup hashes its label
+// values on every call).
+type apiMethod struct {
+	name     string // "pkg.Service/Method", the method label
+	ok       prometheus.Counter
+	duration prometheus.Observer
 }
 
 // NewAPI registers the API metrics on reg, with the ok series of every
@@ -41,7 +50,7 @@ func NewAPI(reg prometheus.Registerer, services ...string) (*API, error) {
 			Help: "API requests by procedure and status code (all protocols)."}, []string{"method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Subsystem: "api", Name: "request_duration_seconds",
 			Help: "API request durations by procedure.", Buckets: durationBuckets}, []string{"method"}),
-		known: map[string]bool{},
+		methods: map[string]*apiMethod{},
 	}
 	for _, s := range services {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(s))
@@ -54,9 +63,7 @@ func NewAPI(reg prometheus.Registerer, services ...string) (*API, error) {
 		}
 		for i := range sd.Methods().Len() {
 			m := s + "/" + string(sd.Methods().Get(i).Name())
-			a.known["/"+m] = true
-			a.requests.WithLabelValues(m, codeName(0))
-			a.duration.WithLabelValues(m)
+			a.methods["/"+m] = &apiMethod{name: m, ok: a.requests.WithLabelValues(m, codeName(0)), duration: a.duration.WithLabelValues(m)}
 		}
 	}
 	if err := reg.Register(a.requests); err != nil {
@@ -71,27 +78,54 @@ func NewAPI(reg prometheus.Registerer, services ...string) (*API, error) {
 // Wrap returns h counting the RPCs it serves.
 func (a *API) Wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !a.known[r.URL.Path] {
+		m := a.methods[r.URL.Path]
+		if m == nil {
 			h.ServeHTTP(w, r)
 			return
 		}
 		start := time.Now()
-		rec := &codeRecorder{ResponseWriter: w, status: http.StatusOK}
+		rec := &codeRecorder{ResponseWriter: w, status: http.StatusOK, proto: protocolOf(r.Header.Get("Content-Type"))}
 		h.ServeHTTP(rec, r)
-		method := r.URL.Path[1:]
-		a.requests.WithLabelValues(method, codeName(rec.code(r.Header.Get("Content-Type")))).Inc()
-		a.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		if code := rec.code(); code == 0 {
+			m.ok.Inc()
+		} else {
+			a.requests.WithLabelValues(m.name, codeName(code)).Inc()
+		}
+		m.duration.Observe(time.Since(start).Seconds())
 	})
+}
+
+// protocol is the RPC protocol of a request, which says where its status
+// code is read from.
+type protocol uint8
+
+const (
+	protoConnect protocol = iota // the HTTP status, and an error's JSON body
+	protoGRPC                    // the grpc-status header or trailer
+	protoGRPCWeb                 // the grpc-status header, or the trailers frame that ends the body
+)
+
+func protocolOf(contentType string) protocol {
+	switch {
+	case strings.HasPrefix(contentType, "application/grpc-web"):
+		return protoGRPCWeb
+	case strings.HasPrefix(contentType, "application/grpc"):
+		return protoGRPC
+	}
+	return protoConnect
 }
 
 // codeRecorder keeps what the status code of an RPC is read from: the HTTP
 // status, the start of an error body (Connect), the grpc-status header or
-// trailer (gRPC) and the last frame written (gRPC-Web trailers).
+// trailer (gRPC) and the last frame written (gRPC-Web trailers). It keeps
+// only the bytes its protocol needs: nothing of a Connect call that
+// succeeds (status 200) or of a gRPC call.
 type codeRecorder struct {
 	http.ResponseWriter
+	proto  protocol
 	status int
-	head   []byte // the first bytes of the body, up to 512
-	last   []byte // the last 512 bytes written
+	head   []byte // the first bytes of a Connect error body, up to 512
+	last   []byte // the last 512 bytes written (gRPC-Web)
 }
 
 func (c *codeRecorder) WriteHeader(code int) {
@@ -100,13 +134,17 @@ func (c *codeRecorder) WriteHeader(code int) {
 }
 
 func (c *codeRecorder) Write(b []byte) (int, error) {
-	if len(c.head) < 512 {
-		c.head = append(c.head, b[:min(len(b), 512-len(c.head))]...)
-	}
-	// A rolling tail: a frame may come in several writes.
-	c.last = append(c.last, b[max(0, len(b)-512):]...)
-	if n := len(c.last); n > 512 {
-		c.last = append(c.last[:0], c.last[n-512:]...)
+	switch c.proto {
+	case protoConnect:
+		if c.status != http.StatusOK && len(c.head) < 512 {
+			c.head = append(c.head, b[:min(len(b), 512-len(c.head))]...)
+		}
+	case protoGRPCWeb:
+		// A rolling tail: a frame may come in several writes.
+		c.last = append(c.last, b[max(0, len(b)-512):]...)
+		if n := len(c.last); n > 512 {
+			c.last = append(c.last[:0], c.last[n-512:]...)
+		}
 	}
 	return c.ResponseWriter.Write(b)
 }
@@ -121,9 +159,9 @@ func (c *codeRecorder) Flush() {
 // Unwrap gives http.ResponseController the underlying writer.
 func (c *codeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-func (c *codeRecorder) code(contentType string) connect.Code {
-	switch {
-	case strings.HasPrefix(contentType, "application/grpc-web"):
+func (c *codeRecorder) code() connect.Code {
+	switch c.proto {
+	case protoGRPCWeb:
 		if s := c.Header().Get("Grpc-Status"); s != "" {
 			return grpcCode(s)
 		}
@@ -138,7 +176,7 @@ func (c *codeRecorder) code(contentType string) connect.Code {
 				return grpcCode(string(rest))
 			}
 		}
-	case strings.HasPrefix(contentType, "application/grpc"):
+	case protoGRPC:
 		h := c.Header()
 		if s := h.Get("Grpc-Status"); s != "" {
 			return grpcCode(s)
