@@ -77,7 +77,7 @@ func (c *Client) BeginTxn(ctx context.Context, req *BeginTxnRequest) (*Txn, erro
 	if err != nil {
 		return nil, err
 	}
-	pb := &walcastv1.BeginTxnRequest{Type: req.Type.String(), Payload: req.Payload, Vchannels: strs(req.VChannels),
+	pb := &walcastv1.BeginTxnRequest{Type: typeName(req.Type), Payload: req.Payload, Vchannels: strs(req.VChannels),
 		ResourceKeys: keyStrs(req.ResourceKeys), IdempotencyKey: string(key), NoWait: req.NoWait, Properties: req.Properties}
 	var resp *walcastv1.BeginTxnResponse
 	n, err := c.call(ctx, policyOf(key), func(ctx context.Context, e *endpoint) error {
@@ -124,7 +124,7 @@ func (c *Client) txnMember(ctx context.Context, id uint64, kind walcastv1.GroupK
 	if err != nil {
 		return nil, err
 	}
-	pb := &walcastv1.TxnMemberRequest{TxnId: id, Kind: kind, Type: req.Type.String(), Payload: req.Payload,
+	pb := &walcastv1.TxnMemberRequest{TxnId: id, Kind: kind, Type: typeName(req.Type), Payload: req.Payload,
 		IdempotencyKey: string(key), Properties: req.Properties}
 	var resp *walcastv1.TxnMemberResponse
 	n, err := c.call(ctx, policyOf(key), func(ctx context.Context, e *endpoint) error {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -176,7 +175,7 @@ func invalidArg(format string, args ...any) error {
 func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walcastv1.BroadcastRequest]) (*connect.Response[walcastv1.BroadcastResponse], error) {
 	// A caller's W3C trace context (traceparent header) becomes the parent
 	// of the broadcast's spans, and travels in the message (R9.6).
-	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Header()))
+	ctx = requestTrace(ctx, req.Header())
 	const proc = "Broadcast"
 	r := req.Msg
 	// Check what the API can before touching the broadcaster, so such a

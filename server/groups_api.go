@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
@@ -25,7 +26,7 @@ import (
 func (a *broadcastAPI) BeginTxn(ctx context.Context, req *connect.Request[walcastv1.BeginTxnRequest]) (*connect.Response[walcastv1.BeginTxnResponse], error) {
 	const proc = "BeginTxn"
 	// The caller's trace context joins the Begin's spans, as Broadcast's.
-	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Header()))
+	ctx = requestTrace(ctx, req.Header())
 	r := req.Msg
 	typ, err := a.checkType(r.GetType())
 	if err != nil {
@@ -66,7 +67,7 @@ func (a *broadcastAPI) BeginTxn(ctx context.Context, req *connect.Request[walcas
 // did not see the Begin.
 func (a *broadcastAPI) TxnMember(ctx context.Context, req *connect.Request[walcastv1.TxnMemberRequest]) (*connect.Response[walcastv1.TxnMemberResponse], error) {
 	const proc = "TxnMember"
-	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Header()))
+	ctx = requestTrace(ctx, req.Header())
 	r := req.Msg
 	if r.GetTxnId() == 0 {
 		return nil, a.fail(proc, invalidArg("txn_id is required"))
@@ -224,7 +225,7 @@ func (a *broadcastAPI) WaitVChannelsAcked(ctx context.Context, req *connect.Requ
 // checkType parses a request's type and refuses the types BroadcastService
 // must not broadcast.
 func (a *broadcastAPI) checkType(s string) (message.Type, error) {
-	typ, err := message.ParseType(s)
+	typ, err := parseType(s)
 	if err != nil {
 		return typ, fmt.Errorf("%w: type: %w", broadcast.ErrInvalidArgument, err)
 	}
@@ -232,6 +233,20 @@ func (a *broadcastAPI) checkType(s string) (message.Type, error) {
 		return typ, invalidArg("type %s is broadcast by its own API (validated under its locks), not by BroadcastService", typ)
 	}
 	return typ, nil
+}
+
+// parseType is message.ParseType without the fmt.Sscanf and fmt.Sprint it
+// spends on every request's version number: a well-formed type
+// ("<name>.v<version>", the version a decimal uint32 without leading zeros)
+// is read with strconv; anything else goes to ParseType, for its error.
+func parseType(s string) (message.Type, error) {
+	if i := strings.LastIndex(s, ".v"); i > 0 {
+		d := s[i+2:]
+		if v, err := strconv.ParseUint(d, 10, 32); err == nil && (d[0] != '0' || len(d) == 1) {
+			return message.Type{Name: s[:i], Version: uint32(v)}, nil
+		}
+	}
+	return message.ParseType(s)
 }
 
 // parseKeys parses a request's resource keys.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -62,6 +63,18 @@ func setupTracing(cfg Config) (func() error, error) {
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(t.SamplingRatio))))
 	otel.SetTracerProvider(tp)
 	return func() error { return tp.Shutdown(context.Background()) }, nil
+}
+
+// requestTrace is ctx with the W3C trace context of a request's headers
+// (traceparent, tracestate), the parent of the spans the request starts
+// (R9.6). Most requests carry none: the header map is looked up by the
+// canonical name first, where the propagator's Get canonicalizes
+// "traceparent" into a new string on every request.
+func requestTrace(ctx context.Context, h http.Header) context.Context {
+	if len(h["Traceparent"]) == 0 {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
 // otlpHeaders parses key=value headers.
