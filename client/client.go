@@ -69,7 +69,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -389,7 +388,9 @@ func (c *Client) Close() {
 
 // connectOptions are the Connect options of every RPC client of a Client.
 func connectOptions(cfg config) []connect.ClientOption {
-	opts := slices.Clone(cfg.connectOpts)
+	// protoCodec reads a broadcast's answer without protobuf-go's
+	// reflection over its maps; a codec of the caller's replaces it.
+	opts := append([]connect.ClientOption{connect.WithCodec(protoCodec{})}, cfg.connectOpts...)
 	if cfg.grpc {
 		opts = append([]connect.ClientOption{connect.WithGRPC()}, opts...)
 	}

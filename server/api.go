@@ -147,7 +147,9 @@ func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
 		cfg.logger = slog.Default()
 	}
 	a := &broadcastAPI{leader: l, cfg: cfg}
-	hopts := append(append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
+	// protoCodec writes a broadcast's answer without protobuf-go's
+	// reflection over its maps.
+	hopts := append(append([]connect.HandlerOption{connect.WithCodec(protoCodec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
 		StrictJSON()...), cfg.connectOpts...)
 	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
 }
