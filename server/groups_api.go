@@ -273,6 +273,9 @@ func vchannelsOf(ss []string) []message.VChannel {
 // messageOptions are the options of a request's message: its idempotency
 // key, AckSyncUp and properties.
 func messageOptions(ik message.IdempotencyKey, syncUp bool, props map[string]string) []message.Option {
+	if ik == "" && !syncUp && len(props) == 0 {
+		return nil // a new message has none of them: no closure to allocate
+	}
 	opts := []message.Option{message.WithIdempotencyKey(ik)}
 	if syncUp {
 		opts = append(opts, message.WithAckSyncUp())
