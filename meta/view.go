@@ -38,6 +38,20 @@ type Applier struct {
 type pchannel struct {
 	mu    sync.Mutex
 	views map[message.VChannel]*view // protected by mu
+	// sorted are the views' vchannels in order, each with its key as JSON,
+	// as a snapshot lists them, but for those added since the last snapshot;
+	// nil after a restore. Protected by mu.
+	sorted []snapKey
+	added  []snapKey // views added since the last snapshot; protected by mu
+}
+
+// snapKey is one vchannel of a snapshot, its key encoded, and its view
+// (a vchannel's view is never replaced but by a restore, which drops
+// sorted).
+type snapKey struct {
+	vc  message.VChannel
+	key []byte
+	v   *view
 }
 
 var _ node.Applier = (*Applier)(nil)
@@ -89,6 +103,10 @@ type view struct {
 	// jobs indexes ImportJobs, finished FinishedJobs; built on the first
 	// import message after a restore.
 	jobs, finished map[uint64]struct{}
+	// enc is the view's JSON as the last snapshot encoded it; nil since a
+	// message was applied to it. A snapshot encodes only the views changed
+	// since the previous one: the others' encodings have not changed.
+	enc []byte
 }
 
 func (v *view) anomaly(format string, args ...any) {
@@ -122,7 +140,9 @@ func (a *Applier) Apply(_ context.Context, c wal.Copy) error {
 	if v == nil {
 		v = &view{}
 		pc.views[c.VChannel] = v
+		pc.added = append(pc.added, snapKey{vc: c.VChannel, v: v})
 	}
+	v.enc = nil
 	v.Applied++
 	v.LastBroadcastID = m.Broadcast.ID
 	if err := v.apply(c.VChannel, m, c.Checkpoint.MessageID); err != nil {
@@ -441,15 +461,86 @@ func (v *view) owns(id uint64) error {
 	return nil
 }
 
-// Snapshot encodes the views of p's vchannels.
+// Snapshot encodes the views of p's vchannels: the bytes of json.Marshal
+// of the vchannel → view map, built from each view's cached encoding (only
+// the views a message was applied to since the last snapshot are encoded
+// again), so its cost grows with the changes, not with every collection the
+// pchannel ever had.
 func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 	pc := a.pchan(p, false)
 	if pc == nil {
-		return json.Marshal(map[message.VChannel]*view(nil))
+		return []byte("null"), nil
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	return json.Marshal(pc.views)
+	pc.order()
+	size := 2 + 2*len(pc.sorted) // braces, colons and commas
+	for _, k := range pc.sorted {
+		v := k.v
+		if v != nil && v.enc == nil {
+			enc, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			v.enc = enc
+		}
+		size += len(k.key) + len(v.encoded())
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '{')
+	for i, k := range pc.sorted {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, k.key...)
+		out = append(out, ':')
+		out = append(out, k.v.encoded()...)
+	}
+	return append(out, '}'), nil
+}
+
+// order brings pc.sorted up to date: sorted again after a restore, else
+// with the views added since merged in. pc.mu is held.
+func (pc *pchannel) order() {
+	// As encoding/json orders a map's keys.
+	byVChannel := func(x, y snapKey) int { return strings.Compare(string(x.vc), string(y.vc)) }
+	if pc.sorted == nil {
+		pc.added = nil
+		pc.sorted = make([]snapKey, 0, len(pc.views))
+		for vc, v := range pc.views {
+			pc.sorted = append(pc.sorted, snapKey{vc: vc, key: mustJSON(string(vc)), v: v})
+		}
+		slices.SortFunc(pc.sorted, byVChannel)
+		return
+	}
+	if len(pc.added) == 0 {
+		return
+	}
+	for i := range pc.added {
+		pc.added[i].key = mustJSON(string(pc.added[i].vc))
+	}
+	slices.SortFunc(pc.added, byVChannel)
+	// Merged in place, from the end.
+	n, m := len(pc.sorted), len(pc.added)
+	pc.sorted = slices.Grow(pc.sorted, m)[:n+m]
+	for i, j, k := n-1, m-1, n+m-1; j >= 0; k-- {
+		if i >= 0 && byVChannel(pc.sorted[i], pc.added[j]) > 0 {
+			pc.sorted[k], i = pc.sorted[i], i-1
+		} else {
+			pc.sorted[k], j = pc.added[j], j-1
+		}
+	}
+	clear(pc.added)
+	pc.added = pc.added[:0]
+}
+
+// encoded is v's cached encoding; a nil view (restored from a snapshot's
+// null) encodes as null.
+func (v *view) encoded() []byte {
+	if v == nil {
+		return []byte("null")
+	}
+	return v.enc
 }
 
 // Restore replaces the views of p's vchannels with a snapshot.
@@ -464,7 +555,7 @@ func (a *Applier) Restore(p message.PChannel, data []byte) error {
 	pc := a.pchan(p, true)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	pc.views = m
+	pc.views, pc.sorted, pc.added = m, nil, nil
 	return nil
 }
 

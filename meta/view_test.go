@@ -1,7 +1,11 @@
 package meta
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -12,7 +16,7 @@ import (
 )
 
 // copyOf returns the copy of a stamped broadcast of payload for vc.
-func copyOf(t *testing.T, id uint64, typ message.Type, payload any, vc message.VChannel) wal.Copy {
+func copyOf(t testing.TB, id uint64, typ message.Type, payload any, vc message.VChannel) wal.Copy {
 	t.Helper()
 	m, err := message.NewBroadcast(typ, mustJSON(payload), []message.VChannel{vc})
 	if err != nil {
@@ -125,5 +129,131 @@ func TestApplierViewsSnapshotAndAnomalies(t *testing.T) {
 	}
 	if cb, _ := b.View(ctl); len(cb.Databases) != 0 || len(cb.Anomalies) != 0 {
 		t.Fatalf("restored control view after the drop %v", cb)
+	}
+}
+
+// oldSnapshot is what Snapshot encoded before it cached each view's
+// encoding: json.Marshal of the pchannel's vchannel → view map.
+func oldSnapshot(t testing.TB, a *Applier, p message.PChannel) []byte {
+	t.Helper()
+	pc := a.pchan(p, false)
+	var m map[message.VChannel]*view
+	if pc != nil {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		m = pc.views
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestApplierSnapshotIsTheViewsJSON: a snapshot, built from the cached
+// encodings of the views not changed since the last one, is byte for byte
+// json.Marshal of the pchannel's views, through creates on new vchannels,
+// changes to old ones, snapshots in between and a restore (including one
+// holding a null view), so restoring it is what it always was.
+func TestApplierSnapshotIsTheViewsJSON(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	a := NewApplier("n1")
+	pchans := []message.PChannel{"wal-0", "wal-1", "wal-2"}
+	check := func(when string) {
+		t.Helper()
+		for _, p := range pchans {
+			got, err := a.Snapshot(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := oldSnapshot(t, a, p); !bytes.Equal(got, want) {
+				t.Fatalf("%s: snapshot of %s\n%s\nwant\n%s", when, p, got, want)
+			}
+		}
+	}
+	check("before any apply")
+	var made []collRecord
+	id := uint64(100)
+	for step := range 400 {
+		id++
+		switch r := rng.IntN(4); {
+		case r < 2 || len(made) == 0: // a collection on new vchannels
+			p := pchans[rng.IntN(len(pchans))]
+			vcs := []message.VChannel{message.VChannel(fmt.Sprintf("%s/c%dv0", p, id)), message.VChannel(fmt.Sprintf("%s/c%dv1", pchans[(int(id))%3], id))}
+			c := collRecord{ID: id, DatabaseID: 3, Database: "db", Name: fmt.Sprint("c", id), Shards: 2, VChannels: vcs, Fields: defaultFields}
+			made = append(made, c)
+			for _, vc := range vcs {
+				if err := a.Apply(ctx, copyOf(t, id, TypeCreateCollection, createCollectionPayload{Collection: c}, vc)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case r == 2: // an index on an old collection's first shard
+			c := made[rng.IntN(len(made))]
+			idx := indexRecord{ID: id, Name: fmt.Sprint("i", id), Field: "id", Type: "HNSW"}
+			if err := a.Apply(ctx, copyOf(t, id, TypeCreateIndex, indexPayload{DatabaseID: 3, CollectionID: c.ID, Index: idx}, c.VChannels[0])); err != nil {
+				t.Fatal(err)
+			}
+		default: // a control channel message
+			ctl := pchans[rng.IntN(len(pchans))].Control()
+			if err := a.Apply(ctx, copyOf(t, id, TypeCreateDatabase, createDatabasePayload{Database: dbRecord{ID: id, Name: fmt.Sprint("db", id)}}, ctl)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rng.IntN(8) == 0 {
+			check(fmt.Sprintf("step %d", step))
+		}
+		if step == 200 { // restore every pchannel, one with a null view
+			for _, p := range pchans {
+				snap, err := a.Snapshot(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p == "wal-1" {
+					snap = append([]byte(`{"wal-1/c1v0":null,`), snap[1:]...)
+				}
+				if err := a.Restore(p, snap); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check("after the restore")
+		}
+	}
+	check("at the end")
+}
+
+// BenchmarkApplierSnapshot: one pchannel's snapshot with 4,096 collection
+// views, 16 of them created since the last one (a pchannel's share of
+// CreateCollection between two of its node's saves).
+func BenchmarkApplierSnapshot(b *testing.B) {
+	ctx := context.Background()
+	a := NewApplier("n1")
+	id := uint64(0)
+	create := func() {
+		id++
+		vc := message.VChannel(fmt.Sprintf("wal-0/c%dv0", id))
+		c := collRecord{ID: id, DatabaseID: 3, Database: "db", Name: fmt.Sprint("c", id), Shards: 1,
+			VChannels: []message.VChannel{vc}, Fields: defaultFields}
+		if err := a.Apply(ctx, copyOf(b, id, TypeCreateCollection, createCollectionPayload{Collection: c}, vc)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 4096 {
+		create()
+	}
+	if _, err := a.Snapshot("wal-0"); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		for range 16 {
+			create()
+		}
+		b.StartTimer()
+		if _, err := a.Snapshot("wal-0"); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
