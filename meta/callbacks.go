@@ -1,9 +1,7 @@
 package meta
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -176,16 +174,6 @@ func onAckEvent[P any](a *App, types *message.Registry, cbs *broadcast.Callbacks
 		}
 		return effects(ev.Payload, ev.Event)
 	})
-}
-
-func decodeStrict[P any](raw []byte) (P, error) {
-	var p P
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("payload: %w", err)
-	}
-	return p, nil
 }
 
 func putJSON(e *broadcast.Effects, key string, v any) error { return e.Put(key, mustJSON(v)) }

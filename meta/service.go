@@ -150,7 +150,9 @@ func (s *Service) send(ctx context.Context, h *broadcast.Handle, d ddl, payload 
 	if sp, ok := payload.(shaped); ok {
 		opts = append(opts, sp.copyOptions()...)
 	}
-	msg, err := message.NewBroadcast(d.typ, mustJSON(payload), targets, opts...)
+	raw := mustJSON(payload)
+	sent(raw, payload)
+	msg, err := message.NewBroadcast(d.typ, raw, targets, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
