@@ -36,6 +36,7 @@ package tracing
 
 import (
 	"context"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -182,7 +183,9 @@ func MessageAttributes(m *message.Message) []attribute.KeyValue {
 		return nil
 	}
 	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, AttrMessageType.String(m.Type.String()))
+	// The type as Type.String writes it, without its fmt.Sprintf: a node
+	// builds these attributes for every copy it applies, traced or not.
+	attrs = append(attrs, AttrMessageType.String(m.Type.Name+".v"+strconv.FormatUint(uint64(m.Type.Version), 10)))
 	if id := m.Broadcast.ID; id != 0 {
 		attrs = append(attrs, AttrBroadcastID.Int64(int64(id)))
 	}
