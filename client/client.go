@@ -663,47 +663,64 @@ func (c *Client) attempt(ctx context.Context, p policy, e *endpoint, attempt fun
 	if c.cfg.livenessEvery <= 0 {
 		return attempt(ctx, e)
 	}
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	// The watchdog runs only once the attempt is slow: most attempts end
 	// before it fires, and cost a timer.
-	var (
-		watch   *time.Timer
-		mu      sync.Mutex // guards stopped: a watchdog never starts or re-arms after the attempt
-		stopped bool
-		running sync.WaitGroup
-	)
-	watch = time.AfterFunc(c.cfg.livenessEvery, func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		running.Add(1)
-		mu.Unlock()
-		defer running.Done()
-		if !c.alive(actx, e) && actx.Err() == nil {
-			cancel(errHung)
-			return
-		}
-		mu.Lock()
-		if !stopped {
-			watch.Reset(c.cfg.livenessEvery)
-		}
-		mu.Unlock()
-	})
-	err := attempt(actx, e)
-	mu.Lock()
-	stopped = true
-	watch.Stop()
-	mu.Unlock()
-	hung := errors.Is(context.Cause(actx), errHung)
-	cancel(nil) // ends a check under way
-	running.Wait()
+	w := &watchdog{c: c, e: e}
+	w.ctx, w.cancel = context.WithCancelCause(ctx)
+	defer w.cancel(nil)
+	w.mu.Lock()
+	w.timer = time.AfterFunc(c.cfg.livenessEvery, w.check)
+	w.mu.Unlock()
+	err := attempt(w.ctx, e)
+	w.mu.Lock()
+	w.stopped = true
+	w.timer.Stop()
+	w.mu.Unlock()
+	hung := errors.Is(context.Cause(w.ctx), errHung)
+	w.cancel(nil) // ends a check under way
+	w.running.Wait()
 	if err != nil && hung && ctx.Err() == nil {
 		return &hungError{err: err}
 	}
 	return err
+}
+
+// watchdog checks, while an attempt runs longer than the liveness
+// interval, that its coordinator still answers, and cancels the attempt
+// (cause errHung) when it does not. One allocation holds what its timer's
+// callback shares with the attempt.
+type watchdog struct {
+	c      *Client
+	e      *endpoint
+	ctx    context.Context // the attempt's
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex // guards timer and stopped: a watchdog never starts or re-arms after the attempt
+	timer   *time.Timer
+	stopped bool
+	running sync.WaitGroup // a check under way
+}
+
+// check is the timer's callback: one liveness check, re-armed while the
+// coordinator answers.
+func (w *watchdog) check() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.running.Add(1)
+	w.mu.Unlock()
+	defer w.running.Done()
+	if !w.c.alive(w.ctx, w.e) && w.ctx.Err() == nil {
+		w.cancel(errHung)
+		return
+	}
+	w.mu.Lock()
+	if !w.stopped {
+		w.timer.Reset(w.c.cfg.livenessEvery)
+	}
+	w.mu.Unlock()
 }
 
 // hungError is an attempt abandoned because its coordinator stopped
