@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -433,6 +435,27 @@ func TestR9_6_NoTraceContextWithoutSpan(t *testing.T) {
 	if ti.Message.TraceParent != "" || ti.Message.TraceState != "" {
 		t.Errorf("untraced broadcast persisted trace context %q / %q", ti.Message.TraceParent, ti.Message.TraceState)
 	}
+}
+
+// TestR9_6_GlobalProviderInstalledAfterNew: a broadcaster on the default
+// (global) provider skips its spans while none is installed, and traces
+// once an application installs one, also after New.
+func TestR9_6_GlobalProviderInstalledAfterNew(t *testing.T) {
+	if !strings.HasSuffix(fmt.Sprintf("%T", otel.GetTracerProvider()), "global.tracerProvider") {
+		t.Skip("a provider was installed earlier in this process (-count > 1): only otel's first, delegating, global provider forwards to one installed later")
+	}
+	e := newEnv(t)
+	b := e.open() // no TracerProvider: the global one
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")); err != nil {
+		t.Fatal(err)
+	}
+	tp, sr := newTracer(t)
+	otel.SetTracerProvider(tp) // for the rest of the process: shut down at the end of the test
+	if _, err := do(ctx, b, msgOf(t, typCreate, "q", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c")); err != nil {
+		t.Fatal(err)
+	}
+	oneSpan(t, sr.Ended(), tracing.SpanBroadcast)
 }
 
 // BenchmarkBroadcastTraced is BenchmarkBroadcast with a recording SDK tracer
