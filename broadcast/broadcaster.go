@@ -64,7 +64,9 @@ type Broadcaster struct {
 type Result struct {
 	BroadcastID uint64
 	// Appends says where each copy landed, control channel included. It is
-	// rebuilt from the original's checkpoints for a duplicate (R7.4).
+	// rebuilt from the original's checkpoints for a duplicate (R7.4). It may
+	// be the map the callback got as Event.Results: read it, do not modify
+	// it.
 	Appends map[message.VChannel]wal.Checkpoint
 	// Duplicated is set when the call resolved to an earlier broadcast with
 	// the same idempotency scope: it is the original's message, and nothing

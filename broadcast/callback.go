@@ -36,6 +36,7 @@ func NewCallbacks() *Callbacks {
 // landed, control channel included (R5.1).
 type Event struct {
 	Message *message.Message
+	// Results is shared with the caller's Result: read it, do not modify it.
 	Results map[message.VChannel]wal.Checkpoint
 	// Extras are what consumers returned with their acks (R13.12).
 	Extras map[message.VChannel][]byte

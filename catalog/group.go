@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,9 @@ type Group struct {
 	// flush goroutine is running. Protected by mu.
 	queue    []*groupCall
 	flushing bool
+	// batch and ops are the flusher's buffers (one flusher at a time).
+	batch []*groupCall
+	ops   []Op
 
 	trips atomic.Int64
 	calls atomic.Int64
@@ -37,8 +41,12 @@ type Group struct {
 type groupCall struct {
 	ops  []Op
 	err  error
-	done chan struct{}
+	done chan struct{} // gets one value when err is set
 }
+
+// calls are groupCalls to reuse: one goes back once its Commit received its
+// answer (a Commit that gave up keeps its call, which flush still answers).
+var calls = sync.Pool{New: func() any { return &groupCall{done: make(chan struct{}, 1)} }}
 
 // NewGroup wraps c. timeout bounds each shared transaction (callers' own
 // contexts cannot, since a transaction serves many callers); 0 means 30s.
@@ -57,7 +65,8 @@ func (g *Group) Commit(ctx context.Context, ops ...Op) error {
 		return err
 	}
 	g.calls.Add(1)
-	call := &groupCall{ops: ops, done: make(chan struct{})}
+	call := calls.Get().(*groupCall)
+	call.ops = ops
 	g.mu.Lock()
 	g.queue = append(g.queue, call)
 	if !g.flushing {
@@ -67,7 +76,10 @@ func (g *Group) Commit(ctx context.Context, ops ...Op) error {
 	g.mu.Unlock()
 	select {
 	case <-call.done:
-		return call.err
+		err := call.err
+		*call = groupCall{done: call.done}
+		calls.Put(call)
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -87,7 +99,7 @@ func (g *Group) flush() {
 		g.mu.Unlock()
 		ops := batch[0].ops
 		if len(batch) > 1 {
-			ops = make([]Op, 0, n)
+			ops = slices.Grow(g.ops[:0], n)
 			for _, c := range batch {
 				ops = append(ops, c.ops...)
 			}
@@ -98,7 +110,14 @@ func (g *Group) flush() {
 		g.trips.Add(1)
 		for _, c := range batch {
 			c.err = err
-			close(c.done)
+			c.done <- struct{}{}
+		}
+		// Kept for the next batch, without what they point to.
+		clear(batch)
+		g.batch = batch[:0]
+		if len(batch) > 1 {
+			clear(ops)
+			g.ops = ops[:0]
 		}
 	}
 }
@@ -127,8 +146,8 @@ func (g *Group) take(lim Limits) (batch []*groupCall, ops int) {
 		ops += len(c.ops)
 		bytes += size
 	}
-	batch = make([]*groupCall, n)
-	copy(batch, g.queue[:n])
+	batch = append(g.batch[:0], g.queue[:n]...)
+	g.batch = nil // the flusher's until it gives it back
 	rest := copy(g.queue, g.queue[n:])
 	clear(g.queue[rest:])
 	g.queue = g.queue[:rest]

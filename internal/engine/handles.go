@@ -257,24 +257,33 @@ func (c *Core) allocFor(h *handle, e Submit) {
 	if c.stopped {
 		return // Stop answered it
 	}
-	c.ids.alloc(c, func(id uint64, err error) {
-		h.busy = false
-		h.to = nil
-		if c.stopped {
-			return
+	if id, ok := c.ids.now(c); ok {
+		// Without a closure: most ids come from the reserved block.
+		c.allocated(h, &e, id, nil)
+		return
+	}
+	waiting := e // only a waiting submit moves to the heap
+	c.ids.alloc(c, func(id uint64, err error) { c.allocated(h, &waiting, id, err) })
+}
+
+// allocated creates the task of a submitted one given its id, or fails it.
+func (c *Core) allocated(h *handle, e *Submit, id uint64, err error) {
+	h.busy = false
+	h.to = nil
+	if c.stopped {
+		return
+	}
+	if err != nil {
+		c.dropHandle(h)
+		c.reply(e.To, Reply{Err: err})
+		if g := c.groups[e.Group]; g != nil && e.Group != 0 {
+			c.memberFailed(g)
 		}
-		if err != nil {
-			c.dropHandle(h)
-			c.reply(e.To, Reply{Err: err})
-			if g := c.groups[e.Group]; g != nil && e.Group != 0 {
-				c.memberFailed(g)
-			}
-			return
-		}
-		e.Msg.Broadcast.ID = id
-		e.Bytes = protowire.AppendVarint(protowire.AppendTag(e.Bytes, broadcastIDField, protowire.VarintType), id)
-		c.create(h, e)
-	})
+		return
+	}
+	e.Msg.Broadcast.ID = id
+	e.Bytes = protowire.AppendVarint(protowire.AppendTag(e.Bytes, broadcastIDField, protowire.VarintType), id)
+	c.create(h, *e)
 }
 
 // broadcastIDField is the field number of the broadcast id in the durable
@@ -358,22 +367,27 @@ func (c *Core) persistPending(t *task) {
 	if c.cfg.Mutation == "append-before-persist" {
 		c.queueCopies(t, func(int) bool { return true })
 	}
-	w := c.write(WritePending, t, t.record(Pending), nil, func(w *writeOp, d Decision, err error) {
-		switch d {
-		case Done:
-			c.move(t, OnPersisted, t.afterPersist())
-		case Abort:
-			c.abort(t, fmt.Errorf("%w: persist: %w", ErrTaskNotCreated, err))
-		case StepDown:
-			if !t.maybePersisted {
-				c.abort(t, fmt.Errorf("%w: %w", ErrTaskNotCreated, err))
-			}
+	w := c.writeThen(WritePending, t, t.record(Pending), nil, pendingWritten)
+	w.failed = pendingFailed
+}
+
+func pendingWritten(c *Core, w *writeOp, d Decision, err error) {
+	t := w.task
+	switch d {
+	case Done:
+		c.move(t, OnPersisted, t.afterPersist())
+	case Abort:
+		c.abort(t, fmt.Errorf("%w: persist: %w", ErrTaskNotCreated, err))
+	case StepDown:
+		if !t.maybePersisted {
+			c.abort(t, fmt.Errorf("%w: %w", ErrTaskNotCreated, err))
 		}
-	})
-	w.failed = func(err error) {
-		if MayHaveApplied(Classify(err)) {
-			t.maybePersisted = true
-		}
+	}
+}
+
+func pendingFailed(_ *Core, w *writeOp, err error) {
+	if MayHaveApplied(Classify(err)) {
+		w.task.maybePersisted = true
 	}
 }
 

@@ -92,22 +92,32 @@ func (s *ids) floorFor(maxID uint64) uint64 {
 // gets an error wrapping ErrTaskNotCreated if the block could not be
 // reserved.
 func (s *ids) alloc(c *Core, then func(id uint64, err error)) {
+	if id, ok := s.now(c); ok {
+		then(id, nil)
+		return
+	}
+	s.waiting = append(s.waiting, then)
+	if c.roles.role == Secondary && !s.spaced {
+		s.openSpace(c)
+		return
+	}
+	s.resume(c)
+}
+
+// now hands out an id at once if the reserved block has one left.
+func (s *ids) now(c *Core) (uint64, bool) {
 	if c.roles.role == Secondary && !s.spaced {
 		// A force promote's id, or a local-only broadcast's (R13.13): the
 		// only allocations on a secondary, in a space of their own.
-		s.waiting = append(s.waiting, then)
-		s.openSpace(c)
-		return
+		return 0, false
 	}
 	s.next = max(s.next, s.seen+1)
 	if s.next < s.end {
 		id := s.next
 		s.next++
-		then(id, nil)
-		return
+		return id, true
 	}
-	s.waiting = append(s.waiting, then)
-	s.resume(c)
+	return 0, false
 }
 
 // resume reserves a block for the waiting handles if none is being

@@ -284,16 +284,19 @@ func (c *Core) tombstone(t *task) {
 		// A group's end releases it in the same transaction (R13.3).
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
-	c.write(WriteTombstone, t, rec, ops, func(w *writeOp, d Decision, err error) {
-		switch d {
-		case Done:
-			c.finish(t, w.raw)
-		case Refuse:
-			t.tombOps = nil
-			c.move(t, OnTombstoneRefused, Backoff)
-			c.callbackFailed(t, fmt.Errorf("tombstone and callback effects: %w", err))
-		}
-	})
+	c.writeThen(WriteTombstone, t, rec, ops, tombstoneWritten)
+}
+
+func tombstoneWritten(c *Core, w *writeOp, d Decision, err error) {
+	t := w.task
+	switch d {
+	case Done:
+		c.finish(t, w.raw)
+	case Refuse:
+		t.tombOps = nil
+		c.move(t, OnTombstoneRefused, Backoff)
+		c.callbackFailed(t, fmt.Errorf("tombstone and callback effects: %w", err))
+	}
 }
 
 // finish completes t once its TOMBSTONE is durable: a topology it carries
