@@ -460,22 +460,38 @@ func (d *driver) run(j job) {
 func (d *driver) write(w engine.Write) {
 	ops := w.Ops
 	var rec, msg []byte
+	var buf *[]catalog.Op
 	if w.Record != nil {
 		var err error
 		if rec, msg, err = engine.EncodeRecord(w.Record); err != nil {
 			d.result(engine.Written{ID: w.ID, Err: fmt.Errorf("%w: encode record: %w", catalog.ErrInvalid, err)})
 			return
 		}
-		ops = append([]catalog.Op{catalog.Put(engine.TaskKey(d.b.cfg.Prefix, w.Task), rec)}, ops...)
+		key := w.Record.Key
+		if key == "" {
+			key = engine.TaskKey(d.b.cfg.Prefix, w.Task)
+		}
+		buf = opBufs.Get().(*[]catalog.Op)
+		ops = append(append((*buf)[:0], catalog.Put(key, rec)), ops...)
 	}
 	err := d.b.cat.Commit(d.ctx, ops...)
 	if err != nil && d.ctx.Err() != nil && !catalog.NotApplied(err) {
 		// Cut short by Close: the commit may still apply.
 		err = fmt.Errorf("%w (broadcaster closing)", err)
 	}
+	if buf != nil && d.ctx.Err() == nil {
+		// The commit returned its answer: the catalog holds ops no more.
+		clear(ops)
+		*buf = ops[:0]
+		opBufs.Put(buf)
+	}
 	d.b.spans.written(w, err)
 	d.result(engine.Written{ID: w.ID, Err: err, Record: rec, Message: msg})
 }
+
+// opBufs are the op lists of record writes, reused once their commit has
+// answered.
+var opBufs = sync.Pool{New: func() any { b := make([]catalog.Op, 0, 4); return &b }}
 
 func (d *driver) append(a engine.Append) {
 	res, err := d.b.cfg.WAL.AppendSalted(d.ctx, a.Lane, d.b.salt, a.Items)

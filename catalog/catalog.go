@@ -84,6 +84,9 @@ func Size(ops []Op) int {
 type Catalog interface {
 	// Commit applies ops atomically. Keys must be distinct within one
 	// Commit. See the package documentation for what its errors mean.
+	// Commit does not keep ops once it has answered: the caller may reuse
+	// the slice then (not after an error of ctx's end, since a Group answers
+	// that at once while the shared transaction may still go ahead).
 	Commit(ctx context.Context, ops ...Op) error
 	// Get returns the value stored under key, or an error wrapping
 	// ErrNotFound.

@@ -30,9 +30,14 @@ type Group struct {
 	// flush goroutine is running. Protected by mu.
 	queue    []*groupCall
 	flushing bool
-	// batch and ops are the flusher's buffers (one flusher at a time).
-	batch []*groupCall
-	ops   []Op
+	// The flusher's (one at a time): its buffers, and the context that
+	// bounds its transactions, with its deadline.
+	batch   []*groupCall
+	ops     []Op
+	keys    map[string]struct{}
+	txn     context.Context
+	txnEnd  time.Time
+	txnStop context.CancelFunc
 
 	trips atomic.Int64
 	calls atomic.Int64
@@ -49,7 +54,9 @@ type groupCall struct {
 var calls = sync.Pool{New: func() any { return &groupCall{done: make(chan struct{}, 1)} }}
 
 // NewGroup wraps c. timeout bounds each shared transaction (callers' own
-// contexts cannot, since a transaction serves many callers); 0 means 30s.
+// contexts cannot, since a transaction serves many callers): each gets at
+// least half of it and at most all of it, so that one context serves the
+// transactions of many seconds. 0 means 30s.
 func NewGroup(c Catalog, timeout time.Duration) *Group {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -104,9 +111,7 @@ func (g *Group) flush() {
 				ops = append(ops, c.ops...)
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-		err := g.c.Commit(ctx, ops...)
-		cancel()
+		err := g.c.Commit(g.txnContext(), ops...)
 		g.trips.Add(1)
 		for _, c := range batch {
 			c.err = err
@@ -122,12 +127,25 @@ func (g *Group) flush() {
 	}
 }
 
+// txnContext returns the context of the flusher's next transaction: it has
+// at least half of the timeout left.
+func (g *Group) txnContext() context.Context {
+	if now := time.Now(); g.txn == nil || g.txnEnd.Sub(now) < g.timeout/2 || g.txn.Err() != nil {
+		if g.txnStop != nil {
+			g.txnStop()
+		}
+		g.txnEnd = now.Add(g.timeout)
+		g.txn, g.txnStop = context.WithDeadline(context.Background(), g.txnEnd)
+	}
+	return g.txn
+}
+
 // take removes from the queue the longest prefix of calls that fits one
 // transaction with distinct keys, and returns it with its number of ops. The
 // first call always fits (Commit checked it alone). Caller holds g.mu.
 func (g *Group) take(lim Limits) (batch []*groupCall, ops int) {
 	n, bytes := 0, 0
-	var keys map[string]struct{} // built once a second call is considered
+	var keys map[string]struct{} // filled once a second call is considered
 	for _, c := range g.queue {
 		size := Size(c.ops)
 		if n > 0 {
@@ -135,7 +153,11 @@ func (g *Group) take(lim Limits) (batch []*groupCall, ops int) {
 				break
 			}
 			if keys == nil {
-				keys = make(map[string]struct{}, ops+len(c.ops))
+				if g.keys == nil {
+					g.keys = make(map[string]struct{}, ops+len(c.ops))
+				}
+				keys = g.keys
+				defer clear(keys)
 				addKeys(keys, g.queue[0].ops)
 			}
 			if !addKeys(keys, c.ops) {

@@ -2,11 +2,13 @@ package catalog
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // recorder is a Catalog that records each Commit's keys and holds the
@@ -89,5 +91,57 @@ func TestGroupTakesFittingPrefixes(t *testing.T) {
 	}
 	if trips, commits := g.RoundTrips(); trips != 4 || commits != 7 {
 		t.Fatalf("round trips %d for %d commits", trips, commits)
+	}
+}
+
+// deadlines is a Catalog that records how long each transaction's context
+// had left when the transaction started.
+type deadlines struct {
+	mu   sync.Mutex
+	left []time.Duration
+	errs []error
+}
+
+func (d *deadlines) Commit(ctx context.Context, _ ...Op) error {
+	dl, ok := ctx.Deadline()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !ok {
+		d.left = append(d.left, -1)
+	} else {
+		d.left = append(d.left, time.Until(dl))
+	}
+	d.errs = append(d.errs, ctx.Err())
+	return nil
+}
+
+func (d *deadlines) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
+func (d *deadlines) List(context.Context, string, func(string, []byte) error) error { return nil }
+func (d *deadlines) Limits() Limits                                                 { return Limits{MaxOps: 128, MaxBytes: 1 << 20} }
+
+// TestGroupBoundsEveryTransaction: every shared transaction gets a context
+// that ends within the timeout and leaves it at least half of it (checked
+// as a quarter, for a loaded machine), also when one context serves several
+// transactions.
+func TestGroupBoundsEveryTransaction(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	d := &deadlines{}
+	g := NewGroup(d, timeout)
+	end := time.Now().Add(timeout) // the commits below span more than half of it
+	for i := 0; time.Now().Before(end); i++ {
+		if err := g.Commit(context.Background(), Put(fmt.Sprint("k", i%4), nil)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(timeout / 20) // commits spread over time: the context is renewed
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, left := range d.left {
+		if left < timeout/4 || left > timeout || d.errs[i] != nil {
+			t.Fatalf("transaction %d: %v left (err %v), want between %v and %v", i, left, d.errs[i], timeout/2, timeout)
+		}
+	}
+	if len(d.left) < 15 {
+		t.Fatalf("%d transactions, want about 20", len(d.left))
 	}
 }

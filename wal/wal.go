@@ -418,8 +418,15 @@ func (w *WAL) appendEntry(ctx context.Context, p message.PChannel, salt string, 
 	for _, it := range items {
 		copies += len(it.VChannels)
 	}
-	out := make([][]Checkpoint, len(items))
-	all := make([]Checkpoint, copies)
+	var out [][]Checkpoint
+	var all []Checkpoint
+	if len(items) == 1 && copies <= len(smallResult{}.all) {
+		// One allocation for the usual entry: one broadcast's copies.
+		r := new(smallResult)
+		out, all = r.out[:], r.all[:copies]
+	} else {
+		out, all = make([][]Checkpoint, len(items)), make([]Checkpoint, copies)
+	}
 	idx := 0
 	for i, it := range items {
 		out[i], all = all[:len(it.VChannels):len(it.VChannels)], all[len(it.VChannels):]
@@ -430,6 +437,13 @@ func (w *WAL) appendEntry(ctx context.Context, p message.PChannel, salt string, 
 		}
 	}
 	return out, nil
+}
+
+// smallResult holds the checkpoints of an entry of one item with at most
+// eight copies.
+type smallResult struct {
+	out [1][]Checkpoint
+	all [8]Checkpoint
 }
 
 // Copy is one broadcast copy as a reader sees it.

@@ -40,6 +40,10 @@ type batch struct {
 	lane     *lane
 	reqs     []*appendReq
 	inFlight bool
+	// Room for the requests and items of a batch of one broadcast, the
+	// usual one when appends are not contended.
+	reqsBuf  [1]*appendReq
+	itemsBuf [1]wal.Item
 }
 
 // maxCopiesPerAppend keeps entries far below wal.MaxCopiesPerEntry.
@@ -91,7 +95,7 @@ func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
 	for i, v := range vcs {
 		k := int32(-1)
 		if want(i) {
-			k = laneIndex(c.cfg.Lane(v.PChannel()), &names, &byName)
+			k, names, byName = laneIndex(c.cfg.Lane(v.PChannel()), names, byName)
 			t.copies[i].queued = true
 			n++
 		}
@@ -138,25 +142,25 @@ func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
 
 // laneIndex returns the index of lane name in names, adding it: a scan of
 // the first few, a map once there are more.
-func laneIndex(name message.PChannel, names *[]message.PChannel, byName *map[message.PChannel]int32) int32 {
-	if *byName != nil {
-		if k, ok := (*byName)[name]; ok {
-			return k
+func laneIndex(name message.PChannel, names []message.PChannel, byName map[message.PChannel]int32) (int32, []message.PChannel, map[message.PChannel]int32) {
+	if byName != nil {
+		if k, ok := byName[name]; ok {
+			return k, names, byName
 		}
-	} else if k := slices.Index(*names, name); k >= 0 {
-		return int32(k)
+	} else if k := slices.Index(names, name); k >= 0 {
+		return int32(k), names, byName
 	}
-	k := int32(len(*names))
-	*names = append(*names, name)
-	if *byName == nil && len(*names) > 8 {
-		*byName = make(map[message.PChannel]int32, 2*len(*names))
-		for i, x := range *names {
-			(*byName)[x] = int32(i)
+	k := int32(len(names))
+	names = append(names, name)
+	if byName == nil && len(names) > 8 {
+		byName = make(map[message.PChannel]int32, 2*len(names))
+		for i, x := range names {
+			byName[x] = int32(i)
 		}
-	} else if *byName != nil {
-		(*byName)[name] = k
+	} else if byName != nil {
+		byName[name] = k
 	}
-	return k
+	return k, names, byName
 }
 
 func (c *Core) laneOf(name message.PChannel) *lane {
@@ -185,12 +189,13 @@ func (c *Core) startLanes() {
 		if len(l.queue) == 0 {
 			continue
 		}
-		reqs := c.take(l)
-		if len(reqs) == 0 {
+		b := &batch{lane: l}
+		b.reqs = c.take(l, b.reqsBuf[:0])
+		if len(b.reqs) == 0 {
 			continue // every queued copy was acked meanwhile
 		}
-		l.batch = &batch{lane: l, reqs: reqs}
-		c.sendBatch(l.batch)
+		l.batch = b
+		c.sendBatch(b)
 	}
 }
 
@@ -250,8 +255,8 @@ func (c *Core) unqueued(t *task) {
 }
 
 // take removes the next batch from l's queue: as many queued copies as fit
-// one entry, an exclusive-append broadcast alone (R2.5).
-func (c *Core) take(l *lane) []*appendReq {
+// one entry, an exclusive-append broadcast alone (R2.5), appended to out.
+func (c *Core) take(l *lane, out []*appendReq) []*appendReq {
 	keep := l.queue[:0]
 	for _, r := range l.queue {
 		if r = c.stillNeeded(r); r != nil {
@@ -270,8 +275,7 @@ func (c *Core) take(l *lane) []*appendReq {
 		size += r.size
 		copies += len(r.idx)
 	}
-	out := make([]*appendReq, n)
-	copy(out, l.queue[:n])
+	out = append(out, l.queue[:n]...)
 	rest := copy(l.queue, l.queue[n:])
 	clear(l.queue[rest:])
 	l.queue = l.queue[:rest]
@@ -284,9 +288,9 @@ func (c *Core) sendBatch(b *batch) {
 	c.batches[b.id] = b
 	c.inflight++
 	c.stats.AppendRounds++
-	items := make([]wal.Item, len(b.reqs))
-	for i, r := range b.reqs {
-		items[i] = r.item
+	items := b.itemsBuf[:0]
+	for _, r := range b.reqs {
+		items = append(items, r.item)
 	}
 	c.emit(Append{ID: b.id, Lane: b.lane.name, Items: items})
 }

@@ -16,7 +16,10 @@ import (
 // task's key. The core builds specs; the driver (or simulator) encodes them
 // outside the core's loop, so the core spends no time on encoding.
 type RecordSpec struct {
-	ID    uint64
+	ID uint64
+	// Key, if set, is the record's catalog key, TaskKey(prefix, ID), built
+	// once for the task's records.
+	Key   string
 	State State
 	// Message is the encoded message; if nil, Msg is encoded (a replicated
 	// task's first record) and Written reports the bytes.

@@ -105,6 +105,7 @@ type task struct {
 	tombOps       []catalog.Op
 	outcome       Outcome
 	given         map[message.VChannel]wal.Checkpoint // see results
+	key           string                              // TaskKey, if known: see RecordSpec.Key
 	completed     time.Time
 	completeWaits []Target
 
@@ -114,6 +115,10 @@ type task struct {
 
 	// waiters are answered with the Result when the task is Done.
 	waiters []Target
+	// Room for the first waiter and the first callback attempt, which
+	// nearly every task has.
+	waiterBuf  [1]Target
+	historyBuf [1]Attempt
 }
 
 // LockOwner labels the task's lock request ("broadcast 42"), when the
@@ -156,6 +161,7 @@ func newTask(msg *message.Message, bytes []byte, info message.TypeInfo, created 
 		scope: ScopeOf(msg.Type, msg.IdempotencyKey), keys: msg.Broadcast.ResourceKeys,
 		control: -1, created: created, copies: make([]copyState, len(msg.Broadcast.VChannels)),
 	}
+	t.waiters, t.history = t.waiterBuf[:0], t.historyBuf[:0]
 	for i, v := range msg.Broadcast.VChannels {
 		if v.IsControl() {
 			t.control = i
@@ -271,7 +277,7 @@ func (t *task) controlTick() uint64 {
 
 // record returns the spec of t's record in state st.
 func (t *task) record(st State) *RecordSpec {
-	s := &RecordSpec{ID: t.id, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
+	s := &RecordSpec{ID: t.id, Key: t.key, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
 		PayloadDigest: t.digest, RequestDigest: t.request}
 	if st == Pending && !t.promote && len(t.msg.Broadcast.AppendFirst) == 0 && !t.msg.Broadcast.AckSyncUp {
 		// A PENDING record has no checkpoints: a crash before the TOMBSTONE
