@@ -2,11 +2,8 @@ package broadcast
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -146,27 +143,6 @@ func (s *spans) closeAll() {
 	}
 }
 
-// unsetProvider is otel's global tracer provider as it is before any was
-// installed (nil if one was installed before this package's init): a
-// delegating provider whose spans, until one is set, record nothing and
-// carry their parent's span context.
-var unsetProvider = func() trace.TracerProvider {
-	tp := otel.GetTracerProvider()
-	if strings.HasSuffix(fmt.Sprintf("%T", tp), "global.tracerProvider") {
-		return tp
-	}
-	return nil
-}()
-
-// untraced reports whether a span started under parent would record nothing
-// and change nothing that a child sees: b uses the global provider, none was
-// installed yet, and parent's span (if any) does not record. Such a span is
-// skipped; otel's would cost three allocations per Broadcast.
-func (b *Broadcaster) untraced(parent context.Context) bool {
-	return unsetProvider != nil && b.cfg.TracerProvider == unsetProvider &&
-		otel.GetTracerProvider() == unsetProvider && !trace.SpanFromContext(parent).IsRecording()
-}
-
 // startBroadcastSpan starts the span of one Broadcast call. A caller without
 // a span of its own but with a trace context in msg joins that one; a caller
 // with both links to the message's.
@@ -182,7 +158,7 @@ func (b *Broadcaster) startBroadcastSpan(ctx context.Context, msg *message.Messa
 			parent = tracing.ContextFromMessage(ctx, msg)
 		}
 	}
-	if b.untraced(parent) {
+	if tracing.Idle(b.cfg.TracerProvider, parent) {
 		return ctx, noSpan
 	}
 	ctx, span := b.tracer.Start(parent, tracing.SpanBroadcast, opts...)

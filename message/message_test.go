@@ -141,9 +141,19 @@ func TestR2_5_Registry(t *testing.T) {
 	if err != nil || pt != testType {
 		t.Fatalf("ParseType(%q) = %v, %v", testType.String(), pt, err)
 	}
-	for _, s := range []string{"", "x", ".v1", "x.v", "x.v01", "x.v-1"} {
-		if _, err := ParseType(s); err == nil {
-			t.Errorf("ParseType(%q) accepted", s)
+	for s, want := range map[string]Type{
+		"CreateCollection.v1": {Name: "CreateCollection", Version: 1}, "Generic.v0": {Name: "Generic"},
+		"a.b.v12": {Name: "a.b", Version: 12}, "x.v4294967295": {Name: "x", Version: 4294967295},
+		"x.v1.v2": {Name: "x.v1", Version: 2},
+	} {
+		if got, err := ParseType(s); err != nil || got != want || got.String() != s {
+			t.Errorf("ParseType(%q) = %v, %v; want %v, written back as %q", s, got, err, want, s)
+		}
+	}
+	for _, s := range []string{"", "x", ".v1", "v1", "x.v", "x.v01", "x.v00", "x.v-1", "x.v+1", "x.v1a", "x.v 1",
+		"x.v4294967296", "x.v2.y", "x.v١"} {
+		if _, err := ParseType(s); !errors.Is(err, ErrUnknownType) {
+			t.Errorf("ParseType(%q) = %v, want ErrUnknownType", s, err)
 		}
 	}
 }

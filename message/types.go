@@ -3,6 +3,7 @@ package message
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -16,7 +17,9 @@ type Type struct {
 }
 
 // String formats the type as "<name>.v<version>".
-func (t Type) String() string { return fmt.Sprintf("%s.v%d", t.Name, t.Version) }
+func (t Type) String() string {
+	return t.Name + ".v" + strconv.FormatUint(uint64(t.Version), 10)
+}
 
 // ParseType reads a type in the form String writes.
 func ParseType(s string) (Type, error) {
@@ -24,11 +27,12 @@ func ParseType(s string) (Type, error) {
 	if i <= 0 {
 		return Type{}, fmt.Errorf("%w: %q is not <name>.v<version>", ErrUnknownType, s)
 	}
-	var v uint32
-	if _, err := fmt.Sscanf(s[i+2:], "%d", &v); err != nil || fmt.Sprint(v) != s[i+2:] {
+	digits := s[i+2:]
+	v, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || strconv.FormatUint(v, 10) != digits {
 		return Type{}, fmt.Errorf("%w: %q has no decimal version", ErrUnknownType, s)
 	}
-	return Type{Name: s[:i], Version: v}, nil
+	return Type{Name: s[:i], Version: uint32(v)}, nil
 }
 
 // TypeInfo describes a registered message type (SPEC R2.5).

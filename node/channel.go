@@ -321,10 +321,15 @@ func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 	c.setStage(StageApplying, 0, nil)
 	// The span joins the trace of the broadcast's caller, carried in the
 	// message (R9.6).
-	ctx, span := otel.Tracer(tracing.TracerName).Start(tracing.ContextFromMessage(ctx, cp.Message), tracing.SpanNodeApply,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(tracing.MessageAttributes(cp.Message)...),
-		trace.WithAttributes(tracing.AttrVChannel.String(string(cp.VChannel))))
+	ctx = tracing.ContextFromMessage(ctx, cp.Message)
+	span := noSpan
+	if tp := otel.GetTracerProvider(); !tracing.Idle(tp, ctx) {
+		ctx, span = tp.Tracer(tracing.TracerName).Start(ctx, tracing.SpanNodeApply, trace.WithSpanKind(trace.SpanKindConsumer))
+		if span.IsRecording() {
+			span.SetAttributes(tracing.MessageAttributes(cp.Message)...)
+			span.SetAttributes(tracing.AttrVChannel.String(string(cp.VChannel)))
+		}
+	}
 	defer span.End()
 	err := retry.Do(ctx, c.cfg.Backoff.Policy(), func(ctx context.Context) error {
 		err := wait.Safely("application code", func() error { return c.cfg.Applier.Apply(ctx, cp) })
@@ -339,6 +344,9 @@ func (c *channel) apply(ctx context.Context, cp wal.Copy) bool {
 	}))
 	return err == nil
 }
+
+// noSpan is the span of an apply that nothing traces.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // ack acks one copy until the Acker accepts it or refuses it for good; false
 // means ctx (the node's lifetime) ended first.

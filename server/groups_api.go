@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"connectrpc.com/connect"
 
@@ -225,7 +223,7 @@ func (a *broadcastAPI) WaitVChannelsAcked(ctx context.Context, req *connect.Requ
 // checkType parses a request's type and refuses the types BroadcastService
 // must not broadcast.
 func (a *broadcastAPI) checkType(s string) (message.Type, error) {
-	typ, err := parseType(s)
+	typ, err := message.ParseType(s)
 	if err != nil {
 		return typ, fmt.Errorf("%w: type: %w", broadcast.ErrInvalidArgument, err)
 	}
@@ -233,20 +231,6 @@ func (a *broadcastAPI) checkType(s string) (message.Type, error) {
 		return typ, invalidArg("type %s is broadcast by its own API (validated under its locks), not by BroadcastService", typ)
 	}
 	return typ, nil
-}
-
-// parseType is message.ParseType without the fmt.Sscanf and fmt.Sprint it
-// spends on every request's version number: a well-formed type
-// ("<name>.v<version>", the version a decimal uint32 without leading zeros)
-// is read with strconv; anything else goes to ParseType, for its error.
-func parseType(s string) (message.Type, error) {
-	if i := strings.LastIndex(s, ".v"); i > 0 {
-		d := s[i+2:]
-		if v, err := strconv.ParseUint(d, 10, 32); err == nil && (d[0] != '0' || len(d) == 1) {
-			return message.Type{Name: s[:i], Version: uint32(v)}, nil
-		}
-	}
-	return message.ParseType(s)
 }
 
 // parseKeys parses a request's resource keys.
