@@ -43,6 +43,7 @@ type pchannel struct {
 	// nil after a restore. Protected by mu.
 	sorted []snapKey
 	added  []snapKey // views added since the last snapshot; protected by mu
+	size   int       // the length of the last snapshot; protected by mu
 }
 
 // snapKey is one vchannel of a snapshot, its key encoded, and its view
@@ -474,8 +475,10 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	pc.order()
-	size := 2 + 2*len(pc.sorted) // braces, colons and commas
-	for _, k := range pc.sorted {
+	// One pass over the views, into the size of the last snapshot and some.
+	out := make([]byte, 0, pc.size+pc.size/8+64)
+	out = append(out, '{')
+	for i, k := range pc.sorted {
 		v := k.v
 		if v != nil && v.enc == nil {
 			enc, err := json.Marshal(v)
@@ -484,19 +487,16 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 			}
 			v.enc = enc
 		}
-		size += len(k.key) + len(v.encoded())
-	}
-	out := make([]byte, 0, size)
-	out = append(out, '{')
-	for i, k := range pc.sorted {
 		if i > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, k.key...)
 		out = append(out, ':')
-		out = append(out, k.v.encoded()...)
+		out = append(out, v.encoded()...)
 	}
-	return append(out, '}'), nil
+	out = append(out, '}')
+	pc.size = len(out)
+	return out, nil
 }
 
 // order brings pc.sorted up to date: sorted again after a restore, else
