@@ -339,7 +339,7 @@ func vchannelsFrom(ps []message.PChannel, id uint64, first, n int) ([]message.VC
 	out := make([]message.VChannel, n)
 	for i := range n {
 		p := ps[(id+uint64(first+i))%uint64(len(ps))]
-		v, err := message.NewVChannel(p, fmt.Sprintf("c%dv%d", id, first+i))
+		v, err := message.NewVChannel(p, "c"+strconv.FormatUint(id, 10)+"v"+strconv.Itoa(first+i))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
@@ -451,11 +451,17 @@ func (d dbRecord) pb() *walcastv1.Database {
 func (c collRecord) pb(idx []indexRecord) *walcastv1.Collection {
 	out := &walcastv1.Collection{Id: c.ID, DatabaseId: c.DatabaseID, Database: c.Database, Name: c.Name,
 		Shards: int32(c.Shards), CreatedAt: tsPB(c.CreatedAt)}
-	for _, v := range c.VChannels {
-		out.Vchannels = append(out.Vchannels, string(v))
+	if len(c.VChannels) > 0 {
+		out.Vchannels = make([]string, len(c.VChannels))
+		for i, v := range c.VChannels {
+			out.Vchannels[i] = string(v)
+		}
 	}
-	for _, f := range c.Fields {
-		out.Fields = append(out.Fields, &walcastv1.Field{Name: f.Name, Type: f.Type})
+	if len(c.Fields) > 0 {
+		out.Fields = make([]*walcastv1.Field, len(c.Fields))
+		for i, f := range c.Fields {
+			out.Fields[i] = &walcastv1.Field{Name: f.Name, Type: f.Type}
+		}
 	}
 	for _, i := range idx {
 		out.Indexes = append(out.Indexes, i.pb())
