@@ -394,10 +394,13 @@ func normalize(keys []Key) []Key {
 // other broadcast holds too, and the exclusive Cluster key conflicts with all
 // of them.
 func WithClusterKey(keys []Key) ([]Key, error) {
-	n, err := Normalize(keys)
-	if err != nil {
-		return nil, err
+	for _, k := range keys {
+		if err := k.Validate(); err != nil {
+			return nil, err
+		}
 	}
+	// Room for the Cluster key: one allocation.
+	n := normalize(append(make([]Key, 0, len(keys)+1), keys...))
 	if len(n) > 0 && n[len(n)-1].Domain == Cluster {
 		return n, nil
 	}
