@@ -78,6 +78,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 	"github.com/walcast/walcast/auth"
+	"github.com/walcast/walcast/internal/apicodec"
 	"github.com/walcast/walcast/internal/tlsfiles"
 	"github.com/walcast/walcast/internal/wait"
 )
@@ -390,7 +391,7 @@ func (c *Client) Close() {
 func connectOptions(cfg config) []connect.ClientOption {
 	// protoCodec reads a broadcast's answer without protobuf-go's
 	// reflection over its maps; a codec of the caller's replaces it.
-	opts := append([]connect.ClientOption{connect.WithCodec(protoCodec{})}, cfg.connectOpts...)
+	opts := append([]connect.ClientOption{connect.WithCodec(apicodec.Codec{})}, cfg.connectOpts...)
 	if cfg.grpc {
 		opts = append([]connect.ClientOption{connect.WithGRPC()}, opts...)
 	}

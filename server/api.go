@@ -18,6 +18,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/internal/apicodec"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -149,7 +150,7 @@ func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
 	a := &broadcastAPI{leader: l, cfg: cfg}
 	// protoCodec writes a broadcast's answer without protobuf-go's
 	// reflection over its maps.
-	hopts := append(append([]connect.HandlerOption{connect.WithCodec(protoCodec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
+	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
 		StrictJSON()...), cfg.connectOpts...)
 	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
 }
