@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/walcast/walcast/internal/idset"
@@ -20,7 +22,13 @@ type vstate struct {
 	ids     idset.Set // the broadcasts applied, as ranges (dense ids stay a handful)
 	applied uint64    // broadcasts applied
 	last    uint64    // last broadcast id applied
+	// enc is the vchannel's entry in the state file's "vchannels" object,
+	// nil once the fields above changed (see changed).
+	enc []byte
 }
+
+// changed says that vs's fields changed since its last encoding.
+func (vs *vstate) changed() { vs.enc = nil }
 
 // pstate is the durable state of one pchannel, minus the Applier's snapshot.
 type pstate struct {
@@ -33,6 +41,14 @@ type pstate struct {
 	// last is the last broadcast id applied on the pchannel.
 	last   uint64
 	vchans map[message.VChannel]*vstate
+	// names are vchans' keys in order, nil once one was added (see add).
+	names []message.VChannel
+}
+
+// add records a new vchannel's state.
+func (st *pstate) add(v message.VChannel, vs *vstate) {
+	st.vchans[v] = vs
+	st.names = nil
 }
 
 func newPState() *pstate { return &pstate{vchans: make(map[message.VChannel]*vstate)} }
@@ -62,6 +78,17 @@ type fileState struct {
 	Applier   []byte                `json:"applier"`
 }
 
+// fileHead is fileState's fields before VChannels, in its order and with
+// its names: encodeState writes the rest.
+type fileHead struct {
+	Version  int              `json:"version"`
+	Node     string           `json:"node"`
+	PChannel message.PChannel `json:"pchannel"`
+	Resume   uint64           `json:"resume_offset"`
+	Handled  uint64           `json:"handled_position"`
+	Last     uint64           `json:"last_broadcast_id"`
+}
+
 type fileVState struct {
 	Applied uint64      `json:"applied"`
 	Last    uint64      `json:"last_broadcast_id"`
@@ -69,20 +96,59 @@ type fileVState struct {
 }
 
 // encodeState renders st and the Applier's snapshot as a state file.
+// encodeState encodes st with the Applier's snapshot: the bytes of
+// json.Marshal of its fileState, built from the vchannels' kept encodings,
+// so that a save re-encodes only the vchannels that changed since the last.
 func encodeState(node string, p message.PChannel, st *pstate, snap []byte) ([]byte, error) {
-	f := fileState{Version: stateVersion, Node: node, PChannel: p, Resume: st.resume, Handled: st.handled,
-		Last: st.last, VChannels: make(map[string]fileVState, len(st.vchans)), Applier: snap}
-	for v, vs := range st.vchans {
-		f.VChannels[string(v)] = fileVState{Applied: vs.applied, Last: vs.last, IDs: vs.ids.Ranges()}
-	}
-	body, err := json.Marshal(f)
+	head, err := json.Marshal(fileHead{Version: stateVersion, Node: node, PChannel: p, Resume: st.resume, Handled: st.handled, Last: st.last})
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "%s %08x\n", stateMagic, crc32.Checksum(body, castagnoli))
-	buf.Write(body)
-	return buf.Bytes(), nil
+	applier, err := json.Marshal(snap)
+	if err != nil {
+		return nil, err
+	}
+	if st.names == nil || len(st.names) != len(st.vchans) { // vchannels are never removed
+		st.names = slices.Sorted(maps.Keys(st.vchans))
+	}
+	n := len(head) + len(applier) + 32
+	for _, v := range st.names {
+		vs := st.vchans[v]
+		if vs.enc == nil {
+			if vs.enc, err = encodeVState(v, vs); err != nil {
+				return nil, err
+			}
+		}
+		n += len(vs.enc) + 1
+	}
+	body := make([]byte, 0, n)
+	body = append(body, head[:len(head)-1]...) // without its "}"
+	body = append(body, `,"vchannels":{`...)
+	for i, v := range st.names {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, st.vchans[v].enc...)
+	}
+	body = append(body, `},"applier":`...)
+	body = append(body, applier...)
+	body = append(body, '}')
+	out := make([]byte, 0, len(stateMagic)+10+len(body))
+	out = fmt.Appendf(out, "%s %08x\n", stateMagic, crc32.Checksum(body, castagnoli))
+	return append(out, body...), nil
+}
+
+// encodeVState encodes vs as its member of the "vchannels" object.
+func encodeVState(v message.VChannel, vs *vstate) ([]byte, error) {
+	k, err := json.Marshal(string(v))
+	if err != nil {
+		return nil, err
+	}
+	val, err := json.Marshal(fileVState{Applied: vs.applied, Last: vs.last, IDs: vs.ids.Ranges()})
+	if err != nil {
+		return nil, err
+	}
+	return append(append(k, ':'), val...), nil
 }
 
 // decodeState parses a state file of pchannel p.
@@ -126,8 +192,7 @@ func decodeState(p message.PChannel, data []byte) (*pstate, []byte, error) {
 		if err != nil {
 			return nil, nil, corrupt("vchannel %s: malformed id ranges", v)
 		}
-		vs := &vstate{ids: ids, applied: fv.Applied, last: fv.Last}
-		st.vchans[v] = vs
+		st.add(v, &vstate{ids: ids, applied: fv.Applied, last: fv.Last})
 	}
 	return st, f.Applier, nil
 }
