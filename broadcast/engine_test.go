@@ -481,23 +481,7 @@ func TestR4_5_AcksAreIdempotent(t *testing.T) {
 		t.Fatal("ignored acks wrote to the catalog")
 	}
 	// A live task: repeated and legacy acks.
-	done := make(chan *broadcast.Result, 1)
-	go func() {
-		r, err := do(ctx, b, msgOf(t, typSync, "t", []message.VChannel{vch(1, "a")}), resource.ExclusiveCollection("db", "c"))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- r
-	}()
-	var id uint64
-	waitFor(t, "the AckSyncUp task", func() bool {
-		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
-		if len(ts) == 1 && ts[0].VChannels[1].Appended {
-			id = ts[0].ID
-			return true
-		}
-		return false
-	})
+	id, done := startSyncTask(ctx, t, b, vch(1, "a"))
 	if err := b.Ack(ctx, broadcast.Ack{BroadcastID: id, VChannel: vch(3, "elsewhere")}); !errors.Is(err, broadcast.ErrVChannelNotInTask) {
 		t.Fatalf("ack outside the task: %v", err)
 	}
@@ -521,6 +505,36 @@ func TestR4_5_AcksAreIdempotent(t *testing.T) {
 	}
 }
 
+// startSyncTask starts an AckSyncUp broadcast to targets (and the control
+// channel) and waits until its task is pending with every target's copy
+// appended; the broadcast's result (nil if it failed) arrives on done once
+// consumers acked it.
+func startSyncTask(ctx context.Context, t *testing.T, b *broadcast.Broadcaster, targets ...message.VChannel) (id uint64, done chan *broadcast.Result) {
+	t.Helper()
+	done = make(chan *broadcast.Result, 1)
+	go func() {
+		r, err := do(ctx, b, msgOf(t, typSync, "t", targets), resource.ExclusiveCollection("db", "c"))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	waitFor(t, "the AckSyncUp task", func() bool {
+		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
+		if len(ts) != 1 {
+			return false
+		}
+		for _, vc := range ts[0].VChannels {
+			if slices.Contains(targets, vc.VChannel) && !vc.Appended {
+				return false
+			}
+		}
+		id = ts[0].ID
+		return true
+	})
+	return id, done
+}
+
 // TestR4_5_AckAllAnswersEachAckAsAckWould: the acks of one entry, given
 // together, are each answered as Ack alone answers them; one refused does
 // not refuse the others, and the taken ones complete the task.
@@ -528,23 +542,7 @@ func TestR4_5_AckAllAnswersEachAckAsAckWould(t *testing.T) {
 	e := newEnv(t)
 	b := e.open()
 	ctx := ctxT(t, 10*time.Second)
-	done := make(chan *broadcast.Result, 1)
-	go func() {
-		r, err := do(ctx, b, msgOf(t, typSync, "t", []message.VChannel{vch(1, "a"), vch(2, "b")}), resource.ExclusiveCollection("db", "c"))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- r
-	}()
-	var id uint64
-	waitFor(t, "the AckSyncUp task", func() bool {
-		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
-		if len(ts) == 1 && ts[0].VChannels[1].Appended && ts[0].VChannels[2].Appended {
-			id = ts[0].ID
-			return true
-		}
-		return false
-	})
+	id, done := startSyncTask(ctx, t, b, vch(1, "a"), vch(2, "b"))
 	cpA := wal.Checkpoint{MessageID: 7, TimeTick: 7, LastConfirmed: 7}
 	cpB := wal.Checkpoint{MessageID: 8, TimeTick: 8, LastConfirmed: 8}
 	acks := []broadcast.Ack{

@@ -68,18 +68,13 @@ const stateMagic = "walcast-node-state/1"
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type fileState struct {
-	Version   int                   `json:"version"`
-	Node      string                `json:"node"`
-	PChannel  message.PChannel      `json:"pchannel"`
-	Resume    uint64                `json:"resume_offset"`
-	Handled   uint64                `json:"handled_position"`
-	Last      uint64                `json:"last_broadcast_id"`
+	fileHead
 	VChannels map[string]fileVState `json:"vchannels"`
 	Applier   []byte                `json:"applier"`
 }
 
-// fileHead is fileState's fields before VChannels, in its order and with
-// its names: encodeState writes the rest.
+// fileHead is fileState's fields before VChannels, which encodeState
+// marshals alone and follows with the rest.
 type fileHead struct {
 	Version  int              `json:"version"`
 	Node     string           `json:"node"`

@@ -44,8 +44,8 @@ func TestStateRoundTrip(t *testing.T) {
 // the vchannels' encodings: json.Marshal of the whole fileState.
 func referenceState(t testing.TB, node string, p message.PChannel, st *pstate, snap []byte) []byte {
 	t.Helper()
-	f := fileState{Version: stateVersion, Node: node, PChannel: p, Resume: st.resume, Handled: st.handled,
-		Last: st.last, VChannels: make(map[string]fileVState, len(st.vchans)), Applier: snap}
+	f := fileState{fileHead: fileHead{Version: stateVersion, Node: node, PChannel: p, Resume: st.resume, Handled: st.handled,
+		Last: st.last}, VChannels: make(map[string]fileVState, len(st.vchans)), Applier: snap}
 	for v, vs := range st.vchans {
 		f.VChannels[string(v)] = fileVState{Applied: vs.applied, Last: vs.last, IDs: vs.ids.Ranges()}
 	}
