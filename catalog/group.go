@@ -55,8 +55,8 @@ var calls = sync.Pool{New: func() any { return &groupCall{done: make(chan struct
 
 // NewGroup wraps c. timeout bounds each shared transaction (callers' own
 // contexts cannot, since a transaction serves many callers): each gets at
-// least half of it and at most all of it, so that one context serves the
-// transactions of many seconds. 0 means 30s.
+// least nine tenths of it and at most all of it, so that one context serves
+// the transactions of a tenth of it. 0 means 30s.
 func NewGroup(c Catalog, timeout time.Duration) *Group {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -128,9 +128,9 @@ func (g *Group) flush() {
 }
 
 // txnContext returns the context of the flusher's next transaction: it has
-// at least half of the timeout left.
+// at least nine tenths of the timeout left.
 func (g *Group) txnContext() context.Context {
-	if now := time.Now(); g.txn == nil || g.txnEnd.Sub(now) < g.timeout/2 || g.txn.Err() != nil {
+	if now := time.Now(); g.txn == nil || g.txnEnd.Sub(now) < g.timeout-g.timeout/10 || g.txn.Err() != nil {
 		if g.txnStop != nil {
 			g.txnStop()
 		}

@@ -94,23 +94,21 @@ func TestGroupTakesFittingPrefixes(t *testing.T) {
 	}
 }
 
-// deadlines is a Catalog that records how long each transaction's context
-// had left when the transaction started.
+// deadlines is a Catalog that records when each transaction started and
+// when its context ends.
 type deadlines struct {
-	mu   sync.Mutex
-	left []time.Duration
-	errs []error
+	mu     sync.Mutex
+	starts []time.Time
+	ends   []time.Time
+	errs   []error
 }
 
 func (d *deadlines) Commit(ctx context.Context, _ ...Op) error {
-	dl, ok := ctx.Deadline()
+	dl, _ := ctx.Deadline()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !ok {
-		d.left = append(d.left, -1)
-	} else {
-		d.left = append(d.left, time.Until(dl))
-	}
+	d.starts = append(d.starts, time.Now())
+	d.ends = append(d.ends, dl)
 	d.errs = append(d.errs, ctx.Err())
 	return nil
 }
@@ -120,28 +118,30 @@ func (d *deadlines) List(context.Context, string, func(string, []byte) error) er
 func (d *deadlines) Limits() Limits                                                 { return Limits{MaxOps: 128, MaxBytes: 1 << 20} }
 
 // TestGroupBoundsEveryTransaction: every shared transaction gets a context
-// that ends within the timeout and leaves it at least half of it (checked
-// as a quarter, for a loaded machine), also when one context serves several
-// transactions.
+// that ends within the timeout and leaves it at least nine tenths of it,
+// and one context serves several transactions in a row.
 func TestGroupBoundsEveryTransaction(t *testing.T) {
-	const timeout = 400 * time.Millisecond
+	const timeout = time.Second
+	const slack = 50 * time.Millisecond // a loaded machine between the check and the commit
 	d := &deadlines{}
 	g := NewGroup(d, timeout)
-	end := time.Now().Add(timeout) // the commits below span more than half of it
-	for i := 0; time.Now().Before(end); i++ {
+	for i := range 20 {
 		if err := g.Commit(context.Background(), Put(fmt.Sprint("k", i%4), nil)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(timeout / 20) // commits spread over time: the context is renewed
+		time.Sleep(timeout / 50) // commits spread over 0.4 s: the context is renewed on the way
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for i, left := range d.left {
-		if left < timeout/4 || left > timeout || d.errs[i] != nil {
-			t.Fatalf("transaction %d: %v left (err %v), want between %v and %v", i, left, d.errs[i], timeout/2, timeout)
+	distinct := map[time.Time]bool{}
+	for i, end := range d.ends {
+		left := end.Sub(d.starts[i])
+		if end.IsZero() || left < timeout*9/10-slack || left > timeout || d.errs[i] != nil {
+			t.Fatalf("transaction %d: %v left (err %v), want between %v and %v", i, left, d.errs[i], timeout*9/10, timeout)
 		}
+		distinct[end] = true
 	}
-	if len(d.left) < 15 {
-		t.Fatalf("%d transactions, want about 20", len(d.left))
+	if len(distinct) >= len(d.ends) {
+		t.Fatalf("%d transactions had %d contexts: none was shared", len(d.ends), len(distinct))
 	}
 }

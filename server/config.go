@@ -213,8 +213,9 @@ type Config struct {
 		// replaced later are found); their advertised client URLs must
 		// then be reachable from here.
 		AutoSyncInterval Duration `yaml:"auto_sync_interval"`
-		// CommitTimeout bounds one catalog transaction; one that runs
-		// out is ambiguous and retried with the same bytes. Below etcd's
+		// CommitTimeout bounds one catalog transaction (each gets between
+		// nine tenths of it and all of it); one that runs out is
+		// ambiguous and retried with the same bytes. Below etcd's
 		// own request timeout (7s with its default election timeout), a
 		// write caught in an etcd leader change is retried sooner.
 		CommitTimeout Duration `yaml:"commit_timeout"`

@@ -100,7 +100,8 @@ type Config struct {
 	// fail with catalog.ErrFenced once the term has ended. See Campaign and
 	// Term.Fence. The fence key must lie outside Prefix.
 	Fence *Fence
-	// CommitTimeout bounds each shared transaction of the group commit; 0
+	// CommitTimeout bounds each shared transaction of the group commit (each
+	// gets between nine tenths of it and all of it: see catalog.NewGroup); 0
 	// means catalog.NewGroup's default (30s).
 	CommitTimeout time.Duration
 	// PageSize, if set, makes List read pages of this many keys per
