@@ -56,12 +56,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -172,6 +175,7 @@ type User struct {
 // Server is a running embedded NATS server. Close stops it.
 type Server struct {
 	ns        *server.Server
+	lg        *logger
 	cfg       Config
 	jsc       server.JetStreamConfig // as enabled at start, to enable it again
 	closeOnce sync.Once
@@ -319,7 +323,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if js.MaxStore != cfg.MaxStore {
 		return fail(fmt.Errorf("embednats: JetStream's store limit is %d, not %d", js.MaxStore, cfg.MaxStore))
 	}
-	s := &Server{ns: ns, cfg: cfg, jsc: *js, quit: make(chan struct{}), watchDone: make(chan struct{})}
+	s := &Server{ns: ns, lg: lg, cfg: cfg, jsc: *js, quit: make(chan struct{}), watchDone: make(chan struct{})}
 	// EnableJetStream appends "jetstream" to the directory again.
 	s.jsc.StoreDir = cfg.Dir
 	lg.started(cfg.OnFatal)
@@ -496,6 +500,11 @@ func (s *Server) WaitJetStream(ctx context.Context) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		// A route listener fails after Start returned (its port taken
+		// meanwhile): the cluster would never form.
+		if err := s.lg.fatal(); err != nil {
+			return fmt.Errorf("embednats: %w", err)
+		}
 		if !s.ns.JetStreamIsClustered() {
 			return nil
 		}
@@ -576,13 +585,41 @@ func (g *logger) Fatalf(format string, v ...any) {
 // routes on free ports of 127.0.0.1, each configured like base otherwise
 // (base.Dir, Name, Port and Cluster are ignored). It returns once JetStream
 // answers on every server. On error nothing is left running.
+//
+// The route ports are free when picked, but something else may take one
+// before its server listens on it: then the cluster is started again on
+// other ports, up to clusterAttempts times.
 func StartCluster(ctx context.Context, name, dir string, n int, base Config) ([]*Server, error) {
 	if n < 1 || name == "" || dir == "" {
 		return nil, fmt.Errorf("%w: a cluster needs a name, a directory and at least one server", ErrInvalidConfig)
 	}
+	for attempt := 1; ; attempt++ {
+		servers, err := startCluster(ctx, name, dir, n, base)
+		if err == nil || attempt == clusterAttempts || !portTaken(err) || ctx.Err() != nil {
+			return servers, err
+		}
+	}
+}
+
+// testHookClusterPorts, if set, sees the route ports of each attempt
+// before its servers start (tests take one).
+var testHookClusterPorts func(ports []int)
+
+// clusterAttempts bounds StartCluster's attempts on fresh ports.
+const clusterAttempts = 5
+
+// portTaken reports whether err says a listener's port was in use.
+func portTaken(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func startCluster(ctx context.Context, name, dir string, n int, base Config) ([]*Server, error) {
 	ports, err := freePorts(n)
 	if err != nil {
 		return nil, err
+	}
+	if testHookClusterPorts != nil {
+		testHookClusterPorts(ports)
 	}
 	routes := make([]string, n)
 	for i, p := range ports {
@@ -590,6 +627,10 @@ func StartCluster(ctx context.Context, name, dir string, n int, base Config) ([]
 	}
 	servers := make([]*Server, n)
 	errs := make([]error, n)
+	// One server failing (its route port taken) stops the others' waits for
+	// a cluster that cannot form.
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	for i := range n {
 		cfg := base
@@ -598,9 +639,12 @@ func StartCluster(ctx context.Context, name, dir string, n int, base Config) ([]
 		cfg.Port = 0
 		cfg.Cluster = &Cluster{Name: name, Port: ports[i], Routes: routes}
 		wg.Go(func() {
-			servers[i], errs[i] = Start(ctx, cfg)
+			servers[i], errs[i] = Start(actx, cfg)
 			if errs[i] == nil {
-				errs[i] = servers[i].WaitJetStream(ctx)
+				errs[i] = servers[i].WaitJetStream(actx)
+			}
+			if errs[i] != nil {
+				cancel()
 			}
 		})
 	}
@@ -641,11 +685,15 @@ func waitPlacement(ctx context.Context, servers []*Server) error {
 }
 
 // freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
-// the call.
+// the call. They are taken below Linux's default range of ephemeral ports
+// (32768-60999), where the kernel picks the local ports of outgoing
+// connections and of listeners on port 0: one of those could take a route
+// port between its pick and its server's listen; a random port below it
+// only another such pick could.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenBelowEphemeral()
 		if err != nil {
 			return nil, fmt.Errorf("embednats: pick a free port: %w", err)
 		}
@@ -654,4 +702,15 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// listenBelowEphemeral listens on a random free port of 10000-32767, or on
+// one the kernel picks if none of a few tries is free.
+func listenBelowEphemeral() (net.Listener, error) {
+	for range 50 {
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(10000+rand.IntN(22768))); err == nil {
+			return l, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
