@@ -394,11 +394,10 @@ type writeOp struct {
 	maybe bool // an attempt may have applied
 	bo    *backoff.ExponentialBackOff
 	retry *deadline
-	// done (or then, for the writes of every broadcast: a plain function,
-	// no closure to allocate) gets every decision but RetrySame; w's
-	// fields say what was written (raw, msg).
-	done func(w *writeOp, d Decision, err error)
-	then writeDone
+	// done gets every decision but RetrySame; w's fields say what was
+	// written (raw, msg). The writes of every broadcast give a plain
+	// function of the write, no closure to allocate.
+	done writeDone
 	// failed, if set, hears about every failed attempt.
 	failed   func(c *Core, w *writeOp, err error)
 	raw, msg []byte
@@ -411,17 +410,9 @@ type writeDone func(c *Core, w *writeOp, d Decision, err error)
 // write issues a catalog write. A task has at most one write in flight or
 // waiting to be retried (so that no REPLICATED record can land after its
 // TOMBSTONE, R5.3); a second one waits for the first to end.
-func (c *Core) write(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, done func(*writeOp, Decision, error)) *writeOp {
-	return c.issueWrite(&writeOp{kind: kind, task: t, rec: rec, ops: ops, done: done})
-}
-
-// writeThen is write with the decision handled by then.
-func (c *Core) writeThen(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, then writeDone) *writeOp {
-	return c.issueWrite(&writeOp{kind: kind, task: t, rec: rec, ops: ops, then: then})
-}
-
-func (c *Core) issueWrite(w *writeOp) *writeOp {
-	if t := w.task; t != nil {
+func (c *Core) write(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, done writeDone) *writeOp {
+	w := &writeOp{kind: kind, task: t, rec: rec, ops: ops, done: done}
+	if t != nil {
 		if t.write != nil {
 			t.writes = append(t.writes, w)
 			return w
@@ -496,23 +487,14 @@ func (c *Core) written(e Written) {
 		c.tlog(w.task).Warn("catalog write failed; retrying", "kind", w.kind.String(), "broadcast", taskID(w.task), "err", e.Err)
 		w.retry = c.after(w.bo.NextBackOff(), func() { c.issue(w) })
 	case StepDown:
-		c.decided(w, d, e.Err)
+		w.done(c, w, d, e.Err)
 		c.fence(e.Err)
 	default:
 		if d != Done && w.failed != nil {
 			w.failed(c, w, e.Err)
 		}
-		c.decided(w, d, e.Err)
+		w.done(c, w, d, e.Err)
 	}
-}
-
-// decided hands the decision about w to its handler.
-func (c *Core) decided(w *writeOp, d Decision, err error) {
-	if w.then != nil {
-		w.then(c, w, d, err)
-		return
-	}
-	w.done(w, d, err)
 }
 
 // cancelRetry drops a write that waits to be retried (not one in flight);

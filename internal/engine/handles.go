@@ -368,7 +368,7 @@ func (c *Core) persistPending(t *task) {
 	if c.cfg.Mutation == "append-before-persist" {
 		c.queueCopies(t, func(int) bool { return true })
 	}
-	w := c.writeThen(WritePending, t, t.record(Pending), nil, pendingWritten)
+	w := c.write(WritePending, t, t.record(Pending), nil, pendingWritten)
 	w.failed = pendingFailed
 }
 

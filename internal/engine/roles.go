@@ -168,7 +168,7 @@ func (c *Core) follow(e Follow, h HandleID) {
 		return
 	}
 	hd.busy = true
-	c.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *writeOp, d Decision, err error) {
+	c.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *Core, _ *writeOp, d Decision, err error) {
 		hd.busy = false
 		if d == Done {
 			c.setTopology(e.Config)

@@ -284,7 +284,7 @@ func (c *Core) tombstone(t *task) {
 		// A group's end releases it in the same transaction (R13.3).
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
-	c.writeThen(WriteTombstone, t, rec, ops, tombstoneWritten)
+	c.write(WriteTombstone, t, rec, ops, tombstoneWritten)
 }
 
 func tombstoneWritten(c *Core, w *writeOp, d Decision, err error) {
