@@ -467,12 +467,8 @@ func (d *driver) write(w engine.Write) {
 			d.result(engine.Written{ID: w.ID, Err: fmt.Errorf("%w: encode record: %w", catalog.ErrInvalid, err)})
 			return
 		}
-		key := w.Record.Key
-		if key == "" {
-			key = engine.TaskKey(d.b.cfg.Prefix, w.Task)
-		}
 		buf = opBufs.Get().(*[]catalog.Op)
-		ops = append(append((*buf)[:0], catalog.Put(key, rec)), ops...)
+		ops = append(append((*buf)[:0], catalog.Put(w.Record.Key, rec)), ops...)
 	}
 	err := d.b.cat.Commit(d.ctx, ops...)
 	if err != nil && d.ctx.Err() != nil && !catalog.NotApplied(err) {

@@ -412,6 +412,12 @@ type writeDone func(c *Core, w *writeOp, d Decision, err error)
 // TOMBSTONE, R5.3); a second one waits for the first to end.
 func (c *Core) write(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, done writeDone) *writeOp {
 	w := &writeOp{kind: kind, task: t, rec: rec, ops: ops, done: done}
+	if rec != nil && t != nil {
+		if t.key == "" {
+			t.key = TaskKey(c.cfg.Prefix, t.id)
+		}
+		rec.Key = t.key
+	}
 	if t != nil {
 		if t.write != nil {
 			t.writes = append(t.writes, w)

@@ -295,7 +295,6 @@ func (c *Core) create(h *handle, e Submit) {
 	promote := h.need == Secondary
 	info, _ := c.cfg.Types.Lookup(e.Msg.Type)
 	t := newTask(e.Msg, e.Bytes, info, c.now)
-	t.key = TaskKey(c.cfg.Prefix, t.id)
 	t.request = e.Request
 	t.class = c.cfg.ClassOf(e.Msg.Type)
 	var g *group

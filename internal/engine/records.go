@@ -17,8 +17,8 @@ import (
 // outside the core's loop, so the core spends no time on encoding.
 type RecordSpec struct {
 	ID uint64
-	// Key, if set, is the record's catalog key, TaskKey(prefix, ID), built
-	// once for the task's records.
+	// Key is the record's catalog key, TaskKey(prefix, ID): the core builds
+	// it once per task, for all its records.
 	Key   string
 	State State
 	// Message is the encoded message; if nil, Msg is encoded (a replicated

@@ -105,7 +105,7 @@ type task struct {
 	tombOps       []catalog.Op
 	outcome       Outcome
 	given         map[message.VChannel]wal.Checkpoint // see results
-	key           string                              // TaskKey, if known: see RecordSpec.Key
+	key           string                              // TaskKey, once a record was written: see RecordSpec.Key
 	completed     time.Time
 	completeWaits []Target
 

@@ -245,7 +245,7 @@ func (c *cluster) write(a engine.Write) engine.Written {
 		if rec, msg, err = engine.EncodeRecord(a.Record); err != nil {
 			return engine.Written{ID: a.ID, Err: fmt.Errorf("%w: %w", catalog.ErrInvalid, err)}
 		}
-		ops = append([]catalog.Op{catalog.Put(engine.TaskKey(prefix, a.Task), rec)}, ops...)
+		ops = append([]catalog.Op{catalog.Put(a.Record.Key, rec)}, ops...)
 	}
 	w := c.w
 	switch {
