@@ -258,6 +258,14 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 		replyChans.Put(rc) // the core never saw it
 		return engine.Reply{}, d.b.closedErr()
 	}
+	return d.await(ctx, rc)
+}
+
+// await waits for the reply on rc to a request the core took. If ctx ends
+// first it returns ctx's error, saying what the request waited for; if the
+// loop exits first, ErrClosed. rc goes back to replyChans only once its
+// reply was received.
+func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply, error) {
 	select {
 	case r := <-rc:
 		// The core answers a request once: nothing else is sent on rc.
@@ -306,21 +314,9 @@ func (d *driver) callAll(ctx context.Context, n int, mk func(i int, to engine.Ta
 		if rc == nil {
 			continue
 		}
-		select {
-		case rs[i] = <-rc:
-			replyChans.Put(rc)
-		case <-ctx.Done():
-			select {
-			case rs[i] = <-rc:
-			default:
-				fail(i, d.waitErr(ctx.Err(), rc))
-			}
-		case <-d.done:
-			select {
-			case rs[i] = <-rc:
-			default:
-				fail(i, d.b.closedErr())
-			}
+		var err error
+		if rs[i], err = d.await(ctx, rc); err != nil {
+			fail(i, err)
 		}
 	}
 	return rs, errs
