@@ -466,6 +466,34 @@ func TestCloseEndsBlockedNext(t *testing.T) {
 	}
 }
 
+// appendRetried appends data to "p" under dedup id until it lands (at most
+// 60 s), as the WAL retries an append whose answer was lost, and returns its
+// offset. Each try is logged with the stream's leader (gone: the one that
+// was stopped), so a failure shows whether a leader was ever elected.
+func appendRetried(ctx context.Context, t *testing.T, l *Log, id, data, gone string) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for try := 1; ; try++ {
+		// Each try has its own short deadline: JetStream's request timeout
+		// applies only to contexts without one, and a publish to a stream
+		// without a leader waits for the whole context.
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		off, err := l.Append(actx, "p", id, []byte(data))
+		cancel()
+		if err == nil {
+			return off
+		}
+		leader := "(unknown)"
+		if si, serr := l.StreamInfo(ctx, "p"); serr == nil && si.Cluster != nil {
+			leader = si.Cluster.Leader
+		}
+		t.Logf("append %s try %d (stopped leader %q): %v; stream leader now %q", id, try, gone, err, leader)
+		if time.Now().After(deadline) {
+			t.Fatalf("append %s: %v", id, err)
+		}
+	}
+}
+
 // TestClusterReplicas runs the log against three clustered servers: New
 // creates the streams with three replicas, StreamInfo reports the leader
 // and two followers, appends survive the loss of the stream leader, and a
@@ -492,8 +520,11 @@ func TestClusterReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if _, err := l.Append(ctx, "p", "id-1", []byte("one")); err != nil {
-		t.Fatal(err)
+	// The stream was just created: its replicas may still be electing their
+	// first leader, and the first appends go unanswered (retried, as the WAL
+	// does).
+	if off := appendRetried(ctx, t, l, "id-1", "one", ""); off != 0 {
+		t.Fatalf("first entry at offset %d", off)
 	}
 	info, err := l.StreamInfo(ctx, "p")
 	if err != nil {
@@ -524,30 +555,7 @@ func TestClusterReplicas(t *testing.T) {
 			s.Close()
 		}
 	}
-	// Each try is logged, so a failure shows whether a leader was ever
-	// elected.
-	deadline := time.Now().Add(60 * time.Second)
-	var off uint64
-	for try := 1; ; try++ {
-		// Each try has its own short deadline: JetStream's request timeout
-		// applies only to contexts without one, and a publish to a stream
-		// without a leader waits for the whole context.
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		off, err = l.Append(actx, "p", "id-2", []byte("two"))
-		cancel()
-		if err == nil {
-			break
-		}
-		leader := "(unknown)"
-		if si, serr := l.StreamInfo(ctx, "p"); serr == nil && si.Cluster != nil {
-			leader = si.Cluster.Leader
-		}
-		t.Logf("append try %d without leader %s: %v; stream leader now %q", try, old, err, leader)
-		if time.Now().After(deadline) {
-			t.Fatalf("append without the stream leader: %v", err)
-		}
-	}
-	if off != 1 {
+	if off := appendRetried(ctx, t, l, "id-2", "two", old); off != 1 {
 		t.Fatalf("second entry at offset %d", off)
 	}
 	cur, err := l.Read(ctx, "p", 0)
