@@ -100,6 +100,30 @@ type Catalog interface {
 	Limits() Limits
 }
 
+// AsyncCommitter is a Catalog that can also commit without a goroutine
+// waiting for the answer: Group does, and so do catalogs built on one
+// (catalog/etcd). A caller that has many commits in flight (the
+// broadcaster's driver) hands each over and hears its answer, instead of
+// parking a goroutine per commit that the answer must wake.
+type AsyncCommitter interface {
+	Catalog
+	// CommitAsync queues ops like Commit. If it returns nil, done.Committed
+	// is called exactly once, on another goroutine, with the answer Commit
+	// would have returned (no context: the answer comes when the shared
+	// transaction has one, bounded by the catalog's own timeout). If it
+	// returns an error (ops refused before being queued, a closed catalog),
+	// done is never called. As with Commit, ops are not kept once done is
+	// called, and keys must be distinct within one call.
+	CommitAsync(done Completion, ops ...Op) error
+}
+
+// Completion hears the answer of a CommitAsync.
+type Completion interface {
+	// Committed is called with the commit's answer. It must not block for
+	// long: it runs on the goroutine that commits the next transaction.
+	Committed(err error)
+}
+
 // Errors. Check them with errors.Is.
 var (
 	// ErrNotApplied is wrapped by every definite Commit failure: nothing was

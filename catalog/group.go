@@ -43,10 +43,15 @@ type Group struct {
 	calls atomic.Int64
 }
 
+var _ AsyncCommitter = (*Group)(nil)
+
 type groupCall struct {
-	ops  []Op
-	err  error
-	done chan struct{} // gets one value when err is set
+	ops []Op
+	err error
+	// done gets one value when err is set; async, if set, hears err
+	// instead (CommitAsync).
+	done  chan struct{}
+	async Completion
 }
 
 // calls are groupCalls to reuse: one goes back once its Commit received its
@@ -71,16 +76,9 @@ func (g *Group) Commit(ctx context.Context, ops ...Op) error {
 	if err := Check(g.c.Limits(), ops); err != nil {
 		return err
 	}
-	g.calls.Add(1)
 	call := calls.Get().(*groupCall)
 	call.ops = ops
-	g.mu.Lock()
-	g.queue = append(g.queue, call)
-	if !g.flushing {
-		g.flushing = true
-		go g.flush()
-	}
-	g.mu.Unlock()
+	g.enqueue(call)
 	select {
 	case <-call.done:
 		err := call.err
@@ -90,6 +88,31 @@ func (g *Group) Commit(ctx context.Context, ops ...Op) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// CommitAsync queues ops for the next shared transaction and returns; done
+// hears the transaction's answer (see AsyncCommitter). It returns an error
+// only if ops do not pass Check.
+func (g *Group) CommitAsync(done Completion, ops ...Op) error {
+	if err := Check(g.c.Limits(), ops); err != nil {
+		return err
+	}
+	call := calls.Get().(*groupCall)
+	call.ops, call.async = ops, done
+	g.enqueue(call)
+	return nil
+}
+
+// enqueue queues call and starts the flusher if none runs.
+func (g *Group) enqueue(call *groupCall) {
+	g.calls.Add(1)
+	g.mu.Lock()
+	g.queue = append(g.queue, call)
+	if !g.flushing {
+		g.flushing = true
+		go g.flush()
+	}
+	g.mu.Unlock()
 }
 
 // flush commits queued calls until the queue is empty, then exits.
@@ -114,6 +137,12 @@ func (g *Group) flush() {
 		err := g.c.Commit(g.txnContext(), ops...)
 		g.trips.Add(1)
 		for _, c := range batch {
+			if done := c.async; done != nil {
+				*c = groupCall{done: c.done}
+				calls.Put(c)
+				done.Committed(err)
+				continue
+			}
 			c.err = err
 			c.done <- struct{}{}
 		}

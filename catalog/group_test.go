@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -143,5 +144,112 @@ func TestGroupBoundsEveryTransaction(t *testing.T) {
 	}
 	if len(distinct) >= len(d.ends) {
 		t.Fatalf("%d transactions had %d contexts: none was shared", len(d.ends), len(distinct))
+	}
+}
+
+// completion is a Completion that sends each answer it hears.
+type completion chan error
+
+func (c completion) Committed(err error) { c <- err }
+
+// failing is a Catalog whose every Commit fails with err.
+type failing struct{ err error }
+
+func (f failing) Commit(context.Context, ...Op) error                          { return f.err }
+func (failing) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
+func (failing) List(context.Context, string, func(string, []byte) error) error { return nil }
+func (failing) Limits() Limits                                                 { return Limits{MaxOps: 4, MaxBytes: 100} }
+
+// TestR4_9_CommitAsyncSharesTransactionsWithCommit: asynchronous and
+// waiting Commits queued together share one transaction in arrival order,
+// and each asynchronous one hears the transaction's answer exactly once;
+// when the transaction fails, each hears that error.
+func TestR4_9_CommitAsyncSharesTransactionsWithCommit(t *testing.T) {
+	r := &recorder{lim: Limits{MaxOps: 8, MaxBytes: 100}, release: make(chan struct{}), held: make(chan struct{})}
+	g := NewGroup(r, 0)
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- g.Commit(ctx, Put("first", nil)) }()
+	<-r.held
+	a, c := make(completion, 2), make(completion, 2)
+	if err := g.CommitAsync(a, Put("a", nil)); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- g.Commit(ctx, Put("b", nil)) }()
+	for {
+		g.mu.Lock()
+		l := len(g.queue)
+		g.mu.Unlock()
+		if l == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if err := g.CommitAsync(c, Put("c", nil), Delete("d")); err != nil {
+		t.Fatal(err)
+	}
+	close(r.release)
+	for _, ch := range []chan error{first, waited, a, c} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"first", "a,b,c,d"}; !slices.Equal(r.txns, want) {
+		t.Fatalf("transactions %q, want %q", r.txns, want)
+	}
+	if trips, commits := g.RoundTrips(); trips != 2 || commits != 4 {
+		t.Fatalf("round trips %d for %d commits", trips, commits)
+	}
+	select {
+	case err := <-a:
+		t.Fatalf("a second answer: %v", err)
+	case err := <-c:
+		t.Fatalf("a second answer: %v", err)
+	default:
+	}
+
+	boom := errors.New("boom")
+	f := NewGroup(failing{boom}, 0)
+	d := make(completion, 1)
+	if err := f.CommitAsync(d, Put("x", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-d; !errors.Is(err, boom) {
+		t.Fatalf("answer %v, want %v", err, boom)
+	}
+}
+
+// TestCommitAsyncRefusesBadOpsAtOnce: ops Commit would refuse are refused
+// by CommitAsync's return, with the same error, and never answered.
+func TestCommitAsyncRefusesBadOpsAtOnce(t *testing.T) {
+	g := NewGroup(failing{errors.New("never sent")}, 0)
+	done := make(completion, 1)
+	for _, tc := range []struct {
+		name string
+		ops  []Op
+		want error
+	}{
+		{"no ops", nil, ErrInvalid},
+		{"empty key", []Op{Put("", nil)}, ErrInvalid},
+		{"duplicate key", []Op{Put("k", nil), Delete("k")}, ErrInvalid},
+		{"too many ops", []Op{Put("a", nil), Put("b", nil), Put("c", nil), Put("d", nil), Put("e", nil)}, ErrTooLarge},
+		{"too many bytes", []Op{Put("a", make([]byte, 200))}, ErrTooLarge},
+	} {
+		err := g.CommitAsync(done, tc.ops...)
+		if !errors.Is(err, tc.want) || !NotApplied(err) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		if werr := g.Commit(context.Background(), tc.ops...); werr == nil || werr.Error() != err.Error() {
+			t.Errorf("%s: Commit says %v, CommitAsync %v", tc.name, werr, err)
+		}
+	}
+	if trips, _ := g.RoundTrips(); trips != 0 {
+		t.Fatalf("%d transactions sent", trips)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a refused call was answered: %v", err)
+	default:
 	}
 }

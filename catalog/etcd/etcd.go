@@ -211,6 +211,19 @@ func (c *Catalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 	return c.group.Commit(ctx, ops...)
 }
 
+var _ catalog.AsyncCommitter = (*Catalog)(nil)
+
+// CommitAsync queues ops for the next shared transaction; done hears its
+// answer (see catalog.AsyncCommitter). It refuses at once, with the error
+// Commit would return, ops that do not pass catalog.Check or a closed
+// catalog.
+func (c *Catalog) CommitAsync(done catalog.Completion, ops ...catalog.Op) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	return c.group.CommitAsync(done, ops...)
+}
+
 // usable returns catalog.ErrClosed if c or its client is closed.
 func (c *Catalog) usable() error {
 	if c.closed.Load() {

@@ -249,6 +249,63 @@ func TestR4_9_GroupCommitCoalesces(t *testing.T) {
 	}
 }
 
+// completion is a catalog.Completion that sends each answer it hears (a
+// nil one must never hear one).
+type completion chan error
+
+func (c completion) Committed(err error) { c <- err }
+
+// TestR4_9_CommitAsyncCoalescesAndIsFenced: commits handed over by one
+// goroutine without waiting share transactions, each hears its answer once,
+// and a deposed term's hear ErrFenced.
+func TestR4_9_CommitAsyncCoalescesAndIsFenced(t *testing.T) {
+	srv := server(t)
+	prefix, election := uniquePrefixes()
+	client := newClient(t, srv)
+	term := campaign(t, client, election, "x", 5*time.Second)
+	c := newCatalog(t, client, Config{Prefix: prefix, Limits: serverLimits(srv), Fence: term.Fence()})
+
+	const commits = 64
+	done := make(completion, commits)
+	for i := range commits {
+		if err := c.CommitAsync(done, catalog.Put(fmt.Sprintf("a/%02d", i), []byte("1"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range commits {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if trips, n := c.RoundTrips(); n != commits || trips >= n {
+		t.Fatalf("%d round trips for %d commits: not coalesced", trips, n)
+	}
+	n := 0
+	if err := c.List(testCtx(t), "a/", func(string, []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != commits {
+		t.Fatalf("%d keys, want %d", n, commits)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a second answer: %v", err)
+	default:
+	}
+
+	if err := term.Resign(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	next := campaign(t, client, election, "y", 5*time.Second)
+	t.Cleanup(func() { next.Resign(context.Background()) })
+	if err := c.CommitAsync(done, catalog.Put("a/late", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, catalog.ErrFenced) {
+		t.Fatalf("deposed term's commit: %v, want ErrFenced", err)
+	}
+}
+
 // TestListPages: a listing, streamed or over many pages, returns every key
 // once, in order, prefix stripped, from one snapshot taken when it starts.
 func TestListPages(t *testing.T) {
@@ -420,6 +477,9 @@ func TestClosed(t *testing.T) {
 		t.Helper()
 		if err := c.Commit(testCtx(t), catalog.Put("k", nil)); !errors.Is(err, catalog.ErrClosed) || !catalog.NotApplied(err) {
 			t.Fatalf("%s: Commit: %v", what, err)
+		}
+		if err := c.CommitAsync(completion(nil), catalog.Put("k", nil)); !errors.Is(err, catalog.ErrClosed) || !catalog.NotApplied(err) {
+			t.Fatalf("%s: CommitAsync: %v", what, err)
 		}
 		if _, err := c.Get(testCtx(t), "k"); !errors.Is(err, catalog.ErrClosed) {
 			t.Fatalf("%s: Get: %v", what, err)
