@@ -27,7 +27,9 @@ type Clock = clock.Clock
 // required; every other field has the default SPEC.md gives it.
 type Config struct {
 	// Catalog holds the task records. Wrap it in catalog.NewGroup (the etcd
-	// catalog does so itself) to let concurrent broadcasts share commits.
+	// catalog does so itself) to let concurrent broadcasts share commits; a
+	// catalog.AsyncCommitter (a Group is one) is handed writes without a
+	// goroutine waiting for each.
 	Catalog catalog.Catalog
 	// WAL receives the copies.
 	WAL *wal.WAL

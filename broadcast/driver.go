@@ -18,7 +18,9 @@ import (
 // driver runs the engine's decision core: one loop goroutine steps it with
 // every event (API requests, I/O results, timer ticks); the actions it
 // returns are performed by bounded worker pools (catalog commits, WAL
-// appends, callbacks) whose results come back as events.
+// appends, callbacks) whose results come back as events. A catalog that
+// commits asynchronously (catalog.AsyncCommitter) is handed its writes by
+// the loop itself, and answers them as events from its own goroutine.
 //
 // A caller's request may skip the loop (tryStep): when the core is free and
 // no event waits for the loop, the caller steps the core itself under mu,
@@ -52,6 +54,9 @@ type driver struct {
 
 	workers              sync.WaitGroup
 	commits, appends, cb *pool
+	// async is the catalog if it commits without a waiting goroutine: the
+	// loop then hands writes to it directly instead of to commits' workers.
+	async catalog.AsyncCommitter
 
 	// running callbacks' cancel funcs, by task id.
 	cbMu      sync.Mutex
@@ -59,8 +64,11 @@ type driver struct {
 
 	stopOnce sync.Once
 
-	// acts is the reused list of actions to perform.
+	// acts is the reused list of actions to perform; now holds the results
+	// perform has at once, without I/O, which performReady steps the core
+	// with after it.
 	acts []engine.Action
+	now  []engine.Event
 	// armed is the core deadline the loop's timer is set for.
 	armed time.Time
 }
@@ -69,6 +77,7 @@ func newDriver(b *Broadcaster, core *engine.Core) *driver {
 	d := &driver{b: b, core: core, clock: b.cfg.Clock, events: make(chan engine.Event, 1024), wake: make(chan struct{}, 1),
 		stopc: make(chan error, 1), done: make(chan struct{}), cbCancels: make(map[uint64]context.CancelFunc)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.async, _ = b.cat.(catalog.AsyncCommitter)
 	d.commits = newPool(&d.workers, 256, d.run)
 	d.appends = newPool(&d.workers, b.cfg.appendConcurrency(), d.run)
 	d.cb = newPool(&d.workers, b.cfg.CallbackConcurrency, d.run)
@@ -165,11 +174,24 @@ func (d *driver) poke() {
 	}
 }
 
-// performReady performs the core's actions, in the loop's reused list.
+// performReady performs the core's actions, in the loop's reused list,
+// and steps the core with the results perform had at once, until it asks
+// for nothing more.
 func (d *driver) performReady() {
-	d.acts = d.core.AppendReady(d.acts[:0])
-	d.perform(d.acts)
-	clear(d.acts)
+	for {
+		d.acts = d.core.AppendReady(d.acts[:0])
+		d.perform(d.acts)
+		clear(d.acts)
+		if len(d.now) == 0 {
+			return
+		}
+		now := d.clock.Now()
+		for i, ev := range d.now {
+			d.core.Step(now, ev)
+			d.now[i] = nil
+		}
+		d.now = d.now[:0]
+	}
 }
 
 // drain cancels every I/O and waits for the workers, stepping the stopped
@@ -401,7 +423,11 @@ func (d *driver) perform(acts []engine.Action) {
 				d.b.log.Error("engine bug: a second reply to one request", "reply", fmt.Sprintf("%+v", a))
 			}
 		case engine.Write:
-			d.commits.submit(job{act: act})
+			if d.async != nil {
+				d.writeAsync(a)
+			} else {
+				d.commits.submit(job{act: act})
+			}
 		case engine.Append:
 			d.appends.submit(job{act: act})
 		case engine.Callback:
@@ -453,32 +479,93 @@ func (d *driver) run(j job) {
 	}
 }
 
+// write performs a write on a commits worker: it waits for the commit.
 func (d *driver) write(w engine.Write) {
-	ops := w.Ops
-	var rec, msg []byte
-	var buf *[]catalog.Op
-	if w.Record != nil {
-		var err error
-		if rec, msg, err = engine.EncodeRecord(w.Record); err != nil {
-			d.result(engine.Written{ID: w.ID, Err: fmt.Errorf("%w: encode record: %w", catalog.ErrInvalid, err)})
-			return
-		}
-		buf = opBufs.Get().(*[]catalog.Op)
-		ops = append(append((*buf)[:0], catalog.Put(w.Record.Key, rec)), ops...)
+	ops, rec, msg, buf, err := writeOps(w)
+	if err != nil {
+		d.result(engine.Written{ID: w.ID, Err: err})
+		return
 	}
-	err := d.b.cat.Commit(d.ctx, ops...)
+	err = d.b.cat.Commit(d.ctx, ops...)
 	if err != nil && d.ctx.Err() != nil && !catalog.NotApplied(err) {
 		// Cut short by Close: the commit may still apply.
 		err = fmt.Errorf("%w (broadcaster closing)", err)
 	}
-	if buf != nil && d.ctx.Err() == nil {
+	if d.ctx.Err() == nil {
 		// The commit returned its answer: the catalog holds ops no more.
-		clear(ops)
-		*buf = ops[:0]
-		opBufs.Put(buf)
+		putOps(buf, ops)
 	}
 	d.b.spans.written(w, err)
 	d.result(engine.Written{ID: w.ID, Err: err, Record: rec, Message: msg})
+}
+
+// writeAsync hands a write to the catalog from the loop, which goes on at
+// once; the commit's answer comes back through the write's asyncWrite. A
+// write refused before it was queued (its record does not encode, a closed
+// catalog, too many ops) has its answer at once.
+func (d *driver) writeAsync(w engine.Write) {
+	ops, rec, msg, buf, err := writeOps(w)
+	if err == nil {
+		aw := asyncWrites.Get().(*asyncWrite)
+		*aw = asyncWrite{d: d, w: w, ops: ops, rec: rec, msg: msg, buf: buf}
+		if err = d.async.CommitAsync(aw, ops...); err == nil {
+			return
+		}
+		putOps(buf, ops)
+		*aw = asyncWrite{}
+		asyncWrites.Put(aw)
+	}
+	d.b.spans.written(w, err)
+	d.now = append(d.now, engine.Written{ID: w.ID, Err: err})
+}
+
+// asyncWrite is a write handed to an AsyncCommitter, waiting for its
+// answer.
+type asyncWrite struct {
+	d        *driver
+	w        engine.Write
+	ops      []catalog.Op
+	rec, msg []byte
+	buf      *[]catalog.Op
+}
+
+var asyncWrites = sync.Pool{New: func() any { return new(asyncWrite) }}
+
+// Committed delivers the write's answer to the loop, on the catalog's
+// goroutine. After Close the stopped core ignores it (and result drops it
+// once the loop has exited), as it does a worker's write cut short.
+func (aw *asyncWrite) Committed(err error) {
+	d, w, rec, msg := aw.d, aw.w, aw.rec, aw.msg
+	putOps(aw.buf, aw.ops)
+	*aw = asyncWrite{}
+	asyncWrites.Put(aw)
+	d.b.spans.written(w, err)
+	d.result(engine.Written{ID: w.ID, Err: err, Record: rec, Message: msg})
+}
+
+// writeOps returns the ops of w: with its record, encoded, first. buf is
+// the pooled list they were built in (nil: w.Ops as they are), for putOps.
+func writeOps(w engine.Write) (ops []catalog.Op, rec, msg []byte, buf *[]catalog.Op, err error) {
+	if w.Record == nil {
+		return w.Ops, nil, nil, nil, nil
+	}
+	if rec, msg, err = engine.EncodeRecord(w.Record); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("%w: encode record: %w", catalog.ErrInvalid, err)
+	}
+	buf = opBufs.Get().(*[]catalog.Op)
+	ops = append(append((*buf)[:0], catalog.Put(w.Record.Key, rec)), w.Ops...)
+	return ops, rec, msg, buf, nil
+}
+
+// putOps gives back the pooled list ops were built in, once the catalog
+// has answered their commit and holds them no more.
+func putOps(buf *[]catalog.Op, ops []catalog.Op) {
+	if buf == nil {
+		return
+	}
+	clear(ops)
+	*buf = ops[:0]
+	opBufs.Put(buf)
 }
 
 // opBufs are the op lists of record writes, reused once their commit has

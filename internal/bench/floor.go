@@ -127,6 +127,13 @@ func (c recordingCatalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 	return c.Catalog.Commit(ctx, ops...)
 }
 
+// CommitAsync records ops and passes them on, so that the broadcaster
+// commits as it does on the catalog it wraps (catalog/etcd's).
+func (c recordingCatalog) CommitAsync(done catalog.Completion, ops ...catalog.Op) error {
+	c.rec.commit(ops)
+	return c.Catalog.(catalog.AsyncCommitter).CommitAsync(done, ops...)
+}
+
 // Sample broadcasts once under an exclusive key of its own and returns
 // the durable work it did.
 func (b *Broadcaster) Sample(ctx context.Context, key string, targets []message.VChannel) (shape, error) {
