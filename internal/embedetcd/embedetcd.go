@@ -66,6 +66,10 @@ const (
 	DefaultName = "walcast"
 )
 
+// loneCatchUpEntries is how many applied raft entries a single-member server
+// keeps in memory (etcd keeps 5,000, for slow followers).
+const loneCatchUpEntries = 100
+
 // Errors of Start.
 var (
 	// ErrInvalidConfig reports a Config that Start cannot use.
@@ -271,6 +275,11 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 	if cfg.InitialCluster != "" {
 		ec.InitialCluster = cfg.InitialCluster
 		ec.InitialClusterToken = "walcast-embedetcd"
+	} else {
+		// A lone member has no follower to catch up: the raft entries
+		// etcd keeps in memory for one (5,000 by default, each a whole
+		// transaction) are only heap for the garbage collector to scan.
+		ec.SnapshotCatchUpEntries = loneCatchUpEntries
 	}
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
 	if cfg.KeepaliveMinTime > 0 {
