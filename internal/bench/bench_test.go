@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
@@ -133,5 +136,46 @@ func TestGrowth(t *testing.T) {
 		if got := growth(pts(f)); !strings.HasPrefix(got, want+" ") {
 			t.Errorf("growth of %s-shaped points: %s", want, got)
 		}
+	}
+}
+
+// TestReleaseDeletesWhatItHandedOut: release deletes the keys under the
+// prefixes handed out, and nothing else, and compacts the embedded etcd's
+// history, so that a later benchmark's process does not hold them.
+func TestReleaseDeletesWhatItHandedOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := Start(ctx, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	a, b := e.keyPrefix("bench"), e.keyPrefix("raw")
+	first, err := e.Client.Put(ctx, "other/k", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{a + "x", a + "y", b + "z"} {
+		if _, err := e.Client.Put(ctx, k, "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{a, b} {
+		resp, err := e.Client.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Fatalf("%s after release: %v keys, %v", p, resp.Count, err)
+		}
+	}
+	if resp, err := e.Client.Get(ctx, "other/k"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("a key outside the prefixes: %v, %v", resp, err)
+	}
+	if _, err := e.Client.Get(ctx, "other/k", clientv3.WithRev(first.Header.Revision)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("read at a revision before release: %v, want compacted", err)
+	}
+	if err := e.release(ctx); err != nil {
+		t.Fatalf("release with nothing handed out: %v", err)
 	}
 }

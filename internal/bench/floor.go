@@ -164,7 +164,7 @@ type raw struct {
 
 func (e *Env) newRaw(s shape, publish func(context.Context, []byte) error, maxEntry int) *raw {
 	r := &raw{etcd: e.Client, maxOps: e.MaxOps, publish: publish, max: maxEntry, s: s,
-		prefix: fmt.Sprintf("raw-%d/", e.seq.Add(1))}
+		prefix: e.keyPrefix("raw")}
 	big := 0
 	for _, st := range s.steps {
 		for _, o := range st.ops {
