@@ -129,6 +129,9 @@ type Catalog struct {
 	paged    atomic.Bool // List reads pages: PageSize was set, or the server has no RangeStream
 	group    *catalog.Group
 	closed   atomic.Bool
+	// then is commitTxn's list of etcd ops, reused: its one caller is the
+	// group's flusher, one transaction at a time.
+	then []clientv3.Op
 }
 
 var _ catalog.Catalog = (*Catalog)(nil)

@@ -31,7 +31,8 @@ func (m committer) List(ctx context.Context, prefix string, fn func(string, []by
 func (m committer) Limits() catalog.Limits { return m.c.limits }
 
 // commitTxn sends ops as one transaction, conditional on the fence. Its only
-// caller is c.group, which has checked every caller's ops with catalog.Check
+// caller is c.group's flusher (one transaction at a time: c.then is its),
+// which has checked every caller's ops with catalog.Check
 // and joins them only while the keys stay distinct and the transaction fits
 // Limits, so ops need no second check.
 func (c *Catalog) commitTxn(ctx context.Context, ops []catalog.Op) error {
@@ -43,19 +44,23 @@ func (c *Catalog) commitTxn(ctx context.Context, ops []catalog.Op) error {
 			return fmt.Errorf("%w: refused before sending: %w", catalog.ErrNotApplied, err)
 		}
 	}
-	then := make([]clientv3.Op, len(ops))
-	for i, o := range ops {
+	then := c.then[:0]
+	for _, o := range ops {
 		if o.Delete {
-			then[i] = clientv3.OpDelete(c.prefix + o.Key)
+			then = append(then, clientv3.OpDelete(c.prefix+o.Key))
 		} else {
-			then[i] = clientv3.OpPut(c.prefix+o.Key, string(o.Value))
+			then = append(then, clientv3.OpPut(c.prefix+o.Key, string(o.Value)))
 		}
 	}
 	txn := c.client.Txn(ctx)
 	if f := c.fence; f != nil {
 		txn = txn.If(f.compare())
 	}
-	resp, err := txn.Then(then...).Commit()
+	// Then converts the ops to requests at once: the list is free again.
+	txn = txn.Then(then...)
+	clear(then)
+	c.then = then[:0]
+	resp, err := txn.Commit()
 	if err != nil {
 		return c.commitErr(err)
 	}
