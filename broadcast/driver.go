@@ -433,7 +433,7 @@ func (d *driver) perform(acts []engine.Action) {
 		case engine.Callback:
 			if d.b.cfg.Callbacks.ack(a.Msg.Type) == nil {
 				// A type without a callback is done at once (callbacks
-				// are all registered before New): no worker runs nothing.
+				// are all registered before New): no worker is woken to run nothing.
 				d.now = append(d.now, engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Outcome: Outcome{Status: Succeeded}})
 				continue
 			}
