@@ -1,84 +1,84 @@
 package apicodec
 
 import (
-	"unicode/utf8"
+	"errors"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/internal/wire"
 )
+
+// errLeave stops a read at what the hand path leaves to protobuf-go.
+var errLeave = errors.New("apicodec: left to protobuf-go")
 
 // readBroadcastResponse reads b into the empty r as proto.Unmarshal would;
 // false for what it leaves to protobuf-go (r is then reset by it).
 func readBroadcastResponse(b []byte, r *walcastv1.BroadcastResponse) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && (num == respBroadcastID || num == respDuplicated):
 			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
 			if num == respBroadcastID {
 				r.BroadcastId = v
 			} else {
 				r.Duplicated = v != 0
 			}
+			return n, nil
 		case typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return false
+				return n, nil
 			}
-			b = b[n:]
-			switch num {
-			case respAppends:
-				k, cp, ok := readCheckpointEntry(v)
-				if !ok {
-					return false
-				}
-				if r.Appends == nil {
-					r.Appends = make(map[string]*walcastv1.Checkpoint, 4)
-				}
-				r.Appends[k] = cp
-			case respOutcome:
-				if r.Outcome != nil { // protobuf-go merges the two
-					return false
-				}
-				if r.Outcome = readOutcome(v); r.Outcome == nil {
-					return false
-				}
-			case respWindow:
-				if r.Window != nil {
-					return false
-				}
-				w := &walcastv1.Window{}
-				if proto.Unmarshal(v, w) != nil {
-					return false
-				}
-				r.Window = w
-			case respExtras:
-				k, x, ok := readBytesEntry(v)
-				if !ok {
-					return false
-				}
-				if r.Extras == nil {
-					r.Extras = make(map[string][]byte)
-				}
-				r.Extras[k] = x
-			default:
-				return false
-			}
-		default:
-			return false
+			return n, readResponseField(r, num, v)
 		}
+		return 0, errLeave
+	}) == nil
+}
+
+// readResponseField reads the length-delimited field num of a
+// BroadcastResponse into r.
+func readResponseField(r *walcastv1.BroadcastResponse, num protowire.Number, v []byte) error {
+	switch num {
+	case respAppends:
+		k, cp, ok := readCheckpointEntry(v)
+		if !ok {
+			return errLeave
+		}
+		if r.Appends == nil {
+			r.Appends = make(map[string]*walcastv1.Checkpoint, 4)
+		}
+		r.Appends[k] = cp
+	case respOutcome:
+		if r.Outcome != nil { // protobuf-go merges the two
+			return errLeave
+		}
+		if r.Outcome = readOutcome(v); r.Outcome == nil {
+			return errLeave
+		}
+	case respWindow:
+		if r.Window != nil {
+			return errLeave
+		}
+		w := &walcastv1.Window{}
+		if proto.Unmarshal(v, w) != nil {
+			return errLeave
+		}
+		r.Window = w
+	case respExtras:
+		k, x, ok := readBytesEntry(v)
+		if !ok {
+			return errLeave
+		}
+		if r.Extras == nil {
+			r.Extras = make(map[string][]byte)
+		}
+		r.Extras[k] = x
+	default:
+		return errLeave
 	}
-	return true
+	return nil
 }
 
 // readCheckpointEntry reads one entry of a map<string, Checkpoint>; a
@@ -96,41 +96,30 @@ func readCheckpointEntry(b []byte) (string, *walcastv1.Checkpoint, bool) {
 // leaves to protobuf-go.
 func readEntry(b []byte, value func(v []byte) bool) (string, bool) {
 	var k string
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType || num != mapKey && num != mapValue {
-			return "", false
+	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		if typ != protowire.BytesType || num != mapKey && num != mapValue {
+			return 0, errLeave
 		}
-		v, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 {
-			return "", false
-		}
-		b = b[n+m:]
 		if num == mapKey {
-			if !utf8.Valid(v) {
-				return "", false
-			}
-			k = string(v)
-			continue
+			s, n, err := wire.ConsumeString(b)
+			k = s
+			return n, err
 		}
-		if !value(v) {
-			return "", false
+		v, n := protowire.ConsumeBytes(b)
+		if n >= 0 && !value(v) {
+			return 0, errLeave
 		}
-	}
-	return k, true
+		return n, nil
+	})
+	return k, err == nil
 }
 
 func readCheckpoint(b []byte, cp *walcastv1.Checkpoint) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.VarintType {
-			return false
+	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		if typ != protowire.VarintType {
+			return 0, errLeave
 		}
-		v, m := protowire.ConsumeVarint(b[n:])
-		if m < 0 {
-			return false
-		}
-		b = b[n+m:]
+		v, n := protowire.ConsumeVarint(b)
 		switch num {
 		case cpMessageID:
 			cp.MessageId = v
@@ -139,46 +128,34 @@ func readCheckpoint(b []byte, cp *walcastv1.Checkpoint) bool {
 		case cpLastConfirmed:
 			cp.LastConfirmed = v
 		default:
-			return false
+			return 0, errLeave
 		}
-	}
-	return true
+		return n, nil
+	}) == nil
 }
 
 // readOutcome reads an Outcome; nil for what it leaves to protobuf-go.
 func readOutcome(b []byte) *walcastv1.Outcome {
 	o := &walcastv1.Outcome{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
+	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case num == outcomeStatus && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return nil
-			}
-			b = b[m:]
+			v, n := protowire.ConsumeVarint(b)
 			o.Status = walcastv1.OutcomeStatus(int32(v))
-		case (num == outcomeDetail || num == outcomeData) && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return nil
-			}
-			b = b[m:]
-			if num == outcomeData {
-				o.Data = append([]byte(nil), v...)
-				continue
-			}
-			if !utf8.Valid(v) {
-				return nil
-			}
-			o.Detail = string(v)
-		default:
-			return nil
+			return n, nil
+		case num == outcomeDetail && typ == protowire.BytesType:
+			s, n, err := wire.ConsumeString(b)
+			o.Detail = s
+			return n, err
+		case num == outcomeData && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			o.Data = wire.CopyBytes(v)
+			return n, nil
 		}
+		return 0, errLeave
+	})
+	if err != nil {
+		return nil
 	}
 	return o
 }

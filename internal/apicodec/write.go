@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/internal/wire"
 )
 
 // appendBroadcastResponse appends r's wire form to dst, as proto.Marshal
@@ -17,41 +18,26 @@ func appendBroadcastResponse(dst []byte, r *walcastv1.BroadcastResponse) ([]byte
 	if len(r.ProtoReflect().GetUnknown()) > 0 {
 		return dst, false
 	}
-	b := dst
-	if r.BroadcastId != 0 {
-		b = protowire.AppendTag(b, respBroadcastID, protowire.VarintType)
-		b = protowire.AppendVarint(b, r.BroadcastId)
-	}
+	b := wire.AppendVarint(dst, respBroadcastID, r.BroadcastId)
 	for v, cp := range r.Appends {
 		if !utf8.ValidString(v) || cp != nil && len(cp.ProtoReflect().GetUnknown()) > 0 {
 			return dst, false
 		}
-		n := checkpointSize(cp)
-		b = protowire.AppendTag(b, respAppends, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(1+protowire.SizeBytes(len(v))+1+protowire.SizeBytes(n)))
-		b = protowire.AppendTag(b, mapKey, protowire.BytesType)
-		b = protowire.AppendString(b, v)
-		b = protowire.AppendTag(b, mapValue, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
+		b = appendEntryHead(b, respAppends, v, checkpointSize(cp))
 		b = appendCheckpoint(b, cp)
 	}
-	if r.Duplicated {
-		b = protowire.AppendTag(b, respDuplicated, protowire.VarintType)
-		b = protowire.AppendVarint(b, 1)
-	}
+	b = wire.AppendBool(b, respDuplicated, r.Duplicated)
 	if o := r.Outcome; o != nil {
 		if len(o.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(o.Detail) {
 			return dst, false
 		}
-		b = protowire.AppendTag(b, respOutcome, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(outcomeSize(o)))
+		b = appendHead(b, respOutcome, outcomeSize(o))
 		b = appendOutcome(b, o)
 	}
 	if w := r.Window; w != nil {
 		// Only keyed broadcasts have one: protobuf-go writes it (no
 		// maps in it).
-		b = protowire.AppendTag(b, respWindow, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(proto.Size(w)))
+		b = appendHead(b, respWindow, proto.Size(w))
 		var err error
 		if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, w); err != nil {
 			return dst, false
@@ -61,72 +47,42 @@ func appendBroadcastResponse(dst []byte, r *walcastv1.BroadcastResponse) ([]byte
 		if !utf8.ValidString(v) {
 			return dst, false
 		}
-		b = protowire.AppendTag(b, respExtras, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(1+protowire.SizeBytes(len(v))+1+protowire.SizeBytes(len(x))))
-		b = protowire.AppendTag(b, mapKey, protowire.BytesType)
-		b = protowire.AppendString(b, v)
-		b = protowire.AppendTag(b, mapValue, protowire.BytesType)
-		b = protowire.AppendBytes(b, x)
+		b = append(appendEntryHead(b, respExtras, v, len(x)), x...)
 	}
 	return b, true
 }
 
+// appendHead appends the tag and length of a message field of n bytes.
+func appendHead(b []byte, num protowire.Number, n int) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(n))
+}
+
+// appendEntryHead appends a map entry with string key k up to its value's
+// bytes (n of them): protobuf-go writes an entry's key and value even when
+// they are empty.
+func appendEntryHead(b []byte, num protowire.Number, k string, n int) []byte {
+	b = appendHead(b, num, 1+protowire.SizeBytes(len(k))+1+protowire.SizeBytes(n))
+	return appendHead(wire.AppendElemString(b, mapKey, k), mapValue, n)
+}
+
 func checkpointSize(cp *walcastv1.Checkpoint) int {
-	n := 0
-	if v := cp.GetMessageId(); v != 0 {
-		n += 1 + protowire.SizeVarint(v)
-	}
-	if v := cp.GetTimeTick(); v != 0 {
-		n += 1 + protowire.SizeVarint(v)
-	}
-	if v := cp.GetLastConfirmed(); v != 0 {
-		n += 1 + protowire.SizeVarint(v)
-	}
-	return n
+	return wire.VarintSize(cpMessageID, cp.GetMessageId()) + wire.VarintSize(cpTimeTick, cp.GetTimeTick()) +
+		wire.VarintSize(cpLastConfirmed, cp.GetLastConfirmed())
 }
 
 func appendCheckpoint(b []byte, cp *walcastv1.Checkpoint) []byte {
-	if v := cp.GetMessageId(); v != 0 {
-		b = protowire.AppendTag(b, cpMessageID, protowire.VarintType)
-		b = protowire.AppendVarint(b, v)
-	}
-	if v := cp.GetTimeTick(); v != 0 {
-		b = protowire.AppendTag(b, cpTimeTick, protowire.VarintType)
-		b = protowire.AppendVarint(b, v)
-	}
-	if v := cp.GetLastConfirmed(); v != 0 {
-		b = protowire.AppendTag(b, cpLastConfirmed, protowire.VarintType)
-		b = protowire.AppendVarint(b, v)
-	}
-	return b
+	b = wire.AppendVarint(b, cpMessageID, cp.GetMessageId())
+	b = wire.AppendVarint(b, cpTimeTick, cp.GetTimeTick())
+	return wire.AppendVarint(b, cpLastConfirmed, cp.GetLastConfirmed())
 }
 
 func outcomeSize(o *walcastv1.Outcome) int {
-	n := 0
-	if s := o.Status; s != 0 {
-		n += 1 + protowire.SizeVarint(uint64(int64(s)))
-	}
-	if len(o.Detail) > 0 {
-		n += 1 + protowire.SizeBytes(len(o.Detail))
-	}
-	if len(o.Data) > 0 {
-		n += 1 + protowire.SizeBytes(len(o.Data))
-	}
-	return n
+	return wire.VarintSize(outcomeStatus, uint64(int64(o.Status))) + wire.StringSize(outcomeDetail, o.Detail) +
+		wire.BytesSize(outcomeData, o.Data)
 }
 
 func appendOutcome(b []byte, o *walcastv1.Outcome) []byte {
-	if s := o.Status; s != 0 {
-		b = protowire.AppendTag(b, outcomeStatus, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(int64(s)))
-	}
-	if len(o.Detail) > 0 {
-		b = protowire.AppendTag(b, outcomeDetail, protowire.BytesType)
-		b = protowire.AppendString(b, o.Detail)
-	}
-	if len(o.Data) > 0 {
-		b = protowire.AppendTag(b, outcomeData, protowire.BytesType)
-		b = protowire.AppendBytes(b, o.Data)
-	}
-	return b
+	b = wire.AppendVarint(b, outcomeStatus, uint64(int64(o.Status)))
+	b = wire.AppendString(b, outcomeDetail, o.Detail)
+	return wire.AppendBytes(b, outcomeData, o.Data)
 }
