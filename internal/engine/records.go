@@ -13,8 +13,11 @@ import (
 )
 
 // RecordSpec is a task record to encode (EncodeRecord) and put under the
-// task's key. The core builds specs; the driver (or simulator) encodes them
-// outside the core's loop, so the core spends no time on encoding.
+// task's key. The core builds specs and its driver encodes them, so the core
+// spends no time on encoding: the broadcaster's on a commits worker, or on
+// its loop when it hands the write to an asynchronous catalog (about 1% of
+// a CPU at 10,000 broadcasts/s, a tenth of the loop's time); the simulator
+// when it performs the write.
 type RecordSpec struct {
 	ID uint64
 	// Key is the record's catalog key, TaskKey(prefix, ID): the core builds
