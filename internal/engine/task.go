@@ -277,7 +277,7 @@ func (t *task) controlTick() uint64 {
 
 // record returns the spec of t's record in state st.
 func (t *task) record(st State) *RecordSpec {
-	s := &RecordSpec{ID: t.id, Key: t.key, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
+	s := &RecordSpec{ID: t.id, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
 		PayloadDigest: t.digest, RequestDigest: t.request}
 	if st == Pending && !t.promote && len(t.msg.Broadcast.AppendFirst) == 0 && !t.msg.Broadcast.AckSyncUp {
 		// A PENDING record has no checkpoints: a crash before the TOMBSTONE
