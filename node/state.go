@@ -41,14 +41,9 @@ type pstate struct {
 	// last is the last broadcast id applied on the pchannel.
 	last   uint64
 	vchans map[message.VChannel]*vstate
-	// names are vchans' keys in order, nil once one was added (see add).
+	// names are vchans' keys in order, as encodeState last sorted them:
+	// stale when their number differs (vchannels are never removed).
 	names []message.VChannel
-}
-
-// add records a new vchannel's state.
-func (st *pstate) add(v message.VChannel, vs *vstate) {
-	st.vchans[v] = vs
-	st.names = nil
 }
 
 func newPState() *pstate { return &pstate{vchans: make(map[message.VChannel]*vstate)} }
@@ -90,7 +85,6 @@ type fileVState struct {
 	IDs     [][2]uint64 `json:"ids"`
 }
 
-// encodeState renders st and the Applier's snapshot as a state file.
 // encodeState encodes st with the Applier's snapshot: the bytes of
 // json.Marshal of its fileState, built from the vchannels' kept encodings,
 // so that a save re-encodes only the vchannels that changed since the last.
@@ -103,7 +97,7 @@ func encodeState(node string, p message.PChannel, st *pstate, snap []byte) ([]by
 	if err != nil {
 		return nil, err
 	}
-	if st.names == nil || len(st.names) != len(st.vchans) { // vchannels are never removed
+	if len(st.names) != len(st.vchans) {
 		st.names = slices.Sorted(maps.Keys(st.vchans))
 	}
 	n := len(head) + len(applier) + 32
@@ -187,7 +181,7 @@ func decodeState(p message.PChannel, data []byte) (*pstate, []byte, error) {
 		if err != nil {
 			return nil, nil, corrupt("vchannel %s: malformed id ranges", v)
 		}
-		st.add(v, &vstate{ids: ids, applied: fv.Applied, last: fv.Last})
+		st.vchans[v] = &vstate{ids: ids, applied: fv.Applied, last: fv.Last}
 	}
 	return st, f.Applier, nil
 }

@@ -69,7 +69,7 @@ func TestStateFileIsTheStatesJSON(t *testing.T) {
 		vs := st.vchans[v]
 		if vs == nil {
 			vs = &vstate{}
-			st.add(v, vs)
+			st.vchans[v] = vs
 		}
 		id := uint64(rng.IntN(200) + 1)
 		vs.ids.Add(id)
@@ -106,7 +106,7 @@ func BenchmarkEncodeState(b *testing.B) {
 	for i := range 2048 {
 		vs := &vstate{applied: 3, last: uint64(i + 10)}
 		vs.ids.Add(uint64(i + 10))
-		st.add(message.VChannel(fmt.Sprintf("wal-0/c%d_s0", i)), vs)
+		st.vchans[message.VChannel(fmt.Sprintf("wal-0/c%d_s0", i))] = vs
 	}
 	snap := make([]byte, 64<<10)
 	touch := func(i int) {
