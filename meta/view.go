@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/internal/jsonobj"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/wal"
@@ -38,21 +39,8 @@ type Applier struct {
 type pchannel struct {
 	mu    sync.Mutex
 	views map[message.VChannel]*view // protected by mu
-	// sorted are the views' vchannels in order, each with its key as JSON,
-	// as a snapshot lists them, but for those added since the last snapshot;
-	// nil after a restore. Protected by mu.
-	sorted []snapKey
-	added  []snapKey // views added since the last snapshot; protected by mu
-	size   int       // the length of the last snapshot; protected by mu
-}
-
-// snapKey is one vchannel of a snapshot, its key encoded, and its view
-// (a vchannel's view is never replaced but by a restore, which drops
-// sorted).
-type snapKey struct {
-	vc  message.VChannel
-	key []byte
-	v   *view
+	// members are the views as a snapshot lists them; protected by mu.
+	members jsonobj.Members[*view]
 }
 
 var _ node.Applier = (*Applier)(nil)
@@ -141,7 +129,7 @@ func (a *Applier) Apply(_ context.Context, c wal.Copy) error {
 	if v == nil {
 		v = &view{}
 		pc.views[c.VChannel] = v
-		pc.added = append(pc.added, snapKey{vc: c.VChannel, v: v})
+		pc.members.Add(string(c.VChannel), v)
 	}
 	v.enc = nil
 	v.Applied++
@@ -474,73 +462,23 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	pc.order()
-	// One pass over the views, into the size of the last snapshot and some.
-	out := make([]byte, 0, pc.size+pc.size/8+64)
-	out = append(out, '{')
-	for i, k := range pc.sorted {
-		v := k.v
-		if v != nil && v.enc == nil {
-			enc, err := json.Marshal(v)
-			if err != nil {
-				return nil, err
-			}
-			v.enc = enc
-		}
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, k.key...)
-		out = append(out, ':')
-		out = append(out, v.encoded()...)
-	}
-	out = append(out, '}')
-	pc.size = len(out)
-	return out, nil
+	return pc.members.Append(make([]byte, 0, pc.members.Size()), (*view).encoded)
 }
 
-// order brings pc.sorted up to date: sorted again after a restore, else
-// with the views added since merged in. pc.mu is held.
-func (pc *pchannel) order() {
-	// As encoding/json orders a map's keys.
-	byVChannel := func(x, y snapKey) int { return strings.Compare(string(x.vc), string(y.vc)) }
-	if pc.sorted == nil {
-		pc.added = nil
-		pc.sorted = make([]snapKey, 0, len(pc.views))
-		for vc, v := range pc.views {
-			pc.sorted = append(pc.sorted, snapKey{vc: vc, key: mustJSON(string(vc)), v: v})
-		}
-		slices.SortFunc(pc.sorted, byVChannel)
-		return
-	}
-	if len(pc.added) == 0 {
-		return
-	}
-	for i := range pc.added {
-		pc.added[i].key = mustJSON(string(pc.added[i].vc))
-	}
-	slices.SortFunc(pc.added, byVChannel)
-	// Merged in place, from the end.
-	n, m := len(pc.sorted), len(pc.added)
-	pc.sorted = slices.Grow(pc.sorted, m)[:n+m]
-	for i, j, k := n-1, m-1, n+m-1; j >= 0; k-- {
-		if i >= 0 && byVChannel(pc.sorted[i], pc.added[j]) > 0 {
-			pc.sorted[k], i = pc.sorted[i], i-1
-		} else {
-			pc.sorted[k], j = pc.added[j], j-1
-		}
-	}
-	clear(pc.added)
-	pc.added = pc.added[:0]
-}
-
-// encoded is v's cached encoding; a nil view (restored from a snapshot's
-// null) encodes as null.
-func (v *view) encoded() []byte {
+// encoded is v's encoding, kept until a message is applied to it; a nil
+// view (restored from a snapshot's null) encodes as null.
+func (v *view) encoded() ([]byte, error) {
 	if v == nil {
-		return []byte("null")
+		return []byte("null"), nil
 	}
-	return v.enc
+	if v.enc == nil {
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		v.enc = enc
+	}
+	return v.enc, nil
 }
 
 // Restore replaces the views of p's vchannels with a snapshot.
@@ -555,7 +493,11 @@ func (a *Applier) Restore(p message.PChannel, data []byte) error {
 	pc := a.pchan(p, true)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	pc.views, pc.sorted, pc.added = m, nil, nil
+	pc.views = m
+	pc.members.Reset()
+	for vc, v := range m {
+		pc.members.Add(string(vc), v)
+	}
 	return nil
 }
 

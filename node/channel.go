@@ -259,7 +259,7 @@ func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
 				vs := c.st.vchans[cp.VChannel]
 				if vs == nil {
 					vs = &vstate{}
-					c.st.vchans[cp.VChannel] = vs
+					c.st.add(cp.VChannel, vs)
 				}
 				vs.ids.Add(id)
 				vs.applied++

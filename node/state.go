@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 
 	"github.com/walcast/walcast/internal/idset"
+	"github.com/walcast/walcast/internal/jsonobj"
 	"github.com/walcast/walcast/message"
 )
 
@@ -22,7 +21,7 @@ type vstate struct {
 	ids     idset.Set // the broadcasts applied, as ranges (dense ids stay a handful)
 	applied uint64    // broadcasts applied
 	last    uint64    // last broadcast id applied
-	// enc is the vchannel's entry in the state file's "vchannels" object,
+	// enc is the vchannel's value in the state file's "vchannels" object,
 	// nil once the fields above changed (see changed).
 	enc []byte
 }
@@ -41,9 +40,14 @@ type pstate struct {
 	// last is the last broadcast id applied on the pchannel.
 	last   uint64
 	vchans map[message.VChannel]*vstate
-	// names are vchans' keys in order, as encodeState last sorted them:
-	// stale when their number differs (vchannels are never removed).
-	names []message.VChannel
+	// members are vchans as the state file lists them.
+	members jsonobj.Members[*vstate]
+}
+
+// add records a new vchannel's state (vchannels are never removed).
+func (st *pstate) add(v message.VChannel, vs *vstate) {
+	st.vchans[v] = vs
+	st.members.Add(string(v), vs)
 }
 
 func newPState() *pstate { return &pstate{vchans: make(map[message.VChannel]*vstate)} }
@@ -97,29 +101,13 @@ func encodeState(node string, p message.PChannel, st *pstate, snap []byte) ([]by
 	if err != nil {
 		return nil, err
 	}
-	if len(st.names) != len(st.vchans) {
-		st.names = slices.Sorted(maps.Keys(st.vchans))
-	}
-	n := len(head) + len(applier) + 32
-	for _, v := range st.names {
-		vs := st.vchans[v]
-		if vs.enc == nil {
-			if vs.enc, err = encodeVState(v, vs); err != nil {
-				return nil, err
-			}
-		}
-		n += len(vs.enc) + 1
-	}
-	body := make([]byte, 0, n)
+	body := make([]byte, 0, len(head)+len(applier)+st.members.Size()+32)
 	body = append(body, head[:len(head)-1]...) // without its "}"
-	body = append(body, `,"vchannels":{`...)
-	for i, v := range st.names {
-		if i > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, st.vchans[v].enc...)
+	body = append(body, `,"vchannels":`...)
+	if body, err = st.members.Append(body, (*vstate).encoded); err != nil {
+		return nil, err
 	}
-	body = append(body, `},"applier":`...)
+	body = append(body, `,"applier":`...)
 	body = append(body, applier...)
 	body = append(body, '}')
 	out := make([]byte, 0, len(stateMagic)+10+len(body))
@@ -127,17 +115,16 @@ func encodeState(node string, p message.PChannel, st *pstate, snap []byte) ([]by
 	return append(out, body...), nil
 }
 
-// encodeVState encodes vs as its member of the "vchannels" object.
-func encodeVState(v message.VChannel, vs *vstate) ([]byte, error) {
-	k, err := json.Marshal(string(v))
-	if err != nil {
-		return nil, err
+// encoded is vs's value in the "vchannels" object, kept until it changes.
+func (vs *vstate) encoded() ([]byte, error) {
+	if vs.enc == nil {
+		enc, err := json.Marshal(fileVState{Applied: vs.applied, Last: vs.last, IDs: vs.ids.Ranges()})
+		if err != nil {
+			return nil, err
+		}
+		vs.enc = enc
 	}
-	val, err := json.Marshal(fileVState{Applied: vs.applied, Last: vs.last, IDs: vs.ids.Ranges()})
-	if err != nil {
-		return nil, err
-	}
-	return append(append(k, ':'), val...), nil
+	return vs.enc, nil
 }
 
 // decodeState parses a state file of pchannel p.
@@ -181,7 +168,7 @@ func decodeState(p message.PChannel, data []byte) (*pstate, []byte, error) {
 		if err != nil {
 			return nil, nil, corrupt("vchannel %s: malformed id ranges", v)
 		}
-		st.vchans[v] = &vstate{ids: ids, applied: fv.Applied, last: fv.Last}
+		st.add(v, &vstate{ids: ids, applied: fv.Applied, last: fv.Last})
 	}
 	return st, f.Applier, nil
 }

@@ -14,7 +14,7 @@ import (
 func TestStateRoundTrip(t *testing.T) {
 	st := newPState()
 	st.resume, st.handled, st.last = 7, 99, 12
-	st.vchans["wal-0/a"] = &vstate{applied: 3, last: 12}
+	st.add("wal-0/a", &vstate{applied: 3, last: 12})
 	for _, id := range []uint64{3, 4, 12} {
 		st.vchans["wal-0/a"].ids.Add(id)
 	}
@@ -33,7 +33,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if _, _, err := decodeState("wal-1", data); err == nil {
 		t.Fatal("decoded another pchannel's state")
 	}
-	st.vchans["wal-1/x"] = &vstate{}
+	st.add("wal-1/x", &vstate{})
 	data, _ = encodeState("n", "wal-0", st, nil)
 	if _, _, err := decodeState("wal-0", data); err == nil {
 		t.Fatal("accepted a vchannel of another pchannel")
@@ -69,7 +69,7 @@ func TestStateFileIsTheStatesJSON(t *testing.T) {
 		vs := st.vchans[v]
 		if vs == nil {
 			vs = &vstate{}
-			st.vchans[v] = vs
+			st.add(v, vs)
 		}
 		id := uint64(rng.IntN(200) + 1)
 		vs.ids.Add(id)
@@ -106,7 +106,7 @@ func BenchmarkEncodeState(b *testing.B) {
 	for i := range 2048 {
 		vs := &vstate{applied: 3, last: uint64(i + 10)}
 		vs.ids.Add(uint64(i + 10))
-		st.vchans[message.VChannel(fmt.Sprintf("wal-0/c%d_s0", i))] = vs
+		st.add(message.VChannel(fmt.Sprintf("wal-0/c%d_s0", i)), vs)
 	}
 	snap := make([]byte, 64<<10)
 	touch := func(i int) {
