@@ -389,7 +389,7 @@ func (c *Client) Close() {
 
 // connectOptions are the Connect options of every RPC client of a Client.
 func connectOptions(cfg config) []connect.ClientOption {
-	// protoCodec reads a broadcast's answer without protobuf-go's
+	// apicodec.Codec reads a broadcast's answer without protobuf-go's
 	// reflection over its maps; a codec of the caller's replaces it.
 	opts := append([]connect.ClientOption{connect.WithCodec(apicodec.Codec{})}, cfg.connectOpts...)
 	if cfg.grpc {

@@ -148,7 +148,7 @@ func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
 		cfg.logger = slog.Default()
 	}
 	a := &broadcastAPI{leader: l, cfg: cfg}
-	// protoCodec writes a broadcast's answer without protobuf-go's
+	// apicodec.Codec writes a broadcast's answer without protobuf-go's
 	// reflection over its maps.
 	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
 		StrictJSON()...), cfg.connectOpts...)
