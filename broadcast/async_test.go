@@ -140,3 +140,59 @@ func TestR4_7_RefusedHandOverMeansNotCreated(t *testing.T) {
 		t.Fatalf("%d TOMBSTONE refusals left: the TOMBSTONE was not retried", ac.refuse["tombstone"])
 	}
 }
+
+// TestR4_7_CloseWithAnAsyncCommitInFlight: Close does not wait for a
+// TOMBSTONE handed to an asynchronous catalog whose transaction hangs; the
+// caller hears that the broadcaster closed (its task was created), the
+// commit's late answer goes nowhere, and a new term finishes the task with
+// its callback's effect applied once.
+func TestR4_7_CloseWithAnAsyncCommitInFlight(t *testing.T) {
+	e := newEnv(t)
+	gate, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b := e.open(func(c *broadcast.Config) {
+		c.Catalog = newAsyncCatalog(hooked{Catalog: c.Catalog, commit: func(_ context.Context, ops []catalog.Op, next func() error) error {
+			if commitKind(ops) == "tombstone" {
+				once.Do(func() { close(held) })
+				<-gate
+			}
+			return next()
+		}})
+	})
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	}()
+	ctx := ctxT(t, 10*time.Second)
+	targets := []message.VChannel{vch(1, "a"), vch(2, "b")}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := do(ctx, b, msgOf(t, typCreate, "p", targets), resource.ExclusiveCollection("db", "c"))
+		errc <- err
+	}()
+	<-held
+	ts, err := b.Tasks(broadcast.Filter{})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("tasks %+v, %v: want the one broadcast", ts, err)
+	}
+	id := ts[0].ID
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Close waited for the hung TOMBSTONE transaction")
+	}
+	if err := <-errc; !errors.Is(err, broadcast.ErrClosed) || broadcast.IsTaskNotCreated(err) {
+		t.Fatalf("the caller heard %v, want closed (task created)", err)
+	}
+	close(gate) // the transaction goes ahead; its answer finds the loop gone
+	b2 := e.open()
+	e.checkInvariants(b2, map[uint64][]message.VChannel{id: targets})
+}
