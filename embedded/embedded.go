@@ -11,7 +11,9 @@
 //
 // Starting again on the same Dir finds every task and WAL entry of before:
 // the engine recovers them (R4.8). The servers listen on 127.0.0.1 only, on
-// free ports unless Config says which. Production deployments run walcast
+// free ports unless Config says which; the catalog talks to the etcd member
+// in process (etcd's v3client: no gRPC encoding, no socket), the WAL to NATS
+// over its port. Production deployments run walcast
 // against etcd and NATS (or Kafka) clusters instead; see server and the
 // README. Requirement ids (R4.8) refer to docs/spec.md.
 package embedded
@@ -67,10 +69,12 @@ type Backends struct {
 	etcd   *embedetcd.Server
 	nats   *embednats.Server
 	client *clientv3.Client
-	cat    *etcdcat.Catalog
-	log    wal.Log
-	wal    *wal.WAL
-	pchans []message.PChannel
+	// closeClient closes client, the embedded member's in-process one.
+	closeClient func() error
+	cat         *etcdcat.Catalog
+	log         wal.Log
+	wal         *wal.WAL
+	pchans      []message.PChannel
 }
 
 // Start starts an etcd member and a NATS JetStream server with their data
@@ -108,9 +112,7 @@ func Start(ctx context.Context, cfg Config) (_ *Backends, err error) {
 	if b.nats, err = embednats.Start(ctx, embednats.Config{Dir: filepath.Join(cfg.Dir, "nats"), Port: cfg.NATSPort, SyncAlways: true, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	if b.client, err = b.etcd.Client(); err != nil {
-		return nil, fmt.Errorf("embedded etcd: %w", err)
-	}
+	b.client, b.closeClient = b.etcd.LocalClient()
 	if b.cat, err = etcdcat.New(b.client, etcdcat.Config{Prefix: "walcast/", Limits: catalog.Limits{MaxOps: b.etcd.MaxTxnOps(), MaxBytes: b.etcd.MaxRequestBytes()}}); err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func (b *Backends) Close() error {
 		errs = append(errs, b.cat.Close())
 	}
 	if b.client != nil {
-		errs = append(errs, b.client.Close())
+		errs = append(errs, b.closeClient())
 	}
 	if b.nats != nil {
 		b.nats.Close()

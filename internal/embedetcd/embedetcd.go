@@ -49,6 +49,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 )
 
@@ -427,6 +428,107 @@ func (s *Server) Client() (*clientv3.Client, error) {
 		return nil, fmt.Errorf("embedetcd: client: %w", err)
 	}
 	return c, nil
+}
+
+// LocalClient returns a client of the member that calls the etcd server in
+// this process directly (etcd's v3client): no gRPC encoding, no loopback
+// socket, no TLS; the same server, answers and errors. The process that runs
+// the member uses it (standalone, the embedded broadcaster); what must reach
+// the member as another process would, over its client URL, uses Client.
+// The caller closes it with close, before Close. (The client's own Close
+// reports context.Canceled, its way of saying it was closed: close does not.)
+func (s *Server) LocalClient() (c *clientv3.Client, close func() error) {
+	c = v3client.New(s.etcd.Server)
+	c.KV = closingKV{KV: c.KV, client: c.Ctx()}
+	return c, func() error {
+		if err := c.Close(); !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+}
+
+// closingKV refuses a local client's requests once the client is closed,
+// as a network client's closed connection does: v3client's calls go to the
+// server whatever the client's state.
+type closingKV struct {
+	clientv3.KV
+	client context.Context // the client's: done once it is closed
+}
+
+// errLocalClosed is what a closed local client answers.
+var errLocalClosed = fmt.Errorf("embedetcd: local client closed: %w", context.Canceled)
+
+func (k closingKV) closed() error {
+	if k.client.Err() != nil {
+		return errLocalClosed
+	}
+	return nil
+}
+
+func (k closingKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	if err := k.closed(); err != nil {
+		return nil, err
+	}
+	return k.KV.Put(ctx, key, val, opts...)
+}
+
+func (k closingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if err := k.closed(); err != nil {
+		return nil, err
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+func (k closingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	if err := k.closed(); err != nil {
+		return nil, err
+	}
+	return k.KV.Delete(ctx, key, opts...)
+}
+
+func (k closingKV) Compact(ctx context.Context, rev int64, opts ...clientv3.CompactOption) (*clientv3.CompactResponse, error) {
+	if err := k.closed(); err != nil {
+		return nil, err
+	}
+	return k.KV.Compact(ctx, rev, opts...)
+}
+
+func (k closingKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	if err := k.closed(); err != nil {
+		return clientv3.OpResponse{}, err
+	}
+	return k.KV.Do(ctx, op)
+}
+
+func (k closingKV) Txn(ctx context.Context) clientv3.Txn {
+	return closingTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+// closingTxn is a local client's transaction: its Commit is refused once
+// the client is closed.
+type closingTxn struct {
+	clientv3.Txn
+	kv closingKV
+}
+
+func (t closingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	return closingTxn{Txn: t.Txn.If(cs...), kv: t.kv}
+}
+
+func (t closingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	return closingTxn{Txn: t.Txn.Then(ops...), kv: t.kv}
+}
+
+func (t closingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	return closingTxn{Txn: t.Txn.Else(ops...), kv: t.kv}
+}
+
+func (t closingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if err := t.kv.closed(); err != nil {
+		return nil, err
+	}
+	return t.Txn.Commit()
 }
 
 // Close stops the member and waits for it to release its data directory.

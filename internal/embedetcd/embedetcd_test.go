@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
@@ -247,5 +248,78 @@ func TestLoneMemberKeepsFewRaftEntries(t *testing.T) {
 	t.Logf("heap grew %d KiB over 32 MiB of puts", grew>>10)
 	if grew > 16<<20 {
 		t.Fatalf("heap grew %d MiB over 32 MiB of puts: the member keeps its raft entries", grew>>20)
+	}
+}
+
+// TestLocalClientIsTheSameServer: the in-process client reads what the
+// network client wrote and the other way round, sees the same watch events,
+// is refused with the same errors (too many ops, a request too large), and
+// closes without an error; once the member is closed its calls fail rather
+// than hang.
+func TestLocalClientIsTheSameServer(t *testing.T) {
+	s := startT(t, Config{Dir: t.TempDir(), MaxTxnOps: 8, MaxRequestBytes: 64 << 10})
+	net := client(t, s)
+	local, closeLocal := s.LocalClient()
+	t.Cleanup(func() { closeLocal() })
+
+	w := local.Watch(ctx(t), "w/", clientv3.WithPrefix())
+	if _, err := net.Put(ctx(t), "w/a", "from the network"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case wr := <-w:
+		if len(wr.Events) != 1 || string(wr.Events[0].Kv.Value) != "from the network" {
+			t.Fatalf("local watch got %+v", wr.Events)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the local client's watch saw no event")
+	}
+	if _, err := local.Put(ctx(t), "k", "from the process"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := net.Get(ctx(t), "k")
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "from the process" {
+		t.Fatalf("network client read %+v, %v", got, err)
+	}
+
+	ops := make([]clientv3.Op, 9)
+	for i := range ops {
+		ops[i] = clientv3.OpPut(fmt.Sprintf("op/%d", i), "x")
+	}
+	big := strings.Repeat("x", 128<<10)
+	for name, c := range map[string]*clientv3.Client{"network": net, "local": local} {
+		_, errOps := c.Txn(ctx(t)).Then(ops...).Commit()
+		_, errBig := c.Put(ctx(t), "big", big)
+		for what, err := range map[string]error{"9 ops": errOps, "128 KiB": errBig} {
+			if err == nil {
+				t.Fatalf("%s client: a txn of %s went through", name, what)
+			}
+		}
+		if !errors.Is(errOps, rpctypes.ErrTooManyOps) {
+			t.Errorf("%s client: too many ops: %v, want %v", name, errOps, rpctypes.ErrTooManyOps)
+		}
+		if !errors.Is(errBig, rpctypes.ErrRequestTooLarge) {
+			t.Errorf("%s client: a request too large: %v, want %v", name, errBig, rpctypes.ErrRequestTooLarge)
+		}
+	}
+
+	other, closeOther := s.LocalClient()
+	if err := closeOther(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := other.Get(ctx(t), "k"); err == nil {
+		t.Fatal("a closed local client still reads")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := local.Put(cctx, "k", "after Close"); err == nil {
+		t.Fatal("a put after the member closed succeeded")
+	}
+	if cctx.Err() != nil {
+		t.Fatalf("a put after the member closed waited %v, for its deadline", time.Since(start))
 	}
 }
