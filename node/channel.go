@@ -85,15 +85,33 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 		}
 		return false
 	}
-	for {
-		nctx, cancel := context.WithTimeout(ctx, c.cfg.LogCheckInterval)
-		cp, err := r.Next(nctx)
+	// One deadline serves every Next until it passes, not a timer per copy:
+	// when it passes, the reader was idle for LogCheckInterval only if no
+	// copy came since the deadline was set; otherwise it moves to
+	// LogCheckInterval after the last copy.
+	idle := c.cfg.LogCheckInterval
+	last := time.Now()
+	var nctx context.Context
+	cancel := func() {}
+	defer func() { cancel() }()
+	until := func(t time.Time) {
 		cancel()
+		nctx, cancel = context.WithDeadline(ctx, t)
+	}
+	until(last.Add(idle))
+	for {
+		cp, err := r.Next(nctx)
 		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			// Idle: the reader stays usable after its context's end.
+			// The reader stays usable after its context's end.
+			if time.Since(last) < idle {
+				until(last.Add(idle))
+				continue
+			}
 			if behind() {
 				return
 			}
+			last = time.Now()
+			until(last.Add(idle))
 			continue
 		}
 		if err != nil {
@@ -127,6 +145,7 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 		if !cp.LastInEntry {
 			continue
 		}
+		last = time.Now()
 		select {
 		case out <- entry:
 		case <-ctx.Done():
