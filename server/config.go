@@ -24,6 +24,7 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/message"
 	walkafka "github.com/walcast/walcast/wal/kafka"
 	walnats "github.com/walcast/walcast/wal/nats"
@@ -156,6 +157,11 @@ type Config struct {
 		// grow with the writes of that long. It must outlast the longest
 		// catalog listing (a recovery's), which pins one revision.
 		EtcdCompactionRetention Duration `yaml:"etcd_compaction_retention"`
+		// EtcdQuotaBytes bounds the embedded etcd's database file (etcd's
+		// quota-backend-bytes; etcd refuses every write once it is full).
+		// Once the file passes half of it, history older than a minute is
+		// compacted at once instead of after etcd_compaction_retention.
+		EtcdQuotaBytes int64 `yaml:"etcd_quota_bytes"`
 	} `yaml:"standalone"`
 	Disk struct {
 		// ReserveBytes is the free space of data_dir's file system below
@@ -503,6 +509,7 @@ func Default() Config {
 	c.Standalone.NATSMaxStore = 64 << 30
 	c.Standalone.NATSMaxMemory = 256 << 20
 	c.Standalone.EtcdCompactionRetention = Duration(time.Hour)
+	c.Standalone.EtcdQuotaBytes = embedetcd.DefaultQuotaBytes
 	c.Disk.ReserveBytes = 256 << 20
 	c.Disk.WarnBytes = 1 << 30
 	c.Disk.CheckInterval = Duration(time.Second)
@@ -791,6 +798,8 @@ func (c Config) Validate() error {
 		return bad("standalone.nats_max_store", "nats_max_store (%d) must be at least 1 MiB and nats_max_memory (%d) not negative", c.Standalone.NATSMaxStore, c.Standalone.NATSMaxMemory)
 	case c.Standalone.EtcdCompactionRetention < Duration(time.Minute):
 		return bad("standalone.etcd_compaction_retention", "%v is below 1m", c.Standalone.EtcdCompactionRetention.D())
+	case c.Standalone.EtcdQuotaBytes < 64<<20 || c.Standalone.EtcdQuotaBytes > 8<<30:
+		return bad("standalone.etcd_quota_bytes", "%d is outside 64 MiB..8 GiB (etcd's largest supported quota)", c.Standalone.EtcdQuotaBytes)
 	case c.Disk.ReserveBytes < 0 || c.Disk.WarnBytes < 0:
 		return bad("disk.reserve_bytes", "reserve_bytes (%d) and warn_bytes (%d) must not be negative", c.Disk.ReserveBytes, c.Disk.WarnBytes)
 	case c.Disk.CheckInterval < Duration(10*time.Millisecond):

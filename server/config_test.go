@@ -116,6 +116,8 @@ func TestR9_7_InvalidNamesAndRangesNameTheSetting(t *testing.T) {
 		{"WALCAST_NODES_NAME=..", "nodes.name"},
 		{"WALCAST_NODES_NAME=../../etc", "nodes.name"},
 		{"WALCAST_NODES_NAME=a/b", "nodes.name"},
+		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=1048576", "standalone.etcd_quota_bytes"},
+		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=17179869184", "standalone.etcd_quota_bytes"},
 	}
 	for _, c := range cases {
 		_, err := Load("", []string{c.env}, nil, nil)
@@ -125,7 +127,8 @@ func TestR9_7_InvalidNamesAndRangesNameTheSetting(t *testing.T) {
 	}
 	// Valid values at the edges pass.
 	for _, env := range [][]string{{"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=0"}, {"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=32767"},
-		{"WALCAST_WAL_PCHANNEL_PREFIX=" + strings.Repeat("p", 63)}, {"WALCAST_NODES_NAME=node-1.a"}} {
+		{"WALCAST_WAL_PCHANNEL_PREFIX=" + strings.Repeat("p", 63)}, {"WALCAST_NODES_NAME=node-1.a"},
+		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=67108864"}, {"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=8589934592"}} {
 		if _, err := Load("", env, nil, nil); err != nil {
 			t.Errorf("%s: %v", env, err)
 		}

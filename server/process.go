@@ -354,7 +354,8 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 		return nil, err
 	}
 	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog,
-		CompactionRetention: cfg.Standalone.EtcdCompactionRetention.D(), OnFatal: fatal("embedded etcd")})
+		CompactionRetention: cfg.Standalone.EtcdCompactionRetention.D(), QuotaBytes: cfg.Standalone.EtcdQuotaBytes,
+		OnFatal: fatal("embedded etcd")})
 	if fe := (*embedetcd.FatalError)(nil); errors.As(err, &fe) {
 		return nil, fmt.Errorf("%w: embedded etcd in %s: %w", ErrStorage, dir, err)
 	}

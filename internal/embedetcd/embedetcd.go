@@ -12,6 +12,12 @@
 // (Config.MaxRequestBytes, 8 MiB against 1.5 MiB). Clients must be allowed to
 // send requests that large, which Server.Client arranges.
 //
+// Its history is compacted after Config.CompactionRetention, and sooner when
+// it would outgrow the database quota (Config.QuotaBytes): the space guard
+// (space.go) compacts down to Config.HistoryFloor once the database file
+// passes half the quota, so that etcd's NOSPACE alarm, which stops every
+// write until an operator disarms it, is not raised by history alone.
+//
 // # Clusters
 //
 // With Config.InitialCluster the member is one of several, each in its own
@@ -63,6 +69,9 @@ const (
 	// DefaultCompactionRetention is how much revision history the member
 	// keeps before compacting it away.
 	DefaultCompactionRetention = time.Hour
+	// DefaultQuotaBytes is the member's bound on its database file, etcd's
+	// own default.
+	DefaultQuotaBytes = 2 << 30
 	// DefaultName is the member's name.
 	DefaultName = "walcast"
 )
@@ -106,6 +115,24 @@ type Config struct {
 	// compaction. A catalog List pins one revision for all its pages, so the
 	// retention must outlast the longest listing.
 	CompactionRetention time.Duration
+	// QuotaBytes bounds the member's database file: a write that would
+	// grow it past the bound raises etcd's NOSPACE alarm, after which etcd
+	// refuses every write until the alarm is disarmed. 0 means
+	// DefaultQuotaBytes.
+	QuotaBytes int64
+	// HistoryFloor is the least revision history the space guard keeps
+	// when it compacts early: once the database file passes half of
+	// QuotaBytes, history older than HistoryFloor is compacted away at
+	// once rather than after CompactionRetention (see space.go). 0 means
+	// DefaultHistoryFloor (or CompactionRetention if shorter); negative
+	// turns the guard off. Like the retention, it must outlast the longest
+	// catalog listing.
+	HistoryFloor time.Duration
+	// guardEvery is how often the space guard looks; 0 means
+	// guardInterval. onGuard hears what it did ("compact", "defrag").
+	// Tests only.
+	guardEvery time.Duration
+	onGuard    func(action string)
 	// Logger receives etcd's warnings and errors; nil drops all of etcd's
 	// logs.
 	Logger *slog.Logger
@@ -154,6 +181,8 @@ type Server struct {
 	fatal       *fatal
 	closing     atomic.Bool
 	watchDone   chan struct{}
+	stopGuard   context.CancelFunc // nil without a space guard
+	guardDone   chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -221,20 +250,34 @@ func (cfg *Config) fill() error {
 	if cfg.InitialCluster != "" && (cfg.ClientPort == 0 || cfg.PeerPort == 0) {
 		return fmt.Errorf("%w: a cluster member needs a fixed client and peer port", ErrInvalidConfig)
 	}
-	switch {
-	case cfg.MaxTxnOps < 0:
-		return fmt.Errorf("%w: MaxTxnOps %d", ErrInvalidConfig, cfg.MaxTxnOps)
-	case cfg.MaxTxnOps == 0:
-		cfg.MaxTxnOps = DefaultMaxTxnOps
+	if err := orDefault("MaxTxnOps", &cfg.MaxTxnOps, DefaultMaxTxnOps); err != nil {
+		return err
 	}
-	switch {
-	case cfg.MaxRequestBytes < 0:
-		return fmt.Errorf("%w: MaxRequestBytes %d", ErrInvalidConfig, cfg.MaxRequestBytes)
-	case cfg.MaxRequestBytes == 0:
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	if err := orDefault("MaxRequestBytes", &cfg.MaxRequestBytes, DefaultMaxRequestBytes); err != nil {
+		return err
+	}
+	if err := orDefault("QuotaBytes", &cfg.QuotaBytes, DefaultQuotaBytes); err != nil {
+		return err
 	}
 	if cfg.CompactionRetention == 0 {
 		cfg.CompactionRetention = DefaultCompactionRetention
+	}
+	if cfg.HistoryFloor == 0 {
+		cfg.HistoryFloor = min(DefaultHistoryFloor, max(cfg.CompactionRetention, 0))
+	}
+	if cfg.guardEvery == 0 {
+		cfg.guardEvery = guardInterval
+	}
+	return nil
+}
+
+// orDefault sets *v to def if it is 0, and refuses a negative *v.
+func orDefault[T int | int64](name string, v *T, def T) error {
+	switch {
+	case *v < 0:
+		return fmt.Errorf("%w: %s %d", ErrInvalidConfig, name, *v)
+	case *v == 0:
+		*v = def
 	}
 	return nil
 }
@@ -283,6 +326,7 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		ec.SnapshotCatchUpEntries = loneCatchUpEntries
 	}
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
+	ec.QuotaBackendBytes = cfg.QuotaBytes
 	if cfg.KeepaliveMinTime > 0 {
 		ec.GRPCKeepAliveMinTime = cfg.KeepaliveMinTime
 	}
@@ -356,6 +400,9 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 				onFatal(&FatalError{Message: "the etcd server stopped by itself", Fields: map[string]any{"dir": cfg.Dir}})
 			}
 		}()
+		if cfg.CompactionRetention > 0 && cfg.HistoryFloor > 0 {
+			s.startGuard(cfg)
+		}
 		return s, picked, nil
 	case <-fatal.early:
 		s.Close()
@@ -552,6 +599,10 @@ func (s *Server) Close() error {
 			return
 		}
 		s.closing.Store(true)
+		if s.stopGuard != nil {
+			s.stopGuard()
+			<-s.guardDone
+		}
 		s.etcd.Close()
 		if s.watchDone != nil {
 			<-s.watchDone

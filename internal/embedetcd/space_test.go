@@ -1,0 +1,128 @@
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// churnQuota is the small quota the space tests give their member; bbolt
+// grows its file 16 MiB at a time.
+const churnQuota = 48 << 20
+
+// churn writes about total bytes of history the way the catalog does:
+// every key is put once and deleted a little later, so the live data stays
+// small and only the history grows. It paces itself at about 25 MB/s, and
+// returns the first error.
+func churn(ctx context.Context, c *clientv3.Client, total int) error {
+	const perTxn, size, live = 25, 4 << 10, 100
+	value := strings.Repeat("x", size)
+	pace := time.NewTicker(4 * time.Millisecond) // perTxn × size each: 25 MB/s
+	defer pace.Stop()
+	for i := 0; i*size < total; i += perTxn {
+		ops := make([]clientv3.Op, 0, 2*perTxn)
+		for k := i; k < i+perTxn; k++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("churn/%08d", k), value))
+			if k >= live {
+				ops = append(ops, clientv3.OpDelete(fmt.Sprintf("churn/%08d", k-live)))
+			}
+		}
+		if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("after %d MiB: %w", i*size>>20, err)
+		}
+		select {
+		case <-pace.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// TestHistoryBeyondTheQuotaRaisesNoSpaceWithoutTheGuard is the fault the
+// space guard is for, shown on a member without it: an hour's retention of
+// history that outgrows the quota fills the database, and etcd refuses
+// writes from then on (the catalog would refuse every broadcast).
+func TestHistoryBeyondTheQuotaRaisesNoSpaceWithoutTheGuard(t *testing.T) {
+	s := startT(t, Config{Dir: t.TempDir(), CompactionRetention: time.Hour, QuotaBytes: churnQuota, HistoryFloor: -1})
+	c := client(t, s)
+	err := churn(ctx(t), c, 3*churnQuota)
+	if !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("churning 3 quotas of history without the guard: %v, want etcd's NOSPACE", err)
+	}
+	if len(s.etcd.Server.Alarms()) == 0 {
+		t.Fatal("no alarm raised")
+	}
+}
+
+// TestSpaceGuardKeepsHistoryUnderTheQuota churns three quotas of history
+// through a member whose retention (an hour) would keep it all: the guard
+// compacts the history down to its floor once the file passes half the
+// quota, so no write is refused and no alarm is raised.
+func TestSpaceGuardKeepsHistoryUnderTheQuota(t *testing.T) {
+	var compactions atomic.Int64
+	s := startT(t, Config{Dir: t.TempDir(), CompactionRetention: time.Hour, QuotaBytes: churnQuota,
+		HistoryFloor: 200 * time.Millisecond, guardEvery: 50 * time.Millisecond,
+		onGuard: func(action string) {
+			if action == "compact" {
+				compactions.Add(1)
+			}
+		}})
+	c := client(t, s)
+	if err := churn(ctx(t), c, 3*churnQuota); err != nil {
+		t.Fatalf("churning 3 quotas of history with the guard: %v", err)
+	}
+	if a := s.etcd.Server.Alarms(); len(a) != 0 {
+		t.Fatalf("alarms raised: %v", a)
+	}
+	if compactions.Load() == 0 {
+		t.Fatal("the guard never compacted")
+	}
+	if size := s.etcd.Server.Backend().Size(); size >= churnQuota {
+		t.Fatalf("database file %d bytes, quota %d", size, churnQuota)
+	}
+	// The newest history, inside the floor, is still there: the latest
+	// revision can be read at revision-1.
+	resp, err := c.Get(ctx(t), "churn/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx(t), "churn/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(resp.Header.Revision-1)); err != nil {
+		t.Fatalf("reading the history just written: %v", err)
+	}
+}
+
+// TestSpaceGuardConfig checks the guard's settings.
+func TestSpaceGuardConfig(t *testing.T) {
+	for _, tc := range []struct {
+		in        Config
+		quota     int64
+		floor     time.Duration
+		wantError bool
+	}{
+		{in: Config{Dir: "d"}, quota: DefaultQuotaBytes, floor: DefaultHistoryFloor},
+		{in: Config{Dir: "d", CompactionRetention: 30 * time.Second}, quota: DefaultQuotaBytes, floor: 30 * time.Second},
+		{in: Config{Dir: "d", CompactionRetention: -1}, quota: DefaultQuotaBytes, floor: 0},
+		{in: Config{Dir: "d", QuotaBytes: 1 << 30, HistoryFloor: -1}, quota: 1 << 30, floor: -1},
+		{in: Config{Dir: "d", QuotaBytes: -1}, wantError: true},
+	} {
+		cfg := tc.in
+		err := cfg.fill()
+		if tc.wantError {
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("%+v: %v, want ErrInvalidConfig", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || cfg.QuotaBytes != tc.quota || cfg.HistoryFloor != tc.floor {
+			t.Errorf("%+v: quota %d floor %v err %v, want %d %v", tc.in, cfg.QuotaBytes, cfg.HistoryFloor, err, tc.quota, tc.floor)
+		}
+	}
+}
