@@ -126,3 +126,56 @@ func TestSpaceGuardConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestSpaceGuardDefragmentsAFileNearTheQuota: a member whose database file
+// is already near its quota (history written without the guard, as before
+// it existed) gets it compacted and defragmented once the guard runs, so
+// the file shrinks to the live data instead of staying a few writes from
+// NOSPACE.
+func TestSpaceGuardDefragmentsAFileNearTheQuota(t *testing.T) {
+	const quota = 96 << 20
+	dir := t.TempDir()
+	s, err := Start(ctx(t), Config{Dir: dir, CompactionRetention: time.Hour, QuotaBytes: quota, HistoryFloor: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := churn(ctx(t), c, 42<<20); err != nil { // about 80 MiB of file
+		t.Fatal(err)
+	}
+	c.Close()
+	before := s.etcd.Server.Backend().Size()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if before <= quota*8/10 {
+		t.Fatalf("setup: the file is %d bytes, not past 80%% of %d", before, quota)
+	}
+	defragged := make(chan struct{}, 1)
+	s = startT(t, Config{Dir: dir, CompactionRetention: time.Hour, QuotaBytes: quota,
+		HistoryFloor: 10 * time.Millisecond, guardEvery: 20 * time.Millisecond,
+		onGuard: func(action string) {
+			if action == "defrag" {
+				select {
+				case defragged <- struct{}{}:
+				default:
+				}
+			}
+		}})
+	select {
+	case <-defragged:
+	case <-ctx(t).Done():
+		t.Fatalf("no defragmentation of a %d-byte file (quota %d)", before, quota)
+	}
+	if after := s.etcd.Server.Backend().Size(); after > quota/2 {
+		t.Fatalf("file %d bytes after defragmentation (was %d)", after, before)
+	}
+	// The live keys are all there.
+	resp, err := client(t, s).Get(ctx(t), "churn/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 100 {
+		t.Fatalf("live keys after defragmentation: %v, %v (want 100)", resp, err)
+	}
+}
