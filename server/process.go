@@ -363,6 +363,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 		return nil, fmt.Errorf("embedded etcd (standalone.etcd_addr, --etcd-addr; port %d): %w", etcdPort, err)
 	}
 	p.onClose(etcd.Close)
+	p.storage.etcd = etcd
 	p.etcdURL = strings.Join(etcd.Endpoints(), ",")
 	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog,
 		MaxStore: cfg.Standalone.NATSMaxStore, MaxMemory: cfg.Standalone.NATSMaxMemory, OnFatal: fatal("embedded NATS")})

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walcast/walcast/internal/diskspace"
+	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -24,6 +25,7 @@ var ErrStorage = errors.New("storage failed")
 type storage struct {
 	disk  *diskspace.Monitor
 	nats  *embednats.Server // standalone's, nil otherwise
+	etcd  *embedetcd.Server // standalone's, nil otherwise
 	guard bool              // refuse catalog and WAL writes below the reserve
 }
 
@@ -68,7 +70,8 @@ func (s *storage) writeGuard() error {
 
 // checks are the readiness checks of the storage: "disk" fails below the
 // reserve on a process that refuses writes there, "wal store" while the
-// embedded JetStream cannot store.
+// embedded JetStream cannot store, "catalog store" while the embedded etcd's
+// database is full (its NOSPACE alarm).
 func (s *storage) checks() []Check {
 	var out []Check
 	for _, st := range s.disk.Status() {
@@ -93,6 +96,14 @@ func (s *storage) checks() []Check {
 		c := Check{Name: "wal store", OK: true, Detail: "the embedded JetStream stores"}
 		if err := s.nats.JetStreamStatus(); err != nil {
 			c.OK, c.Detail = false, err.Error()+": appends are refused"
+		}
+		out = append(out, c)
+	}
+	if s.etcd != nil {
+		c := Check{Name: "catalog store", OK: true, Detail: "the embedded etcd stores"}
+		if s.etcd.NoSpace() {
+			c.OK, c.Detail = false, "the embedded etcd's database is full (NOSPACE alarm, standalone.etcd_quota_bytes): "+
+				"catalog writes are refused until its space guard has compacted and defragmented it"
 		}
 		out = append(out, c)
 	}
@@ -124,6 +135,8 @@ var (
 	descDiskWarn    = prometheus.NewDesc("walcast_disk_warn_bytes", "disk.warn_bytes.", nil, nil)
 	descWALStore    = prometheus.NewDesc("walcast_wal_store_ok",
 		"1 while the embedded JetStream stores (standalone); 0 after a failed write until it is repaired.", nil, nil)
+	descCatalogStore = prometheus.NewDesc("walcast_catalog_store_ok",
+		"1 while the embedded etcd stores (standalone); 0 while its database is full (NOSPACE) until its space guard makes room.", nil, nil)
 )
 
 type storageCollector struct{ s *storage }
@@ -135,6 +148,7 @@ func (c storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descDiskReserve
 	ch <- descDiskWarn
 	ch <- descWALStore
+	ch <- descCatalogStore
 }
 
 func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
@@ -151,5 +165,12 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 			ok = 0
 		}
 		ch <- prometheus.MustNewConstMetric(descWALStore, prometheus.GaugeValue, ok)
+	}
+	if c.s.etcd != nil {
+		ok := 1.0
+		if c.s.etcd.NoSpace() {
+			ok = 0
+		}
+		ch <- prometheus.MustNewConstMetric(descCatalogStore, prometheus.GaugeValue, ok)
 	}
 }

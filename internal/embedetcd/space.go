@@ -26,6 +26,9 @@ import (
 // retention; freed pages are reused, so the file stops growing. A file past
 // guardDefragShare of the quota that is mostly free is defragmented, which
 // shrinks it (and holds the member's requests while it copies the live data).
+// A NOSPACE alarm raised anyway (a burst faster than the floor allows, or a
+// database filled before the guard existed) is disarmed once compaction and
+// defragmentation have brought the file back under guardDefragShare.
 const (
 	guardInterval    = time.Second
 	guardDefragShare = 0.8
@@ -82,7 +85,8 @@ func (g *guard) step(ctx context.Context, now time.Time) {
 	g.seen = g.seen[keep:]
 	be := g.srv.Backend()
 	size := be.Size()
-	if size <= g.quota/2 {
+	noSpace := g.noSpace()
+	if size <= g.quota/2 && len(noSpace) == 0 {
 		if g.pressed {
 			g.pressed = false
 			g.log.Info("embedded etcd: the database is back under half its quota; history is kept for the retention again",
@@ -109,7 +113,7 @@ func (g *guard) step(ctx context.Context, now time.Time) {
 			g.log.Warn("embedded etcd: compaction by the space guard failed", "err", err)
 		}
 	}
-	if float64(size) > guardDefragShare*float64(g.quota) && be.SizeInUse() < size/2 {
+	if (len(noSpace) > 0 || float64(size) > guardDefragShare*float64(g.quota)) && be.SizeInUse() < size/2 {
 		if err := be.Defrag(); err != nil {
 			g.log.Warn("embedded etcd: defragmentation by the space guard failed", "err", err)
 			return
@@ -118,6 +122,44 @@ func (g *guard) step(ctx context.Context, now time.Time) {
 			"size_before", size, "size", be.Size(), "quota", g.quota)
 		g.note("defrag")
 	}
+	// A NOSPACE alarm (raised before the guard could make room, or before
+	// it existed) stops every write until it is disarmed: the guard
+	// disarms it once the file is back under guardDefragShare of the quota.
+	if len(noSpace) > 0 && float64(be.Size()) <= guardDefragShare*float64(g.quota) {
+		for _, a := range noSpace {
+			if _, err := g.srv.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: a.MemberID, Alarm: a.Alarm}); err != nil {
+				if ctx.Err() == nil {
+					g.log.Warn("embedded etcd: disarming the NOSPACE alarm failed", "err", err)
+				}
+				return
+			}
+		}
+		g.log.Warn("embedded etcd: disarmed the NOSPACE alarm: writes are taken again", "size", be.Size(), "quota", g.quota)
+		g.note("disarm")
+	}
+}
+
+// NoSpace reports whether the member has raised etcd's NOSPACE alarm: its
+// database reached Config.QuotaBytes and every write is refused until the
+// alarm is disarmed (the space guard disarms it once it has made room).
+func (s *Server) NoSpace() bool {
+	for _, a := range s.etcd.Server.Alarms() {
+		if a.Alarm == pb.AlarmType_NOSPACE {
+			return true
+		}
+	}
+	return false
+}
+
+// noSpace returns the member's NOSPACE alarms.
+func (g *guard) noSpace() []*pb.AlarmMember {
+	var out []*pb.AlarmMember
+	for _, a := range g.srv.Alarms() {
+		if a.Alarm == pb.AlarmType_NOSPACE {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // startGuard starts the space guard of s; Close stops it.

@@ -154,17 +154,7 @@ func TestSpaceGuardDefragmentsAFileNearTheQuota(t *testing.T) {
 	if before <= quota*8/10 {
 		t.Fatalf("setup: the file is %d bytes, not past 80%% of %d", before, quota)
 	}
-	defragged := make(chan struct{}, 1)
-	s = startT(t, Config{Dir: dir, CompactionRetention: time.Hour, QuotaBytes: quota,
-		HistoryFloor: 10 * time.Millisecond, guardEvery: 20 * time.Millisecond,
-		onGuard: func(action string) {
-			if action == "defrag" {
-				select {
-				case defragged <- struct{}{}:
-				default:
-				}
-			}
-		}})
+	s, defragged := startGuarded(t, dir, quota, "defrag")
 	select {
 	case <-defragged:
 	case <-ctx(t).Done():
@@ -178,4 +168,60 @@ func TestSpaceGuardDefragmentsAFileNearTheQuota(t *testing.T) {
 	if err != nil || resp.Count != 100 {
 		t.Fatalf("live keys after defragmentation: %v, %v (want 100)", resp, err)
 	}
+}
+
+// TestSpaceGuardDisarmsNoSpace: a member that raised NOSPACE (history
+// written without the guard) gets it disarmed once the guard runs and has
+// compacted and defragmented: writes are taken again, with no operator.
+func TestSpaceGuardDisarmsNoSpace(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Start(ctx(t), Config{Dir: dir, CompactionRetention: time.Hour, QuotaBytes: churnQuota, HistoryFloor: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := churn(ctx(t), c, 3*churnQuota); !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Fatalf("setup: %v, want NOSPACE", err)
+	}
+	c.Close()
+	if !s.NoSpace() {
+		t.Fatal("NoSpace false with the alarm raised")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, disarmed := startGuarded(t, dir, churnQuota, "disarm")
+	select {
+	case <-disarmed:
+	case <-ctx(t).Done():
+		t.Fatalf("NOSPACE not disarmed: file %d bytes, %d in use, quota %d",
+			s.etcd.Server.Backend().Size(), s.etcd.Server.Backend().SizeInUse(), churnQuota)
+	}
+	if s.NoSpace() {
+		t.Fatal("NoSpace true after the guard disarmed it")
+	}
+	if _, err := client(t, s).Put(ctx(t), "after", "disarm"); err != nil {
+		t.Fatalf("a write after the guard disarmed NOSPACE: %v", err)
+	}
+}
+
+// startGuarded starts a member on dir with an hour's retention, quota and a
+// space guard that keeps 10 ms of history and looks every 20 ms; the channel
+// hears the guard's first action of that name.
+func startGuarded(t *testing.T, dir string, quota int64, action string) (*Server, <-chan struct{}) {
+	did := make(chan struct{}, 1)
+	s := startT(t, Config{Dir: dir, CompactionRetention: time.Hour, QuotaBytes: quota,
+		HistoryFloor: 10 * time.Millisecond, guardEvery: 20 * time.Millisecond,
+		onGuard: func(a string) {
+			if a == action {
+				select {
+				case did <- struct{}{}:
+				default:
+				}
+			}
+		}})
+	return s, did
 }
