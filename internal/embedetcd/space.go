@@ -151,11 +151,14 @@ func (s *Server) NoSpace() bool {
 	return false
 }
 
-// noSpace returns the member's NOSPACE alarms.
+// noSpace returns this member's NOSPACE alarms. (A cluster's alarms are
+// shared; another member's is its own guard's to disarm, once its own file
+// has room.)
 func (g *guard) noSpace() []*pb.AlarmMember {
 	var out []*pb.AlarmMember
+	me := uint64(g.srv.MemberID())
 	for _, a := range g.srv.Alarms() {
-		if a.Alarm == pb.AlarmType_NOSPACE {
+		if a.Alarm == pb.AlarmType_NOSPACE && a.MemberID == me {
 			out = append(out, a)
 		}
 	}
