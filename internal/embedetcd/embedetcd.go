@@ -590,7 +590,12 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		if err := s.fatal.failed(); err != nil {
 			// A goroutine of etcd's is stuck in the fatal hook: its
-			// Close would wait for it forever.
+			// Close would wait for it forever. So might the space
+			// guard (a defragmentation can hit the fatal error): it is
+			// told to stop, not waited for.
+			if s.stopGuard != nil {
+				s.stopGuard()
+			}
 			var errs []error
 			if s.lock != nil {
 				errs = append(errs, s.lock.Close())
