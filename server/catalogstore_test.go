@@ -21,26 +21,14 @@ import (
 
 // TestR9_10_StandaloneReportsAFullCatalog fills a standalone's embedded etcd to
 // its quota (standalone.etcd_quota_bytes, at its 64 MiB minimum) faster than
-// the space guard's one-minute floor lets it compact: /readyz fails with the
-// "catalog store" check, walcast_catalog_store_ok is 0, and a broadcast is
-// refused at once with etcd's reason, creating nothing.
+// the space guard's one-minute floor lets it compact: past 80% /readyz warns
+// and stays ready; once full it fails with the "catalog store" check,
+// walcast_catalog_store_ok is 0, and a broadcast is refused at once with
+// etcd's reason, creating nothing.
 func TestR9_10_StandaloneReportsAFullCatalog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p := standaloneWith(t, ctx, "walcast", func(cfg *server.Config) {
-		cfg.Metrics.Addr = "127.0.0.1:0"
-		cfg.Audit.File = "off"
-		cfg.Standalone.EtcdQuotaBytes = 64 << 20
-	})
-	check := func() server.Check {
-		for _, c := range p.Ready(ctx).Checks {
-			if c.Name == "catalog store" {
-				return c
-			}
-		}
-		t.Fatal("no catalog store check")
-		return server.Check{}
-	}
+	p, check := storeStandalone(t, ctx, "catalog store", func(cfg *server.Config) { cfg.Standalone.EtcdQuotaBytes = 64 << 20 })
 	if c := check(); !c.OK {
 		t.Fatalf("catalog store check before filling: %+v", c)
 	}
@@ -50,6 +38,7 @@ func TestR9_10_StandaloneReportsAFullCatalog(t *testing.T) {
 	}
 	defer etcd.Close()
 	value := strings.Repeat("x", 64<<10)
+	warned := false
 	for i := 0; ; i++ {
 		if i > 4000 { // 250 MiB: far past the quota
 			t.Fatal("the quota was never reached")
@@ -61,12 +50,23 @@ func TestR9_10_StandaloneReportsAFullCatalog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Past 80% of the quota, readiness warns and stays ready.
+		if c := check(); !warned && strings.HasPrefix(c.Detail, "warning: ") {
+			if !c.OK || !strings.Contains(c.Detail, "standalone.etcd_quota_bytes") {
+				t.Fatalf("catalog store check near the quota: %+v", c)
+			}
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatal("no warning before the quota was reached")
 	}
 	if c := check(); c.OK || !strings.Contains(c.Detail, "NOSPACE") || !strings.Contains(c.Detail, "standalone.etcd_quota_bytes") {
 		t.Fatalf("catalog store check with etcd full: %+v", c)
 	}
-	if m := scrape(t, p.MetricsAddr()); !strings.Contains(m, "\nwalcast_catalog_store_ok 0\n") {
-		t.Fatalf("gauge with etcd full: %q", grepLines(m, "walcast_catalog_store_ok"))
+	m := scrape(t, p.MetricsAddr())
+	if !strings.Contains(m, "\nwalcast_catalog_store_ok 0\n") || !strings.Contains(m, "\nwalcast_catalog_db_quota_bytes 6.7108864e+07\n") {
+		t.Fatalf("gauges with etcd full: %q", grepLines(m, "walcast_catalog_"))
 	}
 	taskKeys := func() int {
 		resp, err := etcd.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
@@ -91,5 +91,55 @@ func TestR9_10_StandaloneReportsAFullCatalog(t *testing.T) {
 	t.Logf("refused: %v", err)
 	if after := taskKeys(); after != before {
 		t.Fatalf("task keys %d before the refused broadcast, %d after", before, after)
+	}
+}
+
+// TestR9_10_StandaloneWarnsOfANearlyFullWAL: standalone's WAL streams are
+// kept whole, so the embedded JetStream's store (standalone.nats_max_store)
+// fills with the broadcasts; past 80% of it /readyz's "wal store" check warns
+// (and stays ready) and the gauges show the use against the limit.
+func TestR9_10_StandaloneWarnsOfANearlyFullWAL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, walStore := storeStandalone(t, ctx, "wal store", func(cfg *server.Config) { cfg.Standalone.NATSMaxStore = 1 << 20 })
+	if c := walStore(); !c.OK || strings.HasPrefix(c.Detail, "warning") {
+		t.Fatalf("wal store check at start: %+v", c)
+	}
+	c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, "http://"+p.APIAddr())
+	payload := strings.Repeat("p", 200<<10)
+	for i := 0; !strings.HasPrefix(walStore().Detail, "warning: "); i++ {
+		if i == 8 { // 8 × 2 copies × 200 KiB: past the 1 MiB store
+			t.Fatalf("no warning after %d broadcasts of 200 KiB: %+v", i, walStore())
+		}
+		if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte(payload),
+			Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{fmt.Sprintf("Collection:db:w%d@X", i)}})); err != nil {
+			t.Fatalf("broadcast %d: %v", i, err)
+		}
+	}
+	if st := walStore(); !st.OK || !strings.Contains(st.Detail, "standalone.nats_max_store") {
+		t.Fatalf("wal store check near the limit: %+v", st)
+	}
+	m := scrape(t, p.MetricsAddr())
+	if !strings.Contains(m, "\nwalcast_wal_store_limit_bytes 1.048576e+06\n") || !strings.Contains(m, "\nwalcast_wal_store_used_bytes ") {
+		t.Fatalf("wal store gauges: %q", grepLines(m, "walcast_wal_store_"))
+	}
+}
+
+// storeStandalone starts a standalone with metrics, mod applied, and returns
+// it with a function reading its readiness check of that name.
+func storeStandalone(t *testing.T, ctx context.Context, name string, mod func(*server.Config)) (*server.Process, func() server.Check) {
+	p := standaloneWith(t, ctx, "walcast", func(cfg *server.Config) {
+		cfg.Metrics.Addr = "127.0.0.1:0"
+		cfg.Audit.File = "off"
+		mod(cfg)
+	})
+	return p, func() server.Check {
+		for _, c := range p.Ready(ctx).Checks {
+			if c.Name == name {
+				return c
+			}
+		}
+		t.Fatalf("no %s check", name)
+		return server.Check{}
 	}
 }

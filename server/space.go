@@ -96,6 +96,9 @@ func (s *storage) checks() []Check {
 		c := Check{Name: "wal store", OK: true, Detail: "the embedded JetStream stores"}
 		if err := s.nats.JetStreamStatus(); err != nil {
 			c.OK, c.Detail = false, err.Error()+": appends are refused"
+		} else if used, limit := s.nats.StoreUsage(); nearlyFull(used, limit) {
+			c.Detail = fmt.Sprintf("warning: the embedded JetStream holds %s of its %s (standalone.nats_max_store): appends are refused once it is full, and standalone's WAL is kept whole",
+				diskspace.Bytes(used), diskspace.Bytes(limit))
 		}
 		out = append(out, c)
 	}
@@ -104,10 +107,21 @@ func (s *storage) checks() []Check {
 		if s.etcd.NoSpace() {
 			c.OK, c.Detail = false, "the embedded etcd's database is full (NOSPACE alarm, standalone.etcd_quota_bytes): "+
 				"catalog writes are refused until its space guard has compacted and defragmented it"
+		} else if size, quota := s.etcd.DatabaseSize(); nearlyFull(uint64(size), uint64(quota)) {
+			c.Detail = fmt.Sprintf("warning: the embedded etcd's database is %s of its %s quota (standalone.etcd_quota_bytes)",
+				diskspace.Bytes(uint64(size)), diskspace.Bytes(uint64(quota)))
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// nearlyFullShare is the share of a store's limit past which readiness
+// warns (it stays ready).
+const nearlyFullShare = 0.8
+
+func nearlyFull(used, limit uint64) bool {
+	return limit > 0 && float64(used) > nearlyFullShare*float64(limit)
 }
 
 // guardedLog refuses appends while the storage guard fails, as definite
@@ -135,6 +149,14 @@ var (
 	descDiskWarn    = prometheus.NewDesc("walcast_disk_warn_bytes", "disk.warn_bytes.", nil, nil)
 	descWALStore    = prometheus.NewDesc("walcast_wal_store_ok",
 		"1 while the embedded JetStream stores (standalone); 0 after a failed write until it is repaired.", nil, nil)
+	descWALStoreUsed = prometheus.NewDesc("walcast_wal_store_used_bytes",
+		"Bytes the embedded JetStream's file store holds (standalone; its WAL streams are kept whole).", nil, nil)
+	descWALStoreLimit = prometheus.NewDesc("walcast_wal_store_limit_bytes",
+		"The embedded JetStream's file store limit, standalone.nats_max_store (standalone).", nil, nil)
+	descCatalogSize = prometheus.NewDesc("walcast_catalog_db_size_bytes",
+		"Size of the embedded etcd's database file (standalone).", nil, nil)
+	descCatalogQuota = prometheus.NewDesc("walcast_catalog_db_quota_bytes",
+		"The embedded etcd's database quota, standalone.etcd_quota_bytes (standalone).", nil, nil)
 	descCatalogStore = prometheus.NewDesc("walcast_catalog_store_ok",
 		"1 while the embedded etcd stores (standalone); 0 while its database is full (NOSPACE) until its space guard makes room.", nil, nil)
 )
@@ -148,7 +170,11 @@ func (c storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descDiskReserve
 	ch <- descDiskWarn
 	ch <- descWALStore
+	ch <- descWALStoreUsed
+	ch <- descWALStoreLimit
 	ch <- descCatalogStore
+	ch <- descCatalogSize
+	ch <- descCatalogQuota
 }
 
 func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
@@ -165,6 +191,9 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 			ok = 0
 		}
 		ch <- prometheus.MustNewConstMetric(descWALStore, prometheus.GaugeValue, ok)
+		used, limit := c.s.nats.StoreUsage()
+		ch <- prometheus.MustNewConstMetric(descWALStoreUsed, prometheus.GaugeValue, float64(used))
+		ch <- prometheus.MustNewConstMetric(descWALStoreLimit, prometheus.GaugeValue, float64(limit))
 	}
 	if c.s.etcd != nil {
 		ok := 1.0
@@ -172,5 +201,8 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 			ok = 0
 		}
 		ch <- prometheus.MustNewConstMetric(descCatalogStore, prometheus.GaugeValue, ok)
+		size, quota := c.s.etcd.DatabaseSize()
+		ch <- prometheus.MustNewConstMetric(descCatalogSize, prometheus.GaugeValue, float64(size))
+		ch <- prometheus.MustNewConstMetric(descCatalogQuota, prometheus.GaugeValue, float64(quota))
 	}
 }

@@ -151,6 +151,12 @@ func (s *Server) NoSpace() bool {
 	return false
 }
 
+// DatabaseSize returns the size of the member's database file and its
+// quota (Config.QuotaBytes).
+func (s *Server) DatabaseSize() (size, quota int64) {
+	return s.etcd.Server.Backend().Size(), s.cfg.QuotaBytes
+}
+
 // noSpace returns this member's NOSPACE alarms. (A cluster's alarms are
 // shared; another member's is its own guard's to disarm, once its own file
 // has room.)
