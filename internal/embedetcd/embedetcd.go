@@ -129,7 +129,8 @@ type Config struct {
 	// catalog listing.
 	HistoryFloor time.Duration
 	// guardEvery is how often the space guard looks; 0 means
-	// guardInterval. onGuard hears what it did ("compact", "defrag").
+	// guardInterval. onGuard hears what it did ("compact", "defrag",
+	// "disarm").
 	// Tests only.
 	guardEvery time.Duration
 	onGuard    func(action string)

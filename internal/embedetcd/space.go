@@ -139,17 +139,11 @@ func (g *guard) step(ctx context.Context, now time.Time) {
 	}
 }
 
-// NoSpace reports whether the member has raised etcd's NOSPACE alarm: its
-// database reached Config.QuotaBytes and every write is refused until the
-// alarm is disarmed (the space guard disarms it once it has made room).
-func (s *Server) NoSpace() bool {
-	for _, a := range s.etcd.Server.Alarms() {
-		if a.Alarm == pb.AlarmType_NOSPACE {
-			return true
-		}
-	}
-	return false
-}
+// NoSpace reports whether the member's cluster has a NOSPACE alarm (a lone
+// member: its own): a database reached Config.QuotaBytes, and every write is
+// refused until the alarm is disarmed (the space guard disarms it once it
+// has made room).
+func (s *Server) NoSpace() bool { return len(noSpaceAlarms(s.etcd.Server, 0)) > 0 }
 
 // DatabaseSize returns the size of the member's database file and its
 // quota (Config.QuotaBytes).
@@ -161,10 +155,15 @@ func (s *Server) DatabaseSize() (size, quota int64) {
 // shared; another member's is its own guard's to disarm, once its own file
 // has room.)
 func (g *guard) noSpace() []*pb.AlarmMember {
+	return noSpaceAlarms(g.srv, uint64(g.srv.MemberID()))
+}
+
+// noSpaceAlarms returns srv's NOSPACE alarms: those of member only, or of
+// every member if only is 0.
+func noSpaceAlarms(srv *etcdserver.EtcdServer, only uint64) []*pb.AlarmMember {
 	var out []*pb.AlarmMember
-	me := uint64(g.srv.MemberID())
-	for _, a := range g.srv.Alarms() {
-		if a.Alarm == pb.AlarmType_NOSPACE && a.MemberID == me {
+	for _, a := range srv.Alarms() {
+		if a.Alarm == pb.AlarmType_NOSPACE && (only == 0 || a.MemberID == only) {
 			out = append(out, a)
 		}
 	}
