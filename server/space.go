@@ -186,23 +186,23 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDiskReserve, prometheus.GaugeValue, float64(c.s.disk.Reserve()))
 	ch <- prometheus.MustNewConstMetric(descDiskWarn, prometheus.GaugeValue, float64(c.s.disk.WarnAt()))
 	if c.s.nats != nil {
-		ok := 1.0
-		if c.s.nats.JetStreamStatus() != nil {
-			ok = 0
-		}
-		ch <- prometheus.MustNewConstMetric(descWALStore, prometheus.GaugeValue, ok)
+		ch <- prometheus.MustNewConstMetric(descWALStore, prometheus.GaugeValue, okGauge(c.s.nats.JetStreamStatus() == nil))
 		used, limit := c.s.nats.StoreUsage()
 		ch <- prometheus.MustNewConstMetric(descWALStoreUsed, prometheus.GaugeValue, float64(used))
 		ch <- prometheus.MustNewConstMetric(descWALStoreLimit, prometheus.GaugeValue, float64(limit))
 	}
 	if c.s.etcd != nil {
-		ok := 1.0
-		if c.s.etcd.NoSpace() {
-			ok = 0
-		}
-		ch <- prometheus.MustNewConstMetric(descCatalogStore, prometheus.GaugeValue, ok)
+		ch <- prometheus.MustNewConstMetric(descCatalogStore, prometheus.GaugeValue, okGauge(!c.s.etcd.NoSpace()))
 		size, quota := c.s.etcd.DatabaseSize()
 		ch <- prometheus.MustNewConstMetric(descCatalogSize, prometheus.GaugeValue, float64(size))
 		ch <- prometheus.MustNewConstMetric(descCatalogQuota, prometheus.GaugeValue, float64(quota))
 	}
+}
+
+// okGauge is a 1-or-0 gauge's value.
+func okGauge(ok bool) float64 {
+	if ok {
+		return 1
+	}
+	return 0
 }
