@@ -27,8 +27,8 @@ type asyncCatalog struct {
 	refuseErr error
 }
 
-func newAsyncCatalog(c catalog.Catalog) *asyncCatalog {
-	return &asyncCatalog{Group: catalog.NewGroup(c, 0), waited: map[string]int{}, handed: map[string]int{}, refuse: map[string]int{}}
+func newAsyncCatalog(e *env, c catalog.Catalog) *asyncCatalog {
+	return &asyncCatalog{Group: e.group(c), waited: map[string]int{}, handed: map[string]int{}, refuse: map[string]int{}}
 }
 
 func (a *asyncCatalog) Commit(ctx context.Context, ops ...catalog.Op) error {
@@ -64,7 +64,7 @@ func (a *asyncCatalog) counts() (waited, handed map[string]int) {
 func TestR4_9_WritesGoToAnAsyncCatalogWithoutWaiting(t *testing.T) {
 	e := newEnv(t)
 	var ac *asyncCatalog
-	b := e.open(func(c *broadcast.Config) { ac = newAsyncCatalog(c.Catalog); c.Catalog = ac })
+	b := e.open(func(c *broadcast.Config) { ac = newAsyncCatalog(e, c.Catalog); c.Catalog = ac })
 	ctx := ctxT(t, 10*time.Second)
 	const n = 16
 	var mu sync.Mutex
@@ -111,7 +111,7 @@ func TestR4_9_WritesGoToAnAsyncCatalogWithoutWaiting(t *testing.T) {
 func TestR4_7_RefusedHandOverMeansNotCreated(t *testing.T) {
 	e := newEnv(t)
 	var ac *asyncCatalog
-	b := e.open(func(c *broadcast.Config) { ac = newAsyncCatalog(c.Catalog); c.Catalog = ac })
+	b := e.open(func(c *broadcast.Config) { ac = newAsyncCatalog(e, c.Catalog); c.Catalog = ac })
 	ac.refuseErr = catalog.ErrClosed
 	ac.mu.Lock()
 	ac.refuse["pending"], ac.refuse["tombstone"] = 1, 2
@@ -151,7 +151,7 @@ func TestR4_7_CloseWithAnAsyncCommitInFlight(t *testing.T) {
 	gate, held := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	b := e.open(func(c *broadcast.Config) {
-		c.Catalog = newAsyncCatalog(hooked{Catalog: c.Catalog, commit: func(_ context.Context, ops []catalog.Op, next func() error) error {
+		c.Catalog = newAsyncCatalog(e, hooked{Catalog: c.Catalog, commit: func(_ context.Context, ops []catalog.Op, next func() error) error {
 			if commitKind(ops) == "tombstone" {
 				once.Do(func() { close(held) })
 				<-gate

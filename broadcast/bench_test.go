@@ -50,7 +50,7 @@ func BenchmarkBroadcastParallelOneLane(b *testing.B) { benchBroadcastParallel(b,
 func benchBroadcastParallel(b *testing.B, e *env) {
 	var g *catalog.Group
 	bc := e.open(func(c *broadcast.Config) {
-		g = catalog.NewGroup(c.Catalog, 0)
+		g = e.group(c.Catalog)
 		c.Catalog = g
 	})
 	ctx := context.Background()

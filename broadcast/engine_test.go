@@ -95,7 +95,7 @@ func TestR4_9_GroupCommitSharesCommits(t *testing.T) {
 	e.store.SetLatency(time.Millisecond) // a commit takes time, as etcd's does
 	var g *catalog.Group
 	b := e.open(func(c *broadcast.Config) {
-		g = catalog.NewGroup(c.Catalog, 0)
+		g = e.group(c.Catalog)
 		c.Catalog = g
 	})
 	ctx := ctxT(t, 20*time.Second)

@@ -205,6 +205,13 @@ func (e *env) callback(ctx context.Context, ev *broadcast.Event) error {
 
 // open starts a broadcaster on a new catalog term over the same store and
 // log, as a restarted coordinator would.
+// group wraps c in a group commit whose flusher the test's end stops.
+func (e *env) group(c catalog.Catalog) *catalog.Group {
+	g := catalog.NewGroup(c, 0)
+	e.t.Cleanup(g.Close)
+	return g
+}
+
 func (e *env) open(mod ...func(*broadcast.Config)) *broadcast.Broadcaster {
 	e.t.Helper()
 	b, err := e.tryOpen(mod...)

@@ -21,6 +21,13 @@ import (
 //
 // If the shared transaction fails, every caller in it gets that error, with
 // the same meaning (definite or ambiguous) as for a single Commit.
+//
+// The flusher, the goroutine that sends the transactions, waits up to
+// Linger for the next Commit once the queue is empty, then exits; Close
+// ends a waiting one at once. A goroutine started afresh for each Commit
+// of a sequential caller (a broadcast's PENDING, then its TOMBSTONE) grows
+// its stack again through the etcd client's calls, which cost each such
+// transaction tens of microseconds.
 type Group struct {
 	c       Catalog
 	timeout time.Duration
@@ -30,6 +37,10 @@ type Group struct {
 	// flush goroutine is running. Protected by mu.
 	queue    []*groupCall
 	flushing bool
+	// idle says the flusher waits for the next Commit, which wakes it
+	// through kick; closed, that it no longer waits (Close).
+	idle, closed bool
+	kick         chan struct{}
 	// The flusher's (one at a time): its buffers, and the context that
 	// bounds its transactions, with its deadline.
 	batch   []*groupCall
@@ -38,6 +49,9 @@ type Group struct {
 	txn     context.Context
 	txnEnd  time.Time
 	txnStop context.CancelFunc
+	// lingerFor is Linger (a test's own value); lingerT times the wait.
+	lingerFor time.Duration
+	lingerT   *time.Timer
 
 	trips atomic.Int64
 	calls atomic.Int64
@@ -66,7 +80,22 @@ func NewGroup(c Catalog, timeout time.Duration) *Group {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return &Group{c: c, timeout: timeout}
+	return &Group{c: c, timeout: timeout, kick: make(chan struct{}, 1), lingerFor: Linger}
+}
+
+// Linger is how long the flusher waits for another Commit once the queue is
+// empty, before it exits: longer than the gap between a broadcast's two
+// commits, short enough that an idle Group holds no goroutine for long.
+const Linger = 100 * time.Millisecond
+
+// Close ends the flusher if it waits for Commits, and makes it exit as soon
+// as the queue is empty from then on. Commits still work after Close (the
+// wrapped catalog decides whether it takes them).
+func (g *Group) Close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	g.wake()
 }
 
 // Commit queues ops for the next shared transaction and waits for it. If ctx
@@ -112,19 +141,30 @@ func (g *Group) enqueue(call *groupCall) {
 		g.flushing = true
 		go g.flush()
 	}
+	g.wake()
 	g.mu.Unlock()
 }
 
-// flush commits queued calls until the queue is empty, then exits.
+// wake wakes the flusher if it waits. Caller holds g.mu.
+func (g *Group) wake() {
+	if g.idle {
+		g.idle = false
+		g.kick <- struct{}{} // never blocks: one kick per wait
+	}
+}
+
+// flush commits queued calls until the queue has stayed empty for Linger
+// (or is empty after Close), then exits.
 func (g *Group) flush() {
 	lim := g.c.Limits()
 	for {
 		g.mu.Lock()
 		batch, n := g.take(lim)
 		if len(batch) == 0 {
-			g.flushing = false
-			g.mu.Unlock()
-			return
+			if !g.wait() {
+				return
+			}
+			continue
 		}
 		g.mu.Unlock()
 		ops := batch[0].ops
@@ -154,6 +194,40 @@ func (g *Group) flush() {
 			g.ops = ops[:0]
 		}
 	}
+}
+
+// wait, called with g.mu held and released, waits for a Commit (or Close)
+// for at most Linger. It returns true if the flusher is to look at the
+// queue again, false if it is to exit (flushing is then off).
+func (g *Group) wait() bool {
+	if g.closed {
+		g.flushing = false
+		g.mu.Unlock()
+		return false
+	}
+	g.idle = true
+	g.mu.Unlock()
+	if g.lingerT == nil {
+		g.lingerT = time.NewTimer(g.lingerFor)
+	} else {
+		g.lingerT.Reset(g.lingerFor)
+	}
+	select {
+	case <-g.kick:
+		g.lingerT.Stop()
+		return true
+	case <-g.lingerT.C:
+	}
+	g.mu.Lock()
+	if g.idle { // no Commit came: exit
+		g.idle = false
+		g.flushing = false
+		g.mu.Unlock()
+		return false
+	}
+	g.mu.Unlock()
+	<-g.kick // sent under g.mu when idle went false
+	return true
 }
 
 // txnContext returns the context of the flusher's next transaction: it has

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // recorder is a Catalog that records each Commit's keys and holds the
@@ -252,4 +254,105 @@ func TestCommitAsyncRefusesBadOpsAtOnce(t *testing.T) {
 		t.Fatalf("a refused call was answered: %v", err)
 	default:
 	}
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// senders is a Catalog that records the goroutine each Commit runs on.
+type senders struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (s *senders) Commit(context.Context, ...Op) error {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)] // "goroutine 42 [running]:..."
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	s.mu.Lock()
+	s.ids = append(s.ids, id)
+	s.mu.Unlock()
+	return nil
+}
+func (*senders) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
+func (*senders) List(context.Context, string, func(string, []byte) error) error { return nil }
+func (*senders) Limits() Limits                                                 { return Limits{MaxOps: 8, MaxBytes: 100} }
+
+// TestGroupFlusherServesSequentialCommits: one caller's Commits one after
+// another, each within Linger of the last, are all sent by one flusher,
+// whose stack the etcd client's calls have grown already; after Close the
+// flusher exits without waiting out Linger.
+func TestGroupFlusherServesSequentialCommits(t *testing.T) {
+	s := &senders{}
+	g := NewGroup(s, 0)
+	g.lingerFor = time.Hour // only Close ends it
+	done := make(completion, 1)
+	for i := range 20 {
+		var err error
+		if i%2 == 0 {
+			err = g.Commit(context.Background(), Put(fmt.Sprint("k", i), nil))
+		} else if err = g.CommitAsync(done, Put(fmt.Sprint("k", i), nil)); err == nil {
+			err = <-done
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	ids := slices.Compact(slices.Clone(s.ids))
+	s.mu.Unlock()
+	if len(ids) != 1 {
+		t.Fatalf("20 sequential commits sent by %d goroutines (%v), want 1", len(ids), ids)
+	}
+	g.Close()
+	goleak.VerifyNone(t) // the flusher exits now, not in an hour
+	// Commits still work after Close, each flusher exiting once done.
+	if err := g.Commit(context.Background(), Put("after", nil)); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t)
+}
+
+// TestGroupFlusherExitsAfterLinger: a flusher whose queue stayed empty for
+// Linger exits, and a Commit racing its exit is still sent (by it or a new
+// flusher): with a linger of a microsecond, concurrent callers hit that race
+// again and again, and every one is answered.
+func TestGroupFlusherExitsAfterLinger(t *testing.T) {
+	s := &senders{}
+	g := NewGroup(s, 0)
+	g.lingerFor = time.Microsecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Go(func() {
+			done := make(completion, 1)
+			for i := range 2000 {
+				var err error
+				if i%2 == 0 {
+					err = g.Commit(ctx, Put(fmt.Sprint(c, "/", i), nil))
+				} else if err = g.CommitAsync(done, Put(fmt.Sprint(c, "/", i), nil)); err == nil {
+					select {
+					case err = <-done:
+					case <-ctx.Done():
+						err = fmt.Errorf("asynchronous commit %d of caller %d never answered: %w", i, c, ctx.Err())
+					}
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if i%64 == 0 {
+					runtime.Gosched() // let the flusher find the queue empty
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s.mu.Lock()
+	n, flushers := len(s.ids), len(slices.Compact(slices.Clone(s.ids)))
+	s.mu.Unlock()
+	if n == 0 || flushers < 2 {
+		t.Fatalf("%d transactions by %d flushers: the flusher never exited", n, flushers)
+	}
+	goleak.VerifyNone(t) // the last one exited by itself
 }

@@ -223,6 +223,7 @@ func testConcurrent(t *testing.T, b Backend) {
 func testGroup(t *testing.T, b Backend) {
 	c := b.Open(t)
 	g := catalog.NewGroup(c, 0)
+	defer g.Close()
 	var wg sync.WaitGroup
 	const callers = 200
 	errs := make(chan error, callers)

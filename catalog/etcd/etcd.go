@@ -376,5 +376,6 @@ func (c *Catalog) Fence() *Fence {
 // already sent complete. It does not close the client.
 func (c *Catalog) Close() error {
 	c.closed.Store(true)
+	c.group.Close()
 	return nil
 }
