@@ -57,6 +57,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
+
+	"github.com/walcast/walcast/internal/freeport"
 )
 
 // Defaults of Config.
@@ -288,9 +290,9 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 	clientPort, peerPort := cfg.ClientPort, cfg.PeerPort
 	if clientPort == 0 || peerPort == 0 {
 		picked = true
-		ports, err := freePorts(2)
+		ports, err := freeport.Pick(2)
 		if err != nil {
-			return nil, picked, err
+			return nil, picked, fmt.Errorf("embedetcd: %w", err)
 		}
 		if clientPort == 0 {
 			clientPort = ports[0]
@@ -415,22 +417,6 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		s.Close()
 		return nil, false, fmt.Errorf("embedetcd: server in %s not ready: %w", cfg.Dir, ctx.Err())
 	}
-}
-
-// freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
-// the call.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("embedetcd: pick a free port: %w", err)
-		}
-		// Keep each listener open until all are picked, so they differ.
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // Failed returns the member's fatal error (a *FatalError), nil while it

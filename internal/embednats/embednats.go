@@ -56,18 +56,17 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/walcast/walcast/internal/freeport"
 )
 
 // DefaultMaxPayload is the max_payload (largest message, headers included)
@@ -614,9 +613,9 @@ func portTaken(err error) bool {
 }
 
 func startCluster(ctx context.Context, name, dir string, n int, base Config) ([]*Server, error) {
-	ports, err := freePorts(n)
+	ports, err := freeport.Pick(n)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("embednats: %w", err)
 	}
 	if testHookClusterPorts != nil {
 		testHookClusterPorts(ports)
@@ -682,35 +681,4 @@ func waitPlacement(ctx context.Context, servers []*Server) error {
 			return fmt.Errorf("embednats: waiting for %d JetStream peers: %w", len(servers), ctx.Err())
 		}
 	}
-}
-
-// freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
-// the call. They are taken below Linux's default range of ephemeral ports
-// (32768-60999), where the kernel picks the local ports of outgoing
-// connections and of listeners on port 0: one of those could take a route
-// port between its pick and its server's listen; a random port below it
-// only another such pick could.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := listenBelowEphemeral()
-		if err != nil {
-			return nil, fmt.Errorf("embednats: pick a free port: %w", err)
-		}
-		// Keep each listener open until all are picked, so they differ.
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// listenBelowEphemeral listens on a random free port of 10000-32767, or on
-// one the kernel picks if none of a few tries is free.
-func listenBelowEphemeral() (net.Listener, error) {
-	for range 50 {
-		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(10000+rand.IntN(22768))); err == nil {
-			return l, nil
-		}
-	}
-	return net.Listen("tcp", "127.0.0.1:0")
 }
