@@ -372,11 +372,11 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	}
 	p.onClose(func() error { ns.Close(); return nil })
 	p.storage.nats = ns
-	client, err := etcd.Client()
-	if err != nil {
-		return nil, err
-	}
-	p.onClose(client.Close)
+	// The coordinator calls its own etcd in process (no gRPC encoding, no
+	// loopback socket); what reaches it as another process would (walcast
+	// node, the CLI) dials p.etcdURL.
+	client, closeClient := etcd.LocalClient()
+	p.onClose(closeClient)
 	cfg.WAL.NATS.URL = ns.ClientURL()
 	p.natsURL = ns.ClientURL()
 	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}

@@ -257,6 +257,9 @@ type Broadcaster struct {
 	env     *Env
 	stats   *countingStats
 	rec     *recorder
+	// closeClient, if set, closes the etcd client the broadcaster was
+	// opened on (newBroadcasterLocal's).
+	closeClient func() error
 }
 
 // Appended returns how many WAL appends the broadcaster made.
@@ -283,6 +286,24 @@ func (e *Env) newBroadcasterWith(ctx context.Context, be *backend, pchannels int
 	return e.openBroadcasterWith(ctx, be, e.keyPrefix("bench"), fmt.Sprintf("B%d_%d", time.Now().UnixNano()%1e9, n), pchannels, opt)
 }
 
+// newBroadcasterLocal is newBroadcasterOn with the catalog and election
+// calling the embedded etcd in process (embedetcd's LocalClient), as a
+// standalone's coordinator calls its own; false if the etcd is external.
+func (e *Env) newBroadcasterLocal(ctx context.Context, be *backend, pchannels int) (*Broadcaster, bool, error) {
+	if e.etcd == nil {
+		return nil, false, nil
+	}
+	cli, closeCli := e.etcd.LocalClient()
+	n := e.seq.Add(1)
+	b, err := e.openBroadcasterOn(ctx, cli, be, e.keyPrefix("bench"), fmt.Sprintf("B%d_%d", time.Now().UnixNano()%1e9, n), pchannels, nil)
+	if err != nil {
+		_ = closeCli()
+		return nil, false, err
+	}
+	b.closeClient = closeCli
+	return b, true, nil
+}
+
 // rawCatalog opens the catalog under prefix without a fence, to write
 // records straight into it.
 func (e *Env) rawCatalog(prefix string) (*etcdcat.Catalog, error) {
@@ -290,15 +311,21 @@ func (e *Env) rawCatalog(prefix string) (*etcdcat.Catalog, error) {
 }
 
 func (e *Env) openBroadcasterWith(ctx context.Context, be *backend, prefix, streams string, pchannels int, opt func(*broadcast.Config)) (*Broadcaster, error) {
+	return e.openBroadcasterOn(ctx, e.Client, be, prefix, streams, pchannels, opt)
+}
+
+// openBroadcasterOn is openBroadcasterWith through the etcd client cli.
+func (e *Env) openBroadcasterOn(ctx context.Context, cli *clientv3.Client, be *backend, prefix, streams string, pchannels int,
+	opt func(*broadcast.Config)) (*Broadcaster, error) {
 	pchans := make([]message.PChannel, pchannels)
 	for i := range pchans {
 		pchans[i] = message.PChannel(fmt.Sprintf("wal-%d", i))
 	}
-	term, err := etcdcat.Campaign(ctx, e.Client, prefix+"election", "bench", 10*time.Second)
+	term, err := etcdcat.Campaign(ctx, cli, prefix+"election", "bench", 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	cat, err := etcdcat.New(e.Client, etcdcat.Config{Prefix: prefix + "cat/", Fence: term.Fence(),
+	cat, err := etcdcat.New(cli, etcdcat.Config{Prefix: prefix + "cat/", Fence: term.Fence(),
 		Limits: catalog.Limits{MaxOps: e.MaxOps, MaxBytes: etcdcat.DefaultMaxBytes}})
 	if err != nil {
 		_ = term.Resign(ctx)
@@ -336,6 +363,9 @@ func (b *Broadcaster) Close() {
 	_ = b.B.Close()
 	_ = b.Log.Close()
 	_ = b.Cat.Close()
+	if b.closeClient != nil {
+		defer func() { _ = b.closeClient() }() // after the term's resignation below
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = b.term.Resign(ctx)
