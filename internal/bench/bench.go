@@ -282,8 +282,12 @@ func (e *Env) newBroadcasterOn(ctx context.Context, be *backend, pchannels int, 
 // newBroadcasterWith starts a broadcaster on fresh keys and channels of be,
 // its configuration adjusted by opt.
 func (e *Env) newBroadcasterWith(ctx context.Context, be *backend, pchannels int, opt func(*broadcast.Config)) (*Broadcaster, error) {
-	n := e.seq.Add(1)
-	return e.openBroadcasterWith(ctx, be, e.keyPrefix("bench"), fmt.Sprintf("B%d_%d", time.Now().UnixNano()%1e9, n), pchannels, opt)
+	return e.openBroadcasterWith(ctx, be, e.keyPrefix("bench"), e.streams(), pchannels, opt)
+}
+
+// streams returns a fresh name for a broadcaster's WAL streams.
+func (e *Env) streams() string {
+	return fmt.Sprintf("B%d_%d", time.Now().UnixNano()%1e9, e.seq.Add(1))
 }
 
 // newBroadcasterLocal is newBroadcasterOn with the catalog and election
@@ -294,8 +298,7 @@ func (e *Env) newBroadcasterLocal(ctx context.Context, be *backend, pchannels in
 		return nil, false, nil
 	}
 	cli, closeCli := e.etcd.LocalClient()
-	n := e.seq.Add(1)
-	b, err := e.openBroadcasterOn(ctx, cli, be, e.keyPrefix("bench"), fmt.Sprintf("B%d_%d", time.Now().UnixNano()%1e9, n), pchannels, nil)
+	b, err := e.openBroadcasterOn(ctx, cli, be, e.keyPrefix("bench"), e.streams(), pchannels, nil)
 	if err != nil {
 		_ = closeCli()
 		return nil, false, err
