@@ -108,17 +108,14 @@ func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, 
 	// The floor reaches etcd as the API side does: a standalone started
 	// here calls its embedded etcd in process.
 	var b *Broadcaster
-	reach := "over gRPC"
+	reach := "in process"
 	if standalone {
-		var local bool
-		if b, local, err = e.newBroadcasterLocal(ctx, e.natsBackend(), 4); err != nil {
+		if b, err = e.newBroadcasterLocal(ctx, e.natsBackend(), 4); err != nil {
 			return Result{}, err
-		}
-		if local {
-			reach = "in process"
 		}
 	}
 	if b == nil {
+		reach = "over gRPC"
 		if b, err = e.newBroadcasterOn(ctx, e.natsBackend(), 4, broadcast.TombstoneConfig{}); err != nil {
 			return Result{}, err
 		}

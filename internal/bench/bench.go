@@ -292,19 +292,19 @@ func (e *Env) streams() string {
 
 // newBroadcasterLocal is newBroadcasterOn with the catalog and election
 // calling the embedded etcd in process (embedetcd's LocalClient), as a
-// standalone's coordinator calls its own; false if the etcd is external.
-func (e *Env) newBroadcasterLocal(ctx context.Context, be *backend, pchannels int) (*Broadcaster, bool, error) {
+// standalone's coordinator calls its own; nil if the etcd is external.
+func (e *Env) newBroadcasterLocal(ctx context.Context, be *backend, pchannels int) (*Broadcaster, error) {
 	if e.etcd == nil {
-		return nil, false, nil
+		return nil, nil
 	}
 	cli, closeCli := e.etcd.LocalClient()
 	b, err := e.openBroadcasterOn(ctx, cli, be, e.keyPrefix("bench"), e.streams(), pchannels, nil)
 	if err != nil {
 		_ = closeCli()
-		return nil, false, err
+		return nil, err
 	}
 	b.closeClient = closeCli
-	return b, true, nil
+	return b, nil
 }
 
 // rawCatalog opens the catalog under prefix without a fence, to write
