@@ -14,9 +14,17 @@ import (
 	"go.uber.org/goleak"
 )
 
+// noReads gives a test's Catalog the reads it never makes: nothing is
+// stored.
+type noReads struct{}
+
+func (noReads) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
+func (noReads) List(context.Context, string, func(string, []byte) error) error { return nil }
+
 // recorder is a Catalog that records each Commit's keys and holds the
 // first until released.
 type recorder struct {
+	noReads
 	lim     Limits
 	release chan struct{}
 	held    chan struct{}
@@ -45,9 +53,7 @@ func (r *recorder) Commit(_ context.Context, ops ...Op) error {
 	return nil
 }
 
-func (r *recorder) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
-func (r *recorder) List(context.Context, string, func(string, []byte) error) error { return nil }
-func (r *recorder) Limits() Limits                                                 { return r.lim }
+func (r *recorder) Limits() Limits { return r.lim }
 
 // TestGroupTakesFittingPrefixes: while a transaction is in flight, queued
 // Commits are joined in arrival order, up to the first that would exceed
@@ -100,6 +106,7 @@ func TestGroupTakesFittingPrefixes(t *testing.T) {
 // deadlines is a Catalog that records when each transaction started and
 // when its context ends.
 type deadlines struct {
+	noReads
 	mu     sync.Mutex
 	starts []time.Time
 	ends   []time.Time
@@ -116,9 +123,7 @@ func (d *deadlines) Commit(ctx context.Context, _ ...Op) error {
 	return nil
 }
 
-func (d *deadlines) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
-func (d *deadlines) List(context.Context, string, func(string, []byte) error) error { return nil }
-func (d *deadlines) Limits() Limits                                                 { return Limits{MaxOps: 128, MaxBytes: 1 << 20} }
+func (d *deadlines) Limits() Limits { return Limits{MaxOps: 128, MaxBytes: 1 << 20} }
 
 // TestGroupBoundsEveryTransaction: every shared transaction gets a context
 // that ends within the timeout and leaves it at least nine tenths of it,
@@ -155,12 +160,13 @@ type completion chan error
 func (c completion) Committed(err error) { c <- err }
 
 // failing is a Catalog whose every Commit fails with err.
-type failing struct{ err error }
+type failing struct {
+	noReads
+	err error
+}
 
-func (f failing) Commit(context.Context, ...Op) error                          { return f.err }
-func (failing) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
-func (failing) List(context.Context, string, func(string, []byte) error) error { return nil }
-func (failing) Limits() Limits                                                 { return Limits{MaxOps: 4, MaxBytes: 100} }
+func (f failing) Commit(context.Context, ...Op) error { return f.err }
+func (failing) Limits() Limits                        { return Limits{MaxOps: 4, MaxBytes: 100} }
 
 // TestR4_9_CommitAsyncSharesTransactionsWithCommit: asynchronous and
 // waiting Commits queued together share one transaction in arrival order,
@@ -212,7 +218,7 @@ func TestR4_9_CommitAsyncSharesTransactionsWithCommit(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	f := NewGroup(failing{boom}, 0)
+	f := NewGroup(failing{err: boom}, 0)
 	d := make(completion, 1)
 	if err := f.CommitAsync(d, Put("x", nil)); err != nil {
 		t.Fatal(err)
@@ -225,7 +231,7 @@ func TestR4_9_CommitAsyncSharesTransactionsWithCommit(t *testing.T) {
 // TestCommitAsyncRefusesBadOpsAtOnce: ops Commit would refuse are refused
 // by CommitAsync's return, with the same error, and never answered.
 func TestCommitAsyncRefusesBadOpsAtOnce(t *testing.T) {
-	g := NewGroup(failing{errors.New("never sent")}, 0)
+	g := NewGroup(failing{err: errors.New("never sent")}, 0)
 	done := make(completion, 1)
 	for _, tc := range []struct {
 		name string
@@ -260,6 +266,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // senders is a Catalog that records the goroutine each Commit runs on.
 type senders struct {
+	noReads
 	mu  sync.Mutex
 	ids []string
 }
@@ -273,9 +280,7 @@ func (s *senders) Commit(context.Context, ...Op) error {
 	s.mu.Unlock()
 	return nil
 }
-func (*senders) Get(context.Context, string) ([]byte, error)                    { return nil, ErrNotFound }
-func (*senders) List(context.Context, string, func(string, []byte) error) error { return nil }
-func (*senders) Limits() Limits                                                 { return Limits{MaxOps: 8, MaxBytes: 100} }
+func (*senders) Limits() Limits { return Limits{MaxOps: 8, MaxBytes: 100} }
 
 // TestGroupFlusherServesSequentialCommits: one caller's Commits one after
 // another, each within Linger of the last, are all sent by one flusher,
