@@ -483,22 +483,45 @@ func appendRetried(ctx context.Context, t *testing.T, l *Log, id, data, gone str
 		if err == nil {
 			return off
 		}
+		// Bounded too: a JetStream API request that no server answers
+		// (one sent while the stream elects) waits for its whole context.
 		leader := "(unknown)"
-		if si, serr := l.StreamInfo(ctx, "p"); serr == nil && si.Cluster != nil {
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if si, serr := l.StreamInfo(ictx, "p"); serr == nil && si.Cluster != nil {
 			leader = si.Cluster.Leader
 		}
-		t.Logf("append %s try %d (stopped leader %q): %v; stream leader now %q", id, try, gone, err, leader)
+		cancel()
+		t.Logf("append %s try %d (stopped leader %q): %v; stream leader now %q; client %v to %q, last error %v", id, try, gone, err, leader, l.nc.Status(), l.nc.ConnectedUrl(), l.nc.LastError())
 		if time.Now().After(deadline) {
 			t.Fatalf("append %s: %v", id, err)
 		}
 	}
 }
 
+// connEvents logs a connection's disconnects and reconnects, so that a
+// failure shows whether the client was connected while its appends failed.
+func connEvents(t *testing.T) []natsgo.Option {
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		t.Logf("%v: "+format, append([]any{time.Since(start).Round(time.Millisecond)}, args...)...)
+	}
+	return []natsgo.Option{
+		natsgo.ConnectHandler(func(nc *natsgo.Conn) { logf("connected to %s", nc.ConnectedUrl()) }),
+		natsgo.DisconnectErrHandler(func(nc *natsgo.Conn, err error) { logf("disconnected: %v", err) }),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) { logf("reconnected to %s", nc.ConnectedUrl()) }),
+		natsgo.ReconnectErrHandler(func(nc *natsgo.Conn, err error) { logf("reconnect failed: %v", err) }),
+	}
+}
+
 // TestClusterReplicas runs the log against three clustered servers: New
 // creates the streams with three replicas, StreamInfo reports the leader
-// and two followers, appends survive the loss of the stream leader, and a
-// log opened with KeepSettings and another replica count (a streaming node
-// configured differently) changes nothing.
+// and two followers, appends survive the loss of the stream leader (and of
+// the server the appending client is on), and a log opened with
+// KeepSettings and another replica count (a streaming node configured
+// differently) changes nothing. Every request after the loss is bounded and
+// retried, as the WAL's callers do: a JetStream request that reaches the
+// servers while they elect may go unanswered, and then waits for its whole
+// context (two minutes here: CI failed so).
 func TestClusterReplicas(t *testing.T) {
 	// Not tctx's 20 s: under `go test -race ./...` on two cores, starting a
 	// three-server cluster and electing a new stream leader took longer (the
@@ -546,21 +569,51 @@ func TestClusterReplicas(t *testing.T) {
 		t.Fatalf("after a KeepSettings log with 1 replica: %v, %v", info.Config.Replicas, err)
 	}
 
-	// The stream leader stops: an append (retried, as the WAL does after an
-	// ambiguous error, with its dedup id) lands once the stream has a new
-	// leader, and the first entry is still there.
+	// The stream leader stops, and with it the server a log's connection
+	// is on (the harder case: the client reconnects while the stream
+	// elects). An append (retried, as the WAL does after an ambiguous
+	// error, with its dedup id) lands once the stream has a new leader, and
+	// the first entry is still there.
 	old := info.Cluster.Leader
+	var leaderFirst []string
+	for _, s := range servers {
+		if s.Name() == old {
+			leaderFirst = append([]string{s.ClientURL()}, leaderFirst...)
+		} else {
+			leaderFirst = append(leaderFirst, s.ClientURL())
+		}
+	}
+	onLeader, err := New(ctx, Config{URL: strings.Join(leaderFirst, ","), PChannels: []message.PChannel{"p"}, KeepSettings: true,
+		RequestTimeout: time.Second, Options: append(connEvents(t), natsgo.DontRandomize())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onLeader.Close()
 	for _, s := range servers {
 		if s.Name() == old {
 			s.Close()
 		}
 	}
-	if off := appendRetried(ctx, t, l, "id-2", "two", old); off != 1 {
+	if off := appendRetried(ctx, t, onLeader, "id-2", "two", old); off != 1 {
 		t.Fatalf("second entry at offset %d", off)
 	}
-	cur, err := l.Read(ctx, "p", 0)
-	if err != nil {
-		t.Fatal(err)
+	// Read through the other connection, which may have been on the
+	// stopped server too. Its consumer's creation is a JetStream API
+	// request, which goes unanswered if it reaches the servers while they
+	// move leaders: each try is bounded, as with the appends.
+	deadline := time.Now().Add(60 * time.Second)
+	var cur wal.Cursor
+	for try := 1; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cur, err = l.Read(rctx, "p", 0)
+		cancel()
+		if err == nil {
+			break
+		}
+		t.Logf("read try %d: %v; client %v to %q", try, err, l.nc.Status(), l.nc.ConnectedUrl())
+		if time.Now().After(deadline) {
+			t.Fatalf("read: %v", err)
+		}
 	}
 	defer cur.Close()
 	for i, want := range []string{"one", "two"} {
