@@ -71,6 +71,30 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(out)
 }
 
+// appliedOn is walcast_node_copies_applied_total of pchannel p in the
+// process's registry.
+func appliedOn(t *testing.T, proc *server.Process, p string) float64 {
+	t.Helper()
+	mfs, err := proc.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "walcast_node_copies_applied_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pchannel" && l.GetValue() == p {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
 // TestR9_10_TracesExportOverOTLP runs a standalone exporting to an
 // in-process collector, over gRPC and over HTTP: one broadcast's spans
 // (caller → persist → append → node apply → tombstone) arrive in the caller's
@@ -121,8 +145,19 @@ func TestR9_10_TracesExportOverOTLP(t *testing.T) {
 			req := connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("x"),
 				Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:c@X"}})
 			req.Header().Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+			before := appliedOn(t, p, "wal-1")
 			if _, err := c.Broadcast(ctx, req); err != nil {
 				t.Fatal(err)
+			}
+			// The broadcast completes once its copy is appended (FastAck,
+			// R4.4); the node applies it after that. Its span ends before
+			// the node counts the copy applied.
+			for appliedOn(t, p, "wal-1") <= before {
+				select {
+				case <-ctx.Done():
+					t.Fatal("the node did not apply the copy")
+				case <-time.After(10 * time.Millisecond):
+				}
 			}
 			// Close flushes the batch to the collector.
 			if err := p.Close(); err != nil {
