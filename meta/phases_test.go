@@ -201,6 +201,9 @@ func TestR13_11_TwoPhaseImportCommitAndRollback(t *testing.T) {
 		}
 		return n, nil
 	}
+	// The nodes apply the collection's copies after its create returned
+	// (FastAck, R4.4): its views appear then.
+	eventually(t, "the shards' views", func() error { _, err := rows(); return err })
 	if n, err := rows(); err != nil || n != 0 {
 		t.Fatalf("rows visible before any commit: %d, %v", n, err)
 	}

@@ -106,7 +106,15 @@ func twoPhaseStory(t *testing.T, m *metaCLI, db string) {
 	job := m.startTwoPhase(db, "c", m.rowsFile(db+"_a.jsonl", 3), 3)
 	wantOutput(t, m.run("import", "show", job), `(?m)^state\s+ready$`, `two-phase: walcast import commit\|rollback `+job)
 	m.fails(`import/`+job, "collection", "drop", "c", "--db", db, "--no-wait")
-	wantOutput(t, m.run("view", "--vchannel", vcs[0]), `(?m)^imported rows\s+0$`)
+	// The node applies the collection's copy after its create returned
+	// (FastAck, R4.4): the shard's view appears then.
+	var view string
+	waitUntil(t, "the view of "+vcs[0], func() bool {
+		var err error
+		view, err = m.try("view", "--vchannel", vcs[0])
+		return err == nil
+	})
+	wantOutput(t, view, `(?m)^imported rows\s+0$`)
 	wantOutput(t, m.run("import", "commit", job), `import job `+job+` committed into `+db+`.c: completed, 3 rows visible \(broadcast \d+\)`)
 	wantOutput(t, m.run("import", "commit", job), `retry answered by the original`)
 	for _, vc := range vcs {

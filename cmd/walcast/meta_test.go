@@ -157,15 +157,25 @@ func TestMetaCLI(t *testing.T) {
 
 	// The nodes' view of a shard catches up with the rename.
 	var view string
+	// (Until the node has applied the create, it has no view of the shard:
+	// the create returned once its copies were appended, FastAck, R4.4.)
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		view = m.run("view", "--vchannel", created.Collection.Vchannels[0])
-		if strings.Contains(view, "purchases") || time.Now().After(deadline) {
+		var err error
+		view, err = m.try("view", "--vchannel", created.Collection.Vchannels[0])
+		if (err == nil && strings.Contains(view, "purchases")) || time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("walcast view: %v", err)
+			}
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	wantOutput(t, view, `(?m)^collection\s+purchases \(id `+fmt.Sprint(created.Collection.ID)+`\)$`, `(?m)^indexes\s+by_emb`, `(?m)^import jobs\s+`+job+`$`)
-	wantOutput(t, m.run("view", "--vchannel", "wal-0/_control", "--json"), `"users":\s*\[\s*"alice"\s*\]`)
+	users := regexp.MustCompile(`"users":\s*\[\s*"alice"\s*\]`)
+	waitUntil(t, "alice in the control channel's view", func() bool {
+		out, err := m.try("view", "--vchannel", "wal-0/_control", "--json")
+		return err == nil && users.MatchString(out)
+	})
 
 	m.run("index", "drop", "purchases", "by_emb", "--db", "shop")
 	m.run("collection", "drop", "purchases", "--db", "shop")
