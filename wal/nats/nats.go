@@ -148,7 +148,9 @@ type Config struct {
 	// headers.
 	MaxEntryBytes int
 	// RequestTimeout bounds appends and JetStream API requests whose context
-	// has no deadline; default DefaultRequestTimeout.
+	// has no deadline, and each try of a stream info request (End,
+	// StreamInfo) under a deadline, which is retried until the deadline if
+	// no server answers; default DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// KeepSettings leaves existing streams as they are: New still creates a
 	// missing stream with this Config's settings and refuses an unusable
@@ -174,6 +176,8 @@ type Log struct {
 	maxEntry int
 	// pullBytes bounds the bytes a cursor buffers.
 	pullBytes int
+	// reqTimeout is Config.RequestTimeout.
+	reqTimeout time.Duration
 
 	closed atomic.Bool
 	mu     sync.Mutex
@@ -206,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 
-	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{})}
+	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{}), reqTimeout: cfg.RequestTimeout}
 	if l.nc == nil {
 		opts := append([]natsgo.Option{
 			natsgo.Name("walcast-wal"),
@@ -439,7 +443,8 @@ func (l *Log) Stream(p message.PChannel) string { return l.chans[p].stream }
 
 // StreamInfo asks JetStream about pchannel p's stream: its configuration
 // (replicas, storage), and on a cluster its leader and replicas with their
-// state. Coordinators report it as their effective durability.
+// state. Coordinators report it as their effective durability. Under a
+// deadline, a request no server answers is sent again (see RequestTimeout).
 func (l *Log) StreamInfo(ctx context.Context, p message.PChannel) (*jetstream.StreamInfo, error) {
 	if l.closed.Load() {
 		return nil, wal.ErrClosed
@@ -448,15 +453,41 @@ func (l *Log) StreamInfo(ctx context.Context, p message.PChannel) (*jetstream.St
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
 	}
-	s, err := l.js.Stream(ctx, ch.stream)
+	s, err := l.stream(ctx, ch)
 	if err != nil {
 		return nil, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
 	}
 	return s.CachedInfo(), nil
 }
 
+// stream fetches ch's stream and its info. A request that reaches the
+// servers while they elect may get no answer at all, and under a deadline
+// the JetStream client waits for the whole of it; so under a deadline each
+// attempt is bounded by RequestTimeout and retried (the request only
+// reads) while the error says the servers could not answer yet, until ctx
+// ends. Without a deadline it is one attempt, which JetStream bounds by
+// RequestTimeout.
+func (l *Log) stream(ctx context.Context, ch channel) (jetstream.Stream, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		return l.js.Stream(ctx, ch.stream)
+	}
+	var s jetstream.Stream
+	err := retry.Do(ctx, setupRetry, func(ctx context.Context) error {
+		actx, cancel := context.WithTimeout(ctx, l.reqTimeout)
+		defer cancel()
+		var err error
+		s, err = l.js.Stream(actx, ch.stream)
+		if err != nil && !setupRetriable(ctx, err) {
+			return retry.Permanent(err)
+		}
+		return err
+	})
+	return s, err
+}
+
 // End returns the offset the next entry of p will get: the stream's last
-// sequence (offsets are sequences minus one).
+// sequence (offsets are sequences minus one). Under a deadline, a request
+// no server answers is sent again (see RequestTimeout).
 func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
 	if l.closed.Load() {
 		return 0, wal.ErrClosed
@@ -465,8 +496,8 @@ func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
 	}
-	// Stream fetches the stream's info: one request.
-	s, err := l.js.Stream(ctx, ch.stream)
+	// Stream fetches the stream's info: one request a try.
+	s, err := l.stream(ctx, ch)
 	if err != nil {
 		return 0, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
 	}
