@@ -328,20 +328,29 @@ func (l *Log) ensureStreamRetry(ctx context.Context, ch channel, cfg Config) (je
 		defer cancel()
 	}
 	var sc jetstream.StreamConfig
-	err := retry.Do(ctx, setupRetry, func(ctx context.Context) error {
-		// Each attempt has its own deadline: JetStream's request timeout
-		// applies only to contexts without one, and a request to a cluster
-		// still electing its leaders may get no answer at all.
-		actx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-		defer cancel()
+	err := l.untilAnswered(ctx, func(actx context.Context) error {
 		var err error
 		sc, err = l.ensureStream(actx, ch, cfg)
+		return err
+	})
+	return sc, err
+}
+
+// untilAnswered runs op until it succeeds, fails otherwise than by the
+// servers not answering yet (setupRetriable), or ctx ends. Each attempt has
+// its own deadline, RequestTimeout: JetStream's request timeout applies only
+// to contexts without one, and a request to a cluster still electing its
+// leaders may get no answer at all.
+func (l *Log) untilAnswered(ctx context.Context, op func(ctx context.Context) error) error {
+	return retry.Do(ctx, setupRetry, func(ctx context.Context) error {
+		actx, cancel := context.WithTimeout(ctx, l.reqTimeout)
+		defer cancel()
+		err := op(actx)
 		if err != nil && !setupRetriable(ctx, err) {
 			return retry.Permanent(err)
 		}
 		return err
 	})
-	return sc, err
 }
 
 // setupRetry paces the retries of a stream's setup (and a cursor's
@@ -460,26 +469,17 @@ func (l *Log) StreamInfo(ctx context.Context, p message.PChannel) (*jetstream.St
 	return s.CachedInfo(), nil
 }
 
-// stream fetches ch's stream and its info. A request that reaches the
-// servers while they elect may get no answer at all, and under a deadline
-// the JetStream client waits for the whole of it; so under a deadline each
-// attempt is bounded by RequestTimeout and retried (the request only
-// reads) while the error says the servers could not answer yet, until ctx
-// ends. Without a deadline it is one attempt, which JetStream bounds by
-// RequestTimeout.
+// stream fetches ch's stream and its info. Under a deadline it retries
+// until answered (the request only reads); without one it is one attempt,
+// which JetStream bounds by RequestTimeout.
 func (l *Log) stream(ctx context.Context, ch channel) (jetstream.Stream, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		return l.js.Stream(ctx, ch.stream)
 	}
 	var s jetstream.Stream
-	err := retry.Do(ctx, setupRetry, func(ctx context.Context) error {
-		actx, cancel := context.WithTimeout(ctx, l.reqTimeout)
-		defer cancel()
+	err := l.untilAnswered(ctx, func(actx context.Context) error {
 		var err error
 		s, err = l.js.Stream(actx, ch.stream)
-		if err != nil && !setupRetriable(ctx, err) {
-			return retry.Permanent(err)
-		}
 		return err
 	})
 	return s, err
