@@ -472,28 +472,43 @@ func TestCloseEndsBlockedNext(t *testing.T) {
 // was stopped), so a failure shows whether a leader was ever elected.
 func appendRetried(ctx context.Context, t *testing.T, l *Log, id, data, gone string) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for try := 1; ; try++ {
-		// Each try has its own short deadline: JetStream's request timeout
-		// applies only to contexts without one, and a publish to a stream
-		// without a leader waits for the whole context.
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		off, err := l.Append(actx, "p", id, []byte(data))
-		cancel()
-		if err == nil {
-			return off
-		}
-		// Bounded too: a JetStream API request that no server answers
-		// (one sent while the stream elects) waits for its whole context.
+	var off uint64
+	// 2 s a try: JetStream's request timeout applies only to contexts
+	// without a deadline, and a publish to a stream without a leader waits
+	// for the whole context.
+	untilDone(ctx, t, l, "append "+id, 2*time.Second, func(actx context.Context) error {
+		var err error
+		off, err = l.Append(actx, "p", id, []byte(data))
+		return err
+	}, func() string {
+		// Bounded too: a JetStream API request that no server answers (one
+		// sent while the stream elects) waits for its whole context.
 		leader := "(unknown)"
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if si, serr := l.StreamInfo(ictx, "p"); serr == nil && si.Cluster != nil {
+		defer cancel()
+		if si, err := l.StreamInfo(ictx, "p"); err == nil && si.Cluster != nil {
 			leader = si.Cluster.Leader
 		}
+		return fmt.Sprintf("stopped leader %q, stream leader now %q", gone, leader)
+	})
+	return off
+}
+
+// untilDone runs op, each try bounded by per, until it succeeds, for up to
+// 60 s; it logs each failed try with what state says and l's connection.
+func untilDone(ctx context.Context, t *testing.T, l *Log, what string, per time.Duration, op func(ctx context.Context) error, state func() string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, per)
+		err := op(actx)
 		cancel()
-		t.Logf("append %s try %d (stopped leader %q): %v; stream leader now %q; client %v to %q, last error %v", id, try, gone, err, leader, l.nc.Status(), l.nc.ConnectedUrl(), l.nc.LastError())
+		if err == nil {
+			return
+		}
+		t.Logf("%s try %d: %v; %s; client %v to %q, last error %v", what, try, err, state(), l.nc.Status(), l.nc.ConnectedUrl(), l.nc.LastError())
 		if time.Now().After(deadline) {
-			t.Fatalf("append %s: %v", id, err)
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
 }
@@ -601,20 +616,12 @@ func TestClusterReplicas(t *testing.T) {
 	// stopped server too. Its consumer's creation is a JetStream API
 	// request, which goes unanswered if it reaches the servers while they
 	// move leaders: each try is bounded, as with the appends.
-	deadline := time.Now().Add(60 * time.Second)
 	var cur wal.Cursor
-	for try := 1; ; try++ {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	untilDone(ctx, t, l, "read", 5*time.Second, func(rctx context.Context) error {
+		var err error
 		cur, err = l.Read(rctx, "p", 0)
-		cancel()
-		if err == nil {
-			break
-		}
-		t.Logf("read try %d: %v; client %v to %q", try, err, l.nc.Status(), l.nc.ConnectedUrl())
-		if time.Now().After(deadline) {
-			t.Fatalf("read: %v", err)
-		}
-	}
+		return err
+	}, func() string { return "after the leader stopped" })
 	defer cur.Close()
 	for i, want := range []string{"one", "two"} {
 		o, data, err := cur.Next(ctx)
