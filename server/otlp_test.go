@@ -152,13 +152,7 @@ func TestR9_10_TracesExportOverOTLP(t *testing.T) {
 			// The broadcast completes once its copy is appended (FastAck,
 			// R4.4); the node applies it after that. Its span ends before
 			// the node counts the copy applied.
-			for appliedOn(t, p, "wal-1") <= before {
-				select {
-				case <-ctx.Done():
-					t.Fatal("the node did not apply the copy")
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
+			waitUntil(t, "the node to apply the copy", func() bool { return appliedOn(t, p, "wal-1") > before })
 			// Close flushes the batch to the collector.
 			if err := p.Close(); err != nil {
 				t.Fatal(err)

@@ -156,20 +156,14 @@ func TestMetaCLI(t *testing.T) {
 	wantOutput(t, m.run("collection", "describe", "purchases", "--db", "shop"), `(?m)^vchannels\s+`+regexp.QuoteMeta(strings.Join(created.Collection.Vchannels, " ")))
 
 	// The nodes' view of a shard catches up with the rename.
-	var view string
 	// (Until the node has applied the create, it has no view of the shard:
 	// the create returned once its copies were appended, FastAck, R4.4.)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	var view string
+	waitUntil(t, "the shard's view to show the rename", func() bool {
 		var err error
 		view, err = m.try("view", "--vchannel", created.Collection.Vchannels[0])
-		if (err == nil && strings.Contains(view, "purchases")) || time.Now().After(deadline) {
-			if err != nil {
-				t.Fatalf("walcast view: %v", err)
-			}
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && strings.Contains(view, "purchases")
+	})
 	wantOutput(t, view, `(?m)^collection\s+purchases \(id `+fmt.Sprint(created.Collection.ID)+`\)$`, `(?m)^indexes\s+by_emb`, `(?m)^import jobs\s+`+job+`$`)
 	users := regexp.MustCompile(`"users":\s*\[\s*"alice"\s*\]`)
 	waitUntil(t, "alice in the control channel's view", func() bool {
