@@ -146,6 +146,20 @@ const (
 	overloadQueued   = 16
 )
 
+// envInt is the integer in environment variable name, def if it is unset.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
 // TestOverloadIsBounded runs standalone with api.max_in_flight
 // overloadInFlight, api.max_queued overloadQueued (or
 // WALCAST_OVERLOAD_IN_FLIGHT and WALCAST_OVERLOAD_QUEUED) and
@@ -163,23 +177,12 @@ func TestOverloadIsBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load test")
 	}
-	clients, secs, retryAfter := 1000, 6, "2s"
+	retryAfter := "2s"
 	if v := os.Getenv("WALCAST_OVERLOAD_RETRY_AFTER"); v != "" {
 		retryAfter = v
 	}
-	if v := os.Getenv("WALCAST_OVERLOAD_CLIENTS"); v != "" {
-		clients, _ = strconv.Atoi(v)
-	}
-	if v := os.Getenv("WALCAST_OVERLOAD_SECONDS"); v != "" {
-		secs, _ = strconv.Atoi(v)
-	}
-	inFlight, queued := overloadInFlight, overloadQueued
-	if v := os.Getenv("WALCAST_OVERLOAD_IN_FLIGHT"); v != "" {
-		inFlight, _ = strconv.Atoi(v)
-	}
-	if v := os.Getenv("WALCAST_OVERLOAD_QUEUED"); v != "" {
-		queued, _ = strconv.Atoi(v)
-	}
+	clients, secs := envInt(t, "WALCAST_OVERLOAD_CLIENTS", 1000), envInt(t, "WALCAST_OVERLOAD_SECONDS", 6)
+	inFlight, queued := envInt(t, "WALCAST_OVERLOAD_IN_FLIGHT", overloadInFlight), envInt(t, "WALCAST_OVERLOAD_QUEUED", overloadQueued)
 	// Each client holds a connection: a descriptor here and one in the
 	// server (Go raises the soft limit to the hard one at start).
 	var lim syscall.Rlimit
