@@ -219,8 +219,21 @@ func TestClusterReplicatedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(ctx, "r", []byte("one")); err != nil {
-		t.Fatal(err)
+	// The stream was just created: its replicas may still be electing
+	// their first leader, and a publish meanwhile gets no answer ("no
+	// response from stream", as CI saw once). Retried with a message id,
+	// as the WAL does, so that it lands once.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := js.Publish(actx, "r", []byte("one"), jetstream.WithMsgID("one"))
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("first publish: %v", err)
+		}
+		t.Logf("first publish: %v; retrying", err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
