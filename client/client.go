@@ -338,7 +338,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			tr.Protocols.SetUnencryptedHTTP2(true)
 		}
 		c.ownHTTP = tr
-		c.http = &http.Client{Transport: tr}
+		c.http = &http.Client{Transport: oneWrite{next: tr}}
 	}
 	return c, nil
 }
