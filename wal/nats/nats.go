@@ -149,8 +149,9 @@ type Config struct {
 	MaxEntryBytes int
 	// RequestTimeout bounds appends and JetStream API requests whose context
 	// has no deadline, and each try of a stream info request (End,
-	// StreamInfo) under a deadline, which is retried until the deadline if
-	// no server answers; default DefaultRequestTimeout.
+	// StreamInfo) or of a cursor's consumer creation (Read, and Next when
+	// it replaces a lost consumer) under a deadline, which is retried until
+	// the deadline if no server answers; default DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// KeepSettings leaves existing streams as they are: New still creates a
 	// missing stream with this Config's settings and refuses an unusable
@@ -469,20 +470,25 @@ func (l *Log) StreamInfo(ctx context.Context, p message.PChannel) (*jetstream.St
 	return s.CachedInfo(), nil
 }
 
-// stream fetches ch's stream and its info. Under a deadline it retries
-// until answered (the request only reads); without one it is one attempt,
-// which JetStream bounds by RequestTimeout.
+// stream fetches ch's stream and its info (a request).
 func (l *Log) stream(ctx context.Context, ch channel) (jetstream.Stream, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		return l.js.Stream(ctx, ch.stream)
-	}
 	var s jetstream.Stream
-	err := l.untilAnswered(ctx, func(actx context.Context) error {
+	err := l.request(ctx, func(ctx context.Context) error {
 		var err error
-		s, err = l.js.Stream(actx, ch.stream)
+		s, err = l.js.Stream(ctx, ch.stream)
 		return err
 	})
 	return s, err
+}
+
+// request runs op, one JetStream API request that is safe to send again.
+// Under a deadline it retries until answered (untilAnswered); without one
+// it is one attempt, which JetStream bounds by RequestTimeout.
+func (l *Log) request(ctx context.Context, op func(ctx context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return op(ctx)
+	}
+	return l.untilAnswered(ctx, op)
 }
 
 // End returns the offset the next entry of p will get: the stream's last

@@ -2,6 +2,8 @@ package nats
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -29,7 +31,8 @@ const (
 
 // Read returns a cursor over p's entries with offset >= from. The cursor
 // reads through an ephemeral pull consumer (memory storage, no acks)
-// starting at stream sequence from+1.
+// starting at stream sequence from+1. Under a deadline, a consumer
+// creation no server answers is sent again (see Config.RequestTimeout).
 //
 // A cursor's Next is for one goroutine at a time; Close may be called from
 // another to end a blocked Next. Errors other than the context's leave the
@@ -163,7 +166,12 @@ func (c *cursor) iterator(ctx context.Context) (jetstream.MessagesContext, error
 	if c.next == math.MaxUint64 {
 		start = math.MaxUint64 // never an offset; Next filters
 	}
-	cons, err := c.l.js.CreateConsumer(ctx, c.stream, jetstream.ConsumerConfig{
+	// A name of its own makes the creation safe to send again: a server
+	// that created the consumer but whose answer was lost answers the
+	// retry with the same consumer, where an unnamed one would leave the
+	// first behind until its inactiveThreshold.
+	cfg := jetstream.ConsumerConfig{
+		Name:              consumerName(),
 		Description:       "walcast WAL cursor",
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       start,
@@ -171,6 +179,12 @@ func (c *cursor) iterator(ctx context.Context) (jetstream.MessagesContext, error
 		InactiveThreshold: inactiveThreshold,
 		MemoryStorage:     true,
 		Replicas:          1,
+	}
+	var cons jetstream.Consumer
+	err := c.l.request(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = c.l.js.CreateConsumer(ctx, c.stream, cfg)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("wal/nats: read %s: %w", c.p, err)
@@ -194,6 +208,13 @@ func (c *cursor) iterator(ctx context.Context) (jetstream.MessagesContext, error
 	c.cons, c.it, c.dseq = cons, it, 0
 	c.mu.Unlock()
 	return it, nil
+}
+
+// consumerName returns a new name for a cursor's consumer: 128 random bits.
+func consumerName() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand.Read panics instead)
+	return "walcast-cursor-" + hex.EncodeToString(b[:])
 }
 
 // drop abandons it; its consumer expires on the server after
