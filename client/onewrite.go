@@ -2,6 +2,8 @@ package client
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 )
@@ -24,8 +26,17 @@ func (o oneWrite) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body == nil || req.Body == http.NoBody || req.ContentLength <= 0 || req.ContentLength > oneWriteMax {
 		return o.next.RoundTrip(req)
 	}
-	body := make([]byte, req.ContentLength)
-	_, err := io.ReadFull(req.Body, body)
+	// One byte more than announced, to refuse a body of another length as
+	// net/http does.
+	body := make([]byte, req.ContentLength+1)
+	n, err := io.ReadFull(req.Body, body)
+	switch {
+	case int64(n) == req.ContentLength && errors.Is(err, io.ErrUnexpectedEOF):
+		err = nil
+	case err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		err = fmt.Errorf("http: ContentLength=%d with a body of another length", req.ContentLength)
+	}
+	body = body[:req.ContentLength]
 	if cerr := req.Body.Close(); err == nil {
 		err = cerr
 	}

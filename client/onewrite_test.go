@@ -126,6 +126,15 @@ func TestOneWriteKeepsTheRequest(t *testing.T) {
 		}
 	}
 
+	// A body of another length than announced fails, as in net/http.
+	for _, b := range []string{"short", "much too long"} {
+		req, _ = http.NewRequest(http.MethodPost, "http://127.0.0.1:1/x", &streamBody{r: strings.NewReader(b)})
+		req.ContentLength = 7
+		if _, err := rt.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "ContentLength=7") {
+			t.Errorf("a body of %d bytes announced as 7: got %v, want a ContentLength error", len(b), err)
+		}
+	}
+
 	failing := &closeTracker{err: errors.New("disk on fire")}
 	req, _ = http.NewRequest(http.MethodPost, "http://127.0.0.1:1/x", failing)
 	req.ContentLength = 10
