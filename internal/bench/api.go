@@ -56,8 +56,10 @@ func clients(addrs []string, n int, opts ...client.Option) ([]*client.Client, fu
 // connections against in-process B2 in the same run (the two in turns:
 // in-process, API, API, in-process), and B9, CreateCollection through the
 // API from cfg.MetaClients connections on distinct collections, with the
-// latency of one CreateCollection against B1 (b1, of this run).
-func (e *Env) api(ctx context.Context, cfg Config, b1 time.Duration, t *tracker) ([]Result, error) {
+// latency of one CreateCollection against B1 (b1, of this run). b2, B2's
+// throughput on NATS in this run (0 if it did not run), is set beside B8
+// in its note.
+func (e *Env) api(ctx context.Context, cfg Config, b1 time.Duration, b2 float64, t *tracker) ([]Result, error) {
 	addrs := cfg.APIAddrs
 	where := "a standalone in process (its coordinator calling the embedded etcd in process; NATS syncing every write)"
 	if len(addrs) == 0 {
@@ -78,7 +80,7 @@ func (e *Env) api(ctx context.Context, cfg Config, b1 time.Duration, t *tracker)
 	}
 	var out []Result
 	if cfg.want("B8") {
-		r, err := e.b8(ctx, cfg, addrs, where, len(cfg.APIAddrs) == 0, t)
+		r, err := e.b8(ctx, cfg, addrs, where, len(cfg.APIAddrs) == 0, b2, t)
 		if err != nil {
 			return out, err
 		}
@@ -94,7 +96,7 @@ func (e *Env) api(ctx context.Context, cfg Config, b1 time.Duration, t *tracker)
 	return out, nil
 }
 
-func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, standalone bool, t *tracker) (Result, error) {
+func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, standalone bool, b2 float64, t *tracker) (Result, error) {
 	cs, closeAll, err := clients(addrs, cfg.APIClients)
 	if err != nil {
 		return Result{}, err
@@ -152,10 +154,18 @@ func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, 
 		}
 	}
 	ratio := api / inproc
+	// B2's own row reaches its etcd over gRPC, as a coordinator reaches a
+	// cluster's: against it, the API would be credited with the in-process
+	// client's gain, so it is only noted, and the target is judged on the
+	// in-process phases of the same reach.
+	vsB2 := ""
+	if b2 > 0 {
+		vsB2 = fmt.Sprintf("; against this run's B2 row (its etcd over gRPC) %.2f", api/b2)
+	}
 	return Result{ID: "B8", Backend: NATS, What: fmt.Sprintf("end-to-end throughput through the Connect API, %d connections", cfg.APIClients),
 		Value: api, Unit: "broadcasts/s", Floor: inproc, Ratio: ratio, Target: ">= 60% of in-process B2, same run", Pass: ratio >= 0.6,
 		Note: fmt.Sprintf("API: %s, Go client, Connect protocol; floor: B2 in this process on its own etcd (called %s) and NATS, in turns (ABBA); "+
-			"CPU per broadcast (this process: clients, server, etcd, NATS, nodes): API %.0f us, in-process %.0f us", where, reach, apiCPU.cpuPerOp(), inCPU.cpuPerOp())}, nil
+			"CPU per broadcast (this process: clients, server, etcd, NATS, nodes): API %.0f us, in-process %.0f us%s", where, reach, apiCPU.cpuPerOp(), inCPU.cpuPerOp(), vsB2)}, nil
 }
 
 // b9 creates collections through the API: throughput from cfg.MetaClients

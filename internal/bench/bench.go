@@ -430,6 +430,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	var out []Result
 	b1s := map[string]time.Duration{}
+	b2s := map[string]float64{} // B2's throughput per backend, for B8's note
 	for _, be := range bes {
 		if want("B1") || want("B3") || want("B4") || want("B9") {
 			rs, err := env.b1(ctx, cfg, be, t)
@@ -443,6 +444,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			rs, err := env.b2(ctx, cfg, be, t)
 			if err != nil {
 				return out, fmt.Errorf("B2 %s: %w", be.name, err)
+			}
+			for _, r := range rs {
+				if r.ID == "B2" {
+					b2s[be.name] = r.Value
+				}
 			}
 			out = append(out, rs...)
 		}
@@ -482,7 +488,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}
 	if want("B8") || want("B9") {
-		rs, err := env.api(ctx, cfg, b1s[NATS], t)
+		rs, err := env.api(ctx, cfg, b1s[NATS], b2s[NATS], t)
 		if err != nil {
 			return out, fmt.Errorf("B8/B9: %w", err)
 		}
