@@ -175,18 +175,6 @@ func TestUnansweredConsumerCreateIsRetried(t *testing.T) {
 		}
 		cur.Close()
 		cancel()
-		waitNoConsumers(t, consumers)
-	}
-}
-
-// waitNoConsumers waits until consumers says none are left (a closed
-// cursor deletes its consumer).
-func waitNoConsumers(t *testing.T, consumers func() int) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); consumers() != 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d consumers left after the cursor's Close", consumers())
-		}
-		time.Sleep(10 * time.Millisecond)
+		waitFor(t, func() bool { return consumers() == 0 }) // Close deletes the cursor's consumer
 	}
 }
