@@ -30,11 +30,11 @@ func (o oneWrite) RoundTrip(req *http.Request) (*http.Response, error) {
 	// net/http does.
 	body := make([]byte, req.ContentLength+1)
 	n, err := io.ReadFull(req.Body, body)
-	switch {
-	case int64(n) == req.ContentLength && errors.Is(err, io.ErrUnexpectedEOF):
+	if err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) { // the body ended (or went on)
 		err = nil
-	case err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
-		err = fmt.Errorf("http: ContentLength=%d with a body of another length", req.ContentLength)
+		if int64(n) != req.ContentLength {
+			err = fmt.Errorf("http: ContentLength=%d with a body of another length", req.ContentLength)
+		}
 	}
 	body = body[:req.ContentLength]
 	if cerr := req.Body.Close(); err == nil {
