@@ -122,12 +122,7 @@ func TestGap21_ClosePromoteWaitingForAcks(t *testing.T) {
 	p.acker.mu.Unlock()
 	p.acker.set(b)
 	// The node's retried acks reach the restarted coordinator.
-	if _, err := b.ForcePromote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if b.Role() != broadcast.Primary {
-		t.Fatalf("role %s after the resumed promote", b.Role())
-	}
+	resumedPromote(ctx, t, b)
 }
 
 // TestGap37_CloseWithHungSupplement: the WAL hangs appends of a force

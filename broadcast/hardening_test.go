@@ -480,9 +480,7 @@ func TestR8_3_ForcePromoteRescansUnreadablePChannel(t *testing.T) {
 		}})
 	})
 	p.acker.set(b)
-	if _, err := b.ForcePromote(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resumedPromote(ctx, t, b)
 	got := p.copiesOf(10)
 	if len(got) != 2 || got[vch(1, "x")] != 1 || got[vch(2, "y")] != 1 {
 		t.Fatalf("broadcast 10 supplemented %v, want each vchannel once", got)
