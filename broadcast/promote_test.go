@@ -260,11 +260,24 @@ func TestR8_3_ForcePromoteCrashMidwayNeverAppendsTwice(t *testing.T) {
 		t.Fatal("the crash point was not reached")
 	}
 	_ = p.b.Close()
-	b := p.open(func(c *broadcast.Config) { c.PChannels = pchans })
+	// The resumed promote needs no node's ack to complete (its own copies
+	// were acked before the crash, the supplements it acks itself), so its
+	// appends wait until the role left by the crash has been read.
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	b := p.open(func(c *broadcast.Config) {
+		c.PChannels = pchans
+		c.WAL = wal.New(hookedLog{Log: c.WAL.Log(), append: func(_ message.PChannel, next func() (uint64, error)) (uint64, error) {
+			<-hold
+			return next()
+		}})
+	})
+	t.Cleanup(release) // before the Close that open registered
 	p.acker.set(b)
 	if b.Role() != broadcast.Secondary {
 		t.Fatal("a crashed promote left the cluster primary")
 	}
+	release()
 	// Recovery resumes the promote by itself.
 	resumedPromote(ctx, t, b)
 	for id, want := range map[uint64]int{10: 2, 30: 1} {
