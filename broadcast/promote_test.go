@@ -270,7 +270,7 @@ func TestR8_3_ForcePromoteCrashMidwayNeverAppendsTwice(t *testing.T) {
 		c.WAL = wal.New(hookedLog{Log: c.WAL.Log(), append: func(_ message.PChannel, next func() (uint64, error)) (uint64, error) {
 			<-hold
 			return next()
-		}})
+		}}, wal.WithLanes(p.lanes, pchans))
 	})
 	t.Cleanup(release) // before the Close that open registered
 	p.acker.set(b)
