@@ -27,8 +27,12 @@ import (
 // and if the step only answers callers (a duplicate answered from the
 // index, a lock granted at once) it delivers the answers itself: no
 // goroutine hands the request over and back. Anything else the step asks
-// for is left to the loop, which performs it with its batch. Nothing else
-// touches the core.
+// for is left to the loop, which performs it with its batch. A worker's
+// result may skip the loop the same way (finish), and then the worker runs
+// the first write or append the step asks for itself: an uncontended
+// broadcast goes from its PENDING write to its append and its TOMBSTONE on
+// one goroutine, with no hand-over between them. Nothing else touches the
+// core.
 type driver struct {
 	b     *Broadcaster
 	core  *engine.Core
@@ -69,6 +73,11 @@ type driver struct {
 	// with after it.
 	acts []engine.Action
 	now  []engine.Event
+	// keep is set while a worker's finish performs: the first catalog
+	// write or WAL append goes to kept, for that worker to run itself,
+	// instead of to a pool.
+	keep, kept bool
+	keptJob    job
 	// armed is the core deadline the loop's timer is set for.
 	armed time.Time
 }
@@ -86,7 +95,9 @@ func newDriver(b *Broadcaster, core *engine.Core) *driver {
 
 // start performs the core's first actions (recovery's) and runs the loop.
 func (d *driver) start() {
+	d.mu.Lock() // the workers it starts may finish before it is done
 	d.performReady()
+	d.mu.Unlock()
 	go d.loop()
 }
 
@@ -147,13 +158,10 @@ func (d *driver) step(ev engine.Event) {
 // out at once; whatever else it asks for (writes, appends, a timer) is the
 // loop's to perform, in its order.
 func (d *driver) tryStep(ev engine.Event) bool {
-	if d.queued.Load() != 0 || !d.mu.TryLock() {
+	if !d.lockFree() {
 		return false
 	}
 	defer d.mu.Unlock()
-	if d.queued.Load() != 0 || d.core.Stopped() {
-		return false
-	}
 	d.core.Step(d.clock.Now(), ev)
 	if !d.core.OnlyReplies() {
 		d.poke() // the loop performs it all, and re-arms its timer
@@ -162,6 +170,19 @@ func (d *driver) tryStep(ev engine.Event) bool {
 	d.performReady()
 	if at, ok := d.core.Deadline(); ok && !at.Equal(d.armed) {
 		d.poke()
+	}
+	return true
+}
+
+// lockFree takes mu if it is free, no event waits for the loop and the
+// core runs: a goroutine other than the loop may then step the core.
+func (d *driver) lockFree() bool {
+	if d.queued.Load() != 0 || !d.mu.TryLock() {
+		return false
+	}
+	if d.queued.Load() != 0 || d.core.Stopped() {
+		d.mu.Unlock()
+		return false
 	}
 	return true
 }
@@ -411,6 +432,57 @@ func (d *driver) result(ev engine.Event) {
 	}
 }
 
+// finish delivers the result of a worker's job. If the core is free and no
+// event waits for the loop, the worker steps the core with it itself (as
+// tryStep does a caller's request) and performs what the step asks for:
+// the first catalog write or WAL append it runs itself, on this goroutine,
+// and finishes with its result in turn; the rest goes to the pools as the
+// loop would send it. Otherwise the result goes to the loop. Either way the
+// core takes the result in the order the loop would: after every event
+// sent before it.
+func (d *driver) finish(ev engine.Event) {
+	for {
+		j, kept, ok := d.stepResult(ev)
+		if !ok {
+			d.result(ev)
+			return
+		}
+		if !kept {
+			return
+		}
+		ev = d.io(j)
+	}
+}
+
+// stepResult steps the core with a worker's result if the core is free and
+// no event waits (false: send it to the loop), performs the actions, and
+// returns the one write or append kept for the worker, if any.
+func (d *driver) stepResult(ev engine.Event) (j job, kept, ok bool) {
+	if !d.lockFree() {
+		return job{}, false, false
+	}
+	defer d.mu.Unlock()
+	d.core.Step(d.clock.Now(), ev)
+	d.keep = true
+	d.performReady()
+	j, kept = d.keptJob, d.kept
+	d.keep, d.kept, d.keptJob = false, false, job{}
+	if at, ok := d.core.Deadline(); ok && !at.Equal(d.armed) {
+		d.poke() // the loop re-arms its timer
+	}
+	return j, kept, true
+}
+
+// keepJob reports whether perform hands j to the worker whose finish is
+// performing (it keeps the first I/O job it is given).
+func (d *driver) keepJob(j job) bool {
+	if !d.keep || d.kept {
+		return false
+	}
+	d.keptJob, d.kept = j, true
+	return true
+}
+
 // perform carries out the core's actions: I/O goes to the pools as jobs
 // (the action as the core boxed it: nothing is allocated to hand it over).
 func (d *driver) perform(acts []engine.Action) {
@@ -423,13 +495,16 @@ func (d *driver) perform(acts []engine.Action) {
 				d.b.log.Error("engine bug: a second reply to one request", "reply", fmt.Sprintf("%+v", a))
 			}
 		case engine.Write:
-			if d.async != nil {
+			switch {
+			case d.async != nil:
 				d.writeAsync(a)
-			} else {
+			case !d.keepJob(job{act: act}):
 				d.commits.submit(job{act: act})
 			}
 		case engine.Append:
-			d.appends.submit(job{act: act})
+			if !d.keepJob(job{act: act}) {
+				d.appends.submit(job{act: act})
+			}
 		case engine.Callback:
 			if d.b.cfg.Callbacks.ack(a.Msg.Type) == nil {
 				// A type without a callback is done at once (callbacks
@@ -472,25 +547,30 @@ type job struct {
 // run performs a job on a pool's worker.
 func (d *driver) run(j job) {
 	switch a := j.act.(type) {
-	case engine.Write:
-		d.write(a)
-	case engine.Append:
-		d.append(a)
+	case engine.Write, engine.Append:
+		d.finish(d.io(j))
 	case engine.Callback:
-		d.callback(j.ctx, j.cancel, a)
+		d.finish(d.callback(j.ctx, j.cancel, a))
 	case engine.AckOnce:
-		d.ackOnce(a)
+		d.finish(d.ackOnce(a))
 	case engine.Scan:
-		d.scan(a)
+		d.finish(d.scan(a))
 	}
 }
 
-// write performs a write on a commits worker: it waits for the commit.
-func (d *driver) write(w engine.Write) {
+// io performs a catalog write or a WAL append and returns its result.
+func (d *driver) io(j job) engine.Event {
+	if w, ok := j.act.(engine.Write); ok {
+		return d.write(w)
+	}
+	return d.append(j.act.(engine.Append))
+}
+
+// write performs a write on a worker: it waits for the commit.
+func (d *driver) write(w engine.Write) engine.Event {
 	ops, rec, msg, buf, err := writeOps(w)
 	if err != nil {
-		d.result(engine.Written{ID: w.ID, Err: err})
-		return
+		return engine.Written{ID: w.ID, Err: err}
 	}
 	err = d.b.cat.Commit(d.ctx, ops...)
 	if err != nil && d.ctx.Err() != nil && !catalog.NotApplied(err) {
@@ -502,7 +582,7 @@ func (d *driver) write(w engine.Write) {
 		putOps(buf, ops)
 	}
 	d.b.spans.written(w, err)
-	d.result(engine.Written{ID: w.ID, Err: err, Record: rec, Message: msg})
+	return engine.Written{ID: w.ID, Err: err, Record: rec, Message: msg}
 }
 
 // writeAsync hands a write to the catalog from the loop, which goes on at
@@ -578,15 +658,15 @@ func putOps(buf *[]catalog.Op, ops []catalog.Op) {
 // answered.
 var opBufs = sync.Pool{New: func() any { b := make([]catalog.Op, 0, 4); return &b }}
 
-func (d *driver) append(a engine.Append) {
+func (d *driver) append(a engine.Append) engine.Event {
 	res, err := d.b.cfg.WAL.AppendSalted(d.ctx, a.Lane, d.b.salt, a.Items)
-	d.result(engine.Appended{ID: a.ID, Results: res, Err: err})
+	return engine.Appended{ID: a.ID, Results: res, Err: err}
 }
 
 // callback runs one attempt of a task's ack callback. Its context carries
 // the attempt's span (application spans nest under it) and is cancelled by
 // Close or an operator's CompleteCallback.
-func (d *driver) callback(ctx context.Context, cancel context.CancelFunc, a engine.Callback) {
+func (d *driver) callback(ctx context.Context, cancel context.CancelFunc, a engine.Callback) engine.Event {
 	defer func() {
 		d.cbMu.Lock()
 		delete(d.cbCancels, a.Task)
@@ -607,13 +687,12 @@ func (d *driver) callback(ctx context.Context, cancel context.CancelFunc, a engi
 		endSpan(span, err)
 	}
 	if err != nil {
-		d.result(engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: err})
-		return
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: err}
 	}
-	d.result(engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Ops: eff.ops, Outcome: eff.outcome})
+	return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Ops: eff.ops, Outcome: eff.outcome}
 }
 
-func (d *driver) ackOnce(a engine.AckOnce) {
+func (d *driver) ackOnce(a engine.AckOnce) engine.Event {
 	var err error
 	if fn := d.b.cfg.Callbacks.ackOnce(a.Msg.Type); fn != nil {
 		ev := &AckEvent{Message: a.Msg, VChannel: a.VChannel, Checkpoint: a.Checkpoint}
@@ -626,10 +705,10 @@ func (d *driver) ackOnce(a engine.AckOnce) {
 		}
 		err = wait.Safely("callback", func() error { return fn(ctx, ev) })
 	}
-	d.result(engine.AckOnceDone{ID: a.ID, Err: err})
+	return engine.AckOnceDone{ID: a.ID, Err: err}
 }
 
-func (d *driver) scan(s engine.Scan) {
+func (d *driver) scan(s engine.Scan) engine.Event {
 	var found []engine.Found
 	err := d.b.cfg.WAL.ReadToEnd(d.ctx, s.PChannel, s.From, func(c wal.Copy) error {
 		found = append(found, engine.Found{ID: c.Message.Broadcast.ID, VChannel: c.VChannel, Checkpoint: c.Checkpoint})
@@ -638,14 +717,16 @@ func (d *driver) scan(s engine.Scan) {
 	if err != nil {
 		found = nil
 	}
-	d.result(engine.Scanned{ID: s.ID, Found: found, Err: err})
+	return engine.Scanned{ID: s.ID, Found: found, Err: err}
 }
 
 // pool runs jobs (with run) on at most max goroutines, started on demand; up to
 // keepIdle of them stay parked when idle (so that an uncontended broadcast
 // does not start a goroutine per write, append and callback), the others
 // end. submit never blocks; close lets the parked ones end once the queue
-// is empty.
+// is empty. A job a worker's finish keeps runs on that worker, outside any
+// pool's count: max bounds goroutines, while the core bounds concurrent
+// appends itself (R4.3).
 type pool struct {
 	wg      *sync.WaitGroup
 	mu      sync.Mutex
