@@ -28,11 +28,11 @@ import (
 // index, a lock granted at once) it delivers the answers itself: no
 // goroutine hands the request over and back. Anything else the step asks
 // for is left to the loop, which performs it with its batch. A worker's
-// result may skip the loop the same way (finish), and then the worker runs
-// the first write or append the step asks for itself: an uncontended
-// broadcast goes from its PENDING write to its append and its TOMBSTONE on
-// one goroutine, with no hand-over between them. Nothing else touches the
-// core.
+// result may skip the loop the same way (finish) while its task is the only
+// one in flight, and then the worker runs the first write or append the
+// step asks for itself: an uncontended broadcast goes from its PENDING write
+// to its append and its TOMBSTONE on one goroutine, with no hand-over
+// between them. Nothing else touches the core.
 type driver struct {
 	b     *Broadcaster
 	core  *engine.Core
@@ -432,9 +432,10 @@ func (d *driver) result(ev engine.Event) {
 	}
 }
 
-// finish delivers the result of a worker's job. If the core is free and no
-// event waits for the loop, the worker steps the core with it itself (as
-// tryStep does a caller's request) and performs what the step asks for:
+// finish delivers the result of a worker's job. If the core is free, no
+// event waits for the loop and no other task is in flight, the worker steps
+// the core with it itself (as tryStep does a caller's request) and performs
+// what the step asks for:
 // the first catalog write or WAL append it runs itself, on this goroutine,
 // and finishes with its result in turn; the rest goes to the pools as the
 // loop would send it. Otherwise the result goes to the loop. Either way the
@@ -454,14 +455,20 @@ func (d *driver) finish(ev engine.Event) {
 	}
 }
 
-// stepResult steps the core with a worker's result if the core is free and
-// no event waits (false: send it to the loop), performs the actions, and
+// stepResult steps the core with a worker's result if the core is free, no
+// event waits and at most one task is live (false: send it to the loop),
+// performs the actions, and
 // returns the one write or append kept for the worker, if any.
 func (d *driver) stepResult(ev engine.Event) (j job, kept, ok bool) {
 	if !d.lockFree() {
 		return job{}, false, false
 	}
 	defer d.mu.Unlock()
+	if live, _ := d.core.Counts(); live > 1 {
+		// Other tasks are in flight: the loop gathers their results
+		// with this one into one batch of writes, appends and replies.
+		return job{}, false, false
+	}
 	d.core.Step(d.clock.Now(), ev)
 	d.keep = true
 	d.performReady()
