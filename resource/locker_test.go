@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 	"pgregory.net/rapid"
+
+	"github.com/walcast/walcast/internal/cputime"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -520,13 +522,13 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// reportCPU reports the process's CPU time per op since cpu (cpuNanos):
+// reportCPU reports the process's CPU time per op since cpu (cputime.Process):
 // on a shared machine, ns/op counts the time the benchmark waited for a
 // CPU, cpu-ns/op only what the ops cost (the garbage collector's work
 // included).
-func reportCPU(b *testing.B, cpu int64) {
+func reportCPU(b *testing.B, cpu time.Duration) {
 	if cpu > 0 && b.N > 0 {
-		b.ReportMetric(float64(cpuNanos()-cpu)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 	}
 }
 
@@ -535,7 +537,7 @@ func BenchmarkLockUnlock3Keys(b *testing.B) {
 	ctx := context.Background()
 	keys := []Key{ExclusiveCollection("db", "orders"), SharedDatabase("db"), SharedCluster()}
 	b.ReportAllocs()
-	cpu := cpuNanos()
+	cpu := cputime.Process()
 	for b.Loop() {
 		g, err := l.Lock(ctx, keys...)
 		if err != nil {
@@ -560,7 +562,7 @@ func BenchmarkLockUnlock3KeysBusyTable(b *testing.B) {
 	}
 	keys := []Key{ExclusiveCollection("db", "orders"), SharedDatabase("db"), SharedCluster()}
 	b.ReportAllocs()
-	cpu := cpuNanos()
+	cpu := cputime.Process()
 	for b.Loop() {
 		g, err := l.Lock(ctx, keys...)
 		if err != nil {

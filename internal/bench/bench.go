@@ -26,6 +26,7 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	etcdcat "github.com/walcast/walcast/catalog/etcd"
+	"github.com/walcast/walcast/internal/cputime"
 	"github.com/walcast/walcast/internal/durablepb"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
@@ -689,7 +690,7 @@ func measure(ctx context.Context, clients int, d time.Duration, st *step, op fun
 	var first error
 	var once sync.Once
 	var wg sync.WaitGroup
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	start := time.Now()
 	stop := start.Add(d)
 	for c := range clients {
@@ -710,7 +711,7 @@ func measure(ctx context.Context, clients int, d time.Duration, st *step, op fun
 	if first != nil {
 		return phase{}, first
 	}
-	return phase{rate: float64(n.Load()) / time.Since(start).Seconds(), ops: n.Load(), cpu: cpuTime() - cpu0}, nil
+	return phase{rate: float64(n.Load()) / time.Since(start).Seconds(), ops: n.Load(), cpu: cputime.Process() - cpu0}, nil
 }
 
 // b4 measures one broadcast to 1024 vchannels on 64 pchannels.
