@@ -37,8 +37,9 @@ type driver struct {
 	b     *Broadcaster
 	core  *engine.Core
 	clock clock.Clock
-	// mu guards the core, acts and armed: the loop holds it while it
-	// steps and performs, a caller's tryStep while it steps.
+	// mu guards the core, acts, now, keep, kept and armed: the loop holds
+	// it while it steps and performs, a caller's tryStep and a worker's
+	// finish while they step.
 	mu sync.Mutex
 	// queued counts the events sent and not yet stepped: a caller steps
 	// the core itself only when it is zero, so that no request overtakes
