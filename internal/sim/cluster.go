@@ -184,7 +184,25 @@ func (c *cluster) perform(acts []engine.Action) {
 			}
 		default:
 			c.ops = append(c.ops, &op{gen: c.gen, a: a})
+			if _, ok := a.(engine.Append); ok {
+				c.checkAppendBound()
+			}
 		}
+	}
+}
+
+// checkAppendBound fails the world if the core has more appends in flight
+// than its AppendConcurrency (R4.3): the core alone bounds them, since a
+// driver may run an append on any of its workers.
+func (c *cluster) checkAppendBound() {
+	n := 0
+	for _, o := range c.ops {
+		if _, ok := o.a.(engine.Append); ok && o.gen == c.gen {
+			n++
+		}
+	}
+	if n > c.cfg.AppendConcurrency {
+		c.w.fail("%s: %d appends in flight, AppendConcurrency %d (R4.3)", c.name, n, c.cfg.AppendConcurrency)
 	}
 }
 

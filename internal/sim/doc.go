@@ -47,7 +47,8 @@
 // record is durable (§11.1); no effect is applied twice (§11.2);
 // conflicting callbacks take effect in control-channel order (§11.3); a new
 // task's scope has no other record (no two originals, §11.4); nothing is
-// written over a TOMBSTONE but its own bytes (R5.3, R6.3). After every step:
+// written over a TOMBSTONE but its own bytes (R5.3, R6.3); no more appends
+// are in flight than AppendConcurrency (R4.3). After every step:
 // no move outside the transition table; no two live tasks hold conflicting
 // keys and no finished task holds a key (§11.3, §11.5); on a primary every
 // open group holds its keys and no broadcast outside it holds conflicting
