@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
@@ -39,20 +38,8 @@ func benchBroadcast(b *testing.B, e *env) {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, cpu)
+	cputime.ReportPerOp(b, cpu, b.N)
 	b.ReportMetric(float64(e.store.Applied()-before)/float64(b.N), "commits/op")
-}
-
-// reportCPU reports the process's CPU time per broadcast since cpu
-// (cputime.Process), SPEC §12 B10's measure: ns/op is the time one
-// broadcast takes, cpu-ns/op what the broadcasts cost every goroutine of the
-// process (the in-memory backends' and the collector's included), which
-// exceeds ns/op when goroutines run in parallel and does not count the time
-// the benchmark waited for a CPU on a shared machine.
-func reportCPU(b *testing.B, cpu time.Duration) {
-	if cpu > 0 && b.N > 0 {
-		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
-	}
 }
 
 // BenchmarkBroadcastParallel runs 64 goroutines of non-conflicting
@@ -84,7 +71,7 @@ func benchBroadcastParallel(b *testing.B, e *env) {
 			}
 		}
 	})
-	reportCPU(b, cpu)
+	cputime.ReportPerOp(b, cpu, b.N)
 	trips, commits := g.RoundTrips()
 	b.ReportMetric(float64(commits)/float64(b.N), "commits/op")
 	b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/op")

@@ -522,16 +522,6 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// reportCPU reports the process's CPU time per op since cpu (cputime.Process):
-// on a shared machine, ns/op counts the time the benchmark waited for a
-// CPU, cpu-ns/op only what the ops cost (the garbage collector's work
-// included).
-func reportCPU(b *testing.B, cpu time.Duration) {
-	if cpu > 0 && b.N > 0 {
-		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
-	}
-}
-
 func BenchmarkLockUnlock3Keys(b *testing.B) {
 	l := NewLocker()
 	ctx := context.Background()
@@ -545,7 +535,7 @@ func BenchmarkLockUnlock3Keys(b *testing.B) {
 		}
 		g.Unlock()
 	}
-	reportCPU(b, cpu)
+	cputime.ReportPerOp(b, cpu, b.N)
 }
 
 // BenchmarkLockUnlock3KeysBusyTable is BenchmarkLockUnlock3Keys on a table
@@ -570,7 +560,7 @@ func BenchmarkLockUnlock3KeysBusyTable(b *testing.B) {
 		}
 		g.Unlock()
 	}
-	reportCPU(b, cpu)
+	cputime.ReportPerOp(b, cpu, b.N)
 }
 
 // BenchmarkLockUnlock3KeysContended runs parallel lockers that really
