@@ -75,10 +75,10 @@ type driver struct {
 	acts []engine.Action
 	now  []engine.Event
 	// keep is set while a worker's finish performs: the first catalog
-	// write or WAL append goes to kept, for that worker to run itself,
-	// instead of to a pool.
-	keep, kept bool
-	keptJob    job
+	// write or WAL append goes to kept (its act non-nil), for that worker
+	// to run itself, instead of to a pool.
+	keep bool
+	kept job
 	// armed is the core deadline the loop's timer is set for.
 	armed time.Time
 }
@@ -436,20 +436,19 @@ func (d *driver) result(ev engine.Event) {
 // finish delivers the result of a worker's job. If the core is free, no
 // event waits for the loop and no other task is in flight, the worker steps
 // the core with it itself (as tryStep does a caller's request) and performs
-// what the step asks for:
-// the first catalog write or WAL append it runs itself, on this goroutine,
-// and finishes with its result in turn; the rest goes to the pools as the
-// loop would send it. Otherwise the result goes to the loop. Either way the
-// core takes the result in the order the loop would: after every event
-// sent before it.
+// what the step asks for: the first catalog write or WAL append it runs
+// itself, on this goroutine, and finishes with its result in turn; the rest
+// goes to the pools as the loop would send it. Otherwise the result goes to
+// the loop. Either way the core takes the result in the order the loop
+// would: after every event sent before it.
 func (d *driver) finish(ev engine.Event) {
 	for {
-		j, kept, ok := d.stepResult(ev)
+		j, ok := d.stepResult(ev)
 		if !ok {
 			d.result(ev)
 			return
 		}
-		if !kept {
+		if j.act == nil {
 			return
 		}
 		ev = d.io(j)
@@ -458,36 +457,36 @@ func (d *driver) finish(ev engine.Event) {
 
 // stepResult steps the core with a worker's result if the core is free, no
 // event waits and at most one task is live (false: send it to the loop),
-// performs the actions, and
-// returns the one write or append kept for the worker, if any.
-func (d *driver) stepResult(ev engine.Event) (j job, kept, ok bool) {
+// performs the actions, and returns the write or append kept for the worker
+// (none: its act is nil).
+func (d *driver) stepResult(ev engine.Event) (job, bool) {
 	if !d.lockFree() {
-		return job{}, false, false
+		return job{}, false
 	}
 	defer d.mu.Unlock()
 	if live, _ := d.core.Counts(); live > 1 {
 		// Other tasks are in flight: the loop gathers their results
 		// with this one into one batch of writes, appends and replies.
-		return job{}, false, false
+		return job{}, false
 	}
 	d.core.Step(d.clock.Now(), ev)
 	d.keep = true
 	d.performReady()
-	j, kept = d.keptJob, d.kept
-	d.keep, d.kept, d.keptJob = false, false, job{}
+	j := d.kept
+	d.keep, d.kept = false, job{}
 	if at, ok := d.core.Deadline(); ok && !at.Equal(d.armed) {
 		d.poke() // the loop re-arms its timer
 	}
-	return j, kept, true
+	return j, true
 }
 
 // keepJob reports whether perform hands j to the worker whose finish is
 // performing (it keeps the first I/O job it is given).
 func (d *driver) keepJob(j job) bool {
-	if !d.keep || d.kept {
+	if !d.keep || d.kept.act != nil {
 		return false
 	}
-	d.keptJob, d.kept = j, true
+	d.kept = j
 	return true
 }
 
