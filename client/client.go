@@ -227,7 +227,7 @@ func WithMaxAttempts(n int) Option { return func(c *config) { c.maxAttempts = n 
 type Client struct {
 	cfg     config
 	http    connect.HTTPClient
-	ownHTTP *http.Transport        // New's own transport, closed by Close; nil if given
+	ownHTTP idleCloser             // New's own transport, closed by Close; nil if given
 	opts    []connect.ClientOption // of every RPC client (connectOptions)
 	addrs   []string
 
@@ -337,11 +337,19 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			tr.Protocols.SetHTTP2(true)
 			tr.Protocols.SetUnencryptedHTTP2(true)
 		}
+		var rt http.RoundTripper = oneWrite{next: tr}
 		c.ownHTTP = tr
-		c.http = &http.Client{Transport: oneWrite{next: tr}}
+		if cfg.tls == nil && !cfg.grpc {
+			h1 := newH1Transport(rt, tr.Proxy, MaxIdleConnsPerHost)
+			rt, c.ownHTTP = h1, h1
+		}
+		c.http = &http.Client{Transport: rt}
 	}
 	return c, nil
 }
+
+// idleCloser is a transport whose kept connections can be closed.
+type idleCloser interface{ CloseIdleConnections() }
 
 // normalize checks a coordinator base URL and drops its trailing slashes. A
 // bare host:port (as coordinators advertise themselves) means http://, or

@@ -235,7 +235,8 @@ func inspect(err error) failure {
 	var op *net.OpError
 	f.notSent = errors.As(err, &op) && op.Op == "dial"
 	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	var unsent *unsentError
+	if errors.As(err, &dns) || errors.As(err, &unsent) {
 		f.notSent = true
 	}
 	var hung *hungError

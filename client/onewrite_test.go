@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -146,20 +147,37 @@ func TestOneWriteKeepsTheRequest(t *testing.T) {
 	}
 }
 
-// TestNewSendsThroughOneWrite: New's own transport is behind oneWrite.
+// TestNewSendsThroughOneWrite: New's own transport serves plain HTTP/1.1
+// itself (h1Transport), with oneWrite in front of net/http's for the rest;
+// with TLS, oneWrite is in front.
 func TestNewSendsThroughOneWrite(t *testing.T) {
-	c, err := New([]string{"127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
+	transport := func(opts ...Option) http.RoundTripper {
+		c, err := New([]string{"127.0.0.1:1"}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		hc, ok := c.http.(*http.Client)
+		if !ok {
+			t.Fatalf("New's HTTP client is %T, want an *http.Client", c.http)
+		}
+		return hc.Transport
 	}
-	defer c.Close()
-	hc, ok := c.http.(*http.Client)
+	h1, ok := transport().(*h1Transport)
 	if !ok {
-		t.Fatalf("New's HTTP client is %T, want an *http.Client", c.http)
+		t.Fatalf("New's transport is %T, want *h1Transport", transport())
 	}
-	if _, ok := hc.Transport.(oneWrite); !ok {
-		t.Fatalf("New's transport is %T, want oneWrite", hc.Transport)
+	if _, ok := h1.fallback.(oneWrite); !ok {
+		t.Fatalf("h1Transport's fallback is %T, want oneWrite", h1.fallback)
 	}
+	if rt := transport(WithTLS(&tls.Config{})); !isOneWrite(rt) {
+		t.Fatalf("with TLS, New's transport is %T, want oneWrite", rt)
+	}
+}
+
+func isOneWrite(rt http.RoundTripper) bool {
+	_, ok := rt.(oneWrite)
+	return ok
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
