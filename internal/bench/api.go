@@ -10,7 +10,9 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/meta"
+	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/server"
 )
 
@@ -61,6 +63,7 @@ func clients(addrs []string, n int, opts ...client.Option) ([]*client.Client, fu
 // in its note.
 func (e *Env) api(ctx context.Context, cfg Config, b1 time.Duration, b2 float64, t *tracker) ([]Result, error) {
 	addrs := cfg.APIAddrs
+	var standalone *server.Process
 	where := "a standalone in process (its coordinator calling the embedded etcd in process; NATS syncing every write)"
 	if len(addrs) == 0 {
 		dir, err := os.MkdirTemp("", "walcast-bench-api-")
@@ -74,13 +77,13 @@ func (e *Env) api(ctx context.Context, cfg Config, b1 time.Duration, b2 float64,
 			return nil, err
 		}
 		defer p.Close()
-		addrs = []string{p.APIAddr()}
+		standalone, addrs = p, []string{p.APIAddr()}
 	} else {
 		where = fmt.Sprintf("the coordinators at %v", addrs)
 	}
 	var out []Result
 	if cfg.want("B8") {
-		r, err := e.b8(ctx, cfg, addrs, where, len(cfg.APIAddrs) == 0, b2, t)
+		r, err := e.b8(ctx, cfg, addrs, where, standalone, b2, t)
 		if err != nil {
 			return out, err
 		}
@@ -96,7 +99,16 @@ func (e *Env) api(ctx context.Context, cfg Config, b1 time.Duration, b2 float64,
 	return out, nil
 }
 
-func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, standalone bool, b2 float64, t *tracker) (Result, error) {
+// b8 measures throughput through the API against in-process B2 on the
+// same coordinator when it can: with standalone (the bench's own, in this
+// process), the in-process phases broadcast through the standalone's own
+// broadcaster, with the same message, targets and keys as the API's
+// requests, while its streaming nodes consume both phases' copies alike,
+// so that the ratio is what the API costs. Driving coordinators elsewhere
+// (standalone nil), the in-process phases use a broadcaster of the
+// bench's on its own etcd (over gRPC, as those coordinators reach theirs)
+// and NATS.
+func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, standalone *server.Process, b2 float64, t *tracker) (Result, error) {
 	cs, closeAll, err := clients(addrs, cfg.APIClients)
 	if err != nil {
 		return Result{}, err
@@ -107,28 +119,26 @@ func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, 
 			return Result{}, err
 		}
 	}
-	// The floor reaches etcd as the API side does: a standalone started
-	// here calls its embedded etcd in process.
-	var b *Broadcaster
-	reach := "in process"
-	if standalone {
-		if b, err = e.newBroadcasterLocal(ctx, e.natsBackend(), 4); err != nil {
+	inproc := func(ctx context.Context, key string) error { return coordinatorOnce(ctx, standalone, key) }
+	floor := "B2 in this process on the same standalone's broadcaster (its etcd called in process, its NATS, its 2 streaming nodes consuming), in turns (ABBA)"
+	if standalone == nil {
+		b, err := e.newBroadcasterOn(ctx, e.natsBackend(), 4, broadcast.TombstoneConfig{})
+		if err != nil {
 			return Result{}, err
 		}
-	}
-	if b == nil {
-		reach = "over gRPC"
-		if b, err = e.newBroadcasterOn(ctx, e.natsBackend(), 4, broadcast.TombstoneConfig{}); err != nil {
-			return Result{}, err
+		defer b.Close()
+		targets := b.Targets(4, "v")
+		inproc = func(ctx context.Context, key string) error {
+			_, err := b.Once(ctx, key, targets)
+			return err
 		}
+		floor = "B2 in this process on its own etcd (called over gRPC) and NATS, no streaming nodes, in turns (ABBA)"
 	}
-	defer b.Close()
-	targets := b.Targets(4, "v")
-	if _, err := b.Once(ctx, "warm", targets); err != nil {
+	if err := inproc(ctx, "warm"); err != nil {
 		return Result{}, err
 	}
 	half := cfg.Duration / 2
-	var inproc, api float64
+	var inRate, api float64
 	var inCPU, apiCPU phase
 	for i, name := range []string{"in-process", "API", "API", "in-process"} {
 		clients := cfg.APIClients
@@ -142,10 +152,9 @@ func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, 
 			apiCPU.ops, apiCPU.cpu = apiCPU.ops+ph.ops, apiCPU.cpu+ph.cpu
 		} else {
 			ph, err = measure(ctx, clients, half, st, func(ctx context.Context, c, j int) error {
-				_, err := b.Once(ctx, fmt.Sprintf("p%d-%d-%d", i, c, j), targets)
-				return err
+				return inproc(ctx, fmt.Sprintf("p%d-%d-%d", i, c, j))
 			})
-			inproc += ph.rate / 2
+			inRate += ph.rate / 2
 			inCPU.ops, inCPU.cpu = inCPU.ops+ph.ops, inCPU.cpu+ph.cpu
 		}
 		st.end()
@@ -153,19 +162,38 @@ func (e *Env) b8(ctx context.Context, cfg Config, addrs []string, where string, 
 			return Result{}, err
 		}
 	}
-	ratio := api / inproc
-	// B2's own row reaches its etcd over gRPC, as a coordinator reaches a
-	// cluster's: against it, the API would be credited with the in-process
-	// client's gain, so it is only noted, and the target is judged on the
-	// in-process phases of the same reach.
+	ratio := api / inRate
+	// B2's own row is another broadcaster (its etcd over gRPC, no nodes
+	// consuming): only noted.
 	vsB2 := ""
 	if b2 > 0 {
-		vsB2 = fmt.Sprintf("; against this run's B2 row (its etcd over gRPC) %.2f", api/b2)
+		vsB2 = fmt.Sprintf("; against this run's B2 row (another broadcaster: its etcd over gRPC, no nodes) %.2f", api/b2)
 	}
 	return Result{ID: "B8", Backend: NATS, What: fmt.Sprintf("end-to-end throughput through the Connect API, %d connections", cfg.APIClients),
-		Value: api, Unit: "broadcasts/s", Floor: inproc, Ratio: ratio, Target: ">= 60% of in-process B2, same run", Pass: ratio >= 0.6,
-		Note: fmt.Sprintf("API: %s, Go client, Connect protocol; floor: B2 in this process on its own etcd (called %s) and NATS, in turns (ABBA); "+
-			"CPU per broadcast (this process: clients, server, etcd, NATS, nodes): API %.0f us, in-process %.0f us%s", where, reach, apiCPU.cpuPerOp(), inCPU.cpuPerOp(), vsB2)}, nil
+		Value: api, Unit: "broadcasts/s", Floor: inRate, Ratio: ratio, Target: ">= 60% of in-process B2, same run", Pass: ratio >= 0.6,
+		Note: fmt.Sprintf("API: %s, Go client, Connect protocol; floor: %s; "+
+			"CPU per broadcast (this process: clients, server, etcd, NATS, nodes): API %.0f us, in-process %.0f us%s", where, floor, apiCPU.cpuPerOp(), inCPU.cpuPerOp(), vsB2)}, nil
+}
+
+// coordinatorOnce is one broadcast on p's own broadcaster, in process, as
+// the API's Broadcast handler makes it for apiOnce's request: the same
+// type, payload, targets and resource key, through Acquire and Broadcast.
+func coordinatorOnce(ctx context.Context, p *server.Process, key string) error {
+	b, err := p.Coord.Current()
+	if err != nil {
+		return err
+	}
+	msg, err := message.NewBroadcast(server.GenericType, []byte(apiPayload), apiTargets)
+	if err != nil {
+		return err
+	}
+	h, err := b.Acquire(ctx, broadcast.AcquireRequest{Keys: []resource.Key{apiKey(key)}})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	_, err = h.Broadcast(ctx, msg)
+	return err
 }
 
 // b9 creates collections through the API: throughput from cfg.MetaClients

@@ -79,14 +79,20 @@ func (p *apiPair) Close() {
 // apiOnce broadcasts one Generic message to 4 vchannels on 4 pchannels
 // through the API, under an exclusive key of its own.
 func apiOnce(ctx context.Context, c *client.Client, key string) error {
-	targets := make([]message.VChannel, 4)
-	for i := range targets {
-		targets[i] = message.VChannel(fmt.Sprintf("wal-%d/v%d", i, i))
-	}
-	_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte("bench payload"),
-		VChannels: targets, ResourceKeys: []resource.Key{resource.ExclusiveCollection("bench", key)}})
+	_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(apiPayload),
+		VChannels: apiTargets, ResourceKeys: []resource.Key{apiKey(key)}})
 	return err
 }
+
+// apiPayload and apiTargets are the payload and the targets of apiOnce's
+// broadcasts (and of coordinatorOnce's): 4 vchannels on the standalone's 4
+// pchannels.
+const apiPayload = "bench payload"
+
+var apiTargets = []message.VChannel{"wal-0/v0", "wal-1/v1", "wal-2/v2", "wal-3/v3"}
+
+// apiKey is the resource key of apiOnce's broadcast named key.
+func apiKey(key string) resource.Key { return resource.ExclusiveCollection("bench", key) }
 
 // security measures what TLS and authentication cost through the API (R9.8):
 // S1 is B1 through the API, the plain and the secure process taking turns
