@@ -258,9 +258,6 @@ type Broadcaster struct {
 	env     *Env
 	stats   *countingStats
 	rec     *recorder
-	// closeClient, if set, closes the etcd client the broadcaster was
-	// opened on (newBroadcasterLocal's).
-	closeClient func() error
 }
 
 // Appended returns how many WAL appends the broadcaster made.
@@ -289,23 +286,6 @@ func (e *Env) newBroadcasterWith(ctx context.Context, be *backend, pchannels int
 // streams returns a fresh name for a broadcaster's WAL streams.
 func (e *Env) streams() string {
 	return fmt.Sprintf("B%d_%d", time.Now().UnixNano()%1e9, e.seq.Add(1))
-}
-
-// newBroadcasterLocal is newBroadcasterOn with the catalog and election
-// calling the embedded etcd in process (embedetcd's LocalClient), as a
-// standalone's coordinator calls its own; nil if the etcd is external.
-func (e *Env) newBroadcasterLocal(ctx context.Context, be *backend, pchannels int) (*Broadcaster, error) {
-	if e.etcd == nil {
-		return nil, nil
-	}
-	cli, closeCli := e.etcd.LocalClient()
-	b, err := e.openBroadcasterOn(ctx, cli, be, e.keyPrefix("bench"), e.streams(), pchannels, nil)
-	if err != nil {
-		_ = closeCli()
-		return nil, err
-	}
-	b.closeClient = closeCli
-	return b, nil
 }
 
 // rawCatalog opens the catalog under prefix without a fence, to write
@@ -367,9 +347,6 @@ func (b *Broadcaster) Close() {
 	_ = b.B.Close()
 	_ = b.Log.Close()
 	_ = b.Cat.Close()
-	if b.closeClient != nil {
-		defer func() { _ = b.closeClient() }() // after the term's resignation below
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = b.term.Resign(ctx)
