@@ -218,6 +218,9 @@ func (k Key) Validate() error {
 // character, in one pass over its bytes (ASCII names, the usual ones, never
 // decode a rune).
 func checkNameChars(d Domain, name string) error {
+	if plainASCII(name) {
+		return nil
+	}
 	for i := 0; i < len(name); {
 		c := name[i]
 		if c < utf8.RuneSelf {
@@ -240,6 +243,37 @@ func checkNameChars(d Domain, name string) error {
 		i += n
 	}
 	return nil
+}
+
+// plainASCII reports whether every byte of s is printable ASCII other than
+// '@' (0x20-0x7e but 0x40): such a name passes checkNameChars. It tests 8
+// bytes at a time; a name it refuses is checked byte by byte, which finds
+// the reason.
+func plainASCII(s string) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	// hasZero sets the high bit of each byte of x that is zero (exact when
+	// no byte of x has its high bit set, which is checked first).
+	hasZero := func(x uint64) uint64 { return (x - ones) &^ x & highs }
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if w&highs != 0 || // not ASCII
+			(w-0x20*ones)&highs != 0 || // a byte under 0x20
+			hasZero(w^0x40*ones) != 0 || // '@'
+			hasZero(w^0x7f*ones) != 0 { // DEL
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '@' {
+			return false
+		}
+	}
+	return true
 }
 
 // printable quotes at most 64 bytes of a name for an error message.
@@ -365,6 +399,15 @@ func Normalize(keys []Key) ([]Key, error) {
 // normalize sorts and deduplicates keys in place, assuming they are valid.
 func normalize(keys []Key) []Key {
 	if len(keys) <= 1 {
+		return keys
+	}
+	// Callers usually list keys in order already (the constructors' lock
+	// order): one pass over neighbours then finds them sorted and distinct.
+	sorted := true
+	for i := 1; i < len(keys) && sorted; i++ {
+		sorted = less(keys[i-1], keys[i]) < 0
+	}
+	if sorted {
 		return keys
 	}
 	// Insertion sort: key sets are small (typically 2-4), and this keeps the

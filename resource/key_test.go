@@ -147,3 +147,39 @@ func TestConflicts(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainASCIIMatchesTheByteCheck: the 8-bytes-at-a-time check accepts a
+// name exactly when it is printable ASCII without '@', for every byte at
+// every position of a word and of the tail.
+func TestPlainASCIIMatchesTheByteCheck(t *testing.T) {
+	want := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c >= 0x7f || c == '@' {
+				return false
+			}
+		}
+		return true
+	}
+	for n := 0; n <= 19; n++ {
+		base := []byte(strings.Repeat("a", n))
+		if !plainASCII(string(base)) {
+			t.Fatalf("%q refused", base)
+		}
+		for i := range n {
+			for c := 0; c < 256; c++ {
+				b := append([]byte(nil), base...)
+				b[i] = byte(c)
+				// A neighbour at the edges of the ranges, to catch borrows
+				// across bytes.
+				for _, nb := range []byte{'a', 0x20, 0x21, 0x3f, 0x41, 0x7e} {
+					if i+1 < n {
+						b[i+1] = nb
+					}
+					if got := plainASCII(string(b)); got != want(string(b)) {
+						t.Fatalf("plainASCII(%q) = %v, want %v", b, got, want(string(b)))
+					}
+				}
+			}
+		}
+	}
+}

@@ -444,6 +444,9 @@ func TestLockUnlockDoesNotAllocate(t *testing.T) {
 
 func TestR3_7_SnapshotShowsHoldersAndWaiters(t *testing.T) {
 	l := NewLocker()
+	// The table's bookkeeping with an exact clock (the Locker's own is
+	// coarse: TestCoarseClock).
+	l.t.Now = monoNow
 	g, err := l.Lock(context.Background(), ExclusiveDatabase("d"))
 	if err != nil {
 		t.Fatal(err)
@@ -509,6 +512,41 @@ func waiters(l *Locker, d Domain, name string) int {
 		return len(e.waiters)
 	}
 	return 0
+}
+
+// TestCoarseClock: the Locker's clock reads the time to within about a
+// tick, never goes back, and stops its timer when nobody reads it.
+func TestCoarseClock(t *testing.T) {
+	var c coarseClock
+	prev := int64(0)
+	for range 200 {
+		before := monoNow()
+		got := c.now()
+		after := monoNow()
+		// A reading is at most a tick old, plus what the timer's run was
+		// late by: allow for a loaded machine (-race, CI).
+		if got > after || got < before-int64(coarseTick)-int64(time.Second) {
+			t.Fatalf("reading %d outside [%d - tick, %d]", got, before, after)
+		}
+		if got < prev {
+			t.Fatalf("the clock went back: %d after %d", got, prev)
+		}
+		prev = got
+		time.Sleep(100 * time.Microsecond)
+	}
+	// Read often, it moves: the timer refreshes it.
+	first := c.now()
+	waitFor(t, func() bool { return c.now() > first })
+	// Unread, it stops ticking by itself (goleak checks that no timer's
+	// goroutine outlives the tests).
+	waitFor(t, func() bool { return !c.ticking.Load() })
+	// And the next read takes the system clock (a kept reading would be
+	// older than this), then stops again unread.
+	before := monoNow()
+	if got := c.now(); got < before {
+		t.Fatalf("the first reading after the clock stopped is %d, before %d", got, before)
+	}
+	waitFor(t, func() bool { return !c.ticking.Load() })
 }
 
 func waitFor(t *testing.T, cond func() bool) {
