@@ -344,7 +344,14 @@ func (t *h1Transport) roundTrip(ctx context.Context, c *h1Conn, req *http.Reques
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return fail(fmt.Errorf("client: unexpected %s", resp.Status))
 		}
-		resp.Body = &h1Body{t: t, c: c, body: resp.Body, stop: stop, keep: !resp.Close}
+		b := &h1Body{t: t, c: c, body: resp.Body, stop: stop, keep: !resp.Close}
+		if resp.Body == http.NoBody {
+			// Nothing to read (a 204, a Content-Length of 0): the round
+			// trip ends here.
+			b.release(b.keep)
+			return resp, nil
+		}
+		resp.Body = b
 		return resp, nil
 	}
 }

@@ -246,6 +246,8 @@ func TestH1ResponseBodies(t *testing.T) {
 			w.Write([]byte("part1-"))
 			w.(http.Flusher).Flush()
 			w.Write([]byte("part2"))
+		case "/empty":
+			w.WriteHeader(http.StatusNoContent)
 		case "/close":
 			w.Header().Set("Connection", "close")
 			w.Write([]byte("bye"))
@@ -268,6 +270,16 @@ func TestH1ResponseBodies(t *testing.T) {
 	if _, err := resp.Body.Read(buf); err == nil {
 		t.Error("a read after Close succeeded")
 	}
+	// An answer without a body keeps its connection even if its (empty)
+	// body is only closed.
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/empty", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("/empty: %v, %v", resp, err)
+		}
+		resp.Body.Close()
+	}
 	for _, path := range []string{"/chunked", "/close", "/big"} {
 		_, body, err := call(t, context.Background(), rt, http.MethodGet, srv.URL+path, "")
 		if err != nil {
@@ -278,8 +290,9 @@ func TestH1ResponseBodies(t *testing.T) {
 			t.Fatalf("%s: got %d bytes, want %d", path, len(body), len(want))
 		}
 	}
-	// Connections: the first (closed unread), the one the server closed
-	// after /close; /chunked shared the second.
+	// Connections: the first (closed unread), the one the empty answers
+	// and /chunked shared, which the server closed after /close, and the
+	// one /big took then.
 	if n := srv.conns.Load(); n != 3 {
 		t.Errorf("%d connections, want 3", n)
 	}
