@@ -178,7 +178,8 @@ func (t *h1Transport) serves(req *http.Request) (string, bool) {
 	if u == nil || u.Scheme != "http" || u.Host == "" || req.ContentLength < 0 || req.ContentLength > h1Max ||
 		// A client request's length 0 with a body means "unknown".
 		req.ContentLength == 0 && hasBody || req.ContentLength > 0 && !hasBody ||
-		len(req.TransferEncoding) > 0 || req.Close {
+		len(req.TransferEncoding) > 0 || len(req.Trailer) > 0 || req.Close ||
+		req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
 		return "", false
 	}
 	switch req.Method {

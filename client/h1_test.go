@@ -320,6 +320,8 @@ func TestH1Fallback(t *testing.T) {
 		"PUT":            mk(http.MethodPut, "http://127.0.0.1:1/x", nil, 0, nil),
 		"bad header":     mk(http.MethodGet, "http://127.0.0.1:1/x", nil, 0, func(r *http.Request) { r.Header.Set("X-Bad", "a\r\nInjected: 1") }),
 		"close":          mk(http.MethodGet, "http://127.0.0.1:1/x", nil, 0, func(r *http.Request) { r.Close = true }),
+		"bad host":       mk(http.MethodGet, "http://127.0.0.1:1/x", nil, 0, func(r *http.Request) { r.Host = "a\r\nInjected: 1" }),
+		"trailer":        mk(http.MethodGet, "http://127.0.0.1:1/x", nil, 0, func(r *http.Request) { r.Trailer = http.Header{"X-T": nil} }),
 	}
 	for name, req := range cases {
 		before := fb.count()
