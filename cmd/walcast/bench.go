@@ -35,7 +35,8 @@ Machines are noisy: compare ratios, not absolute numbers, across runs.
 
 --api adds B8 and B9 through the Connect API of a standalone process started here on
 its own embedded backends (or of the coordinators at --api-addr): B8 is B2's throughput
-from 64 client connections against in-process B2 measured in turns with it, B9 is
+from 64 client connections against in-process B2 measured in turns with it (on the same
+standalone's broadcaster, or on one of the bench's own with --api-addr), B9 is
 CreateCollection per second from 16 clients. S1 and S2 measure what TLS and a bearer
 token cost through the API: B1's latency and B2's throughput through the Go client
 against two standalone processes, one plain and one with TLS and a token (as --secure).
