@@ -150,13 +150,19 @@ func waitClosed(t *testing.T, rt *h1Transport, hostport string) {
 	idle := append([]*h1Conn(nil), rt.idle[hostport]...)
 	rt.mu.Unlock()
 	for _, c := range idle {
-		deadline := time.Now().Add(5 * time.Second)
-		for !c.peerClosed() {
-			if time.Now().After(deadline) {
-				t.Fatal("the server's close never reached the kept connection")
-			}
-			time.Sleep(time.Millisecond)
+		waitFor(t, "the server's close to reach the kept connection", c.peerClosed)
+	}
+}
+
+// waitFor waits up to 5 s for cond, polling.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -209,9 +215,7 @@ func TestH1ContextEndsARoundTrip(t *testing.T) {
 		_, _, err := call(t, ctx, rt, http.MethodPost, srv.URL+"/slow", "x")
 		done <- err
 	}()
-	for srv.conns.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the call's connection", func() bool { return srv.conns.Load() > 0 })
 	cancel()
 	select {
 	case err := <-done:
