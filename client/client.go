@@ -254,11 +254,20 @@ type endpoint struct {
 	procs map[string]any // procedure -> *connect.Client[Req, Res] (procClient)
 	// down is when the address last failed to answer at all (no
 	// connection, a hung attempt, a failed check); zero once it answered
-	// again. probing is closed when the check under way ends; checked is
-	// when the last one ended. Protected by mu.
+	// again. probing is the check under way; checked is when the last
+	// one ended. Protected by mu.
 	down    time.Time
-	probing chan struct{}
+	probing *probe
 	checked time.Time
+}
+
+// probe is one liveness check, shared by the callers that ask while it runs.
+type probe struct {
+	done chan struct{} // closed when the check ends
+	// settled is set before done is closed when the check came to a
+	// verdict (recorded in down); a check cut short by its owner's context
+	// says nothing, and its waiters must not read a stale down.
+	settled bool
 }
 
 // isDown reports whether e failed to answer and has not answered since.
@@ -470,17 +479,19 @@ func (c *Client) target() string {
 // nothing: alive then reports true and records no verdict.
 func (c *Client) alive(ctx context.Context, e *endpoint) bool {
 	e.mu.Lock()
-	ch := e.probing
-	owner := ch == nil
+	pr := e.probing
+	owner := pr == nil
 	if owner {
-		ch = make(chan struct{})
-		e.probing = ch
+		pr = &probe{done: make(chan struct{})}
+		e.probing = pr
 	}
 	e.mu.Unlock()
 	if !owner {
 		select {
-		case <-ch:
-			return !e.isDown()
+		case <-pr.done:
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return !pr.settled || e.down.IsZero()
 		case <-ctx.Done():
 			return true
 		}
@@ -504,9 +515,10 @@ func (c *Client) alive(ctx context.Context, e *endpoint) bool {
 		}
 		e.checked = time.Now()
 	}
+	pr.settled = verdict
 	e.probing = nil
 	e.mu.Unlock()
-	close(ch)
+	close(pr.done)
 	return up || !verdict
 }
 
@@ -664,6 +676,7 @@ func (c *Client) attempt(ctx context.Context, p policy, e *endpoint, attempt fun
 	if p != anyTransient {
 		return attempt(ctx, e)
 	}
+	caller := ctx
 	if d := c.attemptTimeout(ctx); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
@@ -688,7 +701,10 @@ func (c *Client) attempt(ctx context.Context, p policy, e *endpoint, attempt fun
 	hung := errors.Is(context.Cause(w.ctx), errHung)
 	w.cancel(nil) // ends a check under way
 	w.running.Wait()
-	if err != nil && hung && ctx.Err() == nil {
+	// The caller's context, not the attempt's: an attempt abandoned as
+	// hung just before its own timeout ran out is still a hung one (the
+	// transport reports it as canceled), and is retried.
+	if err != nil && hung && caller.Err() == nil {
 		return &hungError{err: err}
 	}
 	return err
