@@ -79,8 +79,9 @@ type h1Conn struct {
 	nc       net.Conn
 	raw      syscall.RawConn // nc's descriptor, to peek at it while kept; nil if it has none
 	w        *countingWriter // nc, counting what the round trip wrote
-	br       *bufio.Reader
-	bw       *bufio.Writer // over w
+	r        *countingReader // nc, counting what the round trip read
+	br       *bufio.Reader   // over r
+	bw       *bufio.Writer   // over w
 	hostport string
 	reused   bool // it served a round trip before this one
 }
@@ -94,6 +95,18 @@ type countingWriter struct {
 func (w *countingWriter) Write(p []byte) (int, error) {
 	n, err := w.nc.Write(p)
 	w.n += int64(n)
+	return n, err
+}
+
+// countingReader counts the bytes read from a connection.
+type countingReader struct {
+	nc net.Conn
+	n  int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	n, err := r.nc.Read(p)
+	r.n += int64(n)
 	return n, err
 }
 
@@ -118,10 +131,13 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp, err := t.roundTrip(ctx, c, req, *body)
-	if err != nil && c.reused && !sent(err) {
+	if err != nil && c.reused && (!sent(err) || idempotent(req) && unanswered(err)) {
 		// A kept connection that failed before a byte of the request was
 		// written: nothing reached the server, so it is sent again on a
-		// new connection, as net/http does.
+		// new connection, as net/http does. So is a GET whose kept
+		// connection ended without a byte of answer (the server closed
+		// it as idle while the request was on its way): net/http sends
+		// such a request again when it is idempotent.
 		if c, err = t.open(ctx, hostport); err != nil {
 			return nil, err
 		}
@@ -250,8 +266,8 @@ func (t *h1Transport) open(ctx context.Context, hostport string) (*h1Conn, error
 	if err != nil {
 		return nil, err
 	}
-	w := &countingWriter{nc: nc}
-	c := &h1Conn{nc: nc, w: w, hostport: hostport, br: bufio.NewReaderSize(nc, h1ReadBuf), bw: bufio.NewWriterSize(w, h1WriteBuf)}
+	w, r := &countingWriter{nc: nc}, &countingReader{nc: nc}
+	c := &h1Conn{nc: nc, w: w, r: r, hostport: hostport, br: bufio.NewReaderSize(r, h1ReadBuf), bw: bufio.NewWriterSize(w, h1WriteBuf)}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
@@ -312,6 +328,28 @@ func sent(err error) bool {
 	return !errors.As(err, &u)
 }
 
+// unansweredError is a round trip's failure after its request was written
+// and before a byte of the answer came: the connection ended.
+type unansweredError struct{ err error }
+
+func (e *unansweredError) Error() string {
+	return "client: connection closed before an answer: " + e.err.Error()
+}
+func (e *unansweredError) Unwrap() error { return e.err }
+
+// unanswered reports whether a failed round trip ended before a byte of
+// its answer was read.
+func unanswered(err error) bool {
+	var u *unansweredError
+	return errors.As(err, &u)
+}
+
+// idempotent reports whether req may be sent twice: net/http's rule for
+// the methods h1Transport serves (a POST is not).
+func idempotent(req *http.Request) bool {
+	return req.Method == "" || req.Method == http.MethodGet
+}
+
 // roundTrip sends req on c and reads its response. It owns c: the response
 // body returns it to t, and a failure closes it.
 func (t *h1Transport) roundTrip(ctx context.Context, c *h1Conn, req *http.Request, body []byte) (*http.Response, error) {
@@ -320,8 +358,9 @@ func (t *h1Transport) roundTrip(ctx context.Context, c *h1Conn, req *http.Reques
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		c.nc.Close()
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
+		if ctx.Err() != nil {
+			// Why the context ended, as net/http's Transport says.
+			return nil, context.Cause(ctx)
 		}
 		return nil, err
 	}
@@ -332,9 +371,14 @@ func (t *h1Transport) roundTrip(ctx context.Context, c *h1Conn, req *http.Reques
 		}
 		return fail(err)
 	}
+	c.r.n = 0
+	fresh := c.br.Buffered() == 0 // no byte of the answer read yet
 	for {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
+			if fresh && c.r.n == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
+				return fail(&unansweredError{err: err})
+			}
 			return fail(err)
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {

@@ -197,7 +197,8 @@ func TestH1UnsentIsRetriedOnANewConnection(t *testing.T) {
 }
 
 // TestH1ContextEndsARoundTrip: a caller's cancellation ends a call waiting
-// for its answer, with the context's error, and its connection is not kept.
+// for its answer, with the cancellation's cause (as net/http's Transport
+// reports it), and its connection is not kept.
 func TestH1ContextEndsARoundTrip(t *testing.T) {
 	release := make(chan struct{})
 	srv := newH1Server(t, func(w http.ResponseWriter, r *http.Request) {
@@ -209,18 +210,19 @@ func TestH1ContextEndsARoundTrip(t *testing.T) {
 	defer close(release)
 	rt := newH1Transport(&recordingRT{}, nil, 4)
 	defer rt.close()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancelCause := context.WithCancelCause(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := call(t, ctx, rt, http.MethodPost, srv.URL+"/slow", "x")
 		done <- err
 	}()
 	waitFor(t, "the call's connection", func() bool { return srv.conns.Load() > 0 })
-	cancel()
+	errGaveUp := errors.New("gave up")
+	cancelCause(errGaveUp)
 	select {
 	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled call: %v, want context.Canceled", err)
+		if !errors.Is(err, errGaveUp) {
+			t.Fatalf("cancelled call: %v, want its cause", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cancelled call did not end")
@@ -233,7 +235,7 @@ func TestH1ContextEndsARoundTrip(t *testing.T) {
 	}
 
 	// A deadline passed before the call: nothing is sent.
-	ctx, cancel = context.WithTimeout(context.Background(), -time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
 	defer cancel()
 	if _, _, err := call(t, ctx, rt, http.MethodPost, srv.URL, "z"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("expired context: %v, want context.DeadlineExceeded", err)
@@ -384,5 +386,55 @@ func TestH1Closed(t *testing.T) {
 	rt.close()
 	if _, _, err := call(t, context.Background(), rt, http.MethodPost, srv.URL, "b"); !errors.Is(err, errH1Closed) {
 		t.Fatalf("a call after close: %v, want errH1Closed", err)
+	}
+}
+
+// TestH1GetSentAgainWhenAKeptConnectionEndsUnanswered: a server may close
+// a kept connection as idle just as a request goes out on it. The request
+// was written but not answered: a GET (the liveness check's) is sent again
+// on a new connection, as net/http does; a POST, which may have been
+// served, is not.
+func TestH1GetSentAgainWhenAKeptConnectionEndsUnanswered(t *testing.T) {
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		t.Run(method, func(t *testing.T) {
+			var served atomic.Int64
+			srv := newH1Server(t, func(w http.ResponseWriter, r *http.Request) {
+				if served.Add(1) == 2 {
+					// The second request: close without a byte of answer.
+					conn, _, err := http.NewResponseController(w).Hijack()
+					if err == nil {
+						conn.Close()
+					}
+					return
+				}
+				echo(w, r)
+			})
+			rt := newH1Transport(&recordingRT{}, nil, 4)
+			defer rt.close()
+			body := ""
+			if method == http.MethodPost {
+				body = "p"
+			}
+			if _, _, err := call(t, context.Background(), rt, method, srv.URL, body); err != nil {
+				t.Fatal(err)
+			}
+			_, got, err := call(t, context.Background(), rt, method, srv.URL, body)
+			switch method {
+			case http.MethodGet:
+				if err != nil || got != "GET / " {
+					t.Fatalf("GET on a kept connection closed unanswered: %q, %v; want it sent again and answered", got, err)
+				}
+				if n := served.Load(); n != 3 {
+					t.Fatalf("the server saw %d requests, want 3", n)
+				}
+			default:
+				if !unanswered(err) {
+					t.Fatalf("POST on a kept connection closed unanswered: %q, %v; want the failure, unanswered", got, err)
+				}
+				if n := served.Load(); n != 2 {
+					t.Fatalf("the server saw %d requests, want 2: a POST is not sent twice", n)
+				}
+			}
+		})
 	}
 }
