@@ -35,7 +35,8 @@ type Table struct {
 	// lookups were a quarter of an uncontended Lock + Unlock.
 	doms    []domainEntries
 	entries int // entries over all domains
-	idle    int
+	idle    int // idle entries counted for the sweep (entry.counted)
+	parked  int // idle entries kept because they are pinned (entry.parked)
 	nextID  uint64
 }
 
@@ -59,7 +60,16 @@ type entry struct {
 	exclusive bool // an exclusive holder exists
 	holders   []holding
 	waiters   []waiting
-	counted   bool // counted in Table.idle
+	counted   bool // idle, counted in Table.idle
+	// pins counts the interned key sets (Locker.Intern) that point at the
+	// entry: it is never swept while pinned, and an idle pinned entry is
+	// parked (counted in Table.parked) instead of counted.
+	pins   int
+	parked bool
+	// gone is set when the sweep removed the entry from its map: a
+	// request that still points at it (one of a key set closed while the
+	// request waited) resolves its key again.
+	gone bool
 }
 
 type holding struct {
@@ -91,6 +101,9 @@ type Request struct {
 	// keys[i] while it is held.
 	keys []Key
 	ents []*entry
+	// pinned, if set, are the entries of keys, resolved and pinned
+	// beforehand (an interned key set's): no lookup is needed.
+	pinned []*entry
 	// held counts the keys acquired so far; waitingOn is the entry this
 	// request is queued on, nil if none.
 	held      int
@@ -147,6 +160,25 @@ func (r *Request) setKeys(small, more []Key) {
 	r.ents = r.smallE[:len(r.keys)]
 }
 
+// setPinned makes keys, already normalised, and their pinned entries r's.
+// Nobody changes either afterwards.
+func (r *Request) setPinned(keys []Key, ents []*entry) {
+	r.keys, r.pinned = keys, ents
+	if len(keys) <= len(r.smallE) {
+		r.ents = r.smallE[:len(keys)]
+	} else {
+		r.ents = make([]*entry, len(keys))
+	}
+}
+
+// entryOf returns the entry of r's i-th key, creating it if needed.
+func (t *Table) entryOf(r *Request, i int) *entry {
+	if r.pinned != nil && !r.pinned[i].gone {
+		return r.pinned[i]
+	}
+	return t.entryFor(r.keys[i])
+}
+
 // number gives r its id, the first time it is used.
 func (t *Table) number(r *Request) {
 	if r.id == 0 {
@@ -173,7 +205,7 @@ func (t *Table) Acquire(r *Request) bool {
 func (t *Table) advance(r *Request, now int64) bool {
 	for r.held < len(r.keys) {
 		k := r.keys[r.held]
-		e := t.entryFor(k)
+		e := t.entryOf(r, r.held)
 		t.use(e)
 		if len(e.waiters) == 0 && e.compatible(k.Mode) {
 			e.grant(r, k.Mode, now)
@@ -209,15 +241,21 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 // *ConflictError (wrapping ErrConflict) only when a key is held in a
 // conflicting mode.
 func (t *Table) TryAcquire(r *Request) error {
-	for _, k := range r.keys {
-		if e := t.lookup(k.Domain, k.Name); e != nil && !e.compatible(k.Mode) {
+	for i, k := range r.keys {
+		var e *entry
+		if r.pinned != nil && !r.pinned[i].gone {
+			e = r.pinned[i]
+		} else {
+			e = t.lookup(k.Domain, k.Name)
+		}
+		if e != nil && !e.compatible(k.Mode) {
 			return &ConflictError{Key: k, Holders: e.describeHolders()}
 		}
 	}
 	t.number(r)
 	now := t.now()
-	for _, k := range r.keys {
-		e := t.entryFor(k)
+	for i, k := range r.keys {
+		e := t.entryOf(r, i)
 		t.use(e)
 		e.grant(r, k.Mode, now)
 		r.ents[r.held] = e
@@ -283,6 +321,9 @@ func (t *Table) Shrink(r *Request, n int) []*Request {
 	r.held = n
 	r.keys = r.keys[:n]
 	r.ents = r.ents[:n]
+	if r.pinned != nil {
+		r.pinned = r.pinned[:n]
+	}
 	return granted
 }
 
@@ -330,12 +371,45 @@ func (t *Table) use(e *entry) {
 		e.counted = false
 		t.idle--
 	}
+	if e.parked {
+		e.parked = false
+		t.parked--
+	}
 }
 
-// maybeFree counts e as idle once nobody holds or waits for it, and sweeps
-// idle entries when there are too many.
+// pin resolves k to its entry, creating it if needed, and keeps the entry
+// (never swept) until unpin.
+func (t *Table) pin(k Key) *entry {
+	e := t.entryFor(k)
+	e.pins++
+	if e.counted {
+		e.counted = false
+		t.idle--
+	}
+	t.maybeFree(e) // parks it if idle
+	return e
+}
+
+// unpin undoes a pin of e; an idle entry nobody pins any more can be
+// swept again.
+func (t *Table) unpin(e *entry) {
+	e.pins--
+	if e.pins == 0 && e.parked {
+		e.parked = false
+		t.parked--
+		t.maybeFree(e)
+	}
+}
+
+// maybeFree counts e as idle once nobody holds or waits for it (parks it
+// if it is pinned), and sweeps idle entries when there are too many.
 func (t *Table) maybeFree(e *entry) {
-	if e.counted || !e.idle() {
+	if e.counted || e.parked || !e.idle() {
+		return
+	}
+	if e.pins > 0 {
+		e.parked = true
+		t.parked++
 		return
 	}
 	e.counted = true
@@ -345,8 +419,9 @@ func (t *Table) maybeFree(e *entry) {
 	}
 	for _, de := range t.doms {
 		for name, e := range de.m {
-			if e.idle() {
+			if e.counted {
 				delete(de.m, name)
+				e.gone = true
 				t.entries--
 			}
 		}
@@ -497,4 +572,4 @@ func (e *entry) state() KeyState {
 }
 
 // Len returns how many (domain, name) entries are held or awaited.
-func (t *Table) Len() int { return t.entries - t.idle }
+func (t *Table) Len() int { return t.entries - t.idle - t.parked }
