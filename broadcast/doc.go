@@ -99,8 +99,12 @@
 //     the step only answers callers (a duplicate found in the index, a
 //     lock granted at once), the caller delivers the answers and no
 //     goroutine handoff happens; anything else the step asked for is left
-//     for the loop to perform with its batch. A Submit always goes to the
-//     loop, whose batches of drained requests share catalog commits; the
+//     for the loop to perform with its batch. A Submit goes to the loop,
+//     whose batches of drained requests share catalog commits, unless no
+//     task is in flight (there is no batch to join): then its caller steps
+//     the core with it the same way and hands the first write to a commits
+//     worker or the group-committing catalog itself, never running the I/O
+//     on its own goroutine (its context must still end its wait). The
 //     loop holds the mutex while it steps and performs, so under load
 //     requests go to it and keep being batched. What a
 //     caller can do alone it does in its own goroutine: validating, stamping

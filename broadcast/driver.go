@@ -27,7 +27,9 @@ import (
 // and if the step only answers callers (a duplicate answered from the
 // index, a lock granted at once) it delivers the answers itself: no
 // goroutine hands the request over and back. Anything else the step asks
-// for is left to the loop, which performs it with its batch. A worker's
+// for is left to the loop, which performs it with its batch. A Submit with
+// no task in flight skips the loop too (trySubmit): its caller performs
+// the step's actions, handing the PENDING write to a worker. A worker's
 // result may skip the loop the same way (finish) while its task is the only
 // one in flight, and then the worker runs the first write or append the
 // step asks for itself: an uncontended broadcast goes from its PENDING write
@@ -272,10 +274,39 @@ func (d *driver) send(ev engine.Event) bool {
 }
 
 // request delivers a caller's request: stepped at once by tryStep if it is
-// one that is usually answered without I/O, else (or if tryStep cannot)
-// sent to the loop; false if the loop has exited.
+// one that is usually answered without I/O, by trySubmit if it is a Submit
+// with nothing else in flight, else (or if neither can) sent to the loop;
+// false if the loop has exited.
 func (d *driver) request(ev engine.Event) bool {
+	if _, ok := ev.(engine.Submit); ok {
+		return d.trySubmit(ev) || d.send(ev)
+	}
 	return answersAtOnce(ev) && d.tryStep(ev) || d.send(ev)
+}
+
+// trySubmit steps the core with a Submit on the caller's goroutine, and
+// performs what the step asks for (its PENDING write goes to a commits
+// worker, or to an asynchronous catalog, as the loop would send it), if the
+// core is free, no event waits for the loop and no task is in flight
+// (false: send it to the loop). With tasks in flight the loop takes the
+// Submit, to batch its write with theirs (group commit); without, there is
+// no batch to join, and the hand-over to the loop only costs a wake-up.
+// The caller's goroutine never runs the I/O itself: its context must still
+// end its wait (the task goes on without it).
+func (d *driver) trySubmit(ev engine.Event) bool {
+	if !d.lockFree() {
+		return false
+	}
+	defer d.mu.Unlock()
+	if live, _ := d.core.Counts(); live > 0 {
+		return false
+	}
+	d.core.Step(d.clock.Now(), ev)
+	d.performReady()
+	if at, ok := d.core.Deadline(); ok && !at.Equal(d.armed) {
+		d.poke() // the loop re-arms its timer
+	}
+	return true
 }
 
 // answersAtOnce reports whether ev is a request the core usually answers

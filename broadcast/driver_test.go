@@ -90,3 +90,59 @@ func TestDriverKeepsAnUncontendedBroadcastOnOneWorker(t *testing.T) {
 	}
 	t.Logf("%d of %d on one goroutine", one, rounds)
 }
+
+// hookedAsync is an asynchronous catalog (a group commit) that calls
+// queued with each write it is handed, on the goroutine that hands it.
+type hookedAsync struct {
+	*catalog.Group
+	queued func()
+}
+
+func (h hookedAsync) CommitAsync(done catalog.Completion, ops ...catalog.Op) error {
+	h.queued()
+	return h.Group.CommitAsync(done, ops...)
+}
+
+// TestDriverStepsAnUncontendedSubmitOnTheCaller checks the driver's
+// trySubmit: with no task in flight, a broadcast's Submit is stepped on its
+// caller's goroutine, which hands the first write to the catalog itself,
+// instead of waking the loop to do it. The loop holds the core a moment now
+// and then (after a wake-up), so the test asks it of most broadcasts.
+func TestDriverStepsAnUncontendedSubmitOnTheCaller(t *testing.T) {
+	e := newEnvLanes(t, 1)
+	var mu sync.Mutex
+	var first uint64 // the goroutine that handed the catalog the round's first write
+	b := e.open(func(c *broadcast.Config) {
+		c.Catalog = hookedAsync{Group: e.group(c.Catalog), queued: func() {
+			id := goid(t)
+			mu.Lock()
+			if first == 0 {
+				first = id
+			}
+			mu.Unlock()
+		}}
+	})
+	ctx := ctxT(t, 20e9)
+	m := msgOf(t, typPlain, "p", benchTargets)
+	caller := goid(t)
+	const rounds = 40
+	onCaller := 0
+	for range rounds {
+		waitIdle(t, b) // nothing in flight: the last TOMBSTONE is written
+		mu.Lock()
+		first = 0
+		mu.Unlock()
+		if _, err := do(ctx, b, m, resource.ExclusiveCollection("db", "c")); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if first == caller {
+			onCaller++
+		}
+		mu.Unlock()
+	}
+	if onCaller < rounds/2 {
+		t.Fatalf("%d of %d uncontended broadcasts had their first write handed over on the caller's goroutine, want most", onCaller, rounds)
+	}
+	t.Logf("%d of %d on the caller's goroutine", onCaller, rounds)
+}
