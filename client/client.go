@@ -65,6 +65,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -501,6 +502,9 @@ func (c *Client) alive(ctx context.Context, e *endpoint) bool {
 	up := false
 	if req, err := http.NewRequestWithContext(pctx, http.MethodGet, e.addr+"/healthz", nil); err == nil {
 		if resp, err := c.http.Do(req); err == nil {
+			// Read the short answer to its end, so that its connection is
+			// kept for the calls (a body closed unread costs it).
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, healthzRead))
 			_ = resp.Body.Close()
 			up = true
 		}
@@ -664,6 +668,10 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 		}
 	}
 }
+
+// healthzRead bounds what a liveness check reads of /healthz's answer
+// ("ok\n") to keep its connection.
+const healthzRead = 4 << 10
 
 // errHung is the cause of an attempt abandoned because its coordinator
 // stopped answering.

@@ -134,3 +134,34 @@ func TestLivenessCheckCutShortSaysNothingToItsWaiters(t *testing.T) {
 		t.Error("a check cut short changed the coordinator's state")
 	}
 }
+
+// TestLivenessCheckKeepsItsConnection: a check reads /healthz's short
+// answer to its end, so that its connection is kept for the next call
+// instead of closed (a body closed unread costs its connection).
+func TestLivenessCheckKeepsItsConnection(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := New([]string{srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e := c.endpoint(c.target())
+	for i := range 3 {
+		if !c.alive(context.Background(), e) {
+			t.Fatalf("check %d: a coordinator that answers reported dead", i)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("three checks opened %d connections, want 1", n)
+	}
+}
