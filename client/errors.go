@@ -119,6 +119,11 @@ type Error struct {
 	// Holder and Key are, for ErrBusy, who holds the busy key
 	// ("transaction 12@X", "broadcast 42@X") and which key it is.
 	Holder, Key string
+	// RetryAfter is how long the server asks the caller to wait before it
+	// tries again (its google.rpc.RetryInfo: for ErrQuotaExceeded,
+	// api.retry_after), 0 if it said nothing. Retry with the same
+	// idempotency key.
+	RetryAfter time.Duration
 
 	err         error         // the last attempt's error
 	ctxErr      error         // the caller's context error, if it ended the retries
@@ -207,6 +212,7 @@ type failure struct {
 	reason  string
 	leader  string
 	meta    map[string]string // the ErrorInfo's metadata
+	retry   time.Duration     // the RetryInfo's delay, 0 if none
 	notSent bool              // the connection was never made: no server saw the request
 	tlsHint string            // set for a TLS failure: retrying cannot help
 	hint    string            // set for an answer from something that is no walcast API
@@ -223,6 +229,9 @@ func inspect(err error) failure {
 		f.leader = ce.Meta().Get(LeaderHeader)
 		for _, d := range ce.Details() {
 			v, verr := d.Value()
+			if ri, ok := v.(*errdetails.RetryInfo); ok && verr == nil {
+				f.retry = max(0, ri.GetRetryDelay().AsDuration())
+			}
 			if info, ok := v.(*errdetails.ErrorInfo); ok && verr == nil && info.GetDomain() == errorDomain {
 				f.reason = info.GetReason()
 				f.meta = info.GetMetadata()
@@ -282,8 +291,8 @@ func (f failure) retryable(p policy) bool {
 }
 
 func (f failure) toError(attempts int, ctxErr error) *Error {
-	e := &Error{Code: f.code, Reason: f.reason, Attempts: attempts, err: f.err, ctxErr: ctxErr, notSent: f.notSent, tlsHint: f.tlsHint,
-		hint: f.hint, unreachable: f.unreachable}
+	e := &Error{Code: f.code, Reason: f.reason, Attempts: attempts, RetryAfter: f.retry, err: f.err, ctxErr: ctxErr, notSent: f.notSent,
+		tlsHint: f.tlsHint, hint: f.hint, unreachable: f.unreachable}
 	if f.reason == ReasonResourceBusy {
 		e.Holder, e.Key = f.meta["holder"], f.meta["key"]
 	}

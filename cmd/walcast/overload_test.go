@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/server"
@@ -93,16 +90,10 @@ func overload(t *testing.T, p *proc, clients int, d time.Duration, ids *sync.Map
 					}
 					refused.Add(1)
 					wait := time.Second
-					var ce *connect.Error
-					if errors.As(err, &ce) {
-						for _, det := range ce.Details() {
-							if v, derr := det.Value(); derr == nil {
-								if ri, ok := v.(*errdetails.RetryInfo); ok {
-									wait = ri.GetRetryDelay().AsDuration()
-									hint.Store(int64(wait))
-								}
-							}
-						}
+					var ce *client.Error
+					if errors.As(err, &ce) && ce.RetryAfter > 0 {
+						wait = ce.RetryAfter
+						hint.Store(int64(wait))
 					}
 					select {
 					case <-ctx.Done():
