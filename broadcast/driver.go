@@ -40,8 +40,8 @@ type driver struct {
 	core  *engine.Core
 	clock clock.Clock
 	// mu guards the core, acts, now, keep, kept and armed: the loop holds
-	// it while it steps and performs, a caller's tryStep and a worker's
-	// finish while they step.
+	// it while it steps and performs, a caller's tryStep or trySubmit and
+	// a worker's finish while they step.
 	mu sync.Mutex
 	// queued counts the events sent and not yet stepped: a caller steps
 	// the core itself only when it is zero, so that no request overtakes
@@ -314,7 +314,8 @@ func (d *driver) trySubmit(ev engine.Event) bool {
 // at the core. A Submit (and an operator's action) always asks for a
 // catalog write: it goes to the loop, which batches the writes of the
 // requests it drains (group commit), so a caller stepping it would only
-// split the batches.
+// split the batches; only a Submit with nothing in flight, which has no
+// batch to join, is stepped by its caller (trySubmit).
 func answersAtOnce(ev engine.Event) bool {
 	switch ev.(type) {
 	case engine.Resolve, engine.Lock, engine.Close, engine.Inspect, engine.Wait, engine.WaitAcked:
