@@ -78,35 +78,29 @@ func newH1Transport(fallback http.RoundTripper, proxy func(*http.Request) (*url.
 type h1Conn struct {
 	nc       net.Conn
 	raw      syscall.RawConn // nc's descriptor, to peek at it while kept; nil if it has none
-	w        *countingWriter // nc, counting what the round trip wrote
-	r        *countingReader // nc, counting what the round trip read
-	br       *bufio.Reader   // over r
-	bw       *bufio.Writer   // over w
+	cc       *byteCounter    // nc, counting what the round trip wrote and read
+	br       *bufio.Reader   // over cc
+	bw       *bufio.Writer   // over cc
 	hostport string
 	reused   bool // it served a round trip before this one
 }
 
-// countingWriter counts the bytes written to a connection.
-type countingWriter struct {
-	nc net.Conn
-	n  int64
+// byteCounter is a connection that counts the bytes written to and read
+// from it.
+type byteCounter struct {
+	nc            net.Conn
+	written, read int64
 }
 
-func (w *countingWriter) Write(p []byte) (int, error) {
-	n, err := w.nc.Write(p)
-	w.n += int64(n)
+func (c *byteCounter) Write(p []byte) (int, error) {
+	n, err := c.nc.Write(p)
+	c.written += int64(n)
 	return n, err
 }
 
-// countingReader counts the bytes read from a connection.
-type countingReader struct {
-	nc net.Conn
-	n  int64
-}
-
-func (r *countingReader) Read(p []byte) (int, error) {
-	n, err := r.nc.Read(p)
-	r.n += int64(n)
+func (c *byteCounter) Read(p []byte) (int, error) {
+	n, err := c.nc.Read(p)
+	c.read += int64(n)
 	return n, err
 }
 
@@ -266,8 +260,8 @@ func (t *h1Transport) open(ctx context.Context, hostport string) (*h1Conn, error
 	if err != nil {
 		return nil, err
 	}
-	w, r := &countingWriter{nc: nc}, &countingReader{nc: nc}
-	c := &h1Conn{nc: nc, w: w, r: r, hostport: hostport, br: bufio.NewReaderSize(r, h1ReadBuf), bw: bufio.NewWriterSize(w, h1WriteBuf)}
+	cc := &byteCounter{nc: nc}
+	c := &h1Conn{nc: nc, cc: cc, hostport: hostport, br: bufio.NewReaderSize(cc, h1ReadBuf), bw: bufio.NewWriterSize(cc, h1WriteBuf)}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
@@ -364,19 +358,18 @@ func (t *h1Transport) roundTrip(ctx context.Context, c *h1Conn, req *http.Reques
 		}
 		return nil, err
 	}
-	c.w.n = 0
+	c.cc.written, c.cc.read = 0, 0
 	if err := c.writeRequest(req, body); err != nil {
-		if c.w.n == 0 {
+		if c.cc.written == 0 {
 			return fail(&unsentError{err: err})
 		}
 		return fail(err)
 	}
-	c.r.n = 0
 	fresh := c.br.Buffered() == 0 // no byte of the answer read yet
 	for {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
-			if fresh && c.r.n == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
+			if fresh && c.cc.read == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
 				return fail(&unansweredError{err: err})
 			}
 			return fail(err)
