@@ -171,10 +171,19 @@ func (r *Request) setPinned(keys []Key, ents []*entry) {
 	}
 }
 
-// entryOf returns the entry of r's i-th key, creating it if needed.
-func (t *Table) entryOf(r *Request, i int) *entry {
+// pinnedEntry returns the pinned entry of r's i-th key, nil if r has no
+// pinned entries or the sweep removed this one (r's key set was closed).
+func (r *Request) pinnedEntry(i int) *entry {
 	if r.pinned != nil && !r.pinned[i].gone {
 		return r.pinned[i]
+	}
+	return nil
+}
+
+// entryOf returns the entry of r's i-th key, creating it if needed.
+func (t *Table) entryOf(r *Request, i int) *entry {
+	if e := r.pinnedEntry(i); e != nil {
+		return e
 	}
 	return t.entryFor(r.keys[i])
 }
@@ -242,10 +251,8 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 // conflicting mode.
 func (t *Table) TryAcquire(r *Request) error {
 	for i, k := range r.keys {
-		var e *entry
-		if r.pinned != nil && !r.pinned[i].gone {
-			e = r.pinned[i]
-		} else {
+		e := r.pinnedEntry(i)
+		if e == nil {
 			e = t.lookup(k.Domain, k.Name)
 		}
 		if e != nil && !e.compatible(k.Mode) {
@@ -382,11 +389,8 @@ func (t *Table) use(e *entry) {
 func (t *Table) pin(k Key) *entry {
 	e := t.entryFor(k)
 	e.pins++
-	if e.counted {
-		e.counted = false
-		t.idle--
-	}
-	t.maybeFree(e) // parks it if idle
+	t.use(e)       // no longer counted for the sweep
+	t.maybeFree(e) // parked if idle
 	return e
 }
 
