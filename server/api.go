@@ -152,6 +152,7 @@ func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
 	// reflection over its maps.
 	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
 		StrictJSON()...), cfg.connectOpts...)
+	hopts = append(hopts, serverCancels) // innermost: see serverCancels
 	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
 }
 

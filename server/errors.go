@@ -151,6 +151,31 @@ func codeOf(err error) (connect.Code, string) {
 	return connect.CodeInternal, ""
 }
 
+// serverCancels answers Unavailable, not Canceled, for a unary call that
+// ended canceled while its client still waited for the answer. Canceled
+// tells a client that it gave up itself, and the Go client never retries
+// it; a cancellation the client did not ask for came from this server
+// (shutting down, a term ending under the call), which may or may not have
+// done the work, like any lost answer: Unavailable, which a keyed request
+// retries. It is the innermost interceptor of every service, so that the
+// audit log records the code the client gets.
+var serverCancels = connect.WithInterceptors(connect.UnaryInterceptorFunc(serverCancelsFunc))
+
+// serverCancelsFunc is serverCancels' interceptor.
+func serverCancelsFunc(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		res, err := next(ctx, req)
+		// A handler's plain context.Canceled (not a connect.Error) is
+		// what connect answers as Canceled too.
+		code := connect.CodeOf(err)
+		if err != nil && ctx.Err() == nil && (code == connect.CodeCanceled || code == connect.CodeUnknown && errors.Is(err, context.Canceled)) {
+			return nil, connect.NewError(connect.CodeUnavailable,
+				fmt.Errorf("the coordinator canceled the call, not the client (it may be shutting down or changing leaders): %w; retrying is safe with an idempotency key", err))
+		}
+		return res, err
+	}
+}
+
 // failed converts err for the client of procedure, logging what only an
 // operator can fix (code Internal). Every API handler returns its errors
 // through it.

@@ -82,3 +82,37 @@ func TestNotLeaderError(t *testing.T) {
 		t.Fatalf("meta %v", ce.Meta())
 	}
 }
+
+// serverCancels turns only a cancellation the client did not ask for into
+// Unavailable: a call whose own context ended keeps its Canceled, and
+// other codes pass unchanged.
+func TestServerCancelsKeepsTheClientsOwnCancellation(t *testing.T) {
+	call := func(ctx context.Context, err error) error {
+		f := serverCancelsFunc(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) { return nil, err })
+		_, got := f(ctx, nil)
+		return got
+	}
+	live := context.Background()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want connect.Code
+	}{
+		{"server's cancel, connect error", live, connect.NewError(connect.CodeCanceled, context.Canceled), connect.CodeUnavailable},
+		{"server's cancel, plain error", live, fmt.Errorf("stepping down: %w", context.Canceled), connect.CodeUnavailable},
+		{"client's own cancel", done, connect.NewError(connect.CodeCanceled, context.Canceled), connect.CodeCanceled},
+		{"unavailable wrapping a cancel keeps its reason", live, toConnectError(fmt.Errorf("%w: %w", broadcast.ErrTaskNotCreated, context.Canceled)), connect.CodeUnavailable},
+		{"other code", live, connect.NewError(connect.CodeNotFound, errors.New("no task")), connect.CodeNotFound},
+	} {
+		got := call(tc.ctx, tc.err)
+		if connect.CodeOf(got) != tc.want {
+			t.Errorf("%s: %v, want code %v", tc.name, got, tc.want)
+		}
+		if tc.want == connect.CodeUnavailable && connect.CodeOf(tc.err) == connect.CodeUnavailable && got != tc.err {
+			t.Errorf("%s: %v was rewritten to %v", tc.name, tc.err, got)
+		}
+	}
+}

@@ -540,7 +540,7 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	}
 	var views map[string]http.Handler
 	if v, ok := app.(NodeViewer); ok {
-		views = v.NodeHandlers(p.sec.handlerOptions()...)
+		views = v.NodeHandlers(append(p.sec.handlerOptions(), serverCancels)...)
 	}
 	if err := p.serveMetrics(cfg, views); err != nil {
 		return nil, err
@@ -667,7 +667,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	path, h := NewBroadcastHandler(coord, opts...)
 	mux.Handle(path, h)
 	services := []string{serviceName(path)}
-	for path, h := range app.Handlers(coord, hopts...) {
+	for path, h := range app.Handlers(coord, append(slices.Clip(hopts), serverCancels)...) {
 		mux.Handle(path, h)
 		services = append(services, serviceName(path))
 	}
@@ -682,7 +682,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	rp.foreign = func(e wal.Foreign) { p.foreign.seen("replicator", e) }
 	rp.skip, _ = cfg.skipTypes() // checked by Validate
-	path, h = newReplicationHandler(coord, rp, p.log, append(append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...)...)
+	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])

@@ -1,0 +1,71 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/server"
+	"github.com/walcast/walcast/server/apitest"
+)
+
+// cancelingLeader answers its first n calls with a cancellation of the
+// server's own (as a coordinator stepping down would), then leads with b.
+func cancelingLeader(b *broadcast.Broadcaster, n int64) (server.Leader, *atomic.Int64) {
+	var calls atomic.Int64
+	return server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+		if calls.Add(1) <= n {
+			return nil, fmt.Errorf("term ending: %w", context.Canceled)
+		}
+		return b, nil
+	}), &calls
+}
+
+// A call the server cancels while its client still waits is answered
+// Unavailable, not Canceled: Canceled says the client gave up, and a client
+// treats it as final.
+func TestServerCanceledCallIsUnavailable(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		l, _ := cancelingLeader(env.Open(), 1)
+		c := dial(t, apitest.Serve(t, l, nil), p)
+		ctx := ctxT(t)
+		_, err := c.Broadcast(ctx, connect.NewRequest(newReq()))
+		ce := wantCode(t, err, connect.CodeUnavailable)
+		if !strings.Contains(ce.Message(), "the coordinator canceled the call, not the client") {
+			t.Fatalf("error %v does not say who canceled the call", ce)
+		}
+		broadcastOK(t, ctx, c, newReq()) // the next call is served
+	})
+}
+
+// The Go client retries a keyed broadcast the server canceled, and it
+// succeeds on the next attempt.
+func TestKeyedBroadcastRetriedAfterServerCancel(t *testing.T) {
+	env := apitest.New(t)
+	l, calls := cancelingLeader(env.Open(), 1)
+	srv := apitest.Serve(t, l, nil)
+	c, err := client.New([]string{srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Broadcast(ctxT(t), &client.BroadcastRequest{Type: apitest.Create, Payload: []byte("create db1.c1"),
+		VChannels:    []message.VChannel{"wal-0/c1v0"},
+		ResourceKeys: []resource.Key{resource.ExclusiveCollection("db1", "c1")},
+		Scope:        client.CollectionScope(1), ClientKey: "create-c1"})
+	if err != nil {
+		t.Fatalf("Broadcast: %v", err)
+	}
+	if res.BroadcastID == 0 || calls.Load() != 2 {
+		t.Fatalf("result %+v after %d calls to the leader, want 2", res, calls.Load())
+	}
+}
