@@ -156,6 +156,12 @@ func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
 	defer ns.Close()
 
 	cfg := coordConfig(t, etcd.Endpoints(), ns.ClientURL())
+	// The etcd client's DialTimeout also bounds its first Authenticate: a
+	// TLS handshake with client certificates and etcd's bcrypt check of the
+	// password. A wrong password is refused as soon as etcd answers, so a
+	// generous bound costs nothing; 3 s ran out on a loaded CI machine and
+	// turned the refusal into "context deadline exceeded".
+	cfg.Catalog.DialTimeout = server.Duration(20 * time.Second)
 	cfg.WAL.NATS.MonitorURLs = []string{ns.MonitorURL()}
 	cfg.Catalog.TLS = server.ClientTLS{CAFile: b.caFile, CertFile: b.clientCert, KeyFile: b.clientKey}
 	cfg.Catalog.Username, cfg.Catalog.PasswordFile = "root", secretFile(t, "etcd-secret")
