@@ -268,14 +268,19 @@ func (k *checker) supplementsOnce(c *cluster) {
 }
 
 // answered checks an answer a client got: a duplicate never returns before
-// its original's callback finished (§11.4).
-func (k *checker) answered(c *cluster, id uint64, dup bool) {
+// its original's callback finished (§11.4), and a keyed request (scope
+// set) is answered with a broadcast of its own scope (R7.3, R7.4).
+func (k *checker) answered(c *cluster, id uint64, dup bool, scope engine.Scope) {
 	if dup {
 		k.dups++
 	}
 	r := k.facts(c).recs[id]
 	if r == nil || r.tomb == nil {
 		k.w.fail("%s: a client was answered with broadcast %d before its TOMBSTONE was durable", c.name, id)
+		return
+	}
+	if scope != (engine.Scope{}) && r.scope != scope {
+		k.w.fail("%s: a keyed request was answered with broadcast %d, of another idempotency scope (dup %v)", c.name, id, dup)
 	}
 }
 

@@ -204,6 +204,15 @@ func (cl *client) ready() func() {
 
 func (cl *client) op() *clientOp { return cl.ops[cl.cur] }
 
+// scope is the idempotency scope of the current operation, zero if it is
+// unkeyed or a group's (whose phases are answered with their members').
+func (cl *client) scope() engine.Scope {
+	if op := cl.op(); !op.group() {
+		return engine.ScopeOf(op.typ, op.key)
+	}
+	return engine.Scope{}
+}
+
 // retry schedules the current operation again a little later.
 func (cl *client) retry(why string) {
 	op := cl.op()
@@ -317,7 +326,7 @@ func (cl *client) submit(keys []resource.Key) {
 		case r.Original != nil:
 			cl.duplicate(r.Original)
 		default:
-			cl.w.check.answered(cl.c, r.Result.ID, false)
+			cl.w.check.answered(cl.c, r.Result.ID, false, cl.scope())
 			cl.succeeded(r.Result.ID, fmt.Sprintf("broadcast %d", r.Result.ID))
 		}
 	})
@@ -404,7 +413,7 @@ func (cl *client) submitMember(typ message.Type, kind message.GroupKind, key mes
 		case r.Original != nil:
 			cl.duplicate(r.Original)
 		default:
-			cl.w.check.answered(cl.c, r.Result.ID, false)
+			cl.w.check.answered(cl.c, r.Result.ID, false, cl.scope())
 			cl.succeeded(r.Result.ID, fmt.Sprintf("member %d", r.Result.ID))
 		}
 	})
@@ -461,7 +470,7 @@ func stampForSubmit(c *cluster, m *message.Message, keys []resource.Key) (*messa
 // duplicate handles an answer naming an original: a live one is waited for.
 func (cl *client) duplicate(o *engine.Original) {
 	if !o.Live {
-		cl.w.check.answered(cl.c, o.ID, true)
+		cl.w.check.answered(cl.c, o.ID, true, cl.scope())
 		cl.succeeded(o.ID, fmt.Sprintf("duplicate of %d", o.ID))
 		return
 	}
@@ -470,10 +479,10 @@ func (cl *client) duplicate(o *engine.Original) {
 		case r.Err != nil:
 			cl.failed(r.Err)
 		case r.Original != nil:
-			cl.w.check.answered(cl.c, r.Original.ID, true)
+			cl.w.check.answered(cl.c, r.Original.ID, true, cl.scope())
 			cl.succeeded(r.Original.ID, fmt.Sprintf("duplicate of %d", r.Original.ID))
 		default:
-			cl.w.check.answered(cl.c, r.Result.ID, true)
+			cl.w.check.answered(cl.c, r.Result.ID, true, cl.scope())
 			cl.succeeded(r.Result.ID, fmt.Sprintf("duplicate of %d", r.Result.ID))
 		}
 	})
