@@ -827,6 +827,30 @@ func (e *Env) b6(ctx context.Context, cfg Config) ([]Result, error) {
 	}, nil
 }
 
+// benchRecord is the task record B6 writes for broadcast id, the i-th it
+// writes, in state.
+func benchRecord(id, i uint64, state durablepb.TaskState, now time.Time, pay, digest []byte) ([]byte, error) {
+	targets := append(recordTargets(id), "wal-0/_control")
+	m := &message.Message{Type: BenchType, Payload: pay, IdempotencyKey: message.ClusterKey(fmt.Sprint("key-", id)),
+		Broadcast: message.BroadcastHeader{ID: id, VChannels: targets,
+			ResourceKeys: []resource.Key{resource.ExclusiveCollection("bench", fmt.Sprint(id)), resource.SharedCluster()}}}
+	mb, err := message.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	// As the broadcaster writes them: a 16-byte payload digest, compact
+	// checkpoints.
+	rec := &durablepb.Task{Message: mb, State: state, CreatedUnixNano: now.UnixNano(), PayloadDigest: digest}
+	if state == durablepb.TaskState_TASK_STATE_TOMBSTONE {
+		rec.CompletedUnixNano = now.UnixNano()
+		rec.Outcome = &durablepb.Outcome{Status: durablepb.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED}
+		for j := range targets {
+			rec.Checkpoints = append(rec.Checkpoints, &durablepb.Checkpoint{Acked: true, MessageId: wal.Position(i, j)})
+		}
+	}
+	return proto.Marshal(rec)
+}
+
 // writeRecords writes count task records with ids from first, in batches.
 func writeRecords(ctx context.Context, cat *etcdcat.Catalog, maxOps int, first uint64, count int, state durablepb.TaskState, payload int) error {
 	return writeRecordsProgress(ctx, cat, maxOps, first, count, state, payload, nil)
@@ -856,26 +880,7 @@ func writeRecordsProgress(ctx context.Context, cat *etcdcat.Catalog, maxOps int,
 	}
 	for i := range count {
 		id := first + uint64(i)
-		targets := append(recordTargets(id), "wal-0/_control")
-		m := &message.Message{Type: BenchType, Payload: pay, IdempotencyKey: message.ClusterKey(fmt.Sprint("key-", id)),
-			Broadcast: message.BroadcastHeader{ID: id, VChannels: targets,
-				ResourceKeys: []resource.Key{resource.ExclusiveCollection("bench", fmt.Sprint(id)), resource.SharedCluster()}}}
-		mb, err := message.Marshal(m)
-		if err != nil {
-			return err
-		}
-		// As the broadcaster writes them: a 16-byte payload digest, compact
-		// checkpoints.
-		rec := &durablepb.Task{Message: mb, State: state, CreatedUnixNano: now.UnixNano(), PayloadDigest: digest}
-		if state == durablepb.TaskState_TASK_STATE_TOMBSTONE {
-			rec.CompletedUnixNano = now.UnixNano()
-			rec.Outcome = &durablepb.Outcome{Status: durablepb.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED}
-			for j := range targets {
-				pos := wal.Position(uint64(i), j)
-				rec.Checkpoints = append(rec.Checkpoints, &durablepb.Checkpoint{Acked: true, MessageId: pos})
-			}
-		}
-		raw, err := proto.Marshal(rec)
+		raw, err := benchRecord(id, uint64(i), state, now, pay, digest)
 		if err != nil {
 			return err
 		}
