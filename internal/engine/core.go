@@ -36,8 +36,11 @@ type Core struct {
 	tasks   map[uint64]*task
 	handles map[HandleID]*handle
 	locks   resource.Table
-	index   map[Scope]uint64 // first owner wins (R7.3)
-	admits  map[Scope]*admission
+	index   scopeIndex // first owner wins (R7.3)
+	// recovering is the recovery under way (nil once recovered): the
+	// index finds the tombstones it gathered there.
+	recovering *recovery
+	admits     map[Scope]*admission
 	// groups are the open groups by id; owners maps an owner key to its
 	// group (R13.1, R13.7).
 	groups map[uint64]*group
@@ -140,7 +143,7 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	c := &Core{
 		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
-		index: make(map[Scope]uint64), admits: make(map[Scope]*admission),
+		index: newScopeIndex(cfg.IndexScopeBits, 0), admits: make(map[Scope]*admission),
 		groups: make(map[uint64]*group), owners: make(map[string]uint64), endedOwners: make(map[string]uint64),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),

@@ -275,7 +275,7 @@ func (c *Core) memberError(e Submit) error {
 // endedError explains a member for a group that is not open.
 func (c *Core) endedError(id uint64) error {
 	if tb, ok := c.tombs.get(id); ok {
-		if r, err := DecodeRecord(rawBytes(tb.raw)); err == nil && r.HoldsKeys {
+		if r, err := DecodeRecord(rawBytes(tb.raw())); err == nil && r.HoldsKeys {
 			return fmt.Errorf("%w: group %d has ended (released by broadcast %d)", ErrFailedPrecondition, id, r.ReleasedBy)
 		}
 		return fmt.Errorf("%w: broadcast %d does not hold a group open (its callback did not succeed, or it is no group's Begin)",
@@ -294,7 +294,7 @@ func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
 	if !ok || !kind.Ends() {
 		return nil
 	}
-	r, err := DecodeRecord(rawBytes(tb.raw))
+	r, err := DecodeRecord(rawBytes(tb.raw()))
 	if err != nil || !r.HoldsKeys || r.ReleasedBy == 0 {
 		return nil
 	}
@@ -302,7 +302,7 @@ func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
 	if !ok {
 		return nil
 	}
-	er, err := DecodeRecord(rawBytes(end.raw))
+	er, err := DecodeRecord(rawBytes(end.raw()))
 	if err != nil || er.Msg.Group == nil || er.Msg.Group.Kind != kind {
 		return nil
 	}
@@ -371,7 +371,7 @@ func (c *Core) endOp(t *task) (key string, val []byte, ok bool) {
 	if g == nil || !t.gkind.Ends() || len(g.done) == 0 || g.done[0].id != g.id {
 		return "", nil, false
 	}
-	return TaskKey(c.cfg.Prefix, g.id), releasedRecord(rawBytes(g.done[0].raw), t.completed, t.id), true
+	return TaskKey(c.cfg.Prefix, g.id), releasedRecord(rawBytes(g.done[0].raw()), t.completed, t.id), true
 }
 
 // finishMember is finish's part for a group member whose TOMBSTONE is
@@ -439,15 +439,15 @@ func (c *Core) endGroup(g *group, end *task, tb tomb) {
 		c.move(b, OnGroupEnded, Tombstoned)
 	}
 	run := append(g.done, tb)
-	cls := uint16(c.groupClass(g, end))
+	cls := c.groupClass(g, end)
 	for i := range run {
 		c.tombs.unhold(run[i].id)
 		run[i].completed = end.completed.UnixNano()
-		run[i].cls = cls
+		run[i].setClass(cls)
 	}
 	if _, val, ok := c.endOp(end); ok {
 		// The Begin's record as the end's transaction rewrote it.
-		run[0].raw = c.tombs.keep(val)
+		run[0].setRaw(c.tombs.keep(val))
 	}
 	run[0].run = uint16(len(run))
 	for _, x := range run {

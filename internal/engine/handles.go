@@ -396,9 +396,7 @@ func pendingFailed(_ *Core, w *writeOp, err error) {
 func (c *Core) abort(t *task, err error) {
 	c.move(t, OnNotCreated, Aborted)
 	delete(c.tasks, t.id)
-	if t.scope != (Scope{}) && c.index[t.scope] == t.id {
-		delete(c.index, t.scope)
-	}
+	c.indexDel(t.scope, t.id)
 	c.stats.Broadcasts--
 	if t.lock != nil {
 		c.grantedAll(c.locks.Release(t.lock))

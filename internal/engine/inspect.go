@@ -69,7 +69,7 @@ func (c *Core) TaskByID(id uint64) (live *TaskView, record string, window Window
 	}
 	if tb, found := c.tombs.get(id); found {
 		o := c.tombOriginal(tb)
-		return nil, tb.raw, o.Window, true
+		return nil, tb.raw(), o.Window, true
 	}
 	return nil, "", Window{}, false
 }
@@ -109,7 +109,7 @@ func (c *Core) Tombstones() []TombRecord {
 	all := c.tombs.all()
 	out := make([]TombRecord, len(all))
 	for i, tb := range all {
-		out[i] = TombRecord{ID: tb.id, Record: tb.raw}
+		out[i] = TombRecord{ID: tb.id, Record: tb.raw()}
 	}
 	return out
 }
@@ -203,7 +203,7 @@ func (c *Core) EndedGroup(id uint64) (ownerKey string, ended bool) {
 	if !ok {
 		return "", false
 	}
-	r, err := DecodeRecord(rawBytes(tb.raw))
+	r, err := DecodeRecord(rawBytes(tb.raw()))
 	if err != nil || !r.HoldsKeys || r.ReleasedBy == 0 || r.Msg.Group == nil {
 		return "", false
 	}
@@ -225,7 +225,7 @@ func (c *Core) groupView(g *group) GroupView {
 			continue
 		}
 		kind := message.GroupBody
-		if r, err := DecodeRecord(rawBytes(tb.raw)); err == nil && r.Msg.Group != nil {
+		if r, err := DecodeRecord(rawBytes(tb.raw())); err == nil && r.Msg.Group != nil {
 			kind = r.Msg.Group.Kind
 		}
 		v.Members = append(v.Members, MemberView{ID: tb.id, Seq: g.seqs[i], Kind: kind, Stage: Tombstoned})

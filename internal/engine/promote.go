@@ -207,10 +207,10 @@ func (c *Core) replicatedHighest() map[message.PChannel]uint64 {
 		}
 	}
 	for _, tb := range c.tombs.all() {
-		if !tb.replicated {
+		if !tb.replicated() {
 			continue
 		}
-		if rec, err := DecodeRecord(rawBytes(tb.raw)); err == nil {
+		if rec, err := DecodeRecord(rawBytes(tb.raw())); err == nil {
 			note(rec.Msg.Broadcast.VChannels, func(i int) (bool, wal.Checkpoint) { return rec.Acked[i], rec.Checkpoints[i] })
 		}
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -52,11 +53,29 @@ func (c *Core) recover(s Snapshot) error {
 type recovery struct {
 	pending, replicated []*task
 	tombs               []recTomb
-	perClass            [][]tomb
-	maxID               uint64
+	// tombsSorted says tombs are in ascending id order (as a catalog lists
+	// them), so that scopeOfID finds one by binary search.
+	tombsSorted bool
+	perClass    [][]tomb
+	maxID       uint64
 	// released are finished groups' Begins by id: their release time
 	// orders the group's tombstones for GC.
 	released map[uint64]*Record
+}
+
+// gathered returns the tombstone id gathered so far, or nil.
+func (rs *recovery) gathered(id uint64) *recTomb {
+	if rs.tombsSorted {
+		i, ok := slices.BinarySearchFunc(rs.tombs, id, func(r recTomb, id uint64) int { return cmp.Compare(r.tb.id, id) })
+		if !ok {
+			return nil
+		}
+		return &rs.tombs[i]
+	}
+	if i := slices.IndexFunc(rs.tombs, func(r recTomb) bool { return r.tb.id == id }); i >= 0 {
+		return &rs.tombs[i]
+	}
+	return nil
 }
 
 type recTomb struct {
@@ -97,6 +116,10 @@ func (c *Core) recoverSide(s Snapshot) error {
 // live tasks registered (PENDING ones with their keys).
 func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 	rs.released = map[uint64]*Record{}
+	// The index checks a scope against tombstones gathered, not loaded yet.
+	rs.tombsSorted = true
+	c.recovering = rs
+	defer func() { c.recovering = nil }()
 	// Decode every record first, so that the index is sized once for the
 	// keyed ones: grown by doubling it would hold up to twice the memory
 	// per tombstone (B6).
@@ -112,11 +135,8 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 			keyed++
 		}
 	}
-	if len(c.index) == 0 && keyed > 0 {
-		c.index = make(map[Scope]uint64, keyed)
-	}
-	if len(c.tombs.byID) == 0 {
-		c.tombs.byID = make(map[uint64]uint64, len(s.Tasks))
+	if c.index.len() == 0 && keyed > 0 {
+		c.index = newScopeIndex(c.cfg.IndexScopeBits, keyed)
 	}
 	for i, r := range s.Tasks {
 		rec := recs[i]
@@ -127,8 +147,10 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 		rs.maxID = max(rs.maxID, r.ID)
 		cls := c.cfg.ClassOf(rec.Msg.Type)
 		if rec.State == Tombstone {
-			tb := tomb{id: r.ID, raw: c.tombs.keep(r.Raw), created: rec.Created.UnixNano(), completed: rec.Completed.UnixNano(),
-				cls: uint16(cls), replicated: rec.Msg.Replicate != nil}
+			tb := c.tombs.newTomb(r.ID, r.Raw, rec.Completed.UnixNano(), cls, rec.Msg.Replicate != nil)
+			if n := len(rs.tombs); n > 0 && rs.tombs[n-1].tb.id >= r.ID {
+				rs.tombsSorted = false
+			}
 			rs.tombs = append(rs.tombs, recTomb{tb: tb, rec: rec, cls: cls})
 			if g := rec.Msg.Group; g != nil && g.Kind == message.GroupBegin && rec.HoldsKeys && !rec.Released.IsZero() {
 				rs.released[r.ID] = rec
@@ -136,7 +158,7 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 					c.endedOwners[k] = r.ID
 				}
 			}
-			if tb.replicated {
+			if tb.replicated() {
 				c.indexReplicated(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
 			} else {
 				c.indexScope(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
@@ -335,7 +357,7 @@ func (c *Core) loadTombs(rs *recovery) {
 			}
 		}
 		o.tb.completed = int64(o.at)
-		o.tb.cls = uint16(cls)
+		o.tb.setClass(cls)
 		per[cls] = append(per[cls], o)
 	}
 	for cls, os := range per {

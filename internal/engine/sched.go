@@ -313,8 +313,7 @@ func (c *Core) finish(t *task, raw []byte) {
 	}
 	c.applyTopology(t)
 	delete(c.tasks, t.id)
-	tb := tomb{id: t.id, raw: c.tombs.keep(raw), created: t.created.UnixNano(), completed: t.completed.UnixNano(),
-		cls: uint16(t.class), replicated: t.replicated}
+	tb := c.tombs.newTomb(t.id, raw, t.completed.UnixNano(), t.class, t.replicated)
 	next := c.sched.remove(t)
 	if t.promote {
 		// The promoted cluster takes its open groups' keys before the

@@ -301,3 +301,21 @@ func recordIdentity(raw []byte) (message.Identity, error) {
 	}
 	return message.DecodeIdentity(msg)
 }
+
+// recordCreated reads a task record's creation time (unix nanoseconds)
+// without decoding the rest: what a tombstone's window needs of it. The
+// last occurrence wins, as in decodeTask.
+func recordCreated(raw []byte) (int64, error) {
+	var created int64
+	err := wire.Fields(raw, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+		if num == taskCreated && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n >= 0 {
+				created = int64(v)
+			}
+			return n, nil
+		}
+		return protowire.ConsumeFieldValue(num, typ, b), nil
+	})
+	return created, err
+}

@@ -323,3 +323,36 @@ func TestRecordIdentityMatchesDecodeRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordCreatedMatchesDecodeRecord: the creation time a tombstone's
+// window reads from its record is DecodeRecord's, for random records, cut
+// and corrupted ones.
+func TestRecordCreatedMatchesDecodeRecord(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	read := 0
+	for i := range 3000 {
+		raw := randomRecord(r)
+		if r.IntN(2) == 0 {
+			raw = raw[:r.IntN(len(raw))]
+		}
+		if r.IntN(3) == 0 && len(raw) > 0 {
+			raw = append([]byte(nil), raw...)
+			raw[r.IntN(len(raw))] ^= byte(1 + r.IntN(255))
+		}
+		rec, err := DecodeRecord(raw)
+		if err != nil {
+			continue
+		}
+		read++
+		created, err := recordCreated(raw)
+		if err != nil {
+			t.Fatalf("record %d: DecodeRecord reads it, recordCreated: %v", i, err)
+		}
+		if created != rec.Created.UnixNano() {
+			t.Fatalf("record %d: recordCreated %d, DecodeRecord %d", i, created, rec.Created.UnixNano())
+		}
+	}
+	if read < 1000 {
+		t.Fatalf("only %d of 3000 random records decoded", read)
+	}
+}

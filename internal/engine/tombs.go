@@ -11,24 +11,62 @@ import (
 // tomb is a finished task kept for deduplication (§6, §7). Only its record
 // is kept (decoded on demand: a duplicate hit, GC), packed into a shared
 // arena, so a tombstone costs little memory beyond its payload (SPEC B6).
-// Tombs are values in their class's completion order, never changed.
+// Tombs are 32-byte values in their class's completion order, never
+// changed; a million of them are 32 MB besides their records
+// (TestTombIs32Bytes).
 type tomb struct {
 	id uint64
-	// raw is the record, a string over arena bytes nothing writes again
-	// (8 bytes smaller than a slice header).
-	raw string
-	// created and completed are persisted (unix nanoseconds): restarts do
-	// not move a window (R6.3).
-	created, completed int64
-	cls                uint16
+	// rec points at the record's n bytes, in the arena or (a large one) in
+	// its own allocation; nothing writes them again. A pointer and a
+	// 32-bit length are 4 bytes smaller than a string header.
+	rec *byte
+	// completed is persisted (unix nanoseconds): restarts do not move a
+	// window (R6.3). The creation time, needed only to report a window,
+	// is read from the record.
+	completed int64
+	n         uint32
+	// cls is the retention class, with tombReplicated set for a replicated
+	// task.
+	cls uint16
 	// run is, on the first tombstone of a finished group, how many
 	// tombstones the group has (they follow it): GC deletes them together
 	// (R13.3). 0 or 1 for any other.
-	run        uint16
-	replicated bool
+	run uint16
 }
 
-func (tb tomb) class() int { return int(tb.cls) }
+// tombReplicated marks a replicated task's tombstone in tomb.cls.
+const tombReplicated = 1 << 15
+
+// newTomb returns the tombstone of a task with record raw, copied into the
+// arena.
+func (ts *tombstones) newTomb(id uint64, raw []byte, completed int64, cls int, replicated bool) tomb {
+	tb := tomb{id: id, completed: completed}
+	tb.setRaw(ts.keep(raw))
+	tb.setClass(cls)
+	if replicated {
+		tb.cls |= tombReplicated
+	}
+	return tb
+}
+
+// raw returns the record.
+func (tb tomb) raw() string { return unsafe.String(tb.rec, tb.n) }
+
+// setRaw makes s, which nothing writes again, the record.
+func (tb *tomb) setRaw(s string) { tb.rec, tb.n = unsafe.StringData(s), uint32(len(s)) }
+
+func (tb tomb) class() int { return int(tb.cls &^ tombReplicated) }
+
+// setClass moves tb to class cls.
+func (tb *tomb) setClass(cls int) { tb.cls = tb.cls&tombReplicated | uint16(cls) }
+
+func (tb tomb) replicated() bool { return tb.cls&tombReplicated != 0 }
+
+// created reads the task's creation time from its record (0 if unreadable).
+func (tb tomb) created() int64 {
+	created, _ := recordCreated(rawBytes(tb.raw()))
+	return created
+}
 
 // rawBytes returns a record string's bytes without copying; callers only
 // read them (proto.Unmarshal copies what it keeps).
@@ -50,7 +88,7 @@ func (cl *tombClass) live() int { return len(cl.order) - cl.head }
 type tombstones struct {
 	classes []*tombClass
 	// byID maps an id to its class (top 16 bits) and sequence number.
-	byID map[uint64]uint64
+	byID idRefs
 	// early counts, per class, tombstones evicted by MaxCount before their
 	// MaxLifetime (R6.3, R6.4).
 	early []int
@@ -71,7 +109,7 @@ const (
 )
 
 func (ts *tombstones) init(classes []Class) {
-	ts.byID = make(map[uint64]uint64)
+	ts.byID = newIDRefs()
 	ts.held = make(map[uint64]tomb)
 	for i, cl := range classes {
 		ts.classes = append(ts.classes, &tombClass{cfg: cl, idx: i})
@@ -98,8 +136,8 @@ func (ts *tombstones) keep(raw []byte) string {
 
 // push adds the newest tombstone of its class.
 func (ts *tombstones) push(tb tomb) {
-	cl := ts.classes[tb.cls]
-	ts.byID[tb.id] = uint64(tb.cls)<<seqBits | (cl.base + uint64(len(cl.order)))
+	cl := ts.classes[tb.class()]
+	ts.byID.set(tb.id, uint64(tb.class())<<seqBits|(cl.base+uint64(len(cl.order))))
 	cl.order = append(cl.order, tb)
 }
 
@@ -108,7 +146,7 @@ func (ts *tombstones) load(cls int, tombs []tomb) {
 	cl := ts.classes[cls]
 	cl.order, cl.head, cl.base = tombs, 0, 0
 	for i, tb := range tombs {
-		ts.byID[tb.id] = uint64(cls)<<seqBits | uint64(i)
+		ts.byID.set(tb.id, uint64(cls)<<seqBits|uint64(i))
 	}
 }
 
@@ -121,7 +159,7 @@ func (ts *tombstones) isHeld(id uint64) bool {
 }
 
 func (ts *tombstones) get(id uint64) (tomb, bool) {
-	ref, ok := ts.byID[id]
+	ref, ok := ts.byID.get(id)
 	if !ok {
 		tb, ok := ts.held[id]
 		return tb, ok
@@ -131,18 +169,18 @@ func (ts *tombstones) get(id uint64) (tomb, bool) {
 }
 
 func (ts *tombstones) has(id uint64) bool {
-	if _, ok := ts.byID[id]; ok {
+	if _, ok := ts.byID.get(id); ok {
 		return true
 	}
 	return ts.isHeld(id)
 }
 
-func (ts *tombstones) count() int { return len(ts.byID) + len(ts.held) }
+func (ts *tombstones) count() int { return ts.byID.len() + len(ts.held) }
 
 // headroom is how many newer tombstones of id's class may be created before
 // its MaxCount evicts id.
 func (ts *tombstones) headroom(id uint64) int {
-	ref, ok := ts.byID[id]
+	ref, ok := ts.byID.get(id)
 	if !ok {
 		return 0
 	}
@@ -154,7 +192,7 @@ func (ts *tombstones) headroom(id uint64) int {
 // dropOldest removes the n oldest tombstones of cl (GC deleted them).
 func (ts *tombstones) dropOldest(cl *tombClass, n int) {
 	for range n {
-		delete(ts.byID, cl.order[cl.head].id)
+		ts.byID.delete(cl.order[cl.head].id)
 		cl.order[cl.head] = tomb{}
 		cl.head++
 	}
@@ -262,7 +300,7 @@ func (c *Core) runGC(all bool) {
 			}
 			for _, x := range cl.order[i : i+n] {
 				v := victim{cl: cl, tb: x, early: !byAge}
-				if id, err := recordIdentity(rawBytes(x.raw)); err == nil {
+				if id, err := recordIdentity(rawBytes(x.raw())); err == nil {
 					v.id, v.ok = id, true
 				}
 				victims = append(victims, v)
@@ -280,7 +318,7 @@ func (c *Core) runGC(all bool) {
 	for _, v := range victims {
 		ops = append(ops, catalog.Delete(TaskKey(c.cfg.Prefix, v.tb.id)))
 		maxID = max(maxID, v.tb.id)
-		if v.tb.replicated {
+		if v.tb.replicated() {
 			if !grew {
 				collected, grew = c.collected.Clone(), true
 			}
@@ -300,9 +338,7 @@ func (c *Core) runGC(all bool) {
 	if c.cfg.Mutation == "retire-before-delete" {
 		for _, v := range victims {
 			if v.ok {
-				if sc := ScopeOf(v.id.Type, v.id.IdempotencyKey); c.index[sc] == v.tb.id {
-					delete(c.index, sc)
-				}
+				c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
 			}
 		}
 	}
@@ -347,9 +383,7 @@ func (c *Core) forget(vs []victim) {
 		}
 		c.tombs.dropOldest(v.cl, 1)
 		if v.ok {
-			if sc := ScopeOf(v.id.Type, v.id.IdempotencyKey); sc != (Scope{}) && c.index[sc] == v.tb.id {
-				delete(c.index, sc)
-			}
+			c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
 			if k := v.id.OwnerKey; k != "" && c.endedOwners[k] == v.tb.id {
 				delete(c.endedOwners, k)
 			}

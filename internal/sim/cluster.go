@@ -92,7 +92,7 @@ func newCluster(w *world, name string, lanes int) *cluster {
 			return 0
 		},
 		CheckInterval: 5 * time.Minute, MaxKeyLength: 64, MaxGroupMembers: map[bool]int{true: 4, false: 64}[w.maxCount == 3],
-		Mutation: w.cfg.Mutation,
+		Mutation: w.cfg.Mutation, IndexScopeBits: w.cfg.IndexScopeBits,
 	}
 	for _, p := range pchans {
 		c.cfg.ControlTargets = append(c.cfg.ControlTargets, p.Control())

@@ -19,6 +19,9 @@ type Config struct {
 	Seed uint64
 	// Mutation plants a known bug in the core (engine.Mutations).
 	Mutation string
+	// IndexScopeBits is the core's engine.Config.IndexScopeBits: how many
+	// bits of a scope key the idempotency index's main map (0: 64).
+	IndexScopeBits int
 	// Replication runs the two-cluster scenario: a secondary follows the
 	// primary's WAL, the primary is lost, the secondary is force-promoted.
 	// Default: chosen by the seed.
