@@ -142,6 +142,10 @@ type TombstoneConfig struct {
 	Classes []RetentionClass
 }
 
+// MaxRetentionClasses bounds TombstoneConfig.Classes: a tombstone stores
+// its class in 15 bits, and every class is a queue GC walks.
+const MaxRetentionClasses = 1024
+
 // RetentionClass is a retention class of its own for some message types:
 // their tombstones are kept until older than MaxLifetime or beyond the
 // class's newest MaxCount. The memory tombstones take is bounded by the sum
@@ -270,6 +274,9 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Tombstone.MaxLifetime < 0 || cfg.Tombstone.MaxCount < 0 || cfg.Tombstone.CheckInterval < 0 {
 		return bad("Tombstone", "negative values in %+v", cfg.Tombstone)
+	}
+	if n := len(cfg.Tombstone.Classes); n > MaxRetentionClasses {
+		return bad("Tombstone.Classes", "%d classes, more than %d", n, MaxRetentionClasses)
 	}
 	names := map[string]bool{DefaultClass: true}
 	typed := map[message.Type]string{}

@@ -830,6 +830,21 @@ func TestR2_3_UnknownPChannelRefused(t *testing.T) {
 	}
 }
 
+// TestR6_4_RetentionClassesBounded: more than MaxRetentionClasses classes
+// is a configuration error, said as such, not a broadcaster whose
+// tombstones mix up their classes.
+func TestR6_4_RetentionClassesBounded(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.tryOpen(func(c *broadcast.Config) {
+		for i := range broadcast.MaxRetentionClasses + 1 {
+			typ := message.Type{Name: fmt.Sprint("T", i), Version: 1}
+			c.Tombstone.Classes = append(c.Tombstone.Classes, broadcast.RetentionClass{Name: fmt.Sprint("c", i), Types: []message.Type{typ}})
+		}
+	}); !errors.Is(err, broadcast.ErrInvalidConfig) || !strings.Contains(err.Error(), "more than 1024") {
+		t.Fatalf("%d retention classes: %v", broadcast.MaxRetentionClasses+1, err)
+	}
+}
+
 // TestR9_5_TasksPageByCursor: Tasks pages through tasks newest first with an
 // id cursor, live and tombstoned alike.
 func TestR9_5_TasksPageByCursor(t *testing.T) {

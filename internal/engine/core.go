@@ -125,8 +125,8 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if len(cfg.Classes) == 0 {
-		return nil, fmt.Errorf("engine: no retention class")
+	if len(cfg.Classes) == 0 || len(cfg.Classes) >= tombReplicated {
+		return nil, fmt.Errorf("engine: %d retention classes (1 to %d)", len(cfg.Classes), tombReplicated-1)
 	}
 	if cfg.ClassOf == nil {
 		cfg.ClassOf = func(message.Type) int { return 0 }
