@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -296,27 +297,14 @@ func TestEncodeTaskMatchesProto(t *testing.T) {
 // record is what DecodeRecord gives those fields, for random records, cut
 // and corrupted ones (wherever DecodeRecord reads the record).
 func TestRecordIdentityMatchesDecodeRecord(t *testing.T) {
-	r := rand.New(rand.NewPCG(15, 16))
-	for i := range 3000 {
-		raw := randomRecord(r)
-		if r.IntN(2) == 0 {
-			raw = raw[:r.IntN(len(raw))]
-		}
-		if r.IntN(3) == 0 && len(raw) > 0 {
-			raw = append([]byte(nil), raw...)
-			raw[r.IntN(len(raw))] ^= byte(1 + r.IntN(255))
-		}
-		rec, err := DecodeRecord(raw)
-		if err != nil {
-			continue
-		}
-		id, err := recordIdentity(raw)
+	for i, c := range decodableRecords(t, rand.New(rand.NewPCG(15, 16)), 3000) {
+		id, err := recordIdentity(c.raw)
 		if err != nil {
 			t.Fatalf("record %d: DecodeRecord reads it, recordIdentity: %v", i, err)
 		}
-		want := message.Identity{Type: rec.Msg.Type, IdempotencyKey: rec.Msg.IdempotencyKey}
-		if rec.Msg.Group != nil {
-			want.OwnerKey = rec.Msg.Group.OwnerKey
+		want := message.Identity{Type: c.rec.Msg.Type, IdempotencyKey: c.rec.Msg.IdempotencyKey}
+		if c.rec.Msg.Group != nil {
+			want.OwnerKey = c.rec.Msg.Group.OwnerKey
 		}
 		if id != want {
 			t.Fatalf("record %d: recordIdentity %+v, DecodeRecord %+v", i, id, want)
@@ -328,31 +316,49 @@ func TestRecordIdentityMatchesDecodeRecord(t *testing.T) {
 // window reads from its record is DecodeRecord's, for random records, cut
 // and corrupted ones.
 func TestRecordCreatedMatchesDecodeRecord(t *testing.T) {
-	r := rand.New(rand.NewPCG(17, 18))
-	read := 0
-	for i := range 3000 {
-		raw := randomRecord(r)
-		if r.IntN(2) == 0 {
-			raw = raw[:r.IntN(len(raw))]
-		}
-		if r.IntN(3) == 0 && len(raw) > 0 {
-			raw = append([]byte(nil), raw...)
-			raw[r.IntN(len(raw))] ^= byte(1 + r.IntN(255))
-		}
-		rec, err := DecodeRecord(raw)
-		if err != nil {
-			continue
-		}
-		read++
-		created, err := recordCreated(raw)
+	for i, c := range decodableRecords(t, rand.New(rand.NewPCG(17, 18)), 3000) {
+		created, err := recordCreated(c.raw)
 		if err != nil {
 			t.Fatalf("record %d: DecodeRecord reads it, recordCreated: %v", i, err)
 		}
-		if created != rec.Created.UnixNano() {
-			t.Fatalf("record %d: recordCreated %d, DecodeRecord %d", i, created, rec.Created.UnixNano())
+		if created != c.rec.Created.UnixNano() {
+			t.Fatalf("record %d: recordCreated %d, DecodeRecord %d", i, created, c.rec.Created.UnixNano())
 		}
 	}
-	if read < 1000 {
-		t.Fatalf("only %d of 3000 random records decoded", read)
+}
+
+// recordCase is a record's encoding and what DecodeRecord read from it.
+type recordCase struct {
+	raw []byte
+	rec *Record
+}
+
+// decodableRecords yields those of n random records, some cut and some
+// corrupted, that DecodeRecord reads (with its number among the n), and
+// fails t if fewer than a third were.
+func decodableRecords(t *testing.T, r *rand.Rand, n int) iter.Seq2[int, recordCase] {
+	return func(yield func(int, recordCase) bool) {
+		read := 0
+		for i := range n {
+			raw := randomRecord(r)
+			if r.IntN(2) == 0 {
+				raw = raw[:r.IntN(len(raw))]
+			}
+			if r.IntN(3) == 0 && len(raw) > 0 {
+				raw = append([]byte(nil), raw...)
+				raw[r.IntN(len(raw))] ^= byte(1 + r.IntN(255))
+			}
+			rec, err := DecodeRecord(raw)
+			if err != nil {
+				continue
+			}
+			read++
+			if !yield(i, recordCase{raw, rec}) {
+				return
+			}
+		}
+		if read < n/3 {
+			t.Fatalf("only %d of %d random records decoded", read, n)
+		}
 	}
 }
