@@ -77,7 +77,8 @@ func Write(dir string, c bench.Curve) ([]string, error) {
 // within less than a decade), all labelled when the axis spans at most
 // three decades (gonum's LogTicks
 // labels only powers of ten, so a narrow axis had no labels), otherwise
-// the powers of ten labelled and the rest as minor ticks.
+// the powers of ten labelled and the rest as minor ticks. An axis too
+// narrow for two of those (216 to 265) gets a linear axis's ticks.
 type logTicks struct{}
 
 func (logTicks) Ticks(lo, hi float64) []plot.Tick {
@@ -103,6 +104,9 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 			}
 			ticks = append(ticks, t)
 		}
+	}
+	if len(ticks) < 2 {
+		return plainTicks{}.Ticks(lo, hi)
 	}
 	return ticks
 }

@@ -34,16 +34,22 @@ func TestWrite(t *testing.T) {
 	}
 }
 
-// TestLogTicks labels a narrow axis between its powers of ten.
+// TestLogTicks labels a narrow axis between its powers of ten, and one
+// too narrow for them (the memory curve's 216 to 265 B) as a linear one.
 func TestLogTicks(t *testing.T) {
-	labels := 0
-	for _, tk := range (logTicks{}).Ticks(1.5, 4) {
-		if tk.Label != "" {
-			labels++
+	for _, r := range [][2]float64{{1.5, 4}, {216, 265}, {0.2, 3000}} {
+		labels := 0
+		for _, tk := range (logTicks{}).Ticks(r[0], r[1]) {
+			if tk.Value < r[0] || tk.Value > r[1] {
+				t.Errorf("axis %v: tick %v outside it", r, tk.Value)
+			}
+			if tk.Label != "" {
+				labels++
+			}
 		}
-	}
-	if labels < 2 {
-		t.Fatalf("%d labels on an axis from 1.5 to 4", labels)
+		if labels < 2 {
+			t.Errorf("%d labels on an axis from %v to %v", labels, r[0], r[1])
+		}
 	}
 }
 
