@@ -3,11 +3,13 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
@@ -67,5 +69,43 @@ func TestKeyedBroadcastRetriedAfterServerCancel(t *testing.T) {
 	}
 	if res.BroadcastID == 0 || calls.Load() != 2 {
 		t.Fatalf("result %+v after %d calls to the leader, want 2", res, calls.Load())
+	}
+}
+
+// cancelingApp is the generic application plus one service of its own
+// whose every call the server cancels, as a metadata call cut short by
+// its coordinator's term ending.
+type cancelingApp struct{ server.GenericApp }
+
+const cancelingPath = "/walcast.test.v1.Canceling/Call"
+
+func (cancelingApp) Handlers(_ server.Leader, opts ...connect.HandlerOption) map[string]http.Handler {
+	return map[string]http.Handler{cancelingPath: connect.NewUnaryHandler(cancelingPath,
+		func(context.Context, *connect.Request[emptypb.Empty]) (*connect.Response[emptypb.Empty], error) {
+			return nil, fmt.Errorf("term ending: %w", context.Canceled)
+		}, opts...)}
+}
+
+// TestAppServiceCanceledCallIsUnavailable: the process gives an
+// application's own services (the metadata service's, in walcast) the same
+// answer to a call it cancels as BroadcastService: Unavailable, which a
+// client retries.
+func TestAppServiceCanceledCallIsUnavailable(t *testing.T) {
+	ctx := ctxT(t)
+	cfg := server.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Metrics.Addr = ""
+	cfg.Log.Level = "error"
+	p, err := server.StartStandalone(ctx, cfg, cancelingApp{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := connect.NewClient[emptypb.Empty, emptypb.Empty](http.DefaultClient, "http://"+p.APIAddr()+cancelingPath)
+	_, err = c.CallUnary(ctx, connect.NewRequest(&emptypb.Empty{}))
+	ce := wantCode(t, err, connect.CodeUnavailable)
+	if !strings.Contains(ce.Message(), "the coordinator canceled the call, not the client") {
+		t.Fatalf("error %v does not say who canceled the call", ce)
 	}
 }
