@@ -12,7 +12,7 @@ import (
 
 // scopeIndex is the idempotency index's storage. Its main map is keyed by
 // 64 bits of a scope, so a million tombstones' entries take 16-byte slots
-// instead of 24-byte ones (SPEC B6: 25 bytes less per tombstone at 1M).
+// instead of 24-byte ones (SPEC B6: 18 bytes less per tombstone at 1M).
 // An entry's id tells its whole scope (its task's, or its tombstone
 // record's), which a hit checks (Core.scopeOfID). A scope whose 64 bits an
 // entry of another scope holds goes to the exact map, read first. Two
