@@ -258,6 +258,11 @@ func (t *h1Transport) conn(ctx context.Context, hostport string) (*h1Conn, error
 func (t *h1Transport) open(ctx context.Context, hostport string) (*h1Conn, error) {
 	nc, err := t.dial(ctx, "tcp", hostport)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			// Why the context ended, as a round trip says it, and which
+			// dial it cut short.
+			return nil, fmt.Errorf("%w: %w", cause, err)
+		}
 		return nil, err
 	}
 	cc := &byteCounter{nc: nc}

@@ -242,6 +242,32 @@ func TestH1ContextEndsARoundTrip(t *testing.T) {
 	}
 }
 
+// TestH1ContextEndsADial: a context that ends while the connection is
+// still being dialled ends the call with its cause too, as it does a round
+// trip (the dial is held until the context ends, as a dial to a slow peer).
+func TestH1ContextEndsADial(t *testing.T) {
+	rt := newH1Transport(&recordingRT{}, nil, 4)
+	defer rt.close()
+	dialing := make(chan struct{})
+	rt.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		close(dialing)
+		<-ctx.Done()
+		return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()} // as net.Dialer says it
+	}
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := call(t, ctx, rt, http.MethodPost, "http://127.0.0.1:1/x", "x")
+		done <- err
+	}()
+	<-dialing
+	errGaveUp := errors.New("gave up")
+	cancelCause(errGaveUp)
+	if err := <-done; !errors.Is(err, errGaveUp) {
+		t.Fatalf("call cancelled while dialling: %v, want its cause", err)
+	}
+}
+
 // TestH1ResponseBodies: a body closed unread costs its connection (its
 // bytes would be read as the next answer), chunked and close-delimited
 // answers are read whole.
