@@ -92,18 +92,9 @@ func (cancelingApp) Handlers(_ server.Leader, opts ...connect.HandlerOption) map
 // client retries.
 func TestAppServiceCanceledCallIsUnavailable(t *testing.T) {
 	ctx := ctxT(t)
-	cfg := server.Default()
-	cfg.DataDir = t.TempDir()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Metrics.Addr = ""
-	cfg.Log.Level = "error"
-	p, err := server.StartStandalone(ctx, cfg, cancelingApp{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := standaloneApp(t, ctx, "cancel", cancelingApp{}, nil)
 	c := connect.NewClient[emptypb.Empty, emptypb.Empty](http.DefaultClient, "http://"+p.APIAddr()+cancelingPath)
-	_, err = c.CallUnary(ctx, connect.NewRequest(&emptypb.Empty{}))
+	_, err := c.CallUnary(ctx, connect.NewRequest(&emptypb.Empty{}))
 	ce := wantCode(t, err, connect.CodeUnavailable)
 	if !strings.Contains(ce.Message(), "the coordinator canceled the call, not the client") {
 		t.Fatalf("error %v does not say who canceled the call", ce)

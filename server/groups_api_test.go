@@ -24,6 +24,12 @@ import (
 // mod applied to its configuration; it is closed when the test ends.
 func standaloneWith(t *testing.T, ctx context.Context, name string, mod func(*server.Config)) *server.Process {
 	t.Helper()
+	return standaloneApp(t, ctx, name, server.GenericApp{}, mod)
+}
+
+// standaloneApp is standaloneWith serving app.
+func standaloneApp(t *testing.T, ctx context.Context, name string, app server.App, mod func(*server.Config)) *server.Process {
+	t.Helper()
 	cfg := server.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.Cluster.Name = name
@@ -33,7 +39,7 @@ func standaloneWith(t *testing.T, ctx context.Context, name string, mod func(*se
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+	p, err := server.StartStandalone(ctx, cfg, app)
 	if err != nil {
 		t.Fatal(err)
 	}
