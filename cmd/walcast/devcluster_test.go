@@ -53,12 +53,25 @@ func TestR9_11_DevClusterCommand(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		// Killing the harness kills its members (their parent-death
 		// signal).
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	})
+	// ended says how the harness ended, once its stdout did: its error
+	// message is on stderr, complete only once it has exited.
+	ended := func() string {
+		select {
+		case err := <-exited:
+			exited <- err // for the cleanup
+			return fmt.Sprintf("exit: %v", err)
+		case <-time.After(10 * time.Second):
+			return "its stdout ended, it still runs"
+		}
+	}
 	lines := make(chan string, 100)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -77,7 +90,8 @@ func TestR9_11_DevClusterCommand(t *testing.T) {
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("dev-cluster ended before %q:\n%s\n%s", re, seen.String(), stderr.String())
+					how := ended()
+					t.Fatalf("dev-cluster ended before %q (%s):\n%s\n%s", re, how, seen.String(), stderr.String())
 				}
 				seen.WriteString(l + "\n")
 				if rx.MatchString(l) {
@@ -126,7 +140,9 @@ func TestR9_11_DevClusterCommand(t *testing.T) {
 	until(`^node-1 +\d+ +running`)
 	send("quit")
 	until(`^stopping the cluster`)
-	if err := cmd.Wait(); err != nil {
+	err = <-exited
+	exited <- err // for the cleanup
+	if err != nil {
 		t.Fatalf("dev-cluster exited: %v\n%s", err, stderr.String())
 	}
 	for name, pid := range pids {
