@@ -194,7 +194,10 @@ func TestFixedPort(t *testing.T) {
 // survive the loss of one server (the leader), and each server's /varz
 // reports the sync setting walcast checks.
 func TestClusterReplicatedStream(t *testing.T) {
-	ctx := tctx(t)
+	// Three servers fsyncing every write on a loaded CI machine: the
+	// cluster's start and the stream's first election may take a while.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	servers, err := StartCluster(ctx, "c", t.TempDir(), 3, Config{SyncAlways: true, Monitor: true})
 	if err != nil {
 		t.Fatal(err)
@@ -215,9 +218,21 @@ func TestClusterReplicatedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R", Subjects: []string{"r"}, Storage: jetstream.FileStorage, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
+	// A create request the meta leader does not answer (CI saw one wait out
+	// the test's 20 s) is sent again; creating a stream with the same
+	// configuration is idempotent.
+	var st jetstream.Stream
+	for deadline := time.Now().Add(40 * time.Second); ; {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err = js.CreateStream(actx, jetstream.StreamConfig{Name: "R", Subjects: []string{"r"}, Storage: jetstream.FileStorage, Replicas: 3})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create stream: %v", err)
+		}
+		t.Logf("create stream: %v; retrying", err)
 	}
 	// The stream was just created: its replicas may still be electing
 	// their first leader, and a publish meanwhile gets no answer ("no
