@@ -796,16 +796,8 @@ func (e *Env) b6(ctx context.Context, cfg Config) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var with, without runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&with)
 	live := b.B.Stats().Tombstones
-	b.Close()
-	b = nil
-	runtime.GC()
-	runtime.ReadMemStats(&without)
-	perTomb := (float64(with.HeapAlloc) - float64(without.HeapAlloc)) / float64(max(live, 1))
-	beyond := perTomb - payload
+	beyond := heapHeld(func() { b.Close(); b = nil })/float64(max(live, 1)) - payload
 	// Readiness: tombstones + pending.
 	if err := writeRecords(ctx, cat, e.MaxOps, uint64(cfg.Tombstones)+1, cfg.Pending, durablepb.TaskState_TASK_STATE_PENDING, payload); err != nil {
 		return nil, err
@@ -849,6 +841,20 @@ func benchRecord(id, i uint64, state durablepb.TaskState, now time.Time, pay, di
 		}
 	}
 	return proto.Marshal(rec)
+}
+
+// heapHeld is what the live heap loses when drop lets something go: the
+// heap after a collection before drop, less the heap after one after it.
+// drop must leave no reference to what it lets go (a variable the closure
+// captured is set to nil).
+func heapHeld(drop func()) float64 {
+	var with, without runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&with)
+	drop()
+	runtime.GC()
+	runtime.ReadMemStats(&without)
+	return float64(with.HeapAlloc) - float64(without.HeapAlloc)
 }
 
 // writeRecords writes count task records with ids from first, in batches.

@@ -61,25 +61,20 @@ func memoryPerTombstone(b *testing.B, n int) float64 {
 	pchans := []message.PChannel{"wal-0", "wal-1", "wal-2", "wal-3"}
 	types := message.NewRegistry()
 	types.MustRegister(message.TypeInfo{Type: BenchType})
-	var with, without runtime.MemStats
 	bc, err := broadcast.New(ctx, broadcast.Config{Catalog: store.Open(), WAL: wal.New(walmem.New(pchans...), wal.WithLanes(1, pchans)),
 		Types: types, ControlChannel: pchans[0].Control(), PChannels: pchans, Prefix: "bc/",
 		Logger: slog.New(slog.DiscardHandler), Tombstone: broadcast.TombstoneConfig{MaxCount: 1 << 30, MaxLifetime: 24 * time.Hour}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&with)
 	live := bc.Stats().Tombstones
-	if err := bc.Close(); err != nil {
+	held := heapHeld(func() { err = bc.Close(); bc = nil })
+	runtime.KeepAlive(store) // the records the catalog holds are not the broadcaster's
+	if err != nil {
 		b.Fatal(err)
 	}
-	bc = nil
-	runtime.GC()
-	runtime.ReadMemStats(&without)
-	runtime.KeepAlive(store) // the records the catalog holds are not the broadcaster's
 	if live != n {
 		b.Fatalf("recovered %d tombstones of %d", live, n)
 	}
-	return (float64(with.HeapAlloc)-float64(without.HeapAlloc))/float64(live) - payload
+	return held/float64(live) - payload
 }

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -474,14 +473,7 @@ func (e *Env) recoverTombstones(ctx context.Context, n int, t *tracker) (tombPoi
 	st.end()
 	p.dup50, p.dup99 = Median(lat), Quantile(lat, 0.99)
 	live := b.B.Stats().Tombstones
-	var with, without runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&with)
-	b.Close()
-	b = nil
-	runtime.GC()
-	runtime.ReadMemStats(&without)
-	p.perTomb = (float64(with.HeapAlloc)-float64(without.HeapAlloc))/float64(max(live, 1)) - payload
+	p.perTomb = heapHeld(func() { b.Close(); b = nil })/float64(max(live, 1)) - payload
 	return p, nil
 }
 
