@@ -189,6 +189,24 @@ func TestFixedPort(t *testing.T) {
 	}
 }
 
+// retryFor runs op, each attempt bounded by per, until it succeeds; the
+// test fails with op's last error once total has passed.
+func retryFor(t *testing.T, ctx context.Context, what string, total, per time.Duration, op func(context.Context) error) {
+	t.Helper()
+	for deadline := time.Now().Add(total); ; {
+		actx, cancel := context.WithTimeout(ctx, per)
+		err := op(actx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %v; retrying", what, err)
+	}
+}
+
 // TestClusterReplicatedStream runs three clustered servers: a stream with
 // three replicas gets a leader and two current followers, its messages
 // survive the loss of one server (the leader), and each server's /varz
@@ -222,34 +240,18 @@ func TestClusterReplicatedStream(t *testing.T) {
 	// the test's 20 s) is sent again; creating a stream with the same
 	// configuration is idempotent.
 	var st jetstream.Stream
-	for deadline := time.Now().Add(40 * time.Second); ; {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err = js.CreateStream(actx, jetstream.StreamConfig{Name: "R", Subjects: []string{"r"}, Storage: jetstream.FileStorage, Replicas: 3})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create stream: %v", err)
-		}
-		t.Logf("create stream: %v; retrying", err)
-	}
+	retryFor(t, ctx, "create stream", 40*time.Second, 5*time.Second, func(ctx context.Context) (err error) {
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "R", Subjects: []string{"r"}, Storage: jetstream.FileStorage, Replicas: 3})
+		return err
+	})
 	// The stream was just created: its replicas may still be electing
 	// their first leader, and a publish meanwhile gets no answer ("no
 	// response from stream", as CI saw once). Retried with a message id,
 	// as the WAL does, so that it lands once.
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		actx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := js.Publish(actx, "r", []byte("one"), jetstream.WithMsgID("one"))
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("first publish: %v", err)
-		}
-		t.Logf("first publish: %v; retrying", err)
-	}
+	retryFor(t, ctx, "first publish", 15*time.Second, time.Second, func(ctx context.Context) error {
+		_, err := js.Publish(ctx, "r", []byte("one"), jetstream.WithMsgID("one"))
+		return err
+	})
 	info, err := st.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
