@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"

@@ -18,11 +18,11 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/catalog"
-	"github.com/walcast/walcast/internal/engine"
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/tracing"
 	"github.com/walcast/walcast/wal"
 )
 

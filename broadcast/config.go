@@ -90,7 +90,7 @@ type Config struct {
 	// Observer receives events for metrics. Default none.
 	Observer Observer
 	// TracerProvider creates the engine's spans (R9.6; span names in
-	// internal/tracing). Default otel.GetTracerProvider(), which does
+	// tracing). Default otel.GetTracerProvider(), which does
 	// nothing until the process installs a provider.
 	TracerProvider trace.TracerProvider
 }

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/broadcast/internal/crash"
 	"github.com/walcast/walcast/catalog"
-	"github.com/walcast/walcast/internal/crash"
 	"github.com/walcast/walcast/internal/durablepb"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"

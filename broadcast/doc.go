@@ -62,7 +62,7 @@
 // # Observability
 //
 // Config.Observer receives the events behind the metrics of R9.6
-// (internal/metrics exports them to Prometheus). Config.TracerProvider
+// (server/internal/metrics exports them to Prometheus). Config.TracerProvider
 // traces each broadcast: Broadcast starts "walcast.broadcast" from the
 // caller's context and, unless the message already carries a W3C trace
 // context, stores that span's context in the message before the task is
@@ -70,12 +70,12 @@
 // "walcast.callback" (one per attempt; the callback's context carries it) and
 // "walcast.tombstone" — are children of the stored context, so they join the
 // caller's trace even after a restart, and streaming nodes join it from the
-// copies they read (internal/tracing). Spans carry the idempotency key's
+// copies they read (tracing). Spans carry the idempotency key's
 // fingerprint, never the key.
 //
 // # Implementation notes
 //
-// The engine's rules live in a decision core (internal/engine): a state
+// The engine's rules live in a decision core (broadcast/internal/engine): a state
 // machine with no goroutines, no I/O and no clock, which takes events and
 // returns actions. This package is its face and driver, in the manner of the
 // loop a user of etcd's raft package writes:
@@ -118,10 +118,10 @@
 //     handle's own fields; the tracing spans of tasks have a mutex of their
 //     own (written by the loop and by commit workers).
 //
-// The task state machine is one table (internal/engine/transitions.go, also
+// The task state machine is one table (broadcast/internal/engine/transitions.go, also
 // in docs/design.md); the durable-write policy, what every outcome of every
-// catalog or WAL write means, is another (internal/engine/policy.go). The
-// deterministic simulator (internal/sim) drives the same core with a virtual
+// catalog or WAL write means, is another (broadcast/internal/engine/policy.go). The
+// deterministic simulator (broadcast/internal/sim) drives the same core with a virtual
 // clock and seeded faults; a rule of the engine is tested there, this
 // package's tests check the driver and the backends.
 package broadcast

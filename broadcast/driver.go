@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/clock"
-	"github.com/walcast/walcast/internal/engine"
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/internal/wait"
+	"github.com/walcast/walcast/tracing"
 	"github.com/walcast/walcast/wal"
 )
 

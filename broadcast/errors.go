@@ -1,7 +1,7 @@
 package broadcast
 
 import (
-	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 )
 
 // Errors. Check them with errors.Is.

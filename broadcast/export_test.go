@@ -3,7 +3,7 @@ package broadcast
 import (
 	"context"
 
-	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/resource"
 )
 

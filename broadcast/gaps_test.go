@@ -20,7 +20,7 @@ import (
 
 // Scenarios of the reference system's own suite that need the driver
 // (goroutines, contexts, Close) rather than the decision core alone; the
-// core-level ones are in internal/sim (peer-suite-gaps.md numbers).
+// core-level ones are in broadcast/internal/sim (peer-suite-gaps.md numbers).
 
 // hangLog makes appends to one pchannel hang until their context ends.
 type hangLog struct {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -17,7 +17,7 @@ import (
 // multi-step DDL); a resource-key owner is a broadcast of a type that
 // acquires a long-lived ownership of its keys (an Import) and the
 // broadcast of a type that ends it (its CommitImport or RollbackImport).
-// See internal/engine/groups.go for the rules.
+// See broadcast/internal/engine/groups.go for the rules.
 
 // ErrTxnFull reports a transaction member beyond Config.Txn.MaxMembers: the
 // last member is kept for the transaction's Commit or Rollback.

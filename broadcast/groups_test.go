@@ -16,7 +16,7 @@ import (
 
 // Groups, owners, per-channel roles, unreplicable broadcasts and
 // try-acquire through the driver (docs/spec.md §13). The rules themselves
-// are simulated on the core (internal/sim); these check the face: the
+// are simulated on the core (broadcast/internal/sim); these check the face: the
 // library API, its errors, and that the driver carries everything through
 // restarts.
 
@@ -383,7 +383,7 @@ func TestR13_7_OwnerKeepsItsKeysUntilItsEnd(t *testing.T) {
 // the consumer's extra reaches the caller and stays in the tombstone across
 // a restart (R13.12); per-target roles and payloads travel with the
 // message (R13.10). A crash between the phases is simulated on the core
-// (internal/sim).
+// (broadcast/internal/sim).
 func TestR13_11_TwoPhaseAppend(t *testing.T) {
 	e := newEnv(t)
 	b := e.open()

@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/walcast/walcast/internal/engine"
-	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/tracing"
 )
 
 // Handle is a one-shot right to broadcast while holding resource keys. Get

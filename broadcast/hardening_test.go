@@ -15,12 +15,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/broadcast/internal/crash"
 	"github.com/walcast/walcast/catalog"
-	"github.com/walcast/walcast/internal/crash"
 	"github.com/walcast/walcast/internal/durablepb"
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/tracing"
 	"github.com/walcast/walcast/wal"
 )
 
@@ -110,7 +110,7 @@ func clusterKey(b *broadcast.Broadcaster) (resource.KeyState, bool) {
 // roleWitness is a log handler that counts the broadcaster's role changes.
 // (That the new role is in force before the demotion releases the Cluster
 // key is checked on the decision core: TestR8_1_RoleAppliedBeforeKeysReleased
-// in internal/engine.)
+// in broadcast/internal/engine.)
 type roleWitness struct {
 	changes *atomic.Int32
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/broadcast/internal/crash"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/clock"
-	"github.com/walcast/walcast/internal/crash"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/broadcast"
-	"github.com/walcast/walcast/internal/crash"
+	"github.com/walcast/walcast/broadcast/internal/crash"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/resource"

@@ -7,9 +7,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/walcast/walcast/internal/engine"
-	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/tracing"
 )
 
 // Tracing (R9.6). Handle.Broadcast starts a span from the caller's context

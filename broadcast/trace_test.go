@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walcast/walcast/broadcast"
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/tracing"
 	"github.com/walcast/walcast/wal"
 	wmem "github.com/walcast/walcast/wal/memory"
 )

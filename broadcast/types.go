@@ -3,7 +3,7 @@ package broadcast
 import (
 	"errors"
 
-	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 )
 
 var (
@@ -92,3 +92,14 @@ var AlterReplicateConfig = engine.AlterReplicateConfig
 // A broadcast whose caller sets one is refused as invalid (Check), so no
 // caller can, say, keep a DDL from replicating.
 const ReservedPropertyPrefix = engine.ReservedPropertyPrefix
+
+// PayloadDigest is the digest a task record keeps of its message's payload:
+// a keyed retry whose payload has another digest is refused as a key reused
+// for other work (R7.3). Tools that write task records themselves (the
+// bench's recovery load) use it to make records a retry can hit.
+func PayloadDigest(payload []byte) []byte { return engine.PayloadDigest(payload) }
+
+// IDSpace returns the id space of broadcast id: 0 for a cluster that was
+// never promoted, and one more per force promote, so that every id a
+// promoted cluster allocates is above every id of the primary it replaced.
+func IDSpace(id uint64) uint64 { return engine.Space(id) }

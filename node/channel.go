@@ -13,9 +13,9 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/internal/retry"
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/tracing"
 	"github.com/walcast/walcast/wal"
 )
 

@@ -11,7 +11,6 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	cmem "github.com/walcast/walcast/catalog/memory"
-	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/replicate"
@@ -59,7 +58,7 @@ func TestR8_3_PromotedIDsNeverMeetThePrimarys(t *testing.T) {
 	}
 	// The follow's own configuration change takes no broadcast id: no id
 	// block is reserved.
-	if _, err := westCat.Get(ctx, engine.IDsKey("bc/")); !errors.Is(err, catalog.ErrNotFound) {
+	if _, err := westCat.Get(ctx, "bc/ids/broadcast"); !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatalf("the follow reserved broadcast ids: %v", err)
 	}
 	ddl := func(b *broadcast.Broadcaster, i int, targets ...message.VChannel) uint64 {
@@ -128,11 +127,11 @@ func TestR8_3_PromotedIDsNeverMeetThePrimarys(t *testing.T) {
 		after = append(after, ddl(secondary, 100+i, "wal-1/x"))
 	}
 	for i, id := range after {
-		if engine.Space(id) == 0 || i > 0 && id <= after[i-1] {
+		if broadcast.IDSpace(id) == 0 || i > 0 && id <= after[i-1] {
 			t.Errorf("promoted cluster's id %d (%d of %v) is not in a new id space, increasing", id, i, after)
 		}
 		for _, pid := range primaryIDs {
-			if engine.Space(pid) >= engine.Space(id) {
+			if broadcast.IDSpace(pid) >= broadcast.IDSpace(id) {
 				t.Errorf("primary id %d is in the space of promoted id %d", pid, id)
 			}
 		}
@@ -143,7 +142,7 @@ func TestR8_3_PromotedIDsNeverMeetThePrimarys(t *testing.T) {
 			t.Errorf("replicated broadcast %d on the promoted cluster: %+v, %v; want a TOMBSTONE of %s", id, ti, err, typDDL)
 		}
 	}
-	if _, err := westCat.Get(ctx, engine.IDsKey("bc/")); err != nil {
+	if _, err := westCat.Get(ctx, "bc/ids/broadcast"); err != nil {
 		t.Fatalf("the promoted cluster's id floor: %v", err)
 	}
 	ti, err := secondary.Task(res.r.BroadcastID)

@@ -8,10 +8,10 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
-	"github.com/walcast/walcast/internal/metrics"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/replicate"
 	"github.com/walcast/walcast/server/console"
+	"github.com/walcast/walcast/server/internal/metrics"
 	"github.com/walcast/walcast/wal"
 )
 

@@ -17,10 +17,10 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/embedetcd"
-	"github.com/walcast/walcast/internal/metrics"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/server"
+	"github.com/walcast/walcast/server/internal/metrics"
 	"github.com/walcast/walcast/wal"
 	wmem "github.com/walcast/walcast/wal/memory"
 )

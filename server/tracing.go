@@ -20,7 +20,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/walcast/walcast/internal/metrics"
+	"github.com/walcast/walcast/server/internal/metrics"
 )
 
 // setupTracing installs the process's OpenTelemetry tracer provider from

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/walcast/walcast/internal/bench"
-	"github.com/walcast/walcast/internal/bench/plot"
+	"github.com/walcast/walcast/cmd/walcast/internal/bench"
+	"github.com/walcast/walcast/cmd/walcast/internal/bench/plot"
 )
 
 func benchCmd(g *globals) *cobra.Command {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/internal/bench"
+	"github.com/walcast/walcast/cmd/walcast/internal/bench"
 )
 
 // TestBenchProgressLines: bench's progress is JSON lines with duration

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
-	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 	walkafka "github.com/walcast/walcast/wal/kafka"
@@ -297,7 +297,7 @@ func followAndPromote(t *testing.T, east *testCluster, westWAL walBackend, resta
 		t.Fatalf("force promote: %v\n%s", r.err, west.coord.out())
 	}
 	for id := range replicated {
-		if engine.Space(r.id) <= engine.Space(id) || r.id <= id {
+		if broadcast.IDSpace(r.id) <= broadcast.IDSpace(id) || r.id <= id {
 			t.Errorf("promote id %d is not in an id space above east's %d", r.id, id)
 		}
 	}
@@ -308,7 +308,7 @@ func followAndPromote(t *testing.T, east *testCluster, westWAL walBackend, resta
 	westIDs := map[uint64]string{}
 	ddl(ctx, t, west, "promoted", westIDs)
 	for id := range westIDs {
-		if engine.Space(id) != engine.Space(r.id) || id <= r.id {
+		if broadcast.IDSpace(id) != broadcast.IDSpace(r.id) || id <= r.id {
 			t.Errorf("id %d allocated after the promote %d is not above it in its id space", id, r.id)
 		}
 	}

@@ -191,6 +191,21 @@ type Member struct {
 	paused bool          // protected by mu
 }
 
+// Plan lays out a cluster without starting it: the members with their
+// ports, and the configuration file of each coordinator and node in
+// cfg.Dir. Start does the same and then starts the members; a planned
+// cluster's members cannot be started.
+func Plan(cfg Config) (*Cluster, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, byName: map[string]*Member{}}
+	if err := c.plan(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // Start writes the configuration files and starts every member, returning
 // once the backends serve, a coordinator leads and both nodes run. On error
 // everything started is stopped.
@@ -441,7 +456,9 @@ func (c *Cluster) Close() error {
 		}
 		wg.Wait()
 	}
-	c.spawn.close()
+	if c.spawn != nil { // nil for a cluster that was only planned
+		c.spawn.close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -451,6 +468,9 @@ var readyLine = regexp.MustCompile(`^walcast .*ready:`)
 // Start starts the member (again, after Kill or Stop) and waits until it
 // prints its ready line, or ctx or the start timeout ends.
 func (m *Member) Start(ctx context.Context) error {
+	if m.c.spawn == nil {
+		return fmt.Errorf("devcluster: %s belongs to a cluster that was only planned", m.Name)
+	}
 	m.mu.Lock()
 	if m.cmd != nil {
 		select {

@@ -11,7 +11,7 @@
 //
 // What a failure means — retry it, give up, or step down — is the caller's
 // classification (for catalog and WAL writes: the durable-write policy of
-// internal/engine); Do only needs to know which errors are permanent.
+// broadcast/internal/engine); Do only needs to know which errors are permanent.
 package retry
 
 import (

@@ -121,7 +121,7 @@ func TestR6_5_OneRetryHelper(t *testing.T) {
 		rel = filepath.ToSlash(rel)
 		// The decision core (and its simulator) step retry.Policy's
 		// schedules on virtual time: they cannot sleep.
-		if strings.HasPrefix(rel, "internal/retry/") || strings.HasPrefix(rel, "internal/sim/") || strings.HasPrefix(rel, "internal/engine/") {
+		if strings.HasPrefix(rel, "internal/retry/") || strings.HasPrefix(rel, "broadcast/internal/sim/") || strings.HasPrefix(rel, "broadcast/internal/engine/") {
 			return nil
 		}
 		src, err := os.ReadFile(path)

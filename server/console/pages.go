@@ -17,10 +17,10 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/replicate"
 	"github.com/walcast/walcast/resource"
+	"github.com/walcast/walcast/tracing"
 )
 
 // Paging bounds of the tasks page.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/catalog"
 	cmem "github.com/walcast/walcast/catalog/memory"
-	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"

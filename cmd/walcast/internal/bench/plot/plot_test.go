@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/walcast/walcast/internal/bench"
+	"github.com/walcast/walcast/cmd/walcast/internal/bench"
 )
 
 // TestWrite draws a curve with a log y axis (a point at 0 is left out, as

@@ -1,5 +1,5 @@
 // Package sim is walcast's deterministic simulator (SPEC R11.1, R11.2): it
-// drives the engine's decision core (internal/engine) on in-memory
+// drives the engine's decision core (broadcast/internal/engine) on in-memory
 // backends, stepped synchronously, with a virtual clock and one seeded
 // random source that decides everything — the workload, the order in which
 // every in-flight write, append, callback and ack completes, and every

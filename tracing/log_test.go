@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/walcast/walcast/internal/tracing"
+	"github.com/walcast/walcast/tracing"
 )
 
 // TestR9_10_LogRecordsCarryTraceIDs: a record logged with a traced context

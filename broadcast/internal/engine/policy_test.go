@@ -106,11 +106,11 @@ func TestR6_5_Classify(t *testing.T) {
 // TestDocsShowTheTransitionTable: docs/design.md shows the transition table
 // as transitions.go has it.
 func TestDocsShowTheTransitionTable(t *testing.T) {
-	raw, err := os.ReadFile("../../docs/design.md")
+	raw, err := os.ReadFile("../../../docs/design.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const start, end = "<!-- transition table: generated from internal/engine/transitions.go -->\n", "<!-- end transition table -->"
+	const start, end = "<!-- transition table: generated from broadcast/internal/engine/transitions.go -->\n", "<!-- end transition table -->"
 	s := string(raw)
 	i, j := strings.Index(s, start), strings.Index(s, end)
 	if i < 0 || j < i {
@@ -118,7 +118,7 @@ func TestDocsShowTheTransitionTable(t *testing.T) {
 	}
 	if got, want := s[i+len(start):j], TableMarkdown(); got != want {
 		if os.Getenv("WALCAST_UPDATE_DOCS") != "" {
-			if err := os.WriteFile("../../docs/design.md", []byte(s[:i+len(start)]+want+s[j:]), 0o644); err != nil {
+			if err := os.WriteFile("../../../docs/design.md", []byte(s[:i+len(start)]+want+s[j:]), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			return

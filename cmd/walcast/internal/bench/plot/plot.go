@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/walcast/walcast/internal/bench"
+	"github.com/walcast/walcast/cmd/walcast/internal/bench"
 )
 
 // Write draws c into dir as <name>.png and <name>.svg (dir is created if

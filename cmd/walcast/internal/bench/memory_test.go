@@ -12,7 +12,6 @@ import (
 	"github.com/walcast/walcast/catalog"
 	catmem "github.com/walcast/walcast/catalog/memory"
 	"github.com/walcast/walcast/internal/durablepb"
-	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 	walmem "github.com/walcast/walcast/wal/memory"
@@ -24,7 +23,7 @@ import (
 // (the B/tombstone metric; SPEC B6: <= 300 B, at 1M too). It reads the
 // heap, not the clock, so it does not depend on the machine's load:
 //
-//	go test ./internal/bench -run '^$' -bench B6Memory -benchtime 1x
+//	go test ./cmd/walcast/internal/bench -run '^$' -bench B6Memory -benchtime 1x
 func BenchmarkB6MemoryPerTombstone(b *testing.B) {
 	for _, n := range []int{100_000, 920_000, 1_000_000} {
 		b.Run(fmt.Sprintf("tombstones=%d", n), func(b *testing.B) {
@@ -41,7 +40,7 @@ func memoryPerTombstone(b *testing.B, n int) float64 {
 	store := catmem.NewStore()
 	cat := store.Open()
 	pay := make([]byte, payload)
-	digest := engine.PayloadDigest(pay)
+	digest := broadcast.PayloadDigest(pay)
 	now := time.Now()
 	var ops []catalog.Op
 	for i := range n {

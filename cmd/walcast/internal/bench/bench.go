@@ -30,7 +30,6 @@ import (
 	"github.com/walcast/walcast/internal/durablepb"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
-	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -872,7 +871,7 @@ func writeRecordsProgress(ctx context.Context, cat *etcdcat.Catalog, maxOps int,
 	ops := make([]catalog.Op, 0, batch)
 	now := time.Now()
 	pay := make([]byte, payload)
-	digest := engine.PayloadDigest(pay)
+	digest := broadcast.PayloadDigest(pay)
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil

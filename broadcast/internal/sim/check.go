@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/catalog"
-	"github.com/walcast/walcast/internal/engine"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"

@@ -1,7 +1,7 @@
 // Package engine is the decision core of walcast's broadcast engine: every
 // rule of the engine as a state machine with no goroutines, no I/O and no
 // clock, in the manner of etcd's raft package. Package broadcast is its
-// face and driver; internal/sim drives it deterministically.
+// face and driver; broadcast/internal/sim drives it deterministically.
 //
 // # The loop
 //

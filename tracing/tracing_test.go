@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
-	"github.com/walcast/walcast/internal/tracing"
 	"github.com/walcast/walcast/message"
+	"github.com/walcast/walcast/tracing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/engine"
 )
 
 var (
@@ -30,7 +30,7 @@ var regressions = []uint64{
 }
 
 func replayCommand(seed uint64, mutation string) string {
-	cmd := fmt.Sprintf("go test ./internal/sim -run TestSimulate -sim.seed=%d -v", seed)
+	cmd := fmt.Sprintf("go test ./broadcast/internal/sim -run TestSimulate -sim.seed=%d -v", seed)
 	if mutation != "" {
 		cmd += " -sim.mutate=" + mutation
 	}

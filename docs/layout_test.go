@@ -1,0 +1,84 @@
+package docs
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/walcast/walcast/"
+
+// listedPackage is one package of `go list`, with everything it and its
+// tests import.
+type listedPackage struct {
+	path    string
+	imports []string
+}
+
+// listPackages runs `go list` over the module: each package's imports,
+// tests' included.
+func listPackages(t *testing.T) []listedPackage {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, "./...")
+	cmd.Dir = ".."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var pkgs []listedPackage
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		p := listedPackage{path: strings.TrimPrefix(f[0], module)}
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, module) {
+				p.imports = append(p.imports, strings.TrimPrefix(imp, module))
+			}
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// under reports whether package path is dir or inside it.
+func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
+
+// TestLayoutInternalIsAGroundFloor: the packages under internal/ are low
+// helpers and test beds; none of them, tests included, imports the
+// product's upper floors.
+func TestLayoutInternalIsAGroundFloor(t *testing.T) {
+	upper := []string{"broadcast", "server", "meta", "client", "node", "replicate", "cmd"}
+	for _, p := range listPackages(t) {
+		if !under(p.path, "internal") {
+			continue
+		}
+		for _, imp := range p.imports {
+			for _, u := range upper {
+				if under(imp, u) {
+					t.Errorf("%s imports %s: internal/ holds only what imports nothing above it", p.path, imp)
+				}
+			}
+		}
+	}
+}
+
+// TestLayoutOnlyBroadcastDrivesTheEngine: the decision core is imported by
+// its driver (broadcast) and the packages under it (its simulator, its
+// crash harness), by nothing else.
+func TestLayoutOnlyBroadcastDrivesTheEngine(t *testing.T) {
+	const engine = "broadcast/internal/engine"
+	for _, p := range listPackages(t) {
+		for _, imp := range p.imports {
+			if imp == engine && !under(p.path, "broadcast") {
+				t.Errorf("%s imports the engine: only broadcast and its simulator may", p.path)
+			}
+		}
+	}
+}
