@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -119,7 +120,7 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	t.replicated = true
 	t.class = c.cfg.ClassOf(m.Type)
 	c.tasks[t.id] = t
-	if c.cfg.Mutation != "forget-replicated-index" {
+	if !c.cfg.Mutation.Is(mutate.ForgetReplicatedIndex) {
 		c.indexTask(t)
 	}
 	c.ids.observe(t.id)

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -382,7 +383,7 @@ func (c *Core) finishMember(t *task, tb tomb) bool {
 	g := t.group
 	switch {
 	case t.gkind == message.GroupBegin:
-		if c.cfg.Mutation == "group-keys-released-at-begin" && t.lock != nil {
+		if c.cfg.Mutation.Is(mutate.GroupKeysReleasedAtBegin) && t.lock != nil {
 			c.grantedAll(c.locks.Release(t.lock))
 			t.lock = nil
 		}
@@ -431,7 +432,7 @@ func (c *Core) groupProgress(g *group) {
 // the keys go back, the group's tombstones join GC together.
 func (c *Core) endGroup(g *group, end *task, tb tomb) {
 	delete(g.live, end.gseq)
-	if g.lock != nil {
+	if g.lock != nil && !c.cfg.Mutation.Is(mutate.GroupKeysKeptAfterEnd) {
 		c.grantedAll(c.locks.Release(g.lock))
 		g.lock = nil
 	}
