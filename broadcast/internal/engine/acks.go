@@ -115,6 +115,11 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	if err := m.IdempotencyKey.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: replicated broadcast %d: %w", ErrInvalidArgument, m.Broadcast.ID, err)
 	}
+	if m.Group != nil {
+		if err := c.replicatedGroupError(m); err != nil {
+			return nil, err
+		}
+	}
 	info, _ := c.cfg.Types.Lookup(m.Type)
 	t := newTask(m, nil, info, c.now)
 	t.replicated = true

@@ -39,6 +39,9 @@ type cluster struct {
 	cfg    engine.Config
 	hasCB  map[message.Type]bool
 	crashN int
+	// reverseSnapshot lists the records to recovery in reverse key order
+	// (a scenario's: a catalog need not list them sorted).
+	reverseSnapshot bool
 }
 
 // op is one action of the core being performed.
@@ -139,6 +142,9 @@ func (c *cluster) snapshot() (engine.Snapshot, error) {
 	})
 	if err != nil {
 		return s, err
+	}
+	if c.reverseSnapshot {
+		slices.Reverse(s.Tasks)
 	}
 	if v, err := c.cat.Get(ctx, engine.IDsKey(prefix)); err == nil {
 		s.IDFloor = beUint64(v)
