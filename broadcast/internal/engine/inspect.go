@@ -278,3 +278,32 @@ func (c *Core) WaitedBy(to Target) (id uint64, stage Stage, ok bool) {
 	}
 	return 0, 0, false
 }
+
+// Outstanding counts what requests hold or wait for in the core. Once
+// every caller has returned, whether answered or given up (R11.5), a core
+// with no live task has none of it.
+type Outstanding struct {
+	// Admissions are the idempotency keys' admission slots held, Resolving
+	// the Resolves waiting for one.
+	Admissions, Resolving int
+	// Handles are the handles holding or waiting for locks, or submitting.
+	Handles int
+	// TaskWaiters are the requests waiting for a live task: its result,
+	// its acks, its callback completed.
+	TaskWaiters int
+}
+
+// Outstanding returns what requests hold or wait for in the core.
+func (c *Core) Outstanding() Outstanding {
+	o := Outstanding{Admissions: len(c.admits), Handles: len(c.handles)}
+	for _, a := range c.admits {
+		o.Resolving += len(a.waiters)
+	}
+	for _, t := range c.tasks {
+		o.TaskWaiters += len(t.waiters) + len(t.completeWaits) + len(t.ackWaiters) + len(t.ackWaits)
+		for i := range t.copies {
+			o.TaskWaiters += len(t.copies[i].ackOnceWaiters)
+		}
+	}
+	return o
+}
