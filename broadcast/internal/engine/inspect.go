@@ -261,24 +261,6 @@ type Attempt struct {
 	Err            string
 }
 
-// WaitedBy returns the live task whose outcome the request answered at to
-// waits for, and the task's stage; id 0 with ok says the request waits for
-// the catalog to allocate its broadcast id; ok is false otherwise (the
-// request waits for a lock, or was answered).
-func (c *Core) WaitedBy(to Target) (id uint64, stage Stage, ok bool) {
-	for id, t := range c.tasks {
-		if slices.Contains(t.waiters, to) {
-			return id, t.stage, true
-		}
-	}
-	for _, h := range c.handles {
-		if h.busy && h.to == to {
-			return 0, StageNone, true
-		}
-	}
-	return 0, 0, false
-}
-
 // Outstanding counts what requests hold or wait for in the core. Once
 // every caller has returned, whether answered or given up (R11.5), a core
 // with no live task has none of it.
