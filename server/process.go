@@ -73,7 +73,7 @@ func (c Config) broadcastConfig(w *wal.WAL, types *message.Registry, cbs *broadc
 		ConcurrencyRatio: b.ConcurrencyRatio,
 		Backoff:          broadcast.Backoff{Initial: b.Backoff.Initial.D(), Multiplier: b.Backoff.Multiplier, Max: b.Backoff.Max.D()},
 		Tombstone: broadcast.TombstoneConfig{MaxLifetime: b.Tombstone.MaxLifetime.D(), MaxCount: b.Tombstone.MaxCount,
-			CheckInterval: b.Tombstone.CheckInterval.D(), Classes: c.retentionClasses()},
+			CheckInterval: b.Tombstone.CheckInterval.D(), Classes: b.Tombstone.retentionClasses()},
 		MaxKeyLength: b.MaxKeyLength, MaxMessageBytes: b.MaxMessageBytes,
 		Txn:    broadcast.TxnLimits{MaxMembers: b.Txn.MaxMembers, MaxMemberBytes: b.Txn.MaxMemberBytes, MaxVChannels: b.Txn.MaxVChannels},
 		Logger: log, Observer: obs,
@@ -637,7 +637,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		return nil, err
 	}
 	rp.foreign = func(e wal.Foreign) { p.foreign.seen("replicator", e) }
-	rp.skip, _ = cfg.skipTypes() // checked by Validate
+	rp.skip, _ = cfg.Replication.skipTypes() // checked by Validate
 	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(strictJSONCodecs(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
