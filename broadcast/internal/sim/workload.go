@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
@@ -544,12 +545,16 @@ func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply))
 	cl.c.step(withTarget(ev, r))
 }
 
-// giveUp stops waiting for the pending request (a deadline): a lock wait is
-// withdrawn with Close; a broadcast carries on in the background.
+// giveUp stops waiting for the pending request (a deadline), as the driver
+// does: the request is withdrawn (R11.5), and a handle whose lock wait was
+// given up is closed, giving back the admission slot it holds; a broadcast
+// carries on in the background.
 func (cl *client) giveUp() {
 	r := cl.wait
 	r.giveUp()
-	if r.name[len(r.name)-4:] == "lock" || r.name[len(r.name)-7:] == "resolve" {
+	done := cl.w.request(cl.c, r.name+"/withdraw", func(engine.Reply) {}, nil)
+	cl.c.step(engine.Withdraw{To: r, Done: done})
+	if strings.HasSuffix(r.name, "/lock") {
 		cl.c.step(engine.Close{Handle: cl.handle})
 	}
 	cl.retry("deadline")
