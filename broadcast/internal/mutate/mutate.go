@@ -77,6 +77,14 @@ const (
 	// SupplementTwice makes a force promote append a supplement again
 	// after its first append was answered (R8.3).
 	SupplementTwice
+	// FastPathOvertakes lets a caller or a worker step the core itself
+	// while an event it (or another) sent waits for the loop, so that its
+	// request overtakes that event: a Withdraw overtaking its own Resolve
+	// leaves the Resolve to be admitted for a caller that is gone (R11.3).
+	FastPathOvertakes
+	// CancelledNotWithdrawn leaves a request whose caller's context ended
+	// with the core: the driver sends no Withdraw (R11.3).
+	CancelledNotWithdrawn
 	numBugs
 )
 
@@ -86,6 +94,9 @@ type Info struct {
 	Name string
 	// Rule is the rule it breaks, as the checker's failure names it.
 	Rule string
+	// Driver says the bug is in the driver (package broadcast): only seeds
+	// that run the real driver can catch it.
+	Driver bool
 }
 
 var infos = [numBugs]Info{
@@ -109,6 +120,8 @@ var infos = [numBugs]Info{
 	RetryOutsideTable:        {Name: "retry-outside-table", Rule: "transition table"},
 	GroupKeysKeptAfterEnd:    {Name: "group-keys-kept-after-end", Rule: "R13.3"},
 	SupplementTwice:          {Name: "supplement-twice", Rule: "R8.3"},
+	FastPathOvertakes:        {Name: "fast-path-overtakes", Rule: "R11.3", Driver: true},
+	CancelledNotWithdrawn:    {Name: "cancelled-not-withdrawn", Rule: "R11.3", Driver: true},
 }
 
 // All returns every planted bug, None excluded, in declaration order.

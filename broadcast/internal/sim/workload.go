@@ -23,8 +23,10 @@ type request struct {
 	replied bool
 	done    bool // answered, lost, or given up
 	// step and at are when it was sent.
-	step    int
-	at      time.Time
+	step int
+	at   time.Time
+	// call is a driver-mode API call's (nil for an engine request).
+	call    *driverCall
 	onReply func(engine.Reply)
 	onLost  func()
 }
@@ -162,6 +164,9 @@ func (w *world) makeOp() *clientOp {
 // lost an answer must be able to tell whether its Begin or member was
 // created, and a group left open would hold its keys for ever.
 func (w *world) makeGroupOp(op *clientOp) {
+	if *w.cfg.Driver {
+		return // the driver-mode runs' workload has no groups yet
+	}
 	switch r := w.rng.IntN(10); {
 	case r < 2:
 		op.txn = true
@@ -264,6 +269,10 @@ func (cl *client) start() {
 	cl.handle = cl.w.newHandle()
 	if op.group() && op.phase > 0 {
 		cl.startMember()
+		return
+	}
+	if cl.c.driver {
+		cl.startDriven()
 		return
 	}
 	if op.key != "" {
@@ -552,6 +561,12 @@ func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply))
 func (cl *client) giveUp() {
 	r := cl.wait
 	r.giveUp()
+	if r.call != nil {
+		// The real driver withdraws what the call waits for.
+		r.call.cancel()
+		cl.retry("deadline")
+		return
+	}
 	done := cl.w.request(cl.c, r.name+"/withdraw", func(engine.Reply) {}, nil)
 	cl.c.step(engine.Withdraw{To: r, Done: done})
 	if strings.HasSuffix(r.name, "/lock") {
@@ -658,6 +673,10 @@ func (n *consumer) next() {
 		n.maybeSave()
 	}, nil)
 	n.wait = r
+	if n.c.driver {
+		n.ackDriven(a, r)
+		return
+	}
 	n.c.step(withTarget(a, r))
 }
 
@@ -684,7 +703,7 @@ func (n *consumer) restart() {
 // operator retries or completes a task whose callback keeps failing.
 func (w *world) operator() func() {
 	for _, c := range w.clusters() {
-		if c.down {
+		if c.down || c.driver {
 			continue
 		}
 		var id uint64
