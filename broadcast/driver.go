@@ -894,7 +894,12 @@ func (d *driver) callback(ctx context.Context, cancel context.CancelFunc, a engi
 		d.b.obs.Callback(a.Msg.Type, time.Since(start), err)
 		endSpan(span, err)
 	}
-	if err != nil {
+	switch {
+	case err != nil && IsPermanent(err) && !d.bug.Is(mutate.PermanentRetried):
+		// No retry can fix it: the task ends failed, without the
+		// attempt's effects (R11.6).
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Outcome: Outcome{Status: Failed, Detail: err.Error()}}
+	case err != nil:
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: err}
 	}
 	return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Ops: eff.ops, Outcome: eff.outcome}

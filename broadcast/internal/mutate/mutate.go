@@ -85,6 +85,15 @@ const (
 	// CancelledNotWithdrawn leaves a request whose caller's context ended
 	// with the core: the driver sends no Withdraw (R11.3).
 	CancelledNotWithdrawn
+	// PermanentRetried retries a callback that failed with an error the
+	// application marked permanent instead of ending its task failed
+	// (R11.6).
+	PermanentRetried
+	// PoisonBlocksOthers makes every callback wait while another task's
+	// callback fails and waits to be retried, as the reference system's
+	// bug #47629 blocks all DDL (R11.6: caught by the latency of the
+	// broadcasts on other keys, TestR11_6_PoisonKeepsOthersLatency).
+	PoisonBlocksOthers
 	numBugs
 )
 
@@ -97,6 +106,9 @@ type Info struct {
 	// Driver says the bug is in the driver (package broadcast): only seeds
 	// that run the real driver can catch it.
 	Driver bool
+	// Latency says no invariant breaks, only the latency of broadcasts on
+	// other keys than a poisoned callback's (R11.6).
+	Latency bool
 }
 
 var infos = [numBugs]Info{
@@ -122,6 +134,8 @@ var infos = [numBugs]Info{
 	SupplementTwice:          {Name: "supplement-twice", Rule: "R8.3"},
 	FastPathOvertakes:        {Name: "fast-path-overtakes", Rule: "R11.3", Driver: true},
 	CancelledNotWithdrawn:    {Name: "cancelled-not-withdrawn", Rule: "R11.3", Driver: true},
+	PermanentRetried:         {Name: "permanent-retried", Rule: "R11.6", Driver: true},
+	PoisonBlocksOthers:       {Name: "poison-blocks-others", Rule: "R11.6", Latency: true},
 }
 
 // All returns every planted bug, None excluded, in declaration order.

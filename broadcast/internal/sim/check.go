@@ -360,12 +360,20 @@ func (k *checker) always() {
 		// keys, and no key is held by a task that is done.
 		ids := map[uint64]bool{}
 		var owns []own
-		c.core.EachLive(func(id uint64, st engine.State, _ engine.Stage, m *message.Message, _ int) {
+		var retried uint64
+		c.core.EachLive(func(id uint64, st engine.State, stage engine.Stage, m *message.Message, _ int) {
 			ids[id] = true
 			if st == engine.Pending {
 				owns = append(owns, own{id, m.Broadcast.ResourceKeys, m.Group})
 			}
+			if stage == engine.Backoff && string(m.Payload) == poisonPermanent {
+				retried = id
+			}
 		})
+		if retried != 0 {
+			w.fail("%s: broadcast %d's callback failed permanently and waits to be retried, instead of ending failed (R11.6)", c.name, retried)
+			return
+		}
 		for i := range owns {
 			for j := i + 1; j < len(owns); j++ {
 				if resource.ConflictsAny(owns[i].keys, owns[j].keys) {

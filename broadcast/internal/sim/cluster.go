@@ -358,6 +358,13 @@ func (c *cluster) callback(a engine.Callback, cancel bool) engine.CallbackDone {
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt}
 	}
 	w := c.w
+	switch string(a.Msg.Payload) {
+	case poisonForever:
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: poisoned callback failed")}
+	case poisonPermanent:
+		// The driver's answer to a broadcast.Permanent error (R11.6).
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Outcome: engine.Outcome{Status: engine.Failed, Detail: "sim: poisoned"}}
+	}
 	if n := w.failing[a.Task]; n > 0 {
 		w.failing[a.Task] = n - 1
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: callback failed")}

@@ -36,6 +36,10 @@ type driven struct {
 	cbs *broadcast.Callbacks
 	// appends counts the appends in flight (R4.3).
 	appends int
+	// async gives the broadcaster a catalog that commits asynchronously
+	// (catalog.AsyncCommitter, as etcd's group commit does), chosen by the
+	// seed: the driver then hands writes over from its loop.
+	async bool
 }
 
 // startDriver recovers a broadcaster from the catalog on a new runtime.
@@ -43,11 +47,16 @@ func (c *cluster) startDriver() error {
 	if c.drv.cbs == nil {
 		c.drv.cbs = c.callbacks()
 		c.drv.clk = clock.NewManual(c.w.now)
+		c.drv.async = c.w.rng.IntN(2) == 0
+	}
+	var cat catalog.Catalog = simCatalog{c}
+	if c.drv.async {
+		cat = simAsyncCatalog{simCatalog{c}}
 	}
 	c.drv.clk.Set(c.w.now)
 	c.drv.rt = &drt{s: c.w.sched, c: c, bug: c.w.cfg.Mutation}
 	cfg := broadcast.Config{
-		Catalog: simCatalog{c}, WAL: wal.New(simLog{c}, wal.WithLanes(c.laneN, pchans)), Types: c.types,
+		Catalog: cat, WAL: wal.New(simLog{c}, wal.WithLanes(c.laneN, pchans)), Types: c.types,
 		Callbacks: c.drv.cbs, ControlChannel: c.cfg.ControlChannel, PChannels: pchans, ClusterName: c.name, Prefix: prefix,
 		// Two appends in flight, as the core-level runs have, whatever
 		// the machine's CPUs.
@@ -115,6 +124,12 @@ func (c *cluster) ackCallback(ctx context.Context, ev *broadcast.TypedEvent[[]by
 	w.mix(31, id)
 	if ctx.Err() != nil {
 		return ctx.Err() // an operator or Close cut it short
+	}
+	switch string(ev.Message.Payload) {
+	case poisonForever:
+		return errors.New("sim: poisoned callback failed")
+	case poisonPermanent:
+		return broadcast.Permanent(errors.New("sim: poisoned"))
 	}
 	if n := w.failing[id]; n > 0 {
 		w.failing[id] = n - 1
@@ -193,6 +208,20 @@ func (s simCatalog) heard(ops []catalog.Op) {
 			s.c.w.check.heardDurable(s.c, engine.Write{Task: id})
 		}
 	}
+}
+
+// simAsyncCatalog is a simCatalog that also commits asynchronously: each
+// commit runs on a goroutine of its own (the catalog's flusher), which
+// answers it.
+type simAsyncCatalog struct{ simCatalog }
+
+func (s simAsyncCatalog) CommitAsync(done catalog.Completion, ops ...catalog.Op) error {
+	c := s.c
+	if c.drv.rt == nil || c.drv.rt.dead {
+		return catalog.ErrClosed
+	}
+	c.w.sched.spawn(c.drv.rt, "catalog", func() { done.Committed(s.Commit(context.Background(), ops...)) }, nil)
+	return nil
 }
 
 func (s simCatalog) Get(ctx context.Context, key string) ([]byte, error) {

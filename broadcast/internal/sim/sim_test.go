@@ -196,6 +196,15 @@ func TestMutationsCaught(t *testing.T) {
 			t.Run(b.String(), func(t *testing.T) {
 				t.Parallel()
 				start := time.Now()
+				if b.Info().Latency {
+					with, without, err := poisonLatency(100, b)
+					if err != nil || with <= 2*without {
+						t.Fatalf("planted bug %s not caught by the latency of broadcasts on other keys (R11.6): p99 %s with a poisoned callback, %s without (%v)",
+							b, with, without, err)
+					}
+					got[i] = catch{seed: 100, took: time.Since(start), first: fmt.Sprintf("p99 %s with a poisoned callback, %s without, over seeds 1-100 (R11.6)", with, without)}
+					return
+				}
 				other := ""
 				var driver *bool
 				if b.Info().Driver {

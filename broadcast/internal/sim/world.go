@@ -29,6 +29,13 @@ type Config struct {
 	// primary's WAL, the primary is lost, the secondary is force-promoted.
 	// Default: chosen by the seed.
 	Replication *bool
+	// Poison plants a poisoned callback (R11.6). Default: chosen by the
+	// seed.
+	Poison *bool
+	// Calm keeps the clock from jumping and from passing at random: time
+	// passes only when nothing else can happen, so that virtual latencies
+	// measure waits (TestR11_6_PoisonKeepsOthersLatency).
+	Calm bool
 	// Driver runs the real broadcaster — its handle and driver code, fast
 	// paths included — on the simulator's goroutine scheduler, instead of
 	// stepping the core directly (sched.go, drive.go), in a one-cluster
@@ -57,6 +64,9 @@ type Result struct {
 	Promoted                                bool
 	// Driver says the run drove the real driver (Config.Driver).
 	Driver bool
+	// Latencies are the virtual times the workload's broadcasts took, from
+	// their first try to their answer (but the poisoned one's).
+	Latencies []time.Duration
 	// Quiesced says the run reached its quiescent phase (R11.3): faults
 	// stopped; it passed it if Err is nil.
 	Quiesced bool
@@ -98,8 +108,11 @@ type world struct {
 	// origin says which request made each handle, and scopes names the
 	// workload's keyed scopes: a leak report names them.
 	origin map[engine.HandleID]*request
-	scopes map[engine.Scope]string
-	err    error
+	// operating marks the tasks an operator's call (driver mode) works on.
+	operating map[uint64]bool
+	latencies []time.Duration
+	scopes    map[engine.Scope]string
+	err       error
 }
 
 // Run runs one simulation. A panic is reported as the run's failure, with
@@ -110,7 +123,7 @@ func Run(cfg Config) (res Result) {
 	}
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), fnv: 14695981039346656037,
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true,
-		origin: map[engine.HandleID]*request{}, scopes: map[engine.Scope]string{}}
+		origin: map[engine.HandleID]*request{}, scopes: map[engine.Scope]string{}, operating: map[uint64]bool{}}
 	defer func() {
 		if p := recover(); p != nil {
 			w.err = fmt.Errorf("step %d: panic: %v\n%s", w.steps, p, debug.Stack())
@@ -158,7 +171,7 @@ func Run(cfg Config) (res Result) {
 func (w *world) result() Result {
 	res := Result{Seed: w.cfg.Seed, Steps: w.steps, Err: w.err, Trace: w.trace, Crashes: w.crashes, Faults: w.faults,
 		Broadcasts: w.check.created, Duplicates: w.check.dups, Promoted: w.repl != nil && w.repl.promoted,
-		Quiesced: w.quiet != nil, Driver: w.sched != nil}
+		Quiesced: w.quiet != nil, Driver: w.sched != nil, Latencies: w.latencies}
 	res.Hash = sha256.Sum256(binary.BigEndian.AppendUint64(nil, w.fnv))
 	return res
 }
@@ -253,7 +266,7 @@ func (w *world) moves() []move {
 		if w.faultsOn && c.crashN < 3 {
 			ms = append(ms, move{1, c.crash})
 		}
-		if d, ok := c.core.Deadline(); ok && (w.faultsOn || d.Sub(w.now) <= time.Minute) {
+		if d, ok := c.core.Deadline(); ok && !w.cfg.Calm && (w.faultsOn || d.Sub(w.now) <= time.Minute) {
 			// Time passes at random while faults are on; then it passes
 			// only to retry what failed (a minute covers a backoff after
 			// the clock jumped back), or when nothing else can happen, so
@@ -276,7 +289,9 @@ func (w *world) moves() []move {
 		ms = append(ms, move{1, w.reconcile})
 	}
 	if w.faultsOn {
-		ms = append(ms, move{1, w.clockJump})
+		if !w.cfg.Calm {
+			ms = append(ms, move{1, w.clockJump})
+		}
 		for _, c := range w.clusters() {
 			if !c.down {
 				for _, n := range c.nodes {
@@ -285,9 +300,9 @@ func (w *world) moves() []move {
 				}
 			}
 		}
-		if op := w.operator(); op != nil {
-			ms = append(ms, move{1, op})
-		}
+	}
+	if op := w.operator(); op != nil {
+		ms = append(ms, move{1, op})
 	}
 	return ms
 }
