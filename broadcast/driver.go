@@ -114,7 +114,11 @@ func (d *driver) start() {
 	d.mu.Lock() // the workers it starts may finish before it is done
 	d.performReady()
 	d.mu.Unlock()
-	d.spawn(d.loop)
+	if d.rt != nil {
+		d.rt.GoLoop(d.loop)
+		return
+	}
+	go d.loop()
 }
 
 // spawn runs fn on a new goroutine (the simulator's runtime's, if set).
@@ -434,8 +438,11 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 // rc goes back to replyChans only once its reply was received.
 func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply, error) {
 	ctxDone, done := ctx.Done(), d.done
+	if d.bug.Is(mutate.WaitIgnoresContext) {
+		ctxDone = nil
+	}
 	if d.rt != nil {
-		d.rt.Park(func() bool { return len(rc) > 0 || ctx.Err() != nil || closed(d.done) })
+		d.rt.Park(func() bool { return len(rc) > 0 || ctxDone != nil && ctx.Err() != nil || closed(d.done) })
 		// One case at a time, in a fixed order (a select picks among the
 		// ready ones at random): the seed decides what is ready when.
 		switch {

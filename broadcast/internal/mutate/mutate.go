@@ -94,6 +94,9 @@ const (
 	// bug #47629 blocks all DDL (R11.6: caught by the latency of the
 	// broadcasts on other keys, TestR11_6_PoisonKeepsOthersLatency).
 	PoisonBlocksOthers
+	// WaitIgnoresContext makes a caller's wait for its reply deaf to its
+	// context (R11.5).
+	WaitIgnoresContext
 	numBugs
 )
 
@@ -136,6 +139,7 @@ var infos = [numBugs]Info{
 	CancelledNotWithdrawn:    {Name: "cancelled-not-withdrawn", Rule: "R11.3", Driver: true},
 	PermanentRetried:         {Name: "permanent-retried", Rule: "R11.6", Driver: true},
 	PoisonBlocksOthers:       {Name: "poison-blocks-others", Rule: "R11.6", Latency: true},
+	WaitIgnoresContext:       {Name: "wait-ignores-context", Rule: "R11.5", Driver: true},
 }
 
 // All returns every planted bug, None excluded, in declaration order.

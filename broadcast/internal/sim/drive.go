@@ -287,8 +287,8 @@ func (l simLog) Close() error       { return nil }
 // call runs fn, a caller of c's broadcaster, on a goroutine of the
 // scheduler; done gets fn's outcome on the simulator's goroutine, unless a
 // crash killed it (r is then lost) or its caller gave up on r.
-func (c *cluster) call(r *request, fn func(), done func()) {
-	c.w.sched.spawn(c.drv.rt, r.name, fn, func(killed bool) {
+func (c *cluster) call(r *request, fn func(), done func()) *gor {
+	return c.w.sched.spawn(c.drv.rt, r.name, fn, func(killed bool) {
 		switch {
 		case killed && !r.done:
 			r.lost()
@@ -299,10 +299,11 @@ func (c *cluster) call(r *request, fn func(), done func()) {
 	})
 }
 
-// driverClient is what a client's current call in driver mode needs: its
-// context (give up: cancel).
+// driverCall is what a client's current call in driver mode needs: its
+// context (give up: cancel) and its goroutine.
 type driverCall struct {
 	cancel context.CancelFunc
+	g      *gor
 }
 
 // startDriven runs the client's current operation through the API: Acquire
@@ -332,7 +333,7 @@ func (cl *client) startDriven() {
 		err    error
 		closed bool
 	)
-	c.call(r, func() {
+	r.call.g = c.call(r, func() {
 		defer cancel()
 		h, aerr := c.drv.b.Acquire(ctx, broadcast.AcquireRequest{Keys: op.keys, Idempotent: idem})
 		if aerr != nil {

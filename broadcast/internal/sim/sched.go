@@ -54,6 +54,8 @@ type gor struct {
 	// exit runs on the simulator's goroutine once it ended: killed says a
 	// crash killed it.
 	exit func(killed bool)
+	// cancelled is set when its caller's context ended (a give-up).
+	cancelled bool
 }
 
 const watchdogAfter = 2 * time.Minute
@@ -201,6 +203,21 @@ func (s *sched) busy(rt *drt) bool {
 	return false
 }
 
+// waitsOnlyForTheCore checks (R11.5) that every caller whose context ended
+// can go on, or waits only for the driver's loop to take its withdrawal
+// (one step of the core), never for I/O or a timer.
+func (s *sched) waitsOnlyForTheCore() {
+	for _, g := range s.gs {
+		if !g.cancelled || !g.started || g.rt.dead || g.runnable() {
+			continue
+		}
+		if l := g.rt.loop; l == nil || !l.runnable() {
+			s.w.fail("%s: %s waits with its context ended, and not for the loop (R11.5)", g.rt.c.name, g.name)
+			return
+		}
+	}
+}
+
 // drt is one broadcaster's runtime (simrt.Runtime): a generation of a
 // cluster's coordinator; dead once it crashed or stopped.
 type drt struct {
@@ -208,6 +225,13 @@ type drt struct {
 	c    *cluster
 	dead bool
 	bug  mutate.Bug
+	loop *gor
+}
+
+func (r *drt) GoLoop(fn func()) {
+	if !r.dead {
+		r.loop = r.s.spawn(r, "loop", fn, nil)
+	}
 }
 
 func (r *drt) Go(fn func()) {

@@ -596,6 +596,7 @@ func (cl *client) giveUp() {
 	if r.call != nil {
 		// The real driver withdraws what the call waits for.
 		r.call.cancel()
+		r.call.g.cancelled = r.call.g.started
 		cl.retry("deadline")
 		return
 	}

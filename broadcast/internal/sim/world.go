@@ -721,6 +721,7 @@ func (w *world) afterGoroutines() {
 		w.fail("panic: %s", p)
 		return
 	}
+	w.sched.waitsOnlyForTheCore()
 	for _, c := range w.clusters() {
 		if c.driver && !c.down && c.core.Stopped() {
 			w.tracef("%s: broadcaster %d stopped", c.name, c.gen)

@@ -16,9 +16,10 @@ import (
 
 // Runtime runs a broadcaster's goroutines for the simulator.
 type Runtime interface {
-	// Go starts fn on a goroutine the runtime schedules: the driver's loop,
-	// a pool's job.
+	// Go starts fn on a goroutine the runtime schedules: a pool's job, a
+	// drain; GoLoop starts the driver's loop.
 	Go(fn func())
+	GoLoop(fn func())
 	// Park blocks the calling goroutine until the runtime resumes it, which
 	// it does only once ready reports true (a reply arrived, a context
 	// ended, an event waits for the loop). It returns at once if ready
