@@ -21,6 +21,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
@@ -448,7 +449,7 @@ func TestR5_6_CLIShowsWhyATaskWaitsAndAcksForAGoneConsumer(t *testing.T) {
 	pollEvery = 50 * time.Millisecond
 	defer func() { pollEvery = 2 * time.Second }()
 	env := apitest.New(t)
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 	addr := srv.URL
 	bc := walcastv1connect.NewBroadcastServiceClient(apitest.HTTPClient(t, false), addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -563,7 +564,7 @@ func TestCLIBroadcastSaysWhyItWaits(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 	addr := srv.URL
 	bc := walcastv1connect.NewBroadcastServiceClient(apitest.HTTPClient(t, false), addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -16,10 +16,10 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // A Jepsen-style test of keyed broadcasts from outside: clients against a
@@ -117,7 +117,7 @@ func (r *jepsenRecorder) fail(key int, what string, err error) {
 // jepsenRequest is key k's broadcast: the same request every time.
 func jepsenRequest(k int) *client.BroadcastRequest {
 	name := fmt.Sprint("k", k)
-	return &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(name), Scope: client.ClusterScope(), ClientKey: name,
+	return &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(name), Scope: client.ClusterScope(), ClientKey: name,
 		VChannels: []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/j%d", k%4, k))},
 		// Keys contend for 4 collections, which transactions hold for a
 		// while too (jepsenHolder): requests wait for locks, and for the
@@ -150,7 +150,7 @@ func jepsenHolder(ctx context.Context, t *testing.T, c *client.Client, hold time
 		var x *client.Txn
 		for ctx.Err() == nil {
 			var err error
-			x, err = c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("hold"),
+			x, err = c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("hold"),
 				VChannels: []message.VChannel{"wal-0/holder"}, ResourceKeys: keys, Scope: client.ClusterScope(), ClientKey: fmt.Sprint("holder-", i)})
 			if err == nil {
 				break
@@ -163,7 +163,7 @@ func jepsenHolder(ctx context.Context, t *testing.T, c *client.Client, hold time
 		// Ended whatever happens to ctx: a collection left held would hold
 		// up every key on it.
 		end, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err := c.CommitTxn(end, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("end"),
+		_, err := c.CommitTxn(end, x.ID, &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("end"),
 			Scope: client.ClusterScope(), ClientKey: fmt.Sprint("holder-end-", i)})
 		cancel()
 		if err != nil {
@@ -192,7 +192,7 @@ func jepsenCall(ctx context.Context, c *client.Client, r *jepsenRecorder, id int
 			GetBroadcastId() uint64
 			GetState() string
 		}
-		lr, err = c.LookupKey(octx, server.GenericType, message.ClusterKey(fmt.Sprint("k", in.key)))
+		lr, err = c.LookupKey(octx, app.GenericType, message.ClusterKey(fmt.Sprint("k", in.key)))
 		switch {
 		case errors.Is(err, client.ErrNotFound):
 			out, err = jepsenOut{}, nil

@@ -18,10 +18,10 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // Liveness from outside (issue 34): real standalone processes, clients
@@ -164,7 +164,7 @@ func stuckKeyStory(t *testing.T, c *client.Client, hold resource.Key, send sende
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	txn, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("holder"),
+	txn, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("holder"),
 		VChannels: []message.VChannel{"wal-0/holder"}, ResourceKeys: []resource.Key{hold}})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func stuckKeyStory(t *testing.T, c *client.Client, hold resource.Key, send sende
 		t.Fatalf("the first request was answered (broadcast %d) while %s was held", id, hold)
 	}
 	waitUntil(t, "the first request's lock wait to go", func() bool { _, w := lockOf(ctx, t, c, hold); return w == 0 })
-	if _, err := c.CommitTxn(ctx, txn.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("end")}); err != nil {
+	if _, err := c.CommitTxn(ctx, txn.ID, &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("end")}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, hold.String()+" to be free", func() bool { h, w := lockOf(ctx, t, c, hold); return h+w == 0 })
@@ -234,12 +234,12 @@ func TestR7_3_StuckKeyStoryOnAStandalone(t *testing.T) {
 		send func(key string) sender
 	}{
 		{"cli-broadcast", resource.ExclusiveCollection("zz", "blocker_cli"), func(key string) sender {
-			return cliSender(t, "broadcast", "--addr", p.api, "--json", "--type", server.GenericType.String(), "--payload", "p",
+			return cliSender(t, "broadcast", "--addr", p.api, "--json", "--type", app.GenericType.String(), "--payload", "p",
 				"--vchannel", "wal-1/zz", "--key", "Collection:zz:blocker_cli@X", "--scope", "cluster", "--client-key", key)
 		}},
 		{"http-broadcast", resource.ExclusiveCollection("zz", "blocker_http"), func(key string) sender {
 			return h.sender(walcastv1connect.BroadcastServiceBroadcastProcedure, &walcastv1.BroadcastRequest{
-				Type: server.GenericType.String(), Payload: []byte("p"), Vchannels: []string{"wal-1/zz"},
+				Type: app.GenericType.String(), Payload: []byte("p"), Vchannels: []string{"wal-1/zz"},
 				ResourceKeys: []string{"Collection:zz:blocker_http@X"}, IdempotencyKey: string(message.ClusterKey(key))},
 				func() proto.Message { return new(walcastv1.BroadcastResponse) }, broadcastResult)
 		}},
