@@ -261,8 +261,15 @@ func (d *driver) stop(err error) {
 	d.stopOnce.Do(func() { d.stopc <- err })
 }
 
-// send delivers an event to the loop; false if the loop has exited.
+// send delivers an event to the loop; false if the loop has exited. An
+// event sent while it exits may be taken and never stepped: a caller waits
+// for its answer or for done.
 func (d *driver) send(ev engine.Event) bool {
+	select {
+	case <-d.done:
+		return false
+	default:
+	}
 	d.queued.Add(1)
 	select {
 	case d.events <- ev:
@@ -469,14 +476,25 @@ func stageWaiting(s engine.Stage) string {
 	return "in stage " + s.String()
 }
 
-// inspect runs fn on the core between two events and waits for it.
+// inspect runs fn on the core between two events and waits for it; false
+// if the loop has exited (fn did not run).
 func (d *driver) inspect(fn func(c *engine.Core)) bool {
 	ok := make(chan struct{})
 	if !d.request(engine.Inspect{Fn: func(c *engine.Core) { fn(c); close(ok) }}) {
 		return false
 	}
-	<-ok
-	return true
+	select {
+	case <-ok:
+		return true
+	case <-d.done:
+		// An event sent as the loop exited is never stepped (R11.5).
+		select {
+		case <-ok:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // result delivers a worker's result; a stopped loop still takes it.

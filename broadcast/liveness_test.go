@@ -407,3 +407,26 @@ func (e *env) blockCallback(id uint64) chan struct{} {
 	})
 	return release
 }
+
+// TestR11_5_LooksAfterCloseReturn: a look at the core (Stats, Locks,
+// Lookup, Tasks) after Close returns, at once, every time: a look sent
+// once the loop has exited is never stepped, and must not be waited for.
+func TestR11_5_LooksAfterCloseReturn(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	_ = b.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			b.Stats()
+			b.Locks()
+			_, _ = b.Tasks(broadcast.Filter{})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a look at a closed broadcaster's core did not return in 20s")
+	}
+}
