@@ -204,7 +204,7 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 		b := e.open()
 		release := e.blockCallback(1)
 		k := message.ClusterKey("sub")
-		err := giveUp(t, "a broadcast waiting for its callback", func() bool { return b.Waiters(1) == 1 }, func(ctx context.Context) error {
+		err := giveUp(t, "a broadcast waiting for its callback", func() bool { return e.callbackRuns(1) && b.Waiters(1) == 1 }, func(ctx context.Context) error {
 			_, err := keyed(ctx, b, typCreate, k, "p", targets, coll)
 			return err
 		})
@@ -257,7 +257,11 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 		go func() { _, err := do(ctxT(t, 20*time.Second), b, msgOf(t, typImport, "7", targets), coll); imp <- err }()
 		waitFor(t, "the import's callback", func() bool { return b.Waiters(1) == 1 })
 		// The end waits for the owner's callback: queued in its group.
-		err := giveUp(t, "an end waiting for its owner", func() bool { return b.Outstanding().Handles == 1 }, func(ctx context.Context) error {
+		queued := func() bool {
+			gs, err := b.Groups()
+			return err == nil && len(gs) == 1 && gs[0].Queued == 1
+		}
+		err := giveUp(t, "an end waiting for its owner", queued, func(ctx context.Context) error {
 			_, err := b.EndOwnership(ctx, msgOf(t, typCommitIm, "7", targets))
 			return err
 		})
@@ -359,6 +363,13 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 			t.Fatalf("role %s after the promote", b.Role())
 		}
 	})
+}
+
+// callbackRuns reports whether broadcast id's callback has started.
+func (e *env) callbackRuns(id uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.attempts[id] > 0
 }
 
 // commitGate holds the catalog's commits while it is closed, until open.
