@@ -266,6 +266,9 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 			return err
 		})
 		canceled(t, "owner wait", err)
+		if !strings.Contains(err.Error(), "waiting for its turn in group 1") {
+			t.Fatalf("error %q does not say what the end waited for", err)
+		}
 		close(release)
 		if err := <-imp; err != nil {
 			t.Fatal(err)
