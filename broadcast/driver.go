@@ -318,11 +318,12 @@ func (d *driver) trySubmit(ev engine.Event) bool {
 
 // answersAtOnce reports whether ev is a request the core usually answers
 // without I/O: a key's original, a lock granted, a handle closed, a
-// request withdrawn, a look at the core. A Submit (and an operator's action) always asks for a
-// catalog write: it goes to the loop, which batches the writes of the
-// requests it drains (group commit), so a caller stepping it would only
-// split the batches; only a Submit with nothing in flight, which has no
-// batch to join, is stepped by its caller (trySubmit).
+// request withdrawn, a look at the core. A Submit (and an operator's
+// action) always asks for a catalog write: it goes to the loop, which
+// batches the writes of the requests it drains (group commit), so a caller
+// stepping it would only split the batches; only a Submit with nothing in
+// flight, which has no batch to join, is stepped by its caller
+// (trySubmit).
 func answersAtOnce(ev engine.Event) bool {
 	switch ev.(type) {
 	case engine.Resolve, engine.Lock, engine.Close, engine.Withdraw, engine.Inspect, engine.Wait, engine.WaitAcked:
@@ -447,6 +448,8 @@ func waitErr(err error, w *engine.Waited) error {
 	switch {
 	case w == nil:
 		return err
+	case w.ID == 0 && w.Group != 0:
+		return fmt.Errorf("waiting for its turn in group %d, behind the member before it: %w", w.Group, err)
 	case w.ID == 0:
 		return fmt.Errorf("waiting for the catalog to allocate the broadcast's id: %w", err)
 	}

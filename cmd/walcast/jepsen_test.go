@@ -244,15 +244,8 @@ func TestR11_5_JepsenHistoryOnAStandalone(t *testing.T) {
 		window   = 4 // keys in use at once
 		duration = 30 * time.Second
 	)
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePortRun(t))
-	args := []string{"standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", ""}
-	p := start(t, "standalone", args...)
-	c, err := client.New([]string{p.api}, client.WithAttemptTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	s := newStandalone(t)
+	c := s.client(client.WithAttemptTimeout(5 * time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	r := &jepsenRecorder{start: time.Now()}
@@ -276,8 +269,8 @@ func TestR11_5_JepsenHistoryOnAStandalone(t *testing.T) {
 		})
 	}
 	waitUntil(t, "a third of the run", func() bool { return time.Since(r.start) >= duration/3 && r.answered.Load() > 0 })
-	p.kill()
-	p = start(t, "standalone", args...)
+	s.p.kill()
+	s.start()
 	wg.Wait()
 	// Quiescence from outside: every key is requested once more, by a
 	// caller that waits, and must be answered.
@@ -316,7 +309,7 @@ func TestR11_5_JepsenHistoryOnAStandalone(t *testing.T) {
 	}
 	checkExactlyOnce(ctx, t, c, w)
 	checkerRejects(t, r.ops)
-	p.stop()
+	s.p.stop()
 }
 
 // checkerRejects shows that the model rejects ops, an Ok history, once
