@@ -58,6 +58,7 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 			for i := range g.queue {
 				if g.queue[i].h == h {
 					g.queue[i].e.To = nil
+					return &Waited{Group: g.id}
 				}
 			}
 		}
