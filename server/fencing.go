@@ -112,9 +112,11 @@ type supersession struct {
 // the mark it leaves in the old primary's WAL, and when it did.
 type promotionRecord struct {
 	replicate.Promotion
-	// Lanes is how the pchannels were folded into lanes (the positions
-	// are lane offsets).
-	Lanes int `json:"lanes,omitempty"`
+	// Lanes and PChannels are how the pchannels were folded into lanes
+	// (the positions are lane offsets): wal.lanes, and the pchannels in
+	// their order.
+	Lanes     int                `json:"lanes,omitempty"`
+	PChannels []message.PChannel `json:"pchannels,omitempty"`
 	// MarkedAt is when the old primary's fence channel got the mark.
 	MarkedAt time.Time `json:"marked_at,omitzero"`
 }
@@ -583,7 +585,7 @@ func (rp *replication) recordPromotion(ctx context.Context, b *broadcast.Broadca
 		return fmt.Errorf("read how far the primary was replicated: %w", err)
 	}
 	rec := promotionRecord{Promotion: replicate.Promotion{Cluster: rp.cluster, Replaced: cfg.Primary, Source: me.Source, Positions: pos,
-		RecordedAt: time.Now()}, Lanes: rp.lanes}
+		RecordedAt: time.Now()}, Lanes: rp.lanes, PChannels: rp.pchans}
 	return storeJSON(ctx, b.Catalog(), promotionKey(b.Prefix()), rec)
 }
 
@@ -597,6 +599,9 @@ func promotionOf(ctx context.Context, b *broadcast.Broadcaster) *walcastv1.Promo
 		Lanes: int32(rec.Lanes), Positions: map[string]uint64{}}
 	for p, off := range rec.Positions {
 		out.Positions[string(p)] = off
+	}
+	for _, p := range rec.PChannels {
+		out.Pchannels = append(out.Pchannels, string(p))
 	}
 	return out
 }

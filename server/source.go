@@ -156,3 +156,22 @@ func (s walSource) openFence(ctx context.Context, opts sourceOptions, create boo
 		return l, nil
 	}
 }
+
+// OpenWALSource opens the WAL at a topology source URL (nats://... or
+// kafka://..., see walSource) to read its lanes, with the wal.nats or
+// wal.kafka TLS and credentials of cfg: the lanes must exist. `walcast
+// replicate salvage` reads an old primary's WAL with it (R8.6).
+func OpenWALSource(ctx context.Context, cfg Config, source string, lanes []message.PChannel) (wal.Log, error) {
+	ws, err := parseSource(source)
+	if err != nil {
+		return nil, err
+	}
+	var opts sourceOptions
+	if opts.nats, err = natsOptions(cfg); err != nil {
+		return nil, err
+	}
+	if opts.kafka, err = kafkaOptions(cfg); err != nil {
+		return nil, err
+	}
+	return ws.open(ctx, opts, lanes)
+}

@@ -966,8 +966,11 @@ type PromotionRecord struct {
 	RecordedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=recorded_at,json=recordedAt,proto3" json:"recorded_at,omitempty"`
 	// When this cluster marked the replaced primary's WAL superseded
 	// (unset until it could reach it).
-	MarkedAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=marked_at,json=markedAt,proto3" json:"marked_at,omitempty"`
-	Lanes         int32                  `protobuf:"varint,6,opt,name=lanes,proto3" json:"lanes,omitempty"`
+	MarkedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=marked_at,json=markedAt,proto3" json:"marked_at,omitempty"`
+	// How the pchannels were folded into lanes: wal.lanes, and the
+	// pchannels in their order.
+	Lanes         int32    `protobuf:"varint,6,opt,name=lanes,proto3" json:"lanes,omitempty"`
+	Pchannels     []string `protobuf:"bytes,7,rep,name=pchannels,proto3" json:"pchannels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1042,6 +1045,13 @@ func (x *PromotionRecord) GetLanes() int32 {
 		return x.Lanes
 	}
 	return 0
+}
+
+func (x *PromotionRecord) GetPchannels() []string {
+	if x != nil {
+		return x.Pchannels
+	}
+	return nil
 }
 
 type ForcePromoteRequest struct {
@@ -1209,7 +1219,7 @@ const file_walcast_api_v1_replication_proto_rawDesc = "" +
 	"\tconfirmed\x18\x01 \x01(\bR\tconfirmed\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12 \n" +
 	"\vsecondaries\x18\x03 \x03(\tR\vsecondaries\x12\x16\n" +
-	"\x06policy\x18\x04 \x01(\tR\x06policy\"\xdd\x02\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policy\"\xfb\x02\n" +
 	"\x0fPromotionRecord\x12\x1a\n" +
 	"\breplaced\x18\x01 \x01(\tR\breplaced\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12L\n" +
@@ -1217,7 +1227,8 @@ const file_walcast_api_v1_replication_proto_rawDesc = "" +
 	"\vrecorded_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"recordedAt\x127\n" +
 	"\tmarked_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bmarkedAt\x12\x14\n" +
-	"\x05lanes\x18\x06 \x01(\x05R\x05lanes\x1a<\n" +
+	"\x05lanes\x18\x06 \x01(\x05R\x05lanes\x12\x1c\n" +
+	"\tpchannels\x18\a \x03(\tR\tpchannels\x1a<\n" +
 	"\x0ePositionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x15\n" +

@@ -39,7 +39,7 @@ func parseTopology(primary string, secondaries []string, needSource bool) (*walc
 const reasonNotSecondary = "NOT_SECONDARY"
 
 func replicateCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "replicate", Short: "Primary/secondary replication: follow, configure, status, promote"}
+	cmd := &cobra.Command{Use: "replicate", Short: "Primary/secondary replication: follow, configure, status, promote, salvage"}
 	var primary, primaryAddr string
 	var secondaries []string
 	var allowUnreachable bool
@@ -150,7 +150,7 @@ reports "already promoted" and succeeds.`,
 			})
 		},
 	}
-	cmd.AddCommand(follow, configure, status, promote)
+	cmd.AddCommand(follow, configure, status, promote, salvageCmd(g))
 	return cmd
 }
 
