@@ -97,6 +97,14 @@ type testCluster struct {
 	coord   *proc
 	nodes   []*proc
 	c       *client.Client
+	// coordArgs start the coordinator again (restartCoord).
+	coordArgs []string
+}
+
+// restartCoord starts the cluster's coordinator again, as it was.
+func (cl *testCluster) restartCoord(t *testing.T) {
+	t.Helper()
+	cl.coord = startEnv(t, cl.name+"-coord", cl.env, cl.coordArgs...)
 }
 
 var walURLRE = regexp.MustCompile(`wal=(nats://\S+)`)
@@ -121,8 +129,9 @@ func coordCluster(t *testing.T, name string, b walBackend) *testCluster {
 	cl := &testCluster{name: name, backend: b, env: []string{
 		fmt.Sprintf("WALCAST_CATALOG_PREFIX=%s%d/", name, time.Now().UnixNano()),
 		"WALCAST_ELECTION_TTL=2s", "WALCAST_CATALOG_MAX_TXN_OPS=1024"}}
-	cl.coord = startEnv(t, name+"-coord", cl.env, append([]string{"coord", "--cluster", name, "--api-addr", "127.0.0.1:0",
-		"--data-dir", t.TempDir(), "--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--metrics-addr", ""}, b.args...)...)
+	cl.coordArgs = append([]string{"coord", "--cluster", name, "--api-addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--metrics-addr", ""}, b.args...)
+	cl.coord = startEnv(t, name+"-coord", cl.env, cl.coordArgs...)
 	cl.c = newClient(t, cl.coord.api)
 	return cl
 }
