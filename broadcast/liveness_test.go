@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,6 +312,48 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 		if err := b.WaitVChannelsAcked(ctxT(t, time.Second), 1, src); !errors.Is(err, broadcast.ErrClosed) {
 			t.Fatalf("a wait for acks after Close: %v, want ErrClosed", err)
 		}
+	})
+
+	t.Run("ack", func(t *testing.T) {
+		// A secondary answers an ack once it is durable (R8.2): the
+		// catalog holds the write, the acker gives up, the ack still
+		// counts.
+		e := newEnv(t)
+		var gating atomic.Bool
+		gate := make(chan struct{})
+		gated := make(chan struct{}, 1)
+		b := e.open(func(c *broadcast.Config) {
+			c.Catalog = hooked{Catalog: c.Catalog, commit: func(ctx context.Context, _ []catalog.Op, next func() error) error {
+				if gating.Load() {
+					select {
+					case gated <- struct{}{}:
+					default:
+					}
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return next()
+			}}
+		})
+		e.secondary(b)
+		gating.Store(true)
+		m := replicated(10, typCreate, []message.VChannel{vch(1, "x")}, coll)
+		err := giveUp(t, "an ack waiting to be durable", func() bool { return len(gated) == 1 && b.Outstanding().TaskWaiters == 1 },
+			func(ctx context.Context) error { return b.Ack(ctx, ackOf(m, cchan, 100)) })
+		canceled(t, "ack wait", err)
+		outstanding(t, b, "after the acker gave up", nothingOutstanding)
+		close(gate)
+		ctx := ctxT(t, 20*time.Second)
+		for _, ack := range []broadcast.Ack{ackOf(m, cchan, 100), ackOf(m, vch(1, "x"), 101)} {
+			if err := b.Ack(ctx, ack); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitIdle(t, b)
+		outstanding(t, b, "at the end", nothingOutstanding)
 	})
 
 	t.Run("promote", func(t *testing.T) {
