@@ -1,11 +1,9 @@
 package docs
 
 import (
-	"bytes"
 	"fmt"
 	"html"
 	"os"
-	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -33,14 +31,7 @@ func omitted(p string) bool {
 // within the module, omitted packages left out.
 func importGraph(t *testing.T) map[string][]string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")
-	cmd.Dir = ".."
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
+	out := goList(t, "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")
 	g := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
@@ -234,16 +225,9 @@ func diagramSVG(g map[string][]string, rs [][]string) string {
 // import each other now. Run with -update to draw it again.
 func TestPackageDiagram(t *testing.T) {
 	g := reduce(importGraph(t))
-	want := diagramSVG(g, rows(g))
 	got, err := os.ReadFile(diagramFile)
-	if err == nil && string(got) == want {
-		return
+	if err != nil && !*update {
+		t.Fatal(err)
 	}
-	if *update {
-		if err := os.WriteFile(diagramFile, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("%s does not show the packages as they import each other (%v); run go test ./docs -run TestPackageDiagram -update", diagramFile, err)
+	generated(t, diagramFile, string(got), diagramSVG(g, rows(g)), "does not show the packages as they import each other", "TestPackageDiagram")
 }
