@@ -93,6 +93,7 @@ type Process struct {
 	ready                *prober // nil unless the process runs a coordinator
 	natsURL, etcdURL     string
 	foreign              *foreignEntries // entries of other clusters skipped
+	recreated            *recreatedLogs  // lanes whose log a coordinator's append created again
 	sec                  *security
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
@@ -234,6 +235,7 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 	}
 	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec}
 	p.foreign = newForeignEntries(reg, log, wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames()))
+	p.recreated = newRecreatedLogs(log)
 	p.onClose(sec.close)
 	if stop, err := setupTracing(cfg); err != nil {
 		log.Error("tracing disabled", "err", err)
@@ -542,7 +544,8 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 			topicConfigs = map[string]string{"min.insync.replicas": strconv.Itoa(n)}
 		}
 		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes, TopicPrefix: cfg.WAL.Kafka.TopicPrefix,
-			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), TopicConfigs: topicConfigs, ClientOptions: opts})
+			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), TopicConfigs: topicConfigs, ClientOptions: opts,
+			Recreate: user != walNode, OnRecreated: p.recreated.note})
 		if errors.Is(err, walkafka.ErrReplicationFactor) {
 			return nil, nil, fmt.Errorf("%w: wal.kafka.replication_factor (--kafka-replication-factor) is %d: %w; on a one-broker development Kafka use 1",
 				ErrConfig, cfg.WAL.Kafka.ReplicationFactor, err)
@@ -557,7 +560,7 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 		}
 		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes, StreamPrefix: cfg.WAL.NATS.StreamPrefix,
 			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D(), Options: opts,
-			KeepSettings: user == walNode})
+			KeepSettings: user == walNode, Recreate: user != walNode, OnRecreated: p.recreated.note})
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
@@ -642,7 +645,8 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
-	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout, extra: p.storageChecks}
+	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout,
+		extra: func() []Check { return append(p.storageChecks(), p.recreated.checks()...) }}
 	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
 	var ui *console.Console
 	if cfg.Console.Enabled {

@@ -183,9 +183,10 @@ func nodeResyncCmd() *cobra.Command {
 		Use:   "resync",
 		Short: "Make a stopped node read its pchannels' logs again from the start (after a recreated stream or topic)",
 		Long: `Make a stopped streaming node read its pchannels' logs again from their start. A node whose
-saved position is past the end of its log (the stream or topic was recreated, or the broker lost
-entries) halts that pchannel instead of skipping what the log holds now (walcast_node_halted,
-/readyz, its log). Stop the node, run this with its --name and --data-dir (and --pchannel for
+log is not the one its saved position belongs to (the stream or topic was recreated, or the
+broker lost entries: the log's identity changed, or it ends before the position) halts that
+pchannel instead of skipping what the log holds now (walcast_node_halted, /readyz, its log).
+Stop the node, run this with its --name and --data-dir (and --pchannel for
 some pchannels only; default: every pchannel with a saved state), and start it again: it keeps
 what it applied (its state and the broadcast ids applied per vchannel), applies the copies of
 broadcasts it has not applied, and acks every copy again (acks of finished broadcasts change
