@@ -10,7 +10,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // Fence identifies a leadership term: the leader's election key and the
@@ -39,12 +38,22 @@ const DefaultTTL = 10 * time.Second
 var ErrLostLeadership = errors.New("catalog/etcd: leadership lost")
 
 // Term is a won leadership term. It lasts until Resign, or until its lease
-// expires because it was not refreshed in time (a client cut off from etcd
-// for longer than the TTL).
+// expires because it was not refreshed in time (a client cut off from etcd,
+// or from every member that reaches a quorum, for longer than the TTL).
+//
+// The election is etcd's usual one (the protocol of concurrency.Election:
+// a key per candidate under the prefix, attached to the candidate's lease;
+// the oldest key leads), with the calls and the lease refreshed by this
+// package, so that none of them waits on one member that has lost its
+// peers (SPEC R9.12): every call requires a leader and is bounded, and
+// tried again on another member; waiting for a predecessor watches its key
+// and reads it again every second, so a watch stuck on such a member costs
+// at most that second.
 type Term struct {
-	session  *concurrency.Session
-	election *concurrency.Election
-	fence    Fence
+	client *clientv3.Client
+	lease  clientv3.LeaseID
+	keep   *keeper
+	fence  Fence
 
 	resignOnce sync.Once
 	resignErr  error
@@ -72,8 +81,8 @@ func Campaign(ctx context.Context, client *clientv3.Client, electionPrefix, valu
 		ttl = DefaultTTL
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	// Grant here rather than in NewSession, so that ctx bounds it.
-	lease, err := client.Grant(ctx, secs)
+	sent := time.Now()
+	lease, err := retryCall(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) { return client.Grant(ctx, secs) })
 	if err != nil {
 		return nil, fmt.Errorf("catalog/etcd: campaign: grant lease: %w", err)
 	}
@@ -82,47 +91,180 @@ func Campaign(ctx context.Context, client *clientv3.Client, electionPrefix, valu
 			o.granted(lease)
 		}
 	}
-	session, err := concurrency.NewSession(client, concurrency.WithTTL(int(secs)), concurrency.WithLease(lease.ID))
-	if err != nil {
-		revoke(client, lease.ID)
-		return nil, fmt.Errorf("catalog/etcd: campaign: session: %w", err)
-	}
-	election := concurrency.NewElection(session, electionPrefix)
-	// When ctx ends while it waits, etcd's Campaign resigns on the client's
-	// own (unbounded) context, which blocks for as long as etcd is
-	// unreachable; a coordinator shutting down must not wait for that. The
-	// abandoned call ends when the client is closed; closing the session
-	// (bounded by the TTL) revokes the lease, which deletes our key.
-	errc := make(chan error, 1)
-	go func() { errc <- election.Campaign(ctx, value) }()
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
-		session.Close()
+	keep := startKeeper(client, lease.ID, sent.Add(time.Duration(lease.TTL)*time.Second), time.Duration(secs)*time.Second)
+	t := &Term{client: client, lease: lease.ID, keep: keep}
+	fail := func(err error) (*Term, error) {
+		// Revoking the lease deletes our key; it is bounded, so an
+		// unreachable etcd cannot hold us here (the lease then expires).
+		t.release()
 		return nil, fmt.Errorf("catalog/etcd: campaign: %w", err)
+	}
+	key := fmt.Sprintf("%s/%x", electionPrefix, int64(lease.ID))
+	resp, err := retryCall(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(lease.ID))).
+			Else(clientv3.OpGet(key)).Commit()
+	})
+	if err != nil {
+		return fail(err)
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		// An earlier attempt of ours was applied (its answer lost).
+		rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	t.fence = Fence{Key: key, Rev: rev}
+	if err := t.waitPredecessors(ctx, electionPrefix); err != nil {
+		return fail(err)
 	}
 	if testHookCampaigned != nil {
 		testHookCampaigned()
 	}
-	t := &Term{session: session, election: election, fence: Fence{Key: election.Key(), Rev: election.Rev()}}
-	// Campaign returns once every earlier candidate is gone, without
-	// checking that our own key survived the wait: if the lease expired
-	// meanwhile, the term is over before it began. On failure, closing the
-	// session revokes the lease, which deletes the key; unlike Resign it
-	// is bounded (by the TTL), so an unreachable etcd cannot hold us here.
-	resp, err := client.Get(ctx, t.fence.Key)
+	// Our predecessors are gone, but our own key may have gone with our
+	// lease while we waited: then the term is over before it began.
+	got, err := retryCall(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) { return client.Get(ctx, key) })
 	if err != nil {
-		session.Close()
-		return nil, fmt.Errorf("catalog/etcd: campaign: confirm leadership: %w", err)
+		return fail(fmt.Errorf("confirm leadership: %w", err))
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.fence.Rev {
-		session.Close()
-		return nil, fmt.Errorf("%w: leader key %q expired during the campaign", ErrLostLeadership, t.fence.Key)
+	if len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != rev {
+		return fail(fmt.Errorf("%w: leader key %q expired during the campaign", ErrLostLeadership, key))
 	}
 	return t, nil
+}
+
+// predecessorPoll is how often a candidate reads its predecessor's key
+// again while it watches it.
+const predecessorPoll = time.Second
+
+// waitPredecessors returns once no candidate older than t is left.
+func (t *Term) waitPredecessors(ctx context.Context, electionPrefix string) error {
+	for {
+		resp, err := retryCall(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return t.client.Get(ctx, electionPrefix+"/", append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(t.fence.Rev-1))...)
+		})
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		if err := t.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDelete waits until key is deleted after rev, a predecessorPoll
+// passes, the lease is lost or ctx ends.
+func (t *Term) waitDelete(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), predecessorPoll)
+	defer cancel()
+	for wr := range t.client.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+		select {
+		case <-t.keep.done:
+			return fmt.Errorf("%w: the lease expired while waiting for the leader", ErrLostLeadership)
+		default:
+		}
+	}
+	select {
+	case <-t.keep.done:
+		return fmt.Errorf("%w: the lease expired while waiting for the leader", ErrLostLeadership)
+	default:
+	}
+	return ctx.Err()
+}
+
+// retryCall calls f until it succeeds, fails for a reason another member
+// would not change, or ctx ends. Every attempt is bounded by the client's
+// QuorumDialOptions (without them, by ctx alone).
+func retryCall[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	for {
+		v, err := f(ctx)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(retryPause):
+		}
+	}
+}
+
+// retryPause is the pause between two attempts of a call.
+const retryPause = 50 * time.Millisecond
+
+// keeper refreshes a lease until stopped, or until the lease is found gone
+// or has expired by the keeper's own reckoning: from the time a refresh was
+// sent, so never later than etcd's.
+type keeper struct {
+	client *clientv3.Client
+	id     clientv3.LeaseID
+	ttl    time.Duration
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the lease is no longer kept alive
+}
+
+func startKeeper(client *clientv3.Client, id clientv3.LeaseID, expiry time.Time, ttl time.Duration) *keeper {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &keeper{client: client, id: id, ttl: ttl, cancel: cancel, done: make(chan struct{})}
+	go k.run(ctx, expiry)
+	return k
+}
+
+func (k *keeper) run(ctx context.Context, expiry time.Time) {
+	defer close(k.done)
+	// Three refreshes per TTL, as etcd's client does; each attempt gets at
+	// most a third of the TTL (and DefaultAttemptTimeout), so a refresh
+	// sent to a member that does not answer is sent again elsewhere well
+	// before the lease ends.
+	every := k.ttl / 3
+	attempt := min(every, DefaultAttemptTimeout)
+	next := time.Now().Add(every)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		for {
+			sent := time.Now()
+			if !sent.Before(expiry) {
+				return // expired by our reckoning
+			}
+			deadline := sent.Add(attempt)
+			if expiry.Before(deadline) {
+				deadline = expiry
+			}
+			actx, cancel := context.WithDeadline(ctx, deadline)
+			resp, err := k.client.KeepAliveOnce(actx, k.id)
+			cancel()
+			if err == nil && resp.TTL > 0 {
+				expiry = sent.Add(time.Duration(resp.TTL) * time.Second)
+				next = sent.Add(every)
+				break
+			}
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0) || ctx.Err() != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryPause):
+			}
+		}
+	}
+}
+
+// stop stops refreshing and waits for the keeper to end.
+func (k *keeper) stop() {
+	k.cancel()
+	<-k.done
 }
 
 // CampaignOption adjusts Campaign.
@@ -165,7 +307,7 @@ func RevokeLease(ctx context.Context, client *clientv3.Client, electionPrefix st
 		return false, fmt.Errorf("%w: lease %x: etcd cluster %x, recorded for cluster %x", ErrForeignLease, int64(id), ttl.ClusterId, clusterID)
 	}
 	for _, k := range ttl.Keys {
-		if !strings.HasPrefix(string(k), electionPrefix+"/") {
+		if !strings.HasPrefix(string(k), electionPrefix+"/") && !strings.HasPrefix(string(k), ReadyPrefix(electionPrefix)) {
 			return false, fmt.Errorf("%w: lease %x holds key %q outside %s/", ErrForeignLease, int64(id), k, electionPrefix)
 		}
 	}
@@ -178,16 +320,15 @@ func RevokeLease(ctx context.Context, client *clientv3.Client, electionPrefix st
 	return true, nil
 }
 
+// ReadyPrefix is where the candidates of electionPrefix announce that they
+// could lead (a key per candidate, attached to its campaign lease): a
+// leader that cannot serve gives up its term only while one does (SPEC
+// R9.13). RevokeLease accepts a lease holding such a key.
+func ReadyPrefix(electionPrefix string) string { return electionPrefix + ".ready/" }
+
 // testHookCampaigned, if set, runs when Campaign has been elected, before it
 // confirms its leadership.
 var testHookCampaigned func()
-
-// revoke releases a lease nobody will use, best effort: it expires anyway.
-func revoke(client *clientv3.Client, id clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(client.Ctx(), 5*time.Second)
-	defer cancel()
-	client.Revoke(ctx, id)
-}
 
 // Fence returns the term's fence, for Config.Fence.
 func (t *Term) Fence() *Fence {
@@ -195,30 +336,38 @@ func (t *Term) Fence() *Fence {
 	return &f
 }
 
-// Done is closed once the term's lease is no longer kept alive: resigned,
-// found expired, or its client closed. It is a prompt to stop working, not
-// the guarantee: the lease may expire on the server before Done closes,
-// which is why writes are fenced.
-func (t *Term) Done() <-chan struct{} { return t.session.Done() }
+// Lease is the term's lease: keys a leader or candidate attaches to it go
+// with its term.
+func (t *Term) Lease() clientv3.LeaseID { return t.lease }
 
-// Resign ends the term: it deletes the leader key, so the next candidate is
-// elected at once, and revokes the lease. It is safe to call more than once
-// and after the term was lost; later calls return the first one's result.
+// Done is closed once the term's lease is no longer kept alive: resigned,
+// found expired, or no member reaching a quorum answered a refresh before
+// the lease's TTL passed. It is a prompt to stop working, not the
+// guarantee: the lease may expire on the server before Done closes, which
+// is why writes are fenced.
+func (t *Term) Done() <-chan struct{} { return t.keep.done }
+
+// Resign ends the term: it revokes the lease, which deletes the leader key
+// (and every key attached to the lease), so the next candidate is elected
+// at once. It is safe to call more than once and after the term was lost;
+// later calls return the first one's result. If etcd cannot be reached
+// before ctx ends, the lease expires by itself within its TTL.
 func (t *Term) Resign(ctx context.Context) error {
 	t.resignOnce.Do(func() {
-		err := t.election.Resign(ctx)
-		// Close revokes the lease (deleting the key if Resign could not)
-		// and stops refreshing it.
-		cerr := t.session.Close()
-		if errors.Is(cerr, rpctypes.ErrLeaseNotFound) {
-			cerr = nil // expired already
-		}
-		t.resignErr = errors.Join(err, cerr)
-		if t.resignErr != nil {
-			t.resignErr = fmt.Errorf("catalog/etcd: resign: %w", t.resignErr)
+		t.keep.stop()
+		_, err := retryCall(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) { return t.client.Revoke(ctx, t.lease) })
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) { // not found: expired already
+			t.resignErr = fmt.Errorf("catalog/etcd: resign: %w", err)
 		}
 	})
 	return t.resignErr
+}
+
+// release ends a campaign that failed: like Resign, bounded.
+func (t *Term) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = t.Resign(ctx)
 }
 
 // Leader returns the value the current leader on electionPrefix announced

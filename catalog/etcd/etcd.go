@@ -109,6 +109,10 @@ type Config struct {
 	// documentation); pages of DefaultPageSize serve servers without
 	// RangeStream.
 	PageSize int
+	// AttemptTimeout is the bound the client's QuorumDialOptions put on an
+	// attempt of a call (0: DefaultAttemptTimeout): List opens its stream
+	// again elsewhere after waiting that long for a chunk.
+	AttemptTimeout time.Duration
 	// WriteGuard, if set, is asked before every transaction is sent: an
 	// error refuses the transaction without sending it, as a definite
 	// failure (wrapping catalog.ErrNotApplied and the guard's error).
@@ -125,6 +129,7 @@ type Catalog struct {
 	fence    *Fence
 	limits   catalog.Limits // as enforced, after the framing allowance
 	pageSize int
+	attempt  time.Duration // see Config.AttemptTimeout
 	guard    func() error
 	paged    atomic.Bool // List reads pages: PageSize was set, or the server has no RangeStream
 	group    *catalog.Group
@@ -167,7 +172,10 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 	if lim.MaxOps < 1 || lim.MaxBytes < 1 {
 		return nil, fmt.Errorf("%w: limits %+v", ErrInvalidConfig, cfg.Limits)
 	}
-	if cfg.PageSize < 0 || cfg.CommitTimeout < 0 {
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.PageSize < 0 || cfg.CommitTimeout < 0 || cfg.AttemptTimeout < 0 {
 		return nil, fmt.Errorf("%w: page size %d, commit timeout %v", ErrInvalidConfig, cfg.PageSize, cfg.CommitTimeout)
 	}
 	overhead := fixedFraming + lim.MaxOps*(len(cfg.Prefix)+opFraming)
@@ -194,6 +202,7 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 		fence:    cfg.Fence,
 		limits:   lim,
 		pageSize: cfg.PageSize,
+		attempt:  cfg.AttemptTimeout,
 		guard:    cfg.WriteGuard,
 	}
 	c.paged.Store(c.pageSize > 0)
@@ -284,38 +293,94 @@ func (c *Catalog) List(ctx context.Context, prefix string, fn func(key string, v
 // errNoStream says the server has no RangeStream: nothing was listed.
 var errNoStream = errors.New("catalog/etcd: the server has no RangeStream")
 
-// listStream lists [from, end) through one RangeStream.
+// listStream lists [from, end) through a RangeStream. A stream that gives
+// no chunk for the attempt bound (a member that lost its peers, and does
+// not know it yet) or fails for a retryable reason is opened again, on the
+// next member, after the last key listed and at the revision of the first
+// chunk: the listing stays one snapshot.
 func (c *Catalog) listStream(ctx context.Context, prefix, from, end string, fn func(key string, value []byte) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	ch, err := c.client.GetStream(ctx, from, clientv3.WithRange(end))
-	if err != nil {
-		cancel()
-		if status.Code(err) == codes.Unimplemented {
-			return errNoStream
+	var rev int64
+	listed := false
+	for {
+		next, err := c.streamOnce(ctx, from, end, &rev, &listed, fn)
+		if err == nil || !errors.Is(err, errStreamStalled) && !retryable(err) || ctx.Err() != nil {
+			if status.Code(err) == codes.Unimplemented && !listed {
+				return errNoStream
+			}
+			if ce := (callbackErr{}); errors.As(err, &ce) {
+				return ce.err // the callback's own error
+			}
+			if err != nil {
+				return c.readErr("list "+prefix, err)
+			}
+			return nil
 		}
-		return c.readErr("list "+prefix, err)
+		from = next
+		select {
+		case <-ctx.Done():
+			return c.readErr("list "+prefix, ctx.Err())
+		case <-time.After(retryPause):
+		}
+	}
+}
+
+var errStreamStalled = errors.New("no chunk within the attempt bound")
+
+// callbackErr carries List's callback's error through streamOnce.
+type callbackErr struct{ err error }
+
+func (e callbackErr) Error() string { return e.err.Error() }
+
+// streamOnce reads one RangeStream from from; it returns where a retry
+// starts. A callback's error is returned as a callbackErr.
+func (c *Catalog) streamOnce(ctx context.Context, from, end string, rev *int64, listed *bool, fn func(key string, value []byte) error) (string, error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	opts := []clientv3.OpOption{clientv3.WithRange(end)}
+	if *rev != 0 {
+		opts = append(opts, clientv3.WithRev(*rev))
+	}
+	stall := time.AfterFunc(c.attempt, func() { cancel(errStreamStalled) })
+	defer stall.Stop()
+	ch, err := c.client.GetStream(sctx, from, opts...)
+	if err != nil {
+		return from, streamErr(sctx, err)
 	}
 	defer func() {
-		cancel()
+		cancel(nil)
 		for range ch { // let the stream's reader end
 		}
 	}()
-	first := true
 	for r := range ch {
+		stall.Stop()
 		if err := r.Err(); err != nil {
-			if first && status.Code(err) == codes.Unimplemented {
-				return errNoStream
-			}
-			return c.readErr("list "+prefix, err)
+			return from, streamErr(sctx, err)
 		}
-		first = false
+		if *rev == 0 && r.Header != nil {
+			*rev = r.Header.Revision
+		}
 		for _, kv := range r.Kvs {
+			*listed = true
 			if err := fn(string(kv.Key[len(c.prefix):]), kv.Value); err != nil {
-				return err
+				return from, callbackErr{err}
 			}
+			from = string(kv.Key) + "\x00"
 		}
+		stall.Reset(c.attempt)
 	}
-	return nil
+	if cause := context.Cause(sctx); errors.Is(cause, errStreamStalled) {
+		return from, cause
+	}
+	return from, ctx.Err()
+}
+
+// streamErr is a stream's error, or errStreamStalled if the stall timer
+// ended it.
+func streamErr(sctx context.Context, err error) error {
+	if cause := context.Cause(sctx); errors.Is(cause, errStreamStalled) {
+		return cause
+	}
+	return err
 }
 
 // listPages lists [from, end) in pages of pageSize keys, at the revision of

@@ -52,15 +52,20 @@ func (c *Catalog) commitTxn(ctx context.Context, ops []catalog.Op) error {
 			then = append(then, clientv3.OpPut(c.prefix+o.Key, string(o.Value)))
 		}
 	}
-	txn := c.client.Txn(ctx)
-	if f := c.fence; f != nil {
-		txn = txn.If(f.compare())
-	}
-	// Then converts the ops to requests at once: the list is free again.
-	txn = txn.Then(then...)
+	// A member that lost its peers refuses (no leader) or does not answer
+	// within the attempt bound of QuorumDialOptions: the transaction goes
+	// again to another member, the same ops under the same fence, which is
+	// what the broadcaster would do with the ambiguous failure anyway
+	// (every catalog write is idempotent), only without waiting for it.
+	resp, err := retryCall(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		txn := c.client.Txn(ctx)
+		if f := c.fence; f != nil {
+			txn = txn.If(f.compare())
+		}
+		return txn.Then(then...).Commit()
+	})
 	clear(then)
 	c.then = then[:0]
-	resp, err := txn.Commit()
 	if err != nil {
 		return c.commitErr(err)
 	}
