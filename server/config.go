@@ -225,6 +225,13 @@ type Config struct {
 		// own request timeout (7s with its default election timeout), a
 		// write caught in an etcd leader change is retried sooner.
 		CommitTimeout Duration `yaml:"commit_timeout"`
+		// AttemptTimeout bounds one attempt of an etcd call of a
+		// coordinator: a member that does not answer within it (one cut
+		// off from its peers that has not noticed yet) is asked no more
+		// and the call goes to another member (SPEC R9.12). Every call
+		// also requires the member to know a leader, and the client only
+		// calls the members whose reads answer (probed every 500ms).
+		AttemptTimeout Duration `yaml:"attempt_timeout"`
 		// TLS of the connections to etcd (https:// endpoints).
 		TLS ClientTLS `yaml:"tls"`
 		// Username and PasswordFile authenticate to etcd (etcd auth);
@@ -482,6 +489,7 @@ func Default() Config {
 	c.Catalog.KeepaliveTime = Duration(5 * time.Second)
 	c.Catalog.KeepaliveTimeout = Duration(3 * time.Second)
 	c.Catalog.CommitTimeout = Duration(5 * time.Second)
+	c.Catalog.AttemptTimeout = Duration(2 * time.Second) // etcd.DefaultAttemptTimeout
 	c.WAL.Kind = "nats"
 	c.WAL.PChannels = 4
 	c.WAL.PChannelPrefix = "wal-"
@@ -810,6 +818,8 @@ func (c Config) Validate() error {
 		return bad("catalog.keepalive_time", "keepalive_time (%v) and keepalive_timeout (%v) must be at least 1s", c.Catalog.KeepaliveTime.D(), c.Catalog.KeepaliveTimeout.D())
 	case c.Catalog.CommitTimeout < Duration(100*time.Millisecond):
 		return bad("catalog.commit_timeout", "%v is below 100ms", c.Catalog.CommitTimeout.D())
+	case c.Catalog.AttemptTimeout < Duration(100*time.Millisecond):
+		return bad("catalog.attempt_timeout", "%v is below 100ms", c.Catalog.AttemptTimeout.D())
 	case c.Catalog.AutoSyncInterval < 0:
 		return bad("catalog.auto_sync_interval", "%v is negative", c.Catalog.AutoSyncInterval.D())
 	case c.WAL.Kind != "nats" && c.WAL.Kind != "kafka":
