@@ -138,7 +138,7 @@ type Process struct {
 	ready                *prober // nil unless the process runs a coordinator
 	natsURL, etcdURL     string
 	members              *etcdcat.Members // which etcd members a coordinator calls; nil on standalone
-	foreign              *foreignEntries // entries of other clusters skipped
+	foreign              *foreignEntries  // entries of other clusters skipped
 	sec                  *security
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
