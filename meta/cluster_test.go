@@ -44,13 +44,18 @@ import (
 // countingClient counts the HTTP requests (RPC attempts, retries included)
 // the test's client sends.
 type countingClient struct {
-	hc *http.Client
-	n  atomic.Int64
+	hc      *http.Client
+	n       atomic.Int64
+	refused atomic.Int64 // attempts that failed or were answered 5xx (unavailable, not the leader)
 }
 
 func (c *countingClient) Do(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
-	return c.hc.Do(r)
+	resp, err := c.hc.Do(r)
+	if err != nil || resp.StatusCode >= 500 {
+		c.refused.Add(1)
+	}
+	return resp, err
 }
 
 // syncLoad sends keyed broadcasts that need every target's consumer ack
@@ -115,7 +120,12 @@ type phase struct {
 	backAt    time.Time // the part was back in service
 	end       time.Time
 	sent      int64 // RPC attempts during the phase
+	refused   int64 // of which failed or were refused (5xx)
 	lost, dup int
+	// Measured by the partition test bed.
+	newLeader time.Duration // from the fault until another coordinator led
+	healAt    time.Time     // when the fault was healed
+	readyz    time.Duration // the slowest /readyz answer of the phase
 }
 
 // waitOps waits until the workload has answered n operations since the
@@ -554,7 +564,7 @@ func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *clie
 	// own, but the clients' calls retry until their context ends).
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
-	sent0 := hc.n.Load()
+	sent0, refused0 := hc.n.Load(), hc.refused.Load()
 	ph.start = time.Now()
 	if _, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: name}); err != nil {
 		t.Fatal(err)
@@ -584,6 +594,7 @@ func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *clie
 		}
 		ph.end = time.Now()
 		ph.sent = hc.n.Load() - sent0
+		ph.refused = hc.refused.Load() - refused0
 	}
 	defer func() {
 		if ph.end.IsZero() {

@@ -71,7 +71,7 @@ func (r Readiness) Reason() string {
 // run at once): a killed or cut-off etcd or NATS makes /readyz answer "not
 // ready", with its reasons, within it — inside the 1 s a probe of the
 // shipped manifests waits.
-const DefaultReadyTimeout = 800 * time.Millisecond
+const DefaultReadyTimeout = 700 * time.Millisecond
 
 // prober computes a coordinator's readiness.
 type prober struct {
