@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -39,8 +40,8 @@ import (
 // It needs root, `ip netns` and nft (Debian's nftables), so it runs only
 // when asked: WALCAST_PARTITIONS=short (the three partitions of R9.12's
 // targets, about three minutes; .ci/run runs it) or =full (every
-// scenario). Asked where namespaces cannot be made, it fails: it never
-// skips silently. WALCAST_CLUSTER_REPORT=<file> appends the measurements
+// scenario; -run 'TestR9_12_Partitions/<name>' picks scenarios). Asked
+// where namespaces cannot be made, it fails: it never skips silently. WALCAST_CLUSTER_REPORT=<file> appends the measurements
 // (docs/operations.md quotes them).
 //
 // The test runs itself again inside a network namespace of its own, the
@@ -75,7 +76,13 @@ func TestR9_12_Partitions(t *testing.T) {
 		}
 	}()
 	binary := walcastBinary(t)
-	args := []string{"netns", "exec", hub, os.Args[0], "-test.run", "^TestR9_12_Partitions$", "-test.v", "-test.count", "1"}
+	// The inner run gets this run's pattern: -run 'TestR9_12_Partitions/<fault>'
+	// runs one scenario.
+	pattern := "^TestR9_12_Partitions$"
+	if f := flag.Lookup("test.run"); f != nil && strings.Contains(f.Value.String(), "TestR9_12_Partitions") {
+		pattern = f.Value.String()
+	}
+	args := []string{"netns", "exec", hub, os.Args[0], "-test.run", pattern, "-test.v", "-test.count", "1"}
 	if d, ok := t.Deadline(); ok {
 		args = append(args, "-test.timeout", time.Until(d).Round(time.Second).String())
 	}
@@ -103,7 +110,7 @@ func partitionCluster(ctx context.Context, t *testing.T, hub string) (*devcluste
 		binary = walcastBinary(t)
 	}
 	cl, err := devcluster.Start(ctx, devcluster.Config{Binary: binary, Dir: t.TempDir(), BasePort: devcluster.DefaultBasePort, Network: network,
-		Settings: map[string]any{"broadcast.backoff.max": "200ms", "audit.file": "off"}})
+		Settings: map[string]any{"broadcast.backoff.max": "200ms", "audit.file": "off", "cluster.name": "east"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +174,9 @@ func runPartitions(t *testing.T, hub string, full bool) {
 			runPhase(ctx, t, cl, c, hc, f, ph, fmt.Sprintf("p%d", i), &jobs)
 		})
 		ph.readyz = ready.max()
+		if ph.w == nil {
+			continue // not selected by -run
+		}
 		phases = append(phases, ph)
 		if !ok {
 			break
@@ -180,6 +190,13 @@ func runPartitions(t *testing.T, hub string, full bool) {
 		return
 	}
 	keyed.check(t)
+	if cl.Member("west") != nil {
+		// The secondary, cut off and healed during replication, holds
+		// every collection of the primary, with the same ids.
+		west := secondary(ctx, t, cl)
+		waitFor(ctx, t, "west caught up at the end", func(ctx context.Context) error { return caughtUp(ctx, west) })
+		waitFor(ctx, t, "west holds east's collections", func(ctx context.Context) error { return sameCollections(ctx, c, west, phases) })
+	}
 	// The nodes' states are loaded into nodes of this process, which reach
 	// NATS: the test runs in the hub.
 	view := nodeViews(ctx, t, cl)
@@ -339,7 +356,102 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 				heal(ctx, t, cl, ph)
 				waitFor(ctx, t, victim+" current in the stream again", func(ctx context.Context) error { return current(ctx, cl, victim) })
 			}},
+		fault{name: "primary cut from its secondary during replication",
+			inject: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) string {
+				west := secondary(ctx, t, cl)
+				waitFor(ctx, t, "west caught up", func(ctx context.Context) error { return caughtUp(ctx, west) })
+				must(t, n.Cut("west", natss...))
+				cut = append(cut, "west")
+				return "west"
+			},
+			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
+				heal(ctx, t, cl, ph)
+				waitFor(ctx, t, "west replicating again", func(ctx context.Context) error { return caughtUp(ctx, secondary(ctx, t, cl)) })
+			}},
 	)
+}
+
+// secondary returns a client of the secondary cluster "west" (a
+// standalone in its own namespace following this cluster's WAL), starting
+// it and making it follow on first use.
+func secondary(ctx context.Context, t *testing.T, cl *devcluster.Cluster) *client.Client {
+	t.Helper()
+	m := cl.Member("west")
+	if m == nil {
+		var err error
+		if m, err = cl.StartStandalone(ctx, "west", 7070); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New([]string{m.Addr}, client.WithAttemptTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	st, err := c.ReplicationStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetRole() != "secondary" {
+		var hosts []string
+		for _, n := range cl.Kind(devcluster.NATS) {
+			hosts = append(hosts, strings.TrimPrefix(n.Addr, "nats://"))
+		}
+		topo := &walcastv1.Topology{Primary: "east", Secondaries: []*walcastv1.SecondaryCluster{{Name: "west", Source: "nats://" + strings.Join(hosts, ",")}}}
+		if err := c.Follow(ctx, topo); err != nil {
+			t.Fatalf("west follows east: %v", err)
+		}
+	}
+	return c
+}
+
+// caughtUp checks that the secondary replicates and has copied everything
+// the primary's WAL holds.
+func caughtUp(ctx context.Context, c *client.Client) error {
+	st, err := c.ReplicationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if !st.GetReplicating() {
+		return fmt.Errorf("west does not replicate: %v", st)
+	}
+	for _, p := range st.GetPchannels() {
+		if !p.GetLagKnown() || p.GetLag() > 0 {
+			return fmt.Errorf("west: %s lag %d (known %v, error %q)", p.GetPchannel(), p.GetLag(), p.GetLagKnown(), p.GetLastError())
+		}
+	}
+	return nil
+}
+
+// sameCollections checks that the secondary holds the primary's
+// collections of every phase's database, with the same ids.
+func sameCollections(ctx context.Context, primary, west *client.Client, phases []*phase) error {
+	for _, ph := range phases {
+		if ph.w == nil {
+			continue
+		}
+		want, err := primary.ListCollections(ctx, ph.w.db)
+		if err != nil {
+			return err
+		}
+		got, err := west.ListCollections(ctx, ph.w.db)
+		if err != nil {
+			return fmt.Errorf("west: database %s: %w", ph.w.db, err)
+		}
+		ids := map[string]uint64{}
+		for _, c := range got {
+			ids[c.Name] = c.Id
+		}
+		if len(got) != len(want) {
+			return fmt.Errorf("west: database %s has %d collections, east %d", ph.w.db, len(got), len(want))
+		}
+		for _, c := range want {
+			if ids[c.Name] != c.Id {
+				return fmt.Errorf("west: collection %s.%s has id %d, east %d", ph.w.db, c.Name, ids[c.Name], c.Id)
+			}
+		}
+	}
+	return nil
 }
 
 // waitNewLeader waits until a coordinator other than old leads, and

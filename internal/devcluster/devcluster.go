@@ -88,6 +88,9 @@ const (
 	Kafka       = "kafka"
 	Coordinator = "coord"
 	Node        = "node"
+	// Standalone is a `walcast standalone` added by StartStandalone: a
+	// second cluster, to replicate to.
+	Standalone = "standalone"
 )
 
 // ErrInvalidConfig reports a Config that Start cannot use.
@@ -410,6 +413,32 @@ func (c *Cluster) writeConfig(name string, conf map[string]any) (string, error) 
 	return path, os.WriteFile(path, append([]byte("# written by walcast dev-cluster\n"), out...), 0o640)
 }
 
+// StartStandalone adds a `walcast standalone` named name, of the cluster
+// name (cluster.name), its API on port of 127.0.0.1 (in a Network: of its
+// own namespace's address), its data in the cluster's directory, and starts
+// it: a second cluster beside this one, for replication. extra are more
+// arguments of the command.
+func (c *Cluster) StartStandalone(ctx context.Context, name string, port int, extra ...string) (*Member, error) {
+	if c.byName[name] != nil {
+		return nil, fmt.Errorf("devcluster: %s exists", name)
+	}
+	ip := "127.0.0.1"
+	if n := c.cfg.Network; n != nil {
+		var err error
+		if ip, err = n.add(name); err != nil {
+			return nil, err
+		}
+	}
+	addr := fmt.Sprintf("%s:%d", ip, port)
+	args := []string{"standalone", "--cluster", name, "--data-dir", filepath.Join(c.cfg.Dir, name), "--api-addr", addr, "--metrics-addr", ""}
+	if c.cfg.Network != nil {
+		args = append(args, "--insecure")
+	}
+	m := &Member{Name: name, Kind: Standalone, Addr: addr, args: append(args, extra...)}
+	c.add(m)
+	return m, m.Start(ctx)
+}
+
 // Dir is the cluster's directory.
 func (c *Cluster) Dir() string { return c.cfg.Dir }
 
@@ -462,7 +491,7 @@ func (c *Cluster) APIAddrs() []string { return c.addrs(Coordinator) }
 // each with SIGTERM and, after 20 s, SIGKILL. It waits for all of them.
 func (c *Cluster) Close() error {
 	var errs []error
-	for _, kinds := range [][]string{{Node}, {Coordinator}, {Etcd, NATS, Kafka}} {
+	for _, kinds := range [][]string{{Node, Standalone}, {Coordinator}, {Etcd, NATS, Kafka}} {
 		var ms []*Member
 		for _, k := range kinds {
 			ms = append(ms, c.Kind(k)...)
@@ -699,7 +728,7 @@ func (m *Member) Tail(n int) string {
 // status code and the body's first line.
 func (m *Member) Ready(ctx context.Context) (int, string, error) {
 	addr := m.Metrics
-	if m.Kind == Coordinator {
+	if m.Kind == Coordinator || m.Kind == Standalone {
 		addr = m.Addr
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
