@@ -356,7 +356,7 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 				heal(ctx, t, cl, ph)
 				waitFor(ctx, t, victim+" current in the stream again", func(ctx context.Context) error { return current(ctx, cl, victim) })
 			}},
-		fault{name: "primary cut from its secondary during replication",
+		fault{name: "primary cut from its secondary during replication", hold: 30,
 			inject: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) string {
 				west := secondary(ctx, t, cl)
 				waitFor(ctx, t, "west caught up", func(ctx context.Context) error { return caughtUp(ctx, west) })
@@ -365,6 +365,13 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 				return "west"
 			},
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
+				west := secondary(ctx, t, cl)
+				waitFor(ctx, t, "west behind east while cut off", func(ctx context.Context) error {
+					if caughtUp(ctx, west) == nil {
+						return errors.New("west reports no lag")
+					}
+					return nil
+				})
 				heal(ctx, t, cl, ph)
 				waitFor(ctx, t, "west replicating again", func(ctx context.Context) error { return caughtUp(ctx, secondary(ctx, t, cl)) })
 			}},
