@@ -267,13 +267,7 @@ func natsFaults(full bool) []fault {
 				}
 				victim = m
 				m.Kill()
-				waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
-					l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
-					if err == nil && l == m {
-						err = errors.New("the killed server still leads")
-					}
-					return err
-				})
+				waitNewStreamLeader(ctx, t, cl, m)
 				return m.Name
 			},
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
@@ -337,6 +331,19 @@ func natsFaults(full bool) []fault {
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) { restart(ctx, t, victim) }})
 	}
 	return fs
+}
+
+// waitNewStreamLeader waits until a NATS server other than old leads the
+// first lane's stream.
+func waitNewStreamLeader(ctx context.Context, t *testing.T, cl *devcluster.Cluster, old *devcluster.Member) {
+	t.Helper()
+	waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
+		l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
+		if err == nil && l == old {
+			err = fmt.Errorf("%s still leads", old.Name)
+		}
+		return err
+	})
 }
 
 // killLeader kills the leading coordinator and waits until the other leads.

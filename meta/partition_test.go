@@ -254,11 +254,11 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 	}
 	// cutLeader cuts the leading coordinator from members and waits for
 	// the other coordinator to lead.
-	cutLeader := func(members ...string) func(context.Context, *testing.T, *devcluster.Cluster, *phase) string {
+	cutLeader := func(how func(member string, others ...string) error, members ...string) func(context.Context, *testing.T, *devcluster.Cluster, *phase) string {
 		return func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) string {
 			l, err := cl.WaitLeader(ctx)
 			must(t, err)
-			must(t, n.Cut(l.Name, members...))
+			must(t, how(l.Name, members...))
 			cut = append(cut, l.Name)
 			waitNewLeader(ctx, t, cl, l, ph)
 			return l.Name
@@ -278,7 +278,7 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 	fs := []fault{
 		{name: "etcd follower isolated from its peers", inject: isolateEtcd(etcdFollower), recover: heal},
 		{name: "leader coordinator and an etcd follower in a minority", inject: minority, recover: heal},
-		{name: "leader coordinator cut from the WAL", inject: cutLeader(natss...), recover: heal},
+		{name: "leader coordinator cut from the WAL", inject: cutLeader(n.Cut, natss...), recover: heal},
 	}
 	if !full {
 		return fs
@@ -296,7 +296,7 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 				return strings.Join(etcds, ", ")
 			},
 			recover: heal},
-		fault{name: "leader coordinator cut from all etcd", inject: cutLeader(etcds...), recover: heal},
+		fault{name: "leader coordinator cut from all etcd", inject: cutLeader(n.Cut, etcds...), recover: heal},
 		fault{name: "one-way: an etcd follower's messages lost, it hears its peers",
 			inject: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) string {
 				m := etcdFollower(ctx, t, cl)
@@ -307,14 +307,7 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 				return m
 			},
 			recover: heal},
-		fault{name: "one-way: the leader coordinator hears nothing from etcd", inject: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) string {
-			l, err := cl.WaitLeader(ctx)
-			must(t, err)
-			must(t, n.CutFrom(l.Name, etcds...))
-			cut = append(cut, l.Name)
-			waitNewLeader(ctx, t, cl, l, ph)
-			return l.Name
-		}, recover: heal},
+		fault{name: "one-way: the leader coordinator hears nothing from etcd", inject: cutLeader(n.CutFrom, etcds...), recover: heal},
 		fault{name: "flapping link of the leader coordinator", hold: -1,
 			inject: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) string {
 				l, err := cl.WaitLeader(ctx)
@@ -342,13 +335,7 @@ func partitionFaults(n *devcluster.Network, full bool) []fault {
 				must(t, err)
 				must(t, n.LinkDown(m.Name))
 				cut = append(cut, m.Name)
-				waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
-					l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
-					if err == nil && l == m {
-						err = errors.New("the isolated server still leads")
-					}
-					return err
-				})
+				waitNewStreamLeader(ctx, t, cl, m)
 				return m.Name
 			},
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
