@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -154,29 +155,42 @@ func (t *Term) waitPredecessors(ctx context.Context, electionPrefix string) erro
 	}
 }
 
-// waitDelete waits until key is deleted after rev, a predecessorPoll
-// passes, the lease is lost or ctx ends.
+// waitDelete waits until key is deleted after rev, the lease is lost or
+// ctx ends. It watches the key, and reads it every predecessorPoll too: a
+// watch whose member lost its peers, and does not know it (a one-way cut),
+// hears nothing. (One watch for the whole wait: with etcd auth, opening a
+// stream costs an authentication.)
 func (t *Term) waitDelete(ctx context.Context, key string, rev int64) error {
-	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), predecessorPoll)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range t.client.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
+	wch := t.client.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	tick := time.NewTicker(predecessorPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				wch = nil // a watch that ended (no leader): the reads go on
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case <-tick.C:
+			gctx, gcancel := context.WithTimeout(ctx, predecessorPoll)
+			resp, err := t.client.Get(gctx, key)
+			gcancel()
+			if err == nil && len(resp.Kvs) == 0 {
 				return nil
 			}
-		}
-		select {
 		case <-t.keep.done:
 			return fmt.Errorf("%w: the lease expired while waiting for the leader", ErrLostLeadership)
-		default:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	select {
-	case <-t.keep.done:
-		return fmt.Errorf("%w: the lease expired while waiting for the leader", ErrLostLeadership)
-	default:
-	}
-	return ctx.Err()
 }
 
 // retryCall calls f until it succeeds, fails for a reason another member
@@ -208,6 +222,12 @@ type keeper struct {
 	ttl    time.Duration
 	cancel context.CancelFunc
 	done   chan struct{} // closed once the lease is no longer kept alive
+
+	// The keep-alive stream and what ends it, nil when there is none;
+	// used by run's goroutine alone.
+	stream pb.Lease_LeaseKeepAliveClient
+	sctx   context.Context
+	drop   context.CancelFunc
 }
 
 func startKeeper(client *clientv3.Client, id clientv3.LeaseID, expiry time.Time, ttl time.Duration) *keeper {
@@ -219,6 +239,7 @@ func startKeeper(client *clientv3.Client, id clientv3.LeaseID, expiry time.Time,
 
 func (k *keeper) run(ctx context.Context, expiry time.Time) {
 	defer close(k.done)
+	defer k.close()
 	// Three refreshes per TTL, as etcd's client does; each attempt gets at
 	// most a third of the TTL (and DefaultAttemptTimeout), so a refresh
 	// sent to a member that does not answer is sent again elsewhere well
@@ -241,15 +262,13 @@ func (k *keeper) run(ctx context.Context, expiry time.Time) {
 			if expiry.Before(deadline) {
 				deadline = expiry
 			}
-			actx, cancel := context.WithDeadline(ctx, deadline)
-			resp, err := k.client.KeepAliveOnce(actx, k.id)
-			cancel()
-			if err == nil && resp.TTL > 0 {
-				expiry = sent.Add(time.Duration(resp.TTL) * time.Second)
+			ttl, err := k.refresh(ctx, deadline, expiry)
+			if err == nil && ttl > 0 {
+				expiry = sent.Add(time.Duration(ttl) * time.Second)
 				next = sent.Add(every)
 				break
 			}
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0) || ctx.Err() != nil {
+			if err == nil || ctx.Err() != nil { // a TTL of 0: the lease is gone
 				return
 			}
 			select {
@@ -259,6 +278,69 @@ func (k *keeper) run(ctx context.Context, expiry time.Time) {
 			}
 		}
 	}
+}
+
+// refresh sends one keep-alive on the keeper's stream, opening one if it has
+// none, and returns the TTL the lease was given. The round trip must end by
+// deadline; opening a stream may take until expiry (with etcd auth it
+// authenticates, which can be slow). A stream that fails or does not
+// answer in time is dropped: the next refresh opens another, on the next
+// member. (One stream for many refreshes: opening one costs an
+// authentication.)
+func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64, error) {
+	type answer struct {
+		stream pb.Lease_LeaseKeepAliveClient
+		resp   *pb.LeaseKeepAliveResponse
+		err    error
+	}
+	s := k.stream
+	if s == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		k.sctx, k.drop = sctx, cancel
+		deadline = expiry
+	}
+	sctx := k.sctx
+	got := make(chan answer, 1)
+	go func() {
+		if s == nil {
+			var err error
+			if s, err = pb.NewLeaseClient(k.client.ActiveConnection()).LeaseKeepAlive(sctx); err != nil {
+				got <- answer{err: err}
+				return
+			}
+		}
+		if err := s.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.id)}); err != nil {
+			got <- answer{err: err}
+			return
+		}
+		resp, err := s.Recv()
+		got <- answer{s, resp, err}
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			k.close()
+			return 0, a.err
+		}
+		k.stream = a.stream
+		return a.resp.TTL, nil
+	case <-timer.C:
+		k.close() // ends the calls above
+		return 0, fmt.Errorf("%w: lease keep-alive", ErrAttemptTimeout)
+	case <-ctx.Done():
+		k.close()
+		return 0, ctx.Err()
+	}
+}
+
+// close drops the keeper's stream.
+func (k *keeper) close() {
+	if k.drop != nil {
+		k.drop()
+	}
+	k.stream, k.sctx, k.drop = nil, nil, nil
 }
 
 // stop stops refreshing and waits for the keeper to end.

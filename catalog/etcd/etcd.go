@@ -340,12 +340,14 @@ func (c *Catalog) streamOnce(ctx context.Context, from, end string, rev *int64, 
 	if *rev != 0 {
 		opts = append(opts, clientv3.WithRev(*rev))
 	}
-	stall := time.AfterFunc(c.attempt, func() { cancel(errStreamStalled) })
-	defer stall.Stop()
+	// Opening the stream is not bounded by the stall timer: with etcd auth
+	// it authenticates first, which can take long (a password hash).
 	ch, err := c.client.GetStream(sctx, from, opts...)
 	if err != nil {
 		return from, streamErr(sctx, err)
 	}
+	stall := time.AfterFunc(c.attempt, func() { cancel(errStreamStalled) })
+	defer stall.Stop()
 	defer func() {
 		cancel(nil)
 		for range ch { // let the stream's reader end

@@ -44,16 +44,18 @@ const DefaultAttemptTimeout = 2 * time.Second
 // clientv3.Config.DialOptions) that make every call of an etcd client
 // require the member to know a leader, and end each attempt of a unary call
 // after attempt (0: DefaultAttemptTimeout; negative: no bound) with a
-// retryable error (code Unavailable) so that it is tried again elsewhere.
-// Streams (watches, keep-alives, range streams) are not bounded: their
-// callers bound them.
+// retryable error (code Unavailable) so that it is tried again elsewhere:
+// reads, writes, lease calls, the member list and a member's status
+// (authentication, compaction and maintenance are not bounded: they may
+// take long by nature). Streams (watches, keep-alives, range streams) are
+// not bounded: their callers bound them.
 func QuorumDialOptions(attempt time.Duration) []grpc.DialOption {
 	if attempt == 0 {
 		attempt = DefaultAttemptTimeout
 	}
 	unary := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		actx := clientv3.WithRequireLeader(ctx)
-		if attempt < 0 {
+		if attempt < 0 || !bounded(method) {
 			return invoker(actx, method, req, reply, cc, opts...)
 		}
 		actx, cancel := context.WithTimeout(actx, attempt)
@@ -69,6 +71,21 @@ func QuorumDialOptions(attempt time.Duration) []grpc.DialOption {
 		return streamer(clientv3.WithRequireLeader(ctx), desc, cc, method, opts...)
 	}
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream)}
+}
+
+// bounded reports whether QuorumDialOptions bounds the attempts of a
+// method: the calls a coordinator makes all the time (reads, writes,
+// leases, the member list, a member's status), not those that may take
+// long by nature (authentication hashes a password, compaction,
+// defragmentation, snapshots).
+func bounded(method string) bool {
+	switch method {
+	case "/etcdserverpb.KV/Compact":
+		return false
+	case "/etcdserverpb.Cluster/MemberList", "/etcdserverpb.Maintenance/Status":
+		return true
+	}
+	return strings.HasPrefix(method, "/etcdserverpb.KV/") || strings.HasPrefix(method, "/etcdserverpb.Lease/")
 }
 
 // ErrAttemptTimeout names, in an error's text, an attempt that
@@ -199,6 +216,11 @@ func (m *Members) setMembers(eps []string) error {
 		dc.DialTimeout = 0 // do not wait for a member that is down
 		dc.AutoSyncInterval = 0
 		dc.MaxUnaryRetries = 1 // one attempt: say why it failed, not that it timed out retrying
+		// No credentials: a member checks them after the read's quorum
+		// round, so an auth error answers the probe too, and a client
+		// with credentials would authenticate (a slow password hash on
+		// the member) whenever its token lapses.
+		dc.Username, dc.Password = "", ""
 		dc.DialOptions = append(slices.Clip(dc.DialOptions), QuorumDialOptions(-1)...)
 		c, err := clientv3.New(dc)
 		if err != nil {
@@ -275,8 +297,8 @@ func (m *Members) probeAll(ctx context.Context) {
 			pctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 			defer cancel()
 			_, err := c.Get(pctx, "health", clientv3.WithCountOnly())
-			if errors.Is(err, rpctypes.ErrPermissionDenied) {
-				err = nil // answered after a read index: it reaches a quorum
+			if authErr(err) {
+				err = nil // refused after the read's quorum round: it reaches a quorum
 			}
 			errs[i] = err
 		})
@@ -327,6 +349,17 @@ func (m *Members) probeAll(ctx context.Context) {
 	}
 	m.inUse = use
 	m.client.SetEndpoints(use...)
+}
+
+// authErr reports an error of etcd auth, which a member returns only after
+// a linearizable read's quorum round.
+func authErr(err error) bool {
+	for _, e := range []error{rpctypes.ErrUserEmpty, rpctypes.ErrPermissionDenied, rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthOldRevision} {
+		if errors.Is(rpctypes.Error(err), e) {
+			return true
+		}
+	}
+	return false
 }
 
 // probeErr describes a failed probe briefly.
