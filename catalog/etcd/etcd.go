@@ -26,9 +26,9 @@
 // A Catalog built with a Fence (Config.Fence) writes only while its
 // leadership term lasts (SPEC R9.2): every transaction carries the compare
 // "the leader key still exists with the create revision of our term". Campaign
-// wins a term through an etcd election (concurrency.Election over a lease
-// kept alive by a concurrency.Session); the term ends when its holder resigns
-// or its lease expires, and the election key is deleted with it. From then on
+// wins a term through an etcd election (the protocol of concurrency.Election,
+// over a lease this package keeps alive); the term ends when its holder
+// resigns or its lease expires, and the election key is deleted with it. From then on
 // the compare fails, and every Commit of the old Catalog fails with
 // catalog.ErrFenced — even one sent by a coordinator that has not noticed yet
 // that it was deposed. A new term's key has a newer create revision, so an
@@ -42,6 +42,15 @@
 // bound covers the whole request, so Catalog.Limits reports MaxBytes less the
 // worst-case cost of the prefix and the protobuf framing of MaxOps ops: a
 // Commit within Limits is never refused by the server for its size.
+//
+// # Partitions
+//
+// A client built with QuorumDialOptions and kept by Members never waits on
+// one etcd member that has lost its peers (SPEC R9.12): see quorum.go.
+// Transactions refused by such a member, or unanswered within the attempt
+// bound, are sent again to another member (every catalog write is
+// idempotent); a List stream that stalls is opened again after the last
+// key it gave, at the same revision.
 //
 // # Errors
 //
