@@ -11,6 +11,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // Fence identifies a leadership term: the leader's election key and the
@@ -226,8 +227,10 @@ type keeper struct {
 	// The keep-alive stream and what ends it, nil when there is none;
 	// used by run's goroutine alone.
 	stream pb.Lease_LeaseKeepAliveClient
+	conn   *grpc.ClientConn // the stream's own connection, to one member
 	sctx   context.Context
 	drop   context.CancelFunc
+	next   int // which of the client's endpoints the next stream goes to
 }
 
 func startKeeper(client *clientv3.Client, id clientv3.LeaseID, expiry time.Time, ttl time.Duration) *keeper {
@@ -241,11 +244,11 @@ func (k *keeper) run(ctx context.Context, expiry time.Time) {
 	defer close(k.done)
 	defer k.close()
 	// Three refreshes per TTL, as etcd's client does; each attempt gets at
-	// most a third of the TTL (and DefaultAttemptTimeout), so a refresh
-	// sent to a member that does not answer is sent again elsewhere well
-	// before the lease ends.
+	// most a sixth of the TTL (and DefaultAttemptTimeout), so a refresh
+	// sent to a member that does not answer is sent again to the next
+	// ones, several times, before the lease ends.
 	every := k.ttl / 3
-	attempt := min(every, DefaultAttemptTimeout)
+	attempt := min(k.ttl/6, DefaultAttemptTimeout)
 	next := time.Now().Add(every)
 	for {
 		select {
@@ -268,7 +271,7 @@ func (k *keeper) run(ctx context.Context, expiry time.Time) {
 				next = sent.Add(every)
 				break
 			}
-			if err == nil || ctx.Err() != nil { // a TTL of 0: the lease is gone
+			if err == nil || ctx.Err() != nil || k.client.Ctx().Err() != nil { // a TTL of 0: the lease is gone; or the client is closed
 				return
 			}
 			select {
@@ -282,8 +285,9 @@ func (k *keeper) run(ctx context.Context, expiry time.Time) {
 
 // refresh sends one keep-alive on the keeper's stream, opening one if it has
 // none, and returns the TTL the lease was given. The round trip must end by
-// deadline; opening a stream may take until expiry (with etcd auth it
-// authenticates, which can be slow). A stream that fails or does not
+// deadline; on a new stream it may take up to half the time left before
+// expiry (with etcd auth, opening a stream authenticates, which can be
+// slow). A stream that fails or does not
 // answer in time is dropped: the next refresh opens another, on the next
 // member. (One stream for many refreshes: opening one costs an
 // authentication.)
@@ -295,16 +299,33 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 	}
 	s := k.stream
 	if s == nil {
+		// A stream of its own to one member, the next of the client's
+		// endpoints after the one that last failed: a member that does
+		// not answer is not tried again before the others.
+		eps := k.client.Endpoints()
+		if len(eps) == 0 {
+			return 0, fmt.Errorf("%w: no endpoints", ErrInvalidConfig)
+		}
+		conn, err := k.client.Dial(eps[k.next%len(eps)])
+		if err != nil {
+			k.next++
+			return 0, err
+		}
 		sctx, cancel := context.WithCancel(ctx)
-		k.sctx, k.drop = sctx, cancel
-		deadline = expiry
+		k.conn, k.sctx, k.drop = conn, sctx, cancel
+		// Opening may take longer (with etcd auth it authenticates: a
+		// password hash), but not so long that the next member gets no
+		// time before the lease ends.
+		if half := time.Now().Add(time.Until(expiry) / 2); half.After(deadline) {
+			deadline = half
+		}
 	}
-	sctx := k.sctx
+	sctx, conn := k.sctx, k.conn
 	got := make(chan answer, 1)
 	go func() {
 		if s == nil {
 			var err error
-			if s, err = pb.NewLeaseClient(k.client.ActiveConnection()).LeaseKeepAlive(sctx); err != nil {
+			if s, err = pb.NewLeaseClient(conn).LeaseKeepAlive(sctx); err != nil {
 				got <- answer{err: err}
 				return
 			}
@@ -321,26 +342,39 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 	select {
 	case a := <-got:
 		if a.err != nil {
-			k.close()
+			k.fail()
 			return 0, a.err
 		}
 		k.stream = a.stream
 		return a.resp.TTL, nil
 	case <-timer.C:
-		k.close() // ends the calls above
+		k.fail() // ends the calls above
 		return 0, fmt.Errorf("%w: lease keep-alive", ErrAttemptTimeout)
 	case <-ctx.Done():
 		k.close()
 		return 0, ctx.Err()
+	case <-k.client.Ctx().Done():
+		k.close()
+		return 0, k.client.Ctx().Err()
 	}
 }
 
-// close drops the keeper's stream.
+// fail drops the keeper's stream, which failed: the next goes to the next
+// member.
+func (k *keeper) fail() {
+	k.close()
+	k.next++
+}
+
+// close drops the keeper's stream and its connection.
 func (k *keeper) close() {
 	if k.drop != nil {
 		k.drop()
 	}
-	k.stream, k.sctx, k.drop = nil, nil, nil
+	if k.conn != nil {
+		k.conn.Close()
+	}
+	k.stream, k.conn, k.sctx, k.drop = nil, nil, nil, nil
 }
 
 // stop stops refreshing and waits for the keeper to end.
@@ -423,7 +457,7 @@ func (t *Term) Fence() *Fence {
 func (t *Term) Lease() clientv3.LeaseID { return t.lease }
 
 // Done is closed once the term's lease is no longer kept alive: resigned,
-// found expired, or no member reaching a quorum answered a refresh before
+// found expired, its client closed, or no member reaching a quorum answered a refresh before
 // the lease's TTL passed. It is a prompt to stop working, not the
 // guarantee: the lease may expire on the server before Done closes, which
 // is why writes are fenced.

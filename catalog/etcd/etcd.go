@@ -38,7 +38,9 @@
 //
 // Config.Limits are the server's bounds (--max-txn-ops, --max-request-bytes).
 // etcd counts a transaction's compares and its ops separately (the larger
-// count must fit --max-txn-ops), so the fence compare costs no op. The byte
+// count must fit --max-txn-ops), so the fence's compares cost no op; a
+// fenced Catalog keeps one op for moving the leader key on (see Partitions)
+// and reports MaxOps less one. The byte
 // bound covers the whole request, so Catalog.Limits reports MaxBytes less the
 // worst-case cost of the prefix and the protobuf framing of MaxOps ops: a
 // Commit within Limits is never refused by the server for its size.
@@ -51,6 +53,15 @@
 // bound, are sent again to another member (every catalog write is
 // idempotent); a List stream that stalls is opened again after the last
 // key it gave, at the same revision.
+//
+// Such retries would let an attempt reach etcd late — a proposal a member
+// forwarded to its leader across the partition, delivered after the heal —
+// and apply old values over newer ones. So every fenced transaction also
+// requires the leader key's mod revision that the Catalog's previous
+// transaction left, and moves it on (a put that keeps the key's value and
+// lease): a late attempt fails that compare. A transaction whose compare
+// fails while the term lasts was applied by an earlier attempt of its own
+// (only the Catalog moves the key, one transaction at a time).
 //
 // # Errors
 //
@@ -146,6 +157,11 @@ type Catalog struct {
 	// then is commitTxn's list of etcd ops, reused: its one caller is the
 	// group's flusher, one transaction at a time.
 	then []clientv3.Op
+	// order is the mod revision of the fence's leader key that this
+	// catalog's last transaction left: every fenced transaction requires
+	// it and moves it on, so that no attempt applies after a later
+	// transaction (SPEC R9.12). Used by the flusher alone.
+	order int64
 }
 
 var _ catalog.Catalog = (*Catalog)(nil)
@@ -178,7 +194,7 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 	if lim.MaxBytes == 0 {
 		lim.MaxBytes = DefaultMaxBytes
 	}
-	if lim.MaxOps < 1 || lim.MaxBytes < 1 {
+	if lim.MaxOps < 1 || lim.MaxBytes < 1 || cfg.Fence != nil && lim.MaxOps < 2 {
 		return nil, fmt.Errorf("%w: limits %+v", ErrInvalidConfig, cfg.Limits)
 	}
 	if cfg.AttemptTimeout == 0 {
@@ -197,7 +213,10 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 			// leader key, and List would return it.
 			return nil, fmt.Errorf("%w: fence key %q lies under the catalog prefix %q", ErrInvalidConfig, f.Key, cfg.Prefix)
 		}
-		overhead += len(f.Key)
+		overhead += 2 * len(f.Key)
+		// The op that moves the leader key's mod revision on (see
+		// Catalog.order) takes one of the transaction's ops.
+		lim.MaxOps--
 		f := *f
 		cfg.Fence = &f
 	}
@@ -213,6 +232,9 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 		pageSize: cfg.PageSize,
 		attempt:  cfg.AttemptTimeout,
 		guard:    cfg.WriteGuard,
+	}
+	if f := cfg.Fence; f != nil {
+		c.order = f.Rev // the campaign created the key and nothing moved it since
 	}
 	c.paged.Store(c.pageSize > 0)
 	if c.pageSize == 0 {
