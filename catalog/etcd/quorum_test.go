@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -117,4 +118,68 @@ func TestR9_12_MembersLeavesAHungMember(t *testing.T) {
 	p.Stall()
 	waitFor("the hung member left again", func() bool { return slices.Equal(client.Endpoints(), []string{direct}) })
 	p.Heal()
+}
+
+// TestR9_12_LateAttemptDoesNotApply: an attempt of a fenced transaction
+// that reaches etcd after later transactions (a proposal forwarded across
+// a partition, delivered after the heal) fails its compare and changes
+// nothing; a retry whose earlier attempt was applied (its answer lost)
+// succeeds without applying twice.
+func TestR9_12_LateAttemptDoesNotApply(t *testing.T) {
+	srv := server(t)
+	client := newClient(t, srv)
+	ctx := testCtx(t)
+	prefix, election := uniquePrefixes()
+	term := campaign(t, client, election, "a", 5*time.Second)
+	defer term.Resign(ctx)
+	f := term.Fence()
+	cat := newCatalog(t, client, Config{Prefix: prefix, Fence: f})
+	// The first transaction as it goes on the wire, kept to be sent late.
+	late := client.Txn(ctx).If(f.compare(), clientv3.Compare(clientv3.ModRevision(f.Key), "=", cat.order)).
+		Then(clientv3.OpPut(prefix+"name", "old"), clientv3.OpPut(f.Key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease()))
+	if err := cat.Commit(ctx, catalog.Put("name", []byte("old"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Commit(ctx, catalog.Put("name", []byte("new"))); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := late.Commit()
+	if err != nil || resp.Succeeded {
+		t.Fatalf("late attempt: succeeded %v, %v", resp != nil && resp.Succeeded, err)
+	}
+	if v, err := cat.Get(ctx, "name"); err != nil || string(v) != "new" {
+		t.Fatalf("after the late attempt: %q, %v", v, err)
+	}
+	// An attempt of the next transaction is applied, its answer lost: the
+	// catalog's retry finds the key moved on, with the term intact.
+	before := cat.order
+	applied, err := client.Txn(ctx).If(f.compare(), clientv3.Compare(clientv3.ModRevision(f.Key), "=", before)).
+		Then(clientv3.OpPut(prefix+"name", "newer"), clientv3.OpPut(f.Key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).Commit()
+	if err != nil || !applied.Succeeded {
+		t.Fatal(err)
+	}
+	if err := cat.Commit(ctx, catalog.Put("name", []byte("newer"))); err != nil {
+		t.Fatalf("retry of an applied transaction: %v", err)
+	}
+	if cat.order != applied.Header.Revision {
+		t.Fatalf("order %d after the retry, want %d", cat.order, applied.Header.Revision)
+	}
+	if err := cat.Commit(ctx, catalog.Put("name", []byte("newest"))); err != nil {
+		t.Fatal(err)
+	}
+	// The leader key kept its value and lease.
+	if leader, err := Leader(ctx, client, election); err != nil || leader != "a" {
+		t.Fatalf("leader: %q, %v", leader, err)
+	}
+	ttl, err := client.TimeToLive(ctx, term.Lease(), clientv3.WithAttachedKeys())
+	if err != nil || len(ttl.Keys) != 1 || string(ttl.Keys[0]) != f.Key {
+		t.Fatalf("the term's lease holds %v, %v", ttl, err)
+	}
+	// A term that ended is still fenced.
+	if err := term.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Commit(ctx, catalog.Put("name", []byte("zombie"))); !errors.Is(err, catalog.ErrFenced) {
+		t.Fatalf("after the term: %v, want ErrFenced", err)
+	}
 }
