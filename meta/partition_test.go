@@ -20,11 +20,11 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // The partition test bed (SPEC R9.12, R9.13): the cluster of the fault
@@ -494,7 +494,7 @@ func (h *keyedHistory) run(ctx context.Context, t *testing.T, c *client.Client, 
 			vcs = append(vcs, message.VChannel(fmt.Sprintf("wal-%d/keyed", p)))
 		}
 		call := time.Since(h.start).Nanoseconds()
-		res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericSyncType, Payload: []byte(key), Scope: client.ClusterScope(),
+		res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericSyncType, Payload: []byte(key), Scope: client.ClusterScope(),
 			ClientKey: key, VChannels: vcs, ResourceKeys: []resource.Key{resource.ExclusiveCollection("keyed", key)}})
 		ret := time.Since(h.start).Nanoseconds()
 		if err != nil {

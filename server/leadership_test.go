@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/internal/tcpproxy"
@@ -51,7 +52,7 @@ func TestR9_13_LeaderCutFromTheWALGivesUp(t *testing.T) {
 		cfg.WAL.NATS.URL = "nats://" + p.Addr()
 		cfg.WAL.NATS.MonitorURLs = []string{ns.MonitorURL()}
 		cfg.Election.TTL = server.Duration(ttl)
-		proc, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
+		proc, err := server.StartCoordinator(ctx, cfg, app.Generic{})
 		if err != nil {
 			t.Fatal(err)
 		}
