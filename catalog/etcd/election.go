@@ -249,7 +249,9 @@ func (k *keeper) run(ctx context.Context, expiry time.Time) {
 	// ones, several times, before the lease ends.
 	every := k.ttl / 3
 	attempt := min(k.ttl/6, DefaultAttemptTimeout)
-	next := time.Now().Add(every)
+	// The first refresh at once: it opens the stream (with etcd auth, an
+	// authentication) while the whole TTL is left.
+	next := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
