@@ -507,21 +507,7 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range cl.Members() {
-				t.Logf("--- %s (%s):\n%s", m.Name, m.Log(), m.Tail(40))
-			}
-		}
-		if err := cl.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		if dir := os.Getenv("WALCAST_CLUSTER_LOGS"); dir != "" {
-			if err := os.CopyFS(filepath.Join(dir, walKind), os.DirFS(filepath.Join(cl.Dir(), "logs"))); err != nil {
-				t.Errorf("keep the logs: %v", err)
-			}
-		}
-	})
+	t.Cleanup(func() { closeCluster(t, cl, walKind) })
 	hc := &countingClient{hc: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	defer hc.hc.CloseIdleConnections()
 	c, err := client.New(cl.APIAddrs(), client.WithHTTPClient(hc), client.WithAttemptTimeout(5*time.Second),
@@ -559,6 +545,24 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	waitFor(ctx, t, "views equal the metadata", func(ctx context.Context) error {
 		return viewsMatchOf(ctx, c, view, "wal-0/_control", dropped)
 	})
+}
+
+// closeCluster stops a test's cluster, logging its members' last lines if
+// the test failed, and keeps their logs under WALCAST_CLUSTER_LOGS/<name>.
+func closeCluster(t *testing.T, cl *devcluster.Cluster, name string) {
+	if t.Failed() {
+		for _, m := range cl.Members() {
+			t.Logf("--- %s (%s):\n%s", m.Name, m.Log(), m.Tail(40))
+		}
+	}
+	if err := cl.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if dir := os.Getenv("WALCAST_CLUSTER_LOGS"); dir != "" {
+		if err := os.CopyFS(filepath.Join(dir, name), os.DirFS(filepath.Join(cl.Dir(), "logs"))); err != nil {
+			t.Errorf("keep the logs: %v", err)
+		}
+	}
 }
 
 // phaseTimeout bounds one phase (about 10 s here when nothing goes wrong).

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -116,19 +115,7 @@ func partitionCluster(ctx context.Context, t *testing.T, hub string) (*devcluste
 	}
 	t.Cleanup(func() {
 		_ = network.HealAll()
-		if t.Failed() {
-			for _, m := range cl.Members() {
-				t.Logf("--- %s (%s):\n%s", m.Name, m.Log(), m.Tail(40))
-			}
-		}
-		if err := cl.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		if dir := os.Getenv("WALCAST_CLUSTER_LOGS"); dir != "" {
-			if err := os.CopyFS(filepath.Join(dir, "partitions"), os.DirFS(filepath.Join(cl.Dir(), "logs"))); err != nil {
-				t.Errorf("keep the logs: %v", err)
-			}
-		}
+		closeCluster(t, cl, "partitions")
 	})
 	return cl, network
 }
