@@ -46,13 +46,18 @@ import (
 // countingClient counts the HTTP requests (RPC attempts, retries included)
 // the test's client sends.
 type countingClient struct {
-	hc *http.Client
-	n  atomic.Int64
+	hc      *http.Client
+	n       atomic.Int64
+	refused atomic.Int64 // attempts that failed or were answered 5xx (unavailable, not the leader)
 }
 
 func (c *countingClient) Do(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
-	return c.hc.Do(r)
+	resp, err := c.hc.Do(r)
+	if err != nil || resp.StatusCode >= 500 {
+		c.refused.Add(1)
+	}
+	return resp, err
 }
 
 // syncLoad sends keyed broadcasts that need every target's consumer ack
@@ -117,7 +122,12 @@ type phase struct {
 	backAt    time.Time // the part was back in service
 	end       time.Time
 	sent      int64 // RPC attempts during the phase
+	refused   int64 // of which failed or were refused (5xx)
 	lost, dup int
+	// Measured by the partition test bed.
+	newLeader time.Duration // from the fault until another coordinator led
+	healAt    time.Time     // when the fault was healed
+	readyz    time.Duration // the slowest /readyz answer of the phase
 }
 
 // waitOps waits until the workload has answered n operations since the
@@ -250,13 +260,7 @@ func natsFaults(full bool) []fault {
 				}
 				victim = m
 				m.Kill()
-				waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
-					l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
-					if err == nil && l == m {
-						err = errors.New("the killed server still leads")
-					}
-					return err
-				})
+				waitNewStreamLeader(ctx, t, cl, m)
 				return m.Name
 			},
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
@@ -320,6 +324,19 @@ func natsFaults(full bool) []fault {
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) { restart(ctx, t, victim) }})
 	}
 	return fs
+}
+
+// waitNewStreamLeader waits until a NATS server other than old leads the
+// first lane's stream.
+func waitNewStreamLeader(ctx context.Context, t *testing.T, cl *devcluster.Cluster, old *devcluster.Member) {
+	t.Helper()
+	waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
+		l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
+		if err == nil && l == old {
+			err = fmt.Errorf("%s still leads", old.Name)
+		}
+		return err
+	})
 }
 
 // killLeader kills the leading coordinator and waits until the other leads.
@@ -482,21 +499,7 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range cl.Members() {
-				t.Logf("--- %s (%s):\n%s", m.Name, m.Log(), m.Tail(40))
-			}
-		}
-		if err := cl.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		if dir := os.Getenv("WALCAST_CLUSTER_LOGS"); dir != "" {
-			if err := os.CopyFS(filepath.Join(dir, walKind), os.DirFS(filepath.Join(cl.Dir(), "logs"))); err != nil {
-				t.Errorf("keep the logs: %v", err)
-			}
-		}
-	})
+	t.Cleanup(func() { closeCluster(t, cl, walKind) })
 	hc := &countingClient{hc: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	defer hc.hc.CloseIdleConnections()
 	c, err := client.New(cl.APIAddrs(), client.WithHTTPClient(hc), client.WithAttemptTimeout(5*time.Second),
@@ -536,6 +539,24 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	})
 }
 
+// closeCluster stops a test's cluster, logging its members' last lines if
+// the test failed, and keeps their logs under WALCAST_CLUSTER_LOGS/<name>.
+func closeCluster(t *testing.T, cl *devcluster.Cluster, name string) {
+	if t.Failed() {
+		for _, m := range cl.Members() {
+			t.Logf("--- %s (%s):\n%s", m.Name, m.Log(), m.Tail(40))
+		}
+	}
+	if err := cl.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if dir := os.Getenv("WALCAST_CLUSTER_LOGS"); dir != "" {
+		if err := os.CopyFS(filepath.Join(dir, name), os.DirFS(filepath.Join(cl.Dir(), "logs"))); err != nil {
+			t.Errorf("keep the logs: %v", err)
+		}
+	}
+}
+
 // phaseTimeout bounds one phase (about 10 s here when nothing goes wrong).
 const phaseTimeout = 3 * time.Minute
 
@@ -547,7 +568,7 @@ func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *clie
 	// own, but the clients' calls retry until their context ends).
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
-	sent0 := hc.n.Load()
+	sent0, refused0 := hc.n.Load(), hc.refused.Load()
 	ph.start = time.Now()
 	if _, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: name}); err != nil {
 		t.Fatal(err)
@@ -577,6 +598,7 @@ func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *clie
 		}
 		ph.end = time.Now()
 		ph.sent = hc.n.Load() - sent0
+		ph.refused = hc.refused.Load() - refused0
 	}
 	defer func() {
 		if ph.end.IsZero() {

@@ -27,6 +27,7 @@ import (
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
+	etcdcat "github.com/walcast/walcast/catalog/etcd"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/internal/tlsfiles"
@@ -92,8 +93,9 @@ type Process struct {
 	apiAddr, metricsAddr string
 	ready                *prober // nil unless the process runs a coordinator
 	natsURL, etcdURL     string
-	foreign              *foreignEntries // entries of other clusters skipped
-	recreated            *recreatedLogs  // lanes whose log a coordinator's append created again
+	members              *etcdcat.Members // which etcd members a coordinator calls; nil on standalone
+	foreign              *foreignEntries  // entries of other clusters skipped
+	recreated            *recreatedLogs   // lanes whose log a coordinator's append created again
 	sec                  *security
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
@@ -417,16 +419,27 @@ func StartCoordinator(ctx context.Context, cfg Config, application app.App) (_ *
 	// not in zap's default JSON.
 	ec := clientv3.Config{Endpoints: cfg.Catalog.Endpoints, DialTimeout: cfg.Catalog.DialTimeout.D(),
 		DialKeepAliveTime: cfg.Catalog.KeepaliveTime.D(), DialKeepAliveTimeout: cfg.Catalog.KeepaliveTimeout.D(),
-		PermitWithoutStream: true, AutoSyncInterval: cfg.Catalog.AutoSyncInterval.D(),
-		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)}
+		PermitWithoutStream: true, MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)}
 	if err := etcdTLS(cfg, &ec); err != nil {
 		return nil, err
 	}
+	// No call waits on a member that lost its peers (R9.12): each requires
+	// a leader and has a bounded attempt, and the members watcher keeps
+	// the endpoints to the members that reach a quorum (it also does the
+	// member-list sync, which would otherwise undo its choice).
+	probe := ec
+	ec.DialOptions = etcdcat.QuorumDialOptions(cfg.Catalog.AttemptTimeout.D())
 	client, err := clientv3.New(ec)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.onClose(client.Close)
+	members, err := etcdcat.WatchMembers(client, etcdcat.MembersConfig{Dial: probe, SyncInterval: cfg.Catalog.AutoSyncInterval.D(), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	p.onClose(func() error { members.Close(); return nil })
+	p.members = members
 	w, wl, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
 		return nil, err
@@ -632,9 +645,9 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	bcfg := cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log)
 	bcfg.CheckRole = fence.admit
 	coord, err := NewCoordinator(CoordinatorConfig{
-		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
+		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), AttemptTimeout: cfg.Catalog.AttemptTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
 		Broadcast: bcfg, Logger: p.log, BeforeRecover: obs.ResetTaskCounts, OnLeader: fence.begin,
-		StateDir: stateDir, WriteGuard: p.catalogGuard(),
+		StateDir: stateDir, WriteGuard: p.catalogGuard(), WALCheck: walCheck(w, cfg.PChannelNames()),
 	})
 	if err != nil {
 		ln.Close()
@@ -683,7 +696,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
 	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout,
-		extra: func() []Check { return append(p.storageChecks(), p.recreated.checks()...) }}
+		extra: func() []Check { return append(p.storageChecks(), p.recreated.checks()...) }, members: p.members}
 	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
 	var ui *console.Console
 	if cfg.Console.Enabled {
@@ -914,4 +927,30 @@ func loopbackOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// walCheck asks the end of one pchannel of every lane: whether the WAL
+// answers, as the coordinator's readiness and leadership need it.
+func walCheck(w *wal.WAL, pchans []message.PChannel) func(context.Context) error {
+	seen := map[message.PChannel]bool{}
+	var probe []message.PChannel
+	for _, p := range pchans {
+		if l, ok := w.Lane(p); ok && !seen[l] {
+			seen[l] = true
+			probe = append(probe, p)
+		}
+	}
+	return func(ctx context.Context) error {
+		errs := make([]error, len(probe))
+		var wg sync.WaitGroup
+		for i, p := range probe {
+			wg.Go(func() {
+				if _, err := w.End(ctx, p); err != nil {
+					errs[i] = fmt.Errorf("%s does not answer: %w", p, err)
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
 }
