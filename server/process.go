@@ -469,6 +469,9 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.onClose(client.Close)
+	if err := reachEtcd(ctx, client, cfg.Catalog.Endpoints, cfg.Catalog.DialTimeout.D()); err != nil {
+		return nil, err
+	}
 	w, wl, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
 		return nil, err
@@ -781,7 +784,14 @@ func (p *Process) serveMetrics(cfg Config, extra map[string]http.Handler) error 
 	if cfg.Metrics.Addr == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", cfg.Metrics.Addr)
+	addr := cfg.Metrics.Addr
+	// An API on a free port (api.addr ...:0) takes every other port free
+	// too, metrics.addr left at its default included: a second process
+	// started so must not collide on 7071.
+	if _, port, _ := net.SplitHostPort(cfg.API.Addr); p.apiAddr != "" && port == "0" && addr == Default().Metrics.Addr {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.addr: %w", err)
 	}

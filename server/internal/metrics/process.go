@@ -33,16 +33,25 @@ import (
 //	walcast_api_requests_total{method,code}                    counter
 //	walcast_api_request_duration_seconds{method}               histogram
 
-// Version returns the running binary's module version ("(devel)" for a
-// build from a work tree) and VCS revision ("" if unknown).
+// Stamped is the version the binary was stamped with at build time (the
+// CLI's -X main.version=..., handed over by server.SetVersion); "" if none.
+// Set before a process starts; read only afterwards.
+var Stamped string
+
+// Version returns the running binary's version: the stamped one, else its
+// module version ("(devel)" for a build from a work tree); and its VCS
+// revision ("" if unknown).
 func Version() (version, revision string) {
 	version = "(devel)"
 	bi, ok := debug.ReadBuildInfo()
+	if ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	if Stamped != "" {
+		version = Stamped
+	}
 	if !ok {
 		return version, ""
-	}
-	if v := bi.Main.Version; v != "" {
-		version = v
 	}
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" {
