@@ -217,7 +217,7 @@ func (c *Console) overview(r *request) (view, error) {
 }
 
 // nodeRows lists this process's streaming nodes, with each pchannel's
-// apply lag: the entries between the node's next offset and the log's end.
+// apply lag (node.PChannelStatus.Lag: its own entries not yet handled).
 func (c *Console) nodeRows(ctx context.Context) ([]nodeRow, bool) {
 	if c.cfg.Nodes == nil {
 		return nil, true
@@ -233,7 +233,7 @@ func (c *Console) nodeRows(ctx context.Context) ([]nodeRow, bool) {
 				cancel()
 				if err == nil {
 					row.End = strconv.FormatUint(end, 10)
-					row.Lag = strconv.FormatUint(lag(end, p.NextOffset), 10)
+					row.Lag = strconv.FormatUint(p.Lag(end), 10)
 				}
 			}
 			rows = append(rows, row)
@@ -243,13 +243,6 @@ func (c *Console) nodeRows(ctx context.Context) ([]nodeRow, bool) {
 		}
 	}
 	return rows, len(rows) == 0
-}
-
-func lag(end, next uint64) uint64 {
-	if end > next {
-		return end - next
-	}
-	return 0
 }
 
 // ---- tasks

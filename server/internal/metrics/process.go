@@ -149,7 +149,7 @@ type Nodes struct {
 
 var (
 	descNodeLag = prometheus.NewDesc(namespace+"_node_apply_lag_entries",
-		"WAL entries of a pchannel a streaming node has not applied and acked yet.", []string{"node", "pchannel"}, nil)
+		"Entries of a pchannel a streaming node has read and not yet applied and acked, plus those of its log it has not read yet (entries of other pchannels sharing its lane count only until read: an idle pchannel shows 0).", []string{"node", "pchannel"}, nil)
 	descNodeUp     = prometheus.NewDesc(namespace+"_node_up", "1 while a streaming node runs.", []string{"node"}, nil)
 	descNodeHalted = prometheus.NewDesc(namespace+"_node_halted",
 		"1 while a streaming node's pchannel is halted: its saved position is past the end of the log (recreated or lost); `walcast node resync` continues it.",
@@ -183,10 +183,7 @@ func (n Nodes) Collect(ch chan<- prometheus.Metric) {
 			if err != nil {
 				continue
 			}
-			lag := 0.0
-			if end > p.NextOffset {
-				lag = float64(end - p.NextOffset)
-			}
+			lag := float64(p.Lag(end))
 			ch <- prometheus.MustNewConstMetric(descNodeLag, prometheus.GaugeValue, lag, st.Name, string(p.PChannel))
 		}
 	}
