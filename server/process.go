@@ -272,7 +272,7 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := metrics.RegisterBuildInfo(reg); err != nil {
+	if err := errors.Join(metrics.RegisterBuildInfo(reg), metrics.RegisterClusterInfo(reg, cfg.Cluster.Name)); err != nil {
 		_ = sec.close()
 		return nil, err
 	}

@@ -2,13 +2,22 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/internal/devcluster"
 	"github.com/walcast/walcast/server"
 )
 
@@ -86,4 +95,134 @@ func TestR9_10_ReadyLineOnlyOnceReady(t *testing.T) {
 	if err := waitReady(ctx, &out, f, "coordinator", time.Hour); err != context.DeadlineExceeded {
 		t.Errorf("waitReady with a failed part: %v", err)
 	}
+}
+
+// stdProc is a walcast server process whose stdout and stderr are kept
+// apart.
+type stdProc struct {
+	cmd            *exec.Cmd
+	mu             sync.Mutex
+	stdout, stderr strings.Builder
+	done           chan struct{}
+}
+
+func (p *stdProc) out() (string, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdout.String(), p.stderr.String()
+}
+
+// startSeparate starts walcast with args and env and waits for its ready
+// line, which it returns.
+func startSeparate(t *testing.T, env []string, args ...string) (*stdProc, string) {
+	t.Helper()
+	p := &stdProc{cmd: exec.Command(walcastBin, args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout = writerFunc(func(b []byte) (int, error) { p.mu.Lock(); defer p.mu.Unlock(); return p.stdout.Write(b) })
+	p.cmd.Stderr = writerFunc(func(b []byte) (int, error) { p.mu.Lock(); defer p.mu.Unlock(); return p.stderr.Write(b) })
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	deadline := time.After(90 * time.Second)
+	for {
+		stdout, stderr := p.out()
+		for _, line := range strings.Split(stdout, "\n") {
+			if strings.Contains(line, " ready: ") {
+				return p, line
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("walcast %v exited before it was ready:\n%s\n%s", args, stdout, stderr)
+		case <-deadline:
+			t.Fatalf("walcast %v not ready after 90s:\n%s\n%s", args, stdout, stderr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+var readyMetricsRE = regexp.MustCompile(` metrics=http://(\S+)/metrics`)
+
+// TestR9_6_StandalonesOnFreePortsSayWhoTheyAre: two standalones started
+// with --api-addr 127.0.0.1:0 both run (every port free-chosen, metrics
+// too, and printed); each exports the version the binary was stamped with
+// (-X main.version, as deploy/Dockerfile builds it) and its cluster;
+// `walcast probe` passes on its /readyz and fails on a dead address. A span
+// export the collector refuses is logged through the JSON logger, like every
+// line on stderr.
+func TestR9_6_StandalonesOnFreePortsSayWhoTheyAre(t *testing.T) {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "this collector refuses everything", http.StatusBadRequest)
+	}))
+	defer collector.Close()
+	tracing := []string{"WALCAST_LOG_LEVEL=warn", "WALCAST_TRACING_EXPORTER=otlp", "WALCAST_TRACING_OTLP_PROTOCOL=http",
+		"WALCAST_TRACING_OTLP_ENDPOINT=" + strings.TrimPrefix(collector.URL, "http://"), "WALCAST_TRACING_OTLP_INSECURE=true",
+		"WALCAST_TRACING_SAMPLING_RATIO=1"}
+	east, eastReady := startSeparate(t, tracing, "standalone", "--cluster", "east", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir())
+	_, westReady := startSeparate(t, []string{"WALCAST_LOG_LEVEL=warn"}, "standalone", "--cluster", "west", "--api-addr", "127.0.0.1:0", "--data-dir", t.TempDir())
+	em, wm := readyMetricsRE.FindStringSubmatch(eastReady), readyMetricsRE.FindStringSubmatch(westReady)
+	if em == nil || wm == nil || em[1] == wm[1] || strings.HasSuffix(em[1], ":7071") {
+		t.Fatalf("ready lines name no free metrics ports:\n%s\n%s", eastReady, westReady)
+	}
+	resp, err := http.Get("http://" + em[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`version="` + devcluster.TestVersion + `"`, `walcast_cluster_info{cluster="east"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("east's metrics lack %s:\n%s", want, grepMetric(string(body), "walcast_build_info", "walcast_cluster_info"))
+		}
+	}
+	if out, err := run(t, "probe", "http://"+em[1]+"/readyz"); err != nil || !strings.HasPrefix(out, "ready: leader") {
+		t.Errorf("probe of a ready standalone: %q %v", out, err)
+	}
+	if _, err := run(t, "probe", "--timeout", "10s", "http://127.0.0.1:1/readyz"); err == nil || !strings.Contains(err.Error(), "exit status 1") {
+		t.Errorf("probe of a dead address: %v", err)
+	}
+
+	api := strings.TrimPrefix(regexp.MustCompile(`api=(\S+)`).FindStringSubmatch(eastReady)[1], "http://")
+	if _, err := run(t, "broadcast", "--addr", api, "--type", "Generic.v1", "--payload", "traced", "--vchannel", "wal-1/t"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, stderr := east.out()
+		if strings.Contains(stderr, "tracing: exporting spans failed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no export failure logged in 60s:\n%s", stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, stderr := east.out()
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("a line on stderr is not the JSON logger's: %q", line)
+		}
+	}
+}
+
+func grepMetric(text string, names ...string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		for _, n := range names {
+			if strings.HasPrefix(l, n) {
+				out = append(out, l)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -17,6 +17,7 @@ import (
 // Metrics of a walcast process besides the engine's, read when scraped:
 //
 //	walcast_build_info{version,revision,go_version}            gauge (1)
+//	walcast_cluster_info{cluster}                              gauge (1; cluster.name, joined in the alert rules)
 //	walcast_coordinator_leader                                 gauge (1 while leading)
 //	walcast_coordinator_term                                   gauge (the term's etcd revision; 0 unless leading)
 //	walcast_cluster_role{role}                                 gauge (1 for "primary" or "secondary", while leading)
@@ -67,6 +68,18 @@ func RegisterBuildInfo(reg prometheus.Registerer) error {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 		Help:        "Always 1; the labels say which walcast runs.",
 		ConstLabels: prometheus.Labels{"version": v, "revision": rev, "go_version": runtime.Version()}})
+	g.Set(1)
+	return reg.Register(g)
+}
+
+// RegisterClusterInfo registers walcast_cluster_info{cluster}: every
+// process says which cluster it belongs to, so that rules over several
+// clusters scraped by one Prometheus join it on (job, instance) and
+// aggregate by cluster (deploy/prometheus/alerts.yaml).
+func RegisterClusterInfo(reg prometheus.Registerer, cluster string) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "cluster_info",
+		Help:        "Always 1; the label names the cluster (cluster.name) this process belongs to.",
+		ConstLabels: prometheus.Labels{"cluster": cluster}})
 	g.Set(1)
 	return reg.Register(g)
 }
