@@ -25,8 +25,9 @@ func NewHandler(s *Service, log *slog.Logger, opts ...connect.HandlerOption) (st
 	if log == nil {
 		log = slog.Default()
 	}
-	hopts := append(server.StrictJSON(), connect.WithReadMaxBytes(maxRequestBytes))
-	return walcastv1connect.NewMetaServiceHandler(&handler{s: s, log: log}, append(hopts, opts...)...)
+	hopts := append(server.StrictJSON(), server.RequestLimit(maxRequestBytes))
+	path, h := walcastv1connect.NewMetaServiceHandler(&handler{s: s, log: log}, append(hopts, opts...)...)
+	return path, server.LimitRequestBytes(h, maxRequestBytes)
 }
 
 type handler struct {

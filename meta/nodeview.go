@@ -18,9 +18,9 @@ import (
 // coordinators run no node, so `walcast view` asks the node that consumes
 // the vchannel's pchannel, at its --metrics-addr.
 func (a *App) NodeHandlers(opts ...connect.HandlerOption) map[string]http.Handler {
-	hopts := append(server.StrictJSON(), connect.WithReadMaxBytes(maxRequestBytes))
+	hopts := append(server.StrictJSON(), server.RequestLimit(maxRequestBytes))
 	path, h := walcastv1connect.NewMetaServiceHandler(nodeViewService{a: a}, append(hopts, opts...)...)
-	return map[string]http.Handler{path: h}
+	return map[string]http.Handler{path: server.LimitRequestBytes(h, maxRequestBytes)}
 }
 
 var _ server.NodeViewer = (*App)(nil)

@@ -685,12 +685,12 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	rp.foreign = func(e wal.Foreign) { p.foreign.seen("replicator", e) }
 	rp.skip, _ = cfg.skipTypes() // checked by Validate
-	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
+	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(StrictJSON(), RequestLimit(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
 	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout, extra: p.storageChecks}
-	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	mountIntrospection(mux, p.ready, services, RequestLimit(cfg.API.MaxRequestBytes))
 	var ui *console.Console
 	if cfg.Console.Enabled {
 		ui, err = p.newConsole(cfg, coord, w, rp, obs, app)
@@ -723,7 +723,10 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	// Outside the authentication, so that refused calls are counted too;
 	// admission first, so that a call refused for overload costs nothing.
-	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(mux))), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
+	// Every request's body is bounded on the wire (the handlers bound their
+	// messages once decompressed): over the limit is InvalidArgument.
+	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(LimitRequestBytes(mux, cfg.API.MaxRequestBytes)))),
+		func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{}, 3)
 	go func() {

@@ -66,10 +66,12 @@ func runDDL(g *globals, cmd *cobra.Command, key *string, call func(context.Conte
 	return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 		var once sync.Once
 		stop := g.progress(cmd, func(pctx context.Context) string { return w.progress(pctx, c) })
-		m, err := call(context.WithValue(ctx, stopProgressKey{}, func() { once.Do(stop) }), c)
+		cctx, ccancel := reserveForLookup(ctx)
+		m, err := call(context.WithValue(cctx, stopProgressKey{}, func() { once.Do(stop) }), c)
+		ccancel()
 		once.Do(stop)
 		if deadlinePassed(err) {
-			err = fmt.Errorf("%w\n%s", err, w.hint(cmd.Context(), c, *key))
+			err = fmt.Errorf("%w\n%s", err, w.hint(ctx, c, *key))
 		}
 		return m, err
 	}, human, func(m proto.Message) any { return with(protoValue(m), "idempotency_key", *key) })
@@ -256,9 +258,7 @@ func (w ddlWait) onObjects(t *walcastv1.Task) bool {
 // either way.
 func (w ddlWait) hint(ctx context.Context, c *client.Client, key string) string {
 	again := fmt.Sprintf("repeat the command with --key %s (the key it used) to retry safely", key)
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if t, n := w.task(lctx, c); t != nil {
+	if t, n := w.task(ctx, c); t != nil {
 		which := "it probably created"
 		if n > 1 {
 			which = fmt.Sprintf("the newest of %d live %s tasks", n, w.typ)

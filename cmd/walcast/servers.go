@@ -286,7 +286,7 @@ nothing). The node must not be running.`,
 }
 
 // clientAcker acks through the API. Rejections the coordinator will repeat
-// (the vchannel is not in the task, a malformed ack) are reported as the
+// (the vchannel is not in the task, a malformed ack, an id no leader issued) are reported as the
 // broadcast errors the node treats as permanent; everything else is retried
 // by the node.
 type clientAcker struct{ c *client.Client }
@@ -305,7 +305,9 @@ func (a clientAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 		req.Message = b
 	}
 	err := a.c.Ack(ctx, req)
-	if errors.Is(err, client.ErrInvalidArgument) {
+	// Not found: no leader issued the id (a newer leader's id is refused
+	// as "not leader", and retried).
+	if errors.Is(err, client.ErrInvalidArgument) || errors.Is(err, client.ErrNotFound) {
 		return fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
 	}
 	return err
