@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/server"
 )
@@ -165,6 +166,7 @@ func envInt(t *testing.T, name string, def int) int {
 // rates, RSS and goroutines of both phases are logged for
 // docs/operations.md (timing is not asserted).
 func TestOverloadIsBounded(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("a load test")
 	}

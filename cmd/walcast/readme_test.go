@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/internal/longtest"
 )
 
 // The README's examples are checked against the real thing, so that the
@@ -38,6 +40,7 @@ import (
 // README are mapped to free ports for the run and back in the output, and
 // the directory the block runs in reads as /home/me.
 func TestREADMEExamples(t *testing.T) {
+	longtest.Require(t)
 	blocks, err := readmeBlocks(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
