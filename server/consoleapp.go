@@ -78,6 +78,11 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 	if l, ok := app.(ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
 	}
+	if j, ok := app.(OutcomeJudge); ok {
+		cc.ApplicationOutcome = func(ctx context.Context, b *broadcast.Broadcaster, t broadcast.TaskInfo) (broadcast.Outcome, bool) {
+			return j.ApplicationOutcome(ctx, b, t.Type, t.Outcome)
+		}
+	}
 	return console.New(cc)
 }
 

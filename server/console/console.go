@@ -137,6 +137,11 @@ type Config struct {
 	Replication func() (running bool, chans []replicate.PChannelStatus)
 	// Imports lists the application's import jobs.
 	Imports func(ctx context.Context) ([]*walcastv1.ImportJob, error)
+	// ApplicationOutcome, if set, returns the application's verdict on a
+	// finished task whose broadcast succeeded but whose effect failed later
+	// (an import job that failed on a bad file), and true; false if the
+	// application has nothing to add. The task page shows it, red.
+	ApplicationOutcome func(ctx context.Context, b *broadcast.Broadcaster, t broadcast.TaskInfo) (broadcast.Outcome, bool)
 	// TaskCounts returns task counts by type and state, tombstones
 	// included (the metrics keep them); without it only live tasks are
 	// counted by type.

@@ -15,6 +15,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
@@ -79,6 +81,9 @@ func (c *Console) funcs() template.FuncMap {
 		},
 		"dur":  func(d time.Duration) string { return age(d) },
 		"task": func(id uint64) string { return Prefix + "tasks/" + strconv.FormatUint(id, 10) },
+		// word is an API enum as a word: IMPORT_JOB_STATE_COMPLETED as
+		// "completed" (its type's prefix dropped, lower case, spaces).
+		"word": enumWord,
 		"pct": func(a, b int) int {
 			if b == 0 {
 				return 0
@@ -86,6 +91,25 @@ func (c *Console) funcs() template.FuncMap {
 			return a * 100 / b
 		},
 	}
+}
+
+// enumWord turns a protobuf enum's name into the word people read:
+// IMPORT_JOB_STATE_COMPLETED is "completed", OUTCOME_STATUS_FAILED "failed"
+// (the prefix is the enum type's name in upper snake case).
+func enumWord(v interface {
+	String() string
+	Descriptor() protoreflect.EnumDescriptor
+}) string {
+	name := v.String()
+	var b strings.Builder
+	for i, r := range string(v.Descriptor().Name()) {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	name = strings.TrimPrefix(name, b.String()+"_")
+	return strings.ReplaceAll(strings.ToLower(name), "_", " ")
 }
 
 // age formats a duration for humans: 850ms, 12s, 3m12s, 5h03m, 2d04h.
@@ -421,6 +445,12 @@ type taskData struct {
 	HasCopies bool
 	// Group is the task's place in its group (R13.1, R13.7), "" if none.
 	Group string
+	// App is the application's outcome when it differs from the
+	// broadcast's (Config.ApplicationOutcome): HasApp says whether there
+	// is one, AppFailed whether it is a failure.
+	App       broadcast.Outcome
+	HasApp    bool
+	AppFailed bool
 }
 
 // copyRow is one target of a task, with its copy's role, its phase in a
@@ -490,6 +520,11 @@ func (c *Console) task(r *request) (view, error) {
 		return nil, err
 	}
 	d := taskData{T: t, Retention: c.cfg.Tombstone.MaxLifetime, Age: r.now.Sub(t.CreatedAt)}
+	if c.cfg.ApplicationOutcome != nil && t.Outcome.Status != 0 {
+		if o, ok := c.cfg.ApplicationOutcome(r.Context(), r.b, t); ok {
+			d.App, d.HasApp, d.AppFailed = o, true, o.Status == broadcast.Failed
+		}
+	}
 	switch r.URL.Query().Get("done") {
 	case "retry":
 		d.Done = "The callback's next attempt was started now."
