@@ -469,11 +469,11 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.onClose(client.Close)
-	if err := reachEtcd(ctx, client, cfg.Catalog.Endpoints, cfg.Catalog.DialTimeout.D()); err != nil {
-		return nil, err
-	}
 	w, wl, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
+		return nil, err
+	}
+	if err := reachEtcd(ctx, client, cfg.Catalog.Endpoints, cfg.Catalog.DialTimeout.D()); err != nil {
 		return nil, err
 	}
 	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {

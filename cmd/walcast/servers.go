@@ -159,11 +159,10 @@ func serverCmd(use, mode, flags, short, long string, start func(context.Context,
 		Long:  long + "\n\n" + envHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd.Flags(), path)
+			cfg, err := loadServerConfig(cmd.Flags(), path)
 			if err != nil {
 				return err
 			}
-			server.RouteLogs(cfg.Logger())
 			a, err := app(cfg)
 			if err != nil {
 				return err
@@ -195,11 +194,10 @@ authentication on, it authenticates as a token or certificate of role node
 		Example: "  walcast node --name n1 --consume 0,2 --nats nats://10.0.0.5:4222 --coordinators 10.0.0.1:7070,10.0.0.2:7070",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd.Flags(), path)
+			cfg, err := loadServerConfig(cmd.Flags(), path)
 			if err != nil {
 				return err
 			}
-			server.RouteLogs(cfg.Logger())
 			if len(cfg.Nodes.Coordinators) == 0 {
 				return usageError{errors.New("--coordinators: a node acks to the coordinators' API addresses")}
 			}

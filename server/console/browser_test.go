@@ -378,4 +378,3 @@ const overflowJS = `(() => {
   }
   return out.join("\n");
 })()`
-
