@@ -351,7 +351,13 @@ func (o *broadcastOutput) value() any {
 		}
 		pb.Extras[string(v)] = x
 	}
-	return with(protoValue(pb), "client_key", o.clientKey, "key_fingerprint", o.keyFingerprint, "attempts", r.Attempts)
+	// The broadcast returned once every copy was appended and acked.
+	cs := make([]copyLanding, 0, len(r.Appends))
+	for v, cp := range r.Appends {
+		cs = append(cs, copyLanding{vchannel: string(v), appended: true, acked: true, cp: cp})
+	}
+	return with(protoValue(pb), "client_key", o.clientKey, "key_fingerprint", o.keyFingerprint, "attempts", r.Attempts,
+		"copies", copiesValue(cs))
 }
 
 func printBroadcast(w io.Writer, o *broadcastOutput) error {
@@ -739,9 +745,9 @@ again whenever it changes, until it is finished (TOMBSTONE) or Ctrl-C.`,
 					t, err := get(ctx, c)
 					return t, t.GetState() == "TOMBSTONE", err
 				}, func(w io.Writer, v any) error { return printTask(w, v.(*walcastv1.Task)) },
-					func(v any) any { return protoValue(v.(*walcastv1.Task)) })
+					func(v any) any { return taskValue(v.(*walcastv1.Task)) })
 			}
-			return runClient(g, cmd, get, printTask)
+			return runClient(g, cmd, get, printTask, func(t *walcastv1.Task) any { return taskValue(t) })
 		},
 	}
 	show.Flags().BoolVar(&watchTask, "watch", false, "show the task again whenever it changes, until it is finished")

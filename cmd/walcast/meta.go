@@ -63,6 +63,7 @@ func runDDL(g *globals, cmd *cobra.Command, key *string, call func(context.Conte
 		*key = client.NewRequestKey() // minted here so that a hint can name it
 	}
 	w := ddlWaitOf(cmd, time.Now())
+	copies := []object{}
 	return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 		var once sync.Once
 		stop := g.progress(cmd, func(pctx context.Context) string { return w.progress(pctx, c) })
@@ -73,8 +74,31 @@ func runDDL(g *globals, cmd *cobra.Command, key *string, call func(context.Conte
 		if deadlinePassed(err) {
 			err = fmt.Errorf("%w\n%s", err, w.hint(ctx, c, *key))
 		}
+		if err == nil && g.machine() {
+			copies = ddlCopies(ctx, c, m)
+		}
 		return m, err
-	}, human, func(m proto.Message) any { return with(protoValue(m), "idempotency_key", *key) })
+	}, human, func(m proto.Message) any { return with(protoValue(m), "idempotency_key", *key, "copies", copies) })
+}
+
+// ddlCopies are where the copies of a DDL's broadcast landed (the task of
+// its result's broadcast_id), in the JSON shape of copiesValue; none if the
+// response names no broadcast or its task cannot be read.
+func ddlCopies(ctx context.Context, c *client.Client, m proto.Message) []object {
+	rf := m.ProtoReflect().Descriptor().Fields().ByName("result")
+	if rf == nil || rf.Message() == nil {
+		return []object{}
+	}
+	res := m.ProtoReflect().Get(rf).Message()
+	idf := res.Descriptor().Fields().ByName("broadcast_id")
+	if idf == nil || res.Get(idf).Uint() == 0 {
+		return []object{}
+	}
+	t, err := c.GetTask(ctx, res.Get(idf).Uint())
+	if err != nil {
+		return []object{}
+	}
+	return taskCopies(t)
 }
 
 // stopProgressKey is the context key of runDDL's function that ends its
