@@ -651,15 +651,37 @@ func keyHint(key string, j *walcastv1.ImportJob) string {
 	return fmt.Sprintf("key: %s (repeat with --key %s to retry safely)", key, key)
 }
 
-// jobLine is one line of a job's progress: its state, files and rows, a
-// bar while files are imported, and the elapsed time.
+// jobLine is one line of a job's progress: its state, files, rows and bytes,
+// a bar while files are imported (by bytes, so that it moves within one
+// large file; by files when the size is unknown), and the elapsed time.
 func jobLine(j *walcastv1.ImportJob, elapsed time.Duration) string {
 	n := len(j.GetFiles())
 	s := fmt.Sprintf("import job %d: %s, %d of %d files, %d rows", j.GetId(), jobState(j.GetState()), j.GetFilesDone(), n, j.GetRows())
+	if total := j.GetBytesTotal(); total > 0 {
+		s += fmt.Sprintf(", %s of %s", byteSize(j.GetBytesDone()), byteSize(total))
+	}
 	if j.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING && n > 0 {
-		s += " " + bar(int(j.GetFilesDone()), n, 20)
+		if total := j.GetBytesTotal(); total > 0 {
+			s += " " + bar(int(j.GetBytesDone()*1000/total), 1000, 20)
+		} else {
+			s += " " + bar(int(j.GetFilesDone()), n, 20)
+		}
 	}
 	return s + fmt.Sprintf(" (%s)", elapsed.Round(100*time.Millisecond))
+}
+
+// byteSize is a byte count for people: 812 B, 4.2 KiB, 1.5 MiB, 3.0 GiB.
+func byteSize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 3; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
 }
 
 // waitJob follows job id until it ends or ctx does, showing its progress on

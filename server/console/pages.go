@@ -90,6 +90,12 @@ func (c *Console) funcs() template.FuncMap {
 			}
 			return a * 100 / b
 		},
+		"pct64": func(a, b uint64) uint64 {
+			if b == 0 {
+				return 0
+			}
+			return min(a, b) * 100 / b
+		},
 	}
 }
 
