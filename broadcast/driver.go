@@ -261,8 +261,15 @@ func (d *driver) stop(err error) {
 	d.stopOnce.Do(func() { d.stopc <- err })
 }
 
-// send delivers an event to the loop; false if the loop has exited.
+// send delivers an event to the loop; false if the loop has exited. An
+// event sent while it exits may be taken and never stepped: a caller waits
+// for its answer or for done.
 func (d *driver) send(ev engine.Event) bool {
+	select {
+	case <-d.done:
+		return false
+	default:
+	}
 	d.queued.Add(1)
 	select {
 	case d.events <- ev:
@@ -311,11 +318,12 @@ func (d *driver) trySubmit(ev engine.Event) bool {
 
 // answersAtOnce reports whether ev is a request the core usually answers
 // without I/O: a key's original, a lock granted, a handle closed, a
-// request withdrawn, a look at the core. A Submit (and an operator's action) always asks for a
-// catalog write: it goes to the loop, which batches the writes of the
-// requests it drains (group commit), so a caller stepping it would only
-// split the batches; only a Submit with nothing in flight, which has no
-// batch to join, is stepped by its caller (trySubmit).
+// request withdrawn, a look at the core. A Submit (and an operator's
+// action) always asks for a catalog write: it goes to the loop, which
+// batches the writes of the requests it drains (group commit), so a caller
+// stepping it would only split the batches; only a Submit with nothing in
+// flight, which has no batch to join, is stepped by its caller
+// (trySubmit).
 func answersAtOnce(ev engine.Event) bool {
 	switch ev.(type) {
 	case engine.Resolve, engine.Lock, engine.Close, engine.Withdraw, engine.Inspect, engine.Wait, engine.WaitAcked:
@@ -440,6 +448,8 @@ func waitErr(err error, w *engine.Waited) error {
 	switch {
 	case w == nil:
 		return err
+	case w.ID == 0 && w.Group != 0:
+		return fmt.Errorf("waiting for its turn in group %d, behind the member before it: %w", w.Group, err)
 	case w.ID == 0:
 		return fmt.Errorf("waiting for the catalog to allocate the broadcast's id: %w", err)
 	}
@@ -469,14 +479,25 @@ func stageWaiting(s engine.Stage) string {
 	return "in stage " + s.String()
 }
 
-// inspect runs fn on the core between two events and waits for it.
+// inspect runs fn on the core between two events and waits for it; false
+// if the loop has exited (fn did not run).
 func (d *driver) inspect(fn func(c *engine.Core)) bool {
 	ok := make(chan struct{})
 	if !d.request(engine.Inspect{Fn: func(c *engine.Core) { fn(c); close(ok) }}) {
 		return false
 	}
-	<-ok
-	return true
+	select {
+	case <-ok:
+		return true
+	case <-d.done:
+		// An event sent as the loop exited is never stepped (R11.5).
+		select {
+		case <-ok:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // result delivers a worker's result; a stopped loop still takes it.

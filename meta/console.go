@@ -8,7 +8,7 @@ import (
 )
 
 // ImportJobs lists every import job, by id, for the operator console's
-// imports page (server.ImportJobLister).
+// imports page (app.ImportJobLister).
 func (a *App) ImportJobs(ctx context.Context) ([]*walcastv1.ImportJob, error) {
 	ss := a.Services()
 	if len(ss) == 0 {

@@ -167,8 +167,8 @@ type (
 		BytesDone  uint64 `json:"bytes_done,omitempty"`
 		FileBytes  uint64 `json:"file_bytes,omitempty"`
 		BytesTotal uint64 `json:"bytes_total,omitempty"`
-		StartedAt int64  `json:"started_at"`
-		UpdatedAt int64  `json:"updated_at"`
+		StartedAt  int64  `json:"started_at"`
+		UpdatedAt  int64  `json:"updated_at"`
 		// Ready is set once a two-phase job read every file: it waits for
 		// its commit or rollback.
 		Ready bool `json:"ready,omitempty"`

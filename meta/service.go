@@ -14,10 +14,10 @@ import (
 	"sync/atomic"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // Service runs the metadata operations (the MetaService API, callable in
@@ -25,7 +25,7 @@ import (
 // App.Handlers, which also serves it; it is safe for concurrent use.
 type Service struct {
 	cfg    Config
-	leader server.Leader
+	leader app.Leader
 	log    *slog.Logger
 	views  func(message.VChannel) (*walcastv1.VChannelView, error)
 	// names resolves database and collection names without reading the

@@ -82,9 +82,15 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	readers := make([]*wal.Reader, len(n.chans))
 	for i, c := range n.chans {
-		// A saved position past the log's end means the log is not the
-		// one the state was read from: reading on would skip whatever the
-		// new log holds up to that position.
+		// A log of another identity, or a saved position past the log's
+		// end, means the log is not the one the state was read from:
+		// reading on would skip whatever the new log holds up to that
+		// position (R9.14). An identity that cannot be read now is
+		// checked by the reader before it delivers anything.
+		if why, err := c.replaced(ctx, c.st.resume); err == nil && why != "" {
+			c.haltReplaced(c.st.resume, why)
+			continue
+		}
 		if end, err := n.cfg.WAL.End(ctx, c.p); err == nil && c.st.resume > end {
 			if end, ok := c.pastEnd(ctx, c.st.resume); ok {
 				c.halt(c.st.resume, end)
@@ -182,9 +188,11 @@ const (
 	StageSaving Stage = "saving"
 	// StageStopped: the node is not running.
 	StageStopped Stage = "stopped"
-	// StageHalted: the pchannel stopped for good because its saved
-	// position is past the end of the log (PChannelStatus.Halted says
-	// why); Resync and a restart continue it.
+	// StageHalted: the pchannel stopped for good because its log is not
+	// the one its saved position belongs to: another identity (the stream
+	// or topic was recreated, R9.14), or an end before the position
+	// (PChannelStatus.Halted says which); Resync and a restart continue
+	// it.
 	StageHalted Stage = "halted"
 )
 
@@ -230,7 +238,8 @@ type PChannelStatus struct {
 	// ReadError is the last WAL read error, "" once reading works again.
 	ReadError string
 	// Halted says why the pchannel stopped reading (Stage is StageHalted):
-	// its position is past the end of the log. "" while it reads.
+	// its log was replaced, or its position is past the end of the log.
+	// "" while it reads.
 	Halted string
 	// VChannels are the vchannels seen so far, by name.
 	VChannels []VChannelStatus

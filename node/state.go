@@ -38,7 +38,11 @@ type pstate struct {
 	// it were applied (or were duplicates) in this state's lineage.
 	handled uint64
 	// last is the last broadcast id applied on the pchannel.
-	last   uint64
+	last uint64
+	// logID is the identity of the log resume and handled are positions
+	// in (wal.Identified; "" before it was first read): a log of another
+	// identity is another log, whatever its length (R9.14).
+	logID  string
 	vchans map[message.VChannel]*vstate
 	// members are vchans as the state file lists them.
 	members jsonobj.Members[*vstate]
@@ -81,6 +85,7 @@ type fileHead struct {
 	Resume   uint64           `json:"resume_offset"`
 	Handled  uint64           `json:"handled_position"`
 	Last     uint64           `json:"last_broadcast_id"`
+	LogID    string           `json:"log_id,omitempty"`
 }
 
 type fileVState struct {
@@ -93,7 +98,7 @@ type fileVState struct {
 // json.Marshal of its fileState, built from the vchannels' kept encodings,
 // so that a save re-encodes only the vchannels that changed since the last.
 func encodeState(node string, p message.PChannel, st *pstate, snap []byte) ([]byte, error) {
-	head, err := json.Marshal(fileHead{Version: stateVersion, Node: node, PChannel: p, Resume: st.resume, Handled: st.handled, Last: st.last})
+	head, err := json.Marshal(fileHead{Version: stateVersion, Node: node, PChannel: p, Resume: st.resume, Handled: st.handled, Last: st.last, LogID: st.logID})
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +163,7 @@ func decodeState(p message.PChannel, data []byte) (*pstate, []byte, error) {
 		return nil, nil, corrupt("file holds the state of pchannel %q", f.PChannel)
 	}
 	st := newPState()
-	st.resume, st.handled, st.last = f.Resume, f.Handled, f.Last
+	st.resume, st.handled, st.last, st.logID = f.Resume, f.Handled, f.Last, f.LogID
 	for name, fv := range f.VChannels {
 		v := message.VChannel(name)
 		if err := v.Validate(); err != nil || v.PChannel() != p {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
@@ -15,15 +15,9 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// ImportJobLister is implemented by an App whose import jobs the operator
-// console shows (the metadata service).
-type ImportJobLister interface {
-	ImportJobs(ctx context.Context) ([]*walcastv1.ImportJob, error)
-}
-
 // newConsole builds the operator console (R9.9) over the coordinator, the
 // WAL, the replicator, the metrics and the app.
-func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *replication, obs *metrics.Broadcaster, app App) (*console.Console, error) {
+func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *replication, obs *metrics.Broadcaster, application app.App) (*console.Console, error) {
 	cc := console.Config{
 		Broadcaster: func() (*broadcast.Broadcaster, error) {
 			if b, ok := coord.leading(); ok {
@@ -75,10 +69,10 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 			a.Record(r, auth.Identity{Name: who.Name, Role: apiRole(who.Role)}, action, result, detail)
 		}
 	}
-	if l, ok := app.(ImportJobLister); ok {
+	if l, ok := application.(app.ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
 	}
-	if j, ok := app.(OutcomeJudge); ok {
+	if j, ok := application.(app.OutcomeJudge); ok {
 		cc.ApplicationOutcome = func(ctx context.Context, b *broadcast.Broadcaster, t broadcast.TaskInfo) (broadcast.Outcome, bool) {
 			return j.ApplicationOutcome(ctx, b, t.Type, t.Outcome)
 		}

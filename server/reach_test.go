@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/server"
 )
@@ -40,7 +41,7 @@ func TestR9_2_UnreachableEtcdNamedAtStart(t *testing.T) {
 	defer ns.Close()
 	etcd := "http://" + deadAddr(t)
 	cfg := coordConfig(t, []string{etcd}, ns.ClientURL())
-	p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
+	p, err := server.StartCoordinator(ctx, cfg, app.Generic{})
 	if err == nil {
 		p.Close()
 		t.Fatal("a coordinator started without its etcd")

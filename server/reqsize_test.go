@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
@@ -27,7 +28,7 @@ import (
 func TestR9_4_OversizeRequestIsASizeError(t *testing.T) {
 	env := apitest.New(t)
 	b := env.Open(func(cfg *broadcast.Config) { cfg.PChannels = apitest.PChannels })
-	srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithMaxRequestBytes(1<<20))
+	srv := apitest.Serve(t, app.StaticLeader(b), nil, server.WithMaxRequestBytes(1<<20))
 	big := &walcastv1.BroadcastRequest{Type: apitest.Create.String(), Payload: make([]byte, 10<<20), Vchannels: []string{"wal-1/a"}}
 	// Compressed: 2 MiB that do not compress (gzip of 10 MB is slow
 	// under the race detector).

@@ -52,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -101,6 +102,24 @@ type Cursor interface {
 	Close() error
 }
 
+// Identified is implemented by a Log that can tell one incarnation of a
+// channel's log from another (R9.14): Identity names the log of a lane as
+// it is now, and changes when its stream or topic is deleted and created
+// again, even if the new one has grown past an old position. A consumer
+// that saves a position saves the identity with it, and never reads on at
+// that position in a log of another identity.
+type Identified interface {
+	// Identity returns the identity of lane's log ("" if the backend
+	// cannot tell, say a broker too old to report topic ids).
+	Identity(ctx context.Context, lane message.PChannel) (string, error)
+}
+
+// Timed is implemented by a Cursor that knows when the backend stored each
+// entry: Time is the storage time of the entry Next returned last.
+type Timed interface {
+	Time() time.Time
+}
+
 // Errors. Check them with errors.Is.
 var (
 	// ErrNotApplied is wrapped by definite Append failures: nothing was
@@ -121,6 +140,10 @@ var (
 	ErrBadDedupID = fmt.Errorf("%w: bad dedup id", ErrNotApplied)
 	// ErrCorrupt reports an entry that does not decode.
 	ErrCorrupt = errors.New("wal: corrupt entry")
+	// ErrLogReplaced reports a cursor whose stream or topic was deleted and
+	// created again under it (R9.14): the entries it would read next
+	// belong to another log. The cursor is of no further use.
+	ErrLogReplaced = errors.New("wal: the log was replaced: its stream or topic was deleted and created again")
 )
 
 // MaxDedupIDBytes is the longest dedup id every backend accepts; WAL's are
@@ -274,6 +297,20 @@ func (w *WAL) End(ctx context.Context, p message.PChannel) (uint64, error) {
 
 // Log returns the backend.
 func (w *WAL) Log() Log { return w.log }
+
+// Identity returns the identity of the log pchannel p is read from (its
+// lane's; see Identified), "" if the backend cannot tell.
+func (w *WAL) Identity(ctx context.Context, p message.PChannel) (string, error) {
+	lane, ok := w.Lane(p)
+	if !ok {
+		return "", fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
+	}
+	id, ok := w.log.(Identified)
+	if !ok {
+		return "", nil
+	}
+	return id.Identity(ctx, lane)
+}
 
 // Encode builds the entry bytes for items, and its dedup id.
 func Encode(items []Item) (data []byte, dedupID string, err error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
@@ -151,7 +152,7 @@ dies. A deposed leader's catalog writes are fenced.`,
 
 // serverCmd is a command that loads the configuration, starts a process of
 // the application with start, and serves it as mode until Ctrl-C.
-func serverCmd(use, mode, flags, short, long string, start func(context.Context, server.Config, server.App) (*server.Process, error)) *cobra.Command {
+func serverCmd(use, mode, flags, short, long string, start func(context.Context, server.Config, app.App) (*server.Process, error)) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -163,7 +164,7 @@ func serverCmd(use, mode, flags, short, long string, start func(context.Context,
 			if err != nil {
 				return err
 			}
-			a, err := app(cfg)
+			a, err := newApp(cfg)
 			if err != nil {
 				return err
 			}
@@ -201,7 +202,7 @@ authentication on, it authenticates as a token or certificate of role node
 			if len(cfg.Nodes.Coordinators) == 0 {
 				return usageError{errors.New("--coordinators: a node acks to the coordinators' API addresses")}
 			}
-			a, err := app(cfg)
+			a, err := newApp(cfg)
 			if err != nil {
 				return err
 			}
@@ -236,9 +237,10 @@ func nodeResyncCmd() *cobra.Command {
 		Use:   "resync",
 		Short: "Make a stopped node read its pchannels' logs again from the start (after a recreated stream or topic)",
 		Long: `Make a stopped streaming node read its pchannels' logs again from their start. A node whose
-saved position is past the end of its log (the stream or topic was recreated, or the broker lost
-entries) halts that pchannel instead of skipping what the log holds now (walcast_node_halted,
-/readyz, its log). Stop the node, run this with its --name and --data-dir (and --pchannel for
+log is not the one its saved position belongs to (the stream or topic was recreated, or the
+broker lost entries: the log's identity changed, or it ends before the position) halts that
+pchannel instead of skipping what the log holds now (walcast_node_halted, /readyz, its log).
+Stop the node, run this with its --name and --data-dir (and --pchannel for
 some pchannels only; default: every pchannel with a saved state), and start it again: it keeps
 what it applied (its state and the broadcast ids applied per vchannel), applies the copies of
 broadcasts it has not applied, and acks every copy again (acks of finished broadcasts change

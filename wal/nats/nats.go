@@ -169,6 +169,16 @@ type Config struct {
 	// another cluster's WAL (a secondary's replicator reading its primary)
 	// sets it: creating the stream would only make it read nothing.
 	Existing bool
+	// Recreate makes Append create a pchannel's stream again when it has
+	// vanished (deleted, or lost with a server's data) instead of failing
+	// until someone restarts the writer; OnRecreated then hears of it.
+	// The new stream is empty and has another identity (Identity): the
+	// readers that saved a position in the old one halt (R9.14). The
+	// coordinator, which owns the streams, sets it.
+	Recreate bool
+	// OnRecreated, if set, is called after Append created p's stream
+	// again.
+	OnRecreated func(p message.PChannel)
 }
 
 // Log is a wal.Log on JetStream. It is safe for concurrent use.
@@ -183,6 +193,11 @@ type Log struct {
 	pullBytes int
 	// reqTimeout is Config.RequestTimeout.
 	reqTimeout time.Duration
+	// cfg is the configuration New completed, for Append's recreation of
+	// a vanished stream.
+	cfg Config
+	// recreating serialises recreations.
+	recreating sync.Mutex
 
 	// url is Config.URL without credentials, for error messages.
 	url string
@@ -200,7 +215,10 @@ type channel struct {
 	stream, subject string
 }
 
-var _ wal.Log = (*Log)(nil)
+var (
+	_ wal.Log        = (*Log)(nil)
+	_ wal.Identified = (*Log)(nil)
+)
 
 // New connects (or uses cfg.Conn), creates or updates the streams of
 // cfg.PChannels, and returns the log.
@@ -221,7 +239,7 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 
-	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{}), reqTimeout: cfg.RequestTimeout,
+	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{}), reqTimeout: cfg.RequestTimeout, cfg: cfg,
 		url: redactURLs(cfg.URL)}
 	if l.nc == nil {
 		opts := append([]natsgo.Option{
@@ -486,6 +504,29 @@ func (l *Log) StreamInfo(ctx context.Context, p message.PChannel) (*jetstream.St
 	return s.CachedInfo(), nil
 }
 
+// Identity names pchannel p's stream as it is now: its name and creation
+// time, which a stream deleted and created again does not keep (R9.14).
+// Under a deadline, a request no server answers is sent again.
+func (l *Log) Identity(ctx context.Context, p message.PChannel) (string, error) {
+	if l.closed.Load() {
+		return "", wal.ErrClosed
+	}
+	ch, ok := l.chans[p]
+	if !ok {
+		return "", fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	s, err := l.stream(ctx, ch)
+	if err != nil {
+		return "", fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
+	}
+	return identity(ch.stream, s.CachedInfo()), nil
+}
+
+// identity is the identity of a stream named name with info si.
+func identity(name string, si *jetstream.StreamInfo) string {
+	return "nats:" + name + "@" + si.Created.UTC().Format(time.RFC3339Nano)
+}
+
 // stream fetches ch's stream and its info (a request).
 func (l *Log) stream(ctx context.Context, ch channel) (jetstream.Stream, error) {
 	var s jetstream.Stream
@@ -570,6 +611,14 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	switch {
 	case err != nil && isDedupInProgress(last) && ctx.Err() != nil:
 		return 0, fmt.Errorf("wal/nats: append to %s: %w (while the original was in flight: %w)", p, ctx.Err(), last)
+	case err != nil && l.cfg.Recreate && errors.Is(last, jetstream.ErrNoStreamResponse):
+		// Nobody listens on the subject: the stream may be gone. The
+		// message was not stored; the caller's retry goes to the stream
+		// created again.
+		if rerr := l.recreate(ctx, p, ch); rerr != nil {
+			return 0, fmt.Errorf("%w: append to %s: %w (and the stream could not be created again: %w)", wal.ErrNotApplied, p, last, rerr)
+		}
+		return 0, fmt.Errorf("%w: append to %s: the stream %s had vanished and was created again, empty: %w", wal.ErrNotApplied, p, ch.stream, last)
 	case err != nil:
 		return 0, classify(p, l.why(last))
 	case ack.Stream != ch.stream || ack.Sequence == 0:
@@ -579,6 +628,28 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	// 2.15: stream.go processJetStreamMsg and jetstream_cluster.go
 	// processClusteredInboundMsg).
 	return ack.Sequence - 1, nil
+}
+
+// recreate creates p's stream again if it does not exist, and reports it
+// to OnRecreated. A stream that exists (the server was only unreachable
+// for a moment) is left alone.
+func (l *Log) recreate(ctx context.Context, p message.PChannel, ch channel) error {
+	l.recreating.Lock()
+	defer l.recreating.Unlock()
+	err := l.request(ctx, func(ctx context.Context) error {
+		_, err := l.js.Stream(ctx, ch.stream)
+		return err
+	})
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	if _, err := l.ensureStreamRetry(ctx, ch, l.cfg); err != nil {
+		return err
+	}
+	if l.cfg.OnRecreated != nil {
+		l.cfg.OnRecreated(p)
+	}
+	return nil
 }
 
 // classify wraps a publish error; it wraps wal.ErrNotApplied only for errors

@@ -31,11 +31,14 @@ type Reply struct {
 	Waited *Waited
 }
 
-// Waited is what a withdrawn request was waiting for: task ID in Stage, or
-// (ID 0) the catalog to allocate its broadcast's id.
+// Waited is what a withdrawn request was waiting for: task ID in Stage;
+// with ID 0, its turn in group Group (a member queued behind the one
+// before it) or, without a group, the catalog to allocate its broadcast's
+// id.
 type Waited struct {
 	ID    uint64
 	Stage Stage
+	Group uint64
 }
 
 // Original is the broadcast that owns a scope, as a duplicate sees it.

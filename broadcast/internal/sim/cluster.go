@@ -39,6 +39,9 @@ type cluster struct {
 	cfg    engine.Config
 	hasCB  map[message.Type]bool
 	crashN int
+	// reverseSnapshot lists the records to recovery in reverse key order
+	// (a scenario's: a catalog need not list them sorted).
+	reverseSnapshot bool
 }
 
 // op is one action of the core being performed.
@@ -85,12 +88,7 @@ func newCluster(w *world, name string, lanes int) *cluster {
 			{Name: "default", MaxCount: w.maxCount, MaxLifetime: time.Hour},
 			{Name: "import", MaxCount: w.maxCount * 2, MaxLifetime: 3 * time.Hour},
 		},
-		ClassOf: func(t message.Type) int {
-			if t == typImport {
-				return 1
-			}
-			return 0
-		},
+		ClassOf:       classOf,
 		CheckInterval: 5 * time.Minute, MaxKeyLength: 64, MaxGroupMembers: map[bool]int{true: 4, false: 64}[w.maxCount == 3],
 		Mutation: w.cfg.Mutation, IndexScopeBits: w.cfg.IndexScopeBits,
 	}
@@ -99,6 +97,15 @@ func newCluster(w *world, name string, lanes int) *cluster {
 		c.nodes = append(c.nodes, &consumer{c: c, p: p})
 	}
 	return c
+}
+
+// classOf is the workload's retention class of a type: imports have one of
+// their own.
+func classOf(t message.Type) int {
+	if t == typImport {
+		return 1
+	}
+	return 0
 }
 
 // start recovers a core from the catalog (a new leadership term: the old
@@ -111,12 +118,15 @@ func (c *cluster) start() error {
 	if err != nil {
 		return err
 	}
+	c.w.check.stepped()
 	core, err := engine.New(c.cfg, snap, c.w.now)
 	if err != nil {
 		return err
 	}
 	c.core, c.down = core, false
 	c.w.tracef("%s: core %d started (%d records)", c.name, c.gen, len(snap.Tasks))
+	c.w.check.restarted(c)
+	c.w.check.windows(c)
 	c.perform(core.Ready())
 	return nil
 }
@@ -132,6 +142,9 @@ func (c *cluster) snapshot() (engine.Snapshot, error) {
 	})
 	if err != nil {
 		return s, err
+	}
+	if c.reverseSnapshot {
+		slices.Reverse(s.Tasks)
 	}
 	if v, err := c.cat.Get(ctx, engine.IDsKey(prefix)); err == nil {
 		s.IDFloor = beUint64(v)
@@ -158,6 +171,7 @@ func (c *cluster) step(ev engine.Event) {
 		return
 	}
 	c.w.hashEvent(c, ev)
+	c.w.check.stepped()
 	c.core.Step(c.w.now, ev)
 	c.perform(c.core.Ready())
 	if c.core.Stopped() && !c.down {
@@ -225,7 +239,11 @@ func (c *cluster) complete(i int) {
 	w := c.w
 	switch a := o.a.(type) {
 	case engine.Write:
-		c.step(c.write(a))
+		res := c.write(a)
+		c.step(res)
+		if res.Err == nil && a.Kind == engine.WriteTombstone {
+			w.check.heardDurable(c, a)
+		}
 	case engine.Append:
 		c.step(c.append(a))
 	case engine.Callback:

@@ -269,11 +269,12 @@ func TestR6_2_FailedGCKeepsIndex(t *testing.T) {
 }
 
 // TestGap44_TwoTombstonesOneScope: a catalog holding two tombstones in one
-// scope (5 and 9, as a primary's GC can leave on a secondary) resolves to
-// 5... here: a secondary, where the newest replicated owner wins (R8.4);
-// evicting the older keeps the newer's entry, evicting the newer removes it.
+// scope (5 and 9, as a primary's GC can leave on a secondary): on a
+// secondary the newest replicated owner wins (R8.4), also after a restart;
+// evicting the older keeps the newer's entry, evicting the newer removes
+// it, and the key is then new work again.
 func TestGap44_TwoTombstonesOneScope(t *testing.T) {
-	s := newScript(t, true, 64)
+	s := newScript(t, true, 3)
 	key := message.ClusterKey("k")
 	for _, id := range []uint64{5, 9} {
 		m := replicatedMsg(id, typCreate, []message.VChannel{vc(1, "x")}, resource.ExclusiveCollection("db", "c"))
@@ -293,6 +294,27 @@ func TestGap44_TwoTombstonesOneScope(t *testing.T) {
 			t.Fatalf("restart %v: key resolves to %+v, want 9", restart, o)
 		}
 	}
+	// MaxCount 3 evicts the oldest first: 5, then 9.
+	for i, want := range []uint64{9, 0} {
+		for id := uint64(30 + 2*i); id < uint64(32+2*i); id++ {
+			x := replicatedMsg(id, typPlain, []message.VChannel{vc(2, "y")})
+			mustOK(t, s.ack(x, x.Broadcast.VChannels[1], 100*id))
+			mustOK(t, s.ack(x, vc(2, "y"), 100*id+1))
+			s.settle(nil)
+		}
+		evicted := []uint64{5, 9}[i]
+		if _, _, _, ok := s.c.core.TaskByID(evicted); ok {
+			t.Fatalf("tombstone %d not evicted: the scenario needs it gone", evicted)
+		}
+		o := s.c.core.Lookup(engine.ScopeOf(typCreate, key))
+		switch {
+		case want == 0 && o != nil:
+			t.Fatalf("after evicting 9 the key resolves to %+v, want new work", o)
+		case want != 0 && (o == nil || o.ID != want):
+			t.Fatalf("after evicting 5 the key resolves to %+v, want %d", o, want)
+		}
+	}
+	s.noViolation()
 }
 
 // TestGap46_PlainHandleHittingTombstonedOriginal: a plain handle holding

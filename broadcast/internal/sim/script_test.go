@@ -28,7 +28,7 @@ type script struct {
 
 func newScript(t *testing.T, secondary bool, maxCount int) *script {
 	t.Helper()
-	w := &world{cfg: Config{Seed: 1, Trace: true, Mutation: *flagMutate}, rng: rand.New(rand.NewPCG(1, 0x5eed)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+	w := &world{cfg: Config{Seed: 1, Trace: true, Mutation: flagMutation(t)}, rng: rand.New(rand.NewPCG(1, 0x5eed)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		failing: map[uint64]int{}, maxCount: maxCount}
 	w.check = newChecker(w)
 	name := "east"

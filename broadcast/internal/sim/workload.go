@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
@@ -21,14 +22,26 @@ type request struct {
 	c       *cluster
 	replied bool
 	done    bool // answered, lost, or given up
+	// step and at are when it was sent.
+	step    int
+	at      time.Time
 	onReply func(engine.Reply)
 	onLost  func()
 }
 
 func (w *world) request(c *cluster, name string, onReply func(engine.Reply), onLost func()) *request {
-	r := &request{w: w, name: name, c: c, onReply: onReply, onLost: onLost}
+	r := &request{w: w, name: name, c: c, onReply: onReply, onLost: onLost, step: w.steps, at: w.now}
 	w.requests = append(w.requests, r)
+	w.open++
 	return r
+}
+
+// end marks the request done: answered, lost, or given up.
+func (r *request) end() {
+	if !r.done {
+		r.done = true
+		r.w.open--
+	}
 }
 
 func (r *request) deliver(a engine.Reply) {
@@ -40,19 +53,19 @@ func (r *request) deliver(a engine.Reply) {
 	if r.done {
 		return // given up (or lost) before the answer came
 	}
-	r.done = true
+	r.end()
 	r.onReply(a)
 }
 
 func (r *request) lost() {
-	r.done = true
+	r.end()
 	if r.onLost != nil {
 		r.onLost()
 	}
 }
 
 // giveUp stops waiting (the caller's deadline); a late answer is ignored.
-func (r *request) giveUp() { r.done = true }
+func (r *request) giveUp() { r.end() }
 
 // client runs a few operations one after the other, as an application
 // calling the engine's API does: for a keyed request Resolve first (R7.5),
@@ -96,6 +109,9 @@ type clientOp struct {
 	// reconcile marks a reconciler's rollback of a group the promote left
 	// open: it has no Begin to fall back to.
 	reconcile bool
+	// fresh marks a quiescent phase's fresh request (R11.3); probe, one
+	// that only resolves its key (a group's Begin key).
+	fresh, probe bool
 }
 
 func (op *clientOp) group() bool { return op.txn || op.ownerKey != "" }
@@ -157,11 +173,14 @@ func (w *world) makeGroupOp(op *clientOp) {
 		op.ends = []message.GroupKind{message.GroupCommit, message.GroupRollback}[w.rng.IntN(2)]
 		op.key = message.ClusterKey(fmt.Sprint("t", w.rng.IntN(4)))
 	case r < 3:
-		op.ownerKey = fmt.Sprint("own/", w.rng.IntN(3))
+		// The owner key is the idempotency key's: a retry, or another
+		// client with the same key, sends the same request.
+		n := w.rng.IntN(4)
+		op.ownerKey = fmt.Sprint("own/", n%3)
 		op.typ, op.payload = typOwner, op.ownerKey
 		op.ends = []message.GroupKind{message.GroupCommit, message.GroupRollback}[w.rng.IntN(2)]
 		op.members = []message.Type{map[message.GroupKind]message.Type{message.GroupCommit: typEnd, message.GroupRollback: typRoll}[op.ends]}
-		op.key = message.ClusterKey(fmt.Sprint("o", w.rng.IntN(4)))
+		op.key = message.ClusterKey(fmt.Sprint("o", n))
 	case r < 4 && len(op.targets) > 0:
 		op.twoPhase = true
 	case r < 5:
@@ -249,12 +268,18 @@ func (cl *client) start() {
 	}
 	if op.key != "" {
 		sc := engine.ScopeOf(op.typ, op.key)
+		cl.w.noteScope(op.typ, op.key)
 		cl.send(engine.Resolve{Handle: cl.handle, Scope: sc, Key: op.key, CheckNew: true}, "resolve", func(r engine.Reply) {
 			switch {
 			case r.Err != nil:
 				cl.failed(r.Err)
 			case r.Original != nil:
 				cl.duplicate(r.Original)
+			case op.probe:
+				// Admitted: the key is new work again; a group's Begin is
+				// not opened for it.
+				cl.c.step(engine.Close{Handle: cl.handle})
+				cl.next("admitted as new work")
 			default:
 				cl.lock()
 			}
@@ -369,6 +394,7 @@ func (cl *client) startMember() {
 	typ := op.members[op.phase-1]
 	key := message.ClusterKey(fmt.Sprintf("%s/%d/%d/%d", op.key, cl.id, cl.cur, op.phase))
 	sc := engine.ScopeOf(typ, key)
+	cl.w.noteScope(typ, key)
 	cl.send(engine.Resolve{Handle: cl.handle, Scope: sc, Key: key, CheckNew: true}, "resolve", func(r engine.Reply) {
 		switch {
 		case r.Err != nil:
@@ -508,15 +534,27 @@ func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply))
 	name := fmt.Sprintf("client%d/op%d/%s", cl.id, cl.cur, what)
 	r := cl.w.request(cl.c, name, onReply, func() { cl.retry("coordinator lost") })
 	cl.wait = r
+	switch e := ev.(type) {
+	case engine.Resolve:
+		cl.w.origin[e.Handle] = r
+	case engine.Lock:
+		if cl.w.origin[e.Handle] == nil {
+			cl.w.origin[e.Handle] = r
+		}
+	}
 	cl.c.step(withTarget(ev, r))
 }
 
-// giveUp stops waiting for the pending request (a deadline): a lock wait is
-// withdrawn with Close; a broadcast carries on in the background.
+// giveUp stops waiting for the pending request (a deadline), as the driver
+// does: the request is withdrawn (R11.5), and a handle whose lock wait was
+// given up is closed, giving back the admission slot it holds; a broadcast
+// carries on in the background.
 func (cl *client) giveUp() {
 	r := cl.wait
 	r.giveUp()
-	if r.name[len(r.name)-4:] == "lock" || r.name[len(r.name)-7:] == "resolve" {
+	done := cl.w.request(cl.c, r.name+"/withdraw", func(engine.Reply) {}, nil)
+	cl.c.step(engine.Withdraw{To: r, Done: done})
+	if strings.HasSuffix(r.name, "/lock") {
 		cl.c.step(engine.Close{Handle: cl.handle})
 	}
 	cl.retry("deadline")

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 )
 
@@ -17,8 +19,9 @@ type Config struct {
 	// Seed decides everything: the workload, every interleaving, every
 	// fault, every crash.
 	Seed uint64
-	// Mutation plants a known bug in the core (engine.Mutations).
-	Mutation string
+	// Mutation plants a known bug (package mutate; only in a build with
+	// the tag walcast_mutate).
+	Mutation mutate.Bug
 	// IndexScopeBits is the core's engine.Config.IndexScopeBits: how many
 	// bits of a scope key the idempotency index's main map (0: 64).
 	IndexScopeBits int
@@ -47,6 +50,9 @@ type Result struct {
 	// Counts of what happened.
 	Broadcasts, Duplicates, Crashes, Faults int
 	Promoted                                bool
+	// Quiesced says the run reached its quiescent phase (R11.3): faults
+	// stopped; it passed it if Err is nil.
+	Quiesced bool
 }
 
 // world is one run: the clusters, the workload, the clock, the random
@@ -64,6 +70,7 @@ type world struct {
 	repl       *replicator
 	clients    []*client
 	requests   []*request
+	open       int            // requests not done
 	failing    map[uint64]int // callback failures still to inject, per task
 	check      *checker
 	fnv        uint64
@@ -75,16 +82,33 @@ type world struct {
 	// faultsOn turns fault injection off for the run's end, so that it
 	// must finish (liveness).
 	faultsOn bool
-	err      error
+	// faultSteps bounds the fault phase; quiet is the quiescent phase
+	// after it (R11.3), nil before.
+	faultSteps int
+	quiet      *quiescence
+	// origin says which request made each handle, and scopes names the
+	// workload's keyed scopes: a leak report names them.
+	origin map[engine.HandleID]*request
+	scopes map[engine.Scope]string
+	err    error
 }
 
-// Run runs one simulation.
-func Run(cfg Config) Result {
+// Run runs one simulation. A panic is reported as the run's failure, with
+// the stack, so that the seed that caused it is known.
+func Run(cfg Config) (res Result) {
 	if cfg.MaxSteps == 0 {
 		cfg.MaxSteps = 20000
 	}
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), fnv: 14695981039346656037,
-		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true}
+		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true,
+		origin: map[engine.HandleID]*request{}, scopes: map[engine.Scope]string{}}
+	defer func() {
+		if p := recover(); p != nil {
+			w.err = fmt.Errorf("step %d: panic: %v\n%s", w.steps, p, debug.Stack())
+			w.tracef("PANIC: %v", p)
+		}
+		res = w.result()
+	}()
 	w.check = newChecker(w)
 	w.maxCount = []int{3, 8, 64}[w.rng.IntN(3)]
 	lanes := []int{0, 2}[w.rng.IntN(2)]
@@ -105,9 +129,17 @@ func Run(cfg Config) Result {
 		w.follow()
 	}
 	w.makeClients()
+	// The fault phase ends when the workload is done, or earlier: some
+	// seeds stop faults in the middle of it.
+	w.faultSteps = 100 + w.rng.IntN(1500)
 	w.run()
-	res := Result{Seed: cfg.Seed, Steps: w.steps, Err: w.err, Trace: w.trace, Crashes: w.crashes, Faults: w.faults,
-		Broadcasts: w.check.created, Duplicates: w.check.dups, Promoted: w.repl != nil && w.repl.promoted}
+	return w.result()
+}
+
+func (w *world) result() Result {
+	res := Result{Seed: w.cfg.Seed, Steps: w.steps, Err: w.err, Trace: w.trace, Crashes: w.crashes, Faults: w.faults,
+		Broadcasts: w.check.created, Duplicates: w.check.dups, Promoted: w.repl != nil && w.repl.promoted,
+		Quiesced: w.quiet != nil}
 	res.Hash = sha256.Sum256(binary.BigEndian.AppendUint64(nil, w.fnv))
 	return res
 }
@@ -126,21 +158,29 @@ type move struct {
 func (w *world) run() {
 	for w.err == nil {
 		if w.steps >= w.cfg.MaxSteps {
-			w.fail("liveness: the run did not finish in %d steps\n%s", w.cfg.MaxSteps, w.state())
+			w.fail("liveness: the run did not finish in %d steps (R11.3)\n%s", w.cfg.MaxSteps, w.state())
 			return
 		}
-		if w.steps == w.cfg.MaxSteps/3 {
-			w.faultsOn = false
-			w.tracef("faults off")
+		if w.quiet == nil && (w.steps >= w.faultSteps || w.finished()) {
+			w.quiesce()
 		}
-		if w.finished() {
-			w.finish()
-			return
+		if w.quiet != nil {
+			if w.quietLate() {
+				return
+			}
+			if w.finished() {
+				if w.quiet.fresh == nil {
+					w.freshRequests()
+					continue
+				}
+				w.finish()
+				return
+			}
 		}
 		moves := w.moves()
 		if len(moves) == 0 {
 			if !w.tick() {
-				w.fail("liveness: nothing can happen and the run has not finished\n%s", w.state())
+				w.fail("liveness: nothing can happen and the run has not finished (R11.3)\n%s", w.state())
 				return
 			}
 			continue
@@ -170,7 +210,9 @@ func (w *world) moves() []move {
 	for _, c := range w.clusters() {
 		c := c
 		if c.down {
-			ms = append(ms, move{5, func() { w.restart(c) }})
+			if !w.lost(c) {
+				ms = append(ms, move{5, func() { w.restart(c) }})
+			}
 			continue
 		}
 		for i := range c.ops {
@@ -186,7 +228,11 @@ func (w *world) moves() []move {
 		if w.faultsOn && c.crashN < 3 {
 			ms = append(ms, move{1, c.crash})
 		}
-		if _, ok := c.core.Deadline(); ok {
+		if d, ok := c.core.Deadline(); ok && (w.faultsOn || d.Sub(w.now) <= time.Minute) {
+			// Time passes at random while faults are on; then it passes
+			// only to retry what failed (a minute covers a backoff after
+			// the clock jumped back), or when nothing else can happen, so
+			// that the quiescent phase's virtual time measures waits.
 			ms = append(ms, move{1, func() { w.tick() }})
 		}
 	}
@@ -443,6 +489,9 @@ func summary(x any) string {
 
 // finished reports whether the workload is done and every cluster idle.
 func (w *world) finished() bool {
+	if w.open > 0 {
+		return false
+	}
 	for _, cl := range w.clients {
 		if !cl.done() {
 			return false
@@ -455,21 +504,28 @@ func (w *world) finished() bool {
 		return false
 	}
 	for _, c := range w.clusters() {
+		if w.lost(c) {
+			continue
+		}
 		if c.down || len(c.ops) > 0 {
 			return false
 		}
 		for _, n := range c.nodes {
-			if n.ready() {
+			// A node waiting out a retry is not idle (with faults on,
+			// ready says no while it waits).
+			if n.ready() || len(n.queue) > 0 || n.wait != nil && !n.wait.done {
 				return false
 			}
 		}
-		live, _ := c.core.Counts()
-		if live > 0 && !(c == w.primary && w.repl != nil && w.repl.lost) {
+		if live, _ := c.core.Counts(); live > 0 {
 			return false
 		}
 	}
 	return true
 }
+
+// lost reports whether c is a primary lost for good.
+func (w *world) lost(c *cluster) bool { return c == w.primary && w.repl != nil && w.repl.lost }
 
 // orphans lists the groups a force promote left open on the promoted
 // cluster, begun on the old primary, that no reconciler has taken yet:
@@ -512,6 +568,10 @@ func (w *world) reconcile() {
 // finish checks the end state and then lets every window expire, checking
 // that GC collects everything.
 func (w *world) finish() {
+	w.leaks()
+	if w.err != nil {
+		return
+	}
 	w.check.final()
 	if w.err != nil {
 		return

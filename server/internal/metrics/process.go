@@ -25,7 +25,7 @@ import (
 //	walcast_broadcaster_oldest_live_task_age_seconds           gauge (0 without live tasks)
 //	walcast_node_apply_lag_entries{node,pchannel}              gauge
 //	walcast_node_up{node}                                      gauge
-//	walcast_node_halted{node,pchannel}                         gauge (1: position past the log's end, see node.Resync)
+//	walcast_node_halted{node,pchannel}                         gauge (1: its log was replaced or ends before its position, see node.Resync)
 //	walcast_node_copies_applied_total{node,pchannel}           counter
 //	walcast_node_copies_duplicate_total{node,pchannel}         counter
 //	walcast_replication_running                                gauge
@@ -165,7 +165,7 @@ var (
 		"Entries of a pchannel a streaming node has read and not yet applied and acked, plus those of its log it has not read yet (entries of other pchannels sharing its lane count only until read: an idle pchannel shows 0).", []string{"node", "pchannel"}, nil)
 	descNodeUp     = prometheus.NewDesc(namespace+"_node_up", "1 while a streaming node runs.", []string{"node"}, nil)
 	descNodeHalted = prometheus.NewDesc(namespace+"_node_halted",
-		"1 while a streaming node's pchannel is halted: its saved position is past the end of the log (recreated or lost); `walcast node resync` continues it.",
+		"1 while a streaming node's pchannel is halted: its log is not the one its saved position belongs to (the stream or topic was recreated, or lost entries); `walcast node resync` continues it.",
 		[]string{"node", "pchannel"}, nil)
 	descNodeApplied = prometheus.NewDesc(namespace+"_node_copies_applied_total",
 		"Broadcast copies a streaming node applied, per pchannel, since it started.", []string{"node", "pchannel"}, nil)
