@@ -87,16 +87,10 @@ tls-* settings) are taken from one place as a whole.`,
 		},
 	}
 	use := &cobra.Command{
-		Use:   "use NAME",
-		Short: "Make NAME the current context (writes current-context in the file)",
-		Args:  cobra.ExactArgs(1),
-		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-			cfg, err := readClientConfig()
-			if err != nil {
-				return nil, cobra.ShellCompDirectiveError
-			}
-			return sortedKeys(cfg.Contexts), cobra.ShellCompDirectiveNoFileComp
-		},
+		Use:               "use NAME",
+		Short:             "Make NAME the current context (writes current-context in the file)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeContextNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := readClientConfig()
 			if err != nil {
@@ -264,19 +258,22 @@ func contextSetCmd(use string, add bool) *cobra.Command {
 	return cmd
 }
 
+// completeContextNames completes the names of the file's contexts.
+func completeContextNames(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	cfg, err := readClientConfig()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	return sortedKeys(cfg.Contexts), cobra.ShellCompDirectiveNoFileComp
+}
+
 // contextDeleteCmd removes a context (and current-context, if it named it).
 func contextDeleteCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a context (current-context too, if it names it)",
-		Args:  cobra.ExactArgs(1),
-		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-			cfg, err := readClientConfig()
-			if err != nil {
-				return nil, cobra.ShellCompDirectiveError
-			}
-			return sortedKeys(cfg.Contexts), cobra.ShellCompDirectiveNoFileComp
-		},
+		Use:               "delete NAME",
+		Short:             "Delete a context (current-context too, if it names it)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeContextNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			cfg, err := readClientConfig()

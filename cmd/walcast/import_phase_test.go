@@ -203,9 +203,4 @@ func TestR9_5_ImportWaitShowsRowsAndBytes(t *testing.T) {
 	if got := jobLine(j, 1500*time.Millisecond); got != want {
 		t.Errorf("progress line:\n got %q\nwant %q", got, want)
 	}
-	for n, s := range map[uint64]string{812: "812 B", 4300: "4.2 KiB", 3 << 30: "3.0 GiB"} {
-		if got := byteSize(n); got != s {
-			t.Errorf("byteSize(%d) = %q, want %q", n, got, s)
-		}
-	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/diskspace"
 )
 
 // metaCmds are the reference metadata service's commands (package meta).
@@ -658,7 +659,7 @@ func jobLine(j *walcastv1.ImportJob, elapsed time.Duration) string {
 	n := len(j.GetFiles())
 	s := fmt.Sprintf("import job %d: %s, %d of %d files, %d rows", j.GetId(), jobState(j.GetState()), j.GetFilesDone(), n, j.GetRows())
 	if total := j.GetBytesTotal(); total > 0 {
-		s += fmt.Sprintf(", %s of %s", byteSize(j.GetBytesDone()), byteSize(total))
+		s += fmt.Sprintf(", %s of %s", diskspace.Bytes(j.GetBytesDone()), diskspace.Bytes(total))
 	}
 	if j.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING && n > 0 {
 		if total := j.GetBytesTotal(); total > 0 {
@@ -668,20 +669,6 @@ func jobLine(j *walcastv1.ImportJob, elapsed time.Duration) string {
 		}
 	}
 	return s + fmt.Sprintf(" (%s)", elapsed.Round(100*time.Millisecond))
-}
-
-// byteSize is a byte count for people: 812 B, 4.2 KiB, 1.5 MiB, 3.0 GiB.
-func byteSize(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 3; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
 }
 
 // waitJob follows job id until it ends or ctx does, showing its progress on
