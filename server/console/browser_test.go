@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/storage"
 	"github.com/chromedp/chromedp"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -379,3 +381,100 @@ const overflowJS = `(() => {
   }
   return out.join("\n");
 })()`
+
+// TestR9_9_BrowserSignInUnderSecure: a secure standalone (TLS, tokens) is
+// not open to a browser without credentials: its console answers 401 with a
+// link to sign in (not CLI advice); the sign-in form refuses a wrong token
+// and takes the admin token, after which the pages load; the session
+// cookie is HttpOnly, Secure and SameSite=Strict, and the sign-ins are in
+// the audit log.
+func TestR9_9_BrowserSignInUnderSecure(t *testing.T) {
+	browser := findBrowser()
+	if browser == "" {
+		t.Skip("SKIPPED: NO BROWSER. The console's browser tests need Chromium: apt-get install -y chromium (.ci/run installs it).")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := server.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.API.Secure = true
+	cfg.Metrics.Addr = ""
+	cfg.Log.Level = "error"
+	cfg.Audit.File = filepath.Join(t.TempDir(), "audit.log")
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	raw, err := os.ReadFile(p.Secure().AdminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(raw))
+	base := "https://" + p.APIAddr()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("ignore-certificate-errors", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, without a deadline
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(expr string) string {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+		defer scancel()
+		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+
+	run("the overview without credentials", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#sign-in-link")))
+	if got := text(`document.getElementById("error").textContent`); strings.Contains(got, "--token-file") || !strings.Contains(got, "sign in") {
+		t.Errorf("the 401 page says %q", got)
+	}
+	run("a wrong token", chromedp.Click(chromedp.CSS("#sign-in-link")), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "not-a-token"), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#login-error")))
+	run("the admin token", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-page="overview"]`)), chromedp.WaitVisible(chromedp.CSS("#conn.on")))
+	run("the tasks page", chromedp.Navigate(base+"/ui/tasks"), chromedp.WaitVisible(chromedp.CSS(`body[data-page="tasks"]`)))
+
+	sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+	defer scancel()
+	res, err := chromedp.CallBrowser(sctx, storage.GetCookies, storage.GetCookiesParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ck := range res.Cookies {
+		if ck.Name != "walcast_session" {
+			continue
+		}
+		found = true
+		if !ck.HTTPOnly || !ck.Secure || ck.SameSite != network.CookieSameSiteStrict || strings.Contains(ck.Value, token) {
+			t.Errorf("session cookie: HttpOnly %v, Secure %v, SameSite %q", ck.HTTPOnly, ck.Secure, ck.SameSite)
+		}
+	}
+	if !found {
+		t.Fatal("no session cookie after signing in")
+	}
+	waitFor(t, "the sign-ins in the audit log", func() bool {
+		b, _ := os.ReadFile(cfg.Audit.File)
+		return strings.Contains(string(b), `/ui/login`) && strings.Contains(string(b), `"unauthenticated"`) && strings.Contains(string(b), `"ok"`)
+	})
+}
