@@ -849,7 +849,18 @@ func (a leaderAcker) AckAll(ctx context.Context, acks []broadcast.Ack) []error {
 // ReadyLine is what a started process prints once it serves.
 func (p *Process) ReadyLine(mode string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "walcast %s ready:", mode)
+	fmt.Fprintf(&b, "walcast %s ready: %s", mode, p.Addresses())
+	if f := p.secure; f != nil {
+		fmt.Fprintf(&b, "\nsecure: TLS with CA %s, admin token in %s; for example\n  walcast tasks list --addr %s --tls-ca %s --token-file %s",
+			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
+	}
+	return b.String()
+}
+
+// Addresses says where the process serves and keeps its data:
+// "api=http://... metrics=http://.../metrics wal=... etcd=... data=...".
+func (p *Process) Addresses() string {
+	var b strings.Builder
 	if p.apiAddr != "" {
 		fmt.Fprintf(&b, " api=%s://%s", p.sec.scheme(), p.apiAddr)
 	}
@@ -867,11 +878,7 @@ func (p *Process) ReadyLine(mode string) string {
 		fmt.Fprintf(&b, " etcd=%s", p.etcdURL)
 	}
 	fmt.Fprintf(&b, " data=%s", p.cfg.DataDir)
-	if f := p.secure; f != nil {
-		fmt.Fprintf(&b, "\nsecure: TLS with CA %s, admin token in %s; for example\n  walcast tasks list --addr %s --tls-ca %s --token-file %s",
-			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
-	}
-	return b.String()
+	return strings.TrimSpace(b.String())
 }
 
 // loopbackOnly serves h to loopback callers and refuses others with 403:

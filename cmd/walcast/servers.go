@@ -89,12 +89,14 @@ const readyPoll = 500 * time.Millisecond
 type readiness interface {
 	Ready(ctx context.Context) server.Readiness
 	Err() <-chan error
+	Addresses() string
 }
 
 // waitReady probes p every poll until its readiness (what /readyz answers)
 // passes. Each time the reason it is not ready changes, it prints what the
 // process waits for ("walcast coordinator waiting: leader: no leader is
-// known") and tells systemd the same as STATUS. It returns nil once ready,
+// known; serving meanwhile at api=... metrics=...") and tells systemd the
+// same as STATUS. It returns nil once ready,
 // the process's fatal error, or ctx's error.
 func waitReady(ctx context.Context, out io.Writer, p readiness, mode string, poll time.Duration) error {
 	last := ""
@@ -106,7 +108,9 @@ func waitReady(ctx context.Context, out io.Writer, p readiness, mode string, pol
 		if why := r.Reason(); why != last && ctx.Err() == nil {
 			last = why
 			line := fmt.Sprintf("walcast %s waiting: %s", mode, why)
-			fmt.Fprintln(out, line)
+			// Where it serves meanwhile (its /readyz, its metrics), last
+			// on the line.
+			fmt.Fprintf(out, "%s; serving meanwhile at %s\n", line, p.Addresses())
 			sdNotify("STATUS=" + line)
 		}
 		select {
