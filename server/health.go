@@ -97,7 +97,12 @@ func (p *prober) Ready(ctx context.Context) Readiness {
 	leader, err := etcdcat.Leader(cctx, p.client, p.coord.electionPrefix())
 	cancel()
 	if err != nil {
-		r.Checks = append(r.Checks, Check{Name: "catalog", Detail: "etcd does not answer: " + err.Error()})
+		// Why: a refused connection says more than the read's deadline.
+		why := err.Error()
+		if derr := dialAny(ctx, "etcd", p.client.Endpoints(), p.timeout/2); derr != nil {
+			why = derr.Error()
+		}
+		r.Checks = append(r.Checks, Check{Name: "catalog", Detail: "etcd does not answer: " + why})
 	} else {
 		r.Checks = append(r.Checks, Check{Name: "catalog", OK: true, Detail: "etcd answers"})
 	}
