@@ -113,6 +113,9 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 	var salt [8]byte
 	_, _ = rand.Read(salt[:])
 	b.salt = hex.EncodeToString(salt[:])
+	if cfg.salt != "" {
+		b.salt = cfg.salt
+	}
 	if _, ok := cfg.Types.Lookup(AlterReplicateConfig); !ok {
 		if err := cfg.Types.Register(message.TypeInfo{Type: AlterReplicateConfig}); err != nil {
 			return nil, err
@@ -255,6 +258,9 @@ func (b *Broadcaster) Close() error {
 	b.life.Unlock()
 	b.closeOnce.Do(func() { close(b.deposed) })
 	b.d.stop(nil)
+	if b.d.rt != nil {
+		b.d.rt.Park(func() bool { return closed(b.d.done) })
+	}
 	<-b.d.done
 	b.spans.closeAll()
 	return nil

@@ -1,6 +1,8 @@
 package broadcast
 
 import (
+	"errors"
+
 	"github.com/walcast/walcast/broadcast/internal/engine"
 )
 
@@ -50,3 +52,28 @@ var (
 
 // IsTaskNotCreated reports whether err says nothing was created.
 func IsTaskNotCreated(err error) bool { return errorsIs(err, ErrTaskNotCreated) }
+
+// Permanent marks err, returned by an ack callback, as one that no retry
+// can fix (R11.6): the task then ends at once with a Failed outcome whose
+// detail is err's text, no effect staged by the attempt applied, and its
+// keys released, instead of being retried for ever. A callback that fails
+// with any other error is retried with backoff: it holds only its own
+// task's keys meanwhile, and shows in `walcast tasks hanging` until it
+// succeeds or an operator completes it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }

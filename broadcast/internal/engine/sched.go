@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
@@ -174,6 +175,9 @@ func (s *scheduler) remove(t *task) []*task {
 
 // schedule starts t's callback if it may run.
 func (c *Core) schedule(t *task) {
+	if c.cfg.Mutation.Is(mutate.PoisonBlocksOthers) && c.behindFailing(t) {
+		return
+	}
 	if t.stage != Queued || !t.allAcked() || !(t.groupRunnable() || c.cfg.Mutation.Is(mutate.GroupUnordered)) || c.sched.blocked(t) {
 		return
 	}
@@ -419,4 +423,17 @@ func (c *Core) liveTask(id uint64) (*task, error) {
 		return nil, fmt.Errorf("%w: task %d is already TOMBSTONE", ErrFailedPrecondition, id)
 	}
 	return nil, fmt.Errorf("%w: task %d", ErrNotFound, id)
+}
+
+// behindFailing is a planted bug (mutate.PoisonBlocksOthers): t's callback
+// waits while any other task's callback waits to be retried, and tries
+// again a little later.
+func (c *Core) behindFailing(t *task) bool {
+	for _, x := range c.tasks {
+		if x != t && x.stage == Backoff && t.stage == Queued {
+			c.after(50*time.Millisecond, func() { c.schedule(t) })
+			return true
+		}
+	}
+	return false
 }

@@ -77,6 +77,26 @@ const (
 	// SupplementTwice makes a force promote append a supplement again
 	// after its first append was answered (R8.3).
 	SupplementTwice
+	// FastPathOvertakes lets a caller or a worker step the core itself
+	// while an event it (or another) sent waits for the loop, so that its
+	// request overtakes that event: a Withdraw overtaking its own Resolve
+	// leaves the Resolve to be admitted for a caller that is gone (R11.3).
+	FastPathOvertakes
+	// CancelledNotWithdrawn leaves a request whose caller's context ended
+	// with the core: the driver sends no Withdraw (R11.3).
+	CancelledNotWithdrawn
+	// PermanentRetried retries a callback that failed with an error the
+	// application marked permanent instead of ending its task failed
+	// (R11.6).
+	PermanentRetried
+	// PoisonBlocksOthers makes every callback wait while another task's
+	// callback fails and waits to be retried, as the reference system's
+	// bug #47629 blocks all DDL (R11.6: caught by the latency of the
+	// broadcasts on other keys, TestR11_6_PoisonKeepsOthersLatency).
+	PoisonBlocksOthers
+	// WaitIgnoresContext makes a caller's wait for its reply deaf to its
+	// context (R11.5).
+	WaitIgnoresContext
 	numBugs
 )
 
@@ -86,6 +106,12 @@ type Info struct {
 	Name string
 	// Rule is the rule it breaks, as the checker's failure names it.
 	Rule string
+	// Driver says the bug is in the driver (package broadcast): only seeds
+	// that run the real driver can catch it.
+	Driver bool
+	// Latency says no invariant breaks, only the latency of broadcasts on
+	// other keys than a poisoned callback's (R11.6).
+	Latency bool
 }
 
 var infos = [numBugs]Info{
@@ -109,6 +135,11 @@ var infos = [numBugs]Info{
 	RetryOutsideTable:        {Name: "retry-outside-table", Rule: "transition table"},
 	GroupKeysKeptAfterEnd:    {Name: "group-keys-kept-after-end", Rule: "R13.3"},
 	SupplementTwice:          {Name: "supplement-twice", Rule: "R8.3"},
+	FastPathOvertakes:        {Name: "fast-path-overtakes", Rule: "R11.3", Driver: true},
+	CancelledNotWithdrawn:    {Name: "cancelled-not-withdrawn", Rule: "R11.3", Driver: true},
+	PermanentRetried:         {Name: "permanent-retried", Rule: "R11.6", Driver: true},
+	PoisonBlocksOthers:       {Name: "poison-blocks-others", Rule: "R11.6", Latency: true},
+	WaitIgnoresContext:       {Name: "wait-ignores-context", Rule: "R11.5", Driver: true},
 }
 
 // All returns every planted bug, None excluded, in declaration order.

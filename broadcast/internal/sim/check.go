@@ -237,38 +237,62 @@ func (k *checker) replicatedIDs(c *cluster) map[uint64]bool {
 // beforeAppend checks that every copy appended belongs to a durable task
 // (§11.1) and counts a promote's supplements (R8.3).
 func (k *checker) beforeAppend(c *cluster, a engine.Append) {
-	f := k.facts(c)
 	for _, it := range a.Items {
 		m, err := message.Unmarshal(it.Message)
 		if err != nil {
 			k.w.fail("%s: appending a message that does not decode: %v", c.name, err)
 			return
 		}
-		r := f.recs[m.Broadcast.ID]
-		if r == nil || !r.exists {
-			k.w.fail("%s: copy of broadcast %d appended before its record is durable (§11.1)", c.name, m.Broadcast.ID)
+		if !k.appending(c, m, it.VChannels) {
 			return
 		}
-		if r.tomb != nil {
-			k.w.fail("%s: copy of broadcast %d appended after its TOMBSTONE was durable (§11.1)", c.name, m.Broadcast.ID)
+	}
+}
+
+// beforeEntry checks a WAL entry a driver appends (the real driver's, whose
+// Append actions the simulator does not see), as beforeAppend does.
+func (k *checker) beforeEntry(c *cluster, data []byte) {
+	copies, err := wal.Decode(0, data)
+	if err != nil {
+		k.w.fail("%s: appending an entry that does not decode: %v", c.name, err)
+		return
+	}
+	for _, cp := range copies {
+		if !k.appending(c, cp.Message, []message.VChannel{cp.VChannel}) {
 			return
 		}
-		if len(r.appendFst) > 0 && !r.firstAcked {
-			// R13.11: the second phase waits for the first copies' acks,
-			// durable.
-			for _, v := range it.VChannels {
-				if !m.AppendsFirst(v) {
-					k.w.fail("%s: broadcast %d's copy on %s appended before its first phase's acks were durable (R13.11)", c.name, m.Broadcast.ID, v)
-					return
-				}
-			}
-		}
-		if r.replicated && m.Replicate == nil {
-			for _, v := range it.VChannels {
-				f.supplements[copyID{m.Broadcast.ID, v}]++
+	}
+}
+
+// appending checks copies of m on vs about to be appended; false if one
+// broke a rule.
+func (k *checker) appending(c *cluster, m *message.Message, vs []message.VChannel) bool {
+	f := k.facts(c)
+	r := f.recs[m.Broadcast.ID]
+	if r == nil || !r.exists {
+		k.w.fail("%s: copy of broadcast %d appended before its record is durable (§11.1)", c.name, m.Broadcast.ID)
+		return false
+	}
+	if r.tomb != nil {
+		k.w.fail("%s: copy of broadcast %d appended after its TOMBSTONE was durable (§11.1)", c.name, m.Broadcast.ID)
+		return false
+	}
+	if len(r.appendFst) > 0 && !r.firstAcked {
+		// R13.11: the second phase waits for the first copies' acks,
+		// durable.
+		for _, v := range vs {
+			if !m.AppendsFirst(v) {
+				k.w.fail("%s: broadcast %d's copy on %s appended before its first phase's acks were durable (R13.11)", c.name, m.Broadcast.ID, v)
+				return false
 			}
 		}
 	}
+	if r.replicated && m.Replicate == nil {
+		for _, v := range vs {
+			f.supplements[copyID{m.Broadcast.ID, v}]++
+		}
+	}
+	return true
 }
 
 // afterSupplements checks, once appended, that no supplement landed twice.
@@ -336,12 +360,20 @@ func (k *checker) always() {
 		// keys, and no key is held by a task that is done.
 		ids := map[uint64]bool{}
 		var owns []own
-		c.core.EachLive(func(id uint64, st engine.State, _ engine.Stage, m *message.Message, _ int) {
+		var retried uint64
+		c.core.EachLive(func(id uint64, st engine.State, stage engine.Stage, m *message.Message, _ int) {
 			ids[id] = true
 			if st == engine.Pending {
 				owns = append(owns, own{id, m.Broadcast.ResourceKeys, m.Group})
 			}
+			if stage == engine.Backoff && string(m.Payload) == poisonPermanent {
+				retried = id
+			}
 		})
+		if retried != 0 {
+			w.fail("%s: broadcast %d's callback failed permanently and waits to be retried, instead of ending failed (R11.6)", c.name, retried)
+			return
+		}
 		for i := range owns {
 			for j := i + 1; j < len(owns); j++ {
 				if resource.ConflictsAny(owns[i].keys, owns[j].keys) {

@@ -42,6 +42,11 @@ type cluster struct {
 	// reverseSnapshot lists the records to recovery in reverse key order
 	// (a scenario's: a catalog need not list them sorted).
 	reverseSnapshot bool
+	// laneN is how many WAL lanes the pchannels fold into (0: one each);
+	// drv is set in driver mode (drive.go).
+	laneN  int
+	driver bool
+	drv    driven
 }
 
 // op is one action of the core being performed.
@@ -58,7 +63,8 @@ const prefix = "walcast/"
 var pchans = []message.PChannel{"wal-0", "wal-1", "wal-2", "wal-3"}
 
 func newCluster(w *world, name string, lanes int) *cluster {
-	c := &cluster{w: w, name: name, store: cmem.NewStore(), types: message.NewRegistry(), hasCB: map[message.Type]bool{}}
+	c := &cluster{w: w, name: name, store: cmem.NewStore(), types: message.NewRegistry(), hasCB: map[message.Type]bool{},
+		laneN: lanes, driver: w.cfg.Driver != nil && *w.cfg.Driver}
 	c.lanes = wal.Lanes(lanes, pchans)
 	c.log = wmem.New(c.lanes...)
 	c.wal = wal.New(c.log, wal.WithLanes(lanes, pchans))
@@ -114,6 +120,17 @@ func (c *cluster) start() error {
 	c.cat = c.store.Open()
 	c.gen++
 	c.salt = fmt.Sprintf("%s-%d", c.name, c.gen)
+	if c.driver {
+		c.w.check.stepped()
+		if err := c.startDriver(); err != nil {
+			return err
+		}
+		c.down = false
+		c.w.tracef("%s: broadcaster %d started", c.name, c.gen)
+		c.w.check.restarted(c)
+		c.w.check.windows(c)
+		return nil
+	}
 	snap, err := c.snapshot()
 	if err != nil {
 		return err
@@ -168,6 +185,14 @@ func (c *cluster) snapshot() (engine.Snapshot, error) {
 // step gives the core one event at the world's time.
 func (c *cluster) step(ev engine.Event) {
 	if c.down {
+		return
+	}
+	if c.driver {
+		if _, ok := ev.(engine.Tick); !ok {
+			panic(fmt.Sprintf("sim: %T stepped into a driven cluster", ev))
+		}
+		c.w.check.stepped()
+		c.tickDriver()
 		return
 	}
 	c.w.hashEvent(c, ev)
@@ -333,6 +358,13 @@ func (c *cluster) callback(a engine.Callback, cancel bool) engine.CallbackDone {
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt}
 	}
 	w := c.w
+	switch string(a.Msg.Payload) {
+	case poisonForever:
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: poisoned callback failed")}
+	case poisonPermanent:
+		// The driver's answer to a broadcast.Permanent error (R11.6).
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Outcome: engine.Outcome{Status: engine.Failed, Detail: "sim: poisoned"}}
+	}
 	if n := w.failing[a.Task]; n > 0 {
 		w.failing[a.Task] = n - 1
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: callback failed")}
@@ -371,6 +403,9 @@ func (c *cluster) crash() {
 		}
 	}
 	c.ops = nil
+	if c.driver {
+		c.stopDriver()
+	}
 	c.down = true
 	c.crashN++
 	w.crashes++

@@ -76,7 +76,7 @@ func (w *world) freshRequests() {
 				continue
 			}
 			seen[sc] = true
-			cl.ops = append(cl.ops, &clientOp{typ: op.typ, keys: op.keys, targets: op.targets, payload: "fresh",
+			cl.ops = append(cl.ops, &clientOp{typ: op.typ, keys: op.keys, targets: op.targets, payload: op.payload,
 				key: op.key, probe: op.group(), fresh: true})
 		}
 	}
@@ -90,7 +90,10 @@ func (w *world) freshRequests() {
 func (w *world) leaks() {
 	var out []string
 	for _, op := range w.quiet.fresh.ops {
-		if o := op.outcome; !strings.HasPrefix(o, "broadcast ") && !strings.HasPrefix(o, "duplicate of ") && o != "admitted as new work" {
+		// The key's original may be a retry's with another payload (R7.6):
+		// its refusal answers too.
+		if o := op.outcome; !strings.HasPrefix(o, "broadcast ") && !strings.HasPrefix(o, "duplicate of ") && o != "admitted as new work" &&
+			o != "key reused with another payload" {
 			out = append(out, fmt.Sprintf("fresh request with key %s/%s not answered with its original or as new work: %s", op.typ.Name, op.key, o))
 		}
 	}

@@ -74,8 +74,8 @@ func TestSimulate(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		t.Logf("sim: seed %d: %d steps, %d broadcasts, %d duplicates, %d crashes, %d faults, promoted %v, quiesced %v, hash %x",
-			res.Seed, res.Steps, res.Broadcasts, res.Duplicates, res.Crashes, res.Faults, res.Promoted, res.Quiesced, res.Hash[:8])
+		t.Logf("sim: seed %d: %d steps, %d broadcasts, %d duplicates, %d crashes, %d faults, promoted %v, driver %v, quiesced %v, hash %x",
+			res.Seed, res.Steps, res.Broadcasts, res.Duplicates, res.Crashes, res.Faults, res.Promoted, res.Driver, res.Quiesced, res.Hash[:8])
 		if res.Err != nil {
 			report(t, res, mutation)
 		}
@@ -107,7 +107,7 @@ func TestSimulate(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	var ran, failed, steps, quiesced, passed atomic.Int64
+	var ran, failed, steps, quiesced, passed, driven atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	progress := time.NewTicker(30 * time.Second)
@@ -118,6 +118,9 @@ func TestSimulate(t *testing.T) {
 				res := Run(Config{Seed: s, Mutation: mutation})
 				ran.Add(1)
 				steps.Add(int64(res.Steps))
+				if res.Driver {
+					driven.Add(1)
+				}
 				if res.Quiesced {
 					quiesced.Add(1)
 					if res.Err == nil {
@@ -143,8 +146,8 @@ func TestSimulate(t *testing.T) {
 	}
 	wg.Wait()
 	el := time.Since(start)
-	fmt.Printf("sim: %d seeds, %d failures; %d reached quiescence, %d passed it (R11.3) (%d regression seeds; %.0f seeds/s on %d cores, %d steps)\n",
-		ran.Load(), failed.Load(), quiesced.Load(), passed.Load(), len(regressions), float64(ran.Load())/el.Seconds(), runtime.GOMAXPROCS(0), steps.Load())
+	fmt.Printf("sim: %d seeds (%d through the real driver), %d failures; %d reached quiescence, %d passed it (R11.3) (%d regression seeds; %.0f seeds/s on %d cores, %d steps)\n",
+		ran.Load(), driven.Load(), failed.Load(), quiesced.Load(), passed.Load(), len(regressions), float64(ran.Load())/el.Seconds(), runtime.GOMAXPROCS(0), steps.Load())
 	switch {
 	case ran.Load() == 0:
 		t.Fatal("sim: no seed ran")
@@ -193,9 +196,23 @@ func TestMutationsCaught(t *testing.T) {
 			t.Run(b.String(), func(t *testing.T) {
 				t.Parallel()
 				start := time.Now()
+				if b.Info().Latency {
+					with, without, err := poisonLatency(100, b)
+					if err != nil || with <= 2*without {
+						t.Fatalf("planted bug %s not caught by the latency of broadcasts on other keys (R11.6): p99 %s with a poisoned callback, %s without (%v)",
+							b, with, without, err)
+					}
+					got[i] = catch{seed: 100, took: time.Since(start), first: fmt.Sprintf("p99 %s with a poisoned callback, %s without, over seeds 1-100 (R11.6)", with, without)}
+					return
+				}
 				other := ""
+				var driver *bool
+				if b.Info().Driver {
+					yes := true
+					driver = &yes // a driver's bug: only driven runs reach it
+				}
 				for s := uint64(1); s <= mutationSeeds; s++ {
-					res := Run(Config{Seed: s, Mutation: b})
+					res := Run(Config{Seed: s, Mutation: b, Driver: driver})
 					if res.Err == nil {
 						continue
 					}

@@ -23,8 +23,10 @@ type request struct {
 	replied bool
 	done    bool // answered, lost, or given up
 	// step and at are when it was sent.
-	step    int
-	at      time.Time
+	step int
+	at   time.Time
+	// call is a driver-mode API call's (nil for an engine request).
+	call    *driverCall
 	onReply func(engine.Reply)
 	onLost  func()
 }
@@ -110,8 +112,11 @@ type clientOp struct {
 	// open: it has no Begin to fall back to.
 	reconcile bool
 	// fresh marks a quiescent phase's fresh request (R11.3); probe, one
-	// that only resolves its key (a group's Begin key).
-	fresh, probe bool
+	// that only resolves its key (a group's Begin key); poison, a
+	// broadcast whose callback is poisoned (R11.6).
+	fresh, probe, poison bool
+	// started is when the op was first tried (its latency's start).
+	started time.Time
 }
 
 func (op *clientOp) group() bool { return op.txn || op.ownerKey != "" }
@@ -125,7 +130,30 @@ func (w *world) makeClients() {
 		}
 		w.clients = append(w.clients, cl)
 	}
+	// A poisoned callback (R11.6) in some seeds: a broadcast on keys of
+	// its own whose callback fails for ever (an operator completes it) or
+	// fails with an error marked permanent (its task ends failed). The op
+	// is made in every seed, so that a seed runs the same workload with
+	// and without the poison (Config.Poison).
+	cl := w.clients[w.rng.IntN(len(w.clients))]
+	kind := []string{poisonForever, poisonPermanent}[w.rng.IntN(2)]
+	poisoned := w.rng.IntN(4) == 0
+	if w.cfg.Poison != nil {
+		poisoned = *w.cfg.Poison
+	}
+	if poisoned {
+		op := &clientOp{typ: typCreate, keys: []resource.Key{resource.ExclusiveDatabase("poison")}, payload: kind,
+			targets: []message.VChannel{message.VChannel(string(pchans[2]) + "/poison")}, key: message.ClusterKey("poison"), poison: true}
+		cl.ops = append(cl.ops[:len(cl.ops)/2], append([]*clientOp{op}, cl.ops[len(cl.ops)/2:]...)...)
+	}
 }
+
+// Payloads of a poisoned broadcast's callback (R11.6): it fails for ever,
+// or with an error the application marks permanent.
+const (
+	poisonForever   = "poison-forever"
+	poisonPermanent = "poison-permanent"
+)
 
 // makeOp picks an operation: a type, conflicting or not keys, targets, and
 // (often) an idempotency key from a small pool, so that retries and
@@ -162,6 +190,9 @@ func (w *world) makeOp() *clientOp {
 // lost an answer must be able to tell whether its Begin or member was
 // created, and a group left open would hold its keys for ever.
 func (w *world) makeGroupOp(op *clientOp) {
+	if *w.cfg.Driver {
+		return // the driver-mode runs' workload has no groups yet
+	}
 	switch r := w.rng.IntN(10); {
 	case r < 2:
 		op.txn = true
@@ -254,6 +285,9 @@ func (cl *client) retry(why string) {
 func (cl *client) next(outcome string) {
 	op := cl.op()
 	op.done, op.outcome = true, outcome
+	if !op.poison && !op.group() && !op.fresh && (strings.HasPrefix(outcome, "broadcast ") || strings.HasPrefix(outcome, "duplicate of ")) {
+		cl.w.latencies = append(cl.w.latencies, cl.w.now.Sub(op.started))
+	}
 	cl.w.tracef("client %d: op %d %s", cl.id, cl.cur, outcome)
 	cl.cur++
 }
@@ -261,9 +295,16 @@ func (cl *client) next(outcome string) {
 // start begins the current operation.
 func (cl *client) start() {
 	op := cl.op()
+	if op.started.IsZero() {
+		op.started = cl.w.now
+	}
 	cl.handle = cl.w.newHandle()
 	if op.group() && op.phase > 0 {
 		cl.startMember()
+		return
+	}
+	if cl.c.driver {
+		cl.startDriven()
 		return
 	}
 	if op.key != "" {
@@ -552,6 +593,13 @@ func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply))
 func (cl *client) giveUp() {
 	r := cl.wait
 	r.giveUp()
+	if r.call != nil {
+		// The real driver withdraws what the call waits for.
+		r.call.cancel()
+		r.call.g.cancelled = r.call.g.started
+		cl.retry("deadline")
+		return
+	}
 	done := cl.w.request(cl.c, r.name+"/withdraw", func(engine.Reply) {}, nil)
 	cl.c.step(engine.Withdraw{To: r, Done: done})
 	if strings.HasSuffix(r.name, "/lock") {
@@ -658,6 +706,10 @@ func (n *consumer) next() {
 		n.maybeSave()
 	}, nil)
 	n.wait = r
+	if n.c.driver {
+		n.ackDriven(a, r)
+		return
+	}
 	n.c.step(withTarget(a, r))
 }
 
@@ -681,31 +733,60 @@ func (n *consumer) restart() {
 	n.c.w.tracef("%s: node of %s restarts at entry %d", n.c.name, n.p, n.cursor)
 }
 
-// operator retries or completes a task whose callback keeps failing.
+// operator retries or completes a task whose callback keeps failing (while
+// faults go on), and completes a poisoned one (R11.6), whose callback
+// would fail for ever, once it failed a dozen times. In driver mode it
+// calls the broadcaster's API.
 func (w *world) operator() func() {
 	for _, c := range w.clusters() {
 		if c.down {
 			continue
 		}
 		var id uint64
-		c.core.EachLive(func(tid uint64, _ engine.State, stage engine.Stage, _ *message.Message, attempts int) {
-			if id == 0 && stage == engine.Backoff && attempts >= 3 {
+		c.core.EachLive(func(tid uint64, _ engine.State, stage engine.Stage, m *message.Message, attempts int) {
+			poisoned := string(m.Payload) == poisonForever
+			if id == 0 && stage == engine.Backoff && !w.operating[tid] && (attempts >= 3 && w.faultsOn && !poisoned ||
+				attempts >= 12 && poisoned) {
 				id = tid
 			}
 		})
-		if id != 0 {
-			c := c
-			return func() {
-				if w.rng.IntN(3) == 0 {
-					w.tracef("operator completes %d", id)
-					w.check.forced(c, id)
-					c.step(withTarget(engine.Complete{ID: id, Reason: "sim operator"}, w.request(c, fmt.Sprint("operator/complete", id), func(engine.Reply) {}, nil)))
-					return
-				}
+		if id == 0 {
+			continue
+		}
+		c := c
+		return func() {
+			complete := !w.faultsOn || w.rng.IntN(3) == 0 || w.poisoned(c, id)
+			if complete {
+				w.tracef("operator completes %d", id)
+				w.check.forced(c, id)
+			} else {
 				w.tracef("operator retries %d", id)
-				c.step(withTarget(engine.RetryNow{ID: id}, w.request(c, fmt.Sprint("operator/retry", id), func(engine.Reply) {}, nil)))
 			}
+			if c.driver {
+				w.operating[id] = true
+				r := w.request(c, fmt.Sprint("operator/", id), nil, nil)
+				c.call(r, func() {
+					if complete {
+						_ = c.drv.b.CompleteCallback(context.Background(), id, "sim operator")
+					} else {
+						_ = c.drv.b.RetryCallback(id)
+					}
+				}, func() { delete(w.operating, id) })
+				r.onLost = func() { delete(w.operating, id) }
+				return
+			}
+			if complete {
+				c.step(withTarget(engine.Complete{ID: id, Reason: "sim operator"}, w.request(c, fmt.Sprint("operator/complete", id), func(engine.Reply) {}, nil)))
+				return
+			}
+			c.step(withTarget(engine.RetryNow{ID: id}, w.request(c, fmt.Sprint("operator/retry", id), func(engine.Reply) {}, nil)))
 		}
 	}
 	return nil
+}
+
+// poisoned reports whether c's live task id is a poisoned broadcast.
+func (w *world) poisoned(c *cluster, id uint64) bool {
+	live, _, _, ok := c.core.TaskByID(id)
+	return ok && live != nil && string(live.Msg.Payload) == poisonForever
 }
