@@ -68,9 +68,13 @@ type Result struct {
 	// be the map the callback got as Event.Results: read it, do not modify
 	// it.
 	Appends map[message.VChannel]wal.Checkpoint
-	// Duplicated is set when the call resolved to an earlier broadcast with
-	// the same idempotency scope: it is the original's message, and nothing
-	// new was persisted or appended.
+	// Deduplicated reports that the call was answered by an earlier
+	// broadcast with the same idempotency scope (R7.4): nothing new was
+	// persisted or appended, and the rest of the Result is the original's.
+	Deduplicated bool
+	// Duplicated is that original's message when Deduplicated is set (nil
+	// otherwise; where only the id and outcome of the original are known,
+	// Deduplicated is set and it may be nil).
 	Duplicated *message.Message
 	// Outcome is what the (original's) callback recorded.
 	Outcome Outcome

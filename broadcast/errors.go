@@ -43,6 +43,11 @@ var (
 	// conflicting mode; the error names the holder and wraps
 	// resource.ErrConflict.
 	ErrBusy = engine.ErrBusy
+	// ErrNotIssued reports an ack of a broadcast id this leader never
+	// issued, above every id it reserved: a newer leader's (this one is
+	// deposed; the error also wraps catalog.ErrFenced), or nobody's. A
+	// server that can read the election tells the two apart.
+	ErrNotIssued = engine.ErrNotIssued
 )
 
 // IsTaskNotCreated reports whether err says nothing was created.

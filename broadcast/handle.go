@@ -289,6 +289,13 @@ func (h *Handle) prepare(ctx context.Context, msg *message.Message) (*message.Me
 	if msg == nil {
 		return nil, nil, fmt.Errorf("%w: nil message", ErrInvalidArgument)
 	}
+	if h.idem != nil && msg.IdempotencyKey == "" && msg.Type == h.idem.Type {
+		// The key is the handle's: a keyed broadcast need not repeat it on
+		// its message. The caller's message is left as it is.
+		keyed := *msg
+		keyed.IdempotencyKey = h.idem.Key
+		msg = &keyed
+	}
 	if h.idem != nil && (msg.Type != h.idem.Type || msg.IdempotencyKey != h.idem.Key) {
 		return nil, nil, fmt.Errorf("%w: message type %s / key fingerprint %s differ from the handle's %s / %s",
 			ErrInvalidArgument, msg.Type, msg.IdempotencyKey.Fingerprint(), h.idem.Type, h.idem.Key.Fingerprint())
@@ -356,7 +363,7 @@ const maxIDField = 11
 
 // resultOf turns the core's result into Broadcast's.
 func resultOf(r *engine.Result, dup *message.Message) *Result {
-	res := &Result{BroadcastID: r.ID, Appends: r.Appends, Outcome: r.Outcome, Duplicated: dup, Extras: r.Extras}
+	res := &Result{BroadcastID: r.ID, Appends: r.Appends, Outcome: r.Outcome, Deduplicated: dup != nil, Duplicated: dup, Extras: r.Extras}
 	if r.Window != nil {
 		w := windowOf(*r.Window)
 		res.Window = &w

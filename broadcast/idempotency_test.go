@@ -638,3 +638,40 @@ func BenchmarkDuplicateHit(b *testing.B) {
 		}
 	}
 }
+
+// TestR7_4_KeyGivenOnceOnTheHandle: a keyed broadcast takes its key from
+// its handle (the message need not repeat it; a message with another key is
+// still refused), and its Result says as a plain bool whether an original
+// answered it, the original's message still at hand.
+func TestR7_4_KeyGivenOnceOnTheHandle(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	k := message.ClusterKey("once")
+	send := func(payload string, msgKey message.IdempotencyKey, handleKey ...message.IdempotencyKey) (*broadcast.Result, error) {
+		hk := k
+		if len(handleKey) > 0 {
+			hk = handleKey[0]
+		}
+		h, err := b.WithIdempotentResourceKeys(ctx, broadcast.Idempotent{Type: typCreate, Key: hk}, resource.ExclusiveDatabase("db"))
+		if err != nil {
+			return nil, err
+		}
+		defer h.Close()
+		m := msgOf(t, typCreate, payload, []message.VChannel{vch(1, "a")})
+		m.IdempotencyKey = msgKey
+		return h.Broadcast(ctx, m)
+	}
+	first, err := send("p", "")
+	if err != nil || first.Deduplicated || first.Duplicated != nil {
+		t.Fatalf("first keyed broadcast, key on the handle only: %+v, %v", first, err)
+	}
+	again, err := send("p", "")
+	if err != nil || !again.Deduplicated || again.BroadcastID != first.BroadcastID || again.Duplicated == nil ||
+		again.Duplicated.IdempotencyKey != k {
+		t.Fatalf("the retry was not answered by the original: %+v, %v", again, err)
+	}
+	if _, err := send("p", message.ClusterKey("other"), message.ClusterKey("fresh")); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("a message keyed otherwise than its handle: %v", err)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -443,6 +444,7 @@ func kafkaFaults() []fault {
 }
 
 func TestR9_11_ClusterFaultsNATS(t *testing.T) {
+	longtest.Require(t)
 	runClusterFaults(t, devcluster.NATS, natsFaults(os.Getenv("WALCAST_CLUSTER_FAULTS") == "full"))
 }
 

@@ -1203,6 +1203,7 @@ func jobView(j jobRecord, p *progressRecord, c collRecord) jobRecord {
 	case p != nil:
 		j.State = jobRunning
 		j.FilesDone, j.Rows = p.FilesDone, p.RowsDone+p.FileRows
+		j.bytesDone, j.bytesTotal = min(p.BytesDone+p.FileBytes, p.BytesTotal), p.BytesTotal
 		j.UpdatedAt = max(j.UpdatedAt, p.UpdatedAt)
 	}
 	return j

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -31,6 +32,12 @@ type channel struct {
 	st        *pstate
 	dirty     bool // st changed since the last save
 	sinceSave int  // entries handled since the last save
+
+	// reader is the current reader of the read goroutine, nil while it
+	// reopens: status reads how far it got (Reader.Position).
+	reader atomic.Pointer[wal.Reader]
+	// queued counts entries handed to the worker and not yet handled.
+	queued atomic.Int64
 
 	mu          sync.Mutex
 	savedOffset uint64
@@ -73,7 +80,9 @@ func (c *channel) start() {
 // halts rather than read on at a position of another log, skipping what the
 // new log holds before it.
 func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan<- []wal.Copy) {
+	c.reader.Store(r)
 	defer func() {
+		c.reader.Store(nil)
 		if r != nil {
 			_ = r.Close()
 		}
@@ -151,6 +160,7 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 			}
 			c.log.Warn("WAL read failed; reopening", "offset", next, "err", err)
 			c.setReadErr(err)
+			c.reader.Store(nil)
 			_ = r.Close()
 			r, entry = nil, nil
 			for r == nil {
@@ -168,6 +178,7 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 					c.setReadErr(err)
 				}
 			}
+			c.reader.Store(r)
 			verified = false
 			continue
 		}
@@ -178,7 +189,9 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 			continue
 		}
 		last = time.Now()
+		c.queued.Add(1)
 		if !verify() {
+			c.queued.Add(-1)
 			return
 		}
 		select {
@@ -304,7 +317,9 @@ func (c *channel) run(ctx context.Context, in <-chan []wal.Copy) {
 				c.log.Error("saving the state failed; retrying later", "err", err)
 			}
 		case entry := <-in:
-			if !c.handle(ctx, entry) {
+			ok := c.handle(ctx, entry)
+			c.queued.Add(-1)
+			if !ok {
 				return
 			}
 			if c.sinceSave >= c.cfg.SnapshotEvery {

@@ -210,6 +210,12 @@ type PChannelStatus struct {
 	// NextOffset is the offset of the next entry to handle: every entry
 	// before it is applied and acked.
 	NextOffset uint64
+	// ReadOffset is the offset after the last entry the reader has taken
+	// from the log, entries without a copy for this pchannel included (a
+	// lane shared with other pchannels); NextOffset while it reopens.
+	ReadOffset uint64
+	// Queued counts the entries read and not yet handled.
+	Queued int
 	// SavedOffset is the resume offset of the state saved in StateDir.
 	SavedOffset uint64
 	// SavedAt is when the state was last saved (zero if never).
@@ -237,6 +243,20 @@ type PChannelStatus struct {
 	Halted string
 	// VChannels are the vchannels seen so far, by name.
 	VChannels []VChannelStatus
+}
+
+// Lag returns how many entries the node still has to handle on the
+// pchannel, given the end of its log (wal.WAL.End): those read and not yet
+// handled, and those not read yet. Entries of other pchannels sharing the
+// pchannel's lane count only while unread: the reader skips them as fast as
+// it reads, so an idle pchannel whose lane others write shows no lag.
+func (s PChannelStatus) Lag(end uint64) uint64 {
+	read := max(s.ReadOffset, s.NextOffset)
+	var unread uint64
+	if end > read {
+		unread = end - read
+	}
+	return unread + uint64(s.Queued)
 }
 
 // VChannelStatus describes one vchannel.
@@ -281,6 +301,11 @@ func (c *channel) status() PChannelStatus {
 		Stage: c.stage, Attempts: c.attempts, LastError: c.lastErr, ReadError: c.readErr, Halted: c.halted,
 		VChannels: make([]VChannelStatus, 0, len(c.st.vchans)),
 	}
+	s.ReadOffset = s.NextOffset
+	if r := c.reader.Load(); r != nil {
+		s.ReadOffset = max(r.Position(), s.NextOffset)
+	}
+	s.Queued = int(c.queued.Load())
 	for v, vs := range c.st.vchans {
 		s.VChannels = append(s.VChannels, VChannelStatus{VChannel: v, Applied: vs.applied, LastBroadcastID: vs.last})
 	}

@@ -792,3 +792,38 @@ func (r *readCounter) Read(ctx context.Context, p message.PChannel, from uint64)
 	r.reads.Add(1)
 	return r.Log.Read(ctx, p, from)
 }
+
+// TestR9_3_ApplyLagCountsOnlyItsPChannel: a node consuming wal-0 of a lane
+// it shares with wal-1 shows no lag while only wal-1 is written: the lag
+// counts the entries it still has to handle, not the other pchannel's.
+func TestR9_3_ApplyLagCountsOnlyItsPChannel(t *testing.T) {
+	e := newLanedEnv(t, 1)
+	app, acker := newCountApplier(), &recAcker{next: e.b}
+	n := e.start(app, acker, func(c *Config) { c.PChannels = []message.PChannel{"wal-0"} })
+	for i := range 20 {
+		// Only wal-1's copies; acked by the engine (FastAck).
+		e.mustBroadcast(typCreate, fmt.Sprint("c", i), vB)
+	}
+	end, err := e.w.End(context.Background(), "wal-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end < 20 {
+		t.Fatalf("the lane ends at %d after 20 broadcasts", end)
+	}
+	waitFor(t, "the reader to pass wal-1's entries", func() bool {
+		ps, err := n.PChannel("wal-0")
+		return err == nil && ps.ReadOffset >= end
+	})
+	ps, err := n.PChannel("wal-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag := ps.Lag(end); lag != 0 {
+		t.Errorf("wal-0's lag %d while only wal-1 was written (next %d, read %d, end %d)", lag, ps.NextOffset, ps.ReadOffset, end)
+	}
+	// Its own entries count until handled.
+	if lag := (PChannelStatus{NextOffset: 3, ReadOffset: 5, Queued: 1}).Lag(9); lag != 5 {
+		t.Errorf("lag of next 3, read 5, 1 queued, end 9: %d, want 4 unread + 1 queued", lag)
+	}
+}

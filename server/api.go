@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -89,9 +90,10 @@ func (a *broadcastAPI) judge(ctx context.Context, b *broadcast.Broadcaster, t *w
 	}
 }
 
-// WithMaxRequestBytes rejects requests larger than n bytes (after
-// decompression) with code ResourceExhausted, before they are decoded.
-// Default DefaultMaxRequestBytes.
+// WithMaxRequestBytes rejects requests larger than n bytes (on the wire or
+// after decompression) with code InvalidArgument, reason
+// REQUEST_TOO_LARGE, before they are decoded: a request is at fault, which
+// no retry fixes. Default DefaultMaxRequestBytes.
 func WithMaxRequestBytes(n int) APIOption { return func(c *apiConfig) { c.maxRequestBytes = n } }
 
 // WithAckTimeout bounds how long the server works on one Ack. An Ack is
@@ -151,10 +153,11 @@ func NewBroadcastHandler(l app.Leader, opts ...APIOption) (string, http.Handler)
 	a := &broadcastAPI{leader: l, cfg: cfg}
 	// apicodec.Codec writes a broadcast's answer without protobuf-go's
 	// reflection over its maps.
-	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
+	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), RequestLimit(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
 		strictJSONCodecs()...), cfg.connectOpts...)
 	hopts = append(hopts, serverCancels) // innermost: see serverCancels
-	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
+	path, h := walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
+	return path, LimitRequestBytes(h, cfg.maxRequestBytes)
 }
 
 // broadcastAPI implements the BroadcastService over the engine.
@@ -294,9 +297,37 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 		defer cancel()
 	}
 	if err := b.Ack(actx, ack); err != nil {
-		return nil, a.fail(proc, err)
+		return nil, a.fail(proc, a.notIssued(actx, ack.BroadcastID, err))
 	}
 	return connect.NewResponse(&walcastv1.AckResponse{}), nil
+}
+
+// termChecker is a Leader that can tell whether a newer term exists (the
+// Coordinator, from etcd's election).
+type termChecker interface {
+	NewerTerm(ctx context.Context) (bool, error)
+}
+
+// notIssued turns the engine's refusal of an ack of an id it never issued
+// (broadcast.ErrNotIssued, with catalog.ErrFenced) into not_found when no
+// newer term exists: nobody issued the id, and a consumer retrying it would
+// retry forever. "Fenced" (Unavailable, retried at the leader) stays for a
+// real newer term, or when the election cannot be read. A leader without an
+// election (StaticLeader) has no newer term.
+func (a *broadcastAPI) notIssued(ctx context.Context, id uint64, err error) error {
+	if !errors.Is(err, broadcast.ErrNotIssued) {
+		return err
+	}
+	if tc, ok := a.leader.(termChecker); ok {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		newer, cerr := tc.NewerTerm(cctx)
+		cancel()
+		if cerr != nil || newer {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: broadcast %d: no leader of this cluster issued it (it is above every id this leader reserved, and this leader's term is the newest); do not retry this ack",
+		broadcast.ErrNotFound, id)
 }
 
 // GetTask describes one task, live or tombstoned.

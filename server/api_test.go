@@ -393,7 +393,7 @@ func TestR9_4_BadInput(t *testing.T) {
 			{"payload over the broadcaster's limit", bcast(func(r *walcastv1.BroadcastRequest) { r.Payload = make([]byte, 300<<10) }),
 				connect.CodeInvalidArgument, "payload is 307200 bytes, limit 262144", ""},
 			{"request over the API's limit", bcast(func(r *walcastv1.BroadcastRequest) { r.Payload = make([]byte, 2<<20) }),
-				connect.CodeResourceExhausted, "larger than configured max", ""},
+				connect.CodeInvalidArgument, "request too large: over", ""},
 			{"idempotency key too long", bcast(func(r *walcastv1.BroadcastRequest) { r.IdempotencyKey = string(message.CollectionKey(7, longKey)) }),
 				connect.CodeInvalidArgument, "client key length 300 exceeds limit 256", longKey},
 			{"malformed idempotency key", bcast(func(r *walcastv1.BroadcastRequest) { r.IdempotencyKey = "3:07:x" }),

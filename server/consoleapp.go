@@ -63,6 +63,16 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 			}
 			return console.Identity{Name: id.Name, Role: consoleRole(id.Role)}, nil
 		}
+		// A browser without a client certificate signs in with a token
+		// (the API's tokens, api.auth.token_file).
+		cc.Login = func(token string) (console.Identity, error) {
+			r := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
+			id, err := a.Authenticate(r)
+			if err != nil {
+				return console.Identity{Name: id.Name}, errors.New(auth.Message(err))
+			}
+			return console.Identity{Name: id.Name, Role: consoleRole(id.Role)}, nil
+		}
 	}
 	if a := p.sec.audit; a != nil {
 		cc.Audit = func(r *http.Request, who console.Identity, action, result, detail string) {
@@ -71,6 +81,11 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 	}
 	if l, ok := application.(app.ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
+	}
+	if j, ok := application.(app.OutcomeJudge); ok {
+		cc.ApplicationOutcome = func(ctx context.Context, b *broadcast.Broadcaster, t broadcast.TaskInfo) (broadcast.Outcome, bool) {
+			return j.ApplicationOutcome(ctx, b, t.Type, t.Outcome)
+		}
 	}
 	return console.New(cc)
 }

@@ -165,6 +165,23 @@ func (c *Coordinator) Term() int64 {
 	return c.fenceRev
 }
 
+// NewerTerm reports whether a term newer than this coordinator's exists,
+// as etcd's election says now (a linearizable read): true when this
+// coordinator does not lead, or its election key is no longer the first.
+// It tells a deposed leader's refusal of an ack (a newer leader issued the
+// id) from an ack of an id nobody issued.
+func (c *Coordinator) NewerTerm(ctx context.Context) (bool, error) {
+	rev := c.Term()
+	if rev == 0 {
+		return true, nil
+	}
+	resp, err := c.cfg.Client.Get(ctx, c.electionPrefix()+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev, nil
+}
+
 // Run campaigns, serves while leading, and campaigns again after losing a
 // term, until ctx ends. It returns an error only for a catalog it must not
 // serve (corrupt metadata); a recovery that fails for a transient reason is

@@ -96,6 +96,10 @@ func (p *prober) Ready(ctx context.Context) Readiness {
 		_, err := p.wal.End(wctx, p.pchan)
 		walc <- err
 	}()
+	// A dial of the members runs beside the read, so that a failed read
+	// can say why (a refused connection) without a second wait.
+	dialc := make(chan error, 1)
+	go func() { dialc <- dialAny(ctx, "etcd", p.client.Endpoints(), p.timeout) }()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	leader, err := etcdcat.Leader(cctx, p.client, p.coord.electionPrefix())
 	cancel()
@@ -106,7 +110,12 @@ func (p *prober) Ready(ctx context.Context) Readiness {
 		members = " (" + p.members.Summary() + ")"
 	}
 	if err != nil {
-		r.Checks = append(r.Checks, Check{Name: "catalog", Detail: fmt.Sprintf("etcd does not answer within %v: %v%s", p.timeout, err, members)})
+		// Why: a refused connection says more than the read's deadline.
+		why := fmt.Sprintf("etcd does not answer within %v: %v", p.timeout, err)
+		if derr := <-dialc; derr != nil {
+			why = "etcd does not answer: " + derr.Error()
+		}
+		r.Checks = append(r.Checks, Check{Name: "catalog", Detail: why + members})
 	} else {
 		r.Checks = append(r.Checks, Check{Name: "catalog", OK: true, Detail: "etcd answers" + members})
 	}

@@ -231,7 +231,7 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := metrics.RegisterBuildInfo(reg); err != nil {
+	if err := errors.Join(metrics.RegisterBuildInfo(reg), metrics.RegisterClusterInfo(reg, cfg.Cluster.Name)); err != nil {
 		_ = sec.close()
 		return nil, err
 	}
@@ -442,6 +442,9 @@ func StartCoordinator(ctx context.Context, cfg Config, application app.App) (_ *
 	p.members = members
 	w, wl, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
+		return nil, err
+	}
+	if err := reachEtcd(ctx, client, cfg.Catalog.Endpoints, cfg.Catalog.DialTimeout.D()); err != nil {
 		return nil, err
 	}
 	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
@@ -691,13 +694,13 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		}
 		return ws.openFence(ctx, rp.sourceOptions, true)
 	}
-	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(strictJSONCodecs(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
+	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(strictJSONCodecs(), RequestLimit(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
 	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout,
 		extra: func() []Check { return append(p.storageChecks(), p.recreated.checks()...) }, members: p.members}
-	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	mountIntrospection(mux, p.ready, services, RequestLimit(cfg.API.MaxRequestBytes))
 	var ui *console.Console
 	if cfg.Console.Enabled {
 		ui, err = p.newConsole(cfg, coord, w, rp, obs, application)
@@ -730,7 +733,10 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	// Outside the authentication, so that refused calls are counted too;
 	// admission first, so that a call refused for overload costs nothing.
-	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(mux))), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
+	// Every request's body is bounded on the wire (the handlers bound their
+	// messages once decompressed): over the limit is InvalidArgument.
+	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(LimitRequestBytes(mux, cfg.API.MaxRequestBytes)))),
+		func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{}, 4)
 	go func() {
@@ -795,7 +801,14 @@ func (p *Process) serveMetrics(cfg Config, extra map[string]http.Handler) error 
 	if cfg.Metrics.Addr == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", cfg.Metrics.Addr)
+	addr := cfg.Metrics.Addr
+	// An API on a free port (api.addr ...:0) takes every other port free
+	// too, metrics.addr left at its default included: a second process
+	// started so must not collide on 7071.
+	if _, port, _ := net.SplitHostPort(cfg.API.Addr); p.apiAddr != "" && port == "0" && addr == Default().Metrics.Addr {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.addr: %w", err)
 	}
@@ -890,7 +903,18 @@ func (a leaderAcker) AckAll(ctx context.Context, acks []broadcast.Ack) []error {
 // ReadyLine is what a started process prints once it serves.
 func (p *Process) ReadyLine(mode string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "walcast %s ready:", mode)
+	fmt.Fprintf(&b, "walcast %s ready: %s", mode, p.Addresses())
+	if f := p.secure; f != nil {
+		fmt.Fprintf(&b, "\nsecure: TLS with CA %s, admin token in %s; for example\n  walcast tasks list --addr %s --tls-ca %s --token-file %s",
+			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
+	}
+	return b.String()
+}
+
+// Addresses says where the process serves and keeps its data:
+// "api=http://... metrics=http://.../metrics wal=... etcd=... data=...".
+func (p *Process) Addresses() string {
+	var b strings.Builder
 	if p.apiAddr != "" {
 		fmt.Fprintf(&b, " api=%s://%s", p.sec.scheme(), p.apiAddr)
 	}
@@ -908,11 +932,7 @@ func (p *Process) ReadyLine(mode string) string {
 		fmt.Fprintf(&b, " etcd=%s", p.etcdURL)
 	}
 	fmt.Fprintf(&b, " data=%s", p.cfg.DataDir)
-	if f := p.secure; f != nil {
-		fmt.Fprintf(&b, "\nsecure: TLS with CA %s, admin token in %s; for example\n  walcast tasks list --addr %s --tls-ca %s --token-file %s",
-			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
-	}
-	return b.String()
+	return strings.TrimSpace(b.String())
 }
 
 // loopbackOnly serves h to loopback callers and refuses others with 403:

@@ -51,6 +51,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -761,7 +762,7 @@ type Reader struct {
 	cur     Cursor
 	filter  filter
 	pending []Copy
-	read    uint64 // offset after the last entry taken from cur
+	read    atomic.Uint64 // offset after the last entry taken from cur
 }
 
 // Read returns a reader of pchannel p from entry offset from (an offset of
@@ -775,7 +776,8 @@ func (w *WAL) Read(ctx context.Context, p message.PChannel, from uint64, vchanne
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{w: w, lane: lane, cur: cur, filter: filter{p: p}, read: from}
+	r := &Reader{w: w, lane: lane, cur: cur, filter: filter{p: p}}
+	r.read.Store(from)
 	if len(vchannels) > 0 {
 		r.filter.vs = make(map[message.VChannel]bool, len(vchannels))
 		for _, v := range vchannels {
@@ -796,7 +798,7 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 		if err != nil {
 			return Copy{}, err
 		}
-		r.read = off + 1
+		r.read.Store(off + 1)
 		r.pending = copies
 	}
 	c := r.pending[0]
@@ -807,8 +809,9 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 // Position returns the offset after the last entry the reader has taken from
 // the log, counting entries that held no copy it returns (other pchannels'
 // entries of a shared lane). Once Next has returned every copy, reading can
-// resume there.
-func (r *Reader) Position() uint64 { return r.read }
+// resume there. It may be called while another goroutine is in Next (a
+// status page reading how far the reader got).
+func (r *Reader) Position() uint64 { return r.read.Load() }
 
 // Close releases the reader.
 func (r *Reader) Close() error { return r.cur.Close() }

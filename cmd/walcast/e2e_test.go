@@ -20,6 +20,7 @@ import (
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -268,6 +269,7 @@ func leaderOf(ctx context.Context, t *testing.T, addrs ...string) int {
 // a workload, and checks that every accepted broadcast completes exactly
 // once and that the standby took over.
 func TestR9_2_CoordinatorFailover(t *testing.T) {
+	longtest.Require(t)
 	startShared(t)
 	prefix := fmt.Sprintf("failover%d/", time.Now().UnixNano())
 	etcd := strings.Join(shared.etcd.Endpoints(), ",")

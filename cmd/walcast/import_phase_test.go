@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/meta"
 	"github.com/walcast/walcast/server"
 )
@@ -167,4 +169,17 @@ func TestR13_7_CLITwoPhaseImportsAndSplitOnAStandalone(t *testing.T) {
 	wantOutput(t, west.run("import", "commit", left), `import job `+left+` committed into pending.p: completed, 4 rows visible`)
 	west.run("collection", "drop", "p", "--db", "pending", "--no-wait")
 	twoPhaseStory(t, west.metaCLI, "after")
+}
+
+// TestR9_5_ImportWaitShowsRowsAndBytes: import start --wait's progress line
+// says rows and bytes, and its bar follows the bytes: a job of one large
+// file half read shows half a bar (by files it would show none until the
+// end).
+func TestR9_5_ImportWaitShowsRowsAndBytes(t *testing.T) {
+	j := &walcastv1.ImportJob{Id: 3, Files: []string{"big.csv"}, State: walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING,
+		Rows: 1200, BytesDone: 3 << 20, BytesTotal: 6 << 20}
+	want := "import job 3: running, 0 of 1 files, 1200 rows, 3.0 MiB of 6.0 MiB [##########..........] (1.5s)"
+	if got := jobLine(j, 1500*time.Millisecond); got != want {
+		t.Errorf("progress line:\n got %q\nwant %q", got, want)
+	}
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/internal/longtest"
 )
 
 // The README's examples, and those of the docs pages, are checked against
@@ -40,6 +42,7 @@ import (
 // pages are mapped to free ports for the run and back in the output, and
 // the directory the block runs in reads as /home/me.
 func TestREADMEExamples(t *testing.T) {
+	longtest.Require(t)
 	pages, err := readmePages()
 	if err != nil {
 		t.Fatal(err)

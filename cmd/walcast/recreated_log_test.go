@@ -119,7 +119,15 @@ func recreatedLogStory(t *testing.T, b walBackend, deleteLog func(t *testing.T))
 	}
 
 	// n0 was down, n1 runs: both halt, having applied nothing of the new
-	// log.
+	// log. n0 is not ready (its pchannels halt): it says so instead of its
+	// ready line.
+	startNode = func(i int) *proc {
+		t.Helper()
+		args := append([]string{"node", "--cluster", cl.name, "--name", fmt.Sprint("n", i), "--consume", consume[i],
+			"--coordinators", cl.coord.api, "--data-dir", dirs[i], "--metrics-addr", "127.0.0.1:0"}, b.nodeArgs...)
+		nodes[i] = startWaiting(t, fmt.Sprintf("rl-n%d", i), cl.env, args...)
+		return nodes[i]
+	}
 	startNode(0)
 	for i, n := range nodes {
 		waitFor(t, fmt.Sprintf("n%d to halt", i), func() bool { return metric(t, n, "walcast_node_halted") >= 1 })

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/internal/longtest"
 )
 
 // freePortRun returns an API port p of 127.0.0.1 such that p ... p+3 (the
@@ -43,6 +45,7 @@ func freePortRun(t *testing.T) int {
 // was killed midway is repeated with exit 0 ("already promoted" once it
 // finished).
 func TestR8_ReplicationThroughTheCLI(t *testing.T) {
+	longtest.Require(t)
 	eastPort, westPort := freePortRun(t), freePortRun(t)
 	eastDir, westDir := t.TempDir(), t.TempDir()
 	east := fmt.Sprintf("127.0.0.1:%d", eastPort)

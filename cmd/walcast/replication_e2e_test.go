@@ -18,6 +18,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -340,6 +341,7 @@ func followAndPromote(t *testing.T, east *testCluster, westWAL walBackend, resta
 // WALs: a standalone primary, a cluster-mode secondary on NATS (shared with
 // other clusters, its own stream prefix) or on Kafka (kfake).
 func TestR8_2_LateNodesLoseNothing(t *testing.T) {
+	longtest.Require(t)
 	t.Run("nats", func(t *testing.T) {
 		startShared(t)
 		followAndPromote(t, standaloneCluster(t, "east"), natsWAL(fmt.Sprintf("WEST%d", time.Now().UnixNano()%1e9)), true)

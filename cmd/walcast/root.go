@@ -72,7 +72,7 @@ error (unknown command or flag, bad value). See docs/cli.md.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = false
-	root.AddCommand(versionCmd(g), configCmd(g), benchCmd(g), authCmd(g), contextCmd(g))
+	root.AddCommand(versionCmd(g), configCmd(g), benchCmd(g), authCmd(g), contextCmd(g), probeCmd())
 	root.AddCommand(serverCmds(g)...)
 	root.AddCommand(devClusterCmd())
 	clients := append(clientCmds(g), metaCmds(g)...)

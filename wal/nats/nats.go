@@ -69,7 +69,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,6 +199,12 @@ type Log struct {
 	// recreating serialises recreations.
 	recreating sync.Mutex
 
+	// url is Config.URL without credentials, for error messages.
+	url string
+	// lost is why the connection was lost or cannot be made again: the
+	// last disconnect or reconnect error (a *lostConn), nil while connected.
+	lost atomic.Pointer[lostConn]
+
 	closed atomic.Bool
 	mu     sync.Mutex
 	// cursors are the open cursors, closed by Close; protected by mu.
@@ -229,7 +239,8 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 
-	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{}), reqTimeout: cfg.RequestTimeout, cfg: cfg}
+	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{}), reqTimeout: cfg.RequestTimeout, cfg: cfg,
+		url: redactURLs(cfg.URL)}
 	if l.nc == nil {
 		opts := append([]natsgo.Option{
 			natsgo.Name("walcast-wal"),
@@ -239,6 +250,11 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 			// error the caller can retry, instead of a message that
 			// may or may not be sent later.
 			natsgo.ReconnectBufSize(-1),
+			// Keep why the connection is down: the errors of requests
+			// made meanwhile only say "outbound buffer limit exceeded".
+			natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) { l.lose(err) }),
+			natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { l.lose(err) }),
+			natsgo.ReconnectHandler(func(*natsgo.Conn) { l.lost.Store(nil) }),
 		}, cfg.Options...)
 		nc, err := natsgo.Connect(cfg.URL, opts...)
 		if err != nil {
@@ -546,7 +562,7 @@ func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
 	// Stream fetches the stream's info: one request a try.
 	s, err := l.stream(ctx, ch)
 	if err != nil {
-		return 0, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
+		return 0, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, l.why(err))
 	}
 	return s.CachedInfo().State.LastSeq, nil
 }
@@ -604,7 +620,7 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 		}
 		return 0, fmt.Errorf("%w: append to %s: the stream %s had vanished and was created again, empty: %w", wal.ErrNotApplied, p, ch.stream, last)
 	case err != nil:
-		return 0, classify(p, last)
+		return 0, classify(p, l.why(last))
 	case ack.Stream != ch.stream || ack.Sequence == 0:
 		return 0, fmt.Errorf("wal/nats: append to %s: acknowledgement for stream %q, sequence %d", p, ack.Stream, ack.Sequence)
 	}
@@ -695,4 +711,67 @@ func (l *Log) Close() error {
 		l.nc.Close()
 	}
 	return nil
+}
+
+// lostConn is why a connection is down, since when.
+type lostConn struct {
+	err   error
+	since time.Time
+}
+
+// lose records err (a disconnect's or a failed reconnect's) as why the
+// connection is down; the first loss's time is kept.
+func (l *Log) lose(err error) {
+	since := time.Now()
+	if prev := l.lost.Load(); prev != nil {
+		since = prev.since
+		if err == nil {
+			err = prev.err
+		}
+	}
+	l.lost.Store(&lostConn{err: err, since: since})
+}
+
+// why adds to err, a request's error, the cause of a lost connection when
+// the connection is down: a request made while reconnecting fails with
+// "outbound buffer limit exceeded" (or times out), which says nothing of
+// the server being unreachable.
+func (l *Log) why(err error) error {
+	if err == nil || l.nc.IsConnected() {
+		return err
+	}
+	cause := "not connected"
+	since := ""
+	if lc := l.lost.Load(); lc != nil {
+		if lc.err != nil {
+			cause = netCause(lc.err)
+		}
+		since = fmt.Sprintf(", for %s", time.Since(lc.since).Round(time.Second))
+	}
+	return fmt.Errorf("cannot reach NATS at %s: %s (reconnecting%s): %w", l.url, cause, since, err)
+}
+
+// netCause is the innermost words of a connection error ("connection
+// refused", not "dial tcp 127.0.0.1:4222: connect: connection refused").
+func netCause(err error) string {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err.Error()
+	}
+	if errors.Is(err, io.EOF) {
+		return "the server closed the connection"
+	}
+	return err.Error()
+}
+
+// redactURLs is a comma-separated list of URLs without their credentials.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -216,7 +216,7 @@ func (c *cursor) iterator(ctx context.Context) (jetstream.MessagesContext, error
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("wal/nats: read %s: %w", c.p, err)
+		return nil, fmt.Errorf("wal/nats: read %s: %w", c.p, c.l.why(err))
 	}
 	it, err = cons.Messages(
 		jetstream.PullMaxMessagesWithBytesLimit(pullMessages, c.l.pullBytes),

@@ -56,8 +56,8 @@ func (c *Core) ack(e Ack) {
 		var err error
 		if t, err = c.replicatedTask(e); err != nil || t == nil {
 			if err == nil && c.issuedElsewhere(e) {
-				err = fmt.Errorf("%w: broadcast %d was not issued by this coordinator (its ids end below %d): a newer leader issued it; ack it there",
-					catalog.ErrFenced, e.ID, c.ids.end)
+				err = fmt.Errorf("%w: %w: broadcast %d (this coordinator's ids end below %d): a newer leader issued it; ack it there",
+					catalog.ErrFenced, ErrNotIssued, e.ID, c.ids.end)
 			}
 			c.reply(e.To, Reply{Err: err})
 			return
