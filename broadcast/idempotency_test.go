@@ -674,4 +674,9 @@ func TestR7_4_KeyGivenOnceOnTheHandle(t *testing.T) {
 	if _, err := send("p", message.ClusterKey("other"), message.ClusterKey("fresh")); !errors.Is(err, broadcast.ErrInvalidArgument) {
 		t.Fatalf("a message keyed otherwise than its handle: %v", err)
 	}
+	// A handle its original answers refuses another key just the same:
+	// it must not answer a request it was not made for.
+	if r, err := send("p", message.ClusterKey("other")); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("a message keyed otherwise than its duplicate handle: %+v, %v", r, err)
+	}
 }
