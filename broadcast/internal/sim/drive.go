@@ -157,6 +157,9 @@ type simCatalog struct{ c *cluster }
 
 func (s simCatalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 	c, w := s.c, s.c.w
+	if w.cfg.panicAt != 0 && w.steps >= w.cfg.panicAt {
+		panic("sim: a planted panic in a commit")
+	}
 	cat := c.cat // this term's handle: a later term fences it
 	w.sched.inFlight(func() {
 		if cat.Commit(context.Background(), ops...) == nil {

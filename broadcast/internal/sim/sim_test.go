@@ -252,3 +252,16 @@ func firstLine(s string) string {
 	}
 	return s
 }
+
+// TestPanickingSeedReported: a seed that panics, on the simulator's
+// goroutine or on one of a driven broadcaster's, fails with the panic and
+// its stack instead of killing the test binary, so that its seed and the
+// command that replays it are printed (report).
+func TestPanickingSeedReported(t *testing.T) {
+	for _, driver := range []bool{false, true} {
+		res := Run(Config{Seed: 3, Driver: &driver, panicAt: 40})
+		if res.Err == nil || !strings.Contains(res.Err.Error(), "planted panic") || !strings.Contains(res.Err.Error(), "goroutine") {
+			t.Fatalf("driver %v: a panicking seed reported %v", driver, res.Err)
+		}
+	}
+}

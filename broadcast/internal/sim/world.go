@@ -46,6 +46,10 @@ type Config struct {
 	MaxSteps int
 	// Trace keeps a readable log of the run for a failure report.
 	Trace bool
+	// panicAt makes the run panic at that step, on the simulator's
+	// goroutine or (driver mode) in the next catalog commit: the harness's
+	// own test (TestPanickingSeedReported).
+	panicAt int
 }
 
 // Result is what a run found.
@@ -220,6 +224,9 @@ func (w *world) run() {
 		total := 0
 		for _, m := range moves {
 			total += m.weight
+		}
+		if w.cfg.panicAt != 0 && w.steps >= w.cfg.panicAt && w.sched == nil {
+			panic("sim: a planted panic")
 		}
 		r := w.rng.IntN(total)
 		for _, m := range moves {
