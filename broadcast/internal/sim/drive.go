@@ -312,6 +312,7 @@ func (cl *client) startDriven() {
 		payload += "-changed"
 	}
 	closeUnused := cl.w.rng.IntN(10) == 0
+	acq := broadcast.AcquireRequest{Keys: op.keys, Unreplicable: op.local}
 	var idem *broadcast.Idempotent
 	if op.key != "" {
 		cl.w.noteScope(op.typ, op.key)
@@ -324,7 +325,8 @@ func (cl *client) startDriven() {
 	)
 	r.call.g = c.call(r, func() {
 		defer cancel()
-		h, aerr := c.drv.b.Acquire(ctx, broadcast.AcquireRequest{Keys: op.keys, Idempotent: idem})
+		acq.Idempotent = idem
+		h, aerr := c.drv.b.Acquire(ctx, acq)
 		if aerr != nil {
 			err = aerr
 			return
@@ -337,6 +339,9 @@ func (cl *client) startDriven() {
 		var opts []message.Option
 		if op.key != "" {
 			opts = append(opts, message.WithIdempotencyKey(op.key))
+		}
+		if op.twoPhase {
+			opts = append(opts, message.WithAppendFirst(op.targets[0]), message.WithCopy(op.targets[0], "fence", nil))
 		}
 		m, merr := message.NewBroadcast(op.typ, []byte(payload), op.targets, opts...)
 		if merr != nil {

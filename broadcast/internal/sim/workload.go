@@ -190,10 +190,11 @@ func (w *world) makeOp() *clientOp {
 // lost an answer must be able to tell whether its Begin or member was
 // created, and a group left open would hold its keys for ever.
 func (w *world) makeGroupOp(op *clientOp) {
-	if *w.cfg.Driver {
+	r := w.rng.IntN(10)
+	if *w.cfg.Driver && r < 3 {
 		return // the driver-mode runs' workload has no groups yet
 	}
-	switch r := w.rng.IntN(10); {
+	switch {
 	case r < 2:
 		op.txn = true
 		op.typ, op.payload = typCreate, "begin"
