@@ -545,3 +545,32 @@ func TestR13_8_RenameBehindAnOwnerWhoseEndRetries(t *testing.T) {
 		t.Fatalf("effects in order %v: the rename (%d) before the import's end (%d)", order, renameID, endID)
 	}
 }
+
+// TestR7_3_WaiterResolvesToTheOriginalBeingCreated: a retry with a key
+// whose first request holds the admission slot waits for it; when the
+// first request's task is created, the retry is answered with it as its
+// original, never admitted as the key's first. (It was admitted: the slot
+// was freed before the task was indexed. A retried transaction Begin then
+// waited for the keys of the transaction it should have joined, for ever:
+// seed 383 of the driven runs.)
+func TestR7_3_WaiterResolvesToTheOriginalBeingCreated(t *testing.T) {
+	s := newScript(t, false, 64)
+	key := message.ClusterKey("k")
+	sc := engine.ScopeOf(typCreate, key)
+	first := s.w.newHandle()
+	mustOK(t, s.send(engine.Resolve{Handle: first, Scope: sc, Key: key, CheckNew: true}, "first/resolve"))
+	norm, _ := resource.WithClusterKey([]resource.Key{collC})
+	mustOK(t, s.send(engine.Lock{Handle: first, Keys: norm, Need: engine.Primary}, "first/lock"))
+	retry := s.send(engine.Resolve{Handle: s.w.newHandle(), Scope: sc, Key: key, CheckNew: true}, "retry/resolve")
+	if retry.reply != nil {
+		t.Fatalf("the retry did not wait for the first request's slot: %+v", retry.reply)
+	}
+	m, _ := message.NewBroadcast(typCreate, []byte("p"), []message.VChannel{vc(1, "x")}, message.WithIdempotencyKey(key))
+	st, raw, _ := stampForSubmit(s.c, m, norm)
+	s.send(engine.Submit{Handle: first, Msg: st, Bytes: raw}, "first/submit")
+	s.settle(holdCallbacks) // its id is allocated, its task created
+	if retry.reply == nil || retry.reply.Original == nil || retry.reply.Admitted {
+		t.Fatalf("the retry once the first request's task was created: %+v, want its original", retry.reply)
+	}
+	s.finish()
+}

@@ -190,11 +190,7 @@ func (w *world) makeOp() *clientOp {
 // lost an answer must be able to tell whether its Begin or member was
 // created, and a group left open would hold its keys for ever.
 func (w *world) makeGroupOp(op *clientOp) {
-	r := w.rng.IntN(10)
-	if *w.cfg.Driver && r < 3 {
-		return // the driver-mode runs' workload has no groups yet
-	}
-	switch {
+	switch r := w.rng.IntN(10); {
 	case r < 2:
 		op.txn = true
 		op.typ, op.payload = typCreate, "begin"
@@ -300,6 +296,10 @@ func (cl *client) start() {
 		op.started = cl.w.now
 	}
 	cl.handle = cl.w.newHandle()
+	if cl.c.driver && op.group() {
+		cl.startDrivenGroup()
+		return
+	}
 	if op.group() && op.phase > 0 {
 		cl.startMember()
 		return
