@@ -39,8 +39,7 @@ type Config struct {
 	// Driver runs the real broadcaster — its handle and driver code, fast
 	// paths included — on the simulator's goroutine scheduler, instead of
 	// stepping the core directly (sched.go, drive.go), in a one-cluster
-	// scenario without groups (with two-phase and local-only broadcasts).
-	// Default: chosen by the seed.
+	// scenario. Default: chosen by the seed.
 	Driver *bool
 	// MaxSteps bounds a run (a run that does not finish is a liveness
 	// failure). Default 20000.
