@@ -606,6 +606,15 @@ func (cl *client) giveUp() {
 	if strings.HasSuffix(r.name, "/lock") {
 		cl.c.step(engine.Close{Handle: cl.handle})
 	}
+	if !cl.c.down {
+		// Withdrawn, the request leaves nothing behind (R11.3): no Resolve
+		// among a slot's waiters, no handle but one whose Submit goes on.
+		for _, v := range cl.c.core.Requests() {
+			if v.Handle == cl.handle && !v.Busy {
+				cl.w.fail("%s: %s withdrawn, but %s (R11.3)", cl.c.name, r.name, cl.w.describeHold(v))
+			}
+		}
+	}
 	cl.retry("deadline")
 }
 
