@@ -1,7 +1,6 @@
-// Scenarios of the reference system's suite that walcast did not cover
-// (shared/reference/peer-suite-gaps.md, "Status in December"), named after
-// the requirement each checks; the rest run on the core in
-// broadcast/internal/sim/reqgaps_scenario_test.go.
+// Scenarios that need the driver (contexts, Close, real goroutines), each
+// named after the requirement of docs/spec.md it checks; those the core
+// decides alone run in broadcast/internal/sim/reqgaps_scenario_test.go.
 
 package broadcast_test
 

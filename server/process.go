@@ -527,6 +527,11 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 	var log wal.Log
 	var err error
 	lanes := wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames())
+	chans := lanes
+	if user != walNode {
+		// A coordinator's log has the fence channel too (R8.5).
+		chans = append(slices.Clip(lanes), fenceChannel)
+	}
 	switch cfg.WAL.Kind {
 	case "kafka":
 		opts, oerr := kafkaOptions(cfg)
@@ -543,7 +548,7 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 		if n := cfg.KafkaMinInsync(); n > 0 {
 			topicConfigs = map[string]string{"min.insync.replicas": strconv.Itoa(n)}
 		}
-		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes, TopicPrefix: cfg.WAL.Kafka.TopicPrefix,
+		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: chans, TopicPrefix: cfg.WAL.Kafka.TopicPrefix,
 			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), TopicConfigs: topicConfigs, ClientOptions: opts,
 			Recreate: user != walNode, OnRecreated: p.recreated.note})
 		if errors.Is(err, walkafka.ErrReplicationFactor) {
@@ -558,7 +563,7 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 				return nil, nil, oerr
 			}
 		}
-		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes, StreamPrefix: cfg.WAL.NATS.StreamPrefix,
+		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: chans, StreamPrefix: cfg.WAL.NATS.StreamPrefix,
 			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D(), Options: opts,
 			KeepSettings: user == walNode, Recreate: user != walNode, OnRecreated: p.recreated.note})
 	}
@@ -569,13 +574,25 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 	if st := p.storage; user == walEmbedded && st != nil && st.guard {
 		log = guardedLog{Log: log, guard: st.writeGuard}
 	}
-	// The WAL is this cluster's: entries are stamped with its name, and
-	// entries of other clusters sharing the streams or topics are skipped.
+	// The WAL is this cluster's: entries are stamped with its name (and its
+	// replication generation, R8.5), and entries of other clusters sharing
+	// the streams or topics are skipped.
 	w := wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames()), wal.WithCluster(cfg.Cluster.Name),
-		wal.WithForeign(func(e wal.Foreign) { p.foreign.seen("wal", e) }))
+		wal.WithForeign(func(e wal.Foreign) { p.foreign.seen("wal", e) }), wal.WithGeneration(p.generation))
 	// The nodes' apply lag is read against this WAL's ends.
 	p.reg.MustRegister(metrics.Nodes{Status: p.nodeStatuses, End: w.End})
 	return w, log, nil
+}
+
+// generation is the replication generation of the broadcaster this
+// process leads with, 0 if it does not lead (R8.5).
+func (p *Process) generation() uint64 {
+	if c := p.Coord; c != nil {
+		if b, ok := c.leading(); ok {
+			return b.ReplicateConfig().Generation
+		}
+	}
+	return 0
 }
 
 func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, application app.App) (*Coordinator, error) {
@@ -603,9 +620,20 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		ln.Close()
 		return nil, err
 	}
+	// A superseded primary refuses DDL; a primary that starts to lead
+	// checks first that none of its secondaries was promoted over it
+	// (R8.5).
+	fence, err := newFencing(cfg.Cluster.Name, cfg.Replication, p.log)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	fence.own = w.Log()
+	bcfg := cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log)
+	bcfg.CheckRole = fence.admit
 	coord, err := NewCoordinator(CoordinatorConfig{
 		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
-		Broadcast: cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
+		Broadcast: bcfg, Logger: p.log, BeforeRecover: obs.ResetTaskCounts, OnLeader: fence.begin,
 		StateDir: stateDir, WriteGuard: p.catalogGuard(),
 	})
 	if err != nil {
@@ -614,6 +642,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	p.onClose(coord.Close) // after Run has returned (closers run in reverse)
 	p.Coord = coord
+	fence.leading = coord.leading
 	mux := http.NewServeMux()
 	hopts := append(p.sec.handlerOptions(), connect.WithCompressMinBytes(CompressMinBytes))
 	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...)}
@@ -641,6 +670,14 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	rp.foreign = func(e wal.Foreign) { p.foreign.seen("replicator", e) }
 	rp.skip, _ = cfg.Replication.skipTypes() // checked by Validate
+	rp.fence = fence
+	fence.openMarked = func(ctx context.Context, source string) (wal.Log, error) {
+		ws, err := parseSource(source)
+		if err != nil {
+			return nil, err
+		}
+		return ws.openFence(ctx, rp.sourceOptions, true)
+	}
 	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(strictJSONCodecs(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
@@ -682,7 +719,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	// admission first, so that a call refused for overload costs nothing.
 	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(mux))), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 3)
+	done := make(chan struct{}, 4)
 	go func() {
 		defer func() { done <- struct{}{} }()
 		p.sec.watch(cctx, cfg.API.ReloadInterval.D())
@@ -697,6 +734,10 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		defer func() { done <- struct{}{} }()
 		rp.loop(cctx)
 	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		fence.loop(cctx)
+	}()
 	p.onClose(func() error {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
@@ -705,9 +746,9 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		}
 		_ = shutdown(sctx)
 		cancel()
-		<-done
-		<-done
-		<-done
+		for range cap(done) {
+			<-done
+		}
 		return nil
 	})
 	// Closed first: an application's background work (the metadata

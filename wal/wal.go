@@ -197,6 +197,8 @@ type WAL struct {
 	// entries ("": none, read everything); onForeign hears skipped entries.
 	cluster   string
 	onForeign func(Foreign)
+	// generation, if set, is stamped on every entry appended.
+	generation func() uint64
 }
 
 // Foreign is an entry a reader skipped because another cluster wrote it.
@@ -215,6 +217,10 @@ type Header struct {
 	// ReplicatedFrom is the cluster whose WAL the replicator copied the
 	// entry from; "" for an entry the cluster wrote itself.
 	ReplicatedFrom string
+	// Generation is the replication generation (R8.5) of the primary the
+	// writer was or followed when it wrote the entry: 0 for a cluster
+	// never promoted.
+	Generation uint64
 }
 
 // Option configures a WAL.
@@ -241,6 +247,10 @@ func WithLanes(n int, pchannels []message.PChannel) Option {
 // WithCluster makes the WAL the log of cluster name (R8.2): appends are
 // stamped with it and readers skip entries other clusters wrote.
 func WithCluster(name string) Option { return func(w *WAL) { w.cluster = name } }
+
+// WithGeneration stamps every entry appended with the replication
+// generation gen returns when it is appended (R8.5).
+func WithGeneration(gen func() uint64) Option { return func(w *WAL) { w.generation = gen } }
 
 // WithForeign calls fn for every entry a reader skips as another
 // cluster's. fn runs on the reader's goroutine and must be quick.
@@ -341,7 +351,7 @@ func encodeEntry(h Header, items []Item) (data []byte, sum [sha256.Size]byte, er
 	if n == 0 || n > MaxCopiesPerEntry {
 		return nil, sum, fmt.Errorf("%w: %d copies in one entry", ErrTooLarge, n)
 	}
-	size += wire.StringSize(entryCluster, h.Cluster) + wire.StringSize(entryReplicatedFrom, h.ReplicatedFrom)
+	size += wire.StringSize(entryCluster, h.Cluster) + wire.StringSize(entryReplicatedFrom, h.ReplicatedFrom) + wire.VarintSize(entryGeneration, h.Generation)
 	data = make([]byte, 0, size)
 	for _, it := range items {
 		data = protowire.AppendTag(data, entryItems, protowire.BytesType)
@@ -357,6 +367,7 @@ func encodeEntry(h Header, items []Item) (data []byte, sum [sha256.Size]byte, er
 	}
 	data = wire.AppendString(data, entryCluster, h.Cluster)
 	data = wire.AppendString(data, entryReplicatedFrom, h.ReplicatedFrom)
+	data = wire.AppendVarint(data, entryGeneration, h.Generation)
 	return data, sha256.Sum256(data), nil
 }
 
@@ -415,13 +426,21 @@ func (w *WAL) Append(ctx context.Context, p message.PChannel, items []Item) ([][
 // any pchannel of that lane (without lanes: on p). A vchannel elsewhere fails
 // the append with ErrWrongPChannel before anything is written.
 func (w *WAL) AppendSalted(ctx context.Context, p message.PChannel, salt string, items []Item) ([][]Checkpoint, error) {
-	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster}, items)
+	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster, Generation: w.gen()}, items)
 }
 
 // AppendReplica is AppendSalted for the replicator: the entry is marked as
 // copied from cluster source.
 func (w *WAL) AppendReplica(ctx context.Context, p message.PChannel, salt, source string, items []Item) ([][]Checkpoint, error) {
-	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster, ReplicatedFrom: source}, items)
+	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster, ReplicatedFrom: source, Generation: w.gen()}, items)
+}
+
+// gen is the generation stamped on an entry appended now.
+func (w *WAL) gen() uint64 {
+	if w.generation == nil {
+		return 0
+	}
+	return w.generation()
 }
 
 func (w *WAL) appendEntry(ctx context.Context, p message.PChannel, salt string, h Header, items []Item) ([][]Checkpoint, error) {
@@ -516,6 +535,7 @@ const (
 	entryItems          protowire.Number = 1
 	entryCluster        protowire.Number = 2
 	entryReplicatedFrom protowire.Number = 3
+	entryGeneration     protowire.Number = 4
 	itemMessage         protowire.Number = 1
 	itemVChannels       protowire.Number = 2
 )
@@ -534,6 +554,15 @@ func decodeHeader(offset uint64, data []byte) (Header, error) {
 			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, wire.ErrFieldNumber)
 		}
 		b = b[n:]
+		if num == entryGeneration && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, protowire.ParseError(n))
+			}
+			b = b[n:]
+			h.Generation = v
+			continue
+		}
 		if (num == entryCluster || num == entryReplicatedFrom) && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
