@@ -464,6 +464,24 @@ func (f *fencing) admit(context.Context) error {
 		broadcast.ErrTaskNotCreated, f.cluster, f.detail)
 }
 
+// gauges reports the fencing state for the metrics: the generation of the
+// leader's cluster, whether it is superseded, and whether it refuses DDL
+// unconfirmed; ok is false while this process does not lead.
+func (f *fencing) gauges() (generation uint64, superseded, unconfirmed, ok bool) {
+	b, ok := f.leading()
+	if !ok {
+		return 0, false, false, false
+	}
+	generation = b.ReplicateConfig().Generation
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.b != b {
+		return generation, false, false, true
+	}
+	unconfirmed = f.sup == nil && b.Role() == broadcast.Primary && !f.confirmed && f.policy == RefuseUnconfirmed && len(f.requiredLocked(b)) > 0
+	return generation, f.sup != nil, unconfirmed, true
+}
+
 // state reports the fencing state for ReplicationStatus.
 func (f *fencing) state(b *broadcast.Broadcaster) (*walcastv1.SupersededState, *walcastv1.PrimaryCheck) {
 	f.mu.Lock()
