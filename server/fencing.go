@@ -324,7 +324,11 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		}
 		answered[name] = true
 		switch {
-		case st.GetRole() == broadcast.Primary.String() && st.GetGeneration() > gen:
+		case st.GetRole() == broadcast.Primary.String() && st.GetGeneration() > gen && (st.GetReplaced() == f.cluster || f.isSecondary(b, name)):
+			// A primary of a higher generation whose promote replaced
+			// this cluster, or that followed it (and was promoted over
+			// it, or over another of its followers since): an unrelated
+			// primary of a higher generation supersedes nothing.
 			var at time.Time
 			if st.GetPromotedAt() != nil {
 				at = st.GetPromotedAt().AsTime()
@@ -374,6 +378,14 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		f.warned = time.Now()
 		f.log.Warn("this primary refuses DDL until it confirms that none of its secondaries was promoted over it (replication.unreachable_secondaries: refuse)", "why", why)
 	}
+}
+
+// isSecondary reports whether name is one of the secondaries of b's
+// cluster (named by its topology, or learned of).
+func (f *fencing) isSecondary(b *broadcast.Broadcaster, name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Contains(f.requiredLocked(b), name)
 }
 
 // requiredLocked are the secondaries a primary must hear from: those its
