@@ -351,8 +351,13 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		}
 	}
 	if len(missing) == 0 {
+		required := f.requiredLocked(b)
+		if len(required) == 0 {
+			f.confirmed, f.detail = true, "no secondary to ask"
+			return
+		}
 		if !f.confirmed {
-			f.log.Info("this primary confirmed that none of its secondaries was promoted over it", "secondaries", f.requiredLocked(b))
+			f.log.Info("this primary confirmed that none of its secondaries was promoted over it", "secondaries", required)
 		}
 		f.confirmed, f.detail = true, "every secondary answered; none was promoted"
 		return
