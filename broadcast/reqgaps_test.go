@@ -1,7 +1,6 @@
-// Scenarios of the reference system's suite that walcast did not cover
-// (shared/reference/peer-suite-gaps.md, "Status in December"), named after
-// the requirement each checks; the rest run on the core in
-// broadcast/internal/sim/reqgaps_scenario_test.go.
+// Scenarios that need the driver (contexts, Close, real goroutines), each
+// named after the requirement of docs/spec.md it checks; those the core
+// decides alone run in broadcast/internal/sim/reqgaps_scenario_test.go.
 
 package broadcast_test
 
@@ -26,17 +25,7 @@ func TestR13_11_WaitVChannelsAckedEndsWithItsContextAndClose(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	src, dst := vch(1, "c_0"), vch(2, "c_1")
 	m := msgOf(t, typCreate, "split", []message.VChannel{src, dst}, message.WithAppendFirst(src))
-	go func() { _, _ = do(ctx, b, m, resource.ExclusiveCollection("db", "c")) }()
-	var id uint64
-	waitFor(t, "the first phase", func() bool {
-		for bid, vs := range e.copies() {
-			if vs[src] > 0 {
-				id = bid
-				return true
-			}
-		}
-		return false
-	})
+	id := firstPhase(t, e, b, ctx, m, src)
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if err := b.WaitVChannelsAcked(short, id, src); !errors.Is(err, context.DeadlineExceeded) {
@@ -68,17 +57,7 @@ func TestR13_11_WaitVChannelsAckedOnARecoveredTask(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	src, dst := vch(1, "c_0"), vch(2, "c_1")
 	m := msgOf(t, typCreate, "split", []message.VChannel{src, dst}, message.WithAppendFirst(src))
-	go func() { _, _ = do(ctx, b, m, resource.ExclusiveCollection("db", "c")) }()
-	var id uint64
-	waitFor(t, "the first phase", func() bool {
-		for bid, vs := range e.copies() {
-			if vs[src] > 0 {
-				id = bid
-				return true
-			}
-		}
-		return false
-	})
+	id := firstPhase(t, e, b, ctx, m, src)
 	_ = b.Close()
 	b = e.open()
 	waited := make(chan error, 1)
@@ -184,4 +163,22 @@ func TestR13_1_CloseWithAPendingMember(t *testing.T) {
 	if _, err := b.ResumeTxn(x.ID); err != nil {
 		t.Fatalf("the transaction after a restart: %v", err)
 	}
+}
+
+// firstPhase starts two-phase broadcast m (first copy on src) and returns
+// its id once the first copy is appended.
+func firstPhase(t *testing.T, e *env, b *broadcast.Broadcaster, ctx context.Context, m *message.Message, src message.VChannel) uint64 {
+	t.Helper()
+	go func() { _, _ = do(ctx, b, m, resource.ExclusiveCollection("db", "c")) }()
+	var id uint64
+	waitFor(t, "the first phase", func() bool {
+		for bid, vs := range e.copies() {
+			if vs[src] > 0 {
+				id = bid
+				return true
+			}
+		}
+		return false
+	})
+	return id
 }

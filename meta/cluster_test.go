@@ -20,6 +20,7 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/server"
@@ -123,13 +124,12 @@ type phase struct {
 // phase began (DDL and sync broadcasts).
 func (ph *phase) waitOps(t *testing.T, n int64, what string) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for ph.answered() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d operations answered, waited for %d", what, ph.answered(), n)
+	wait.ForNil(t, what, func() error {
+		if a := ph.answered(); a < n {
+			return fmt.Errorf("%d operations answered, waiting for %d", a, n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (ph *phase) answered() int64 {
@@ -199,23 +199,15 @@ func (ph *phase) rate(from, to time.Time) float64 {
 // must end by itself for waitFor's own deadline to be seen.
 const probeTimeout = 10 * time.Second
 
-// waitFor polls cond until it holds or a minute passes; each probe gets a
+// waitFor waits for cond to hold (see wait.ForNil); each probe gets a
 // context that ends after probeTimeout.
 func waitFor(ctx context.Context, t *testing.T, what string, cond func(ctx context.Context) error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.ForNil(t, what, func() error {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		err := cond(pctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer cancel()
+		return cond(pctx)
+	})
 }
 
 // restart starts a member again.

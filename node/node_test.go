@@ -119,7 +119,17 @@ func TestR4_4_AckSyncUpCompletesOnlyAfterApply(t *testing.T) {
 		done <- out{r, err}
 	}()
 	waitFor(t, "Apply of the wal-1 copy to block", blocked.Load)
-	time.Sleep(30 * time.Millisecond)
+	// Every other copy is applied and acked: only the blocked one's ack is
+	// missing, so the broadcast must not have completed.
+	waitFor(t, "the other copies' acks", func() bool {
+		n := 0
+		for _, r := range acker.records() {
+			if r.a.Message.Type == typSync && r.err == nil {
+				n++
+			}
+		}
+		return n == 2 // wal-0/a and the control channel
+	})
 	select {
 	case o := <-done:
 		t.Fatalf("AckSyncUp broadcast completed before the node applied every copy: %+v %v", o.r, o.err)
@@ -453,8 +463,12 @@ func TestR9_3_PermanentAckErrorIsNotRetried(t *testing.T) {
 	n := e.start(app, acker)
 	appendMsg(t, e.w, "wal-1", stamped(t, typCreate, 7, vB), vB)
 	appendMsg(t, e.w, "wal-1", stamped(t, typCreate, 8, vB), vB)
-	waitFor(t, "both acks", func() bool { return len(acker.succeeded()) == 1 && len(acker.records()) == 2 })
-	time.Sleep(20 * time.Millisecond)
+	// The node counts the refusal once it has given up on the ack: a retry
+	// would come before that.
+	waitFor(t, "both acks, one refused for good", func() bool {
+		p1, _ := n.PChannel("wal-1")
+		return len(acker.succeeded()) == 1 && p1.AcksRejected == 1
+	})
 	if recs := acker.records(); len(recs) != 2 {
 		t.Fatalf("%d ack calls, want 2 (the permanent failure is not retried)", len(recs))
 	}
@@ -545,7 +559,8 @@ func TestR8_2_AcksCarryTheMessage(t *testing.T) {
 func TestCorruptEntryIsNeverSkipped(t *testing.T) {
 	e := newEnv(t)
 	app := newCountApplier()
-	n := e.start(app, &recAcker{})
+	rc := &readCounter{Log: e.log}
+	n := e.start(app, &recAcker{}, func(c *Config) { c.WAL = wal.New(rc) })
 	if _, err := e.log.Append(context.Background(), "wal-1", "", []byte{0xff, 0xff, 0xff}); err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +571,9 @@ func TestCorruptEntryIsNeverSkipped(t *testing.T) {
 		p1, _ := n.PChannel("wal-1")
 		return p1.ReadError != ""
 	})
-	time.Sleep(20 * time.Millisecond)
+	// The reader reopens at the corrupt entry and fails again, and again.
+	reads := rc.reads.Load()
+	waitFor(t, "two more reads of wal-1", func() bool { return rc.reads.Load() >= reads+2 })
 	if app.count(vB, 1) != 0 {
 		t.Fatal("the copy after a corrupt entry was applied: the entry was skipped")
 	}
@@ -762,4 +779,16 @@ func TestLanesEachPChannelHandlesOnlyItsCopies(t *testing.T) {
 			}
 		}
 	}
+}
+
+// readCounter counts the cursors opened on a log: a reader that fails
+// opens another to read again.
+type readCounter struct {
+	wal.Log
+	reads atomic.Int32
+}
+
+func (r *readCounter) Read(ctx context.Context, p message.PChannel, from uint64) (wal.Cursor, error) {
+	r.reads.Add(1)
+	return r.Log.Read(ctx, p, from)
 }

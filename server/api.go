@@ -186,19 +186,10 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	// Check what the API can before touching the broadcaster, so such a
 	// request takes no lock; the engine checks the rest (registered type,
 	// payload size, key length) before it creates anything.
-	typ, err := a.checkType(r.GetType())
+	hd, err := a.parseHead(r.GetType(), r.GetResourceKeys(), r.GetIdempotencyKey())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	keys, err := parseKeys(r.GetResourceKeys())
-	if err != nil {
-		return nil, a.fail(proc, err)
-	}
-	ik, err := message.ParseIdempotencyKey(r.GetIdempotencyKey())
-	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err))
-	}
-	mopts := messageOptions(ik, r.GetAckSyncUp(), r.GetProperties())
 	if d := r.GetRequestDigest(); len(d) > MaxRequestDigestBytes {
 		return nil, a.fail(proc, invalidArg("request_digest is %d bytes, limit %d: send a hash of the request", len(d), MaxRequestDigestBytes))
 	}
@@ -206,23 +197,13 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	msg, err := message.NewBroadcast(typ, r.GetPayload(), vchannelsOf(r.GetVchannels()), append(mopts, copts...)...)
-	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err))
-	}
-
-	b, err := a.leader.Current()
+	b, msg, err := a.checkedMessage(hd, r.GetPayload(), r.GetVchannels(), append(messageOptions(hd.ik, r.GetAckSyncUp(), r.GetProperties()), copts...))
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	// Refuse bad input before waiting for resource keys held by others
-	// (the engine also refuses targets on pchannels the cluster lacks).
-	if err := b.Check(msg); err != nil {
-		return nil, a.fail(proc, err)
-	}
-	areq := broadcast.AcquireRequest{Keys: keys, NoWait: r.GetNoWait(), Unreplicable: r.GetUnreplicable()}
-	if ik != "" {
-		areq.Idempotent = &broadcast.Idempotent{Type: typ, Key: ik}
+	areq := broadcast.AcquireRequest{Keys: hd.keys, NoWait: r.GetNoWait(), Unreplicable: r.GetUnreplicable()}
+	if hd.ik != "" {
+		areq.Idempotent = &broadcast.Idempotent{Type: hd.typ, Key: hd.ik}
 		if d := r.GetRequestDigest(); len(d) > 0 {
 			areq.Idempotent.Digest = d
 		}
@@ -321,11 +302,7 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 // GetTask describes one task, live or tombstoned.
 func (a *broadcastAPI) GetTask(ctx context.Context, req *connect.Request[walcastv1.GetTaskRequest]) (*connect.Response[walcastv1.Task], error) {
 	const proc = "GetTask"
-	b, err := a.leader.Current()
-	if err != nil {
-		return nil, a.fail(proc, err)
-	}
-	ti, err := b.Task(req.Msg.GetId())
+	b, ti, err := a.leaderTask(req.Msg.GetId())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
@@ -414,18 +391,11 @@ func (a *broadcastAPI) ForceAck(ctx context.Context, req *connect.Request[walcas
 	case len(r.GetReason()) > MaxReasonBytes:
 		return nil, a.fail(proc, invalidArg("reason is %d bytes, limit %d", len(r.GetReason()), MaxReasonBytes))
 	}
-	want := make([]message.VChannel, len(r.GetVchannels()))
-	for i, v := range r.GetVchannels() {
-		want[i] = message.VChannel(v)
-		if err := want[i].Validate(); err != nil {
-			return nil, a.fail(proc, fmt.Errorf("%w: vchannels[%d]: %w", broadcast.ErrInvalidArgument, i, err))
-		}
-	}
-	b, err := a.leader.Current()
+	want, err := validVChannels(r.GetVchannels())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	ti, err := b.Task(r.GetId())
+	b, ti, err := a.leaderTask(r.GetId())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}

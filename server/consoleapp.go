@@ -75,29 +75,33 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 	return console.New(cc)
 }
 
+// consoleRoles pairs the API's roles with the console's: streaming nodes
+// may not read the console.
+var consoleRoles = [...]struct {
+	api     auth.Role
+	console console.Role
+}{
+	{auth.Admin, console.RoleAdmin},
+	{auth.Writer, console.RoleWriter},
+	{auth.Reader, console.RoleReader},
+}
+
 // apiRole maps a console role back to the API's, for the audit log.
 func apiRole(r console.Role) auth.Role {
-	switch r {
-	case console.RoleAdmin:
-		return auth.Admin
-	case console.RoleWriter:
-		return auth.Writer
-	case console.RoleReader:
-		return auth.Reader
+	for _, p := range consoleRoles {
+		if p.console == r {
+			return p.api
+		}
 	}
 	return auth.NoRole
 }
 
-// consoleRole maps an API role to the console's: streaming nodes may not
-// read the console.
+// consoleRole maps an API role to the console's.
 func consoleRole(r auth.Role) console.Role {
-	switch r {
-	case auth.Admin:
-		return console.RoleAdmin
-	case auth.Writer:
-		return console.RoleWriter
-	case auth.Reader:
-		return console.RoleReader
+	for _, p := range consoleRoles {
+		if p.api == r {
+			return p.console
+		}
 	}
 	return console.RoleNone
 }

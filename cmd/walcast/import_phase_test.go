@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/walcast/walcast/meta"
 	"github.com/walcast/walcast/server"
@@ -25,26 +22,7 @@ type phaseCluster struct {
 
 func startPhaseCluster(t *testing.T, name string) *phaseCluster {
 	t.Helper()
-	cfg := server.Default()
-	cfg.DataDir = t.TempDir()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Metrics.Addr = ""
-	cfg.Log.Level = "error"
-	cfg.Cluster.Name = name
-	mc := metaConfig(cfg)
-	mc.ImporterInterval = 10 * time.Millisecond
-	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	app, err := meta.NewApp(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := server.StartStandalone(ctx, cfg, app)
-	if err != nil {
-		_ = app.Close()
-		t.Fatal(err)
-	}
+	p, app, mc := startMetaStandalone(t, io.Discard, func(c *server.Config) { c.Cluster.Name = name })
 	c := &phaseCluster{metaCLI: &metaCLI{t: t, addr: p.APIAddr(), root: mc.ImportRoot}, p: p, app: app}
 	t.Cleanup(c.stop)
 	return c

@@ -35,7 +35,7 @@ func freePortRun(t *testing.T) int {
 	return 0
 }
 
-// TestR8_ReplicationThroughTheCLI runs the README's recipe between two
+// TestR8_ReplicationThroughTheCLI runs the recipe of docs/replication.md between two
 // standalones with the CLI only, and what goes wrong around it: follow
 // refuses what could not replicate (and changes nothing), a restarted
 // primary keeps its WAL's address so replication goes on, a killed primary

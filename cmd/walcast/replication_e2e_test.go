@@ -18,6 +18,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 	walkafka "github.com/walcast/walcast/wal/kafka"
@@ -193,17 +194,8 @@ func replicatedIDs(t *testing.T, w *wal.WAL, primary string) map[uint64]string {
 	return out
 }
 
-// waitFor polls cond every 20 ms for up to a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 // checkQuiet checks SPEC §11 at rest on cl: no task is left PENDING or
 // REPLICATED and no lock is held.

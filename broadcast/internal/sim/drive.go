@@ -157,19 +157,12 @@ type simCatalog struct{ c *cluster }
 
 func (s simCatalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 	c, w := s.c, s.c.w
-	g := w.sched.running
 	cat := c.cat // this term's handle: a later term fences it
-	if g != nil {
-		g.land = func() {
-			if cat.Commit(context.Background(), ops...) == nil {
-				w.check.committed(c, engine.Write{}, ops)
-			}
+	w.sched.inFlight(func() {
+		if cat.Commit(context.Background(), ops...) == nil {
+			w.check.committed(c, engine.Write{}, ops)
 		}
-	}
-	w.sched.park(always, true)
-	if g != nil {
-		g.land = nil
-	}
+	})
 	var err error
 	switch {
 	case w.fault(0.05):
@@ -240,22 +233,15 @@ type simLog struct{ c *cluster }
 
 func (l simLog) Append(ctx context.Context, p message.PChannel, id string, data []byte) (uint64, error) {
 	c, w := l.c, l.c.w
-	g := w.sched.running
 	c.drv.appends++
 	if c.drv.appends > 2 {
 		w.fail("%s: %d appends in flight, AppendConcurrency 2 (R4.3)", c.name, c.drv.appends)
 	}
 	defer func() { c.drv.appends-- }()
-	if g != nil {
-		g.land = func() {
-			w.check.beforeEntry(c, data)
-			_, _ = c.log.Append(context.Background(), p, id, data)
-		}
-	}
-	w.sched.park(always, true)
-	if g != nil {
-		g.land = nil
-	}
+	w.sched.inFlight(func() {
+		w.check.beforeEntry(c, data)
+		_, _ = c.log.Append(context.Background(), p, id, data)
+	})
 	var off uint64
 	var err error
 	switch {

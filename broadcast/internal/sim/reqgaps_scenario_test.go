@@ -14,9 +14,8 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// Scenarios the reference system's suite has and walcast's did not
-// (shared/reference/peer-suite-gaps.md, "Status in December"), named after
-// the requirement each checks.
+// Scenarios run exactly on the decision core, each named after the
+// requirement of docs/spec.md it checks.
 
 // rewriteRecord rewrites task id's record in the catalog with change
 // applied to its message, as corrupt metadata would hold it.

@@ -98,6 +98,19 @@ func (s *sched) park(ready func() bool, yield bool) {
 	}
 }
 
+// inFlight parks the running goroutine in an I/O the seed completes when
+// it picks it; a crash meanwhile runs land (the I/O landed) or not.
+func (s *sched) inFlight(land func()) {
+	g := s.running
+	if g != nil {
+		g.land = land
+	}
+	s.park(always, true)
+	if g != nil {
+		g.land = nil
+	}
+}
+
 // resume runs g until it parks again or ends.
 func (s *sched) resume(g *gor, live bool) {
 	s.running = g

@@ -15,11 +15,10 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// script drives one simulated cluster by hand, for the scenarios of the
-// reference system's own test suite (shared/reference/peer-suite-gaps.md)
-// and the engine rules that need an exact interleaving: no random move, no
-// fault but those a scenario injects; the checker watches every write as
-// in a seeded run.
+// script drives one simulated cluster by hand, for the scenarios and the
+// engine rules that need an exact interleaving: no random move, no fault
+// but those a scenario injects; the checker watches every write as in a
+// seeded run.
 type script struct {
 	t *testing.T
 	w *world
