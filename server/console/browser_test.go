@@ -78,7 +78,7 @@ func TestR9_9_Browser(t *testing.T) {
 		t.Skip("SKIPPED: NO BROWSER. The console's browser tests need Chromium: apt-get install -y chromium (.ci/run installs it).")
 	}
 	shots := os.Getenv("WALCAST_CONSOLE_SCREENSHOTS")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
 	cfg := server.Default()
@@ -168,15 +168,20 @@ func TestR9_9_Browser(t *testing.T) {
 	// step runs browser actions with a bound, naming what failed.
 	step := func(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 20*time.Second)
+		sctx, scancel := context.WithTimeout(bctx, time.Minute)
 		defer scancel()
 		if err := chromedp.Do(sctx, actions...); err != nil {
+			// Name what the browser shows: an error page says why.
+			dctx, dcancel := context.WithTimeout(bctx, 10*time.Second)
+			shows, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`location.href + ": " + document.body.innerText.slice(0, 400)`))
+			dcancel()
+			t.Logf("%s: the browser shows %s", what, shows)
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
 	eval := func(t *testing.T, expr string) string {
 		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+		sctx, scancel := context.WithTimeout(bctx, 45*time.Second)
 		defer scancel()
 		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
 		if err != nil {
@@ -189,7 +194,7 @@ func TestR9_9_Browser(t *testing.T) {
 		if shots == "" {
 			return
 		}
-		sctx, scancel := context.WithTimeout(bctx, 20*time.Second)
+		sctx, scancel := context.WithTimeout(bctx, time.Minute)
 		defer scancel()
 		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 		if err != nil {
@@ -304,13 +309,13 @@ func TestR9_9_Browser(t *testing.T) {
 		fail.Store(false)
 		step(t, "retry", chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#done")))
 		step(t, "the task completes", chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "TOMBSTONE"`,
-			chromedp.WithPollingTimeout(15*time.Second)))
+			chromedp.WithPollingTimeout(time.Minute)))
 		select {
 		case err := <-stuck:
 			if err != nil {
 				t.Errorf("the stuck broadcast: %v", err)
 			}
-		case <-time.After(15 * time.Second):
+		case <-time.After(time.Minute):
 			t.Error("the stuck broadcast did not return after the retry")
 		}
 		select {
@@ -318,7 +323,7 @@ func TestR9_9_Browser(t *testing.T) {
 			if err != nil {
 				t.Errorf("the waiting broadcast: %v", err)
 			}
-		case <-time.After(15 * time.Second):
+		case <-time.After(time.Minute):
 			t.Error("the waiting broadcast did not get its key after the first completed")
 		}
 	})
@@ -393,7 +398,7 @@ func TestR9_9_BrowserSignInUnderSecure(t *testing.T) {
 	if browser == "" {
 		t.Skip("SKIPPED: NO BROWSER. The console's browser tests need Chromium: apt-get install -y chromium (.ci/run installs it).")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cfg := server.Default()
 	cfg.DataDir = t.TempDir()
@@ -426,7 +431,7 @@ func TestR9_9_BrowserSignInUnderSecure(t *testing.T) {
 	}
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
+		sctx, scancel := context.WithTimeout(bctx, time.Minute)
 		defer scancel()
 		if err := chromedp.Do(sctx, actions...); err != nil {
 			t.Fatalf("%s: %v", what, err)
@@ -434,7 +439,7 @@ func TestR9_9_BrowserSignInUnderSecure(t *testing.T) {
 	}
 	text := func(expr string) string {
 		t.Helper()
-		sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+		sctx, scancel := context.WithTimeout(bctx, 45*time.Second)
 		defer scancel()
 		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
 		if err != nil {
@@ -454,7 +459,7 @@ func TestR9_9_BrowserSignInUnderSecure(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`body[data-page="overview"]`)), chromedp.WaitVisible(chromedp.CSS("#conn.on")))
 	run("the tasks page", chromedp.Navigate(base+"/ui/tasks"), chromedp.WaitVisible(chromedp.CSS(`body[data-page="tasks"]`)))
 
-	sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+	sctx, scancel := context.WithTimeout(bctx, 45*time.Second)
 	defer scancel()
 	res, err := chromedp.CallBrowser(sctx, storage.GetCookies, storage.GetCookiesParams{})
 	if err != nil {
