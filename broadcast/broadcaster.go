@@ -36,7 +36,10 @@ type Broadcaster struct {
 	obs    Observer
 	tracer trace.Tracer
 	spans  *spans
-	pchans map[message.PChannel]bool // the cluster's pchannels; nil: unchecked
+	pchans map[message.PChannel]bool // the cluster's pchannels (Config.PChannels); nil: the WAL's
+	// walPChans caches the pchannels the WAL said it has, when
+	// Config.PChannels is unset (checkPChannels).
+	walPChans sync.Map
 	// salt makes this broadcaster's WAL entries distinct from a
 	// predecessor's: after a crash, recovered AckSyncUp tasks must reach
 	// their consumers again (who acked the lost instance), so their

@@ -45,7 +45,9 @@ type Config struct {
 	ControlChannel message.VChannel
 	// PChannels, if set, are the cluster's pchannels: a broadcast to a
 	// vchannel on any other pchannel is refused as invalid, since its copy
-	// could never be appended.
+	// could never be appended. Unset, the WAL decides: a pchannel its
+	// backend reports unknown (wal.ErrUnknownPChannel) is refused the same
+	// way, before anything is persisted.
 	PChannels []message.PChannel
 	// ClusterName names this cluster in replication topologies (SPEC §8).
 	// Default "walcast".

@@ -830,6 +830,61 @@ func TestR2_3_UnknownPChannelRefused(t *testing.T) {
 	}
 }
 
+// TestR2_3_UnknownPChannelRefusedByTheWAL: without Config.PChannels, a
+// target on a pchannel the WAL does not have is still bad input, refused
+// with ErrInvalidArgument before anything is persisted or appended, and its
+// keys are free at once (before, the task was created and its append
+// retried for ever, holding them). With lanes the WAL's lane map decides;
+// without, the backend. A WAL that cannot tell now refuses the broadcast as
+// not created, to be retried.
+func TestR2_3_UnknownPChannelRefusedByTheWAL(t *testing.T) {
+	for _, lanes := range []int{0, 2} {
+		t.Run(fmt.Sprint("lanes=", lanes), func(t *testing.T) {
+			e := newEnvLanes(t, lanes)
+			b := e.open()
+			ctx := ctxT(t, 10*time.Second)
+			key := resource.ExclusiveCollection("db", "c")
+			m := msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a"), "wal-9/x"})
+			if err := b.Check(m); !errors.Is(err, broadcast.ErrInvalidArgument) || !errors.Is(err, wal.ErrUnknownPChannel) {
+				t.Fatalf("Check: %v", err)
+			}
+			if _, err := do(ctx, b, m, key); !errors.Is(err, broadcast.ErrInvalidArgument) || !errors.Is(err, wal.ErrUnknownPChannel) {
+				t.Fatalf("Broadcast: %v", err)
+			}
+			if e.store.Applied() != 0 || e.log.Appends() != 0 {
+				t.Fatal("refused broadcast wrote something")
+			}
+			h, err := b.TryWithResourceKeys(ctx, key)
+			if err != nil {
+				t.Fatalf("the refused broadcast's key is still held: %v", err)
+			}
+			res, err := h.Broadcast(ctx, msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")}))
+			h.Close()
+			if err != nil || res.BroadcastID == 0 {
+				t.Fatalf("a good broadcast on the key: %v", err)
+			}
+		})
+	}
+	t.Run("cannot tell", func(t *testing.T) {
+		e := newEnv(t)
+		b := e.open(func(c *broadcast.Config) { c.WAL = wal.New(endFails{e.log}) })
+		m := msgOf(t, typCreate, "p", []message.VChannel{vch(1, "a")})
+		if _, err := do(ctxT(t, 10*time.Second), b, m, resource.ExclusiveCollection("db", "c")); !broadcast.IsTaskNotCreated(err) {
+			t.Fatalf("Broadcast with a WAL that cannot tell: %v", err)
+		}
+		if e.store.Applied() != 0 || e.log.Appends() != 0 {
+			t.Fatal("refused broadcast wrote something")
+		}
+	})
+}
+
+// endFails is a WAL backend whose End fails as if unreachable.
+type endFails struct{ *wmem.Log }
+
+func (endFails) End(context.Context, message.PChannel) (uint64, error) {
+	return 0, errors.New("backend unreachable")
+}
+
 // TestR6_4_RetentionClassesBounded: more than MaxRetentionClasses classes
 // is a configuration error, said as such, not a broadcaster whose
 // tombstones mix up their classes.

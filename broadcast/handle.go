@@ -3,6 +3,7 @@ package broadcast
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/tracing"
+	"github.com/walcast/walcast/wal"
 )
 
 // Handle is a one-shot right to broadcast while holding resource keys. Get
@@ -344,7 +347,7 @@ func (h *Handle) prepare(ctx context.Context, msg *message.Message) (*message.Me
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	if err := b.checkPChannels(stamped.Broadcast.VChannels); err != nil {
+	if err := b.checkPChannels(ctx, stamped.Broadcast.VChannels); err != nil {
 		return nil, nil, err
 	}
 	if info.AckSyncUp {
@@ -392,7 +395,9 @@ func resultOf(r *engine.Result, dup *message.Message) *Result {
 
 // Check validates a message as Broadcast would, without taking locks or
 // creating anything: callers (the API) can refuse bad input before waiting
-// for resource keys. It returns an error wrapping ErrInvalidArgument.
+// for resource keys. It returns an error wrapping ErrInvalidArgument, or
+// ErrTaskNotCreated when the WAL cannot say now whether it has a target's
+// pchannel (Config.PChannels unset).
 func (b *Broadcaster) Check(msg *message.Message) error {
 	if msg == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidArgument)
@@ -403,8 +408,13 @@ func (b *Broadcaster) Check(msg *message.Message) error {
 	if err := engine.CheckTargets(msg.Broadcast.VChannels); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	return b.checkPChannels(msg.Broadcast.VChannels)
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	return b.checkPChannels(ctx, msg.Broadcast.VChannels)
 }
+
+// checkTimeout bounds Check's question to the WAL about a pchannel.
+const checkTimeout = 10 * time.Second
 
 // check validates a message before anything is created, but for its
 // targets: Broadcast has Stamp check those (and Check CheckTargets), then
@@ -439,15 +449,35 @@ func (b *Broadcaster) check(msg *message.Message) (message.TypeInfo, error) {
 
 // checkPChannels refuses valid vchannels on pchannels the cluster does not
 // have: persisting such a task would leave copies that can never be
-// appended, holding their keys forever.
-func (b *Broadcaster) checkPChannels(vs []message.VChannel) error {
-	if b.pchans == nil {
+// appended, holding their keys forever. Without Config.PChannels the WAL
+// decides: a pchannel it reports unknown (wal.ErrUnknownPChannel) is
+// refused as invalid; one it knows is remembered; one it cannot tell about
+// now (the backend unreachable) refuses the broadcast as not created, to be
+// retried.
+func (b *Broadcaster) checkPChannels(ctx context.Context, vs []message.VChannel) error {
+	if b.pchans != nil {
+		for _, v := range vs {
+			if !b.pchans[v.PChannel()] {
+				return fmt.Errorf("%w: vchannel %s is on pchannel %s, which this cluster does not have", ErrInvalidArgument, v, v.PChannel())
+			}
+		}
+		return nil
+	}
+	if b.d != nil && b.d.bug.Is(mutate.UnknownPChannelAccepted) {
 		return nil
 	}
 	for _, v := range vs {
-		if !b.pchans[v.PChannel()] {
-			return fmt.Errorf("%w: vchannel %s is on pchannel %s, which this cluster does not have", ErrInvalidArgument, v, v.PChannel())
+		p := v.PChannel()
+		if _, ok := b.walPChans.Load(p); ok {
+			continue
 		}
+		if _, err := b.cfg.WAL.End(ctx, p); err != nil {
+			if errors.Is(err, wal.ErrUnknownPChannel) {
+				return fmt.Errorf("%w: vchannel %s is on pchannel %s, which the WAL does not have: %w", ErrInvalidArgument, v, p, err)
+			}
+			return fmt.Errorf("%w: cannot tell whether the WAL has pchannel %s: %w", ErrTaskNotCreated, p, err)
+		}
+		b.walPChans.Store(p, struct{}{})
 	}
 	return nil
 }

@@ -434,6 +434,16 @@ func (c *Core) abort(t *task, err error) {
 		c.reply(to, Reply{Err: err})
 	}
 	t.waiters = nil
+	// A wait for its acks, or for an operator's completion, ends too: it
+	// was never created, so nothing of it will be acked (R11.5).
+	for _, a := range t.ackWaits {
+		c.reply(a.to, Reply{Err: err})
+	}
+	t.ackWaits = nil
+	for _, to := range t.completeWaits {
+		c.reply(to, Reply{Err: err})
+	}
+	t.completeWaits = nil
 	c.obs.TaskState(t.msg.Type, Pending, 0)
 }
 

@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -241,4 +244,44 @@ func TestR11_5_WithdrawnWaitersLeaveTheTask(t *testing.T) {
 	for _, to := range []string{"A.submit", "D.wait", "W.acked"} {
 		b.none(to)
 	}
+}
+
+// TestR11_5_AckWaitOnATaskNeverCreatedIsAnswered: a wait for the acks of a
+// broadcast whose PENDING record is refused is answered with the reason,
+// as the broadcast's own caller is, instead of waiting for ever (the
+// simulator's seed 9332).
+func TestR11_5_AckWaitOnATaskNeverCreatedIsAnswered(t *testing.T) {
+	b := newBed(t)
+	keys := b.keys(resource.ExclusiveCollection("db", "c"))
+	b.step(Lock{To: "A.lock", Handle: 1, Keys: keys, Need: Primary})
+	v := message.VChannel("wal-0/c")
+	m, err := message.NewBroadcast(bedType, []byte("p"), []message.VChannel{v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = m.Stamp(1, message.PChannel("wal-0").Control(), keys); err != nil {
+		t.Fatal(err)
+	}
+	m.Broadcast.ID = 0
+	raw, err := message.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.step(Submit{To: "A.submit", Handle: 1, Msg: m, Bytes: raw})
+	b.written() // the id block
+	id := m.Broadcast.ID
+	if id == 0 || len(b.writes) != 1 || b.writes[0].Kind != WritePending {
+		t.Fatalf("broadcast %d, writes %+v: want its PENDING record's", id, b.writes)
+	}
+	b.step(WaitAcked{To: "W.acked", ID: id, VChannels: []message.VChannel{v}})
+	b.none("W.acked")
+	w := b.writes[0]
+	b.writes = nil
+	b.step(Written{ID: w.ID, Err: fmt.Errorf("refused: %w", catalog.ErrNotApplied)})
+	for _, to := range []string{"A.submit", "W.acked"} {
+		if err := b.reply(to).Err; !errors.Is(err, ErrTaskNotCreated) {
+			t.Fatalf("%s: %v, want ErrTaskNotCreated", to, err)
+		}
+	}
+	b.outstanding("the task was never created", Outstanding{})
 }

@@ -97,6 +97,10 @@ const (
 	// WaitIgnoresContext makes a caller's wait for its reply deaf to its
 	// context (R11.5).
 	WaitIgnoresContext
+	// UnknownPChannelAccepted lets a broadcast to a pchannel the WAL does
+	// not have through when Config.PChannels is unset: its task is created
+	// and its append retried for ever, holding its keys (R2.3).
+	UnknownPChannelAccepted
 	numBugs
 )
 
@@ -140,6 +144,7 @@ var infos = [numBugs]Info{
 	PermanentRetried:         {Name: "permanent-retried", Rule: "R11.6", Driver: true},
 	PoisonBlocksOthers:       {Name: "poison-blocks-others", Rule: "R11.6", Latency: true},
 	WaitIgnoresContext:       {Name: "wait-ignores-context", Rule: "R11.5", Driver: true},
+	UnknownPChannelAccepted:  {Name: "unknown-pchannel-accepted", Rule: "R2.3", Driver: true},
 }
 
 // All returns every planted bug, None excluded, in declaration order.

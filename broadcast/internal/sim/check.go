@@ -151,6 +151,11 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 					}
 				}
 				f.recs[id] = r
+				for _, v := range r.targets {
+					if !slices.Contains(pchans, v.PChannel()) {
+						w.fail("%s: broadcast %d created with target %s, on a pchannel the cluster does not have: its copy can never be appended (R2.3)", c.name, id, v)
+					}
+				}
 				if rec.State == engine.Pending {
 					k.created++
 					// Issue 20: a cluster's own ids never meet an id that

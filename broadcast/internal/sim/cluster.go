@@ -39,6 +39,9 @@ type cluster struct {
 	cfg    engine.Config
 	hasCB  map[message.Type]bool
 	crashN int
+	// promoteCrashes counts crashes while a force promote supplements
+	// (crashMove).
+	promoteCrashes int
 	// reverseSnapshot lists the records to recovery in reverse key order
 	// (a scenario's: a catalog need not list them sorted).
 	reverseSnapshot bool

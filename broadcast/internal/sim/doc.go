@@ -17,7 +17,14 @@
 // an operator who retries or completes a callback that keeps failing; GC
 // under count pressure (MaxCount 3, 8 or 64). In the replication scenario
 // the primary is lost at a point the seed picks and the secondary is
-// force-promoted, after which clients retry there.
+// force-promoted, after which clients retry there (faults go on through
+// the promote, whose secondary is likely to crash between its supplements
+// and their acks). Watchers wait for copies to be acked (waits.go).
+//
+// Seeds that run the real driver (drive.go) also close it gracefully,
+// ack copies together (AckAll), send targets on pchannels the cluster
+// does not have, and in some the cluster starts as a secondary (Follow)
+// that racing promoters force-promote (follow.go).
 //
 // Groups (R13): some clients run a transaction (a keyed Begin, up to four
 // bodies, a Commit or a Rollback) or an owner (an import job owning
@@ -61,7 +68,9 @@
 // before its window ends is beyond its class's MaxCount, and none older of
 // its class remains (R6.3, R6.4); after every restart, no recovered window
 // moved. When a client is
-// answered: never before the original's TOMBSTONE (§11.4). At the end:
+// answered: never before the original's TOMBSTONE (§11.4); a request the
+// core was told to withdraw is never answered (R11.5); no task has a target
+// on a pchannel the cluster does not have (R2.3). At the end:
 // every persisted task completed with its effect applied exactly once and a
 // copy on every target, nothing live or held, no force-promote supplement
 // appended twice (R8.3); then every window expires and GC must collect

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/broadcast/internal/engine"
@@ -40,6 +42,13 @@ type driven struct {
 	// (catalog.AsyncCommitter, as etcd's group commit does), chosen by the
 	// seed: the driver then hands writes over from its loop.
 	async bool
+	// walPChans leaves Config.PChannels unset, chosen by the seed: the
+	// WAL then says which pchannels the cluster has (R2.3).
+	walPChans bool
+	// closing says a graceful Close runs, closed that it returned;
+	// closes counts them.
+	closing, closed bool
+	closes          int
 }
 
 // startDriver recovers a broadcaster from the catalog on a new runtime.
@@ -48,6 +57,7 @@ func (c *cluster) startDriver() error {
 		c.drv.cbs = c.callbacks()
 		c.drv.clk = clock.NewManual(c.w.now)
 		c.drv.async = c.w.rng.IntN(2) == 0
+		c.drv.walPChans = c.w.rng.IntN(2) == 0
 	}
 	var cat catalog.Catalog = simCatalog{c}
 	if c.drv.async {
@@ -67,6 +77,9 @@ func (c *cluster) startDriver() error {
 				Types: []message.Type{typImport}, MaxCount: c.cfg.Classes[1].MaxCount, MaxLifetime: c.cfg.Classes[1].MaxLifetime}}},
 		MaxKeyLength: c.cfg.MaxKeyLength, Clock: c.drv.clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		CallbackConcurrency: 64,
+	}
+	if c.drv.walPChans {
+		cfg.PChannels = nil
 	}
 	cfg = simrt.WithRuntime(cfg, c.drv.rt, c.salt).(broadcast.Config)
 	b, err := broadcast.New(context.Background(), cfg)
@@ -88,6 +101,53 @@ func (c *cluster) stopDriver() {
 	}
 	c.drv.b = nil
 	c.drv.appends = 0
+	c.drv.closing, c.drv.closed = false, false
+}
+
+// closeDriver closes c's broadcaster gracefully (Close), on a goroutine of
+// its runtime, as a coordinator that shuts down does: every caller in
+// flight must be answered (afterClose); then it recovers as after a crash.
+func (c *cluster) closeDriver() {
+	w, b := c.w, c.drv.b
+	c.drv.closing = true
+	c.drv.closes++
+	w.tracef("%s: broadcaster %d closes", c.name, c.gen)
+	r := w.request(c, fmt.Sprintf("%s/close%d", c.name, c.gen), nil, nil)
+	c.call(r, func() { _ = b.Close() }, func() { c.drv.closed = true })
+}
+
+// afterClose runs, once Close returned, every goroutine of the closed
+// broadcaster that may go on, and fails the run if one is left waiting:
+// Close answers every caller, whatever it waited for (R11.5). The cluster
+// is then down, to recover.
+func (w *world) afterClose(c *cluster) {
+	rt := c.drv.rt
+	for range 10000 {
+		var g *gor
+		for _, x := range w.sched.gs {
+			if x.rt == rt && x.runnable() {
+				g = x
+				break
+			}
+		}
+		if g == nil || w.err != nil {
+			break
+		}
+		w.sched.resume(g, true)
+		if p := w.sched.panicked; p != "" {
+			w.fail("panic: %s", p)
+			return
+		}
+	}
+	for _, g := range w.sched.gs {
+		if g.rt == rt {
+			w.fail("%s: %s still waits after Close returned (R11.5)", c.name, g.name)
+			return
+		}
+	}
+	w.tracef("%s: broadcaster %d closed", c.name, c.gen)
+	c.stopDriver()
+	c.down = true
 }
 
 // callbacks registers the workload's callbacks: each parks until the seed
@@ -312,6 +372,14 @@ func (cl *client) startDriven() {
 		payload += "-changed"
 	}
 	closeUnused := cl.w.rng.IntN(10) == 0
+	targets := op.targets
+	// Now and then a try names a vchannel on a pchannel the cluster does
+	// not have: bad input, refused before anything is created, its keys
+	// free at once (R2.3).
+	bad := !op.twoPhase && cl.w.rng.IntN(16) == 0
+	if bad {
+		targets = append(slices.Clip(targets), unknownVChannel)
+	}
 	acq := broadcast.AcquireRequest{Keys: op.keys, Unreplicable: op.local}
 	var idem *broadcast.Idempotent
 	if op.key != "" {
@@ -349,7 +417,7 @@ func (cl *client) startDriven() {
 		if op.twoPhase {
 			opts = append(opts, message.WithAppendFirst(op.targets[0]), message.WithCopy(op.targets[0], "fence", nil))
 		}
-		m, merr := message.NewBroadcast(op.typ, []byte(payload), op.targets, opts...)
+		m, merr := message.NewBroadcast(op.typ, []byte(payload), targets, opts...)
 		if merr != nil {
 			err = merr
 			return
@@ -357,6 +425,10 @@ func (cl *client) startDriven() {
 		res, err = h.Broadcast(ctx, m)
 	}, func() {
 		switch {
+		case bad && errors.Is(err, broadcast.ErrInvalidArgument):
+			cl.retry("target refused")
+		case bad && err == nil && res != nil && res.Duplicated == nil:
+			cl.w.fail("%s: broadcast %d created with a target on a pchannel the cluster does not have (R2.3)", c.name, res.BroadcastID)
 		case admitted:
 			cl.next("admitted as new work")
 		case closed:
@@ -372,6 +444,9 @@ func (cl *client) startDriven() {
 		}
 	})
 }
+
+// unknownVChannel is on a pchannel no cluster of the simulator has.
+const unknownVChannel = message.VChannel("wal-9/nowhere")
 
 // drivenFailed handles an API call's error.
 func (cl *client) drivenFailed(err error) {
@@ -394,6 +469,38 @@ func (n *consumer) ackDriven(a engine.Ack, r *request) {
 	c.call(r, func() {
 		err = c.drv.b.Ack(context.Background(), broadcast.Ack{BroadcastID: a.ID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Message: a.Msg})
 	}, func() { r.onReply(engine.Reply{Err: err}) })
+}
+
+// ackAllDriven acks every copy the consumer holds in one AckAll, as a
+// streaming node acks the copies of one entry: each is answered as Ack
+// alone would answer it, and the refused ones (but for a vchannel or
+// argument the task refuses for good) stay queued to be retried.
+func (n *consumer) ackAllDriven() {
+	c, w := n.c, n.c.w
+	batch := slices.Clone(n.queue)
+	acks := make([]broadcast.Ack, len(batch))
+	for i, a := range batch {
+		acks[i] = broadcast.Ack{BroadcastID: a.ID, VChannel: a.VChannel, Checkpoint: a.Checkpoint, Message: a.Msg}
+	}
+	var errs []error
+	r := w.request(c, fmt.Sprintf("%s-node-%s/ackall%d", c.name, n.p, len(acks)), nil, nil)
+	n.wait = r
+	c.call(r, func() {
+		errs = c.drv.b.AckAll(context.Background(), acks)
+	}, func() {
+		var again []engine.Ack
+		for i, a := range batch {
+			if errs != nil && errs[i] != nil && !errors.Is(errs[i], broadcast.ErrVChannelNotInTask) && !errors.Is(errs[i], broadcast.ErrInvalidArgument) {
+				again = append(again, a)
+			}
+		}
+		n.queue = append(again, n.queue[len(batch):]...)
+		if len(again) > 0 {
+			n.until = w.now.Add(5 * time.Millisecond)
+			return
+		}
+		n.maybeSave()
+	})
 }
 
 // tickDriver moves a driven cluster's clock: the loop's timer fires.

@@ -83,7 +83,16 @@ func TestSeed5483_SupplementWaitsForDurableFirstAcks(t *testing.T) { regress(t, 
 // and a supplement landed twice (R8.3). Retries now send the same entry.
 func TestSeed5836_RetriedAppendSameBytes(t *testing.T) { regress(t, 5836) }
 
+// A wait for the acks of a broadcast whose PENDING write was refused was
+// never answered: the task's abort answered only its duplicates' waits
+// (R11.5). Found by the ack waits' watchers.
+func TestSeed9332_AckWaitOnAbortedTaskAnswered(t *testing.T) { regress(t, 9332) }
+
 // Driven seeds (through the real driver) that found a bug.
+
+// WaitVChannelsAcked on a broadcast whose PENDING write was refused
+// waited for ever (R11.5), as seed 9332 through the core.
+func TestSeed5887_AckWaitOnAbortedTaskAnswered(t *testing.T) { regressDriven(t, 5887) }
 
 // A retried transaction Begin, whose first try gave up while its Submit
 // went on, was admitted as the key's first instead of joining the

@@ -99,6 +99,14 @@ func (r *replicator) moves() []move {
 	if !r.promoted && (r.promote == nil || r.promote.done) && !w.second.down {
 		ms = append(ms, move{5, r.forcePromote})
 	}
+	if p := r.promote; p != nil && !p.done && w.faultsOn && !w.second.down {
+		// The promote's caller gives up (R11.5): its request is withdrawn,
+		// a promote under way goes on, and a later call waits for it.
+		ms = append(ms, move{1, func() {
+			w.tracef("%s gives up", p.name)
+			w.withdraw(w.second, p)
+		}})
+	}
 	return ms
 }
 

@@ -29,9 +29,9 @@ var (
 // through the real driver (Config.Driver) that once failed.
 var (
 	regressions = []uint64{
-		6, 8, 11, 86, 129, 533, 1289, 1558, 1798, 2093, 2479, 5061, 5483, 5836,
+		6, 8, 11, 86, 129, 533, 1289, 1558, 1798, 2093, 2479, 5061, 5483, 5836, 9332,
 	}
-	driverRegressions = []uint64{383, 721, 1425, 2087}
+	driverRegressions = []uint64{383, 721, 1425, 2087, 5887}
 )
 
 // replayCommand is the command that replays seed (with mutation planted,
@@ -188,6 +188,15 @@ func TestSameSeedSameTrace(t *testing.T) {
 			t.Fatalf("seed %d: two runs differ (%x, %d steps vs %x, %d steps)", s, a.Hash[:8], a.Steps, b.Hash[:8], b.Steps)
 		}
 	}
+	// Through the real driver: its closes, promotes, ack waits and AckAlls
+	// replay too.
+	yes := true
+	for s := uint64(1); s <= 10; s++ {
+		a, b := Run(Config{Seed: s, Driver: &yes}), Run(Config{Seed: s, Driver: &yes})
+		if a.Hash != b.Hash || a.Steps != b.Steps {
+			t.Fatalf("driven seed %d: two runs differ (%x, %d steps vs %x, %d steps)", s, a.Hash[:8], a.Steps, b.Hash[:8], b.Steps)
+		}
+	}
 	if Run(Config{Seed: 1}).Hash == Run(Config{Seed: 2}).Hash {
 		t.Fatal("seeds 1 and 2 ran the same trace: the seed decides nothing")
 	}
@@ -267,8 +276,10 @@ func TestMutationsCaught(t *testing.T) {
 	}
 }
 
-// mutationSeeds bounds the seeds a planted bug may survive.
-const mutationSeeds = 600
+// mutationSeeds bounds the seeds a planted bug may survive: about twice
+// the latest catch (group-unordered at seed 96 on 2026-12-07; the
+// supplement appended twice at 59, 328 before its crashes were weighted).
+const mutationSeeds = 200
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

@@ -22,6 +22,9 @@ type request struct {
 	c       *cluster
 	replied bool
 	done    bool // answered, lost, or given up
+	// withdrawn says the core was told to withdraw it: it must never be
+	// answered after (R11.5).
+	withdrawn bool
 	// step and at are when it was sent.
 	step int
 	at   time.Time
@@ -52,6 +55,10 @@ func (r *request) deliver(a engine.Reply) {
 		return
 	}
 	r.replied = true
+	if r.withdrawn {
+		r.w.fail("%s: request %s answered after it was withdrawn (R11.5)", r.c.name, r.name)
+		return
+	}
 	if r.done {
 		return // given up (or lost) before the answer came
 	}
@@ -231,7 +238,7 @@ func (cl *client) ready() func() {
 	if cl.done() || cl.c.down {
 		return nil
 	}
-	if w := cl.w; w.repl != nil && w.repl.lost && !w.repl.promoted {
+	if w := cl.w; w.repl != nil && w.repl.lost && !w.repl.promoted || w.awaitPromote {
 		return nil // waits for the promote to retry there
 	}
 	if cl.wait != nil && !cl.wait.done {
@@ -593,16 +600,15 @@ func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply))
 // carries on in the background.
 func (cl *client) giveUp() {
 	r := cl.wait
-	r.giveUp()
 	if r.call != nil {
+		r.giveUp()
 		// The real driver withdraws what the call waits for.
 		r.call.cancel()
 		r.call.g.cancelled = r.call.g.started
 		cl.retry("deadline")
 		return
 	}
-	done := cl.w.request(cl.c, r.name+"/withdraw", func(engine.Reply) {}, nil)
-	cl.c.step(engine.Withdraw{To: r, Done: done})
+	cl.w.withdraw(cl.c, r)
 	if strings.HasSuffix(r.name, "/lock") {
 		cl.c.step(engine.Close{Handle: cl.handle})
 	}
@@ -637,6 +643,9 @@ func withTarget(ev engine.Event, r *request) engine.Event {
 		e.To = r
 		return e
 	case engine.Follow:
+		e.To = r
+		return e
+	case engine.WaitAcked:
 		e.To = r
 		return e
 	case engine.RetryNow:
@@ -704,6 +713,10 @@ func (n *consumer) next() {
 			n.queue = append(n.queue, a)
 		}
 		n.maybeSave()
+		return
+	}
+	if n.c.driver && len(n.queue) > 1 && w.rng.IntN(2) == 0 {
+		n.ackAllDriven()
 		return
 	}
 	a := n.queue[0]

@@ -116,7 +116,14 @@ type world struct {
 	operating map[uint64]bool
 	latencies []time.Duration
 	scopes    map[engine.Scope]string
-	err       error
+	// watchers are the ack waits in flight (waits.go); promoters the
+	// ForcePromote calls, while awaitPromote says the driven cluster
+	// follows and waits to be promoted (follow.go); calls numbers them.
+	watchers, promoters []*request
+	watches             int
+	awaitPromote        bool
+	calls               int
+	err                 error
 }
 
 // Run runs one simulation. A panic is reported as the run's failure, with
@@ -156,6 +163,9 @@ func Run(cfg Config) (res Result) {
 	if err := w.primary.start(); err != nil {
 		w.fail("start: %v", err)
 	}
+	if driver && w.err == nil && w.rng.IntN(3) == 0 {
+		w.followFirst(w.primary)
+	}
 	if repl && w.err == nil {
 		w.second = newCluster(w, "west", lanes)
 		if err := w.second.start(); err != nil {
@@ -168,6 +178,11 @@ func Run(cfg Config) (res Result) {
 	// The fault phase ends when the workload is done, or earlier: some
 	// seeds stop faults in the middle of it.
 	w.faultSteps = 100 + w.rng.IntN(1500)
+	if w.repl != nil && w.repl.lostAt > 0 {
+		// Faults go on through the force promote, crashes of the secondary
+		// included (crashMove).
+		w.faultSteps = max(w.faultSteps, w.repl.lostAt+300)
+	}
 	w.run()
 	return w.result()
 }
@@ -270,8 +285,13 @@ func (w *world) moves() []move {
 				ms = append(ms, move{4, n.next})
 			}
 		}
-		if w.faultsOn && c.crashN < 3 {
-			ms = append(ms, move{1, c.crash})
+		if w.faultsOn {
+			if n, crash := w.crashMove(c); n > 0 {
+				ms = append(ms, move{n, crash})
+			}
+			if c.driver && !c.drv.closing && c.drv.closes < 2 {
+				ms = append(ms, move{1, c.closeDriver})
+			}
 		}
 		if d, ok := c.core.Deadline(); ok && !w.cfg.Calm && (w.faultsOn || d.Sub(w.now) <= time.Minute) {
 			// Time passes at random while faults are on; then it passes
@@ -288,10 +308,12 @@ func (w *world) moves() []move {
 	}
 	if w.sched != nil {
 		ms = w.sched.moves(ms)
+		ms = w.promoteMoves(ms)
 	}
 	if w.repl != nil {
 		ms = append(ms, w.repl.moves()...)
 	}
+	ms = w.watchMoves(ms)
 	if len(w.orphans()) > 0 {
 		ms = append(ms, move{1, w.reconcile})
 	}
@@ -312,6 +334,30 @@ func (w *world) moves() []move {
 		ms = append(ms, move{1, op})
 	}
 	return ms
+}
+
+// crashMove is the move that crashes c now and its weight, 0 if it may
+// not crash: each cluster crashes at most three times, and a secondary
+// whose force promote has appended supplements and not ended twice more,
+// likely while it has writes or appends in flight. So seeds often crash it
+// with a supplement, or the ack that records it, landing unheard, and its
+// resumed promote must find what the first run appended (R8.3).
+func (w *world) crashMove(c *cluster) (int, func()) {
+	if c == w.second && w.repl.lost && !w.repl.promoted && c.promoteCrashes < 2 &&
+		len(w.check.facts(c).supplements) > 0 && c.core.PromoteTask() != 0 {
+		n := 1
+		if len(c.ops) > 0 {
+			n = 12
+		}
+		return n, func() {
+			c.promoteCrashes++
+			c.crash()
+		}
+	}
+	if c.crashN < 3 {
+		return 1, c.crash
+	}
+	return 0, nil
 }
 
 func (w *world) clusters() []*cluster {
@@ -478,6 +524,8 @@ func (w *world) mixValue(x any) {
 		w.mix(20)
 	case engine.CancelCallback:
 		w.mix(21, x.Task)
+	case engine.WaitAcked:
+		w.mix(22, x.ID, uint64(len(x.VChannels)))
 	default:
 		w.mix(0)
 	}
@@ -533,6 +581,8 @@ func summary(x any) string {
 		return fmt.Sprintf("err=%v", x.Err)
 	case engine.CancelCallback:
 		return fmt.Sprintf("task=%d", x.Task)
+	case engine.WaitAcked:
+		return fmt.Sprintf("id=%d vchannels=%v", x.ID, x.VChannels)
 	}
 	return ""
 }
@@ -730,6 +780,12 @@ func (w *world) afterGoroutines() {
 	}
 	w.sched.waitsOnlyForTheCore()
 	for _, c := range w.clusters() {
+		if c.driver && !c.down && c.drv.closing {
+			if c.drv.closed {
+				w.afterClose(c)
+			}
+			continue
+		}
 		if c.driver && !c.down && c.core.Stopped() {
 			w.tracef("%s: broadcaster %d stopped", c.name, c.gen)
 			c.stopDriver()
