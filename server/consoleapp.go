@@ -40,6 +40,7 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 		},
 		WALEnd:      w.End,
 		Nodes:       p.nodeStatuses,
+		NodeAcks:    p.nodeAcks.snapshot,
 		Replication: func() (bool, []replicate.PChannelStatus) { return rp.status() },
 		TaskCounts: func() []console.TaskCount {
 			var out []console.TaskCount

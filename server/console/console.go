@@ -109,6 +109,20 @@ type Status struct {
 	Checks []Check
 }
 
+// NodeAck is what the leader knows of a streaming node's pchannel from the
+// node's acks.
+type NodeAck struct {
+	Node     string
+	PChannel message.PChannel
+	// At is when the last ack came; Position is its copy's position in the
+	// WAL (its checkpoint's message id) and BroadcastID its broadcast.
+	At          time.Time
+	Position    uint64
+	BroadcastID uint64
+	// Acks counts the acks the leader took from the node on the pchannel.
+	Acks uint64
+}
+
 // TaskCount is the number of tasks of one type in one state.
 type TaskCount struct {
 	Type  string
@@ -132,6 +146,10 @@ type Config struct {
 	WALEnd func(ctx context.Context, p message.PChannel) (uint64, error)
 	// Nodes returns the streaming nodes running in this process.
 	Nodes func() []node.Status
+	// NodeAcks returns what the leader knows of every streaming node,
+	// those in other processes included, from their acks: per node and
+	// pchannel, the last ack.
+	NodeAcks func() []NodeAck
 	// Replication returns whether this cluster's replicator runs and its
 	// per-pchannel progress.
 	Replication func() (running bool, chans []replicate.PChannelStatus)
