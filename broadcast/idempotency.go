@@ -152,6 +152,11 @@ type KeyStatus struct {
 	Outcome Outcome
 	Window  Window
 	Message *message.Message
+	// Persisting says the original is PENDING but its record is not
+	// durable yet: BroadcastID is not final until it is (a crash now may
+	// forget the original, and a retry with the key would then be new
+	// work with another id). Ask again, or retry with the key.
+	Persisting bool
 }
 
 // Lookup reports the original of a keyed request without waiting or taking
@@ -180,7 +185,7 @@ func (b *Broadcaster) Lookup(_ context.Context, t message.Type, k message.Idempo
 		if o.Msg.Replicate != nil {
 			st = Replicated
 		}
-		return &KeyStatus{BroadcastID: o.ID, State: st, Message: o.Msg, Window: windowOf(o.Window)}, nil
+		return &KeyStatus{BroadcastID: o.ID, State: st, Message: o.Msg, Window: windowOf(o.Window), Persisting: o.Persisting}, nil
 	}
 	rec, err := engine.DecodeRecord([]byte(o.Record))
 	if err != nil {

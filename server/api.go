@@ -556,9 +556,14 @@ func (a *broadcastAPI) LookupKey(ctx context.Context, req *connect.Request[walca
 		return nil, a.fail(proc, err)
 	}
 	w := ks.Window
+	state := ks.State.String()
+	if ks.Persisting {
+		// Not final: the id may yet be forgotten by a crash (R7.5).
+		state = "PERSISTING"
+	}
 	out := &walcastv1.LookupKeyResponse{
 		BroadcastId: ks.BroadcastID,
-		State:       ks.State.String(),
+		State:       state,
 		Outcome:     outcomePB(ks.Outcome),
 		Window:      windowPB(&w),
 	}

@@ -311,6 +311,9 @@ func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastR
 	again := fmt.Sprintf("repeat the command with --client-key %s (the key it used)", req.ClientKey)
 	ks, lerr := c.LookupKey(ctx, req.Type, k)
 	switch {
+	case lerr == nil && ks.GetState() == "PERSISTING":
+		return fmt.Errorf("%w\nbroadcast %d is being created (its record is not durable yet): %s to wait for its result",
+			err, ks.GetBroadcastId(), again)
 	case lerr == nil:
 		return fmt.Errorf("%w\nbroadcast %d was created (%s); follow it with `walcast tasks show %d --watch`, or %s to wait for its result",
 			err, ks.GetBroadcastId(), strings.ToLower(ks.GetState()), ks.GetBroadcastId(), again)

@@ -51,6 +51,10 @@ type Original struct {
 	Msg     *message.Message
 	Digest  []byte
 	Request []byte
+	// Persisting is set while a live original's PENDING record is not
+	// known to be durable: a crash now may forget it, and a request with
+	// its key would then be new work with another id.
+	Persisting bool
 	// Record is a tombstoned original's record (decode it with
 	// DecodeRecord), Window its idempotency window.
 	Record string
