@@ -305,6 +305,12 @@ func TestR9_9_Browser(t *testing.T) {
 		step(t, "retry", chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#done")))
 		step(t, "the task completes", chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "TOMBSTONE"`,
 			chromedp.WithPollingTimeout(15*time.Second)))
+		// Its timeline, drawn from the recorded times: the attempt the
+		// button started, the TOMBSTONE (TestR9_9_TaskPageDrawsTimeline
+		// checks every step).
+		step(t, "the timeline's tombstone", chromedp.WaitVisible(chromedp.CSS(`#timeline g.tomb[data-step="tombstone"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#timeline g.callback`)))
+		shoot(t, "task-timeline")
 		select {
 		case err := <-stuck:
 			if err != nil {
@@ -320,6 +326,18 @@ func TestR9_9_Browser(t *testing.T) {
 			}
 		case <-time.After(15 * time.Second):
 			t.Error("the waiting broadcast did not get its key after the first completed")
+		}
+	})
+
+	// The overview's charts, fed by the server's counters, sampled every
+	// 10 s: they show once two samples are taken.
+	t.Run("OverviewCharts", func(t *testing.T) {
+		step(t, "overview", chromedp.Navigate(base+"/ui/"), live)
+		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, chromedp.WaitVisible(chromedp.CSS("#chart-throughput-svg")), chromedp.WaitVisible(chromedp.CSS("#chart-latency-svg")),
+			chromedp.WaitVisible(chromedp.CSS("#chart-queue-svg"))); err != nil {
+			t.Fatalf("the overview's charts: %v", err)
 		}
 	})
 

@@ -197,6 +197,9 @@ type overviewData struct {
 	// Early lists, per retention class, the tombstones max_count evicted
 	// before their max_lifetime.
 	Early []classCount
+	// Charts are the small charts of throughput, latency and live tasks
+	// (Config.Counters), none before the second sample.
+	Charts []chart
 }
 
 // classCount is a retention class's count.
@@ -206,7 +209,7 @@ type classCount struct {
 }
 
 func (c *Console) overview(r *request) (view, error) {
-	d := overviewData{}
+	d := overviewData{Charts: c.overviewCharts()}
 	for _, p := range c.cfg.PChannels {
 		d.PChannels = append(d.PChannels, pchanRow{Name: string(p), Lane: string(c.cfg.Lane(p))})
 	}
@@ -545,6 +548,10 @@ type taskData struct {
 	App       broadcast.Outcome
 	HasApp    bool
 	AppFailed bool
+	// Timeline draws the task's recorded times ("" if none were kept).
+	Timeline template.HTML
+	// Kept is how many finished tasks keep their timeline.
+	Kept int
 }
 
 // copyRow is one target of a task, with its copy's role, its phase in a
@@ -613,7 +620,10 @@ func (c *Console) task(r *request) (view, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := taskData{T: t, Retention: c.cfg.Tombstone.MaxLifetime, Age: r.now.Sub(t.CreatedAt)}
+	d := taskData{T: t, Retention: c.cfg.Tombstone.MaxLifetime, Age: r.now.Sub(t.CreatedAt), Kept: broadcast.MaxTimelines}
+	if t.HasTimeline {
+		d.Timeline = timelineSVG(t, r.now)
+	}
 	if c.cfg.ApplicationOutcome != nil && t.Outcome.Status != 0 {
 		if o, ok := c.cfg.ApplicationOutcome(r.Context(), r.b, t); ok {
 			d.App, d.HasApp, d.AppFailed = o, true, o.Status == broadcast.Failed
