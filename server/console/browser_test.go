@@ -224,8 +224,8 @@ func TestR9_9_Browser(t *testing.T) {
 		step(t, "imports page", chromedp.Navigate(base+"/ui/imports"), live)
 		html := eval(t, `document.getElementById("imports").innerHTML`)
 		if strings.Contains(html, "IMPORT_JOB_STATE") || !strings.Contains(html, ">completed<") || !strings.Contains(html, ">failed<") ||
-			!strings.Contains(html, "2/2 files, 3 rows") {
-			t.Errorf("the imports page does not show states as words and the jobs' progress:\n%s", html)
+			!strings.Contains(html, "2/2 files, 3 rows, 100% of ") {
+			t.Errorf("the imports page does not show states as words and the jobs' files, rows and bytes:\n%s", html)
 		}
 		page := fmt.Sprintf("%s/ui/tasks/%d", base, badImp.Msg.GetResult().GetBroadcastId())
 		step(t, "the failed import's task", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#app-outcome")), live)
