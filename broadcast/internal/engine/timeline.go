@@ -31,10 +31,12 @@ type Timeline struct {
 }
 
 // timelines keeps the timelines of the tasks that finished last, at most
-// MaxTimelines, oldest first.
+// MaxTimelines: ring holds their ids in finishing order, next is where the
+// next one goes (the oldest, once the ring is full).
 type timelines struct {
-	byID  map[uint64]*Timeline
-	order []uint64
+	byID map[uint64]*Timeline
+	ring []uint64
+	next int
 }
 
 // keep remembers id's timeline, forgetting the oldest past MaxTimelines.
@@ -42,12 +44,14 @@ func (ts *timelines) keep(id uint64, tl *Timeline) {
 	if ts.byID == nil {
 		ts.byID = make(map[uint64]*Timeline)
 	}
-	if len(ts.order) >= MaxTimelines {
-		delete(ts.byID, ts.order[0])
-		ts.order = slices.Delete(ts.order, 0, 1)
+	if len(ts.ring) < MaxTimelines {
+		ts.ring = append(ts.ring, id)
+	} else {
+		delete(ts.byID, ts.ring[ts.next])
+		ts.ring[ts.next] = id
+		ts.next = (ts.next + 1) % MaxTimelines
 	}
 	ts.byID[id] = tl
-	ts.order = append(ts.order, id)
 }
 
 // unixTime is the time of unix nanoseconds n, zero for 0.
