@@ -306,7 +306,10 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 		// not answer is not tried again before the others.
 		eps := k.client.Endpoints()
 		if len(eps) == 0 {
-			return 0, fmt.Errorf("%w: no endpoints", ErrInvalidConfig)
+			// A client of the member in this process (embedetcd's
+			// LocalClient, a standalone's): no endpoint to dial, and
+			// none needed, its own lease API calls the server directly.
+			return k.refreshLocal(ctx, deadline)
 		}
 		conn, err := k.client.Dial(eps[k.next%len(eps)])
 		if err != nil {
@@ -359,6 +362,23 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 		k.close()
 		return 0, k.client.Ctx().Err()
 	}
+}
+
+// refreshLocal refreshes the lease through the client's own lease API, for
+// a client without endpoints (one that calls a member in this process).
+func (k *keeper) refreshLocal(ctx context.Context, deadline time.Time) (int64, error) {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	resp, err := k.client.KeepAliveOnce(rctx, k.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return 0, nil // the lease is gone
+	case err != nil && rctx.Err() != nil && ctx.Err() == nil:
+		return 0, fmt.Errorf("%w: lease keep-alive", ErrAttemptTimeout)
+	case err != nil:
+		return 0, err
+	}
+	return resp.TTL, nil
 }
 
 // fail drops the keeper's stream, which failed: the next goes to the next
