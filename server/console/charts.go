@@ -23,7 +23,7 @@ import (
 // running at the drawing's end).
 type span struct {
 	Label      string
-	Kind       string // CSS class: lock, persist, append, ack, callback, failed, tomb
+	Kind       string // CSS class: lock, persist, append, ack, callback, failed, running, tomb
 	Start, End time.Time
 }
 
@@ -62,8 +62,11 @@ func timelineSpans(t broadcast.TaskInfo) []span {
 	}
 	for _, a := range tl.Attempts {
 		kind := "callback"
-		if a.Err != "" {
+		switch {
+		case a.Err != "":
 			kind = "failed"
+		case a.Ended.IsZero():
+			kind = "running" // drawn to the drawing's end
 		}
 		out = append(out, span{Label: "callback #" + strconv.Itoa(a.N), Kind: kind, Start: a.Started, End: a.Ended})
 		lastEnd = a.Ended
