@@ -330,7 +330,8 @@ func TestR9_9_Browser(t *testing.T) {
 	})
 
 	// The overview's charts, fed by the server's counters, sampled every
-	// 10 s: they show once two samples are taken.
+	// 10 s: they show once two samples are taken. The nodes panel shows
+	// each in-process node's last ack.
 	t.Run("OverviewCharts", func(t *testing.T) {
 		step(t, "overview", chromedp.Navigate(base+"/ui/"), live)
 		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
@@ -338,6 +339,11 @@ func TestR9_9_Browser(t *testing.T) {
 		if err := chromedp.Do(sctx, chromedp.WaitVisible(chromedp.CSS("#chart-throughput-svg")), chromedp.WaitVisible(chromedp.CSS("#chart-latency-svg")),
 			chromedp.WaitVisible(chromedp.CSS("#chart-queue-svg"))); err != nil {
 			t.Fatalf("the overview's charts: %v", err)
+		}
+		// The standalone's nodes, as the leader knows them from their acks.
+		step(t, "the nodes' acks", chromedp.WaitVisible(chromedp.CSS(`#nodes tr[data-node="node-0"] td.ack-age`)))
+		if got := eval(t, `Array.from(document.querySelectorAll("#nodes td.ack-age")).filter(td => / ago \(\d+ acks\)$/.test(td.textContent)).length + ""`); got == "0" {
+			t.Errorf("no node's row shows its last ack:\n%s", eval(t, `document.getElementById("nodes").innerHTML`))
 		}
 	})
 
