@@ -248,8 +248,9 @@ type PChannelStatus struct {
 // Lag returns how many entries the node still has to handle on the
 // pchannel, given the end of its log (wal.WAL.End): those read and not yet
 // handled, and those not read yet. Entries of other pchannels sharing the
-// pchannel's lane count only while unread: the reader skips them as fast as
-// it reads, so an idle pchannel whose lane others write shows no lag.
+// pchannel's lane count only until the worker skips them, which it does as
+// fast as they are read, so an idle pchannel whose lane others write shows
+// no lag once the worker has caught up.
 func (s PChannelStatus) Lag(end uint64) uint64 {
 	read := max(s.ReadOffset, s.NextOffset)
 	var unread uint64

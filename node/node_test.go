@@ -811,9 +811,11 @@ func TestR9_3_ApplyLagCountsOnlyItsPChannel(t *testing.T) {
 	if end < 20 {
 		t.Fatalf("the lane ends at %d after 20 broadcasts", end)
 	}
+	// The reader hands every entry of the lane to the worker, which skips
+	// wal-1's copies: wait until it has taken them all and none is queued.
 	waitFor(t, "the reader to pass wal-1's entries", func() bool {
 		ps, err := n.PChannel("wal-0")
-		return err == nil && ps.ReadOffset >= end
+		return err == nil && ps.ReadOffset >= end && ps.Queued == 0
 	})
 	ps, err := n.PChannel("wal-0")
 	if err != nil {
