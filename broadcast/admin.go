@@ -44,7 +44,21 @@ type TaskInfo struct {
 	// released them, once it did.
 	HoldsKeys  bool
 	ReleasedBy uint64
+	// Timeline is when the task went through each step (lock wait,
+	// persist, appends and acks per vchannel, callback attempts,
+	// tombstone), as this broadcaster saw them; set by Task only, for a
+	// live task or one of the last engine.MaxTimelines to finish here
+	// (HasTimeline).
+	Timeline    Timeline
+	HasTimeline bool
 }
+
+// Timeline is when a task went through each step of its life; a zero time
+// is a step not seen (see TaskInfo.Timeline).
+type Timeline = engine.Timeline
+
+// MaxTimelines is how many finished tasks keep their Timeline in memory.
+const MaxTimelines = engine.MaxTimelines
 
 // VChannelInfo is one target of a task.
 type VChannelInfo struct {
@@ -115,17 +129,29 @@ func tombInfo(id uint64, raw string) (TaskInfo, error) {
 func (b *Broadcaster) Task(id uint64) (TaskInfo, error) {
 	var live *engine.TaskView
 	var raw string
-	var found bool
-	if !b.d.inspect(func(c *engine.Core) { live, raw, _, found = c.TaskByID(id) }) {
+	var found, hasTL bool
+	var tl Timeline
+	if !b.d.inspect(func(c *engine.Core) {
+		live, raw, _, found = c.TaskByID(id)
+		tl, hasTL = c.RecentTimeline(id)
+	}) {
 		return TaskInfo{}, b.closedErr()
 	}
+	var ti TaskInfo
+	var err error
 	switch {
 	case live != nil:
-		return liveInfo(*live), nil
+		ti = liveInfo(*live)
 	case found:
-		return tombInfo(id, raw)
+		ti, err = tombInfo(id, raw)
+	default:
+		return TaskInfo{}, fmt.Errorf("%w: task %d", ErrNotFound, id)
 	}
-	return TaskInfo{}, fmt.Errorf("%w: task %d", ErrNotFound, id)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	ti.Timeline, ti.HasTimeline = tl, hasTL
+	return ti, nil
 }
 
 // Filter selects tasks for Tasks. Zero fields match everything.

@@ -305,6 +305,7 @@ func (s *Service) finishJob(ctx context.Context, b *broadcast.Broadcaster, j job
 	cur.State, cur.Reason = end, truncate(why, MaxReasonLength)
 	cur.FilesDone = p.FilesDone
 	cur.Rows = p.RowsDone + p.FileRows
+	cur.ReadBytes, cur.TotalBytes = min(p.BytesDone+p.FileBytes, p.BytesTotal), p.BytesTotal
 	if end == jobCompleted {
 		cur.Rows = p.RowsDone
 	}

@@ -144,6 +144,11 @@ type (
 		// bytesDone and bytesTotal are the progress of a running job in
 		// bytes, from its progress record (jobView); never persisted.
 		bytesDone, bytesTotal uint64
+		// ReadBytes and TotalBytes are, once the job ended, the bytes it
+		// read of its files and their size (the API and the console show
+		// them, as a running job's progress).
+		ReadBytes  uint64 `json:"read_bytes,omitempty"`
+		TotalBytes uint64 `json:"total_bytes,omitempty"`
 		// TwoPhase is set for an import with auto_commit false: once its
 		// files are read it waits, ready, for CommitImport or
 		// RollbackImport (R13.11).
@@ -516,5 +521,5 @@ func (j jobRecord) pb() *walcastv1.ImportJob {
 	return &walcastv1.ImportJob{Id: j.ID, DatabaseId: j.DatabaseID, Database: j.Database, CollectionId: j.CollectionID,
 		Collection: j.Collection, Files: slices.Clone(j.Files), State: walcastv1.ImportJobState(j.State), Reason: j.Reason,
 		FilesDone: uint32(j.FilesDone), Rows: j.Rows, CreatedAt: tsPB(j.CreatedAt), UpdatedAt: tsPB(j.UpdatedAt),
-		AutoCommit: !j.TwoPhase, BytesDone: j.bytesDone, BytesTotal: j.bytesTotal}
+		AutoCommit: !j.TwoPhase, BytesDone: max(j.bytesDone, j.ReadBytes), BytesTotal: max(j.bytesTotal, j.TotalBytes)}
 }

@@ -4,7 +4,8 @@ import "testing"
 
 // TestImportJobShowsBytes: a running job's view carries its progress in
 // bytes (files done plus the file being read, bounded by the total), which
-// the CLI's bar and the console follow; a finished job has none.
+// the CLI's bar and the console follow; a finished job shows the bytes it
+// read and the files' size, as recorded when it ended.
 func TestImportJobShowsBytes(t *testing.T) {
 	j := jobRecord{ID: 1, Files: []string{"a.csv", "b.csv"}, State: jobPending}
 	c := collRecord{ID: 2}
@@ -17,8 +18,8 @@ func TestImportJobShowsBytes(t *testing.T) {
 	if pb := jobView(j, p, c).pb(); pb.GetBytesDone() != 300 {
 		t.Errorf("bytes done past the total: %d", pb.GetBytesDone())
 	}
-	j.State = jobCompleted
-	if pb := jobView(j, p, c).pb(); pb.GetBytesDone() != 0 || pb.GetBytesTotal() != 0 {
-		t.Errorf("a finished job shows bytes: %v", pb)
+	j.State, j.ReadBytes, j.TotalBytes = jobCompleted, 300, 300
+	if pb := jobView(j, p, c).pb(); pb.GetBytesDone() != 300 || pb.GetBytesTotal() != 300 {
+		t.Errorf("a finished job shows %d of %d bytes, want 300 of 300", pb.GetBytesDone(), pb.GetBytesTotal())
 	}
 }

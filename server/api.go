@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 	"github.com/walcast/walcast/app"
+	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/internal/apicodec"
 	"github.com/walcast/walcast/message"
@@ -73,6 +75,15 @@ type apiConfig struct {
 	connectOpts     []connect.HandlerOption
 	reserved        map[message.Type]bool // types only their application's API may broadcast
 	judge           app.OutcomeJudge      // the application's verdict on finished tasks; nil: none
+	ackSeen         func(node string, a broadcast.Ack)
+}
+
+// WithAckSeen makes Ack call f with each ack the broadcaster took and the
+// node that sent it (AckRequest.node; without it the caller's identity, or
+// its address): the leader's table of what its nodes acked (R9.9). f must
+// be fast: it runs on every ack.
+func WithAckSeen(f func(node string, a broadcast.Ack)) APIOption {
+	return func(c *apiConfig) { c.ackSeen = f }
 }
 
 // WithOutcomeJudge makes GetTask, ListTasks and LookupKey report the
@@ -267,6 +278,9 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 		return nil, a.fail(proc, invalidArg("extra is %d bytes, limit %d: return a reference to a larger result", n, MaxExtraBytes))
 	}
 	ack.Extra = r.GetExtra()
+	if n := len(r.GetNode()); n > MaxNodeNameBytes {
+		return nil, a.fail(proc, invalidArg("node is %d bytes, limit %d", n, MaxNodeNameBytes))
+	}
 	// Consumers send the message only for a replicated copy (the engine
 	// needs it only to create the task on a secondary), so ordinary acks
 	// decode nothing.
@@ -299,7 +313,25 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 	if err := b.Ack(actx, ack); err != nil {
 		return nil, a.fail(proc, a.notIssued(actx, ack.BroadcastID, err))
 	}
+	if a.cfg.ackSeen != nil {
+		a.cfg.ackSeen(ackingNodeName(ctx, r.GetNode(), req.Peer().Addr), ack)
+	}
 	return connect.NewResponse(&walcastv1.AckResponse{}), nil
+}
+
+// ackingNodeName names the sender of an ack: the node's own name, else its
+// authenticated identity, else its host.
+func ackingNodeName(ctx context.Context, node, peer string) string {
+	if node != "" {
+		return node
+	}
+	if id, ok := auth.FromContext(ctx); ok && id.Name != "" {
+		return id.Name
+	}
+	if host, _, err := net.SplitHostPort(peer); err == nil {
+		peer = host
+	}
+	return "unnamed node at " + peer
 }
 
 // termChecker is a Leader that can tell whether a newer term exists (the

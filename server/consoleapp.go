@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
@@ -40,6 +42,7 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 		},
 		WALEnd:      w.End,
 		Nodes:       p.nodeStatuses,
+		NodeAcks:    p.nodeAcks.snapshot,
 		Replication: func() (bool, []replicate.PChannelStatus) { return rp.status() },
 		TaskCounts: func() []console.TaskCount {
 			var out []console.TaskCount
@@ -48,6 +51,7 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 			}
 			return out
 		},
+		Counters:  func() console.Counters { return consoleCounters(coord, p.reg) },
 		Tombstone: broadcast.TombstoneConfig{MaxLifetime: cfg.Broadcast.Tombstone.MaxLifetime.D(), MaxCount: cfg.Broadcast.Tombstone.MaxCount},
 		TraceURL:  cfg.Console.TraceURL,
 		Hanging:   cfg.Console.Hanging.D(),
@@ -119,4 +123,28 @@ func consoleRole(r auth.Role) console.Role {
 		}
 	}
 	return console.RoleNone
+}
+
+// consoleCounters reads the counters the console's overview charts are fed
+// from: the leading broadcaster's count of broadcasts and live tasks, and
+// the process's walcast_broadcaster_execution_duration_seconds histogram
+// (creation to TOMBSTONE, every type).
+func consoleCounters(coord *Coordinator, g prometheus.Gatherer) console.Counters {
+	var out console.Counters
+	if b, ok := coord.leading(); ok {
+		st := b.Stats()
+		out.Broadcasts, out.Queue = float64(st.Broadcasts), float64(st.Live)
+	}
+	fams, _ := g.Gather() // a failed collector leaves the rest
+	for _, f := range fams {
+		if f.GetName() != "walcast_broadcaster_execution_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			out.Finished += float64(h.GetSampleCount())
+			out.FinishedSeconds += h.GetSampleSum()
+		}
+	}
+	return out
 }

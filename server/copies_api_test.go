@@ -114,7 +114,7 @@ func copyOf(t *walcastv1.Task, v string) *walcastv1.VChannelState {
 }
 
 // TestR13_10_CopiesAndWaitBadInput: copy specs, append-first lists, ack
-// extras and WaitVChannelsAcked requests that do not fit get typed errors
+// extras and node names, and WaitVChannelsAcked requests that do not fit get typed errors
 // and create nothing.
 func TestR13_10_CopiesAndWaitBadInput(t *testing.T) {
 	env := apitest.New(t)
@@ -149,6 +149,11 @@ func TestR13_10_CopiesAndWaitBadInput(t *testing.T) {
 				Extra: make([]byte, server.MaxExtraBytes+1)}))
 			return err
 		}(), connect.CodeInvalidArgument, "limit 1024"},
+		{"node name too large", func() error {
+			_, err := c.Ack(ctx, connect.NewRequest(&walcastv1.AckRequest{BroadcastId: done.GetBroadcastId(), Vchannel: "wal-0/c1v0",
+				Node: strings.Repeat("n", server.MaxNodeNameBytes+1)}))
+			return err
+		}(), connect.CodeInvalidArgument, "limit 256"},
 		{"wait without id", func() error {
 			_, err := c.WaitVChannelsAcked(ctx, connect.NewRequest(&walcastv1.WaitVChannelsAckedRequest{Vchannels: []string{"wal-0/c1v0"}}))
 			return err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -217,5 +218,41 @@ func TestR9_4_PlainGRPCClient(t *testing.T) {
 	}
 	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"}); err == nil {
 		t.Error("health of an unknown service: no error, want NotFound")
+	}
+}
+
+// TestR9_10_ReadyzNamesAnUnreachableKafka: a coordinator on Kafka whose
+// brokers stop reports not ready naming the broker and the cause ("cannot
+// reach Kafka at 127.0.0.1:port: connection refused"), not franz-go's
+// "unable to dial: dial tcp ...".
+func TestR9_10_ReadyzNamesAnUnreachableKafka(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(t.TempDir(), "etcd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cfg := coordConfig(t, etcd.Endpoints(), "")
+	cfg.WAL.Kind, cfg.WAL.Kafka.Brokers, cfg.WAL.Kafka.ReplicationFactor = "kafka", kc.ListenAddrs(), 1
+	cfg.Durability.AllowUnsafe = true // one broker
+	p := startCoordinator(t, ctx, cfg)
+	url := "http://" + p.APIAddr() + "/readyz"
+	waitUntil(t, "the coordinator ready", func() bool { code, _ := get(t, url); return code == http.StatusOK })
+	want := "cannot reach Kafka at " + kc.ListenAddrs()[0] + ": connection refused"
+	kc.Close()
+	var body string
+	waitUntil(t, "/readyz naming the broker", func() bool {
+		var code int
+		code, body = get(t, url)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, want)
+	})
+	if !strings.Contains(body, "FAIL wal: ") || strings.Contains(body, "unable to dial") {
+		t.Errorf("/readyz without Kafka: %q", body)
 	}
 }

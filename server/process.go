@@ -101,6 +101,7 @@ type Process struct {
 	secure               *SecureFiles // api.secure's files
 	durability           *Durability  // a coordinator's, checked at start
 	storage              *storage     // the data dir's free space; standalone's JetStream
+	nodeAcks             *nodeAcks    // a coordinator's table of its nodes' acks
 
 	mu      sync.Mutex
 	closers []func() error // run in reverse by Close
@@ -235,7 +236,7 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 		_ = sec.close()
 		return nil, err
 	}
-	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec}
+	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec, nodeAcks: newNodeAcks()}
 	p.foreign = newForeignEntries(reg, log, wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames()))
 	p.recreated = newRecreatedLogs(log)
 	p.onClose(sec.close)
@@ -361,7 +362,7 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 			continue
 		}
 		name := fmt.Sprintf("node-%d", i)
-		if err := p.startNode(ctx, name, mine, w, filepath.Join(dir, "nodes", name), leaderAcker{coord}, application); err != nil {
+		if err := p.startNode(ctx, name, mine, w, filepath.Join(dir, "nodes", name), ackingNode{leaderAcker{coord}, name, p.nodeAcks}, application); err != nil {
 			return nil, err
 		}
 	}
@@ -649,7 +650,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	bcfg.CheckRole = fence.admit
 	coord, err := NewCoordinator(CoordinatorConfig{
 		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), AttemptTimeout: cfg.Catalog.AttemptTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
-		Broadcast: bcfg, Logger: p.log, BeforeRecover: obs.ResetTaskCounts, OnLeader: fence.begin,
+		Broadcast: bcfg, Logger: p.log, BeforeRecover: func() { obs.ResetTaskCounts(); p.nodeAcks.reset() }, OnLeader: fence.begin,
 		StateDir: stateDir, WriteGuard: p.catalogGuard(), WALCheck: walCheck(w, cfg.PChannelNames()),
 	})
 	if err != nil {
@@ -661,7 +662,8 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	fence.leading = coord.leading
 	mux := http.NewServeMux()
 	hopts := append(p.sec.handlerOptions(), connect.WithCompressMinBytes(CompressMinBytes))
-	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...)}
+	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...),
+		WithAckSeen(func(node string, a broadcast.Ack) { p.nodeAcks.record(node, a) })}
 	if o, ok := application.(app.TypeOwner); ok {
 		opts = append(opts, WithReservedTypes(o.OwnedTypes()...))
 	}

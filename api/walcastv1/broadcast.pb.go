@@ -653,7 +653,11 @@ type AckRequest struct {
 	// What the consumer returns with its ack (R13.12): persisted with the
 	// checkpoint, given to the callback and to the broadcast's caller; at
 	// most 1 KiB.
-	Extra         []byte `protobuf:"bytes,5,opt,name=extra,proto3" json:"extra,omitempty"`
+	Extra []byte `protobuf:"bytes,5,opt,name=extra,proto3" json:"extra,omitempty"`
+	// The streaming node that sends the ack (its name, nodes.name), if it
+	// says: the leader keeps each node's last ack per pchannel for the
+	// console's streaming-nodes panel. At most 256 bytes.
+	Node          string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -721,6 +725,13 @@ func (x *AckRequest) GetExtra() []byte {
 		return x.Extra
 	}
 	return nil
+}
+
+func (x *AckRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
 }
 
 type AckResponse struct {
@@ -2959,7 +2970,7 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x1a.walcast.api.v1.CheckpointR\x05value:\x028\x01\x1a9\n" +
 	"\vExtrasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xcb\x01\n" +
 	"\n" +
 	"AckRequest\x12!\n" +
 	"\fbroadcast_id\x18\x01 \x01(\x04R\vbroadcastId\x12\x1a\n" +
@@ -2968,7 +2979,8 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"checkpoint\x18\x03 \x01(\v2\x1a.walcast.api.v1.CheckpointR\n" +
 	"checkpoint\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\fR\amessage\x12\x14\n" +
-	"\x05extra\x18\x05 \x01(\fR\x05extra\"\r\n" +
+	"\x05extra\x18\x05 \x01(\fR\x05extra\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\"\r\n" +
 	"\vAckResponse\" \n" +
 	"\x0eGetTaskRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"\xef\x01\n" +

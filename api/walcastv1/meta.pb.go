@@ -719,9 +719,9 @@ type ImportJob struct {
 	// Set unless the job is two-phase: it then waits, ready, for
 	// CommitImport or RollbackImport.
 	AutoCommit bool `protobuf:"varint,13,opt,name=auto_commit,json=autoCommit,proto3" json:"auto_commit,omitempty"`
-	// Progress in bytes while the job reads its files: the bytes read so far
-	// and the files' total size (0 before the job starts reading, and once
-	// it finished).
+	// Progress in bytes: the bytes read so far and the files' total size (0
+	// before the job starts reading); once it finished, what it read of them
+	// when it ended.
 	BytesDone     uint64 `protobuf:"varint,14,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
 	BytesTotal    uint64 `protobuf:"varint,15,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
 	unknownFields protoimpl.UnknownFields

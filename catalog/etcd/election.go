@@ -309,10 +309,10 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 		// not answer is not tried again before the others.
 		eps := k.client.Endpoints()
 		if len(eps) == 0 {
-			// A client in the server's own process (etcd's v3client: a
-			// standalone's) has no member to dial: its own lease API
-			// reaches the server directly.
-			return k.refreshInProcess(ctx, deadline)
+			// A client of the member in this process (embedetcd's
+			// LocalClient, a standalone's): no endpoint to dial, and
+			// none needed, its own lease API calls the server directly.
+			return k.refreshLocal(ctx, deadline)
 		}
 		conn, err := k.client.Dial(eps[k.next%len(eps)])
 		if err != nil {
@@ -367,16 +367,17 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 	}
 }
 
-// refreshInProcess is refresh for a client without endpoints, one in
-// the server's own process: one keep-alive through the client's lease
-// API, which has no connection to drop or member to move on from.
-func (k *keeper) refreshInProcess(ctx context.Context, deadline time.Time) (int64, error) {
-	cctx, cancel := context.WithDeadline(ctx, deadline)
+// refreshLocal refreshes the lease through the client's own lease API, for
+// a client without endpoints (one that calls a member in this process).
+func (k *keeper) refreshLocal(ctx context.Context, deadline time.Time) (int64, error) {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	resp, err := k.client.KeepAliveOnce(cctx, k.id)
+	resp, err := k.client.KeepAliveOnce(rctx, k.id)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return 0, nil // the lease is gone
+	case err != nil && rctx.Err() != nil && ctx.Err() == nil:
+		return 0, fmt.Errorf("%w: lease keep-alive", ErrAttemptTimeout)
 	case err != nil:
 		return 0, err
 	}

@@ -81,7 +81,7 @@ func TestR9_3_NodeAcksSendTheMessageOnlyForReplicatedCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Broadcast.ID = 5
-	a := clientAcker{c}
+	a := clientAcker{c: c}
 	if err := a.Ack(ctx, broadcast.Ack{BroadcastID: 5, VChannel: "wal-0/a", Message: m}); err != nil {
 		t.Fatal(err)
 	}

@@ -219,7 +219,7 @@ authentication on, it authenticates as a token or certificate of role node
 				return err
 			}
 			defer c.Close()
-			p, err := server.StartNode(cmd.Context(), cfg, a, clientAcker{c})
+			p, err := server.StartNode(cmd.Context(), cfg, a, clientAcker{c: c, node: cfg.Nodes.Name})
 			if err != nil {
 				return err
 			}
@@ -292,11 +292,15 @@ nothing). The node must not be running.`,
 // clientAcker acks through the API. Rejections the coordinator will repeat
 // (the vchannel is not in the task, a malformed ack, an id no leader issued) are reported as the
 // broadcast errors the node treats as permanent; everything else is retried
-// by the node.
-type clientAcker struct{ c *client.Client }
+// by the node. Each ack names the node, for the leader's table of its
+// nodes (the console's streaming-nodes panel).
+type clientAcker struct {
+	c    *client.Client
+	node string
+}
 
 func (a clientAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
-	req := &walcastv1.AckRequest{BroadcastId: ack.BroadcastID, Vchannel: string(ack.VChannel),
+	req := &walcastv1.AckRequest{BroadcastId: ack.BroadcastID, Vchannel: string(ack.VChannel), Node: a.node,
 		Checkpoint: &walcastv1.Checkpoint{MessageId: ack.Checkpoint.MessageID, TimeTick: ack.Checkpoint.TimeTick, LastConfirmed: ack.Checkpoint.LastConfirmed}}
 	// The coordinator uses the message only to create a replicated copy's
 	// task on a secondary (broadcast.Ack): an ordinary ack, the hot path,

@@ -229,8 +229,8 @@ func TestR9_9_Browser(t *testing.T) {
 		step(t, "imports page", chromedp.Navigate(base+"/ui/imports"), live)
 		html := eval(t, `document.getElementById("imports").innerHTML`)
 		if strings.Contains(html, "IMPORT_JOB_STATE") || !strings.Contains(html, ">completed<") || !strings.Contains(html, ">failed<") ||
-			!strings.Contains(html, "2/2 files, 3 rows") {
-			t.Errorf("the imports page does not show states as words and the jobs' progress:\n%s", html)
+			!strings.Contains(html, "2/2 files, 3 rows, 100% of ") {
+			t.Errorf("the imports page does not show states as words and the jobs' files, rows and bytes:\n%s", html)
 		}
 		page := fmt.Sprintf("%s/ui/tasks/%d", base, badImp.Msg.GetResult().GetBroadcastId())
 		step(t, "the failed import's task", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#app-outcome")), live)
@@ -310,6 +310,12 @@ func TestR9_9_Browser(t *testing.T) {
 		step(t, "retry", chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#done")))
 		step(t, "the task completes", chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "TOMBSTONE"`,
 			chromedp.WithPollingTimeout(time.Minute)))
+		// Its timeline, drawn from the recorded times: the attempt the
+		// button started, the TOMBSTONE (TestR9_9_TaskPageDrawsTimeline
+		// checks every step).
+		step(t, "the timeline's tombstone", chromedp.WaitVisible(chromedp.CSS(`#timeline g.tomb[data-step="tombstone"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#timeline g.callback`)))
+		shoot(t, "task-timeline")
 		select {
 		case err := <-stuck:
 			if err != nil {
@@ -325,6 +331,24 @@ func TestR9_9_Browser(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Error("the waiting broadcast did not get its key after the first completed")
+		}
+	})
+
+	// The overview's charts, fed by the server's counters, sampled every
+	// 10 s: they show once two samples are taken. The nodes panel shows
+	// each in-process node's last ack.
+	t.Run("OverviewCharts", func(t *testing.T) {
+		step(t, "overview", chromedp.Navigate(base+"/ui/"), live)
+		sctx, scancel := context.WithTimeout(bctx, 60*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, chromedp.WaitVisible(chromedp.CSS("#chart-throughput-svg")), chromedp.WaitVisible(chromedp.CSS("#chart-latency-svg")),
+			chromedp.WaitVisible(chromedp.CSS("#chart-queue-svg"))); err != nil {
+			t.Fatalf("the overview's charts: %v", err)
+		}
+		// The standalone's nodes, as the leader knows them from their acks.
+		step(t, "the nodes' acks", chromedp.WaitVisible(chromedp.CSS(`#nodes tr[data-node="node-0"] td.ack-age`)))
+		if got := eval(t, `Array.from(document.querySelectorAll("#nodes td.ack-age")).filter(td => / ago \(\d+ acks\)$/.test(td.textContent)).length + ""`); got == "0" {
+			t.Errorf("no node's row shows its last ack:\n%s", eval(t, `document.getElementById("nodes").innerHTML`))
 		}
 	})
 

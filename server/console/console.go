@@ -109,6 +109,20 @@ type Status struct {
 	Checks []Check
 }
 
+// NodeAck is what the leader knows of a streaming node's pchannel from the
+// node's acks.
+type NodeAck struct {
+	Node     string
+	PChannel message.PChannel
+	// At is when the last ack came; Position is its copy's position in the
+	// WAL (its checkpoint's message id) and BroadcastID its broadcast.
+	At          time.Time
+	Position    uint64
+	BroadcastID uint64
+	// Acks counts the acks the leader took from the node on the pchannel.
+	Acks uint64
+}
+
 // TaskCount is the number of tasks of one type in one state.
 type TaskCount struct {
 	Type  string
@@ -132,6 +146,10 @@ type Config struct {
 	WALEnd func(ctx context.Context, p message.PChannel) (uint64, error)
 	// Nodes returns the streaming nodes running in this process.
 	Nodes func() []node.Status
+	// NodeAcks returns what the leader knows of every streaming node,
+	// those in other processes included, from their acks: per node and
+	// pchannel, the last ack.
+	NodeAcks func() []NodeAck
 	// Replication returns whether this cluster's replicator runs and its
 	// per-pchannel progress.
 	Replication func() (running bool, chans []replicate.PChannelStatus)
@@ -172,6 +190,11 @@ type Config struct {
 	Audit func(r *http.Request, who Identity, action, result, detail string)
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// Counters, if set, returns the server's own counters, sampled every
+	// SampleEvery (default DefaultSampleEvery) for the overview's charts of
+	// throughput, latency and live tasks. Close stops the sampling.
+	Counters    func() Counters
+	SampleEvery time.Duration
 }
 
 //go:embed templates/*.html
@@ -191,12 +214,18 @@ type Console struct {
 	sessions sessions
 	done     chan struct{} // closed by Close: event streams end
 	close    sync.Once
+	// charts are the samples of Config.Counters; sampling is the sampler
+	// goroutine, waited for by Close.
+	charts   sampler
+	sampling sync.WaitGroup
 }
 
 // Close ends every open event stream (a server's graceful shutdown waits
-// for them otherwise, as they never go idle). Pages are still served.
+// for them otherwise, as they never go idle) and the charts' sampling.
+// Pages are still served.
 func (c *Console) Close() {
 	c.close.Do(func() { close(c.done) })
+	c.sampling.Wait()
 }
 
 // New returns a console.
@@ -251,6 +280,16 @@ func New(cfg Config) (*Console, error) {
 	}
 	c.static = http.StripPrefix(Prefix+"static/", http.FileServerFS(sub))
 	c.routes()
+	if cfg.Counters != nil {
+		if c.cfg.SampleEvery <= 0 {
+			c.cfg.SampleEvery = DefaultSampleEvery
+		}
+		c.sampling.Add(1)
+		go func() {
+			defer c.sampling.Done()
+			c.runSampler()
+		}()
+	}
 	return c, nil
 }
 

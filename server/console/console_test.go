@@ -79,6 +79,7 @@ func newFixture(t *testing.T, mod func(*console.Config)) *fixture {
 		t.Fatal(err)
 	}
 	f.c = c
+	t.Cleanup(c.Close)
 	f.srv = apitest.ServeHandler(t, c)
 	f.fail.Store(true)
 	f.id = f.broadcast(evil)

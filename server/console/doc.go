@@ -2,8 +2,9 @@
 // HTML pages that the coordinator serves at /ui/ on its API address.
 //
 // Pages: overview (cluster, role, leader and term, readiness, pchannels and
-// lanes, streaming nodes and their apply lag, replication, task counts,
-// oldest live task, callback failures, early evictions), tasks (filters by
+// lanes, streaming nodes as the leader knows them from their acks and, in
+// this process, with their apply lag, replication, task counts, oldest live
+// task, callback failures, early evictions), tasks (filters by
 // state, type, age, "hanging", text search, paging by id cursor), one task
 // (message, keys, targets with checkpoints and acks, callback attempts,
 // outcome, idempotency window, trace link; retry and complete for admins),

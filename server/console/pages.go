@@ -137,16 +137,38 @@ func age(d time.Duration) string {
 
 // ---- overview
 
+// nodeRow is one pchannel of a streaming node: what the leader knows from
+// its acks, and, for a node in this process, its own status.
 type nodeRow struct {
 	Name     string
-	Running  bool
 	PChannel string
-	Next     uint64
-	End      string
-	Lag      string
-	Stage    string
-	Applied  uint64
-	Error    string
+	// Acked says the leader took acks of the node on the pchannel: when
+	// the last came (AckAge ago), its position, how many.
+	Acked    bool
+	AckAge   time.Duration
+	Position uint64
+	Acks     uint64
+	// Waiting counts the copies appended to the pchannel and not acked
+	// yet (the leader's live tasks), the oldest of a task OldestWaiting
+	// old: the leader's view of the node's lag.
+	Waiting       int
+	OldestWaiting time.Duration
+	// Local says the node runs in this process; the fields below are its
+	// own status.
+	Local   bool
+	Running bool
+	Next    uint64
+	End     string
+	Lag     string
+	Stage   string
+	Applied uint64
+	Error   string
+}
+
+// waiting is a pchannel's copies appended and not acked yet.
+type waiting struct {
+	n      int
+	oldest time.Time
 }
 
 type pchanRow struct {
@@ -175,6 +197,9 @@ type overviewData struct {
 	// Early lists, per retention class, the tombstones max_count evicted
 	// before their max_lifetime.
 	Early []classCount
+	// Charts are the small charts of throughput, latency and live tasks
+	// (Config.Counters), none before the second sample.
+	Charts []chart
 }
 
 // classCount is a retention class's count.
@@ -184,12 +209,12 @@ type classCount struct {
 }
 
 func (c *Console) overview(r *request) (view, error) {
-	d := overviewData{}
+	d := overviewData{Charts: c.overviewCharts()}
 	for _, p := range c.cfg.PChannels {
 		d.PChannels = append(d.PChannels, pchanRow{Name: string(p), Lane: string(c.cfg.Lane(p))})
 	}
-	d.Nodes, d.NoNodes = c.nodeRows(r.Context())
 	if r.b == nil {
+		d.Nodes, d.NoNodes = c.nodeRows(r, nil)
 		return d, nil
 	}
 	b := r.b
@@ -205,6 +230,7 @@ func (c *Console) overview(r *request) (view, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.Nodes, d.NoNodes = c.nodeRows(r, waitingCopies(live))
 	counts := map[string]*countRow{}
 	row := func(t string) *countRow {
 		if counts[t] == nil {
@@ -246,33 +272,98 @@ func (c *Console) overview(r *request) (view, error) {
 	return d, nil
 }
 
-// nodeRows lists this process's streaming nodes, with each pchannel's
-// apply lag (node.PChannelStatus.Lag: its own entries not yet handled).
-func (c *Console) nodeRows(ctx context.Context) ([]nodeRow, bool) {
-	if c.cfg.Nodes == nil {
-		return nil, true
+// waitingCopies counts, per pchannel, the copies of live tasks appended and
+// not acked yet.
+func waitingCopies(live []broadcast.TaskInfo) map[message.PChannel]waiting {
+	out := map[message.PChannel]waiting{}
+	for _, t := range live {
+		for _, v := range t.VChannels {
+			if !v.Appended || v.Acked {
+				continue
+			}
+			p := v.VChannel.PChannel()
+			w := out[p]
+			w.n++
+			if w.oldest.IsZero() || t.CreatedAt.Before(w.oldest) {
+				w.oldest = t.CreatedAt
+			}
+			out[p] = w
+		}
 	}
-	var rows []nodeRow
-	for _, n := range c.cfg.Nodes() {
-		for _, p := range n.PChannels {
-			row := nodeRow{Name: n.Name, Running: n.Running, PChannel: string(p.PChannel), Next: p.NextOffset, End: "?", Lag: "?",
-				Stage: string(p.Stage), Applied: p.Applied, Error: cmp.Or(p.LastError, p.ReadError)}
-			if c.cfg.WALEnd != nil {
-				ectx, cancel := context.WithTimeout(ctx, time.Second)
-				end, err := c.cfg.WALEnd(ectx, p.PChannel)
-				cancel()
-				if err == nil {
-					row.End = strconv.FormatUint(end, 10)
-					row.Lag = strconv.FormatUint(p.Lag(end), 10)
+	return out
+}
+
+// nodeRows lists the streaming nodes by name and pchannel: those the
+// leader took acks from (Config.NodeAcks), wherever they run, and those in
+// this process (Config.Nodes) with their own status and apply lag
+// (node.PChannelStatus.Lag: its own entries not yet handled). Every row
+// shows the copies waiting on its pchannel (waits); a pchannel with
+// waiting copies and no node gets a row of its own.
+func (c *Console) nodeRows(r *request, waits map[message.PChannel]waiting) ([]nodeRow, bool) {
+	type key struct{ node, pchan string }
+	rows := map[key]*nodeRow{}
+	row := func(node, pchan string) *nodeRow {
+		k := key{node, pchan}
+		if rows[k] == nil {
+			rows[k] = &nodeRow{Name: node, PChannel: pchan, End: "-", Lag: "-"}
+		}
+		return rows[k]
+	}
+	if c.cfg.NodeAcks != nil && r.b != nil {
+		for _, a := range c.cfg.NodeAcks() {
+			nr := row(a.Node, string(a.PChannel))
+			nr.Acked, nr.AckAge, nr.Position, nr.Acks = true, r.now.Sub(a.At), a.Position, a.Acks
+		}
+	}
+	if c.cfg.Nodes != nil {
+		for _, n := range c.cfg.Nodes() {
+			for _, p := range n.PChannels {
+				nr := row(n.Name, string(p.PChannel))
+				nr.Local, nr.Running, nr.Next, nr.End, nr.Lag = true, n.Running, p.NextOffset, "?", "?"
+				nr.Stage, nr.Applied, nr.Error = string(p.Stage), p.Applied, cmp.Or(p.LastError, p.ReadError)
+				if c.cfg.WALEnd != nil {
+					ectx, cancel := context.WithTimeout(r.Context(), time.Second)
+					end, err := c.cfg.WALEnd(ectx, p.PChannel)
+					cancel()
+					if err == nil {
+						nr.End = strconv.FormatUint(end, 10)
+						nr.Lag = strconv.FormatUint(p.Lag(end), 10)
+					}
 				}
 			}
-			rows = append(rows, row)
-		}
-		if len(n.PChannels) == 0 {
-			rows = append(rows, nodeRow{Name: n.Name, Running: n.Running})
+			if len(n.PChannels) == 0 {
+				nr := row(n.Name, "")
+				nr.Local, nr.Running = true, n.Running
+			}
 		}
 	}
-	return rows, len(rows) == 0
+	served := map[string]bool{}
+	for k := range rows {
+		served[k.pchan] = true
+	}
+	for p := range waits {
+		if !served[string(p)] {
+			row("", string(p))
+		}
+	}
+	out := make([]nodeRow, 0, len(rows))
+	for _, k := range slices.SortedFunc(maps.Keys(rows), func(a, b key) int {
+		// Pchannels that no node serves come last.
+		unserved := func(k key) int {
+			if k.node == "" {
+				return 1
+			}
+			return 0
+		}
+		return cmp.Or(cmp.Compare(unserved(a), unserved(b)), cmp.Compare(a.node, b.node), cmp.Compare(a.pchan, b.pchan))
+	}) {
+		nr := rows[k]
+		if w, ok := waits[message.PChannel(k.pchan)]; ok {
+			nr.Waiting, nr.OldestWaiting = w.n, r.now.Sub(w.oldest)
+		}
+		out = append(out, *nr)
+	}
+	return out, len(out) == 0
 }
 
 // ---- tasks
@@ -457,6 +548,10 @@ type taskData struct {
 	App       broadcast.Outcome
 	HasApp    bool
 	AppFailed bool
+	// Timeline draws the task's recorded times ("" if none were kept).
+	Timeline template.HTML
+	// Kept is how many finished tasks keep their timeline.
+	Kept int
 }
 
 // copyRow is one target of a task, with its copy's role, its phase in a
@@ -525,7 +620,10 @@ func (c *Console) task(r *request) (view, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := taskData{T: t, Retention: c.cfg.Tombstone.MaxLifetime, Age: r.now.Sub(t.CreatedAt)}
+	d := taskData{T: t, Retention: c.cfg.Tombstone.MaxLifetime, Age: r.now.Sub(t.CreatedAt), Kept: broadcast.MaxTimelines}
+	if t.HasTimeline {
+		d.Timeline = timelineSVG(t, r.now)
+	}
 	if c.cfg.ApplicationOutcome != nil && t.Outcome.Status != 0 {
 		if o, ok := c.cfg.ApplicationOutcome(r.Context(), r.b, t); ok {
 			d.App, d.HasApp, d.AppFailed = o, true, o.Status == broadcast.Failed

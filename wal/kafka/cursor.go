@@ -77,7 +77,7 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 			// created again, and this client never reads it again.
 			return 0, nil, fmt.Errorf("wal/kafka: read of %s: %w: %w", c.p, wal.ErrLogReplaced, ferr)
 		default:
-			return 0, nil, fmt.Errorf("wal/kafka: read of %s: %w", c.p, ferr)
+			return 0, nil, fmt.Errorf("wal/kafka: read of %s: %w", c.p, c.l.reach.why(ferr))
 		}
 	}
 }

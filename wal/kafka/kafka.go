@@ -197,6 +197,8 @@ type Log struct {
 	// recreate is what Append needs to create a vanished topic again
 	// (Config.Recreate), nil without it.
 	recreate *recreator
+	// reach knows which brokers the clients cannot connect to, and why.
+	reach *reach
 }
 
 // recreator creates vanished topics again for Append.
@@ -232,9 +234,10 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 
 	// The log's invariants come last so that ClientOptions cannot
 	// override them.
+	rc := newReach()
 	base := append([]kgo.Opt{kgo.ProducerLinger(0), kgo.RecordDeliveryTimeout(defaultDeliveryTimeout)},
 		cfg.ClientOptions...)
-	base = append(base, kgo.SeedBrokers(cfg.Brokers...))
+	base = append(base, kgo.SeedBrokers(cfg.Brokers...), kgo.WithHooks(rc))
 	popts := append(slices.Clip(base),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchMaxBytes(batchMax),
@@ -249,9 +252,9 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 	}
 	if err := ensureTopics(ctx, cl, topicList(topics), cfg.ReplicationFactor, cfg.TopicConfigs, batchMax, cfg.Existing); err != nil {
 		cl.Close()
-		return nil, err
+		return nil, rc.why(err)
 	}
-	l := &Log{cl: cl, topics: topics, maxEntry: maxEntry, copts: slices.Clip(base), cursors: make(map[*cursor]struct{})}
+	l := &Log{cl: cl, topics: topics, maxEntry: maxEntry, copts: slices.Clip(base), cursors: make(map[*cursor]struct{}), reach: rc}
 	if cfg.Recreate {
 		l.recreate = &recreator{rf: cfg.ReplicationFactor, configs: cfg.TopicConfigs, batchMax: batchMax, notify: cfg.OnRecreated}
 	}
@@ -392,7 +395,7 @@ wait:
 			case err = <-done:
 				break wait
 			default:
-				return 0, fmt.Errorf("wal/kafka: append to %s: %w (the entry may still be written)", p, ctx.Err())
+				return 0, fmt.Errorf("wal/kafka: append to %s: %w (the entry may still be written)", p, l.reach.why(ctx.Err()))
 			}
 		}
 	}
@@ -406,7 +409,7 @@ wait:
 			}
 			return 0, fmt.Errorf("%w: wal/kafka: append to %s: the topic %s had vanished or was recreated, and is used again: %w", wal.ErrNotApplied, p, topic, err)
 		}
-		return 0, appendError(p, err)
+		return 0, appendError(p, l.reach.why(err))
 	}
 	return uint64(rec.Offset), nil
 }
@@ -469,7 +472,7 @@ func (l *Log) Identity(ctx context.Context, p message.PChannel) (string, error) 
 	req.AllowAutoTopicCreation = false
 	resp, err := req.RequestWith(ctx, l.cl)
 	if err != nil {
-		return "", fmt.Errorf("wal/kafka: metadata of %s: %w", topic, err)
+		return "", fmt.Errorf("wal/kafka: metadata of %s: %w", topic, l.reach.why(err))
 	}
 	for _, t := range resp.Topics {
 		if t.Topic == nil || *t.Topic != topic {
@@ -581,7 +584,7 @@ func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, l.cl)
 	if err != nil {
-		return 0, fmt.Errorf("wal/kafka: end of %s: %w", topic, err)
+		return 0, fmt.Errorf("wal/kafka: end of %s: %w", topic, l.reach.why(err))
 	}
 	if len(resp.Topics) == 1 && len(resp.Topics[0].Partitions) == 1 {
 		part := resp.Topics[0].Partitions[0]

@@ -240,6 +240,7 @@ func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint, extra []byte) {
 		cp = copy.appendCP // still zero if the append has not returned: copiesAppended fills it in
 	}
 	copy.acked, copy.ackCP, copy.extra = true, cp, extra
+	copy.ackedAt = c.now.UnixNano()
 	t.nacked++
 	c.answerAckWaits(t)
 	if t.replicated {

@@ -377,6 +377,7 @@ func (c *Core) copiesAppended(r *appendReq, cps []wal.Checkpoint) {
 		}
 		cp.appended = true
 		cp.appendCP = cps[j]
+		cp.appendedAt = c.now.UnixNano()
 		if cp.acked && cp.ackCP == (wal.Checkpoint{}) {
 			cp.ackCP = cps[j]
 		}

@@ -34,10 +34,12 @@ type Core struct {
 	out []Action
 	seq uint64 // ids of writes, appends, ack-once runs and scans
 
-	tasks   map[uint64]*task
-	handles map[HandleID]*handle
-	locks   resource.Table
-	index   scopeIndex // first owner wins (R7.3)
+	tasks map[uint64]*task
+	// timelines are the timelines of the tasks that finished last.
+	timelines timelines
+	handles   map[HandleID]*handle
+	locks     resource.Table
+	index     scopeIndex // first owner wins (R7.3)
 	// recovering is the recovery under way (nil once recovered): the
 	// index finds the tombstones it gathered there.
 	recovering *recovery

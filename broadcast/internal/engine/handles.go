@@ -26,6 +26,9 @@ type handle struct {
 	lock    *resource.Request
 	need    Role
 	granted bool
+	// lockAsked and lockGranted bound the wait for the lock (unix
+	// nanoseconds), for the task's timeline.
+	lockAsked, lockGranted int64
 	// busy is set while the handle's Follow write is in flight, or its
 	// Submit waits for an id: Close then does nothing.
 	busy bool
@@ -124,6 +127,7 @@ func (c *Core) lock(e Lock) {
 	}
 	r.Ref = h // labelled by LockOwner
 	h.lock, h.need, h.to = r, e.Need, e.To
+	h.lockAsked = c.now.UnixNano()
 	if e.Try {
 		if err := c.locks.TryAcquire(r); err != nil {
 			h.lock = nil
@@ -161,6 +165,7 @@ func (c *Core) granted(h *handle) {
 		return
 	}
 	h.granted = true
+	h.lockGranted = c.now.UnixNano()
 	c.reply(to, Reply{Granted: true})
 }
 
@@ -360,6 +365,7 @@ func (c *Core) create(h *handle, e Submit) {
 	}
 	t.lock = h.lock
 	t.lock.Ref = t // labelled by LockOwner
+	t.lockAsked, t.lockGranted = h.lockAsked, h.lockGranted
 	h.lock = nil
 	delete(c.handles, h.id)
 	c.tasks[t.id] = t
@@ -390,6 +396,7 @@ func pendingWritten(c *Core, w *writeOp, d Decision, err error) {
 	t := w.task
 	switch d {
 	case Done:
+		t.persisted = c.now.UnixNano()
 		c.move(t, OnPersisted, t.afterPersist())
 	case Abort:
 		c.abort(t, fmt.Errorf("%w: persist: %w", ErrTaskNotCreated, err))

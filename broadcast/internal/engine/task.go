@@ -108,6 +108,10 @@ type task struct {
 	key           string                              // TaskKey, once a record was written: see RecordSpec.Key
 	completed     time.Time
 	completeWaits []Target
+	// lockAsked and lockGranted bound the wait for the issuance locks,
+	// persisted is when the PENDING record was durable (unix nanoseconds,
+	// 0 if not seen here): the timeline (R9.9).
+	lockAsked, lockGranted, persisted int64
 
 	appendAttempts int
 	appendErr      string
@@ -142,6 +146,9 @@ type copyState struct {
 	fastBack       *backoff.ExponentialBackOff
 	// extra is what the consumer returned with its ack (R13.12).
 	extra []byte
+	// appendedAt and ackedAt are when the append returned and the ack
+	// came (unix nanoseconds, 0 if not seen here): the timeline (R9.9).
+	appendedAt, ackedAt int64
 }
 
 // ackWait is a WaitAcked request: the copies it waits for.
