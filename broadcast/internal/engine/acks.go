@@ -126,7 +126,7 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	t.class = c.cfg.ClassOf(m.Type)
 	c.tasks[t.id] = t
 	if !c.cfg.Mutation.Is(mutate.ForgetReplicatedIndex) {
-		c.indexTask(t)
+		c.idem.register(t.scope, t.id, t.replicated)
 	}
 	c.ids.observe(t.id)
 	if m.Group != nil {

@@ -37,11 +37,10 @@ type Core struct {
 	tasks   map[uint64]*task
 	handles map[HandleID]*handle
 	locks   resource.Table
-	index   scopeIndex // first owner wins (R7.3)
+	idem    idemIndex // first owner wins (R7.3), admission slots
 	// recovering is the recovery under way (nil once recovered): the
 	// index finds the tombstones it gathered there.
 	recovering *recovery
-	admits     map[Scope]*admission
 	// groups are the open groups by id; owners maps an owner key to its
 	// group (R13.1, R13.7).
 	groups map[uint64]*group
@@ -144,13 +143,13 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	c := &Core{
 		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
-		index: newScopeIndex(cfg.IndexScopeBits, 0), admits: make(map[Scope]*admission),
 		groups: make(map[uint64]*group), owners: make(map[string]uint64), endedOwners: make(map[string]uint64),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
 		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
+	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
 	c.sched.init()
 	c.tombs.init(cfg.Classes)
 	if err := c.recover(snap); err != nil {
@@ -554,9 +553,9 @@ func (c *Core) stop(err error) {
 			h.to = nil
 		}
 	}
-	scopes := slices.SortedFunc(maps.Keys(c.admits), func(a, b Scope) int { return bytes.Compare(a[:], b[:]) })
+	scopes := slices.SortedFunc(maps.Keys(c.idem.admits), func(a, b Scope) int { return bytes.Compare(a[:], b[:]) })
 	for _, sc := range scopes {
-		a := c.admits[sc]
+		a := c.idem.admits[sc]
 		for _, r := range a.waiters {
 			c.reply(r.To, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
 		}

@@ -341,7 +341,7 @@ func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
 	if err != nil || er.Msg.Group == nil || er.Msg.Group.Kind != kind {
 		return nil
 	}
-	return c.tombOriginal(end)
+	return c.tombs.original(end)
 }
 
 // joinEnd makes to wait for the group's end.

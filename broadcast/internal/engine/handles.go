@@ -60,7 +60,7 @@ func (c *Core) handle(id HandleID) *handle {
 func (c *Core) resolve(e Resolve) {
 	if o := c.original(e.Scope); o != nil {
 		if e.Digest != nil {
-			if have := c.requestDigestOf(o); have != nil && !bytes.Equal(have, e.Digest) {
+			if have := o.requestDigest(); have != nil && !bytes.Equal(have, e.Digest) {
 				c.reply(e.To, Reply{Err: c.reused(e.Key)})
 				return
 			}
@@ -68,8 +68,7 @@ func (c *Core) resolve(e Resolve) {
 		c.reply(e.To, Reply{Original: o})
 		return
 	}
-	if a := c.admits[e.Scope]; a != nil && a.owner != e.Handle {
-		a.waiters = append(a.waiters, e)
+	if c.idem.queue(e.Scope, e) {
 		return
 	}
 	// A new key: the length limit applies to new keys only, so lowering it
@@ -81,9 +80,7 @@ func (c *Core) resolve(e Resolve) {
 		}
 	}
 	h := c.handle(e.Handle)
-	a := &admission{owner: e.Handle}
-	c.admits[e.Scope] = a
-	h.adm, h.scope = a, e.Scope
+	h.adm, h.scope = c.idem.admit(e.Scope, e.Handle), e.Scope
 	c.reply(e.To, Reply{Admitted: true})
 }
 
@@ -96,14 +93,8 @@ func (c *Core) reused(k message.IdempotencyKey) error {
 // again.
 func (c *Core) releaseAdmission(h *handle) {
 	a := h.adm
-	if a == nil {
-		return
-	}
 	h.adm = nil
-	if c.admits[h.scope] == a {
-		delete(c.admits, h.scope)
-	}
-	for _, r := range a.waiters {
+	for _, r := range c.idem.release(h.scope, a) {
 		c.resolve(r)
 	}
 }
@@ -184,14 +175,7 @@ func (c *Core) closeHandle(id HandleID) {
 	if c.cfg.Mutation.Is(mutate.WaiterNotWithdrawn) {
 		return
 	}
-	for _, a := range c.admits {
-		for i, r := range a.waiters {
-			if r.Handle == id {
-				a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
-				break
-			}
-		}
-	}
+	c.idem.forget(id)
 }
 
 // dropHandle releases everything a handle holds.
@@ -363,7 +347,7 @@ func (c *Core) create(h *handle, e Submit) {
 	h.lock = nil
 	delete(c.handles, h.id)
 	c.tasks[t.id] = t
-	c.indexTask(t)
+	c.idem.register(t.scope, t.id, t.replicated)
 	// The requests waiting for the scope's slot resolve again now that
 	// the task is indexed: they get it as their original (R7.3), never the
 	// slot of a scope that has one.
@@ -411,7 +395,7 @@ func pendingFailed(_ *Core, w *writeOp, err error) {
 func (c *Core) abort(t *task, err error) {
 	c.move(t, OnNotCreated, Aborted)
 	delete(c.tasks, t.id)
-	c.indexDel(t.scope, t.id)
+	c.idem.del(t.scope, t.id)
 	c.stats.Broadcasts--
 	if t.lock != nil && !c.cfg.Mutation.Is(mutate.AbortKeepsKeys) {
 		c.grantedAll(c.locks.Release(t.lock))
@@ -445,7 +429,7 @@ func (c *Core) wait(e Wait) {
 		return
 	}
 	if tb, ok := c.tombs.get(e.ID); ok {
-		c.reply(e.To, Reply{Original: c.tombOriginal(tb)})
+		c.reply(e.To, Reply{Original: c.tombs.original(tb)})
 		return
 	}
 	c.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d is no longer remembered", ErrNotFound, e.ID)})

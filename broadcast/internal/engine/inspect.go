@@ -55,7 +55,7 @@ func (c *Core) view(t *task) TaskView {
 		AppendAttempts: t.appendAttempts, AppendError: t.appendErr, Attempts: t.attempts, LastError: t.lastErr,
 		LastAttemptAt: t.lastAt, NextAttemptAt: t.nextAt, CallbackStarted: t.attempts > 0, History: slices.Clone(t.history),
 		Running: t.stage == Calling, Outcome: t.outcome, Commits: t.commits,
-		Window: c.window(t.class, t.id, t.created, time.Time{})}
+		Window: c.tombs.window(t.class, t.id, t.created, time.Time{})}
 	for i, vc := range t.msg.Broadcast.VChannels {
 		cp := t.copies[i]
 		v.Copies = append(v.Copies, CopyView{VChannel: vc, Appended: cp.appended, Acked: cp.acked, Checkpoint: cp.ackCP, Extra: cp.extra})
@@ -70,7 +70,7 @@ func (c *Core) TaskByID(id uint64) (live *TaskView, record string, window Window
 		return &v, "", Window{}, true
 	}
 	if tb, found := c.tombs.get(id); found {
-		o := c.tombOriginal(tb)
+		o := c.tombs.original(tb)
 		return nil, tb.raw(), o.Window, true
 	}
 	return nil, "", Window{}, false
@@ -279,10 +279,7 @@ type Outstanding struct {
 
 // Outstanding returns what requests hold or wait for in the core.
 func (c *Core) Outstanding() Outstanding {
-	o := Outstanding{Admissions: len(c.admits), Handles: len(c.handles)}
-	for _, a := range c.admits {
-		o.Resolving += len(a.waiters)
-	}
+	o := Outstanding{Admissions: len(c.idem.admits), Handles: len(c.handles), Resolving: c.idem.waiting()}
 	for _, t := range c.tasks {
 		o.TaskWaiters += len(t.waiters) + len(t.completeWaits) + len(t.ackWaiters) + len(t.ackWaits)
 		for i := range t.copies {
@@ -306,7 +303,7 @@ func (c *Core) Requests() []RequestView {
 		}
 		out = append(out, v)
 	}
-	for sc, a := range c.admits {
+	for sc, a := range c.idem.admits {
 		for _, r := range a.waiters {
 			out = append(out, RequestView{Handle: r.Handle, Scope: sc, Resolving: true})
 		}

@@ -136,8 +136,8 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 			keyed++
 		}
 	}
-	if c.index.len() == 0 && keyed > 0 {
-		c.index = newScopeIndex(c.cfg.IndexScopeBits, keyed)
+	if keyed > 0 {
+		c.idem.reserve(keyed)
 	}
 	for i, r := range s.Tasks {
 		rec := recs[i]
@@ -159,11 +159,7 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 					c.endedOwners[k] = r.ID
 				}
 			}
-			if tb.replicated() {
-				c.indexReplicated(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
-			} else {
-				c.indexScope(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
-			}
+			c.idem.register(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID, tb.replicated())
 			c.obs.TaskState(rec.Msg.Type, 0, Tombstone)
 			continue
 		}
@@ -220,7 +216,7 @@ func (c *Core) recoverTask(rec *Record, cls int) (*task, error) {
 		t.lock = r
 	}
 	c.tasks[t.id] = t
-	c.indexTask(t)
+	c.idem.register(t.scope, t.id, t.replicated)
 	c.obs.TaskState(t.msg.Type, 0, rec.State)
 	return t, nil
 }

@@ -342,7 +342,7 @@ func (c *Core) finish(t *task, raw []byte) {
 	}
 	res := &Result{ID: t.id, Msg: t.msg, Appends: t.results(), Extras: t.extras(), Outcome: t.outcome}
 	if t.scope != (Scope{}) {
-		w := c.window(t.class, t.id, t.created, t.completed)
+		w := c.tombs.window(t.class, t.id, t.created, t.completed)
 		res.Window = &w
 	}
 	for _, to := range t.waiters {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/walcast/walcast/broadcast/internal/mutate"
@@ -362,7 +363,7 @@ func (c *Core) runGC(all bool) {
 	if c.cfg.Mutation.Is(mutate.RetireBeforeDelete) {
 		for _, v := range victims {
 			if v.ok {
-				c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
+				c.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
 			}
 		}
 	}
@@ -411,7 +412,7 @@ func (c *Core) forget(vs []victim) {
 			c.tombs.dropOldest(v.cl, 1)
 		}
 		if v.ok {
-			c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
+			c.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
 			if k := v.id.OwnerKey; k != "" && c.endedOwners[k] == v.tb.id {
 				delete(c.endedOwners, k)
 			}
@@ -438,4 +439,28 @@ func (c *Core) forget(vs []victim) {
 				"class", cl.cfg.Name, "count", cn.early)
 		}
 	}
+}
+
+// original is tombstone tb as a duplicate of its broadcast sees it.
+func (ts *tombstones) original(tb tomb) *Original {
+	return &Original{ID: tb.id, Record: tb.raw(), Window: ts.window(tb.class(), tb.id, time.Unix(0, tb.created()), time.Unix(0, tb.completed))}
+}
+
+// window computes the idempotency window of original id of retention
+// class class (R7.7): open while it runs, then until its tombstone may be
+// collected.
+func (ts *tombstones) window(class int, id uint64, created, completed time.Time) Window {
+	cl := ts.classes[class]
+	w := Window{FirstSeen: created, CountHeadroom: -1, Class: cl.cfg.Name, ClassEarlyEvicted: ts.early[class]}
+	if completed.IsZero() {
+		return w
+	}
+	w.CompletedAt = completed
+	if ts.isHeld(id) {
+		// An open group's member: kept until the group ends (R13.3).
+		return w
+	}
+	w.ExpiresLatest = completed.Add(cl.cfg.MaxLifetime)
+	w.CountHeadroom = ts.headroom(id)
+	return w
 }
