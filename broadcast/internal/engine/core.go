@@ -60,10 +60,7 @@ type Core struct {
 	// promotesOld marks positions recovered in the first record format.
 	promotesOld map[uint64]bool
 
-	lanes    map[message.PChannel]*lane
-	laneList []*lane // lanes in creation order, for fair starts
-	inflight int     // appends in flight
-	batches  map[uint64]*batch
+	lanes    appendLanes
 	writes   map[uint64]*writeOp
 	ackOnces map[uint64]ackOnceRef
 	scans    map[uint64]*scanOp
@@ -145,11 +142,12 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
 		groups: make(map[uint64]*group), owners: make(map[string]uint64), endedOwners: make(map[string]uint64),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
-		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
 		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
 	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
+	c.lanes = newAppendLanes(cfg)
+	c.lanes.nextID, c.lanes.emit, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, c.emit, &c.stats, c.after, c.newBackoff
 	c.sched.init()
 	c.tombs.init(cfg.Classes)
 	if err := c.recover(snap); err != nil {
