@@ -413,8 +413,15 @@ type writeDone func(c *Core, w *writeOp, d Decision, err error)
 // write issues a catalog write. A task has at most one write in flight or
 // waiting to be retried (so that no REPLICATED record can land after its
 // TOMBSTONE, R5.3); a second one waits for the first to end.
-func (c *Core) write(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, done writeDone) *writeOp {
-	w := &writeOp{kind: kind, task: t, rec: rec, ops: ops, done: done}
+func (c *Core) write(kind WriteKind, t *task, rw *recordWrite, ops []catalog.Op, done writeDone) *writeOp {
+	var w *writeOp
+	var rec *RecordSpec
+	if rw != nil {
+		w, rec = &rw.w, &rw.spec
+	} else {
+		w = &writeOp{}
+	}
+	w.kind, w.task, w.rec, w.ops, w.done = kind, t, rec, ops, done
 	if rec != nil && t != nil {
 		if t.key == "" {
 			t.key = TaskKey(c.cfg.Prefix, t.id)

@@ -32,6 +32,10 @@ type handle struct {
 	// withdrawn says the caller of the busy handle's Submit gave up
 	// (Withdraw): the Submit goes on unanswered.
 	withdrawn bool
+	// req is the room for the handle's first lock request (reqUsed once
+	// taken): a handle usually asks for its locks once.
+	req     resource.Request
+	reqUsed bool
 }
 
 // LockOwner labels the handle's lock request ("handle 7"), when the lock
@@ -107,7 +111,15 @@ func (c *Core) lock(e Lock) {
 		c.reply(e.To, Reply{Err: err})
 		return
 	}
-	r, err := c.locks.NewRequest(e.Keys)
+	var r *resource.Request
+	var err error
+	if !h.reqUsed && h.lock == nil {
+		// The handle's one lock request, in the handle's allocation.
+		h.reqUsed = true
+		r, err = &h.req, c.locks.InitRequest(&h.req, e.Keys)
+	} else {
+		r, err = c.locks.NewRequest(e.Keys)
+	}
 	if err != nil {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
