@@ -116,7 +116,7 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 		return nil, fmt.Errorf("%w: replicated broadcast %d: %w", ErrInvalidArgument, m.Broadcast.ID, err)
 	}
 	if m.Group != nil {
-		if err := c.replicatedGroupError(m); err != nil {
+		if err := c.groups.replicatedError(m); err != nil {
 			return nil, err
 		}
 	}
@@ -130,7 +130,7 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	}
 	c.ids.observe(t.id)
 	if m.Group != nil {
-		c.groupOf(t)
+		c.groups.groupOf(t)
 	}
 	c.obs.TaskState(m.Type, 0, Replicated)
 	c.move(t, OnReplicatedAck, Collecting)

@@ -41,19 +41,13 @@ type Core struct {
 	// recovering is the recovery under way (nil once recovered): the
 	// index finds the tombstones it gathered there.
 	recovering *recovery
-	// groups are the open groups by id; owners maps an owner key to its
-	// group (R13.1, R13.7).
-	groups map[uint64]*group
-	owners map[string]uint64
-	// endedOwners maps an owner key to the group that last held it, once
-	// ended, while its tombstones are remembered: a retried end is answered
-	// by the end's result (R13.3, R13.8).
-	endedOwners map[string]uint64
-	sched       scheduler
-	tombs       tombstones
-	ids         ids
-	roles       roles
-	prom        *promoter
+	// groups are the open groups and their owner keys (R13.1, R13.7).
+	groups groupTable
+	sched  scheduler
+	tombs  tombstones
+	ids    ids
+	roles  roles
+	prom   *promoter
 	// promotes holds, per force promote, the positions its copies landed
 	// at (recovered, or recorded by this run).
 	promotes map[uint64]map[message.VChannel]uint64
@@ -140,7 +134,7 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	c := &Core{
 		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
-		groups: make(map[uint64]*group), owners: make(map[string]uint64), endedOwners: make(map[string]uint64),
+		groups:   newGroupTable(cfg.MaxGroupMembers),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
 	}

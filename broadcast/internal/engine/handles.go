@@ -245,7 +245,7 @@ func (c *Core) submit(e Submit) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a group member needs its group's id", ErrInvalidArgument)})
 		return
 	}
-	if err := c.checkBegin(e.Msg); err != nil {
+	if err := c.groups.checkBegin(e.Msg); err != nil {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: err})
 		return
@@ -282,7 +282,7 @@ func (c *Core) allocated(h *handle, e *Submit, id uint64, err error) {
 	if err != nil {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: err})
-		if g := c.groups[e.Group]; g != nil && e.Group != 0 {
+		if g := c.groups.open[e.Group]; g != nil && e.Group != 0 {
 			c.memberFailed(g)
 		}
 		return
@@ -305,7 +305,7 @@ func (c *Core) create(h *handle, e Submit) {
 	t.class = c.cfg.ClassOf(e.Msg.Type)
 	var g *group
 	if e.Group != 0 {
-		g = c.groups[e.Group]
+		g = c.groups.open[e.Group]
 	}
 	refuse := func(r Reply) {
 		c.dropHandle(h)
@@ -323,13 +323,13 @@ func (c *Core) create(h *handle, e Submit) {
 		return
 	}
 	if t.promote {
-		if gaps := c.groupGaps(); len(gaps) > 0 {
+		if gaps := c.groups.gaps(); len(gaps) > 0 {
 			// A group missing a member cannot be finished in order (R13.5).
 			refuse(Reply{Err: fmt.Errorf("%w: cannot promote while a group misses a member: %s", ErrFailedPrecondition, strings.Join(gaps, "; "))})
 			return
 		}
 	}
-	if err := c.checkBegin(e.Msg); err != nil {
+	if err := c.groups.checkBegin(e.Msg); err != nil {
 		refuse(Reply{Err: err})
 		return
 	}
@@ -352,7 +352,7 @@ func (c *Core) create(h *handle, e Submit) {
 	case t.gkind == message.GroupBegin:
 		e.Msg.Group.ID = t.id
 		t.bytes = appendGroupHeader(t.bytes, t.id, 0)
-		c.openGroup(t)
+		c.groups.openGroup(t)
 	}
 	t.lock = h.lock
 	t.lock.Ref = t // labelled by LockOwner

@@ -174,16 +174,16 @@ type MemberView struct {
 
 // Groups returns every open group, in id order.
 func (c *Core) Groups() []GroupView {
-	out := make([]GroupView, 0, len(c.groups))
-	for _, id := range sortedKeys(c.groups) {
-		out = append(out, c.groupView(c.groups[id]))
+	out := make([]GroupView, 0, len(c.groups.open))
+	for _, id := range sortedKeys(c.groups.open) {
+		out = append(out, c.groupView(c.groups.open[id]))
 	}
 	return out
 }
 
 // Group returns open group id's view.
 func (c *Core) Group(id uint64) (GroupView, bool) {
-	g := c.groups[id]
+	g := c.groups.open[id]
 	if g == nil {
 		return GroupView{}, false
 	}
@@ -191,11 +191,11 @@ func (c *Core) Group(id uint64) (GroupView, bool) {
 }
 
 // OwnerGroup returns the id of the group that owns key, 0 if none.
-func (c *Core) OwnerGroup(key string) uint64 { return c.owners[key] }
+func (c *Core) OwnerGroup(key string) uint64 { return c.groups.owners[key] }
 
 // EndedOwner returns the id of the ended group that last owned key, while
 // its tombstones are remembered; 0 if none.
-func (c *Core) EndedOwner(key string) uint64 { return c.endedOwners[key] }
+func (c *Core) EndedOwner(key string) uint64 { return c.groups.endedOwners[key] }
 
 // EndedGroup reports whether id is a group that has ended (its Begin's
 // tombstone, released, is still remembered), and its owner key ("" for a

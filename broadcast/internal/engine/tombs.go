@@ -413,8 +413,8 @@ func (c *Core) forget(vs []victim) {
 		}
 		if v.ok {
 			c.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
-			if k := v.id.OwnerKey; k != "" && c.endedOwners[k] == v.tb.id {
-				delete(c.endedOwners, k)
+			if k := v.id.OwnerKey; k != "" && c.groups.endedOwners[k] == v.tb.id {
+				delete(c.groups.endedOwners, k)
 			}
 			c.obs.TaskState(v.id.Type, Tombstone, 0)
 		}

@@ -48,7 +48,7 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 			return nil
 		}
 		h.to, h.withdrawn = nil, true
-		for _, g := range c.groups {
+		for _, g := range c.groups.open {
 			for i := range g.queue {
 				if g.queue[i].h == h {
 					g.queue[i].e.To = nil
