@@ -41,7 +41,8 @@
 //   - recovery: recover.go; reads for introspection: inspect.go;
 //   - the durable record format: records.go.
 //
-// The parts that own their rules (idemIndex, appendLanes, groupTable) are
+// The parts that own their rules (idemIndex, appendLanes, groupTable, the
+// tombstones' GC victims) are
 // tested alone by the scripts in testdata, in the format of etcd raft's
 // data-driven tests (script_test.go reads them; -rewrite writes the
 // outputs back).

@@ -279,21 +279,20 @@ type victim struct {
 	ok bool
 }
 
-// runGC deletes tombstones that are due; unless all is set, count-evictions
-// wait until a batch is due.
-func (c *Core) runGC(all bool) {
-	if c.gc.writing || c.ids.keyBusy {
-		c.gc.again, c.gc.againAll = true, c.gc.againAll || all
-		return
-	}
-	maxOps := c.cfg.Limits.MaxOps
-	cutoff := c.now.UnixNano()
+// victims selects the tombstones a GC run at time cutoff deletes, in one
+// transaction of at most maxOps ops (two kept for the collected set and the
+// id floor): per class, the oldest beyond MaxCount (early: before their
+// MaxLifetime, R6.4) and those past MaxLifetime (R6.1), a group's
+// tombstones together (R13.3). Unless all is set, a class with fewer than
+// a batch beyond MaxCount waits, unless one of those is aged. bug plants a
+// known bug (mutate.EarlyCollect, mutate.CountEvictsNewest).
+func (ts *tombstones) victims(cutoff int64, maxOps int, all bool, bug mutate.Bug) []victim {
 	var victims []victim
 	room := func() int { return maxOps - len(victims) - 2 }
-	for _, cl := range c.tombs.classes {
+	for _, cl := range ts.classes {
 		live := cl.live()
 		age := cutoff - int64(cl.cfg.MaxLifetime)
-		if c.cfg.Mutation.Is(mutate.EarlyCollect) {
+		if bug.Is(mutate.EarlyCollect) {
 			age = cutoff - int64(cl.cfg.MaxLifetime/2)
 		}
 		minBatch := max(1, min(gcBatch, maxOps, cl.cfg.MaxCount/16))
@@ -320,11 +319,11 @@ func (c *Core) runGC(all bool) {
 				break
 			}
 			run := cl.order[i : i+n]
-			if c.cfg.Mutation.Is(mutate.CountEvictsNewest) && !byAge && n == 1 && tb.run == 0 {
+			if bug.Is(mutate.CountEvictsNewest) && !byAge && n == 1 && tb.run == 0 {
 				run = cl.order[len(cl.order)-1-(i-cl.head):][:1]
 			}
 			for _, x := range run {
-				v := victim{cl: cl, tb: x, early: !byAge && !c.cfg.Mutation.Is(mutate.EarlyCollect)}
+				v := victim{cl: cl, tb: x, early: !byAge && !bug.Is(mutate.EarlyCollect)}
 				if id, err := recordIdentity(rawBytes(x.raw())); err == nil {
 					v.id, v.ok = id, true
 				}
@@ -333,6 +332,17 @@ func (c *Core) runGC(all bool) {
 			i += n
 		}
 	}
+	return victims
+}
+
+// runGC deletes tombstones that are due; unless all is set, count-evictions
+// wait until a batch is due.
+func (c *Core) runGC(all bool) {
+	if c.gc.writing || c.ids.keyBusy {
+		c.gc.again, c.gc.againAll = true, c.gc.againAll || all
+		return
+	}
+	victims := c.tombs.victims(c.now.UnixNano(), c.cfg.Limits.MaxOps, all, c.cfg.Mutation)
 	if len(victims) == 0 {
 		return
 	}
