@@ -277,12 +277,30 @@ func (m *Message) Stamp(id uint64, control VChannel, keys []resource.Key) (*Mess
 	if err := checkTargets(m.Broadcast.VChannels); err != nil {
 		return nil, err
 	}
-	s := m.Clone()
+	var s *Message
+	vs := m.Broadcast.VChannels
+	if len(vs) < len(stamped{}.vcs) && len(keys) <= len(stamped{}.keys) {
+		b := new(stamped)
+		s = &b.m
+		m.cloneInto(s, append(b.vcs[:0], vs...))
+		if keys != nil {
+			s.Broadcast.ResourceKeys = append(b.keys[:0], keys...)
+		} else {
+			s.Broadcast.ResourceKeys = nil
+		}
+	} else {
+		s = new(Message)
+		m.cloneInto(s, append(make([]VChannel, 0, len(vs)+1), vs...)) // room for the control channel
+		s.Broadcast.ResourceKeys = slices.Clone(keys)
+	}
 	s.Broadcast.ID = id
 	if !slices.Contains(s.Broadcast.VChannels, control) {
 		s.Broadcast.VChannels = append(s.Broadcast.VChannels, control)
 	}
-	s.Broadcast.ResourceKeys = slices.Clone(keys)
+	// An append to the stamped message's slices never writes into room
+	// they share.
+	s.Broadcast.VChannels = slices.Clip(s.Broadcast.VChannels)
+	s.Broadcast.ResourceKeys = slices.Clip(s.Broadcast.ResourceKeys)
 	return s, nil
 }
 
@@ -314,10 +332,25 @@ func (m *Message) Index(v VChannel) int { return slices.Index(m.Broadcast.VChann
 
 // Clone returns a deep copy of m.
 func (m *Message) Clone() *Message {
-	c := *m
+	c := new(Message)
+	m.cloneInto(c, slices.Clone(m.Broadcast.VChannels))
+	return c
+}
+
+// stamped is a stamped message with room for its targets and resource
+// keys: the usual broadcast's Stamp makes one allocation for the three.
+type stamped struct {
+	m    Message
+	vcs  [8]VChannel
+	keys [4]resource.Key
+}
+
+// cloneInto makes c a deep copy of m, with targets vcs (a copy of m's).
+func (m *Message) cloneInto(c *Message, vcs []VChannel) {
+	*c = *m
 	c.Payload = slices.Clone(m.Payload)
 	c.Properties = maps.Clone(m.Properties)
-	c.Broadcast.VChannels = slices.Clone(m.Broadcast.VChannels)
+	c.Broadcast.VChannels = vcs
 	c.Broadcast.ResourceKeys = slices.Clone(m.Broadcast.ResourceKeys)
 	c.Broadcast.AppendFirst = slices.Clone(m.Broadcast.AppendFirst)
 	if m.Broadcast.Copies != nil {
@@ -335,7 +368,6 @@ func (m *Message) Clone() *Message {
 		g := *m.Group
 		c.Group = &g
 	}
-	return &c
 }
 
 // WithoutReplicateHeader returns a copy of m without its replicate header, as

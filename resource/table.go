@@ -123,6 +123,11 @@ func (t *Table) NewRequest(keys []Key) (*Request, error) {
 	return r, nil
 }
 
+// InitRequest is NewRequest into r, a zero Request the caller owns (one it
+// embeds in a struct of its own, saving an allocation). r must not be used
+// by another request of any table.
+func (t *Table) InitRequest(r *Request, keys []Key) error { return t.initRequest(r, keys) }
+
 // initRequest fills r in; Locker embeds a Request in its guard to save an
 // allocation. It touches nothing of t, so it needs no lock.
 func (t *Table) initRequest(r *Request, keys []Key) error {

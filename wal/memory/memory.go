@@ -52,8 +52,11 @@ type plog struct {
 	dedup   map[string]uint64
 	// incarnation counts the times the log was recreated (Recreate).
 	incarnation int
-	// grown is closed and replaced whenever an entry is appended.
-	grown chan struct{}
+	// grown is closed and replaced when an entry is appended while a
+	// reader waits on it (watched): an append nobody waits for makes no
+	// channel.
+	grown   chan struct{}
+	watched bool
 }
 
 var (
@@ -168,8 +171,10 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 			c.dedup[dedupID] = off
 		}
 		l.appends++
-		close(c.grown)
-		c.grown = make(chan struct{})
+		if c.watched {
+			close(c.grown)
+			c.grown, c.watched = make(chan struct{}), false
+		}
 	}
 	l.mu.Unlock()
 	if f.LoseAnswer {
@@ -285,6 +290,7 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 			return off, data, nil
 		}
 		grown := pl.grown
+		pl.watched = true
 		c.l.mu.Unlock()
 		select {
 		case <-grown:

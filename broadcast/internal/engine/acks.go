@@ -116,7 +116,7 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 		return nil, fmt.Errorf("%w: replicated broadcast %d: %w", ErrInvalidArgument, m.Broadcast.ID, err)
 	}
 	if m.Group != nil {
-		if err := c.replicatedGroupError(m); err != nil {
+		if err := c.groups.replicatedError(m); err != nil {
 			return nil, err
 		}
 	}
@@ -126,11 +126,11 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	t.class = c.cfg.ClassOf(m.Type)
 	c.tasks[t.id] = t
 	if !c.cfg.Mutation.Is(mutate.ForgetReplicatedIndex) {
-		c.indexTask(t)
+		c.idem.register(t.scope, t.id, t.replicated)
 	}
 	c.ids.observe(t.id)
 	if m.Group != nil {
-		c.groupOf(t)
+		c.groups.groupOf(t)
 	}
 	c.obs.TaskState(m.Type, 0, Replicated)
 	c.move(t, OnReplicatedAck, Collecting)

@@ -163,3 +163,16 @@ func (AckOnce) action()        {}
 func (Scan) action()           {}
 func (RoleChanged) action()    {}
 func (Fenced) action()         {}
+
+// requestDigest returns the original's request digest (R7.6), nil if it
+// has none or its record does not decode.
+func (o *Original) requestDigest() []byte {
+	if o.Live {
+		return o.Request
+	}
+	r, err := DecodeRecord(rawBytes(o.Record))
+	if err != nil {
+		return nil
+	}
+	return r.RequestDigest
+}

@@ -1,8 +1,10 @@
 package engine
 
 import (
-	"github.com/cenkalti/backoff/v5"
 	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
@@ -19,6 +21,44 @@ import (
 // exponential backoff: identical bytes let a deduplicating backend
 // recognise an append whose answer was lost. Only the failed lane waits;
 // the others go on. At most AppendConcurrency appends are in flight.
+//
+// appendLanes owns the lanes and those rules: what one entry carries, when
+// a lane may send, retries of the same entry. The core owns the tasks: it
+// queues their copies (queueCopies), says which queued copies are still
+// needed when a lane takes them (stillNeeded), and records where they
+// landed (copiesAppended).
+type appendLanes struct {
+	byName   map[message.PChannel]*lane
+	list     []*lane // lanes in creation order, for fair starts
+	inflight int     // appends in flight
+	batches  map[uint64]*batch
+	// spare are batches done with, for the next ones.
+	spare []*batch
+	// concurrency bounds appends in flight (AppendConcurrency); limit is
+	// the bound of new starts, one more with a planted bug
+	// (mutate.AppendBoundOffByOne).
+	concurrency, limit int
+	maxBytes           int // of the copies of one entry
+
+	// What the lanes use of their core: ids, the actions out, the counters,
+	// timers and the retry schedule.
+	nextID  func() uint64
+	emit    func(Action)
+	stats   *Stats
+	after   func(time.Duration, func()) *deadline
+	backoff func() *backoff.ExponentialBackOff
+}
+
+func newAppendLanes(cfg Config) appendLanes {
+	ls := appendLanes{
+		byName: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
+		concurrency: cfg.AppendConcurrency, limit: cfg.AppendConcurrency, maxBytes: cfg.MaxEntryBytes - 4096,
+	}
+	if cfg.Mutation.Is(mutate.AppendBoundOffByOne) {
+		ls.limit++
+	}
+	return ls
+}
 
 type lane struct {
 	name    message.PChannel
@@ -110,7 +150,13 @@ func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
 		bytes = t.wire
 	}
 	// Offsets of each lane's copies in idx and vs.
-	start := make([]int, len(names)+1)
+	var startBuf [9]int
+	var start []int
+	if len(names) < len(startBuf) {
+		start = startBuf[:len(names)+1]
+	} else {
+		start = make([]int, len(names)+1)
+	}
 	for _, k := range laneOfCopy {
 		if k >= 0 {
 			start[k+1]++
@@ -119,26 +165,43 @@ func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
 	for k := range names {
 		start[k+1] += start[k]
 	}
-	idx := make([]int, n)
-	vs := make([]message.VChannel, n)
-	fill := slices.Clone(start[:len(names)])
+	var (
+		idx  []int
+		vs   []message.VChannel
+		reqs []appendReq
+	)
+	if len(names) <= len(smallQueue{}.reqs) && n <= len(smallQueue{}.idx) {
+		q := new(smallQueue) // the usual broadcast's: one allocation
+		idx, vs, reqs = q.idx[:n], q.vs[:n], q.reqs[:len(names)]
+	} else {
+		idx, vs, reqs = make([]int, n), make([]message.VChannel, n), make([]appendReq, len(names))
+	}
+	var fillBuf [8]int
+	fill := append(fillBuf[:0], start[:len(names)]...)
 	for i, k := range laneOfCopy {
 		if k >= 0 {
 			idx[fill[k]], vs[fill[k]] = i, vcs[i]
 			fill[k]++
 		}
 	}
-	reqs := make([]appendReq, len(names))
 	for k, name := range names {
 		a, b := start[k], start[k+1]
 		r := &reqs[k]
 		*r = appendReq{t: t, idx: idx[a:b:b], item: wal.Item{Message: bytes, VChannels: vs[a:b:b]}, exclusive: t.info.ExclusiveAppend}
 		r.size = wal.EncodedSize(r.item)
-		l := c.laneOf(name)
+		l := c.lanes.lane(name)
 		l.queue = append(l.queue, r)
 	}
-	c.startLanes()
+	c.lanes.start(c.stillNeeded)
 	return true
+}
+
+// smallQueue holds the append requests of a broadcast of at most four
+// lanes and eight copies, with their indexes and vchannels.
+type smallQueue struct {
+	reqs [4]appendReq
+	idx  [8]int
+	vs   [8]message.VChannel
 }
 
 // laneIndex returns the index of lane name in names, adding it: a scan of
@@ -164,39 +227,48 @@ func laneIndex(name message.PChannel, names []message.PChannel, byName map[messa
 	return k, names, byName
 }
 
-func (c *Core) laneOf(name message.PChannel) *lane {
-	l := c.lanes[name]
+// lane returns lane name, made on first use.
+func (ls *appendLanes) lane(name message.PChannel) *lane {
+	l := ls.byName[name]
 	if l == nil {
 		l = &lane{name: name}
-		c.lanes[name] = l
-		c.laneList = append(c.laneList, l)
+		ls.byName[name] = l
+		ls.list = append(ls.list, l)
 	}
 	return l
 }
 
-// startLanes starts an append on every idle lane with queued copies, up to
-// the concurrency bound.
-func (c *Core) startLanes() {
-	for _, l := range c.laneList {
-		if c.inflight >= c.cfg.AppendConcurrency+c.appendSlack() {
+// start starts an append on every idle lane with queued copies, up to the
+// concurrency bound; needed drops the copies of a queued request that need
+// no append any more (the core's stillNeeded).
+func (ls *appendLanes) start(needed func(*appendReq) *appendReq) {
+	for _, l := range ls.list {
+		if ls.inflight >= ls.limit {
 			return
 		}
 		if b := l.batch; b != nil {
 			if !b.inFlight && !l.waiting {
-				c.sendBatch(b) // a retry that waited for a slot
+				ls.send(b) // a retry that waited for a slot
 			}
 			continue
 		}
 		if len(l.queue) == 0 {
 			continue
 		}
-		b := &batch{lane: l}
-		b.reqs = c.take(l, b.reqsBuf[:0])
+		var b *batch
+		if n := len(ls.spare); n > 0 {
+			b, ls.spare = ls.spare[n-1], ls.spare[:n-1]
+		} else {
+			b = &batch{}
+		}
+		b.lane = l
+		b.reqs = ls.take(l, b.reqsBuf[:0], needed)
 		if len(b.reqs) == 0 {
+			ls.recycle(b)
 			continue // every queued copy was acked meanwhile
 		}
 		l.batch = b
-		c.sendBatch(b)
+		ls.send(b)
 	}
 }
 
@@ -257,16 +329,16 @@ func (c *Core) unqueued(t *task) {
 
 // take removes the next batch from l's queue: as many queued copies as fit
 // one entry, an exclusive-append broadcast alone (R2.5), appended to out.
-func (c *Core) take(l *lane, out []*appendReq) []*appendReq {
+func (ls *appendLanes) take(l *lane, out []*appendReq, needed func(*appendReq) *appendReq) []*appendReq {
 	keep := l.queue[:0]
 	for _, r := range l.queue {
-		if r = c.stillNeeded(r); r != nil {
+		if r = needed(r); r != nil {
 			keep = append(keep, r)
 		}
 	}
 	clear(l.queue[len(keep):])
 	l.queue = keep
-	maxBytes := c.cfg.MaxEntryBytes - 4096
+	maxBytes := ls.maxBytes
 	n, size, copies := 0, 0, 0
 	for _, r := range l.queue {
 		if n > 0 && (r.exclusive || l.queue[0].exclusive || size+r.size > maxBytes || copies+len(r.idx) > maxCopiesPerAppend) {
@@ -283,52 +355,106 @@ func (c *Core) take(l *lane, out []*appendReq) []*appendReq {
 	return out
 }
 
-func (c *Core) sendBatch(b *batch) {
-	b.id = c.nextID()
+// send asks for b's append.
+func (ls *appendLanes) send(b *batch) {
+	b.id = ls.nextID()
 	b.inFlight = true
-	c.batches[b.id] = b
-	c.inflight++
-	c.stats.AppendRounds++
+	ls.batches[b.id] = b
+	ls.inflight++
+	ls.stats.AppendRounds++
 	items := b.itemsBuf[:0]
 	for _, r := range b.reqs {
 		items = append(items, r.item)
 	}
-	c.emit(Append{ID: b.id, Lane: b.lane.name, Items: items})
+	ls.emit(Append{ID: b.id, Lane: b.lane.name, Items: items})
 }
 
+// answered returns the batch of append id, no longer in flight; nil if
+// none is (an answer to an earlier attempt).
+func (ls *appendLanes) answered(id uint64) *batch {
+	b := ls.batches[id]
+	if b == nil {
+		return nil
+	}
+	delete(ls.batches, id)
+	b.inFlight = false
+	ls.inflight--
+	return b
+}
+
+// done ends b's lane's batch: its lane may send the next.
+func (ls *appendLanes) done(b *batch) {
+	b.lane.batch, b.lane.bo = nil, nil
+}
+
+// recycle keeps b, done with (its append answered and its copies
+// recorded), for a next batch.
+func (ls *appendLanes) recycle(b *batch) {
+	*b = batch{}
+	ls.spare = append(ls.spare, b)
+}
+
+// split puts all but the first of b's requests back at the head of its
+// lane's queue and sends the first alone at once (an entry too large);
+// false if b has one request.
+func (ls *appendLanes) split(b *batch) bool {
+	if len(b.reqs) <= 1 {
+		return false
+	}
+	l := b.lane
+	l.queue = append(append([]*appendReq(nil), b.reqs[1:]...), l.queue...)
+	b.reqs = b.reqs[:1]
+	ls.send(b)
+	return true
+}
+
+// retry sends b again after its lane's backoff, ahead of new work.
+func (ls *appendLanes) retry(b *batch) {
+	l := b.lane
+	if l.bo == nil {
+		l.bo = ls.backoff()
+	}
+	l.waiting = true
+	ls.after(l.bo.NextBackOff(), func() {
+		l.waiting = false
+		// The same entry again, even with copies acked meanwhile: a
+		// deduplicating backend then recognises an attempt whose answer
+		// was lost, so no copy lands twice (R4.3, R8.3). Their tasks wait
+		// for it before their TOMBSTONE.
+		if ls.inflight >= ls.concurrency {
+			return // start sends it, first, once a slot frees
+		}
+		ls.send(b)
+	})
+}
+
+// appended applies an append's result: where its copies landed, or a
+// retry by the write-failure policy (R6.5).
 func (c *Core) appended(e Appended) {
-	b := c.batches[e.ID]
+	b := c.lanes.answered(e.ID)
 	if b == nil {
 		return
 	}
-	delete(c.batches, e.ID)
-	b.inFlight = false
-	c.inflight--
-	l := b.lane
 	v := ClassifyAppend(e.Err)
 	switch Decide(AppendCopies, v, false) {
 	case Done:
-		l.batch, l.bo = nil, nil
+		c.lanes.done(b)
 		for i, r := range b.reqs {
 			c.copiesAppended(r, e.Results[i])
 			c.unqueued(r.t)
 		}
+		c.lanes.recycle(b)
 	case Split:
 		c.appendFailed(b, e.Err)
-		if len(b.reqs) > 1 {
-			// Put all but the first back at the head of the queue and try
-			// smaller entries at once.
-			l.queue = append(append([]*appendReq(nil), b.reqs[1:]...), l.queue...)
-			b.reqs = b.reqs[:1]
-			c.sendBatch(b)
-			return
+		if c.lanes.split(b) {
+			return // smaller entries at once
 		}
-		c.retryBatch(b)
+		c.lanes.retry(b)
 	default:
 		c.appendFailed(b, e.Err)
-		c.retryBatch(b)
+		c.lanes.retry(b)
 	}
-	c.startLanes()
+	c.lanes.start(c.stillNeeded)
 }
 
 func (c *Core) appendFailed(b *batch, err error) {
@@ -340,26 +466,6 @@ func (c *Core) appendFailed(b *batch, err error) {
 		c.obs.AppendFailed(r.t.id, b.lane.name, err)
 	}
 	c.log.Warn("wal append failed; retrying", "pchannel", b.lane.name, "items", len(b.reqs), "err", err)
-}
-
-// retryBatch sends b again after the lane's backoff, ahead of new work.
-func (c *Core) retryBatch(b *batch) {
-	l := b.lane
-	if l.bo == nil {
-		l.bo = c.newBackoff()
-	}
-	l.waiting = true
-	c.after(l.bo.NextBackOff(), func() {
-		l.waiting = false
-		// The same entry again, even with copies acked meanwhile: a
-		// deduplicating backend then recognises an attempt whose answer
-		// was lost, so no copy lands twice (R4.3, R8.3). Their tasks wait
-		// for it before their TOMBSTONE.
-		if c.inflight >= c.cfg.AppendConcurrency {
-			return // startLanes sends it, first, once a slot frees
-		}
-		c.sendBatch(b)
-	})
 }
 
 // copiesAppended records where r's copies landed. A copy acked before its
@@ -388,12 +494,4 @@ func (c *Core) copiesAppended(r *appendReq, cps []wal.Checkpoint) {
 	if t.stage == Appending && t.allAppended() {
 		c.allAppended(t)
 	}
-}
-
-// appendSlack is 0 but with a planted bug (mutate.AppendBoundOffByOne).
-func (c *Core) appendSlack() int {
-	if c.cfg.Mutation.Is(mutate.AppendBoundOffByOne) {
-		return 1
-	}
-	return 0
 }

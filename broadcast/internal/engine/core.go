@@ -39,34 +39,24 @@ type Core struct {
 	timelines timelines
 	handles   map[HandleID]*handle
 	locks     resource.Table
-	index     scopeIndex // first owner wins (R7.3)
+	idem      idemIndex // first owner wins (R7.3), admission slots
 	// recovering is the recovery under way (nil once recovered): the
 	// index finds the tombstones it gathered there.
 	recovering *recovery
-	admits     map[Scope]*admission
-	// groups are the open groups by id; owners maps an owner key to its
-	// group (R13.1, R13.7).
-	groups map[uint64]*group
-	owners map[string]uint64
-	// endedOwners maps an owner key to the group that last held it, once
-	// ended, while its tombstones are remembered: a retried end is answered
-	// by the end's result (R13.3, R13.8).
-	endedOwners map[string]uint64
-	sched       scheduler
-	tombs       tombstones
-	ids         ids
-	roles       roles
-	prom        *promoter
+	// groups are the open groups and their owner keys (R13.1, R13.7).
+	groups groupTable
+	sched  scheduler
+	tombs  tombstones
+	ids    ids
+	roles  roles
+	prom   *promoter
 	// promotes holds, per force promote, the positions its copies landed
 	// at (recovered, or recorded by this run).
 	promotes map[uint64]map[message.VChannel]uint64
 	// promotesOld marks positions recovered in the first record format.
 	promotesOld map[uint64]bool
 
-	lanes    map[message.PChannel]*lane
-	laneList []*lane // lanes in creation order, for fair starts
-	inflight int     // appends in flight
-	batches  map[uint64]*batch
+	lanes    appendLanes
 	writes   map[uint64]*writeOp
 	ackOnces map[uint64]ackOnceRef
 	scans    map[uint64]*scanOp
@@ -146,13 +136,14 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	c := &Core{
 		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
-		index: newScopeIndex(cfg.IndexScopeBits, 0), admits: make(map[Scope]*admission),
-		groups: make(map[uint64]*group), owners: make(map[string]uint64), endedOwners: make(map[string]uint64),
+		groups:   newGroupTable(cfg.MaxGroupMembers),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
-		lanes: make(map[message.PChannel]*lane), batches: make(map[uint64]*batch),
 		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
+	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
+	c.lanes = newAppendLanes(cfg)
+	c.lanes.nextID, c.lanes.emit, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, c.emit, &c.stats, c.after, c.newBackoff
 	c.sched.init()
 	c.tombs.init(cfg.Classes)
 	if err := c.recover(snap); err != nil {
@@ -418,8 +409,15 @@ type writeDone func(c *Core, w *writeOp, d Decision, err error)
 // write issues a catalog write. A task has at most one write in flight or
 // waiting to be retried (so that no REPLICATED record can land after its
 // TOMBSTONE, R5.3); a second one waits for the first to end.
-func (c *Core) write(kind WriteKind, t *task, rec *RecordSpec, ops []catalog.Op, done writeDone) *writeOp {
-	w := &writeOp{kind: kind, task: t, rec: rec, ops: ops, done: done}
+func (c *Core) write(kind WriteKind, t *task, rw *recordWrite, ops []catalog.Op, done writeDone) *writeOp {
+	var w *writeOp
+	var rec *RecordSpec
+	if rw != nil {
+		w, rec = &rw.w, &rw.spec
+	} else {
+		w = &writeOp{}
+	}
+	w.kind, w.task, w.rec, w.ops, w.done = kind, t, rec, ops, done
 	if rec != nil && t != nil {
 		if t.key == "" {
 			t.key = TaskKey(c.cfg.Prefix, t.id)
@@ -556,9 +554,9 @@ func (c *Core) stop(err error) {
 			h.to = nil
 		}
 	}
-	scopes := slices.SortedFunc(maps.Keys(c.admits), func(a, b Scope) int { return bytes.Compare(a[:], b[:]) })
+	scopes := slices.SortedFunc(maps.Keys(c.idem.admits), func(a, b Scope) int { return bytes.Compare(a[:], b[:]) })
 	for _, sc := range scopes {
-		a := c.admits[sc]
+		a := c.idem.admits[sc]
 		for _, r := range a.waiters {
 			c.reply(r.To, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -95,11 +96,27 @@ func (g *group) label() string {
 // durable).
 func (g *group) held() bool { return g.begin != nil && g.begin.stage == Holding }
 
-func (c *Core) maxMembers() int {
-	if c.cfg.MaxGroupMembers > 0 {
-		return c.cfg.MaxGroupMembers
+// groupTable holds the open groups by id and the owner keys (R13.1,
+// R13.7): which owner key is taken, the group a member belongs to, the
+// members a secondary never received (R13.5).
+type groupTable struct {
+	open map[uint64]*group
+	// owners maps an owner key to its open group.
+	owners map[string]uint64
+	// endedOwners maps an owner key to the group that last held it, once
+	// ended, while its tombstones are remembered: a retried end is answered
+	// by the end's result (R13.3, R13.8).
+	endedOwners map[string]uint64
+	// maxMembers bounds a group's members (Config.MaxGroupMembers).
+	maxMembers int
+}
+
+func newGroupTable(maxMembers int) groupTable {
+	if maxMembers <= 0 {
+		maxMembers = 64
 	}
-	return 64
+	return groupTable{open: make(map[uint64]*group), owners: make(map[string]uint64), endedOwners: make(map[string]uint64),
+		maxMembers: maxMembers}
 }
 
 // businessKeys are keys without the shared Cluster key, which is always
@@ -133,24 +150,24 @@ func appendGroupHeader(b []byte, id uint64, seq uint32) []byte {
 }
 
 // checkBegin refuses a Begin whose owner key is taken (R13.7).
-func (c *Core) checkBegin(m *message.Message) error {
+func (gt *groupTable) checkBegin(m *message.Message) error {
 	g := m.Group
 	if g == nil || g.Kind != message.GroupBegin || g.OwnerKey == "" {
 		return nil
 	}
-	if id, ok := c.owners[g.OwnerKey]; ok {
+	if id, ok := gt.owners[g.OwnerKey]; ok {
 		return fmt.Errorf("%w: %s is owned by broadcast %d", ErrFailedPrecondition, g.OwnerKey, id)
 	}
 	return nil
 }
 
 // openGroup registers the group a new Begin t opens.
-func (c *Core) openGroup(t *task) *group {
+func (gt *groupTable) openGroup(t *task) *group {
 	g := &group{id: t.id, key: t.msg.Group.OwnerKey, txn: t.msg.Group.OwnerKey == "", keys: t.keys,
 		targets: t.msg.Broadcast.VChannels, begin: t, live: map[uint32]*task{}, doneSeq: -1, next: 1}
-	c.groups[g.id] = g
+	gt.open[g.id] = g
 	if g.key != "" {
-		c.owners[g.key] = g.id
+		gt.owners[g.key] = g.id
 	}
 	t.group = g
 	return g
@@ -158,25 +175,25 @@ func (c *Core) openGroup(t *task) *group {
 
 // groupOf returns the group a replicated member belongs to, registering a
 // group whose Begin has not arrived yet.
-func (c *Core) groupOf(t *task) *group {
+func (gt *groupTable) groupOf(t *task) *group {
 	h := t.msg.Group
 	if t.gkind == message.GroupBegin {
-		g := c.groups[t.id]
+		g := gt.open[t.id]
 		if g == nil {
-			g = c.openGroup(t)
+			g = gt.openGroup(t)
 		}
 		g.begin = t
 		g.keys, g.targets = t.keys, t.msg.Broadcast.VChannels
 		t.group = g
 		return g
 	}
-	g := c.groups[h.ID]
+	g := gt.open[h.ID]
 	if g == nil {
 		g = &group{id: h.ID, key: h.OwnerKey, txn: h.OwnerKey == "", keys: t.keys, targets: t.msg.Broadcast.VChannels,
 			live: map[uint32]*task{}, doneSeq: -1, next: 1}
-		c.groups[g.id] = g
+		gt.open[g.id] = g
 		if g.key != "" {
-			c.owners[g.key] = g.id
+			gt.owners[g.key] = g.id
 		}
 	}
 	g.live[t.gseq] = t
@@ -192,7 +209,7 @@ func (c *Core) groupOf(t *task) *group {
 // checks the member against the group, queues it behind the member in
 // flight, joins a concurrent end of the same kind, or creates it.
 func (c *Core) submitMember(h *handle, e Submit) {
-	if c.groups[e.Group] == nil && e.Msg.Group != nil {
+	if c.groups.open[e.Group] == nil && e.Msg.Group != nil {
 		if o := c.endedBy(e.Group, e.Msg.Group.Kind); o != nil {
 			// The group ended with an end of this kind: a retried end gets
 			// its result (R13.3).
@@ -206,7 +223,7 @@ func (c *Core) submitMember(h *handle, e Submit) {
 		c.reply(e.To, Reply{Err: err})
 		return
 	}
-	g := c.groups[e.Group]
+	g := c.groups.open[e.Group]
 	kind := e.Msg.Group.Kind
 	if end := g.ending; end != nil {
 		if kind == end.gkind {
@@ -229,10 +246,10 @@ func (c *Core) submitMember(h *handle, e Submit) {
 		g.queue = append(g.queue, queuedMember{h, e})
 		return
 	}
-	if kind == message.GroupBody && int(g.next) >= c.maxMembers()-1 {
+	if kind == message.GroupBody && int(g.next) >= c.groups.maxMembers-1 {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: transaction %d has %d members; the last of %d is kept for its Commit or Rollback",
-			ErrGroupFull, g.id, g.next, c.maxMembers())})
+			ErrGroupFull, g.id, g.next, c.groups.maxMembers)})
 		return
 	}
 	g.busy = true
@@ -254,7 +271,7 @@ func (c *Core) memberError(e Submit) error {
 	if hd == nil || hd.ID != e.Group || hd.Kind == message.GroupBegin {
 		return fmt.Errorf("%w: a member of group %d needs its group header", ErrInvalidArgument, e.Group)
 	}
-	g := c.groups[e.Group]
+	g := c.groups.open[e.Group]
 	if g == nil || g.begin == nil && c.roles.role == Primary {
 		return c.endedError(e.Group)
 	}
@@ -280,13 +297,13 @@ func (g *group) fits(m *message.Message) error {
 	return nil
 }
 
-// replicatedGroupError checks a replicated broadcast's group header before
+// replicatedError checks a replicated broadcast's group header before
 // a secondary creates its task (R13.1, R13.2): a Begin at seq 0 naming
 // no group or itself; a member naming another broadcast's group, at seq 1
 // or more, and fitting the group known here (its Begin's, or its first
 // member's). A malformed one is refused before anything is written: a
 // member recovery would find off its group would make the catalog corrupt.
-func (c *Core) replicatedGroupError(m *message.Message) error {
+func (gt *groupTable) replicatedError(m *message.Message) error {
 	hd, id := m.Group, m.Broadcast.ID
 	switch {
 	case hd.Kind == message.GroupBegin:
@@ -299,7 +316,7 @@ func (c *Core) replicatedGroupError(m *message.Message) error {
 	case hd.ID == 0 || hd.ID == id || hd.Seq == 0:
 		return fmt.Errorf("%w: replicated member %d has group %d seq %d", ErrInvalidArgument, id, hd.ID, hd.Seq)
 	}
-	if g := c.groups[hd.ID]; g != nil {
+	if g := gt.open[hd.ID]; g != nil {
 		if err := g.fits(m); err != nil {
 			return fmt.Errorf("replicated member %d: %w", id, err)
 		}
@@ -341,7 +358,7 @@ func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
 	if err != nil || er.Msg.Group == nil || er.Msg.Group.Kind != kind {
 		return nil
 	}
-	return c.tombOriginal(end)
+	return c.tombs.original(end)
 }
 
 // joinEnd makes to wait for the group's end.
@@ -378,7 +395,7 @@ func (c *Core) memberFailed(g *group) {
 
 // nextMember creates the next queued member, if the group is free for it.
 func (c *Core) nextMember(g *group) {
-	for len(g.queue) > 0 && c.groups[g.id] == g && !g.busy && len(g.live) == 0 && g.held() {
+	for len(g.queue) > 0 && c.groups.open[g.id] == g && !g.busy && len(g.live) == 0 && g.held() {
 		q := g.queue[0]
 		g.queue = g.queue[1:]
 		q.h.busy, q.h.to = false, nil
@@ -513,12 +530,12 @@ func (c *Core) dissolve(g *group, err error) {
 // kind as the group's end gets its result, everything else err (or an
 // explanation).
 func (c *Core) closeGroup(g *group, err error, end *task) {
-	delete(c.groups, g.id)
-	if g.key != "" && c.owners[g.key] == g.id {
-		delete(c.owners, g.key)
+	delete(c.groups.open, g.id)
+	if g.key != "" && c.groups.owners[g.key] == g.id {
+		delete(c.groups.owners, g.key)
 	}
-	if g.key != "" && end != nil && g.id > c.endedOwners[g.key] {
-		c.endedOwners[g.key] = g.id
+	if g.key != "" && end != nil && g.id > c.groups.endedOwners[g.key] {
+		c.groups.endedOwners[g.key] = g.id
 	}
 	for _, q := range g.queue {
 		q.h.busy, q.h.to = false, nil
@@ -538,10 +555,10 @@ func (c *Core) closeGroup(g *group, err error, end *task) {
 // gaps returns, per group, the first missing member (a secondary that
 // did not receive every member): a force promote refuses to start then
 // (R13.5).
-func (c *Core) groupGaps() []string {
+func (gt *groupTable) gaps() []string {
 	var out []string
-	for _, id := range sortedKeys(c.groups) {
-		g := c.groups[id]
+	for _, id := range sortedKeys(gt.open) {
+		g := gt.open[id]
 		if miss, ok := g.missing(); ok {
 			out = append(out, fmt.Sprintf("%s %d lacks member %d", groupWord(g), g.id, miss))
 		}
@@ -578,9 +595,9 @@ func (g *group) missing() (uint32, bool) {
 // ignoreUnordered marks, once a force promote fenced replication, the
 // members that can never run in order because an earlier one never came:
 // they complete Ignored, without their callbacks (R13.5).
-func (c *Core) ignoreUnordered() {
-	for _, id := range sortedKeys(c.groups) {
-		g := c.groups[id]
+func (gt *groupTable) ignoreUnordered(log *slog.Logger) {
+	for _, id := range sortedKeys(gt.open) {
+		g := gt.open[id]
 		miss, ok := g.missing()
 		if !ok {
 			continue
@@ -588,7 +605,7 @@ func (c *Core) ignoreUnordered() {
 		for s, x := range g.live {
 			if s > miss && x.ignore == nil {
 				x.ignore = &Outcome{Status: Ignored, Detail: fmt.Sprintf("member %d of %s %d never reached this cluster", miss, groupWord(g), g.id)}
-				c.log.Error("force promote: group member ignored, an earlier member is missing", "group", g.id, "member", x.id,
+				log.Error("force promote: group member ignored, an earlier member is missing", "group", g.id, "member", x.id,
 					"seq", s, "missing_seq", miss)
 			}
 		}
@@ -598,8 +615,8 @@ func (c *Core) ignoreUnordered() {
 // handOver gives the promoted cluster the keys of its open groups, before
 // the force promote releases the exclusive Cluster key (R13.5).
 func (c *Core) handOver() {
-	for _, id := range sortedKeys(c.groups) {
-		g := c.groups[id]
+	for _, id := range sortedKeys(c.groups.open) {
+		g := c.groups.open[id]
 		if g.lock != nil || !g.held() {
 			continue
 		}

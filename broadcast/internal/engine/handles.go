@@ -35,6 +35,10 @@ type handle struct {
 	// withdrawn says the caller of the busy handle's Submit gave up
 	// (Withdraw): the Submit goes on unanswered.
 	withdrawn bool
+	// req is the room for the handle's first lock request (reqUsed once
+	// taken): a handle usually asks for its locks once.
+	req     resource.Request
+	reqUsed bool
 }
 
 // LockOwner labels the handle's lock request ("handle 7"), when the lock
@@ -63,7 +67,7 @@ func (c *Core) handle(id HandleID) *handle {
 func (c *Core) resolve(e Resolve) {
 	if o := c.original(e.Scope); o != nil {
 		if e.Digest != nil {
-			if have := c.requestDigestOf(o); have != nil && !bytes.Equal(have, e.Digest) {
+			if have := o.requestDigest(); have != nil && !bytes.Equal(have, e.Digest) {
 				c.reply(e.To, Reply{Err: c.reused(e.Key)})
 				return
 			}
@@ -71,8 +75,7 @@ func (c *Core) resolve(e Resolve) {
 		c.reply(e.To, Reply{Original: o})
 		return
 	}
-	if a := c.admits[e.Scope]; a != nil && a.owner != e.Handle {
-		a.waiters = append(a.waiters, e)
+	if c.idem.queue(e.Scope, e) {
 		return
 	}
 	// A new key: the length limit applies to new keys only, so lowering it
@@ -84,9 +87,7 @@ func (c *Core) resolve(e Resolve) {
 		}
 	}
 	h := c.handle(e.Handle)
-	a := &admission{owner: e.Handle}
-	c.admits[e.Scope] = a
-	h.adm, h.scope = a, e.Scope
+	h.adm, h.scope = c.idem.admit(e.Scope, e.Handle), e.Scope
 	c.reply(e.To, Reply{Admitted: true})
 }
 
@@ -99,14 +100,8 @@ func (c *Core) reused(k message.IdempotencyKey) error {
 // again.
 func (c *Core) releaseAdmission(h *handle) {
 	a := h.adm
-	if a == nil {
-		return
-	}
 	h.adm = nil
-	if c.admits[h.scope] == a {
-		delete(c.admits, h.scope)
-	}
-	for _, r := range a.waiters {
+	for _, r := range c.idem.release(h.scope, a) {
 		c.resolve(r)
 	}
 }
@@ -119,7 +114,15 @@ func (c *Core) lock(e Lock) {
 		c.reply(e.To, Reply{Err: err})
 		return
 	}
-	r, err := c.locks.NewRequest(e.Keys)
+	var r *resource.Request
+	var err error
+	if !h.reqUsed && h.lock == nil {
+		// The handle's one lock request, in the handle's allocation.
+		h.reqUsed = true
+		r, err = &h.req, c.locks.InitRequest(&h.req, e.Keys)
+	} else {
+		r, err = c.locks.NewRequest(e.Keys)
+	}
 	if err != nil {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
@@ -189,14 +192,7 @@ func (c *Core) closeHandle(id HandleID) {
 	if c.cfg.Mutation.Is(mutate.WaiterNotWithdrawn) {
 		return
 	}
-	for _, a := range c.admits {
-		for i, r := range a.waiters {
-			if r.Handle == id {
-				a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
-				break
-			}
-		}
-	}
+	c.idem.forget(id)
 }
 
 // dropHandle releases everything a handle holds.
@@ -254,7 +250,7 @@ func (c *Core) submit(e Submit) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a group member needs its group's id", ErrInvalidArgument)})
 		return
 	}
-	if err := c.checkBegin(e.Msg); err != nil {
+	if err := c.groups.checkBegin(e.Msg); err != nil {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: err})
 		return
@@ -291,7 +287,7 @@ func (c *Core) allocated(h *handle, e *Submit, id uint64, err error) {
 	if err != nil {
 		c.dropHandle(h)
 		c.reply(e.To, Reply{Err: err})
-		if g := c.groups[e.Group]; g != nil && e.Group != 0 {
+		if g := c.groups.open[e.Group]; g != nil && e.Group != 0 {
 			c.memberFailed(g)
 		}
 		return
@@ -314,7 +310,7 @@ func (c *Core) create(h *handle, e Submit) {
 	t.class = c.cfg.ClassOf(e.Msg.Type)
 	var g *group
 	if e.Group != 0 {
-		g = c.groups[e.Group]
+		g = c.groups.open[e.Group]
 	}
 	refuse := func(r Reply) {
 		c.dropHandle(h)
@@ -332,13 +328,13 @@ func (c *Core) create(h *handle, e Submit) {
 		return
 	}
 	if t.promote {
-		if gaps := c.groupGaps(); len(gaps) > 0 {
+		if gaps := c.groups.gaps(); len(gaps) > 0 {
 			// A group missing a member cannot be finished in order (R13.5).
 			refuse(Reply{Err: fmt.Errorf("%w: cannot promote while a group misses a member: %s", ErrFailedPrecondition, strings.Join(gaps, "; "))})
 			return
 		}
 	}
-	if err := c.checkBegin(e.Msg); err != nil {
+	if err := c.groups.checkBegin(e.Msg); err != nil {
 		refuse(Reply{Err: err})
 		return
 	}
@@ -361,7 +357,7 @@ func (c *Core) create(h *handle, e Submit) {
 	case t.gkind == message.GroupBegin:
 		e.Msg.Group.ID = t.id
 		t.bytes = appendGroupHeader(t.bytes, t.id, 0)
-		c.openGroup(t)
+		c.groups.openGroup(t)
 	}
 	t.lock = h.lock
 	t.lock.Ref = t // labelled by LockOwner
@@ -369,7 +365,7 @@ func (c *Core) create(h *handle, e Submit) {
 	h.lock = nil
 	delete(c.handles, h.id)
 	c.tasks[t.id] = t
-	c.indexTask(t)
+	c.idem.register(t.scope, t.id, t.replicated)
 	// The requests waiting for the scope's slot resolve again now that
 	// the task is indexed: they get it as their original (R7.3), never the
 	// slot of a scope that has one.
@@ -418,7 +414,7 @@ func pendingFailed(_ *Core, w *writeOp, err error) {
 func (c *Core) abort(t *task, err error) {
 	c.move(t, OnNotCreated, Aborted)
 	delete(c.tasks, t.id)
-	c.indexDel(t.scope, t.id)
+	c.idem.del(t.scope, t.id)
 	c.stats.Broadcasts--
 	if t.lock != nil && !c.cfg.Mutation.Is(mutate.AbortKeepsKeys) {
 		c.grantedAll(c.locks.Release(t.lock))
@@ -462,7 +458,7 @@ func (c *Core) wait(e Wait) {
 		return
 	}
 	if tb, ok := c.tombs.get(e.ID); ok {
-		c.reply(e.To, Reply{Original: c.tombOriginal(tb)})
+		c.reply(e.To, Reply{Original: c.tombs.original(tb)})
 		return
 	}
 	c.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d is no longer remembered", ErrNotFound, e.ID)})

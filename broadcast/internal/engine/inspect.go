@@ -55,7 +55,7 @@ func (c *Core) view(t *task) TaskView {
 		AppendAttempts: t.appendAttempts, AppendError: t.appendErr, Attempts: t.attempts, LastError: t.lastErr,
 		LastAttemptAt: t.lastAt, NextAttemptAt: t.nextAt, CallbackStarted: t.attempts > 0, History: slices.Clone(t.history),
 		Running: t.stage == Calling, Outcome: t.outcome, Commits: t.commits,
-		Window: c.window(t.class, t.id, t.created, time.Time{})}
+		Window: c.tombs.window(t.class, t.id, t.created, time.Time{})}
 	for i, vc := range t.msg.Broadcast.VChannels {
 		cp := t.copies[i]
 		v.Copies = append(v.Copies, CopyView{VChannel: vc, Appended: cp.appended, Acked: cp.acked, Checkpoint: cp.ackCP, Extra: cp.extra})
@@ -70,7 +70,7 @@ func (c *Core) TaskByID(id uint64) (live *TaskView, record string, window Window
 		return &v, "", Window{}, true
 	}
 	if tb, found := c.tombs.get(id); found {
-		o := c.tombOriginal(tb)
+		o := c.tombs.original(tb)
 		return nil, tb.raw(), o.Window, true
 	}
 	return nil, "", Window{}, false
@@ -174,16 +174,16 @@ type MemberView struct {
 
 // Groups returns every open group, in id order.
 func (c *Core) Groups() []GroupView {
-	out := make([]GroupView, 0, len(c.groups))
-	for _, id := range sortedKeys(c.groups) {
-		out = append(out, c.groupView(c.groups[id]))
+	out := make([]GroupView, 0, len(c.groups.open))
+	for _, id := range sortedKeys(c.groups.open) {
+		out = append(out, c.groupView(c.groups.open[id]))
 	}
 	return out
 }
 
 // Group returns open group id's view.
 func (c *Core) Group(id uint64) (GroupView, bool) {
-	g := c.groups[id]
+	g := c.groups.open[id]
 	if g == nil {
 		return GroupView{}, false
 	}
@@ -191,11 +191,11 @@ func (c *Core) Group(id uint64) (GroupView, bool) {
 }
 
 // OwnerGroup returns the id of the group that owns key, 0 if none.
-func (c *Core) OwnerGroup(key string) uint64 { return c.owners[key] }
+func (c *Core) OwnerGroup(key string) uint64 { return c.groups.owners[key] }
 
 // EndedOwner returns the id of the ended group that last owned key, while
 // its tombstones are remembered; 0 if none.
-func (c *Core) EndedOwner(key string) uint64 { return c.endedOwners[key] }
+func (c *Core) EndedOwner(key string) uint64 { return c.groups.endedOwners[key] }
 
 // EndedGroup reports whether id is a group that has ended (its Begin's
 // tombstone, released, is still remembered), and its owner key ("" for a
@@ -279,10 +279,7 @@ type Outstanding struct {
 
 // Outstanding returns what requests hold or wait for in the core.
 func (c *Core) Outstanding() Outstanding {
-	o := Outstanding{Admissions: len(c.admits), Handles: len(c.handles)}
-	for _, a := range c.admits {
-		o.Resolving += len(a.waiters)
-	}
+	o := Outstanding{Admissions: len(c.idem.admits), Handles: len(c.handles), Resolving: c.idem.waiting()}
 	for _, t := range c.tasks {
 		o.TaskWaiters += len(t.waiters) + len(t.completeWaits) + len(t.ackWaiters) + len(t.ackWaits)
 		for i := range t.copies {
@@ -306,7 +303,7 @@ func (c *Core) Requests() []RequestView {
 		}
 		out = append(out, v)
 	}
-	for sc, a := range c.admits {
+	for sc, a := range c.idem.admits {
 		for _, r := range a.waiters {
 			out = append(out, RequestView{Handle: r.Handle, Scope: sc, Resolving: true})
 		}

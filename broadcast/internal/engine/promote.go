@@ -221,7 +221,7 @@ func (c *Core) replicatedHighest() map[message.PChannel]uint64 {
 // supplementAll lists the incomplete tasks and finishes them in id order.
 func (c *Core) supplementAll() {
 	p := c.prom
-	c.ignoreUnordered()
+	c.groups.ignoreUnordered(c.log)
 	for _, x := range c.tasks {
 		if x != p.t {
 			p.todo = append(p.todo, x)

@@ -34,7 +34,7 @@ func (c *Core) recover(s Snapshot) error {
 		for _, t := range rs.pending {
 			c.locks.Release(t.lock)
 		}
-		for _, g := range c.groups {
+		for _, g := range c.groups.open {
 			if g.lock != nil {
 				c.locks.Release(g.lock)
 			}
@@ -46,7 +46,7 @@ func (c *Core) recover(s Snapshot) error {
 	c.stats.Recovered = len(rs.pending) + len(rs.replicated) + c.tombs.count()
 	c.resume(rs)
 	c.log.Info("broadcaster recovered", "pending", len(rs.pending), "replicated", len(rs.replicated),
-		"tombstones", c.tombs.count(), "open_groups", len(c.groups), "next_id", c.ids.next)
+		"tombstones", c.tombs.count(), "open_groups", len(c.groups.open), "next_id", c.ids.next)
 	return nil
 }
 
@@ -136,8 +136,8 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 			keyed++
 		}
 	}
-	if c.index.len() == 0 && keyed > 0 {
-		c.index = newScopeIndex(c.cfg.IndexScopeBits, keyed)
+	if keyed > 0 {
+		c.idem.reserve(keyed)
 	}
 	for i, r := range s.Tasks {
 		rec := recs[i]
@@ -155,15 +155,11 @@ func (c *Core) recoverRecords(s Snapshot, rs *recovery) error {
 			rs.tombs = append(rs.tombs, recTomb{tb: tb, rec: rec, cls: cls})
 			if g := rec.Msg.Group; g != nil && g.Kind == message.GroupBegin && rec.HoldsKeys && !rec.Released.IsZero() {
 				rs.released[r.ID] = rec
-				if k := g.OwnerKey; k != "" && r.ID > c.endedOwners[k] {
-					c.endedOwners[k] = r.ID
+				if k := g.OwnerKey; k != "" && r.ID > c.groups.endedOwners[k] {
+					c.groups.endedOwners[k] = r.ID
 				}
 			}
-			if tb.replicated() {
-				c.indexReplicated(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
-			} else {
-				c.indexScope(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID)
-			}
+			c.idem.register(ScopeOf(rec.Msg.Type, rec.Msg.IdempotencyKey), r.ID, tb.replicated())
 			c.obs.TaskState(rec.Msg.Type, 0, Tombstone)
 			continue
 		}
@@ -220,7 +216,7 @@ func (c *Core) recoverTask(rec *Record, cls int) (*task, error) {
 		t.lock = r
 	}
 	c.tasks[t.id] = t
-	c.indexTask(t)
+	c.idem.register(t.scope, t.id, t.replicated)
 	c.obs.TaskState(t.msg.Type, 0, rec.State)
 	return t, nil
 }
@@ -246,7 +242,7 @@ func (c *Core) recoverGroups(rs *recovery) error {
 	slices.SortFunc(live, func(a, b *task) int { return compareTicks(a.id, b.id, 0, 0) })
 	for _, t := range live {
 		if t.gkind == message.GroupBegin {
-			c.groupOf(t)
+			c.groups.groupOf(t)
 		}
 	}
 	for i, r := range rs.tombs {
@@ -254,7 +250,7 @@ func (c *Core) recoverGroups(rs *recovery) error {
 		if h == nil || h.Kind == message.GroupBegin {
 			continue
 		}
-		if g := c.groups[h.ID]; g != nil && g.held() {
+		if g := c.groups.open[h.ID]; g != nil && g.held() {
 			g.keep(r.tb, h.Seq)
 			c.tombs.hold(r.tb)
 			rs.tombs[i].tb.id = 0 // taken
@@ -264,15 +260,15 @@ func (c *Core) recoverGroups(rs *recovery) error {
 		if t.gkind == 0 || t.gkind == message.GroupBegin {
 			continue
 		}
-		if g := c.groups[t.msg.Group.ID]; (g == nil || g.begin == nil) && !t.replicated {
+		if g := c.groups.open[t.msg.Group.ID]; (g == nil || g.begin == nil) && !t.replicated {
 			return fmt.Errorf("%w: pending broadcast %d is a member of group %d, which is not open", ErrCorruptCatalog, t.id, t.msg.Group.ID)
 		}
-		g := c.groupOf(t)
+		g := c.groups.groupOf(t)
 		if !slices.Equal(t.keys, g.keys) || g.txn && !slices.Equal(t.msg.Broadcast.VChannels, g.targets) {
 			return fmt.Errorf("%w: broadcast %d does not carry the keys and targets of its group %d", ErrCorruptCatalog, t.id, g.id)
 		}
 	}
-	for _, g := range c.groups {
+	for _, g := range c.groups.open {
 		g.settle()
 	}
 	return nil
@@ -284,7 +280,7 @@ func (c *Core) recoverHolding(r recTomb) error {
 	info, _ := c.cfg.Types.Lookup(r.rec.Msg.Type)
 	b := newTask(r.rec.Msg, r.rec.Message, info, r.rec.Created)
 	b.class, b.replicated, b.outcome = r.cls, r.rec.State == Replicated || r.rec.Msg.Replicate != nil, r.rec.Outcome
-	g := c.openGroup(b)
+	g := c.groups.openGroup(b)
 	c.move(b, OnRecoverHolding, Holding)
 	g.keep(r.tb, 0)
 	g.doneSeq = 0

@@ -76,7 +76,13 @@ func (s *scheduler) init() {
 // enroll adds t at the end of the order.
 func (s *scheduler) enroll(t *task) {
 	t.enrolled = true
-	t.claims = make([]claim, len(t.keys))
+	if len(t.keys) <= len(t.claimBuf) && t.claimBuf[0].t == nil {
+		// Once only: a removed task's claims may stay in their queues,
+		// gone, until the queues' heads pass them.
+		t.claims = t.claimBuf[:len(t.keys)]
+	} else {
+		t.claims = make([]claim, len(t.keys))
+	}
 	for i, k := range t.keys {
 		ck := claimKey{k.Domain, k.Name}
 		q := s.queues[ck]
@@ -281,17 +287,18 @@ func (c *Core) tombstone(t *task) {
 		t.tombDue = true
 		return
 	}
-	rec := t.record(Tombstone)
+	rw := t.record(Tombstone)
+	rec := &rw.spec
 	rec.Completed = t.completed
-	out := t.outcome
-	rec.Outcome = &out
+	rw.outcome = t.outcome
+	rec.Outcome = &rw.outcome
 	rec.HoldsKeys = t.holdsKeys()
 	ops := t.tombOps
 	if key, val, ok := c.endOp(t); ok {
 		// A group's end releases it in the same transaction (R13.3).
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
-	c.write(WriteTombstone, t, rec, ops, tombstoneWritten)
+	c.write(WriteTombstone, t, rw, ops, tombstoneWritten)
 	if c.cfg.Mutation.Is(mutate.AnswerBeforeDurable) {
 		for _, to := range t.waiters {
 			c.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
@@ -345,7 +352,7 @@ func (c *Core) finish(t *task, raw []byte) {
 	}
 	res := &Result{ID: t.id, Msg: t.msg, Appends: t.results(), Extras: t.extras(), Outcome: t.outcome}
 	if t.scope != (Scope{}) {
-		w := c.window(t.class, t.id, t.created, t.completed)
+		w := c.tombs.window(t.class, t.id, t.created, t.completed)
 		res.Window = &w
 	}
 	for _, to := range t.waiters {

@@ -123,6 +123,8 @@ type task struct {
 	// nearly every task has.
 	waiterBuf  [1]Target
 	historyBuf [1]Attempt
+	// claimBuf holds the claims of a task of up to two resource keys.
+	claimBuf [2]claim
 }
 
 // LockOwner labels the task's lock request ("broadcast 42"), when the
@@ -157,17 +159,29 @@ type ackWait struct {
 	idx []int
 }
 
+// smallTask is a task of up to eight copies with its copies.
+type smallTask struct {
+	task   task
+	copies [8]copyState
+}
+
 type ackWaiter struct {
 	to   Target
 	want int
 }
 
 func newTask(msg *message.Message, bytes []byte, info message.TypeInfo, created time.Time) *task {
-	t := &task{
-		id: msg.Broadcast.ID, msg: msg, bytes: bytes, info: info,
-		scope: ScopeOf(msg.Type, msg.IdempotencyKey), keys: msg.Broadcast.ResourceKeys,
-		control: -1, created: created, copies: make([]copyState, len(msg.Broadcast.VChannels)),
+	var t *task
+	if n := len(msg.Broadcast.VChannels); n <= len(smallTask{}.copies) {
+		// The usual broadcast's task and copies: one allocation.
+		b := new(smallTask)
+		t, b.task.copies = &b.task, b.copies[:n:n]
+	} else {
+		t = &task{copies: make([]copyState, n)}
 	}
+	t.id, t.msg, t.bytes, t.info = msg.Broadcast.ID, msg, bytes, info
+	t.scope, t.keys = ScopeOf(msg.Type, msg.IdempotencyKey), msg.Broadcast.ResourceKeys
+	t.control, t.created = -1, created
 	t.waiters, t.history = t.waiterBuf[:0], t.historyBuf[:0]
 	for i, v := range msg.Broadcast.VChannels {
 		if v.IsControl() {
@@ -282,9 +296,23 @@ func (t *task) controlTick() uint64 {
 	return t.copies[t.control].ackCP.TimeTick
 }
 
-// record returns the spec of t's record in state st.
-func (t *task) record(st State) *RecordSpec {
-	s := &RecordSpec{ID: t.id, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
+// recordWrite is the write of one task record: the write, the record's
+// spec and, for a task of up to eight copies, its acks, checkpoints and
+// outcome, in one allocation.
+type recordWrite struct {
+	w       writeOp
+	spec    RecordSpec
+	outcome Outcome
+	acked   [8]bool
+	cps     [8]wal.Checkpoint
+}
+
+// record returns the write of t's record in state st (its spec in spec).
+func (t *task) record(st State) *recordWrite {
+	rw := &recordWrite{}
+	rw.w.rec = &rw.spec
+	s := &rw.spec
+	*s = RecordSpec{ID: t.id, State: st, Message: t.bytes, Msg: t.msg, Created: t.created,
 		PayloadDigest: t.digest, RequestDigest: t.request}
 	if st == Pending && !t.promote && len(t.msg.Broadcast.AppendFirst) == 0 && !t.msg.Broadcast.AckSyncUp {
 		// A PENDING record has no checkpoints: a crash before the TOMBSTONE
@@ -292,10 +320,13 @@ func (t *task) record(st State) *RecordSpec {
 		// promote's records hold its acks (see promote.go), a two-phase
 		// append's its first copies' (phases.go), an AckSyncUp task's its
 		// consumers' acks (durableAcks).
-		return s
+		return rw
 	}
-	s.Acked = make([]bool, len(t.copies))
-	s.Checkpoints = make([]wal.Checkpoint, len(t.copies))
+	if n := len(t.copies); n <= len(rw.cps) {
+		s.Acked, s.Checkpoints = rw.acked[:n:n], rw.cps[:n:n]
+	} else {
+		s.Acked, s.Checkpoints = make([]bool, n), make([]wal.Checkpoint, n)
+	}
 	for i := range t.copies {
 		s.Acked[i] = t.copies[i].acked
 		s.Checkpoints[i] = t.copies[i].ackCP
@@ -306,7 +337,7 @@ func (t *task) record(st State) *RecordSpec {
 			s.Extras[i] = x
 		}
 	}
-	return s
+	return rw
 }
 
 func compareTicks(a, b uint64, ida, idb uint64) int {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/walcast/walcast/broadcast/internal/mutate"
@@ -278,21 +279,20 @@ type victim struct {
 	ok bool
 }
 
-// runGC deletes tombstones that are due; unless all is set, count-evictions
-// wait until a batch is due.
-func (c *Core) runGC(all bool) {
-	if c.gc.writing || c.ids.keyBusy {
-		c.gc.again, c.gc.againAll = true, c.gc.againAll || all
-		return
-	}
-	maxOps := c.cfg.Limits.MaxOps
-	cutoff := c.now.UnixNano()
+// victims selects the tombstones a GC run at time cutoff deletes, in one
+// transaction of at most maxOps ops (two kept for the collected set and the
+// id floor): per class, the oldest beyond MaxCount (early: before their
+// MaxLifetime, R6.4) and those past MaxLifetime (R6.1), a group's
+// tombstones together (R13.3). Unless all is set, a class with fewer than
+// a batch beyond MaxCount waits, unless one of those is aged. bug plants a
+// known bug (mutate.EarlyCollect, mutate.CountEvictsNewest).
+func (ts *tombstones) victims(cutoff int64, maxOps int, all bool, bug mutate.Bug) []victim {
 	var victims []victim
 	room := func() int { return maxOps - len(victims) - 2 }
-	for _, cl := range c.tombs.classes {
+	for _, cl := range ts.classes {
 		live := cl.live()
 		age := cutoff - int64(cl.cfg.MaxLifetime)
-		if c.cfg.Mutation.Is(mutate.EarlyCollect) {
+		if bug.Is(mutate.EarlyCollect) {
 			age = cutoff - int64(cl.cfg.MaxLifetime/2)
 		}
 		minBatch := max(1, min(gcBatch, maxOps, cl.cfg.MaxCount/16))
@@ -319,11 +319,11 @@ func (c *Core) runGC(all bool) {
 				break
 			}
 			run := cl.order[i : i+n]
-			if c.cfg.Mutation.Is(mutate.CountEvictsNewest) && !byAge && n == 1 && tb.run == 0 {
+			if bug.Is(mutate.CountEvictsNewest) && !byAge && n == 1 && tb.run == 0 {
 				run = cl.order[len(cl.order)-1-(i-cl.head):][:1]
 			}
 			for _, x := range run {
-				v := victim{cl: cl, tb: x, early: !byAge && !c.cfg.Mutation.Is(mutate.EarlyCollect)}
+				v := victim{cl: cl, tb: x, early: !byAge && !bug.Is(mutate.EarlyCollect)}
 				if id, err := recordIdentity(rawBytes(x.raw())); err == nil {
 					v.id, v.ok = id, true
 				}
@@ -332,6 +332,17 @@ func (c *Core) runGC(all bool) {
 			i += n
 		}
 	}
+	return victims
+}
+
+// runGC deletes tombstones that are due; unless all is set, count-evictions
+// wait until a batch is due.
+func (c *Core) runGC(all bool) {
+	if c.gc.writing || c.ids.keyBusy {
+		c.gc.again, c.gc.againAll = true, c.gc.againAll || all
+		return
+	}
+	victims := c.tombs.victims(c.now.UnixNano(), c.cfg.Limits.MaxOps, all, c.cfg.Mutation)
 	if len(victims) == 0 {
 		return
 	}
@@ -362,7 +373,7 @@ func (c *Core) runGC(all bool) {
 	if c.cfg.Mutation.Is(mutate.RetireBeforeDelete) {
 		for _, v := range victims {
 			if v.ok {
-				c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
+				c.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
 			}
 		}
 	}
@@ -411,9 +422,9 @@ func (c *Core) forget(vs []victim) {
 			c.tombs.dropOldest(v.cl, 1)
 		}
 		if v.ok {
-			c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
-			if k := v.id.OwnerKey; k != "" && c.endedOwners[k] == v.tb.id {
-				delete(c.endedOwners, k)
+			c.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
+			if k := v.id.OwnerKey; k != "" && c.groups.endedOwners[k] == v.tb.id {
+				delete(c.groups.endedOwners, k)
 			}
 			c.obs.TaskState(v.id.Type, Tombstone, 0)
 		}
@@ -438,4 +449,28 @@ func (c *Core) forget(vs []victim) {
 				"class", cl.cfg.Name, "count", cn.early)
 		}
 	}
+}
+
+// original is tombstone tb as a duplicate of its broadcast sees it.
+func (ts *tombstones) original(tb tomb) *Original {
+	return &Original{ID: tb.id, Record: tb.raw(), Window: ts.window(tb.class(), tb.id, time.Unix(0, tb.created()), time.Unix(0, tb.completed))}
+}
+
+// window computes the idempotency window of original id of retention
+// class class (R7.7): open while it runs, then until its tombstone may be
+// collected.
+func (ts *tombstones) window(class int, id uint64, created, completed time.Time) Window {
+	cl := ts.classes[class]
+	w := Window{FirstSeen: created, CountHeadroom: -1, Class: cl.cfg.Name, ClassEarlyEvicted: ts.early[class]}
+	if completed.IsZero() {
+		return w
+	}
+	w.CompletedAt = completed
+	if ts.isHeld(id) {
+		// An open group's member: kept until the group ends (R13.3).
+		return w
+	}
+	w.ExpiresLatest = completed.Add(cl.cfg.MaxLifetime)
+	w.CountHeadroom = ts.headroom(id)
+	return w
 }

@@ -36,14 +36,8 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 	if to == nil {
 		return nil
 	}
-	for _, a := range c.admits {
-		if c.cfg.Mutation.Is(mutate.WaiterNotWithdrawn) {
-			break
-		}
-		if i := slices.IndexFunc(a.waiters, func(r Resolve) bool { return r.To == to }); i >= 0 {
-			a.waiters = slices.Delete(a.waiters, i, i+1)
-			return nil
-		}
+	if !c.cfg.Mutation.Is(mutate.WaiterNotWithdrawn) && c.idem.withdraw(func(r Resolve) bool { return r.To == to }) {
+		return nil
 	}
 	for _, h := range c.handles {
 		if h.to != to {
@@ -54,7 +48,7 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 			return nil
 		}
 		h.to, h.withdrawn = nil, true
-		for _, g := range c.groups {
+		for _, g := range c.groups.open {
 			for i := range g.queue {
 				if g.queue[i].h == h {
 					g.queue[i].e.To = nil
