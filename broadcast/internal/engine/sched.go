@@ -333,9 +333,7 @@ func (c *Core) finish(t *task, raw []byte) {
 	}
 	c.applyTopology(t)
 	delete(c.tasks, t.id)
-	tl := t.timeline()
-	tl.Tombstoned = c.now
-	c.timelines.keep(t.id, &tl)
+	c.timelines.keepTask(t, c.now)
 	tb := c.tombs.newTomb(t.id, raw, t.completed.UnixNano(), t.class, t.replicated)
 	next := c.sched.remove(t)
 	if t.promote {

@@ -31,27 +31,82 @@ type Timeline struct {
 }
 
 // timelines keeps the timelines of the tasks that finished last, at most
-// MaxTimelines: ring holds their ids in finishing order, next is where the
-// next one goes (the oldest, once the ring is full).
+// MaxTimelines: ring holds them by value in finishing order (no allocation
+// per task once it is full), byID where each is, next is where the next
+// one goes (the oldest, once the ring is full).
 type timelines struct {
-	byID map[uint64]*Timeline
-	ring []uint64
+	byID map[uint64]int
+	ring []keptTimeline
 	next int
 }
 
-// keep remembers id's timeline, forgetting the oldest past MaxTimelines.
-func (ts *timelines) keep(id uint64, tl *Timeline) {
-	if ts.byID == nil {
-		ts.byID = make(map[uint64]*Timeline)
-	}
-	if len(ts.ring) < MaxTimelines {
-		ts.ring = append(ts.ring, id)
+// keptTimeline is a timeline in the ring, with its task's id; its slices
+// use the slot's own arrays when they fit, so that keeping a finished
+// task's timeline allocates nothing (B10).
+type keptTimeline struct {
+	id       uint64
+	tl       Timeline
+	attempts [1]Attempt
+	times    [16]time.Time
+}
+
+// keepTask remembers the timeline of t, which finished at now, forgetting
+// the oldest past MaxTimelines.
+func (ts *timelines) keepTask(t *task, now time.Time) {
+	slot := ts.slot(t.id)
+	slot.tl = Timeline{LockAsked: unixTime(t.lockAsked), LockGranted: unixTime(t.lockGranted), Created: t.created,
+		Persisted: unixTime(t.persisted), Tombstoned: now}
+	if len(t.history) <= len(slot.attempts) {
+		slot.tl.Attempts = slot.attempts[:copy(slot.attempts[:], t.history)]
 	} else {
-		delete(ts.byID, ts.ring[ts.next])
-		ts.ring[ts.next] = id
+		slot.tl.Attempts = slices.Clone(t.history)
+	}
+	n := len(t.copies)
+	times := slot.times[:]
+	if 2*n > len(times) {
+		times = make([]time.Time, 2*n)
+	}
+	slot.tl.Appended, slot.tl.Acked = times[:n:n], times[n:2*n:2*n]
+	for i, cp := range t.copies {
+		slot.tl.Appended[i], slot.tl.Acked[i] = unixTime(cp.appendedAt), unixTime(cp.ackedAt)
+	}
+}
+
+// keep remembers id's timeline, forgetting the oldest past MaxTimelines.
+func (ts *timelines) keep(id uint64, tl Timeline) {
+	ts.slot(id).tl = tl
+}
+
+// slot returns the ring's slot for id, emptied: a new one, or the oldest's
+// once the ring is full.
+func (ts *timelines) slot(id uint64) *keptTimeline {
+	if ts.byID == nil {
+		ts.byID = make(map[uint64]int)
+	}
+	i := len(ts.ring)
+	if i < MaxTimelines {
+		ts.ring = append(ts.ring, keptTimeline{id: id})
+	} else {
+		i = ts.next
+		delete(ts.byID, ts.ring[i].id)
+		ts.ring[i].id = id
 		ts.next = (ts.next + 1) % MaxTimelines
 	}
-	ts.byID[id] = tl
+	ts.byID[id] = i
+	return &ts.ring[i]
+}
+
+// get returns a copy of id's kept timeline, which shares nothing with the
+// ring (a slot is reused once MaxTimelines newer tasks finished).
+func (ts *timelines) get(id uint64) (Timeline, bool) {
+	i, ok := ts.byID[id]
+	if !ok {
+		return Timeline{}, false
+	}
+	tl := ts.ring[i].tl
+	tl.Attempts = slices.Clone(tl.Attempts)
+	tl.Appended, tl.Acked = slices.Clone(tl.Appended), slices.Clone(tl.Acked)
+	return tl, true
 }
 
 // unixTime is the time of unix nanoseconds n, zero for 0.
@@ -65,8 +120,10 @@ func unixTime(n int64) time.Time {
 // timeline returns t's timeline so far.
 func (t *task) timeline() Timeline {
 	tl := Timeline{LockAsked: unixTime(t.lockAsked), LockGranted: unixTime(t.lockGranted), Created: t.created,
-		Persisted: unixTime(t.persisted), Attempts: slices.Clone(t.history),
-		Appended: make([]time.Time, len(t.copies)), Acked: make([]time.Time, len(t.copies))}
+		Persisted: unixTime(t.persisted), Attempts: slices.Clone(t.history)}
+	// One array for both: a finished task's timeline is kept (MaxTimelines).
+	times := make([]time.Time, 2*len(t.copies))
+	tl.Appended, tl.Acked = times[:len(t.copies):len(t.copies)], times[len(t.copies):]
 	for i, cp := range t.copies {
 		tl.Appended[i], tl.Acked[i] = unixTime(cp.appendedAt), unixTime(cp.ackedAt)
 	}
@@ -79,9 +136,5 @@ func (c *Core) RecentTimeline(id uint64) (Timeline, bool) {
 	if t := c.tasks[id]; t != nil {
 		return t.timeline(), true
 	}
-	if tl := c.timelines.byID[id]; tl != nil {
-		out := *tl
-		return out, true
-	}
-	return Timeline{}, false
+	return c.timelines.get(id)
 }
