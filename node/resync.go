@@ -7,30 +7,32 @@ import (
 )
 
 // Resync makes the saved state of pchannel p in stateDir (a stopped node's)
-// read the log again from its start: it keeps the Applier's snapshot and
-// the broadcast ids applied per vchannel, and forgets the log position. Run
-// it when the pchannel halted because its position is past the end of the
-// log (the stream or topic was recreated, or the broker lost entries): on
-// the next start the node reads the log from its beginning, applies the
-// copies whose broadcast it has not applied, and acks every copy again
-// (acks of finished broadcasts change nothing). It reports whether p had a
-// saved state (without one the node starts from the beginning anyway).
+// read the log again from its start: it keeps the Applier's state and the
+// broadcast ids applied per vchannel, and forgets the log position. Run it
+// when the pchannel halted because its position is past the end of the log
+// (the stream or topic was recreated, or the broker lost entries): on the
+// next start the node reads the log from its beginning, applies the copies
+// whose broadcast it has not applied, and acks every copy again (acks of
+// finished broadcasts change nothing). It reports whether p had a saved
+// state (without one the node starts from the beginning anyway).
 func Resync(stateDir, nodeName string, p message.PChannel) (bool, error) {
 	if err := p.Validate(); err != nil {
 		return false, fmt.Errorf("%w: pchannel: %w", ErrInvalidConfig, err)
 	}
 	removeTemps(stateDir, p)
-	st, snap, ok, err := loadState(stateDir, p)
+	s, ok, err := loadState(stateDir, p)
 	if err != nil || !ok {
 		return false, err
 	}
-	st.resume, st.handled = 0, 0
-	data, err := encodeState(nodeName, p, st, snap)
+	s.st.resume, s.st.handled = 0, 0
+	apps := func(v message.VChannel) ([]byte, error) { return s.apps[v], nil }
+	data, err := encodeBase(nodeName, p, s.gen+1, s.st, apps, s.whole)
 	if err != nil {
 		return true, fmt.Errorf("node: encode the state of %s: %w", p, err)
 	}
-	if err := writeAtomic(stateDir, p, data); err != nil {
+	j, err := writeBase(stateDir, nodeName, p, s.gen+1, data)
+	if err != nil {
 		return true, fmt.Errorf("node: save the state of %s: %w", p, err)
 	}
-	return true, nil
+	return true, j.close()
 }
