@@ -39,6 +39,10 @@ const (
 	// MaxFencedShards bounds the splits a collection records, so that its
 	// record stays small.
 	MaxFencedShards = 64
+	// MaxListPage bounds one page of ListDatabases, ListCollections and
+	// ListImportJobs: a request without a limit, or with a larger one,
+	// gets pages of this many.
+	MaxListPage = 1000
 )
 
 // Config configures the metadata service. PChannels is required; the other

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -349,21 +348,4 @@ func fitting(l catalog.Limits, ops []catalog.Op) int {
 		}
 	}
 	return len(ops)
-}
-
-// collIDs reads the ids of the collections that exist (not dropped).
-func collIDs(ctx context.Context, cat catalog.Catalog) (map[uint64]bool, error) {
-	ids := map[uint64]bool{}
-	err := cat.List(ctx, prefixColl, func(key string, _ []byte) error {
-		id, err := strconv.ParseUint(strings.TrimPrefix(key, prefixColl), 10, 64)
-		if err != nil {
-			return errorf(ErrCorruptMetadata, "%s: not a collection key", key)
-		}
-		ids[id] = true
-		return nil
-	})
-	if err != nil {
-		return nil, listErr(prefixColl, err)
-	}
-	return ids, nil
 }

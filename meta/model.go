@@ -367,6 +367,18 @@ func (r reader) get(ctx context.Context, key string, v any) (bool, error) {
 	return true, nil
 }
 
+// exists reports whether key holds a record.
+func (r reader) exists(ctx context.Context, key string) (bool, error) {
+	_, err := r.cat.Get(ctx, key)
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
+	}
+	return true, nil
+}
+
 // getID reads an id stored in decimal (the name indexes).
 func (r reader) getID(ctx context.Context, key string) (uint64, bool, error) {
 	raw, err := r.cat.Get(ctx, key)

@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -438,24 +437,6 @@ func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseR
 	return &walcastv1.DropDatabaseResponse{Result: result(res, d.key), DatabaseId: p.Database.ID}, nil
 }
 
-// ListDatabases lists the databases by name.
-func (s *Service) ListDatabases(ctx context.Context, _ *walcastv1.ListDatabasesRequest) (*walcastv1.ListDatabasesResponse, error) {
-	_, r, err := s.current()
-	if err != nil {
-		return nil, err
-	}
-	dbs, err := list[dbRecord](ctx, r, prefixDB)
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(dbs, func(a, b dbRecord) int { return strings.Compare(a.Name, b.Name) })
-	out := &walcastv1.ListDatabasesResponse{}
-	for _, d := range dbs {
-		out.Databases = append(out.Databases, d.pb())
-	}
-	return out, nil
-}
-
 // CreateCollection creates a collection with one vchannel per shard. Its key
 // is scoped to the database, by id.
 func (s *Service) CreateCollection(ctx context.Context, req *walcastv1.CreateCollectionRequest) (*walcastv1.CreateCollectionResponse, error) {
@@ -694,53 +675,6 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 		return nil
 	})
 	return out, err
-}
-
-// ListCollections lists the collections of a database, by name.
-func (s *Service) ListCollections(ctx context.Context, req *walcastv1.ListCollectionsRequest) (*walcastv1.ListCollectionsResponse, error) {
-	db := req.GetDatabase()
-	if err := checkName("database", db); err != nil {
-		return nil, err
-	}
-	_, r, err := s.current()
-	if err != nil {
-		return nil, err
-	}
-	dbID, err := resolveDB(ctx, r, db)
-	if err != nil {
-		return nil, err
-	}
-	// Two reads in all: the collection records, then every index.
-	colls, err := list[collRecord](ctx, r, prefixColl)
-	if err != nil {
-		return nil, err
-	}
-	colls = slices.DeleteFunc(colls, func(c collRecord) bool { return c.DatabaseID != dbID })
-	slices.SortFunc(colls, func(a, b collRecord) int { return strings.Compare(a.Name, b.Name) })
-	idx := map[uint64][]indexRecord{}
-	if len(colls) > 0 {
-		err = r.cat.List(ctx, prefixIndex, func(key string, raw []byte) error {
-			id, _, _ := strings.Cut(strings.TrimPrefix(key, prefixIndex), "/")
-			collID, err := strconv.ParseUint(id, 10, 64)
-			if err != nil {
-				return errorf(ErrCorruptMetadata, "%s: not an index key", key)
-			}
-			var i indexRecord
-			if err := json.Unmarshal(raw, &i); err != nil {
-				return errorf(ErrCorruptMetadata, "%s: %v", key, err)
-			}
-			idx[collID] = append(idx[collID], i)
-			return nil
-		})
-		if err != nil {
-			return nil, listErr(prefixIndex, err)
-		}
-	}
-	out := &walcastv1.ListCollectionsResponse{}
-	for _, c := range colls {
-		out.Collections = append(out.Collections, c.pb(idx[c.ID]))
-	}
-	return out, nil
 }
 
 // describe reads collection id with its indexes.
@@ -1215,40 +1149,6 @@ func jobView(j jobRecord, p *progressRecord, c collRecord) jobRecord {
 	return j
 }
 
-// jobsNow lists the jobs as the API shows them (see jobView), by id.
-func jobsNow(ctx context.Context, r reader) ([]jobRecord, error) {
-	jobs, err := list[jobRecord](ctx, r, prefixImportJob)
-	if err != nil || len(jobs) == 0 {
-		return nil, err
-	}
-	colls, err := list[collRecord](ctx, r, prefixColl)
-	if err != nil {
-		return nil, err
-	}
-	byID := make(map[uint64]collRecord, len(colls))
-	for _, c := range colls {
-		byID[c.ID] = c
-	}
-	progress := map[uint64]*progressRecord{}
-	err = r.cat.List(ctx, prefixProgress, func(key string, raw []byte) error {
-		id, err := strconv.ParseUint(strings.TrimPrefix(key, prefixProgress), 10, 64)
-		var p progressRecord
-		if err != nil || json.Unmarshal(raw, &p) != nil {
-			return errorf(ErrCorruptMetadata, "%s: not an import job's progress", key)
-		}
-		progress[id] = &p
-		return nil
-	})
-	if err != nil {
-		return nil, listErr(prefixProgress, err)
-	}
-	for i, j := range jobs {
-		jobs[i] = jobView(j, progress[j.ID], byID[j.CollectionID])
-	}
-	slices.SortFunc(jobs, func(a, b jobRecord) int { return cmp.Compare(a.ID, b.ID) })
-	return jobs, nil
-}
-
 // importSlot is an import admitted by admitImport whose Broadcast has not
 // returned yet; job is its job's id once allocated (0 before).
 type importSlot struct{ job uint64 }
@@ -1280,17 +1180,26 @@ func (s *Service) admitImport(ctx context.Context, b *broadcast.Broadcaster, r r
 	if err != nil {
 		return nil, err
 	}
-	colls, err := collIDs(ctx, r.cat)
-	if err != nil {
-		return nil, err
-	}
 	n := 0
 	seen := make(map[uint64]bool, len(jobs)+len(tasks))
+	alive := map[uint64]bool{} // the unfinished jobs' collections that exist
 	for _, j := range jobs {
 		seen[j.ID] = true
+		if j.State.finished() {
+			continue
+		}
 		// A job of a dropped collection has failed, though the importer
-		// may not have recorded it yet.
-		if !j.State.finished() && colls[j.CollectionID] {
+		// may not have recorded it yet. Only the unfinished jobs'
+		// collections are read (at most MaxImportJobNum), never every
+		// collection.
+		ok, known := alive[j.CollectionID]
+		if !known {
+			if ok, err = r.exists(ctx, collKey(j.CollectionID)); err != nil {
+				return nil, err
+			}
+			alive[j.CollectionID] = ok
+		}
+		if ok {
 			n++
 		}
 	}
@@ -1351,52 +1260,6 @@ func (s *Service) GetImportJob(ctx context.Context, req *walcastv1.GetImportJobR
 		return nil, errorf(ErrImportJobNotFound, "%d", req.GetId())
 	}
 	return j.pb(), nil
-}
-
-// ListImportJobs lists the import jobs by id: all of them, those of a
-// database, or those of a collection (by its current name). Each shows its
-// collection's current name and its progress (see jobView).
-func (s *Service) ListImportJobs(ctx context.Context, req *walcastv1.ListImportJobsRequest) (*walcastv1.ListImportJobsResponse, error) {
-	db, coll := req.GetDatabase(), req.GetCollection()
-	if coll != "" && db == "" {
-		return nil, errorf(ErrInvalidArgument, "a collection needs its database")
-	}
-	_, r, err := s.current()
-	if err != nil {
-		return nil, err
-	}
-	keep := func(jobRecord) bool { return true }
-	switch {
-	case coll != "":
-		if err := errors.Join(checkName("database", db), checkName("collection", coll)); err != nil {
-			return nil, err
-		}
-		_, collID, err := resolveColl(ctx, r, db, coll)
-		if err != nil {
-			return nil, err
-		}
-		keep = func(j jobRecord) bool { return j.CollectionID == collID }
-	case db != "":
-		if err := checkName("database", db); err != nil {
-			return nil, err
-		}
-		dbID, err := resolveDB(ctx, r, db)
-		if err != nil {
-			return nil, err
-		}
-		keep = func(j jobRecord) bool { return j.DatabaseID == dbID }
-	}
-	jobs, err := jobsNow(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	out := &walcastv1.ListImportJobsResponse{}
-	for _, j := range jobs {
-		if keep(j) {
-			out.Jobs = append(out.Jobs, j.pb())
-		}
-	}
-	return out, nil
 }
 
 // GetVChannelView returns the view the streaming node consuming a vchannel
