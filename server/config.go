@@ -162,6 +162,14 @@ type Config struct {
 		// Once the file passes half of it, history older than a minute is
 		// compacted at once instead of after etcd_compaction_retention.
 		EtcdQuotaBytes int64 `yaml:"etcd_quota_bytes"`
+		// WALRetention is how long standalone's WAL entries are kept at
+		// least: an entry older than this that every streaming node of
+		// the process has saved a state past is dropped (checked every
+		// tenth of it, at most every minute). At least
+		// wal.nats.dedup_window. A cluster in a replication topology
+		// keeps every entry: a secondary reads them at a position this
+		// process does not know.
+		WALRetention Duration `yaml:"wal_retention"`
 	} `yaml:"standalone"`
 	Disk struct {
 		// ReserveBytes is the free space of data_dir's file system below
@@ -510,6 +518,7 @@ func Default() Config {
 	c.Standalone.NATSMaxMemory = 256 << 20
 	c.Standalone.EtcdCompactionRetention = Duration(time.Hour)
 	c.Standalone.EtcdQuotaBytes = embedetcd.DefaultQuotaBytes
+	c.Standalone.WALRetention = Duration(10 * time.Minute)
 	c.Disk.ReserveBytes = 256 << 20
 	c.Disk.WarnBytes = 1 << 30
 	c.Disk.CheckInterval = Duration(time.Second)
@@ -798,6 +807,8 @@ func (c Config) Validate() error {
 		return bad("standalone.nats_max_store", "nats_max_store (%d) must be at least 1 MiB and nats_max_memory (%d) not negative", c.Standalone.NATSMaxStore, c.Standalone.NATSMaxMemory)
 	case c.Standalone.EtcdCompactionRetention < Duration(time.Minute):
 		return bad("standalone.etcd_compaction_retention", "%v is below 1m", c.Standalone.EtcdCompactionRetention.D())
+	case c.Standalone.WALRetention < c.WAL.NATS.DedupWindow:
+		return bad("standalone.wal_retention", "%v is below wal.nats.dedup_window (%v): a retried append must still meet its original", c.Standalone.WALRetention.D(), c.WAL.NATS.DedupWindow.D())
 	case c.Standalone.EtcdQuotaBytes < 64<<20 || c.Standalone.EtcdQuotaBytes > 8<<30:
 		return bad("standalone.etcd_quota_bytes", "%d is outside 64 MiB..8 GiB (etcd's largest supported quota)", c.Standalone.EtcdQuotaBytes)
 	case c.Disk.ReserveBytes < 0 || c.Disk.WarnBytes < 0:

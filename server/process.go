@@ -405,6 +405,13 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 			return nil, err
 		}
 	}
+	// Truncating frees space: the storage guard has nothing to refuse.
+	if g, ok := wl.(guardedLog); ok {
+		wl = g.Log
+	}
+	if t, ok := wl.(wal.Truncater); ok {
+		p.startWALRetention(cfg, t, w, coord)
+	}
 	if err := p.serveMetrics(cfg, nil); err != nil {
 		return nil, err
 	}
@@ -414,6 +421,26 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 		return nil, err
 	}
 	return p, nil
+}
+
+// startWALRetention runs standalone's WAL retention (walRetention) until
+// the process closes, before its nodes and WAL.
+func (p *Process) startWALRetention(cfg Config, t wal.Truncater, w *wal.WAL, coord *Coordinator) {
+	r := newWALRetention(t, w, cfg.PChannelNames(), cfg.Standalone.WALRetention.D(), p.nodeStatuses, func() bool {
+		b, err := coord.Current()
+		return err != nil || b.ReplicateConfig().Primary != ""
+	}, p.log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx)
+	}()
+	p.onClose(func() error {
+		cancel()
+		<-done
+		return nil
+	})
 }
 
 func (p *Process) waitLeader(ctx context.Context, c *Coordinator) error {
