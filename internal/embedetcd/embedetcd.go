@@ -56,6 +56,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
 	"go.uber.org/zap"
 
 	"github.com/walcast/walcast/internal/freeport"
@@ -473,7 +474,8 @@ func (s *Server) Client() (*clientv3.Client, error) {
 // reports context.Canceled, its way of saying it was closed: close does not.)
 func (s *Server) LocalClient() (c *clientv3.Client, close func() error) {
 	c = v3client.New(s.etcd.Server)
-	c.KV = closingKV{KV: c.KV, client: c.Ctx()}
+	// v3client's KV, with a RangeStream (see streamingKV).
+	c.KV = closingKV{KV: clientv3.NewKVFromKVClient(newStreamingKV(v3rpc.NewQuotaKVServer(s.etcd.Server)), c), client: c.Ctx()}
 	return c, func() error {
 		if err := c.Close(); !errors.Is(err, context.Canceled) {
 			return err
@@ -512,6 +514,13 @@ func (k closingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOptio
 		return nil, err
 	}
 	return k.KV.Get(ctx, key, opts...)
+}
+
+func (k closingKV) GetStream(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
+	if err := k.closed(); err != nil {
+		return nil, err
+	}
+	return k.KV.GetStream(ctx, key, opts...)
 }
 
 func (k closingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
