@@ -629,7 +629,8 @@ func (e *Env) b2(ctx context.Context, cfg Config, be *backend, t *tracker) ([]Re
 			Note: fmt.Sprintf("raw: %s per op from %d clients; %.2f WAL appends per broadcast; %s", sh, cfg.Clients,
 				float64(appends)/float64(max(done, 1)), cpuNote)},
 		{ID: "B2r", Backend: be.name, What: fmt.Sprintf("B2 against the batched floor, %d clients", cfg.Clients), Value: rate, Unit: "broadcasts/s",
-			Floor: batched, Ratio: ratioB, Target: ">= 70% of batched raw", Pass: ratioB >= 0.7,
+			// Its target (>= 70%) is retired (issue 36): reported only.
+			Floor: batched, Ratio: ratioB, Target: "report (retired)", Pass: true,
 			Note: fmt.Sprintf("batched: rounds of %d ops, per round one txn per commit of the shape and one entry of every copy (%d B); %s", cfg.Clients,
 				cfg.Clients*sh.appendBytes(), cpuNote)},
 		{ID: "B3", Backend: be.name, What: "catalog round trips per broadcast, amortised under load", Value: perOp, Unit: "trips",
