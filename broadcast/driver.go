@@ -310,24 +310,23 @@ func (d *driver) trySubmit(ev engine.Event) bool {
 }
 
 // answersAtOnce reports whether ev is a request the core usually answers
-// without I/O: a key's original, a lock granted, a handle closed, a look
-// at the core. A Submit (and an operator's action) always asks for a
+// without I/O: a key's original, a lock granted, a handle closed, a
+// request withdrawn, a look at the core. A Submit (and an operator's action) always asks for a
 // catalog write: it goes to the loop, which batches the writes of the
 // requests it drains (group commit), so a caller stepping it would only
 // split the batches; only a Submit with nothing in flight, which has no
 // batch to join, is stepped by its caller (trySubmit).
 func answersAtOnce(ev engine.Event) bool {
 	switch ev.(type) {
-	case engine.Resolve, engine.Lock, engine.Close, engine.Inspect, engine.Wait, engine.WaitAcked:
+	case engine.Resolve, engine.Lock, engine.Close, engine.Withdraw, engine.Inspect, engine.Wait, engine.WaitAcked:
 		return true
 	}
 	return false
 }
 
 // call sends a request and waits for its reply. If ctx ends first it
-// returns ctx's error (the request stays with the core; callers that must
-// withdraw it send what withdraws it). If the loop has exited it returns
-// ErrClosed.
+// withdraws the request (see await) and returns ctx's error. If the loop
+// has exited it returns ErrClosed.
 func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Event) (engine.Reply, error) {
 	rc := replyChans.Get().(chan engine.Reply)
 	if !d.request(mk(rc)) {
@@ -338,9 +337,9 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 }
 
 // await waits for the reply on rc to a request the core took. If ctx ends
-// first it returns ctx's error, saying what the request waited for; if the
-// loop exits first, ErrClosed. rc goes back to replyChans only once its
-// reply was received.
+// first, the request is withdrawn (withdraw) and await returns ctx's error,
+// saying what the request waited for; if the loop exits first, ErrClosed.
+// rc goes back to replyChans only once its reply was received.
 func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply, error) {
 	select {
 	case r := <-rc:
@@ -348,12 +347,7 @@ func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply,
 		replyChans.Put(rc)
 		return r, nil
 	case <-ctx.Done():
-		select {
-		case r := <-rc:
-			return r, nil
-		default:
-		}
-		return engine.Reply{}, d.waitErr(ctx.Err(), rc)
+		return d.withdraw(ctx, rc)
 	case <-d.done:
 		select {
 		case r := <-rc:
@@ -362,6 +356,42 @@ func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply,
 		}
 		return engine.Reply{}, d.b.closedErr()
 	}
+}
+
+// withdraw takes back the request answered at rc, whose caller's context
+// ended, and returns ctx's error saying what it waited for (R11.5). The
+// core forgets the request wherever it waits and gives back what it holds
+// for it (a queued lock request, an admission slot): a caller that gives up
+// leaves nothing behind that could hold a key or a lock for it later
+// (R7.3). A reply sent before the withdrawal is returned instead: the
+// request was answered, and its caller handles the answer (a lock granted
+// is its to release). The withdrawal is one step of the core: the caller
+// waits for the loop (or steps the core itself), never for I/O.
+func (d *driver) withdraw(ctx context.Context, rc chan engine.Reply) (engine.Reply, error) {
+	select {
+	case r := <-rc:
+		replyChans.Put(rc)
+		return r, nil
+	default:
+	}
+	var waited *engine.Waited
+	wc := make(chan engine.Reply, 1)
+	if d.request(engine.Withdraw{To: rc, Done: wc}) {
+		select {
+		case r := <-wc:
+			waited = r.Waited
+		case <-d.done: // stopping answered every request
+		}
+	}
+	select {
+	case r := <-rc:
+		replyChans.Put(rc)
+		return r, nil
+	default:
+	}
+	// rc is not reused: a request the core cannot withdraw (a Follow's
+	// write in flight) may still be answered on it.
+	return engine.Reply{}, waitErr(ctx.Err(), waited)
 }
 
 // callAll is call for n requests, sent to the loop one after another
@@ -406,20 +436,14 @@ var replyChans = sync.Pool{New: func() any { return make(chan engine.Reply, 1) }
 // waitErr is err (the caller's context ended) saying, when the request
 // waited for a task, which task and what it was waiting for: a caller stuck
 // behind a frozen catalog or WAL learns which one.
-func (d *driver) waitErr(err error, rc chan engine.Reply) error {
-	var (
-		id    uint64
-		stage engine.Stage
-		ok    bool
-	)
-	d.inspect(func(c *engine.Core) { id, stage, ok = c.WaitedBy(rc) })
+func waitErr(err error, w *engine.Waited) error {
 	switch {
-	case !ok:
+	case w == nil:
 		return err
-	case id == 0:
+	case w.ID == 0:
 		return fmt.Errorf("waiting for the catalog to allocate the broadcast's id: %w", err)
 	}
-	return fmt.Errorf("broadcast %d was %s: %w", id, stageWaiting(stage), err)
+	return fmt.Errorf("broadcast %d was %s: %w", w.ID, stageWaiting(w.Stage), err)
 }
 
 // stageWaiting says what a task in stage s waits for.

@@ -59,3 +59,12 @@ func (b *Broadcaster) PromoteTask() uint64 {
 	b.d.inspect(func(c *engine.Core) { id = c.PromoteTask() })
 	return id
 }
+
+// Outstanding returns what requests hold or wait for in b's core: once
+// every caller has returned, nothing but what live tasks and the test's
+// own locks hold (R11.5).
+func (b *Broadcaster) Outstanding() engine.Outstanding {
+	var o engine.Outstanding
+	b.d.inspect(func(c *engine.Core) { o = c.Outstanding() })
+	return o
+}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
@@ -161,7 +162,7 @@ func TestRetryReusesTheKey(t *testing.T) {
 				env := apitest.New(t)
 				b := env.Open()
 				f := &flaky{n: 2, after: after}
-				srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+				srv := apitest.Serve(t, app.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
 				c := newClient(t, p, []string{srv.URL})
 
 				req := newReq()
@@ -226,7 +227,7 @@ func TestAttemptTimeoutRetriesOntoTheRunningOriginal(t *testing.T) {
 			}
 			return nil
 		})
-		srv := apitest.Serve(t, server.StaticLeader(b), nil)
+		srv := apitest.Serve(t, app.StaticLeader(b), nil)
 		c := newClient(t, p, []string{srv.URL}, client.WithAttemptTimeout(60*time.Millisecond))
 
 		req := newReq()
@@ -249,7 +250,7 @@ func TestUnkeyedBroadcastIsNotRetriedWhenAmbiguous(t *testing.T) {
 		env := apitest.New(t)
 		b := env.Open()
 		f := &flaky{n: 1, after: true}
-		srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+		srv := apitest.Serve(t, app.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
 		c := newClient(t, p, []string{srv.URL})
 
 		_, err := c.Broadcast(ctxT(t), newReq())
@@ -276,7 +277,7 @@ func TestUnkeyedBroadcastRetriedWhenNotCreated(t *testing.T) {
 		_ = old.Close()
 		cur := env.Open()
 		var calls atomic.Int64
-		leader := server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+		leader := app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 			if calls.Add(1) == 1 {
 				return old, nil
 			}
@@ -309,7 +310,7 @@ func deadAddr(t *testing.T) string {
 func TestUnreachableAddressIsSkipped(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
-		srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+		srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 		c := newClient(t, p, []string{deadAddr(t), srv.URL})
 
 		// Unkeyed: a request that never reached a server is safe to repeat.
@@ -331,9 +332,9 @@ func TestLeaderRedirect(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		b := env.Open()
-		leaderSrv := apitest.Serve(t, server.StaticLeader(b), nil)
+		leaderSrv := apitest.Serve(t, app.StaticLeader(b), nil)
 		var followerHits atomic.Int64
-		follower := apitest.Serve(t, server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+		follower := apitest.Serve(t, app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 			return nil, &server.NotLeaderError{Leader: leaderSrv.URL}
 		}), counting(&followerHits))
 		c := newClient(t, p, []string{follower.URL})
@@ -364,7 +365,7 @@ func TestNonRetryableErrorsReturnAtOnce(t *testing.T) {
 		env := apitest.New(t)
 		b := env.Open()
 		var hits atomic.Int64
-		srv := apitest.Serve(t, server.StaticLeader(b), counting(&hits))
+		srv := apitest.Serve(t, app.StaticLeader(b), counting(&hits))
 		c := newClient(t, p, []string{srv.URL}, client.WithBackoff(time.Second, time.Second))
 		ctx := ctxT(t)
 
@@ -376,7 +377,7 @@ func TestNonRetryableErrorsReturnAtOnce(t *testing.T) {
 		secondaryB := env.Open(func(cfg *broadcast.Config) {
 			cfg.CheckRole = func(context.Context) error { return server.ErrNotPrimary }
 		})
-		secondarySrv := apitest.Serve(t, server.StaticLeader(secondaryB), counting(&hits))
+		secondarySrv := apitest.Serve(t, app.StaticLeader(secondaryB), counting(&hits))
 		secondary := newClient(t, p, []string{secondarySrv.URL}, client.WithBackoff(time.Second, time.Second))
 
 		cases := []struct {
@@ -454,7 +455,7 @@ func TestRetriesEndWithTheCallersContext(t *testing.T) {
 			cancel() // the caller gives up during the third attempt
 		}
 	}}
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
 	c := newClient(t, protocols[0], []string{srv.URL})
 	_, err := c.GetTask(ctx, 1)
 	if !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, context.Canceled) {
@@ -471,7 +472,7 @@ func TestAckAndAdminCalls(t *testing.T) {
 		env := apitest.New(t)
 		b := env.Open()
 		f := &flaky{n: 2}
-		srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
+		srv := apitest.Serve(t, app.StaticLeader(b), nil, server.WithConnectOptions(connect.WithInterceptors(f.interceptor())))
 		c := newClient(t, p, []string{srv.URL})
 		ctx := ctxT(t)
 
@@ -605,7 +606,7 @@ func TestConcurrentCallersKeepTheirConnections(t *testing.T) {
 	const callers = 16
 	env := apitest.New(t)
 	b := env.Open()
-	path, h := server.NewBroadcastHandler(server.StaticLeader(b))
+	path, h := server.NewBroadcastHandler(app.StaticLeader(b))
 	var mu sync.Mutex
 	arrived, wave := 0, make(chan struct{})
 	mux := http.NewServeMux()

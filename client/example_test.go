@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -25,7 +26,7 @@ func ExampleClient_Broadcast() {
 	defer os.RemoveAll(dir)
 	cfg := server.Default()
 	cfg.DataDir, cfg.API.Addr, cfg.Metrics.Addr, cfg.Log.Level, cfg.Audit.File = dir, "127.0.0.1:0", "", "error", "off"
-	p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func ExampleClient_Broadcast() {
 	}
 	defer c.Close()
 	req := &client.BroadcastRequest{
-		Type:         server.GenericType,
+		Type:         app.GenericType,
 		Payload:      []byte("create shop.orders"),
 		VChannels:    []message.VChannel{"wal-1/c1v0", "wal-2/c1v1"},
 		ResourceKeys: []resource.Key{resource.SharedDatabase("shop"), resource.ExclusiveCollection("shop", "orders")},
@@ -66,7 +67,7 @@ func ExampleClient_BeginTxn() {
 	defer os.RemoveAll(dir)
 	cfg := server.Default()
 	cfg.DataDir, cfg.API.Addr, cfg.Metrics.Addr, cfg.Log.Level, cfg.Audit.File = dir, "127.0.0.1:0", "", "error", "off"
-	p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,23 +79,23 @@ func ExampleClient_BeginTxn() {
 	defer c.Close()
 
 	key := resource.ExclusiveCollection("shop", "orders")
-	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("import 7: begin"),
+	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("import 7: begin"),
 		VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key},
 		Scope: client.CollectionScope(1), ClientKey: "import-7"}) // a repeat returns this transaction
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("import 7: files")}); err != nil {
+	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("import 7: files")}); err != nil {
 		log.Fatal(err)
 	}
-	ddl := &client.BroadcastRequest{Type: server.GenericType, Payload: []byte("drop shop.orders"),
+	ddl := &client.BroadcastRequest{Type: app.GenericType, Payload: []byte("drop shop.orders"),
 		VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}, NoWait: true}
 	_, err = c.Broadcast(ctx, ddl)
 	var ce *client.Error
 	if errors.Is(err, client.ErrBusy) && errors.As(err, &ce) {
 		fmt.Println("busy, held by", ce.Holder)
 	}
-	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("import 7: commit")}); err != nil {
+	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("import 7: commit")}); err != nil {
 		log.Fatal(err)
 	}
 	if _, err := c.Broadcast(ctx, ddl); err == nil {

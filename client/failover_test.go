@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/server"
@@ -41,7 +42,7 @@ var fastLiveness = client.WithLiveness(50*time.Millisecond, 100*time.Millisecond
 func TestFrozenCoordinatorIsAbandoned(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
-		srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+		srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 		c := newClient(t, p, []string{frozenAddr(t), srv.URL}, fastLiveness, client.WithAttemptTimeout(time.Hour))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -73,7 +74,7 @@ func TestStandbyNamingAFrozenLeaderIsNotFollowed(t *testing.T) {
 		frozen := frozenAddr(t)
 		var leads atomic.Bool
 		var standbyCalls atomic.Int64
-		standby := apitest.Serve(t, server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+		standby := apitest.Serve(t, app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 			if standbyCalls.Add(1) >= 4 {
 				leads.Store(true)
 			}
@@ -118,7 +119,7 @@ func TestUnreachableEndsEarly(t *testing.T) {
 // context.
 func TestUnreachableKeepsRetryingWhileACoordinatorAnswers(t *testing.T) {
 	dead := deadAddr(t)
-	standby := apitest.Serve(t, server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+	standby := apitest.Serve(t, app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 		return nil, &server.NotLeaderError{Leader: dead}
 	}), nil)
 	c := newClient(t, protocols[0], []string{dead, standby.URL}, client.WithUnreachable(50*time.Millisecond))
@@ -145,7 +146,7 @@ func TestLivenessCheckSparesASlowCoordinator(t *testing.T) {
 	})
 	var healthz atomic.Int64
 	mux := http.NewServeMux()
-	path, h := server.NewBroadcastHandler(server.StaticLeader(b))
+	path, h := server.NewBroadcastHandler(app.StaticLeader(b))
 	mux.Handle(path, h)
 	mux.HandleFunc("GET /healthz", func(http.ResponseWriter, *http.Request) { healthz.Add(1) })
 	srv := apitest.ServeHandler(t, mux)
@@ -204,7 +205,7 @@ func TestForeignServerIsNoCoordinator(t *testing.T) {
 	}
 
 	env := apitest.New(t)
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 	c = newClient(t, protocols[0], []string{banner, srv.URL}, client.WithUnreachable(time.Minute))
 	if _, err := c.ListTypes(ctxT(t)); err != nil {
 		t.Fatalf("with a coordinator at the second address: %v", err)

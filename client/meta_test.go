@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	cmem "github.com/walcast/walcast/catalog/memory"
 	"github.com/walcast/walcast/client"
@@ -30,17 +31,17 @@ import (
 
 // metaServer serves the meta app over an in-memory broadcaster; leader, if
 // set, replaces the broadcaster as the handlers' leader.
-func metaServer(t *testing.T, leader server.Leader, wrap func(http.Handler) http.Handler) *httptest.Server {
+func metaServer(t *testing.T, leader app.Leader, wrap func(http.Handler) http.Handler) *httptest.Server {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	ps := []message.PChannel{"wal-0", "wal-1"}
-	app, err := meta.NewApp(meta.Config{PChannels: ps, Logger: quiet, ImporterInterval: 10 * time.Millisecond, ImportRoot: t.TempDir()})
+	ma, err := meta.NewApp(meta.Config{PChannels: ps, Logger: quiet, ImporterInterval: 10 * time.Millisecond, ImportRoot: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if leader == nil {
 		types, cbs := message.NewRegistry(), broadcast.NewCallbacks()
-		if err := app.Register(types, cbs); err != nil {
+		if err := ma.Register(types, cbs); err != nil {
 			t.Fatal(err)
 		}
 		b, err := broadcast.New(context.Background(), broadcast.Config{Catalog: cmem.NewStore().Open(), WAL: wal.New(wmem.New(ps...)),
@@ -49,16 +50,16 @@ func metaServer(t *testing.T, leader server.Leader, wrap func(http.Handler) http
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = b.Close() })
-		leader = server.StaticLeader(b)
+		leader = app.StaticLeader(b)
 	}
 	mux := http.NewServeMux()
-	for path, h := range app.Handlers(leader) {
+	for path, h := range ma.Handlers(leader, server.AppHandlerOptions(quiet)...) {
 		if wrap != nil {
 			h = wrap(h)
 		}
 		mux.Handle(path, h)
 	}
-	t.Cleanup(func() { _ = app.Close() })
+	t.Cleanup(func() { _ = ma.Close() })
 	return apitest.ServeHandler(t, mux)
 }
 
@@ -158,7 +159,7 @@ func TestMetaRetryReusesTheKey(t *testing.T) {
 func TestMetaFollowsTheLeader(t *testing.T) {
 	leader := metaServer(t, nil, nil)
 	var hits atomic.Int64
-	follower := metaServer(t, server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+	follower := metaServer(t, app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 		return nil, &server.NotLeaderError{Leader: leader.URL}
 	}), counting(&hits))
 	c := newClient(t, protocol{name: "connect"}, []string{follower.URL})

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
@@ -41,7 +42,7 @@ func TestQuotaExceededSaysWhenToRetry(t *testing.T) {
 				connect.NewErrorWriter().Write(w, r, ce)
 			})
 		}
-		srv := apitest.Serve(t, server.StaticLeader(env.Open()), refuse)
+		srv := apitest.Serve(t, app.StaticLeader(env.Open()), refuse)
 		c := newClient(t, p, []string{srv.URL})
 		ctx := ctxT(t)
 		for _, want := range []time.Duration{3 * time.Second, 0} {

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -33,7 +34,7 @@ type fakeReplication struct {
 
 func (f *fakeReplication) record(name string) error {
 	if f.leader != "" {
-		return server.ConnectError(&server.NotLeaderError{Leader: f.leader})
+		return &server.NotLeaderError{Leader: f.leader}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -76,7 +77,7 @@ func (f *fakeReplication) ForcePromote(context.Context, *connect.Request[walcast
 	if err := f.record("ForcePromote"); err != nil {
 		return nil, err
 	}
-	return nil, server.ConnectError(broadcast.ErrNotSecondary)
+	return nil, broadcast.ErrNotSecondary
 }
 
 // TestR9_5_ReplicationCallsUseTheClientsRetries: the replication methods
@@ -84,11 +85,14 @@ func (f *fakeReplication) ForcePromote(context.Context, *connect.Request[walcast
 // Configure (a broadcast) only when it certainly did not run.
 func TestR9_5_ReplicationCallsUseTheClientsRetries(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
+		// The process's handler options map the fakes' errors as the
+		// server maps its own.
+		opts := server.AppHandlerOptions(slog.New(slog.DiscardHandler))
 		leader := &fakeReplication{failConfigure: 1}
-		path, h := walcastv1connect.NewReplicationServiceHandler(leader)
+		path, h := walcastv1connect.NewReplicationServiceHandler(leader, opts...)
 		lsrv := apitest.ServeHandler(t, handlerAt(path, h))
 		standby := &fakeReplication{leader: lsrv.URL}
-		path, h = walcastv1connect.NewReplicationServiceHandler(standby)
+		path, h = walcastv1connect.NewReplicationServiceHandler(standby, opts...)
 		ssrv := apitest.ServeHandler(t, handlerAt(path, h))
 
 		c := newClient(t, p, []string{ssrv.URL})

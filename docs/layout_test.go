@@ -82,3 +82,42 @@ func TestLayoutOnlyBroadcastDrivesTheEngine(t *testing.T) {
 		}
 	}
 }
+
+// deps lists the module's packages that pkg imports, directly or through
+// others, its tests left out.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./"+pkg)
+	cmd.Dir = ".."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+	}
+	var in []string
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, module) {
+			in = append(in, strings.TrimPrefix(p, module))
+		}
+	}
+	return in
+}
+
+// TestLayoutMetaMeetsTheServerThroughApp: an application and the process
+// meet in package app (what an application registers, what it is given);
+// the server is the composition root that wires one in. So the reference
+// application, meta, imports nothing of server, directly or through another
+// package, and app imports neither of them. (meta's tests do run it in a
+// real process, server.StartStandalone, as a user wires it.)
+func TestLayoutMetaMeetsTheServerThroughApp(t *testing.T) {
+	for pkg, banned := range map[string][]string{"meta": {"server"}, "app": {"server", "meta"}} {
+		for _, d := range deps(t, pkg) {
+			for _, b := range banned {
+				if under(d, b) {
+					t.Errorf("%s imports %s: it must meet the server through package app only", pkg, d)
+				}
+			}
+		}
+	}
+}

@@ -18,7 +18,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the coverage map of spec.md from its requirements' Tests lines")
+var update = flag.Bool("update", false, "rewrite the generated parts of the docs: spec.md's coverage map from its requirements' Tests lines, configuration.md's reference from the server's configuration types")
 
 const specFile = "spec.md"
 

@@ -14,15 +14,15 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
-	"github.com/walcast/walcast/server"
 )
 
-// App is the metadata service as a walcast application (server.App): it
+// App is the metadata service as a walcast application (app.App): it
 // registers the service's types and callbacks besides those of
-// server.GenericApp, serves MetaService beside BroadcastService, runs the
+// app.Generic, serves MetaService beside BroadcastService, runs the
 // importer while the process leads, and gives each streaming node
 // an Applier keeping per-vchannel views. Close it with the process.
 type App struct {
@@ -46,10 +46,10 @@ type App struct {
 	wg       sync.WaitGroup
 }
 
-var _ server.App = (*App)(nil)
+var _ app.App = (*App)(nil)
 
 // NewApp returns the application; cfg.PChannels must be the process's
-// pchannels (ConfigFrom gives them).
+// pchannels (server.Config.PChannelNames gives them).
 func NewApp(cfg Config) (*App, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -60,10 +60,10 @@ func NewApp(cfg Config) (*App, error) {
 	return a, nil
 }
 
-// Register adds the generic types (server.GenericApp) and the service's
+// Register adds the generic types (app.Generic) and the service's
 // types and ack callbacks.
 func (a *App) Register(types *message.Registry, cbs *broadcast.Callbacks) error {
-	if err := (server.GenericApp{}).Register(types, cbs); err != nil {
+	if err := (app.Generic{}).Register(types, cbs); err != nil {
 		return err
 	}
 	return a.register(types, cbs)
@@ -71,13 +71,13 @@ func (a *App) Register(types *message.Registry, cbs *broadcast.Callbacks) error 
 
 // Handlers serves MetaService over the broadcaster l gives while it leads,
 // and starts the importer for it (it imports only while l leads).
-func (a *App) Handlers(l server.Leader, opts ...connect.HandlerOption) map[string]http.Handler {
+func (a *App) Handlers(l app.Leader, opts ...connect.HandlerOption) map[string]http.Handler {
 	s := a.newService(l)
-	path, h := NewHandler(s, a.log, opts...)
+	path, h := newHandler(s, opts...)
 	return map[string]http.Handler{path: h}
 }
 
-func (a *App) newService(l server.Leader) *Service {
+func (a *App) newService(l app.Leader) *Service {
 	s := &Service{cfg: a.cfg, leader: l, log: a.log, views: a.View, names: a.names}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -137,7 +137,7 @@ func (a *App) Services() []*Service {
 // broadcast succeeded (the broadcast created the job; the job failed on a
 // bad file, or its collection was dropped): a retry with the task's key
 // gets that failed job (R7.9), so BroadcastService shows the failure with
-// the task and the key (server.OutcomeJudge).
+// the task and the key (app.OutcomeJudge).
 func (a *App) ApplicationOutcome(ctx context.Context, b *broadcast.Broadcaster, typ message.Type, o broadcast.Outcome) (broadcast.Outcome, bool) {
 	if typ != TypeImport || o.Status != broadcast.Succeeded {
 		return broadcast.Outcome{}, false
@@ -153,10 +153,10 @@ func (a *App) ApplicationOutcome(ctx context.Context, b *broadcast.Broadcaster, 
 	return broadcast.Outcome{Status: broadcast.Failed, Detail: fmt.Sprintf("import job %d failed: %s", id, j.Reason), Data: o.Data}, true
 }
 
-var _ server.OutcomeJudge = (*App)(nil)
+var _ app.OutcomeJudge = (*App)(nil)
 
 // OwnedTypes are the service's message types: only MetaService broadcasts
-// them (server.TypeOwner).
+// them (app.TypeOwner).
 func (a *App) OwnedTypes() []message.Type { return Types() }
 
 // Close stops the importers and waits for them; it is idempotent. Close the

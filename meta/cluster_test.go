@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
@@ -76,7 +77,7 @@ func (s *syncLoad) run(ctx context.Context, c *client.Client, pchannels int, sto
 		for p := range pchannels {
 			vcs = append(vcs, message.VChannel(fmt.Sprintf("wal-%d/%ss", p, s.prefix)))
 		}
-		res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericSyncType, Payload: []byte(key), Scope: client.ClusterScope(),
+		res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericSyncType, Payload: []byte(key), Scope: client.ClusterScope(),
 			ClientKey: key, VChannels: vcs, ResourceKeys: []resource.Key{resource.ExclusiveCollection("sync", s.prefix)}})
 		if err != nil {
 			return fmt.Errorf("sync broadcast %s: %w", key, err)
@@ -716,7 +717,7 @@ func checkPhase(ctx context.Context, t *testing.T, c *client.Client, ph *phase, 
 			t.Errorf("keys %s and %s answered with one broadcast %d", key, other, id)
 		}
 		seen[id] = key
-		r, err := c.LookupKey(ctx, server.GenericSyncType, message.ClusterKey(key))
+		r, err := c.LookupKey(ctx, app.GenericSyncType, message.ClusterKey(key))
 		switch {
 		case errors.Is(err, client.ErrNotFound):
 			ph.lost++
@@ -743,7 +744,7 @@ func nodeViews(ctx context.Context, t *testing.T, cl *devcluster.Cluster) viewFu
 			t.Fatal(err)
 		}
 		cfg.Metrics.Addr, cfg.Log.Level = "", "error"
-		app, err := NewApp(ConfigFrom(cfg))
+		app, err := NewApp(processConfig(cfg))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/message"
-	"github.com/walcast/walcast/server"
 )
 
 // Limits of the service.
@@ -45,9 +44,9 @@ const (
 	MaxListPage = 1000
 )
 
-// Config configures the metadata service. PChannels is required; the other
-// fields have defaults (those of server.Default for the settings that exist
-// there).
+// Config configures the metadata service. PChannels and ImportRoot are
+// required; the other fields have defaults (those of the process's meta.*
+// settings, for the fields that are settings).
 type Config struct {
 	// PChannels are the cluster's pchannels, over which collections' shards
 	// are spread: shard i of collection id is on PChannels[(id+i) mod P].
@@ -66,8 +65,8 @@ type Config struct {
 	// ImportRoot is the directory import files are read from
 	// (meta.import_root): an import's paths are relative to it, and none
 	// may lead out of it. The leader's importer creates it when it first
-	// runs a job. Required; ConfigFrom gives the process's setting or
-	// "<data dir>/imports".
+	// runs a job. Required; a process's is its setting or
+	// "<data dir>/imports" (server.Config.ImportRoot).
 	ImportRoot string
 	// ImporterInterval is how often the importer looks for jobs to run
 	// and deletes expired ones. Default 1s.
@@ -77,19 +76,6 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
-}
-
-// ConfigFrom returns the service configuration of a walcast process
-// configuration: its pchannels and its meta settings.
-func ConfigFrom(c server.Config) Config {
-	return Config{
-		PChannels:          c.PChannelNames(),
-		CollectionShards:   c.Meta.CollectionShards,
-		MaxImportJobNum:    c.Meta.MaxImportJobNum,
-		ImportJobRetention: c.Meta.ImportJobRetention.D(),
-		ImportRoot:         c.ImportRoot(),
-		Logger:             c.Logger(),
-	}
 }
 
 func (c Config) withDefaults() Config {

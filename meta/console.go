@@ -11,7 +11,7 @@ import (
 const consolePage = 100
 
 // ImportJobs lists one page of import jobs, by id, for the operator
-// console's imports page (server.ImportJobLister): the first, or the one
+// console's imports page (app.ImportJobLister): the first, or the one
 // after token.
 func (a *App) ImportJobs(ctx context.Context, token string) ([]*walcastv1.ImportJob, string, error) {
 	ss := a.Services()

@@ -5,10 +5,14 @@
 //
 // # Using it
 //
-//	app, err := meta.NewApp(meta.ConfigFrom(cfg))     // cfg: the process's server.Config
-//	p, err := server.StartStandalone(ctx, cfg, app)   // serves MetaService beside BroadcastService
+//	a, err := meta.NewApp(meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot()})
+//	p, err := server.StartStandalone(ctx, cfg, a) // cfg: the process's server.Config; serves MetaService beside BroadcastService
 //	defer p.Close()
-//	defer app.Close()                                 // first: stops the importer
+//	defer a.Close() // first: stops the importer
+//
+// The service meets the process through package app only (it implements
+// app.App); the walcast command builds its Config from the process's meta.*
+// settings (cmd/walcast/app.go).
 //
 // Clients use the MetaService API (proto/walcast/api/v1/meta.proto), the Go
 // client's MetaService methods (package client) or the CLI (walcast db,
@@ -81,9 +85,9 @@
 // with a digit. So no name holds a control character, a space, '.', ':',
 // '/' or '@' — names appear in resource keys, catalog keys and CLI output.
 // A name that breaks the rule is refused with InvalidArgument before
-// anything is done. JSON requests with unknown fields are refused too
-// (server.StrictJSON): a misspelt idempotency_key never makes a request
-// silently non-idempotent.
+// anything is done. JSON requests with unknown fields are refused too (by
+// the process's handler options, app.App.Handlers): a misspelt
+// idempotency_key never makes a request silently non-idempotent.
 //
 // Messages: database and RBAC messages target only the control channel;
 // collection messages target the collection's vchannels (and, like every

@@ -52,6 +52,13 @@ type env struct {
 // quiet is the logger of test processes.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// processConfig is the service's configuration in a process configured by
+// cfg, as the walcast command builds it (cmd/walcast/app.go): its pchannels
+// and import root; the meta.* settings of test processes are the defaults.
+func processConfig(cfg server.Config) Config {
+	return Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: quiet}
+}
+
 // startEnv starts a standalone process; mod adjusts its configurations.
 func startEnv(t testing.TB, mod ...func(*server.Config, *Config)) *env {
 	t.Helper()
@@ -61,7 +68,7 @@ func startEnv(t testing.TB, mod ...func(*server.Config, *Config)) *env {
 	cfg.Metrics.Addr = ""
 	cfg.Log.Level = "error"
 	cfg.Broadcast.Backoff.Max = server.Duration(100 * time.Millisecond)
-	mc := ConfigFrom(cfg)
+	mc := processConfig(cfg)
 	mc.ImporterInterval = 10 * time.Millisecond
 	mc.Logger = quiet
 	for _, m := range mod {

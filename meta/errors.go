@@ -3,14 +3,14 @@ package meta
 import (
 	"fmt"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
-	"github.com/walcast/walcast/server"
 )
 
 // kindError is a sentinel error of this package that also matches the
 // server-wide error it is a kind of (broadcast.ErrNotFound,
-// server.ErrAlreadyExists, ...), so the API maps it to a status code through
-// server.ConnectError, the one mapping of the process.
+// app.ErrAlreadyExists, ...), so the process maps it to a status code as it
+// maps the engine's errors (app.App.Handlers).
 type kindError struct {
 	msg  string
 	kind error
@@ -40,12 +40,12 @@ var (
 	ErrVChannelNotFound   = kind("vchannel view not found", broadcast.ErrNotFound)
 
 	// ErrDatabaseExists and the errors below report a name that is taken
-	// (server.ErrAlreadyExists: AlreadyExists).
-	ErrDatabaseExists   = kind("database already exists", server.ErrAlreadyExists)
-	ErrCollectionExists = kind("collection already exists", server.ErrAlreadyExists)
-	ErrIndexExists      = kind("index already exists", server.ErrAlreadyExists)
-	ErrUserExists       = kind("user already exists", server.ErrAlreadyExists)
-	ErrGrantExists      = kind("privilege already granted", server.ErrAlreadyExists)
+	// (app.ErrAlreadyExists: AlreadyExists).
+	ErrDatabaseExists   = kind("database already exists", app.ErrAlreadyExists)
+	ErrCollectionExists = kind("collection already exists", app.ErrAlreadyExists)
+	ErrIndexExists      = kind("index already exists", app.ErrAlreadyExists)
+	ErrUserExists       = kind("user already exists", app.ErrAlreadyExists)
+	ErrGrantExists      = kind("privilege already granted", app.ErrAlreadyExists)
 
 	// ErrDatabaseNotEmpty refuses to drop a database that still has
 	// collections (broadcast.ErrFailedPrecondition: FailedPrecondition).
@@ -86,8 +86,8 @@ var (
 
 	// ErrTooManyImportJobs refuses a new import while MaxImportJobNum jobs
 	// are unfinished; a retry of an accepted import is never refused
-	// (server.ErrQuotaExceeded: ResourceExhausted).
-	ErrTooManyImportJobs = kind("too many unfinished import jobs", server.ErrQuotaExceeded)
+	// (app.ErrQuotaExceeded: ResourceExhausted).
+	ErrTooManyImportJobs = kind("too many unfinished import jobs", app.ErrQuotaExceeded)
 
 	// ErrConcurrentChange reports that a name kept changing its id while the
 	// request resolved it (dropped and recreated again and again); nothing

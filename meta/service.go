@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // Service runs the metadata operations (the MetaService API, callable in
@@ -24,7 +24,7 @@ import (
 // App.Handlers, which also serves it; it is safe for concurrent use.
 type Service struct {
 	cfg    Config
-	leader server.Leader
+	leader app.Leader
 	log    *slog.Logger
 	views  func(message.VChannel) (*walcastv1.VChannelView, error)
 	// names resolves database and collection names without reading the

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 )
 
 // RetryAfterHeader carries, on a call refused by admission, how long to
@@ -137,7 +138,7 @@ func (a *admission) wait(w http.ResponseWriter, r *http.Request) bool {
 func (a *admission) refuse(w http.ResponseWriter, r *http.Request, reason, why string) {
 	a.refused.WithLabelValues(reason).Inc()
 	ce := connect.NewError(connect.CodeResourceExhausted,
-		fmt.Errorf("%w: %s; nothing was done: retry after %v with the same idempotency key", ErrQuotaExceeded, why, a.retryAfter))
+		fmt.Errorf("%w: %s; nothing was done: retry after %v with the same idempotency key", app.ErrQuotaExceeded, why, a.retryAfter))
 	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonQuotaExceeded, Domain: ErrorDomain}); err == nil {
 		ce.AddDetail(d)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/internal/apicodec"
 	"github.com/walcast/walcast/message"
@@ -70,13 +71,13 @@ type apiConfig struct {
 	logger          *slog.Logger
 	connectOpts     []connect.HandlerOption
 	reserved        map[message.Type]bool // types only their application's API may broadcast
-	judge           OutcomeJudge          // the application's verdict on finished tasks; nil: none
+	judge           app.OutcomeJudge      // the application's verdict on finished tasks; nil: none
 }
 
 // WithOutcomeJudge makes GetTask, ListTasks and LookupKey report the
 // application's outcome of a finished task when it is a failure its
-// broadcast's outcome does not show (see OutcomeJudge).
-func WithOutcomeJudge(j OutcomeJudge) APIOption { return func(c *apiConfig) { c.judge = j } }
+// broadcast's outcome does not show (see app.OutcomeJudge).
+func WithOutcomeJudge(j app.OutcomeJudge) APIOption { return func(c *apiConfig) { c.judge = j } }
 
 // judge sets t's application outcome from the judge, if any.
 func (a *broadcastAPI) judge(ctx context.Context, b *broadcast.Broadcaster, t *walcastv1.Task, typ message.Type, o broadcast.Outcome) {
@@ -134,8 +135,8 @@ func WithConnectOptions(opts ...connect.HandlerOption) APIOption {
 // NewBroadcastHandler returns the BroadcastService handler over the
 // broadcaster l gives while it leads, and the path to mount it on. Every
 // error maps to a status code: see codeOf in errors.go. JSON requests with
-// unknown fields are refused (StrictJSON).
-func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
+// unknown fields are refused (strictJSONCodecs).
+func NewBroadcastHandler(l app.Leader, opts ...APIOption) (string, http.Handler) {
 	cfg := apiConfig{
 		maxRequestBytes: DefaultMaxRequestBytes,
 		ackTimeout:      DefaultAckTimeout,
@@ -151,14 +152,14 @@ func NewBroadcastHandler(l Leader, opts ...APIOption) (string, http.Handler) {
 	// apicodec.Codec writes a broadcast's answer without protobuf-go's
 	// reflection over its maps.
 	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
-		StrictJSON()...), cfg.connectOpts...)
+		strictJSONCodecs()...), cfg.connectOpts...)
 	hopts = append(hopts, serverCancels) // innermost: see serverCancels
 	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
 }
 
 // broadcastAPI implements the BroadcastService over the engine.
 type broadcastAPI struct {
-	leader Leader
+	leader app.Leader
 	cfg    apiConfig
 }
 

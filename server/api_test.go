@@ -21,6 +21,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/server"
@@ -114,7 +115,7 @@ func TestR9_4_BroadcastAndInspect(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		b := env.Open()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		ctx := ctxT(t)
 
 		r := newReq()
@@ -253,7 +254,7 @@ func TestR7_IdempotentRetryThroughTheAPI(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		b := env.Open()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		ctx := ctxT(t)
 
 		clientKey := "retry-" + p.name
@@ -326,7 +327,7 @@ func TestR9_4_BadInput(t *testing.T) {
 		// The cluster's pchannels, as every process configures them: the
 		// engine refuses targets elsewhere.
 		b := env.Open(func(cfg *broadcast.Config) { cfg.PChannels = apitest.PChannels })
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil, server.WithMaxRequestBytes(1<<20)), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil, server.WithMaxRequestBytes(1<<20)), p)
 		ctx := ctxT(t)
 
 		// A first broadcast reserves the term's block of broadcast ids, so
@@ -506,7 +507,7 @@ func TestAckNotCancelledByClient(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		b := env.Open()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		ctx := ctxT(t)
 
 		entered := make(chan struct{}, 1)
@@ -582,7 +583,7 @@ func TestStuckCallbackRetryAndComplete(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		b := env.Open()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		ctx := ctxT(t)
 
 		env.SetCallback(func(context.Context, *broadcast.Event) error { return errors.New("downstream is down") })
@@ -633,7 +634,7 @@ func TestStuckCallbackRetryAndComplete(t *testing.T) {
 func TestR9_2_NotLeaderRedirects(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		const leader = "http://127.0.0.1:7001"
-		notLeader := server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+		notLeader := app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 			return nil, &server.NotLeaderError{Leader: leader}
 		})
 		c := dial(t, apitest.Serve(t, notLeader, nil), p)
@@ -656,7 +657,7 @@ func TestR9_2_NotLeaderRedirects(t *testing.T) {
 		}
 
 		// While an election runs there is no one to redirect to.
-		unknown := server.LeaderFunc(func() (*broadcast.Broadcaster, error) { return nil, &server.NotLeaderError{} })
+		unknown := app.LeaderFunc(func() (*broadcast.Broadcaster, error) { return nil, &server.NotLeaderError{} })
 		c = dial(t, apitest.Serve(t, unknown, nil), p)
 		_, err = c.GetTask(ctx, connect.NewRequest(&walcastv1.GetTaskRequest{Id: 1}))
 		ce = wantCode(t, err, connect.CodeUnavailable)
@@ -672,7 +673,7 @@ func TestR8_1_NotPrimary(t *testing.T) {
 		b := env.Open(func(cfg *broadcast.Config) {
 			cfg.CheckRole = func(context.Context) error { return server.ErrNotPrimary }
 		})
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		before := snap(env, b)
 		_, err := c.Broadcast(ctxT(t), connect.NewRequest(newReq()))
 		ce := wantCode(t, err, connect.CodeFailedPrecondition)
@@ -692,7 +693,7 @@ func TestR4_7_ClosedBroadcasterSaysTaskNotCreated(t *testing.T) {
 		env := apitest.New(t)
 		b := env.Open()
 		_ = b.Close()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		_, err := c.Broadcast(ctxT(t), connect.NewRequest(newReq()))
 		ce := wantCode(t, err, connect.CodeUnavailable)
 		if reason, _ := reasonOf(ce); reason != server.ReasonTaskNotCreated || !strings.Contains(ce.Message(), "retrying is safe") {
@@ -711,7 +712,7 @@ func TestR4_7_ClosedBroadcasterSaysTaskNotCreated(t *testing.T) {
 func TestSmallResponsesAreNotCompressed(t *testing.T) {
 	env := apitest.New(t)
 	b := env.Open()
-	srv := apitest.Serve(t, server.StaticLeader(b), nil)
+	srv := apitest.Serve(t, app.StaticLeader(b), nil)
 	post := func(procedure string, msg proto.Message) (*http.Response, []byte) {
 		t.Helper()
 		body, err := protojson.Marshal(msg)

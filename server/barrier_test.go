@@ -9,8 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
 
@@ -24,7 +24,7 @@ func TestR3_4_NamedClusterKeyRefusedWhileBarrierHeld(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		b := env.Open()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		ctx := ctxT(t)
 
 		barrier, err := b.WithResourceKeys(ctx, resource.ExclusiveCluster())

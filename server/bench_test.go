@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
 
@@ -21,7 +21,7 @@ import (
 // NATS.
 func BenchmarkAPIBroadcast(b *testing.B) {
 	env := apitest.New(b)
-	srv := apitest.Serve(b, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(b, app.StaticLeader(env.Open()), nil)
 	c, err := client.New([]string{srv.URL})
 	if err != nil {
 		b.Fatal(err)

@@ -11,19 +11,19 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
 
 // cancelingLeader answers its first n calls with a cancellation of the
 // server's own (as a coordinator stepping down would), then leads with b.
-func cancelingLeader(b *broadcast.Broadcaster, n int64) (server.Leader, *atomic.Int64) {
+func cancelingLeader(b *broadcast.Broadcaster, n int64) (app.Leader, *atomic.Int64) {
 	var calls atomic.Int64
-	return server.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+	return app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 		if calls.Add(1) <= n {
 			return nil, fmt.Errorf("term ending: %w", context.Canceled)
 		}
@@ -75,11 +75,11 @@ func TestKeyedBroadcastRetriedAfterServerCancel(t *testing.T) {
 // cancelingApp is the generic application plus one service of its own
 // whose every call the server cancels, as a metadata call cut short by
 // its coordinator's term ending.
-type cancelingApp struct{ server.GenericApp }
+type cancelingApp struct{ app.Generic }
 
 const cancelingPath = "/walcast.test.v1.Canceling/Call"
 
-func (cancelingApp) Handlers(_ server.Leader, opts ...connect.HandlerOption) map[string]http.Handler {
+func (cancelingApp) Handlers(_ app.Leader, opts ...connect.HandlerOption) map[string]http.Handler {
 	return map[string]http.Handler{cancelingPath: connect.NewUnaryHandler(cancelingPath,
 		func(context.Context, *connect.Request[emptypb.Empty]) (*connect.Response[emptypb.Empty], error) {
 			return nil, fmt.Errorf("term ending: %w", context.Canceled)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/server"
 )
 
@@ -83,7 +84,7 @@ func TestR9_10_StandaloneReportsAFullCatalog(t *testing.T) {
 	}
 	before := taskKeys()
 	c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, "http://"+p.APIAddr())
-	_, err = c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("x"),
+	_, err = c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("x"),
 		Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:full@X"}}))
 	if err == nil || !strings.Contains(err.Error(), "database space exceeded") {
 		t.Fatalf("broadcast with etcd full: %v, want a refusal naming etcd's reason", err)
@@ -111,7 +112,7 @@ func TestR9_10_StandaloneWarnsOfANearlyFullWAL(t *testing.T) {
 		if i == 8 { // 8 × 2 copies × 200 KiB: past the 1 MiB store
 			t.Fatalf("no warning after %d broadcasts of 200 KiB: %+v", i, walStore())
 		}
-		if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte(payload),
+		if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte(payload),
 			Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{fmt.Sprintf("Collection:db:w%d@X", i)}})); err != nil {
 			t.Fatalf("broadcast %d: %v", i, err)
 		}

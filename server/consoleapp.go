@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
@@ -15,17 +15,9 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// ImportJobLister is implemented by an App whose import jobs the operator
-// console shows (the metadata service), a page at a time: the first (token
-// ""), or the one after token; next is the token of the page after ("":
-// none).
-type ImportJobLister interface {
-	ImportJobs(ctx context.Context, token string) (jobs []*walcastv1.ImportJob, next string, err error)
-}
-
 // newConsole builds the operator console (R9.9) over the coordinator, the
 // WAL, the replicator, the metrics and the app.
-func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *replication, obs *metrics.Broadcaster, app App) (*console.Console, error) {
+func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *replication, obs *metrics.Broadcaster, application app.App) (*console.Console, error) {
 	cc := console.Config{
 		Broadcaster: func() (*broadcast.Broadcaster, error) {
 			if b, ok := coord.leading(); ok {
@@ -77,7 +69,7 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 			a.Record(r, auth.Identity{Name: who.Name, Role: apiRole(who.Role)}, action, result, detail)
 		}
 	}
-	if l, ok := app.(ImportJobLister); ok {
+	if l, ok := application.(app.ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
 	}
 	return console.New(cc)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/embedetcd"
@@ -45,7 +46,7 @@ func TestR9_2_DeposedLeaderIsFencedAndStepsDown(t *testing.T) {
 	}
 	defer client.Close()
 	types := message.NewRegistry()
-	if err := (server.GenericApp{}).Register(types, broadcast.NewCallbacks()); err != nil {
+	if err := (app.Generic{}).Register(types, broadcast.NewCallbacks()); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -77,7 +78,7 @@ func TestR9_2_DeposedLeaderIsFencedAndStepsDown(t *testing.T) {
 			return err
 		}
 		defer h.Close()
-		m, _ := message.NewBroadcast(server.GenericType, []byte("x"), []message.VChannel{"wal-1/a"})
+		m, _ := message.NewBroadcast(app.GenericType, []byte("x"), []message.VChannel{"wal-1/a"})
 		_, err = h.Broadcast(ctx, m)
 		return err
 	}

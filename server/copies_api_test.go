@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
@@ -22,7 +23,7 @@ import (
 func TestR13_11_TwoPhaseCopiesAndExtrasThroughTheAPI(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
-		srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+		srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 		c := dial(t, srv, p)
 		ctx := ctxT(t)
 		src, dst := "wal-1/s0", "wal-0/s1"
@@ -117,7 +118,7 @@ func copyOf(t *walcastv1.Task, v string) *walcastv1.VChannelState {
 // and create nothing.
 func TestR13_10_CopiesAndWaitBadInput(t *testing.T) {
 	env := apitest.New(t)
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 	c := dial(t, srv, protocols[0])
 	ctx := ctxT(t)
 	base := func(mod func(*walcastv1.BroadcastRequest)) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/server"
@@ -17,7 +18,7 @@ import (
 // startCoordinator starts a coordinator of cfg, closed when the test ends.
 func startCoordinator(t *testing.T, ctx context.Context, cfg server.Config) *server.Process {
 	t.Helper()
-	p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
+	p, err := server.StartCoordinator(ctx, cfg, app.Generic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestR9_11_CoordinatorChecksNATSSync(t *testing.T) {
 	} {
 		want := map[string]string{"no sync": "does not sync every write", "unverified": "set wal.nats.monitor_urls",
 			"unreachable monitor": "no NATS monitoring endpoint answered"}[name]
-		_, err := server.StartCoordinator(ctx, c, server.GenericApp{})
+		_, err := server.StartCoordinator(ctx, c, app.Generic{})
 		if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--allow-unsafe-durability") {
 			t.Errorf("%s: %v, want a refusal saying %q and naming the override", name, err, want)
 			continue
@@ -139,7 +140,7 @@ func TestR9_11_CoordinatorChecksNATSClusterReplicas(t *testing.T) {
 	one.WAL.PChannelPrefix = "r1-"
 	one.WAL.Lanes = 0
 	one.Catalog.Prefix = "r1/"
-	if _, err := server.StartCoordinator(ctx, one, server.GenericApp{}); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "set wal.nats.replicas to 3") {
+	if _, err := server.StartCoordinator(ctx, one, app.Generic{}); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "set wal.nats.replicas to 3") {
 		t.Fatalf("one replica on a cluster: %v", err)
 	}
 }
@@ -171,7 +172,7 @@ func TestR9_11_CoordinatorChecksKafkaTopics(t *testing.T) {
 			// replication_factor - 1 unless told otherwise: told 1, as
 			// the brokers' default here, it is refused.
 			cfg.WAL.Kafka.MinInsyncReplicas = 1
-			if _, err := server.StartCoordinator(ctx, cfg, server.GenericApp{}); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "set min.insync.replicas 2") {
+			if _, err := server.StartCoordinator(ctx, cfg, app.Generic{}); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "set min.insync.replicas 2") {
 				t.Fatalf("min.insync.replicas 1: %v", err)
 			}
 			continue

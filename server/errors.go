@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
@@ -19,19 +20,6 @@ import (
 // ErrNotPrimary refuses DDL/DCL on a secondary cluster (R8.1); it is the
 // engine's error.
 var ErrNotPrimary = broadcast.ErrNotPrimary
-
-// Errors an application's API handlers (App.Handlers) wrap so that
-// ConnectError maps them like the engine's own: they say what the request
-// ran into, not which part of the server refused it.
-var (
-	// ErrAlreadyExists reports an object the request would create that
-	// exists already (a database or collection name taken).
-	ErrAlreadyExists = errors.New("already exists")
-	// ErrQuotaExceeded reports an admission limit reached by new work (too
-	// many unfinished import jobs). Retries of accepted requests are
-	// answered before such limits are checked (R7.5).
-	ErrQuotaExceeded = errors.New("quota exceeded")
-)
 
 // LeaderHeader is the response header (gRPC: trailer) in which a coordinator
 // that does not lead names the leader's API address.
@@ -105,9 +93,9 @@ func codeOf(err error) (connect.Code, string) {
 		return connect.CodeInternal, ""
 	case errors.Is(err, broadcast.ErrKeyReusedWithDifferentPayload):
 		return connect.CodeAlreadyExists, ReasonKeyReused
-	case errors.Is(err, ErrAlreadyExists):
+	case errors.Is(err, app.ErrAlreadyExists):
 		return connect.CodeAlreadyExists, ReasonAlreadyExists
-	case errors.Is(err, ErrQuotaExceeded):
+	case errors.Is(err, app.ErrQuotaExceeded):
 		return connect.CodeResourceExhausted, ReasonQuotaExceeded
 	// Aborted, not FailedPrecondition: the request was fine and the state
 	// it met is transient (someone holds the key); gRPC's guidance for
@@ -186,10 +174,6 @@ func failed(log *slog.Logger, procedure string, err error) error {
 	}
 	return ce
 }
-
-// ConnectError is toConnectError for an application's API handlers, so that
-// their errors map to the same codes and reasons as BroadcastService's.
-func ConnectError(err error) *connect.Error { return toConnectError(err) }
 
 // toConnectError turns err into the error the client receives: the code and
 // reason of codeOf, a message that says what to do, and for ErrNotLeader the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -24,11 +25,11 @@ import (
 // mod applied to its configuration; it is closed when the test ends.
 func standaloneWith(t *testing.T, ctx context.Context, name string, mod func(*server.Config)) *server.Process {
 	t.Helper()
-	return standaloneApp(t, ctx, name, server.GenericApp{}, mod)
+	return standaloneApp(t, ctx, name, app.Generic{}, mod)
 }
 
 // standaloneApp is standaloneWith serving app.
-func standaloneApp(t *testing.T, ctx context.Context, name string, app server.App, mod func(*server.Config)) *server.Process {
+func standaloneApp(t *testing.T, ctx context.Context, name string, app app.App, mod func(*server.Config)) *server.Process {
 	t.Helper()
 	cfg := server.Default()
 	cfg.DataDir = t.TempDir()
@@ -83,7 +84,7 @@ func TestR13_15_NoWaitBusyNamesHolder(t *testing.T) {
 	p := standaloneWith(t, ctx, "east", nil)
 	c := newClient(t, p)
 	key := resource.ExclusiveCollection("db", "c1")
-	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("begin"),
+	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("begin"),
 		VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +93,7 @@ func TestR13_15_NoWaitBusyNamesHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("x"), Vchannels: []string{"wal-1/c1v0"},
+	req := &walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("x"), Vchannels: []string{"wal-1/c1v0"},
 		ResourceKeys: []string{key.String()}, NoWait: true}
 	start := time.Now()
 	_, err = rawClient(p).Broadcast(ctx, connect.NewRequest(req))
@@ -105,13 +106,13 @@ func TestR13_15_NoWaitBusyNamesHolder(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("no_wait took %v: it queued", d)
 	}
-	_, err = c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte("x"), VChannels: []message.VChannel{"wal-1/c1v0"},
+	_, err = c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte("x"), VChannels: []message.VChannel{"wal-1/c1v0"},
 		ResourceKeys: []resource.Key{key}, NoWait: true})
 	var ce *client.Error
 	if !errors.Is(err, client.ErrBusy) || errors.Is(err, client.ErrFailedPrecondition) || !errors.As(err, &ce) || ce.Holder != holder || ce.Key != key.String() {
 		t.Fatalf("client no_wait: %v, want ErrBusy with holder %q", err, holder)
 	}
-	_, err = c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"},
+	_, err = c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"},
 		ResourceKeys: []resource.Key{resource.SharedCollection("db", "c1")}, NoWait: true})
 	if !errors.Is(err, client.ErrBusy) {
 		t.Fatalf("no_wait BeginTxn on a held key: %v, want ErrBusy", err)
@@ -121,16 +122,16 @@ func TestR13_15_NoWaitBusyNamesHolder(t *testing.T) {
 		t.Fatalf("busy refusals created tasks: %d before, %d after (%v)", len(before), len(after), err)
 	}
 	// Another key is free: no_wait broadcasts at once.
-	r, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte("y"), VChannels: []message.VChannel{"wal-1/c2v0"},
+	r, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte("y"), VChannels: []message.VChannel{"wal-1/c2v0"},
 		ResourceKeys: []resource.Key{resource.ExclusiveCollection("db", "c2")}, NoWait: true})
 	if err != nil || r.Outcome.GetStatus() != walcastv1.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED {
 		t.Fatalf("no_wait on a free key: %+v, %v", r, err)
 	}
-	if _, err := c.RollbackTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); err != nil {
+	if _, err := c.RollbackTxn(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType}); err != nil {
 		t.Fatal(err)
 	}
 	// Released: the key is free for no_wait now.
-	if _, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"},
+	if _, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"},
 		ResourceKeys: []resource.Key{key}, NoWait: true}); err != nil {
 		t.Fatalf("no_wait after the transaction's rollback: %v", err)
 	}
@@ -150,7 +151,7 @@ func TestR13_1_TxnThroughTheAPI(t *testing.T) {
 	c := newClient(t, p)
 	key := resource.ExclusiveCollection("db", "c1")
 	targets := []message.VChannel{"wal-1/c1v0", "wal-2/c1v1"}
-	begin := &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("begin"), VChannels: targets,
+	begin := &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("begin"), VChannels: targets,
 		ResourceKeys: []resource.Key{key}, Scope: client.CollectionScope(1), ClientKey: "import-7"}
 	x, err := c.BeginTxn(ctx, begin)
 	if err != nil {
@@ -162,7 +163,7 @@ func TestR13_1_TxnThroughTheAPI(t *testing.T) {
 	// A broadcast on the key queues behind the transaction.
 	queued := make(chan error, 1)
 	go func() {
-		_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte("ddl"), VChannels: []message.VChannel{"wal-3/c1v2"},
+		_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte("ddl"), VChannels: []message.VChannel{"wal-3/c1v2"},
 			ResourceKeys: []resource.Key{key}})
 		queued <- err
 	}()
@@ -181,12 +182,12 @@ func TestR13_1_TxnThroughTheAPI(t *testing.T) {
 	})
 	// The retried Begin returns the open transaction, not waiting for the
 	// keys it holds itself.
-	again, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("begin"), VChannels: targets,
+	again, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("begin"), VChannels: targets,
 		ResourceKeys: []resource.Key{key}, Scope: client.CollectionScope(1), ClientKey: "import-7"})
 	if err != nil || !again.Duplicated || again.ID != x.ID {
 		t.Fatalf("retried BeginTxn: %+v, %v; want a duplicate of %d", again, err, x.ID)
 	}
-	bodyReq := &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("body-1"), Scope: client.CollectionScope(1), ClientKey: "import-7-body-1"}
+	bodyReq := &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("body-1"), Scope: client.CollectionScope(1), ClientKey: "import-7-body-1"}
 	body, err := c.TxnBody(ctx, x.ID, bodyReq)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +218,7 @@ func TestR13_1_TxnThroughTheAPI(t *testing.T) {
 	if err != nil || len(gs) != 1 || gs[0].GetId() != x.ID {
 		t.Fatalf("ListGroups: %v, %v", gs, err)
 	}
-	commit := &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("commit"), Scope: client.CollectionScope(1), ClientKey: "import-7-commit"}
+	commit := &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("commit"), Scope: client.CollectionScope(1), ClientKey: "import-7-commit"}
 	cr, err := c.CommitTxn(ctx, x.ID, commit)
 	if err != nil || cr.Outcome.GetStatus() != walcastv1.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED {
 		t.Fatalf("CommitTxn: %+v, %v", cr, err)
@@ -238,22 +239,22 @@ func TestR13_1_TxnThroughTheAPI(t *testing.T) {
 	if err != nil || !cr2.Duplicated || cr2.BroadcastID != cr.BroadcastID {
 		t.Fatalf("retried CommitTxn: %+v, %v; want a duplicate of %d", cr2, err, cr.BroadcastID)
 	}
-	if _, err := c.RollbackTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); !errors.Is(err, client.ErrFailedPrecondition) {
+	if _, err := c.RollbackTxn(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType}); !errors.Is(err, client.ErrFailedPrecondition) {
 		t.Fatalf("RollbackTxn after the commit: %v, want failed precondition", err)
 	}
-	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); !errors.Is(err, client.ErrFailedPrecondition) {
+	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType}); !errors.Is(err, client.ErrFailedPrecondition) {
 		t.Fatalf("TxnBody after the commit: %v, want failed precondition", err)
 	}
 	if b2, err := c.TxnBody(ctx, x.ID, bodyReq); err != nil || !b2.Duplicated || b2.BroadcastID != body.BroadcastID {
 		t.Fatalf("a retried keyed body after the commit: %+v, %v; want a duplicate of %d", b2, err, body.BroadcastID)
 	}
 	// Another end's key does not answer for this transaction.
-	other, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/x"},
+	other, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/x"},
 		Scope: client.CollectionScope(1), ClientKey: "not-an-end"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Scope: client.CollectionScope(1),
+	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType, Scope: client.CollectionScope(1),
 		ClientKey: "not-an-end"}); !errors.Is(err, client.ErrKeyReused) {
 		t.Fatalf("CommitTxn with the key of broadcast %d: %v, want key reused", other.BroadcastID, err)
 	}
@@ -277,8 +278,8 @@ func TestR13_4_TxnBadInputAndLimits(t *testing.T) {
 	})
 	c := newClient(t, p)
 	raw := rawClient(p)
-	gt := server.GenericType.String()
-	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/a"},
+	gt := app.GenericType.String()
+	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/a"},
 		ResourceKeys: []resource.Key{resource.ExclusiveCollection("db", "a")}})
 	if err != nil {
 		t.Fatal(err)
@@ -344,15 +345,15 @@ func TestR13_4_TxnBadInputAndLimits(t *testing.T) {
 		t.Fatalf("groups after bad input: %v, %v; want the one transaction", gs, err)
 	}
 	// max_members 3: Begin, one body, and the end.
-	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); err != nil {
+	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType})
+	_, err = c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType})
 	code, reason, _ := errorInfo(t, err)
 	if !errors.Is(err, client.ErrTxnFull) || errors.Is(err, client.ErrInvalidArgument) || code != connect.CodeResourceExhausted || reason != server.ReasonTxnFull {
 		t.Fatalf("a body beyond max_members: %v (%v %q), want ErrTxnFull", err, code, reason)
 	}
-	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); err != nil {
+	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType}); err != nil {
 		t.Fatalf("the end of a full transaction: %v", err)
 	}
 }
@@ -376,7 +377,7 @@ func TestR13_14_SkipTypesNotReplicated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	east := standaloneWith(t, ctx, "east", nil)
-	west := standaloneWith(t, ctx, "west", func(c *server.Config) { c.Replication.SkipTypes = []string{server.GenericSyncType.String()} })
+	west := standaloneWith(t, ctx, "west", func(c *server.Config) { c.Replication.SkipTypes = []string{app.GenericSyncType.String()} })
 	followEast(t, ctx, east, west)
 	ec, wc := newClient(t, east), newClient(t, west)
 	send := func(typ message.Type, key string, local bool) uint64 {
@@ -388,17 +389,17 @@ func TestR13_14_SkipTypesNotReplicated(t *testing.T) {
 		}
 		return r.BroadcastID
 	}
-	skipped := send(server.GenericSyncType, "skipped", false)
-	local := send(server.GenericType, "local", true)
-	kept := send(server.GenericType, "kept", false)
+	skipped := send(app.GenericSyncType, "skipped", false)
+	local := send(app.GenericType, "local", true)
+	kept := send(app.GenericType, "kept", false)
 	waitUntil(t, "west to apply the broadcast of a type it replicates", func() bool {
-		r, err := wc.LookupKey(ctx, server.GenericType, message.ClusterKey("kept"))
+		r, err := wc.LookupKey(ctx, app.GenericType, message.ClusterKey("kept"))
 		return err == nil && r.GetState() == "TOMBSTONE" && r.GetBroadcastId() == kept
 	})
 	for name, c := range map[string]struct {
 		typ message.Type
 		id  uint64
-	}{"skipped": {server.GenericSyncType, skipped}, "local": {server.GenericType, local}} {
+	}{"skipped": {app.GenericSyncType, skipped}, "local": {app.GenericType, local}} {
 		if _, err := wc.LookupKey(ctx, c.typ, message.ClusterKey(name)); !errors.Is(err, client.ErrNotFound) {
 			t.Errorf("the %s broadcast's key on west: %v, want not found", name, err)
 		}
@@ -407,10 +408,10 @@ func TestR13_14_SkipTypesNotReplicated(t *testing.T) {
 		}
 	}
 	// On the secondary a local-only broadcast is accepted, another refused.
-	if _, err := wc.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/w"}}); !errors.Is(err, client.ErrNotPrimary) {
+	if _, err := wc.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/w"}}); !errors.Is(err, client.ErrNotPrimary) {
 		t.Fatalf("a broadcast on the secondary: %v, want not primary", err)
 	}
-	r, err := wc.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/w"}, Unreplicable: true})
+	r, err := wc.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/w"}, Unreplicable: true})
 	if err != nil || r.Outcome.GetStatus() != walcastv1.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED {
 		t.Fatalf("a local-only broadcast on the secondary: %+v, %v", r, err)
 	}
@@ -445,7 +446,7 @@ func TestR13_2_TxnSurvivesRestartThroughTheAPI(t *testing.T) {
 	p := standaloneWith(t, ctx, "east", func(c *server.Config) { c.DataDir = dir })
 	c := newClient(t, p)
 	key := resource.ExclusiveCollection("db", "c1")
-	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("begin"),
+	x, err := c.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("begin"),
 		VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}})
 	if err != nil {
 		t.Fatal(err)
@@ -455,7 +456,7 @@ func TestR13_2_TxnSurvivesRestartThroughTheAPI(t *testing.T) {
 	}
 	p = standaloneWith(t, ctx, "east", func(c *server.Config) { c.DataDir = dir })
 	c = newClient(t, p)
-	busy := &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}, NoWait: true}
+	busy := &client.BroadcastRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}, NoWait: true}
 	if _, err := c.Broadcast(ctx, busy); !errors.Is(err, client.ErrBusy) {
 		t.Fatalf("no_wait on the transaction's key after the restart: %v, want busy", err)
 	}
@@ -463,10 +464,10 @@ func TestR13_2_TxnSurvivesRestartThroughTheAPI(t *testing.T) {
 	if err != nil || !g.GetHolding() || !g.GetHoldsHere() {
 		t.Fatalf("the transaction after the restart: %+v, %v", g, err)
 	}
-	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("after the restart")}); err != nil {
+	if _, err := c.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("after the restart")}); err != nil {
 		t.Fatalf("body after the restart: %v", err)
 	}
-	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType}); err != nil {
+	if _, err := c.CommitTxn(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType}); err != nil {
 		t.Fatalf("commit after the restart: %v", err)
 	}
 	if _, err := c.Broadcast(ctx, busy); err != nil {
@@ -487,12 +488,12 @@ func TestR13_5_OpenTxnAfterForcePromoteThroughTheAPI(t *testing.T) {
 	followEast(t, ctx, east, west)
 	ec, wc := newClient(t, east), newClient(t, west, client.WithMaxAttempts(3))
 	key := resource.ExclusiveCollection("db", "c1")
-	x, err := ec.BeginTxn(ctx, &client.BeginTxnRequest{Type: server.GenericType, Payload: []byte("begin"),
+	x, err := ec.BeginTxn(ctx, &client.BeginTxnRequest{Type: app.GenericType, Payload: []byte("begin"),
 		VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := ec.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("step")})
+	body, err := ec.TxnBody(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("step")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +511,7 @@ func TestR13_5_OpenTxnAfterForcePromoteThroughTheAPI(t *testing.T) {
 	if _, err := replClient(west).ForcePromote(ctx, connect.NewRequest(&walcastv1.ForcePromoteRequest{})); err != nil {
 		t.Fatal(err)
 	}
-	busy := &client.BroadcastRequest{Type: server.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}, NoWait: true}
+	busy := &client.BroadcastRequest{Type: app.GenericType, VChannels: []message.VChannel{"wal-1/c1v0"}, ResourceKeys: []resource.Key{key}, NoWait: true}
 	waitUntil(t, "the promoted cluster to hold the open transaction's keys", func() bool {
 		g, err := wc.GetGroup(ctx, x.ID)
 		return err == nil && g.GetHoldsHere()
@@ -518,7 +519,7 @@ func TestR13_5_OpenTxnAfterForcePromoteThroughTheAPI(t *testing.T) {
 	if _, err := wc.Broadcast(ctx, busy); !errors.Is(err, client.ErrBusy) {
 		t.Fatalf("no_wait on the open transaction's key after the promote: %v, want busy", err)
 	}
-	if _, err := wc.RollbackTxn(ctx, x.ID, &client.TxnMemberRequest{Type: server.GenericType, Payload: []byte("failover")}); err != nil {
+	if _, err := wc.RollbackTxn(ctx, x.ID, &client.TxnMemberRequest{Type: app.GenericType, Payload: []byte("failover")}); err != nil {
 		t.Fatalf("rollback on the promoted cluster: %v", err)
 	}
 	if _, err := wc.Broadcast(ctx, busy); err != nil {

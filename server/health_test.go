@@ -16,6 +16,7 @@ import (
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/server"
@@ -96,7 +97,7 @@ func TestR9_10_ReadyzWithBackendsStopped(t *testing.T) {
 		cfg.WAL.NATS.URL = ns.ClientURL()
 		cfg.WAL.NATS.MonitorURLs = []string{ns.MonitorURL()}
 		cfg.Election.TTL = server.Duration(2 * time.Second)
-		p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
+		p, err := server.StartCoordinator(ctx, cfg, app.Generic{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +200,7 @@ func TestR9_4_PlainGRPCClient(t *testing.T) {
 
 	out := new(walcastv1.BroadcastResponse)
 	err = conn.Invoke(ctx, "/walcast.api.v1.BroadcastService/Broadcast", &walcastv1.BroadcastRequest{
-		Type: server.GenericType.String(), Payload: []byte("hi"), Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:c@X"},
+		Type: app.GenericType.String(), Payload: []byte("hi"), Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:c@X"},
 	}, out)
 	if err != nil {
 		t.Fatalf("Broadcast over grpc-go: %v", err)

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/embedetcd"
@@ -40,7 +41,7 @@ func TestR9_2_RestartedCoordinatorTakesOverAtOnce(t *testing.T) {
 	state := filepath.Join(dir, "coord")
 	newCoord := func(client *clientv3.Client) (*server.Coordinator, error) {
 		types := message.NewRegistry()
-		if err := (server.GenericApp{}).Register(types, broadcast.NewCallbacks()); err != nil {
+		if err := (app.Generic{}).Register(types, broadcast.NewCallbacks()); err != nil {
 			t.Fatal(err)
 		}
 		return server.NewCoordinator(server.CoordinatorConfig{

@@ -9,17 +9,18 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// StrictJSON returns the handler options that make a Connect handler refuse
-// JSON requests with fields its messages do not have (code InvalidArgument),
-// where Connect's default JSON codec silently drops them. A request that
-// misspells a field — "idempotency_kye" — would otherwise run as if the field
-// were absent: a retry would no longer be idempotent, a filter would no
-// longer filter. Every handler of the process uses it (BroadcastService,
-// ReplicationService, and the meta application's MetaService); clients built
-// against a newer schema must therefore talk to a server that knows their
-// fields, which is the price of never guessing. The binary protobuf codec is
-// unchanged (unknown fields there are what schema evolution adds).
-func StrictJSON() []connect.HandlerOption {
+// strictJSONCodecs returns the handler options that make a Connect handler
+// refuse JSON requests with fields its messages do not have (code
+// InvalidArgument), where Connect's default JSON codec silently drops them.
+// A request that misspells a field — "idempotency_kye" — would otherwise run
+// as if the field were absent: a retry would no longer be idempotent, a
+// filter would no longer filter. Every handler of the process uses it
+// (BroadcastService, ReplicationService, and an application's handlers
+// through AppHandlerOptions); clients built against a newer schema must therefore
+// talk to a server that knows their fields, which is the price of never
+// guessing. The binary protobuf codec is unchanged (unknown fields there are
+// what schema evolution adds).
+func strictJSONCodecs() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCodec(strictJSON{name: "json"}),
 		connect.WithCodec(strictJSON{name: "json; charset=utf-8"}),

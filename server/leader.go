@@ -2,8 +2,6 @@ package server
 
 import (
 	"errors"
-
-	"github.com/walcast/walcast/broadcast"
 )
 
 // ErrNotLeader reports a request sent to a coordinator that does not lead
@@ -32,22 +30,3 @@ func (e *NotLeaderError) Error() string {
 
 // Is makes errors.Is(err, ErrNotLeader) hold.
 func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
-
-// Leader gives the API the broadcaster of the coordinator while it leads.
-// Current is called once per request; while the coordinator does not lead it
-// returns an error wrapping ErrNotLeader (normally a *NotLeaderError).
-type Leader interface {
-	Current() (*broadcast.Broadcaster, error)
-}
-
-// LeaderFunc adapts a function to the Leader interface.
-type LeaderFunc func() (*broadcast.Broadcaster, error)
-
-// Current calls f.
-func (f LeaderFunc) Current() (*broadcast.Broadcaster, error) { return f() }
-
-// StaticLeader is a Leader that always leads with b: for tests and for
-// embedding walcast in a process that is its only coordinator.
-func StaticLeader(b *broadcast.Broadcaster) Leader {
-	return LeaderFunc(func() (*broadcast.Broadcaster, error) { return b, nil })
-}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/server"
 )
 
@@ -40,7 +41,7 @@ func TestR9_6_CountersExistAtZero(t *testing.T) {
 	cfg.API.Addr = "127.0.0.1:0"
 	cfg.Metrics.Addr = "127.0.0.1:0"
 	cfg.Log.Level = "error"
-	p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestR9_6_CountersExistAtZero(t *testing.T) {
 
 	// API calls are counted by method and code, over every protocol.
 	c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, "http://"+p.APIAddr())
-	if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("x"),
+	if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("x"),
 		Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:c@X"}})); err != nil {
 		t.Fatal(err)
 	}
@@ -128,13 +129,13 @@ func TestR9_6_DeployedRulesAndDashboardUseExportedMetrics(t *testing.T) {
 	cfg.API.Addr = "127.0.0.1:0"
 	cfg.Metrics.Addr = "127.0.0.1:0"
 	cfg.Log.Level = "error"
-	p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, "http://"+p.APIAddr())
-	if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("x"),
+	if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("x"),
 		Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:c@X"}})); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
@@ -22,7 +23,7 @@ import (
 func TestR9_5_ListTasksPagesThroughEveryTask(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
-		c := dial(t, apitest.Serve(t, server.StaticLeader(env.Open()), nil, server.WithMaxListTasks(2)), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(env.Open()), nil, server.WithMaxListTasks(2)), p)
 		ctx := ctxT(t)
 		var ids []uint64
 		for i := range 5 {
@@ -86,7 +87,7 @@ func TestR5_6_ForceAckResolvesATaskWaitingForAGoneConsumer(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		var audit syncBuf
-		c := dial(t, apitest.Serve(t, server.StaticLeader(env.Open()), nil,
+		c := dial(t, apitest.Serve(t, app.StaticLeader(env.Open()), nil,
 			server.WithConnectOptions(connect.WithInterceptors(auth.NewAudit(&audit).Interceptor()))), p)
 		ctx := ctxT(t)
 		req := newReq()

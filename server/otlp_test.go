@@ -19,6 +19,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/server"
 )
 
@@ -136,13 +137,13 @@ func TestR9_10_TracesExportOverOTLP(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+			p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 			c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, "http://"+p.APIAddr())
-			req := connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("x"),
+			req := connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("x"),
 				Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:c@X"}})
 			req.Header().Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
 			before := appliedOn(t, p, "wal-1")

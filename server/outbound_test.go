@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
@@ -99,7 +100,7 @@ func broadcastOnce(t *testing.T, p *server.Process) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte("x"),
+	res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte("x"),
 		VChannels: []message.VChannel{"wal-1/a"}, ResourceKeys: []resource.Key{resource.ExclusiveCollection("db", "c")},
 		Scope: client.ClusterScope(), ClientKey: "outbound-1"})
 	if err != nil {
@@ -170,7 +171,7 @@ func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
+	p, err := server.StartCoordinator(ctx, cfg, app.Generic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,17 +183,17 @@ func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
 
 	bad := cfg
 	bad.WAL.NATS.PasswordFile = secretFile(t, "wrong")
-	if _, err := server.StartCoordinator(ctx, bad, server.GenericApp{}); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+	if _, err := server.StartCoordinator(ctx, bad, app.Generic{}); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Fatalf("wrong NATS password: %v, want an authorization error", err)
 	}
 	bad = cfg
 	bad.WAL.NATS.TLS = server.ClientTLS{CAFile: b.caFile}
-	if _, err := server.StartCoordinator(ctx, bad, server.GenericApp{}); err == nil {
+	if _, err := server.StartCoordinator(ctx, bad, app.Generic{}); err == nil {
 		t.Fatal("NATS without the client certificate it requires: started")
 	}
 	bad = cfg
 	bad.Catalog.PasswordFile = secretFile(t, "wrong")
-	if p, err := server.StartCoordinator(ctx, bad, server.GenericApp{}); err == nil {
+	if p, err := server.StartCoordinator(ctx, bad, app.Generic{}); err == nil {
 		p.Close()
 		t.Fatal("wrong etcd password: started")
 	} else if !strings.Contains(err.Error(), "authentication failed") {
@@ -200,7 +201,7 @@ func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
 	}
 	bad = cfg
 	bad.Catalog.PasswordFile = filepath.Join(t.TempDir(), "missing")
-	if _, err := server.StartCoordinator(ctx, bad, server.GenericApp{}); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "catalog.password_file") {
+	if _, err := server.StartCoordinator(ctx, bad, app.Generic{}); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "catalog.password_file") {
 		t.Fatalf("missing password file: %v", err)
 	}
 }
@@ -234,7 +235,7 @@ func TestR9_8_OutboundNATSNKey(t *testing.T) {
 	cfg := coordConfig(t, etcd.Endpoints(), ns.ClientURL())
 	cfg.WAL.NATS.MonitorURLs = []string{ns.MonitorURL()}
 	cfg.WAL.NATS.NKeyFile = secretFile(t, string(seed))
-	p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
+	p, err := server.StartCoordinator(ctx, cfg, app.Generic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestR9_8_OutboundNATSNKey(t *testing.T) {
 	bad := cfg
 	bad.WAL.NATS.NKeyFile = secretFile(t, string(otherSeed))
 	bad.DataDir = t.TempDir()
-	if _, err := server.StartCoordinator(ctx, bad, server.GenericApp{}); err == nil {
+	if _, err := server.StartCoordinator(ctx, bad, app.Generic{}); err == nil {
 		t.Fatal("an nkey the server does not know: started")
 	}
 }
@@ -293,7 +294,7 @@ func TestR9_8_OutboundKafkaTLSAndSASL(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		p, err := server.StartCoordinator(ctx, cfg, server.GenericApp{})
+		p, err := server.StartCoordinator(ctx, cfg, app.Generic{})
 		if err != nil {
 			t.Fatalf("%s: %v", m.mech, err)
 		}
@@ -305,7 +306,7 @@ func TestR9_8_OutboundKafkaTLSAndSASL(t *testing.T) {
 		bad := cfg
 		bad.WAL.Kafka.SASL.PasswordFile = secretFile(t, "wrong")
 		sctx, scancel := context.WithTimeout(ctx, 15*time.Second)
-		p, err = server.StartCoordinator(sctx, bad, server.GenericApp{})
+		p, err = server.StartCoordinator(sctx, bad, app.Generic{})
 		scancel()
 		if err == nil {
 			p.Close()
@@ -318,7 +319,7 @@ func TestR9_8_OutboundKafkaTLSAndSASL(t *testing.T) {
 		}
 		bad = cfg
 		bad.WAL.Kafka.TLS = server.ClientTLS{Enabled: true} // the system's roots do not know the CA
-		if p, err := server.StartCoordinator(ctx, bad, server.GenericApp{}); err == nil {
+		if p, err := server.StartCoordinator(ctx, bad, app.Generic{}); err == nil {
 			p.Close()
 			t.Fatal("Kafka with an untrusted certificate: started")
 		} else if !strings.Contains(err.Error(), "certificate") {

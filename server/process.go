@@ -23,6 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
@@ -39,51 +40,6 @@ import (
 	walkafka "github.com/walcast/walcast/wal/kafka"
 	walnats "github.com/walcast/walcast/wal/nats"
 )
-
-// App plugs an application into a walcast process: its message types and
-// ack callbacks on the coordinator, its API handlers, and its per-vchannel
-// state on the streaming nodes.
-type App interface {
-	// Register adds the app's types and callbacks. The process calls it once,
-	// before the first broadcaster starts.
-	Register(types *message.Registry, cbs *broadcast.Callbacks) error
-	// Handlers returns extra API handlers by path, served beside
-	// BroadcastService; l gives the broadcaster while this process leads.
-	// The process passes opts (its audit interceptor) for the handlers.
-	Handlers(l Leader, opts ...connect.HandlerOption) map[string]http.Handler
-	// Applier returns the state a streaming node keeps of the copies it
-	// applies.
-	Applier(node string) node.Applier
-}
-
-// TypeOwner is implemented by an App whose message types only its own API
-// may broadcast: BroadcastService refuses them.
-type TypeOwner interface {
-	OwnedTypes() []message.Type
-}
-
-// NodeViewer is implemented by an App whose streaming nodes can show what
-// they applied (the metadata service's views): a `walcast node` process
-// serves its handlers on its metrics address (--metrics-addr), since in
-// cluster mode the coordinators run no node (`walcast view --addr <node>`).
-// They are served with the API's authentication when the node's api.auth
-// or api.tls.client_ca_file is set, else to loopback callers only.
-type NodeViewer interface {
-	NodeHandlers(opts ...connect.HandlerOption) map[string]http.Handler
-}
-
-// OutcomeJudge is implemented by an App whose effects can fail after their
-// broadcast succeeded (the metadata service's import job, created by its
-// Import broadcast, fails later on a bad file). BroadcastService shows that
-// verdict with the task and its idempotency key (Task.application_outcome,
-// LookupKeyResponse.application_outcome), so an operator sees a key stuck
-// on a failed original (R7.9).
-type OutcomeJudge interface {
-	// ApplicationOutcome returns the application's outcome of a finished
-	// task of type typ whose broadcast outcome is o, and true when it is a
-	// failure o does not show; b is the broadcaster that leads.
-	ApplicationOutcome(ctx context.Context, b *broadcast.Broadcaster, typ message.Type, o broadcast.Outcome) (broadcast.Outcome, bool)
-}
 
 // PChannelNames returns the configured pchannel names.
 func (c Config) PChannelNames() []message.PChannel {
@@ -117,7 +73,7 @@ func (c Config) broadcastConfig(w *wal.WAL, types *message.Registry, cbs *broadc
 		ConcurrencyRatio: b.ConcurrencyRatio,
 		Backoff:          broadcast.Backoff{Initial: b.Backoff.Initial.D(), Multiplier: b.Backoff.Multiplier, Max: b.Backoff.Max.D()},
 		Tombstone: broadcast.TombstoneConfig{MaxLifetime: b.Tombstone.MaxLifetime.D(), MaxCount: b.Tombstone.MaxCount,
-			CheckInterval: b.Tombstone.CheckInterval.D(), Classes: c.retentionClasses()},
+			CheckInterval: b.Tombstone.CheckInterval.D(), Classes: b.Tombstone.retentionClasses()},
 		MaxKeyLength: b.MaxKeyLength, MaxMessageBytes: b.MaxMessageBytes,
 		Txn:    broadcast.TxnLimits{MaxMembers: b.Txn.MaxMembers, MaxMemberBytes: b.Txn.MaxMemberBytes, MaxVChannels: b.Txn.MaxVChannels},
 		Logger: log, Observer: obs,
@@ -302,7 +258,7 @@ func (p *Process) Auth() *auth.Authenticator { return p.sec.authn }
 // coordinator with its API, and Nodes.Count streaming nodes sharing the
 // pchannels round robin. Starting again on the same DataDir recovers every
 // task (R4.8).
-func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err error) {
+func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *Process, err error) {
 	log := cfg.Logger()
 	var files *SecureFiles
 	if cfg.API.Secure {
@@ -387,7 +343,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
 		return nil, err
 	}
-	coord, err := p.startCoordinator(ctx, cfg, client, limits, w, app)
+	coord, err := p.startCoordinator(ctx, cfg, client, limits, w, application)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +357,7 @@ func StartStandalone(ctx context.Context, cfg Config, app App) (_ *Process, err 
 			continue
 		}
 		name := fmt.Sprintf("node-%d", i)
-		if err := p.startNode(ctx, name, mine, w, filepath.Join(dir, "nodes", name), leaderAcker{coord}, app); err != nil {
+		if err := p.startNode(ctx, name, mine, w, filepath.Join(dir, "nodes", name), leaderAcker{coord}, application); err != nil {
 			return nil, err
 		}
 	}
@@ -462,7 +418,7 @@ func (p *Process) waitLeader(ctx context.Context, c *Coordinator) error {
 // StartCoordinator starts a cluster-mode coordinator (R9.2) against the
 // external etcd and WAL of cfg: it campaigns, serves the API while it leads,
 // and tells clients the leader's address while it stands by.
-func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err error) {
+func StartCoordinator(ctx context.Context, cfg Config, application app.App) (_ *Process, err error) {
 	log := cfg.Logger()
 	p, err := newProcess(cfg, log)
 	if err != nil {
@@ -513,7 +469,7 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 		log.Warn("unsafe durability allowed by durability.allow_unsafe", "unsafe", d.Unsafe)
 	}
 	limits := catalog.Limits{MaxOps: cfg.Catalog.MaxTxnOps, MaxBytes: cfg.Catalog.MaxTxnBytes}
-	if _, err := p.startCoordinator(ctx, cfg, client, limits, w, app); err != nil {
+	if _, err := p.startCoordinator(ctx, cfg, client, limits, w, application); err != nil {
 		return nil, err
 	}
 	if err := p.startStorage(cfg, cfg.DataDir, false); err != nil {
@@ -528,7 +484,7 @@ func StartCoordinator(ctx context.Context, cfg Config, app App) (_ *Process, err
 // StartNode starts a cluster-mode streaming node consuming the pchannels
 // cfg.Nodes.PChannels and acking through acker (a client of the
 // coordinators).
-func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *Process, err error) {
+func StartNode(ctx context.Context, cfg Config, application app.App, acker node.Acker) (_ *Process, err error) {
 	log := cfg.Logger()
 	p, err := newProcess(cfg, log)
 	if err != nil {
@@ -559,15 +515,15 @@ func StartNode(ctx context.Context, cfg Config, app App, acker node.Acker) (_ *P
 	if err != nil {
 		return nil, err
 	}
-	if err := p.startNode(ctx, cfg.Nodes.Name, mine, w, dir, acker, app); err != nil {
+	if err := p.startNode(ctx, cfg.Nodes.Name, mine, w, dir, acker, application); err != nil {
 		return nil, err
 	}
 	if err := p.startStorage(cfg, dir, false); err != nil {
 		return nil, err
 	}
 	var views map[string]http.Handler
-	if v, ok := app.(NodeViewer); ok {
-		views = v.NodeHandlers(append(p.sec.handlerOptions(), serverCancels)...)
+	if v, ok := application.(app.NodeViewer); ok {
+		views = v.NodeHandlers(AppHandlerOptions(p.log, p.sec.handlerOptions()...)...)
 	}
 	if err := p.serveMetrics(cfg, views); err != nil {
 		return nil, err
@@ -646,9 +602,9 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 	return w, log, nil
 }
 
-func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, app App) (*Coordinator, error) {
+func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, application app.App) (*Coordinator, error) {
 	types, cbs := message.NewRegistry(), broadcast.NewCallbacks()
-	if err := app.Register(types, cbs); err != nil {
+	if err := application.Register(types, cbs); err != nil {
 		return nil, fmt.Errorf("register app: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.API.Addr)
@@ -685,16 +641,16 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	mux := http.NewServeMux()
 	hopts := append(p.sec.handlerOptions(), connect.WithCompressMinBytes(CompressMinBytes))
 	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...)}
-	if o, ok := app.(TypeOwner); ok {
+	if o, ok := application.(app.TypeOwner); ok {
 		opts = append(opts, WithReservedTypes(o.OwnedTypes()...))
 	}
-	if j, ok := app.(OutcomeJudge); ok {
+	if j, ok := application.(app.OutcomeJudge); ok {
 		opts = append(opts, WithOutcomeJudge(j))
 	}
 	path, h := NewBroadcastHandler(coord, opts...)
 	mux.Handle(path, h)
 	services := []string{serviceName(path)}
-	for path, h := range app.Handlers(coord, append(slices.Clip(hopts), serverCancels)...) {
+	for path, h := range application.Handlers(coord, AppHandlerOptions(p.log, hopts...)...) {
 		mux.Handle(path, h)
 		services = append(services, serviceName(path))
 	}
@@ -708,8 +664,8 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		return nil, err
 	}
 	rp.foreign = func(e wal.Foreign) { p.foreign.seen("replicator", e) }
-	rp.skip, _ = cfg.skipTypes() // checked by Validate
-	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(StrictJSON(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
+	rp.skip, _ = cfg.Replication.skipTypes() // checked by Validate
+	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(strictJSONCodecs(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
@@ -717,7 +673,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
 	var ui *console.Console
 	if cfg.Console.Enabled {
-		ui, err = p.newConsole(cfg, coord, w, rp, obs, app)
+		ui, err = p.newConsole(cfg, coord, w, rp, obs, application)
 		if err != nil {
 			ln.Close()
 			return nil, err
@@ -779,14 +735,14 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	})
 	// Closed first: an application's background work (the metadata
 	// service's importer) stops before the coordinator under it.
-	if c, ok := app.(io.Closer); ok {
+	if c, ok := application.(io.Closer); ok {
 		p.onClose(c.Close)
 	}
 	return coord, nil
 }
 
-func (p *Process) startNode(ctx context.Context, name string, pchans []message.PChannel, w *wal.WAL, dir string, acker node.Acker, app App) error {
-	n, err := node.New(node.Config{Name: name, WAL: w, PChannels: pchans, Applier: app.Applier(name), Acker: acker,
+func (p *Process) startNode(ctx context.Context, name string, pchans []message.PChannel, w *wal.WAL, dir string, acker node.Acker, application app.App) error {
+	n, err := node.New(node.Config{Name: name, WAL: w, PChannels: pchans, Applier: application.Applier(name), Acker: acker,
 		StateDir: dir, Logger: p.log})
 	if err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
@@ -878,7 +834,7 @@ func liveTasks(c *Coordinator) (int, time.Time) {
 }
 
 // leaderAcker acks in process to whichever broadcaster leads now.
-type leaderAcker struct{ l Leader }
+type leaderAcker struct{ l app.Leader }
 
 func (a leaderAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 	b, err := a.l.Current()

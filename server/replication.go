@@ -17,6 +17,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/replicate"
@@ -284,12 +285,12 @@ func (rp *replication) status() (bool, []replicate.PChannelStatus) {
 }
 
 // NewReplicationHandler returns the ReplicationService handler and its path.
-func newReplicationHandler(l Leader, rp *replication, log *slog.Logger, opts ...connect.HandlerOption) (string, http.Handler) {
+func newReplicationHandler(l app.Leader, rp *replication, log *slog.Logger, opts ...connect.HandlerOption) (string, http.Handler) {
 	return walcastv1connect.NewReplicationServiceHandler(&replicationService{leader: l, rp: rp, log: log}, opts...)
 }
 
 type replicationService struct {
-	leader Leader
+	leader app.Leader
 	rp     *replication
 	log    *slog.Logger
 }

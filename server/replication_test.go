@@ -14,6 +14,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/message"
@@ -29,7 +30,7 @@ func standalone(t *testing.T, ctx context.Context, name string) *server.Process 
 	cfg.API.Addr = "127.0.0.1:0"
 	cfg.Metrics.Addr = ""
 	cfg.Log.Level = "error"
-	p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestR8_ReplicationAndForcePromoteBetweenStandalones(t *testing.T) {
 	}
 	defer wc.Close()
 	req := func(i int) *client.BroadcastRequest {
-		return &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(fmt.Sprint("ddl-", i)),
+		return &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(fmt.Sprint("ddl-", i)),
 			VChannels:    []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/c%d", i%4, i))},
 			ResourceKeys: []resource.Key{resource.ExclusiveCollection("db", fmt.Sprint("c", i%3))},
 			Scope:        client.ClusterScope(), ClientKey: fmt.Sprint("key-", i)}
@@ -98,7 +99,7 @@ func TestR8_ReplicationAndForcePromoteBetweenStandalones(t *testing.T) {
 	}
 	waitUntil(t, "west to apply east's broadcasts", func() bool {
 		for i := range 8 {
-			r, err := wc.LookupKey(ctx, server.GenericType, message.ClusterKey(fmt.Sprint("key-", i)))
+			r, err := wc.LookupKey(ctx, app.GenericType, message.ClusterKey(fmt.Sprint("key-", i)))
 			if err != nil || r.GetState() != "TOMBSTONE" || r.GetBroadcastId() != ids[i] {
 				return false
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
@@ -20,7 +21,7 @@ import (
 func TestR9_4_ReservedTypesRefused(t *testing.T) {
 	e := apitest.New(t)
 	b := e.Open()
-	srv := apitest.Serve(t, server.StaticLeader(b), nil, server.WithReservedTypes(apitest.Create))
+	srv := apitest.Serve(t, app.StaticLeader(b), nil, server.WithReservedTypes(apitest.Create))
 	c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, srv.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -31,7 +32,7 @@ func TestR9_1_StandaloneWALRetention(t *testing.T) {
 	cfg.Standalone.WALRetention = server.Duration(time.Second)
 	start := func() *server.Process {
 		t.Helper()
-		p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+		p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +53,7 @@ func TestR9_1_StandaloneWALRetention(t *testing.T) {
 			n++
 			v := message.VChannel(fmt.Sprintf("wal-%d/c%d", n%4, n))
 			sent = append(sent, v)
-			if _, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte("x"),
+			if _, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte("x"),
 				VChannels:    []message.VChannel{v},
 				ResourceKeys: []resource.Key{resource.ExclusiveCollection("db", fmt.Sprint("c", n))}}); err != nil {
 				t.Fatal(err)

@@ -96,8 +96,7 @@ func startSecure(t *testing.T, mod ...func(*server.Config)) *secureEnv {
 		OrganizationalUnits: []string{auth.CertRolePrefix + "admin"}}); err != nil {
 		t.Fatal(err)
 	}
-	mc := meta.ConfigFrom(cfg)
-	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	mc := meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	app, err := meta.NewApp(mc)
 	if err != nil {
 		t.Fatal(err)

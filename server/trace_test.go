@@ -12,8 +12,8 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
-	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
 
@@ -25,7 +25,7 @@ func TestR9_6_APICallerTraceJoinsBroadcast(t *testing.T) {
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	e := apitest.New(t)
 	b := e.Open(func(c *broadcast.Config) { c.TracerProvider = tp })
-	srv := apitest.Serve(t, server.StaticLeader(b), nil)
+	srv := apitest.Serve(t, app.StaticLeader(b), nil)
 	c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, srv.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/message"
-	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
 
@@ -26,7 +26,7 @@ func TestR7_1_MalformedKeysRefusedThroughTheAPI(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
 		env := apitest.New(t)
 		b := env.Open()
-		c := dial(t, apitest.Serve(t, server.StaticLeader(b), nil), p)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(b), nil), p)
 		ctx := ctxT(t)
 		for _, tc := range []struct {
 			name string
@@ -78,7 +78,7 @@ func TestR7_1_MalformedKeysRefusedThroughTheAPI(t *testing.T) {
 func TestR9_4_UnknownJSONFieldRefused(t *testing.T) {
 	env := apitest.New(t)
 	b := env.Open()
-	srv := apitest.Serve(t, server.StaticLeader(b), nil)
+	srv := apitest.Serve(t, app.StaticLeader(b), nil)
 	hc := apitest.HTTPClient(t, false)
 	url := srv.URL + "/walcast.api.v1.BroadcastService/Broadcast"
 	body := func(keyField string) []byte {

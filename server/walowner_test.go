@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/server"
@@ -44,7 +45,7 @@ func TestR8_2_NewCatalogOnAnotherClustersStreamsIsRefused(t *testing.T) {
 
 	second := cfg
 	second.Catalog.Prefix = "second/"
-	_, err = server.StartCoordinator(ctx, second, server.GenericApp{})
+	_, err = server.StartCoordinator(ctx, second, app.Generic{})
 	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "wal.nats.stream_prefix") || !strings.Contains(err.Error(), `written by a cluster named "walcast"`) {
 		t.Fatalf("a new catalog on the streams of a cluster of the same name: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/walcast/walcast/app"
 )
 
 // TestR9_7_WALPrefixAndKafkaSettings: the stream and topic prefixes and
@@ -66,7 +67,7 @@ func TestR9_7_KafkaReplicationFactorAboveTheBrokersNamesTheSetting(t *testing.T)
 	cfg.API.Addr, cfg.Metrics.Addr, cfg.Log.Level = "127.0.0.1:0", "", "error"
 	cfg.Catalog.Endpoints = []string{"http://127.0.0.1:1"} // not dialled before the WAL
 	cfg.WAL.Kind, cfg.WAL.Kafka.Brokers = "kafka", kc.ListenAddrs()
-	_, err = StartCoordinator(ctx, cfg, GenericApp{})
+	_, err = StartCoordinator(ctx, cfg, app.Generic{})
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "wal.kafka.replication_factor") ||
 		!strings.Contains(err.Error(), "--kafka-replication-factor") || !strings.Contains(err.Error(), "1 broker") {
 		t.Fatalf("replication factor 3 on one broker: %v", err)

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // TestR9_1_StandaloneNeedsNothingExternal starts `walcast standalone` with
@@ -269,7 +269,7 @@ func testCLI(t *testing.T, api string, cli func(*testing.T, ...string) string, s
 						return
 					default:
 					}
-					_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(fmt.Sprint(g, "-", i)),
+					_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(fmt.Sprint(g, "-", i)),
 						VChannels:    []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/busy%d", g, g))},
 						ResourceKeys: []resource.Key{resource.ExclusiveCollection("db1", "busy")}})
 					if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
@@ -31,28 +32,58 @@ import (
 // and exit code.
 func exec1(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return startCLI(t, env, args...).wait()
+}
+
+// cliProc is a walcast command run as its own process, as exec1 runs it,
+// that the test may interrupt (Ctrl-C) before it ends.
+type cliProc struct {
+	t         *testing.T
+	args      []string
+	cmd       *exec.Cmd
+	cancel    context.CancelFunc
+	out, errb strings.Builder
+}
+
+// startCLI starts the walcast binary with args and env as exec1 does; wait
+// for its end.
+func startCLI(t *testing.T, env []string, args ...string) *cliProc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, walcastBin, args...)
+	c := &cliProc{t: t, args: args, cancel: cancel, cmd: exec.CommandContext(ctx, walcastBin, args...)}
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "WALCAST_") && !strings.HasPrefix(e, "XDG_CONFIG_HOME=") {
-			cmd.Env = append(cmd.Env, e)
+			c.cmd.Env = append(c.cmd.Env, e)
 		}
 	}
-	cmd.Env = append(cmd.Env, "XDG_CONFIG_HOME="+t.TempDir()) // no user's client configuration
-	cmd.Env = append(cmd.Env, env...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	c.cmd.Env = append(c.cmd.Env, "XDG_CONFIG_HOME="+t.TempDir()) // no user's client configuration
+	c.cmd.Env = append(c.cmd.Env, env...)
+	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.errb
+	if err := c.cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("walcast %s: %v", strings.Join(args, " "), err)
+	}
+	return c
+}
+
+// interrupt sends the command SIGINT, as Ctrl-C does.
+func (c *cliProc) interrupt() { _ = c.cmd.Process.Signal(os.Interrupt) }
+
+// wait waits for the command's end and returns its stdout, stderr and exit
+// code.
+func (c *cliProc) wait() (stdout, stderr string, code int) {
+	c.t.Helper()
+	defer c.cancel()
+	err := c.cmd.Wait()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	default:
-		t.Fatalf("walcast %s: %v", strings.Join(args, " "), err)
+		c.t.Fatalf("walcast %s: %v", strings.Join(c.args, " "), err)
 	}
-	return out.String(), errb.String(), code
+	return c.out.String(), c.errb.String(), code
 }
 
 // TestCLIExitCodes: usage mistakes exit 2 with a suggestion when one is
@@ -418,7 +449,7 @@ func TestR5_6_CLIShowsWhyATaskWaitsAndAcksForAGoneConsumer(t *testing.T) {
 	pollEvery = 50 * time.Millisecond
 	defer func() { pollEvery = 2 * time.Second }()
 	env := apitest.New(t)
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 	addr := srv.URL
 	bc := walcastv1connect.NewBroadcastServiceClient(apitest.HTTPClient(t, false), addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -533,7 +564,7 @@ func TestCLIBroadcastSaysWhyItWaits(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 	addr := srv.URL
 	bc := walcastv1connect.NewBroadcastServiceClient(apitest.HTTPClient(t, false), addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
@@ -75,7 +76,7 @@ func TestR9_3_NodeAcksSendTheMessageOnlyForReplicatedCopies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	m, err := message.NewBroadcast(server.GenericType, []byte("payload"), []message.VChannel{"wal-0/a"})
+	m, err := message.NewBroadcast(app.GenericType, []byte("payload"), []message.VChannel{"wal-0/a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +127,11 @@ func TestR9_5_TasksLimitNegative(t *testing.T) {
 // command's error (walcast node used to start without it).
 func TestR9_5_ServerCommandsReportAnAppError(t *testing.T) {
 	cfg := server.Default()
-	if a, err := app(cfg); err != nil || a == nil {
+	if a, err := newApp(cfg); err != nil || a == nil {
 		t.Fatalf("app of the default configuration: %v, %v", a, err)
 	}
 	cfg.WAL.PChannelPrefix = "bad/" // Validate refuses it; app must too
-	if a, err := app(cfg); err == nil || a != nil || !strings.Contains(err.Error(), "PChannels") {
+	if a, err := newApp(cfg); err == nil || a != nil || !strings.Contains(err.Error(), "PChannels") {
 		t.Fatalf("app of a bad configuration: %v, %v", a, err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
-	"github.com/walcast/walcast/server"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/server/apitest"
 )
 
@@ -24,7 +24,7 @@ import (
 // (apitest), as the consumer's acks are sent by the test.
 func TestR13_11_CopiesWaitAckedAndExtrasCLI(t *testing.T) {
 	env := apitest.New(t)
-	srv := apitest.Serve(t, server.StaticLeader(env.Open()), nil)
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil)
 	addr := srv.URL
 	bc := walcastv1connect.NewBroadcastServiceClient(apitest.HTTPClient(t, false), addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

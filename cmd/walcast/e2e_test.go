@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // workload runs keyed broadcasts from several goroutines, each retried by
@@ -48,9 +48,9 @@ func (w *workload) run(ctx context.Context, t *testing.T, c *client.Client, work
 		wg.Go(func() {
 			for i := range perWorker {
 				key := fmt.Sprintf("w%d-op%d", g, i)
-				typ := server.GenericType
+				typ := app.GenericType
 				if syncUp != nil && syncUp(i) {
-					typ = server.GenericSyncType
+					typ = app.GenericSyncType
 				}
 				req := &client.BroadcastRequest{Type: typ, Payload: []byte(key), Scope: client.ClusterScope(), ClientKey: key,
 					VChannels:    []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/w%d", i%4, g)), message.VChannel(fmt.Sprintf("wal-%d/x%d", (i+1)%4, g))},
@@ -82,10 +82,10 @@ func checkExactlyOnce(ctx context.Context, t *testing.T, c *client.Client, w *wo
 			t.Errorf("keys %s and %s resolved to one broadcast %d", key, other, id)
 		}
 		seen[id] = key
-		typ := server.GenericType
+		typ := app.GenericType
 		r, err := c.LookupKey(ctx, typ, message.ClusterKey(key))
 		if errors.Is(err, client.ErrNotFound) {
-			r, err = c.LookupKey(ctx, server.GenericSyncType, message.ClusterKey(key))
+			r, err = c.LookupKey(ctx, app.GenericSyncType, message.ClusterKey(key))
 		}
 		if err != nil {
 			t.Errorf("lookup %s: %v", key, err)
@@ -258,7 +258,7 @@ func leaderOf(ctx context.Context, t *testing.T, addrs ...string) int {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.LookupKey(ctx, server.GenericType, message.ClusterKey("probe"))
+			_, err = c.LookupKey(ctx, app.GenericType, message.ClusterKey("probe"))
 			c.Close()
 			if errors.Is(err, client.ErrNotFound) {
 				return i

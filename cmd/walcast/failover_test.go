@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // TestR9_2_FrozenLeaderDoesNotStallClients freezes the leading coordinator
@@ -82,7 +82,7 @@ func TestR9_2_FrozenLeaderDoesNotStallClients(t *testing.T) {
 				}
 				key := fmt.Sprintf("f%d-op%d", g, i)
 				octx, ocancel := context.WithTimeout(ctx, opDeadline)
-				res, err := c.Broadcast(octx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(key),
+				res, err := c.Broadcast(octx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(key),
 					Scope: client.ClusterScope(), ClientKey: key,
 					VChannels:    []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/f%d", i%4, g))},
 					ResourceKeys: []resource.Key{resource.ExclusiveCollection("db", fmt.Sprint("f", g))}})

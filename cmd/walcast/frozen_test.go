@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
 	"github.com/walcast/walcast/message"
-	"github.com/walcast/walcast/server"
 )
 
 // keyedLoad sends keyed broadcasts from a few sequential workers, each
@@ -41,7 +41,7 @@ func (l *keyedLoad) run(ctx context.Context, c *client.Client, workers int, atte
 				key := fmt.Sprintf("f%d-%d", g, i)
 				for ctx.Err() == nil {
 					actx, cancel := context.WithTimeout(ctx, attempt)
-					res, err := c.Broadcast(actx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(key), Scope: client.ClusterScope(),
+					res, err := c.Broadcast(actx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(key), Scope: client.ClusterScope(),
 						ClientKey: key, VChannels: []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/f%d", i%4, g))}})
 					cancel()
 					if err == nil {
@@ -212,7 +212,7 @@ func TestFrozenEtcdOrNATSResumes(t *testing.T) {
 		}
 		seen[id] = key
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := c.LookupKey(lctx, server.GenericType, message.ClusterKey(key))
+		r, err := c.LookupKey(lctx, app.GenericType, message.ClusterKey(key))
 		cancel()
 		if err != nil || r.GetBroadcastId() != id || r.GetState() != "TOMBSTONE" {
 			t.Errorf("key %s: %v (%v), the client got %d", key, r, err, id)

@@ -31,7 +31,7 @@ func startPhaseCluster(t *testing.T, name string) *phaseCluster {
 	cfg.Metrics.Addr = ""
 	cfg.Log.Level = "error"
 	cfg.Cluster.Name = name
-	mc := meta.ConfigFrom(cfg)
+	mc := metaConfig(cfg)
 	mc.ImporterInterval = 10 * time.Millisecond
 	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	app, err := meta.NewApp(mc)

@@ -37,7 +37,7 @@ func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
 	for _, fn := range configure {
 		fn(&cfg)
 	}
-	mc := meta.ConfigFrom(cfg)
+	mc := metaConfig(cfg)
 	mc.ImporterInterval = 10 * time.Millisecond
 	log := &syncBuffer{}
 	mc.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))

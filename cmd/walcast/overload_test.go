@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
-	"github.com/walcast/walcast/server"
 )
 
 // overloadRun is what a phase of TestOverloadIsBounded measured.
@@ -74,7 +74,7 @@ func overload(t *testing.T, p *proc, clients int, d time.Duration, ids *sync.Map
 			for i := 0; ctx.Err() == nil; i++ {
 				key := fmt.Sprintf("%s-%d-%d", tag, g, i)
 				for ctx.Err() == nil {
-					res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(key), Scope: client.ClusterScope(),
+					res, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(key), Scope: client.ClusterScope(),
 						ClientKey: key, VChannels: []message.VChannel{message.VChannel(fmt.Sprintf("wal-%d/o%d", i%4, g%16))}})
 					if err == nil {
 						ids.Store(key, res.BroadcastID)
@@ -230,7 +230,7 @@ func TestOverloadIsBounded(t *testing.T) {
 		if n%50 != 0 { // the lookups of a sample: they take a while
 			return true
 		}
-		r, err := c.LookupKey(context.Background(), server.GenericType, message.ClusterKey(key))
+		r, err := c.LookupKey(context.Background(), app.GenericType, message.ClusterKey(key))
 		if err != nil || r.GetBroadcastId() != id {
 			t.Errorf("key %s: %v, %v; the client got %d", key, r, err, id)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
@@ -97,7 +98,7 @@ dies. A deposed leader's catalog writes are fenced.`,
 
 // serverCmd is a command that loads the configuration, starts a process of
 // the application with start, and serves it as mode until Ctrl-C.
-func serverCmd(use, mode, flags, short, long string, start func(context.Context, server.Config, server.App) (*server.Process, error)) *cobra.Command {
+func serverCmd(use, mode, flags, short, long string, start func(context.Context, server.Config, app.App) (*server.Process, error)) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -109,7 +110,7 @@ func serverCmd(use, mode, flags, short, long string, start func(context.Context,
 			if err != nil {
 				return err
 			}
-			a, err := app(cfg)
+			a, err := newApp(cfg)
 			if err != nil {
 				return err
 			}
@@ -147,7 +148,7 @@ authentication on, it authenticates as a token or certificate of role node
 			if len(cfg.Nodes.Coordinators) == 0 {
 				return usageError{errors.New("--coordinators: a node acks to the coordinators' API addresses")}
 			}
-			a, err := app(cfg)
+			a, err := newApp(cfg)
 			if err != nil {
 				return err
 			}

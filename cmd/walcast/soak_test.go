@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
-	"github.com/walcast/walcast/server"
 )
 
 // TestSoak runs standalone for WALCAST_SOAK (e.g. 2m in CI, 30m as the
@@ -86,9 +86,9 @@ func TestSoak(t *testing.T) {
 					idx = i - 3 // a retry of an earlier key, the same request
 				}
 				key := fmt.Sprintf("s%d-%d", g, idx)
-				typ := server.GenericType
+				typ := app.GenericType
 				if idx%3 == 0 {
-					typ = server.GenericSyncType
+					typ = app.GenericSyncType
 				}
 				octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
 				res, err := c.Broadcast(octx, &client.BroadcastRequest{Type: typ, Payload: []byte(key), Scope: client.ClusterScope(), ClientKey: key,
@@ -215,9 +215,9 @@ func TestSoak(t *testing.T) {
 			t.Errorf("keys %s and %s resolved to one broadcast %d", key, other, id)
 		}
 		byID[id] = key
-		r, err := c.LookupKey(ictx, server.GenericType, message.ClusterKey(key))
+		r, err := c.LookupKey(ictx, app.GenericType, message.ClusterKey(key))
 		if errors.Is(err, client.ErrNotFound) {
-			r, err = c.LookupKey(ictx, server.GenericSyncType, message.ClusterKey(key))
+			r, err = c.LookupKey(ictx, app.GenericSyncType, message.ClusterKey(key))
 		}
 		if errors.Is(err, client.ErrNotFound) {
 			continue // its tombstone was collected

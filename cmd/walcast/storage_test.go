@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/tmpfs"
 	"github.com/walcast/walcast/message"
-	"github.com/walcast/walcast/server"
 )
 
 // readyz returns the status code and body of the process's /readyz.
@@ -36,7 +36,7 @@ func readyz(t *testing.T, p *proc) (int, string) {
 func broadcastKey(c *client.Client, key string, d time.Duration) (*client.BroadcastResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	return c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(key), Scope: client.ClusterScope(),
+	return c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(key), Scope: client.ClusterScope(),
 		ClientKey: key, VChannels: []message.VChannel{"wal-0/disk", "wal-1/disk"}})
 }
 
@@ -91,10 +91,10 @@ func TestStandaloneDiskLowRefusesWritesKeepsReads(t *testing.T) {
 	}
 	t.Logf("broadcast below the reserve: %v", err)
 	// Nothing was created, and reads go on.
-	if _, err := c.LookupKey(context.Background(), server.GenericType, message.ClusterKey("refused")); !errors.Is(err, client.ErrNotFound) {
+	if _, err := c.LookupKey(context.Background(), app.GenericType, message.ClusterKey("refused")); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("lookup of the refused key: %v, want not found", err)
 	}
-	if r, err := c.LookupKey(context.Background(), server.GenericType, message.ClusterKey("before")); err != nil || r.GetBroadcastId() != before.BroadcastID {
+	if r, err := c.LookupKey(context.Background(), app.GenericType, message.ClusterKey("before")); err != nil || r.GetBroadcastId() != before.BroadcastID {
 		t.Fatalf("lookup of an earlier key below the reserve: %v, %v", r, err)
 	}
 	if _, err := c.ListTasks(context.Background(), nil); err != nil {
@@ -150,7 +150,7 @@ func TestStandaloneDiskFullExitsWithCause(t *testing.T) {
 				t.Fatalf("standalone still runs 90 s after its disk filled:\n%s", p.out())
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, _ = c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(big), Scope: client.ClusterScope(),
+			_, _ = c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(big), Scope: client.ClusterScope(),
 				ClientKey: fmt.Sprint("k", i), VChannels: []message.VChannel{"wal-0/disk"}})
 			cancel()
 			continue

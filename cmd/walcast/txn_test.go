@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/server"
 )
 
@@ -23,7 +24,7 @@ func startGenericCLI(t *testing.T) *metaCLI {
 	cfg.Log.Level = "error"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	cmem "github.com/walcast/walcast/catalog/memory"
 	"github.com/walcast/walcast/message"
@@ -133,7 +134,7 @@ func (e *Env) TaskKeys() []string { return e.Store.Keys(Prefix + "tasks/") }
 // Serve serves the BroadcastService of l on 127.0.0.1 until the test ends,
 // and returns the server (its URL is the client's base URL). wrap, if not
 // nil, wraps the handler (to count or fail requests).
-func Serve(t testing.TB, l server.Leader, wrap func(http.Handler) http.Handler, opts ...server.APIOption) *httptest.Server {
+func Serve(t testing.TB, l app.Leader, wrap func(http.Handler) http.Handler, opts ...server.APIOption) *httptest.Server {
 	t.Helper()
 	path, h := server.NewBroadcastHandler(l, append([]server.APIOption{server.WithAPILogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if wrap != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/meta"
@@ -86,7 +87,7 @@ func TestR9_9_Browser(t *testing.T) {
 	cfg.Log.Level = "error"
 	cfg.Broadcast.Backoff.Initial = server.Duration(time.Hour)
 	cfg.Broadcast.Backoff.Max = server.Duration(time.Hour)
-	mapp, err := meta.NewApp(meta.ConfigFrom(cfg))
+	mapp, err := meta.NewApp(meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: cfg.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestR9_9_Browser(t *testing.T) {
 	})
 	ck := "request-42"
 	key := message.ClusterKey(ck)
-	if _, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("hi"),
+	if _, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("hi"),
 		Vchannels: []string{"wal-1/c1v0", "wal-2/c1v1"}, ResourceKeys: []string{"Collection:db1:c1@X"}, IdempotencyKey: string(key)})); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestR9_9_Browser(t *testing.T) {
 	t.Run("BroadcastAppearsLive", func(t *testing.T) {
 		step(t, "tasks page", chromedp.Navigate(base+"/ui/tasks?state=TOMBSTONE"), live)
 		eval(t, `window.walcastMark = "same page"; ""`) // gone if the page reloads
-		res, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: server.GenericType.String(), Payload: []byte("live"),
+		res, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("live"),
 			Vchannels: []string{"wal-3/c9v0"}, ResourceKeys: []string{"Collection:db1:c9@X"}}))
 		if err != nil {
 			t.Fatal(err)

@@ -25,6 +25,17 @@ type Reply struct {
 	Original *Original
 	// Result: the task finished.
 	Result *Result
+	// Waited answers a Withdraw: the task the withdrawn request waited
+	// for; nil if it waited for none (a key's admission slot, locks) or
+	// was not waiting.
+	Waited *Waited
+}
+
+// Waited is what a withdrawn request was waiting for: task ID in Stage, or
+// (ID 0) the catalog to allocate its broadcast's id.
+type Waited struct {
+	ID    uint64
+	Stage Stage
 }
 
 // Original is the broadcast that owns a scope, as a duplicate sees it.

@@ -200,6 +200,8 @@ func (c *Core) Step(now time.Time, ev Event) {
 		c.retryNow(e)
 	case Complete:
 		c.complete(e)
+	case Withdraw:
+		c.withdraw(e)
 	case Inspect:
 		e.Fn(c)
 	case Written:
@@ -614,6 +616,8 @@ func (c *Core) refuseStopped(ev Event) {
 		c.reply(e.To, Reply{Err: c.stopErr})
 	case Complete:
 		c.reply(e.To, Reply{Err: c.stopErr})
+	case Withdraw:
+		c.reply(e.Done, Reply{}) // Stop answered every request
 	case Inspect:
 		e.Fn(c)
 	}

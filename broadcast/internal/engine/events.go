@@ -132,6 +132,19 @@ type Complete struct {
 	Reason string
 }
 
+// Withdraw takes back the request whose reply goes to To: its caller gave
+// up waiting (R11.5). Whatever the request left in the core goes with it —
+// its place among an admission slot's waiters, its queued lock request and
+// the slot its handle holds, its place among a task's waiters — and the
+// core never answers To afterwards; a Submit already made goes on without
+// its caller. Done is answered once it is withdrawn, with the task it
+// waited for (Reply.Waited). Withdrawing a request already answered does
+// nothing.
+type Withdraw struct {
+	To   Target
+	Done Target
+}
+
 // Inspect runs Fn on the core between two events, for reads (introspection
 // APIs). Fn must not keep the core.
 type Inspect struct{ Fn func(*Core) }
@@ -202,6 +215,7 @@ func (Ack) event()          {}
 func (Follow) event()       {}
 func (RetryNow) event()     {}
 func (Complete) event()     {}
+func (Withdraw) event()     {}
 func (Inspect) event()      {}
 func (Written) event()      {}
 func (Appended) event()     {}
@@ -213,4 +227,4 @@ func (Stop) event()         {}
 
 // Make sure the constructors cannot drift: every Event above.
 var _ = []Event{Resolve{}, Lock{}, Close{}, Submit{}, Wait{}, WaitAcked{}, Ack{}, Follow{}, RetryNow{}, Complete{},
-	Inspect{}, Written{}, Appended{}, CallbackDone{}, AckOnceDone{}, Scanned{}, Tick{}, Stop{}}
+	Withdraw{}, Inspect{}, Written{}, Appended{}, CallbackDone{}, AckOnceDone{}, Scanned{}, Tick{}, Stop{}}

@@ -311,6 +311,9 @@ func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
 
 // joinEnd makes to wait for the group's end.
 func (c *Core) joinEnd(end *task, to Target) {
+	if to == nil {
+		return // withdrawn
+	}
 	if c.tasks[end.id] == end {
 		end.waiters = append(end.waiters, to)
 		return

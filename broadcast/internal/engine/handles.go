@@ -28,6 +28,9 @@ type handle struct {
 	// busy is set while the handle's Follow write is in flight, or its
 	// Submit waits for an id: Close then does nothing.
 	busy bool
+	// withdrawn says the caller of the busy handle's Submit gave up
+	// (Withdraw): the Submit goes on unanswered.
+	withdrawn bool
 }
 
 // LockOwner labels the handle's lock request ("handle 7"), when the lock
@@ -270,6 +273,9 @@ func (c *Core) allocFor(h *handle, e Submit) {
 func (c *Core) allocated(h *handle, e *Submit, id uint64, err error) {
 	h.busy = false
 	h.to = nil
+	if h.withdrawn {
+		e.To = nil
+	}
 	if c.stopped {
 		return
 	}
@@ -356,7 +362,9 @@ func (c *Core) create(h *handle, e Submit) {
 	c.tasks[t.id] = t
 	c.indexTask(t)
 	c.stats.Broadcasts++
-	t.waiters = append(t.waiters, e.To)
+	if e.To != nil {
+		t.waiters = append(t.waiters, e.To)
+	}
 	c.obs.TaskState(t.msg.Type, 0, Pending)
 	c.move(t, OnSubmit, Persisting)
 }

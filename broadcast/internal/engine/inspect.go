@@ -261,20 +261,31 @@ type Attempt struct {
 	Err            string
 }
 
-// WaitedBy returns the live task whose outcome the request answered at to
-// waits for, and the task's stage; id 0 with ok says the request waits for
-// the catalog to allocate its broadcast id; ok is false otherwise (the
-// request waits for a lock, or was answered).
-func (c *Core) WaitedBy(to Target) (id uint64, stage Stage, ok bool) {
-	for id, t := range c.tasks {
-		if slices.Contains(t.waiters, to) {
-			return id, t.stage, true
+// Outstanding counts what requests hold or wait for in the core. Once
+// every caller has returned, whether answered or given up (R11.5), a core
+// with no live task has none of it.
+type Outstanding struct {
+	// Admissions are the idempotency keys' admission slots held, Resolving
+	// the Resolves waiting for one.
+	Admissions, Resolving int
+	// Handles are the handles holding or waiting for locks, or submitting.
+	Handles int
+	// TaskWaiters are the requests waiting for a live task: its result,
+	// its acks, its callback completed.
+	TaskWaiters int
+}
+
+// Outstanding returns what requests hold or wait for in the core.
+func (c *Core) Outstanding() Outstanding {
+	o := Outstanding{Admissions: len(c.admits), Handles: len(c.handles)}
+	for _, a := range c.admits {
+		o.Resolving += len(a.waiters)
+	}
+	for _, t := range c.tasks {
+		o.TaskWaiters += len(t.waiters) + len(t.completeWaits) + len(t.ackWaiters) + len(t.ackWaits)
+		for i := range t.copies {
+			o.TaskWaiters += len(t.copies[i].ackOnceWaiters)
 		}
 	}
-	for _, h := range c.handles {
-		if h.busy && h.to == to {
-			return 0, StageNone, true
-		}
-	}
-	return 0, 0, false
+	return o
 }

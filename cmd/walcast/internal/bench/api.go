@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
@@ -27,7 +28,7 @@ func startStandalone(ctx context.Context, dir string, secure bool) (*server.Proc
 	cfg.Log.Level = "error"
 	cfg.Audit.File = "off"
 	cfg.API.Secure = secure
-	app, err := meta.NewApp(meta.ConfigFrom(cfg))
+	app, err := meta.NewApp(meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: cfg.Logger()})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +184,7 @@ func coordinatorOnce(ctx context.Context, p *server.Process, key string) error {
 	if err != nil {
 		return err
 	}
-	msg, err := message.NewBroadcast(server.GenericType, []byte(apiPayload), apiTargets)
+	msg, err := message.NewBroadcast(app.GenericType, []byte(apiPayload), apiTargets)
 	if err != nil {
 		return err
 	}

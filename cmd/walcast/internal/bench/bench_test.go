@@ -38,7 +38,9 @@ func serveChildStandalone() {
 	cfg, err := server.Load(os.Args[len(os.Args)-1], nil, nil, nil)
 	if err == nil {
 		var app *meta.App
-		if app, err = meta.NewApp(meta.ConfigFrom(cfg)); err == nil {
+		mc := meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: cfg.Logger(),
+			CollectionShards: cfg.Meta.CollectionShards}
+		if app, err = meta.NewApp(mc); err == nil {
 			var p *server.Process
 			if p, err = server.StartStandalone(context.Background(), cfg, app); err == nil {
 				fmt.Println(p.ReadyLine("standalone"))

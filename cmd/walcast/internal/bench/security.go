@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/tlsfiles"
 	"github.com/walcast/walcast/message"
@@ -32,7 +33,7 @@ func startAPIPair(ctx context.Context, dir string) (*apiPair, error) {
 		cfg.Log.Level = "error"
 		cfg.Audit.File = "off"
 		cfg.API.Secure = secure
-		proc, err := server.StartStandalone(ctx, cfg, server.GenericApp{})
+		proc, err := server.StartStandalone(ctx, cfg, app.Generic{})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -79,7 +80,7 @@ func (p *apiPair) Close() {
 // apiOnce broadcasts one Generic message to 4 vchannels on 4 pchannels
 // through the API, under an exclusive key of its own.
 func apiOnce(ctx context.Context, c *client.Client, key string) error {
-	_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: server.GenericType, Payload: []byte(apiPayload),
+	_, err := c.Broadcast(ctx, &client.BroadcastRequest{Type: app.GenericType, Payload: []byte(apiPayload),
 		VChannels: apiTargets, ResourceKeys: []resource.Key{apiKey(key)}})
 	return err
 }

@@ -1,4 +1,4 @@
-package server
+package app
 
 import (
 	"context"
@@ -21,12 +21,14 @@ var (
 	GenericSyncType = message.Type{Name: "GenericSync", Version: 1}
 )
 
-// GenericApp is the App of a process without an application: it registers
+// Generic is the App of a process without an application: it registers
 // the generic types, and its nodes count the copies each vchannel applied.
-type GenericApp struct{}
+// An application that accepts the generic types too registers them with
+// Generic.Register.
+type Generic struct{}
 
 // Register adds the generic types.
-func (GenericApp) Register(types *message.Registry, _ *broadcast.Callbacks) error {
+func (Generic) Register(types *message.Registry, _ *broadcast.Callbacks) error {
 	if err := types.Register(message.TypeInfo{Type: GenericType}); err != nil {
 		return err
 	}
@@ -34,10 +36,10 @@ func (GenericApp) Register(types *message.Registry, _ *broadcast.Callbacks) erro
 }
 
 // Handlers adds none.
-func (GenericApp) Handlers(Leader, ...connect.HandlerOption) map[string]http.Handler { return nil }
+func (Generic) Handlers(Leader, ...connect.HandlerOption) map[string]http.Handler { return nil }
 
 // Applier counts applied copies per vchannel.
-func (GenericApp) Applier(string) node.Applier { return &CountingApplier{} }
+func (Generic) Applier(string) node.Applier { return &CountingApplier{} }
 
 // CountingApplier is a node.Applier that counts the broadcasts each vchannel
 // applied.
