@@ -76,6 +76,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// SerialPrivileges makes every user and grant change hold the one
+	// exclusive Privilege key, as the reference system does, instead of
+	// the privilege gate and the keys of its user and object (see
+	// privilegeKeys): for a comparison (walcast bench --api, B14), not a
+	// setting.
+	SerialPrivileges bool
 }
 
 func (c Config) withDefaults() Config {

@@ -32,6 +32,8 @@ const (
 	prefixIndex     = "meta/index/"       // <coll id>/<name> → indexRecord
 	prefixUser      = "meta/user/"        // <name> → userRecord
 	prefixGrant     = "meta/grant/"       // <user>/<db id|*>/<coll id|*>/<privilege> → grantRecord
+	prefixGrantObj  = "meta/grantobj/"    // <db id|*>/<coll id|*>/<user>/<privilege> → "1": the grants on an object
+	keyGrantIndex   = "meta/grantindex"   // present once every grant has its meta/grantobj entry
 	prefixImportJob = "meta/job/"         // <job id> → jobRecord
 	prefixProgress  = "meta/jobprogress/" // <job id> → progressRecord, while the job runs
 )
@@ -57,6 +59,15 @@ func grantKey(g grantRecord) string {
 	return grantsOfUser(g.User) + idOrWildcard(g.DatabaseID) + "/" + idOrWildcard(g.CollectionID) + "/" + g.Privilege
 }
 func grantsOfUser(user string) string { return prefixGrant + user + "/" }
+
+// grantObjPrefix is where the grants on database dbID (collID 0) or its
+// collection collID are indexed.
+func grantObjPrefix(dbID, collID uint64) string {
+	return prefixGrantObj + idOrWildcard(dbID) + "/" + idOrWildcard(collID) + "/"
+}
+func grantObjKey(g grantRecord) string {
+	return grantObjPrefix(g.DatabaseID, g.CollectionID) + g.User + "/" + g.Privilege
+}
 func idOrWildcard(id uint64) string {
 	if id == 0 {
 		return wildcard

@@ -34,6 +34,14 @@ type Service struct {
 	mu     sync.Mutex
 	idsFor *broadcast.Broadcaster // the broadcaster ids was made for; protected by mu
 	ids    *ids                   // protected by mu
+	// grantIndexOf is the broadcaster whose catalog is known to index its
+	// grants by object; indexing is set while the index is built (see
+	// grantsOn). Protected by mu.
+	grantIndexOf atomic.Pointer[broadcast.Broadcaster]
+	indexing     bool
+	// background runs work of the service (the grant index's build) until
+	// its app closes; false: it is closed.
+	background func(fn func(ctx context.Context)) bool
 
 	// admitMu serialises the import admission check; admitting holds the
 	// imports admitted whose Broadcast has not returned yet, so that
@@ -231,7 +239,7 @@ func control(b *broadcast.Broadcaster) []message.VChannel {
 func (s *Service) alloc(ctx context.Context, b *broadcast.Broadcaster) (uint64, error) {
 	s.mu.Lock()
 	if s.idsFor != b {
-		s.idsFor, s.ids = b, newIDs(b.Catalog())
+		s.idsFor, s.ids = b, newIDs(b.Catalog(), b.ReplicateConfig().Primary != "")
 	}
 	a := s.ids
 	s.mu.Unlock()
@@ -275,10 +283,7 @@ func checkKey(clientKey string) error {
 // view, which may be ahead of it (a change staged whose TOMBSTONE is under
 // way).
 func (s *Service) nameID(ctx context.Context, b *broadcast.Broadcaster, r reader, key string, proceeds func(id uint64, ok bool) bool) (uint64, bool, error) {
-	if s.names != nil {
-		if err := s.names.use(ctx, b, r); err != nil {
-			return 0, false, err
-		}
+	if s.names != nil && s.names.use(b, r) {
 		id, ok, err := s.names.lookup(ctx, b, r, key)
 		if err != nil || proceeds(id, ok) {
 			return id, ok, err
@@ -425,7 +430,7 @@ func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseR
 		if len(names) > 0 {
 			return nil, errorf(ErrDatabaseNotEmpty, "%s has %d collections; drop them first", name, len(names))
 		}
-		if p.Grants, err = grantsOn(ctx, r, id, 0); err != nil {
+		if p.Grants, err = s.grantsOn(ctx, b, r, id, 0); err != nil {
 			return nil, err
 		}
 		return control(b), nil
@@ -583,7 +588,7 @@ func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollect
 			for _, i := range idx {
 				p.Indexes = append(p.Indexes, i.Name)
 			}
-			if p.Grants, err = grantsOn(ctx, r, dbID, collID); err != nil {
+			if p.Grants, err = s.grantsOn(ctx, b, r, dbID, collID); err != nil {
 				return nil, err
 			}
 			p.DroppedAt = s.now()
@@ -659,7 +664,7 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 			p.OldName = oldName
 			p.Collection = c
 			p.Collection.Name = newName
-			if p.Grants, err = grantsOn(ctx, r, dbID, collID); err != nil {
+			if p.Grants, err = s.grantsOn(ctx, b, r, dbID, collID); err != nil {
 				return nil, err
 			}
 			for i := range p.Grants {
@@ -802,7 +807,7 @@ func (s *Service) CreateUser(ctx context.Context, req *walcastv1.CreateUserReque
 		return nil, err
 	}
 	d := ddl{typ: TypeCreateUser, key: message.ClusterKey(ck), digest: digest(TypeCreateUser, name),
-		keys: []resource.Key{resource.ExclusivePrivilege()}}
+		keys: s.privilegeKeys(name, nil)}
 	res, p, err := runDDL(ctx, s, b, d, func(p *userPayload) ([]message.VChannel, error) {
 		var u userRecord
 		if ok, err := r.get(ctx, userKey(name), &u); err != nil {
@@ -877,14 +882,7 @@ func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcas
 	if err != nil {
 		return nil, g, "", err
 	}
-	keys := []resource.Key{resource.ExclusivePrivilege()}
-	if g.Database != wildcard {
-		keys = append(keys, resource.SharedDatabase(g.Database))
-		if g.Collection != wildcard {
-			keys = append(keys, resource.SharedCollection(g.Database, g.Collection))
-		}
-	}
-	d := ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, g), keys: keys}
+	d := ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, g), keys: s.privilegeKeys(g.User, &g)}
 	res, p, err := runDDL(ctx, s, b, d, func(p *grantPayload) ([]message.VChannel, error) {
 		var u userRecord
 		if ok, err := r.get(ctx, userKey(g.User), &u); err != nil {
@@ -906,7 +904,7 @@ func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcas
 			return nil, errorf(ErrGrantNotFound, "%s on %s.%s to %s", g.Privilege, g.Database, g.Collection, g.User)
 		}
 		if typ == TypeGrantPrivilege && g.DatabaseID != 0 {
-			on, err := grantsOn(ctx, r, g.DatabaseID, g.CollectionID)
+			on, err := s.grantsOn(ctx, b, r, g.DatabaseID, g.CollectionID)
 			if err != nil {
 				return nil, err
 			}
@@ -939,16 +937,6 @@ func resolveGrant(ctx context.Context, r reader, g *grantRecord) error {
 	dbID, collID, err := resolveColl(ctx, r, g.Database, g.Collection)
 	g.DatabaseID, g.CollectionID = dbID, collID
 	return err
-}
-
-// grantsOn lists the grants on database dbID (collID 0) or on its
-// collection collID.
-func grantsOn(ctx context.Context, r reader, dbID, collID uint64) ([]grantRecord, error) {
-	all, err := list[grantRecord](ctx, r, prefixGrant)
-	if err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(all, func(g grantRecord) bool { return g.DatabaseID != dbID || g.CollectionID != collID }), nil
 }
 
 // Granted reports whether user holds privilege priv (one of the privileges

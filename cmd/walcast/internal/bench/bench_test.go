@@ -126,7 +126,7 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("duplicate hits did I/O: %s", r.Note)
 		}
 	}
-	for id, n := range map[string]int{"B1": 2, "B2": 2, "B2r": 2, "B3": 4, "B4": 2, "B5": 1, "B6": 2, "B8": 1, "B9": 2, "S1": 1, "S2": 1} {
+	for id, n := range map[string]int{"B1": 2, "B2": 2, "B2r": 2, "B3": 4, "B4": 2, "B5": 1, "B6": 2, "B8": 1, "B9": 2, "B14": 1, "S1": 1, "S2": 1} {
 		if ids[id] != n {
 			t.Errorf("%d results for %s, want %d", ids[id], id, n)
 		}
@@ -162,6 +162,7 @@ func BenchmarkB2Throughput(b *testing.B)           { benchOne(b, "B2") }
 func BenchmarkB2rBatchedFloor(b *testing.B)        { benchOne(b, "B2r") }
 func BenchmarkB8APIThroughput(b *testing.B)        { benchOne(b, "B8") }
 func BenchmarkB9CreateCollections(b *testing.B)    { benchOne(b, "B9") }
+func BenchmarkB14PrivilegeChanges(b *testing.B)    { benchOne(b, "B14") }
 func BenchmarkB4WideBroadcast(b *testing.B)        { benchOne(b, "B4") }
 func BenchmarkB5DuplicateHit(b *testing.B)         { benchOne(b, "B5") }
 func BenchmarkB6Recovery(b *testing.B)             { benchOne(b, "B6") }
