@@ -43,8 +43,54 @@ type Applier struct {
 // cost their JSON, not their decoded structs and maps.
 type pchannel struct {
 	mu   sync.Mutex
-	hot  map[message.VChannel]*view  // protected by mu
-	cold map[message.VChannel][]byte // protected by mu; never both hot and cold
+	hot  map[message.VChannel]*view // protected by mu
+	cold map[message.VChannel]span  // protected by mu; never both hot and cold
+	// arena holds the cold views' bytes; it only grows (a span is never
+	// written over, so bytes handed out stay valid), and is compacted
+	// once mostly dead. dead counts the bytes no span refers to.
+	// Protected by mu.
+	arena []byte
+	dead  int
+}
+
+// span is where a cold view lies in its pchannel's arena.
+type span struct{ off, n uint32 }
+
+// arenaSlack is the least dead space an arena is compacted for (tests
+// lower it).
+var arenaSlack = 1 << 20
+
+// coldBytes returns vc's cold view (ok false: it has none). pc.mu is held.
+func (pc *pchannel) coldBytes(vc message.VChannel) ([]byte, bool) {
+	sp, ok := pc.cold[vc]
+	if !ok {
+		return nil, false
+	}
+	return pc.arena[sp.off : sp.off+sp.n : sp.off+sp.n], true
+}
+
+// putCold keeps b as vc's cold view, and no hot one. pc.mu is held.
+func (pc *pchannel) putCold(vc message.VChannel, b []byte) {
+	delete(pc.hot, vc)
+	pc.dropCold(vc)
+	pc.cold[vc] = span{uint32(len(pc.arena)), uint32(len(b))}
+	pc.arena = append(pc.arena, b...)
+	if pc.dead > len(pc.arena)/2 && pc.dead > arenaSlack {
+		arena := make([]byte, 0, len(pc.arena)-pc.dead)
+		for v, sp := range pc.cold {
+			pc.cold[v] = span{uint32(len(arena)), sp.n}
+			arena = append(arena, pc.arena[sp.off:sp.off+sp.n]...)
+		}
+		pc.arena, pc.dead = arena, 0
+	}
+}
+
+// dropCold forgets vc's cold view. pc.mu is held.
+func (pc *pchannel) dropCold(vc message.VChannel) {
+	if sp, ok := pc.cold[vc]; ok {
+		delete(pc.cold, vc)
+		pc.dead += int(sp.n)
+	}
 }
 
 var _ node.VChannelApplier = (*Applier)(nil)
@@ -61,7 +107,7 @@ func (a *Applier) pchan(p message.PChannel, create bool) *pchannel {
 	defer a.mu.Unlock()
 	pc := a.chans[p]
 	if pc == nil && create {
-		pc = &pchannel{hot: make(map[message.VChannel]*view), cold: make(map[message.VChannel][]byte)}
+		pc = &pchannel{hot: make(map[message.VChannel]*view), cold: make(map[message.VChannel]span)}
 		a.chans[p] = pc
 	}
 	return pc
@@ -73,7 +119,7 @@ func (pc *pchannel) get(vc message.VChannel, warm bool) (*view, error) {
 	if v := pc.hot[vc]; v != nil {
 		return v, nil
 	}
-	raw, ok := pc.cold[vc]
+	raw, ok := pc.coldBytes(vc)
 	if !ok {
 		return nil, nil
 	}
@@ -82,7 +128,7 @@ func (pc *pchannel) get(vc message.VChannel, warm bool) (*view, error) {
 		return nil, fmt.Errorf("meta: the saved view of %s: %w", vc, err)
 	}
 	if warm {
-		delete(pc.cold, vc)
+		pc.dropCold(vc)
 		pc.hot[vc] = v
 	}
 	return v, nil
@@ -150,7 +196,7 @@ func (a *Applier) Apply(_ context.Context, c wal.Copy) error {
 	if err != nil {
 		// The saved view does not decode: start the vchannel afresh and
 		// say so, rather than stop applying.
-		delete(pc.cold, c.VChannel)
+		pc.dropCold(c.VChannel)
 		v = &view{}
 		v.anomaly("%v", err)
 	}
@@ -491,11 +537,11 @@ func (a *Applier) SnapshotVChannel(vc message.VChannel) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		delete(pc.hot, vc)
-		pc.cold[vc] = enc
+		pc.putCold(vc, enc)
 		return enc, nil
 	}
-	return pc.cold[vc], nil
+	raw, _ := pc.coldBytes(vc)
+	return raw, nil
 }
 
 // RestoreVChannel sets vc's view to a snapshot of it
@@ -504,8 +550,7 @@ func (a *Applier) RestoreVChannel(vc message.VChannel, data []byte) error {
 	pc := a.pchan(vc.PChannel(), true)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	delete(pc.hot, vc)
-	pc.cold[vc] = slices.Clone(data)
+	pc.putCold(vc, data)
 	return nil
 }
 
@@ -527,8 +572,8 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 		}
 		m[vc] = enc
 	}
-	for vc, raw := range pc.cold {
-		m[vc] = raw
+	for vc := range pc.cold {
+		m[vc], _ = pc.coldBytes(vc)
 	}
 	return json.Marshal(m)
 }
@@ -546,9 +591,10 @@ func (a *Applier) Restore(p message.PChannel, data []byte) error {
 	defer pc.mu.Unlock()
 	clear(pc.hot)
 	clear(pc.cold)
+	pc.arena, pc.dead = nil, 0
 	for vc, raw := range m {
 		if string(raw) != "null" {
-			pc.cold[vc] = raw
+			pc.putCold(vc, raw)
 		}
 	}
 	return nil

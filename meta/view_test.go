@@ -132,11 +132,14 @@ func TestApplierViewsSnapshotAndAnomalies(t *testing.T) {
 
 // TestApplierSnapshotsEachVChannel: through creates on new vchannels,
 // changes to old ones, a control channel's messages, and at random the
-// node's per-vchannel snapshots (after which a view is kept as its bytes)
-// and restores into a fresh applier, every view is what an applier that
-// never snapshots shows, and a snapshotted view is held cold (as bytes)
-// until a copy is applied to it again.
+// node's per-vchannel snapshots (after which a view is kept as its bytes,
+// in its pchannel's arena, compacted as it goes) and restores into a fresh
+// applier, every view is what an applier that never snapshots shows, and a
+// snapshotted view is held cold (as bytes) until a copy is applied to it
+// again.
 func TestApplierSnapshotsEachVChannel(t *testing.T) {
+	defer func(s int) { arenaSlack = s }(arenaSlack)
+	arenaSlack = 256 // compacted as it goes
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	a, ref := NewApplier("n1"), NewApplier("n1")
@@ -194,7 +197,8 @@ func TestApplierSnapshotsEachVChannel(t *testing.T) {
 				}
 				pc := a.pchan(vc.PChannel(), false)
 				pc.mu.Lock()
-				hot, cold := pc.hot[vc] != nil, pc.cold[vc] != nil
+				_, cold := pc.cold[vc]
+				hot := pc.hot[vc] != nil
 				pc.mu.Unlock()
 				if hot || !cold {
 					t.Fatalf("%s after its snapshot: hot %v, cold %v", vc, hot, cold)

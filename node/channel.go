@@ -290,12 +290,7 @@ func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
 			c.st.handled = pos
 			// The vchannel's state changed (a VChannelApplier's too):
 			// the next save writes it.
-			vs := c.st.vchans[cp.VChannel]
-			if vs == nil {
-				vs = &vstate{}
-				c.st.add(cp.VChannel, vs)
-			}
-			c.st.touch(cp.VChannel)
+			vs := c.st.touch(cp.VChannel)
 			if id != 0 {
 				vs.ids.Add(id)
 				vs.applied++
@@ -555,7 +550,7 @@ func (c *channel) save() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	clear(c.st.changed)
+	c.st.settle()
 	c.savedAt = time.Now()
 	c.savedOffset = c.st.resume
 	c.dirty = false

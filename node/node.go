@@ -308,7 +308,7 @@ func (c *channel) status() PChannelStatus {
 		LastBroadcastID: c.st.last, Applied: c.nApplied, Duplicates: c.nDup,
 		Acks: c.nAcks, AckRetries: c.nAckRetries, AcksRejected: c.nRejected,
 		Stage: c.stage, Attempts: c.attempts, LastError: c.lastErr, ReadError: c.readErr, Halted: c.halted,
-		VChannels: len(c.st.vchans),
+		VChannels: c.st.vchannels(),
 	}
 	return s
 }
@@ -322,7 +322,7 @@ func (n *Node) VChannel(v message.VChannel) (s VChannelStatus, ok bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	vs := c.st.vchans[v]
+	vs := c.st.get(v)
 	if vs == nil {
 		return s, false
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -775,9 +777,11 @@ func TestLanesEachPChannelHandlesOnlyItsCopies(t *testing.T) {
 		}
 		c := n.byName[p]
 		c.mu.Lock()
-		for v := range c.st.vchans {
-			if v.PChannel() != p {
-				t.Errorf("%s handled %s", p, v)
+		for _, vs := range []iter.Seq[message.VChannel]{maps.Keys(c.st.hot), maps.Keys(c.st.cold)} {
+			for v := range vs {
+				if v.PChannel() != p {
+					t.Errorf("%s handled %s", p, v)
+				}
 			}
 		}
 		c.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"iter"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,7 +26,37 @@ type vstate struct {
 	last    uint64    // last broadcast id applied
 }
 
+// appendTo appends vs's encoding: uvarint(applied), uvarint(last),
+// uvarint(len(ids)), ids (idset's encoding). A vchannel's record in the
+// state files is its name, this, and the Applier's snapshot.
+func (vs *vstate) appendTo(b []byte) []byte {
+	b = binary.AppendUvarint(b, vs.applied)
+	b = binary.AppendUvarint(b, vs.last)
+	return appendBytes(b, vs.ids.Encode())
+}
+
+// decodeVState reads what appendTo wrote.
+func decodeVState(b []byte) (*vstate, error) {
+	r := fieldReader{b: b}
+	applied, last := r.uvarint(), r.uvarint()
+	enc := r.bytes()
+	if r.err || len(r.b) > 0 {
+		return nil, errors.New("truncated vchannel state")
+	}
+	ids, err := idset.Decode(enc)
+	if err != nil {
+		return nil, errors.New("malformed id ranges")
+	}
+	return &vstate{ids: ids, applied: applied, last: last}, nil
+}
+
 // pstate is the durable state of one pchannel, minus the Applier's.
+//
+// A vchannel's state is kept decoded (hot) from the copy applied to it
+// until the next save, then encoded (cold) in an arena, one byte slice per
+// pchannel that only grows (and is compacted once it is mostly dead): at
+// a million vchannels, their states cost their encodings and a map entry,
+// not a struct and a slice each.
 type pstate struct {
 	// resume is the offset of the first entry not completely handled
 	// (applied and acked).
@@ -33,25 +65,113 @@ type pstate struct {
 	// it were applied (or were duplicates) in this state's lineage.
 	handled uint64
 	// last is the last broadcast id applied on the pchannel.
-	last   uint64
-	vchans map[message.VChannel]*vstate
-	// changed are the vchannels applied to since the last save: a save
-	// writes these.
-	changed map[message.VChannel]struct{}
+	last uint64
+	// hot are the vchannels applied to since the last save: a save writes
+	// these. cold are the others', encoded in arena (never both).
+	hot  map[message.VChannel]*vstate
+	cold map[message.VChannel]span
+	// arena holds the cold encodings; dead counts its bytes no span
+	// refers to any more.
+	arena []byte
+	dead  int
 }
+
+// arenaSlack is the least dead space an arena is compacted for (tests
+// lower it).
+var arenaSlack = 1 << 20
+
+// span is where an encoding lies in an arena.
+type span struct{ off, n uint32 }
 
 func newPState() *pstate {
-	return &pstate{vchans: make(map[message.VChannel]*vstate), changed: make(map[message.VChannel]struct{})}
+	return &pstate{hot: make(map[message.VChannel]*vstate), cold: make(map[message.VChannel]span)}
 }
 
-// add records a new vchannel's state (vchannels are never removed).
-func (st *pstate) add(v message.VChannel, vs *vstate) { st.vchans[v] = vs }
+// vchannels is how many vchannels the state knows.
+func (st *pstate) vchannels() int { return len(st.hot) + len(st.cold) }
 
-// touch marks v as changed since the last save.
-func (st *pstate) touch(v message.VChannel) { st.changed[v] = struct{}{} }
+// get returns v's state (nil: none). A cold state is decoded for the
+// caller: changing it changes nothing.
+func (st *pstate) get(v message.VChannel) *vstate {
+	if vs := st.hot[v]; vs != nil {
+		return vs
+	}
+	sp, ok := st.cold[v]
+	if !ok {
+		return nil
+	}
+	vs, err := decodeVState(st.arena[sp.off : sp.off+sp.n])
+	if err != nil {
+		// The arena holds only what appendTo wrote.
+		panic(fmt.Sprintf("node: the state of %s does not decode: %v", v, err))
+	}
+	return vs
+}
+
+// touch returns v's state to change, hot until the next save (created if
+// v has none).
+func (st *pstate) touch(v message.VChannel) *vstate {
+	if vs := st.hot[v]; vs != nil {
+		return vs
+	}
+	vs := st.get(v)
+	if vs == nil {
+		vs = &vstate{}
+	}
+	if sp, ok := st.cold[v]; ok {
+		delete(st.cold, v)
+		st.dead += int(sp.n)
+	}
+	st.hot[v] = vs
+	return vs
+}
+
+// putCold stores an encoded state for v (a loaded one).
+func (st *pstate) putCold(v message.VChannel, enc []byte) {
+	delete(st.hot, v)
+	if sp, ok := st.cold[v]; ok {
+		st.dead += int(sp.n)
+	}
+	st.cold[v] = span{uint32(len(st.arena)), uint32(len(enc))}
+	st.arena = append(st.arena, enc...)
+}
+
+// settle makes every hot state cold, after a save wrote them.
+func (st *pstate) settle() {
+	var b []byte
+	for v, vs := range st.hot {
+		b = vs.appendTo(b[:0])
+		st.putCold(v, b)
+	}
+	if st.dead > len(st.arena)/2 && st.dead > arenaSlack {
+		st.compact()
+	}
+}
+
+// compact rewrites the arena without its dead bytes.
+func (st *pstate) compact() {
+	arena := make([]byte, 0, len(st.arena)-st.dead)
+	for v, sp := range st.cold {
+		st.cold[v] = span{uint32(len(arena)), sp.n}
+		arena = append(arena, st.arena[sp.off:sp.off+sp.n]...)
+	}
+	st.arena, st.dead = arena, 0
+}
+
+// encoded appends v's encoded state to b: the cold bytes as they are.
+func (st *pstate) encoded(b []byte, v message.VChannel) []byte {
+	if vs := st.hot[v]; vs != nil {
+		return vs.appendTo(b)
+	}
+	sp := st.cold[v]
+	return append(b, st.arena[sp.off:sp.off+sp.n]...)
+}
 
 func (st *pstate) applied(v message.VChannel, id uint64) bool {
-	vs := st.vchans[v]
+	if vs := st.hot[v]; vs != nil {
+		return vs.ids.Has(id)
+	}
+	vs := st.get(v)
 	return vs != nil && vs.ids.Has(id)
 }
 
@@ -151,12 +271,11 @@ func appendHead(b []byte, st *pstate) []byte {
 	return binary.AppendUvarint(b, st.last)
 }
 
-// appendVChannel appends a vchannel's record (without kind byte).
-func appendVChannel(b []byte, v message.VChannel, vs *vstate, app []byte) []byte {
+// appendVChannel appends v's record (without kind byte): its name, its
+// state as st holds it, and app.
+func appendVChannel(b []byte, st *pstate, v message.VChannel, app []byte) []byte {
 	b = appendString(b, string(v))
-	b = binary.AppendUvarint(b, vs.applied)
-	b = binary.AppendUvarint(b, vs.last)
-	b = appendBytes(b, vs.ids.Encode())
+	b = st.encoded(b, v)
 	return appendOptional(b, app)
 }
 
@@ -216,8 +335,11 @@ func (r *fieldReader) head(st *pstate) {
 // vchannel reads a vchannel's record of pchannel p into into and apps.
 func (r *fieldReader) vchannel(p message.PChannel, into *pstate, apps map[message.VChannel][]byte) error {
 	v := message.VChannel(r.bytes())
-	applied, last := r.uvarint(), r.uvarint()
-	enc := r.bytes()
+	start := r.b
+	r.uvarint()
+	r.uvarint()
+	r.bytes()
+	enc := start[:len(start)-len(r.b)]
 	app := r.optional()
 	if r.err {
 		return errors.New("truncated vchannel record")
@@ -225,11 +347,10 @@ func (r *fieldReader) vchannel(p message.PChannel, into *pstate, apps map[messag
 	if err := v.Validate(); err != nil || v.PChannel() != p {
 		return fmt.Errorf("vchannel %q is not hosted on the pchannel", v)
 	}
-	ids, err := idset.Decode(enc)
-	if err != nil {
-		return fmt.Errorf("vchannel %s: malformed id ranges", v)
+	if _, err := decodeVState(enc); err != nil {
+		return fmt.Errorf("vchannel %s: %v", v, err)
 	}
-	into.vchans[v] = &vstate{ids: ids, applied: applied, last: last}
+	into.putCold(v, enc)
 	if app != nil {
 		apps[v] = app
 	} else {
@@ -338,8 +459,8 @@ func loadState(dir string, p message.PChannel) (s *saved, ok bool, err error) {
 		case 'A':
 			s.whole = r.bytes()
 		case 'E':
-			if n := r.uvarint(); !r.err && n != uint64(len(s.st.vchans)) {
-				return nil, false, corrupt("base ends after %d of %d vchannels", len(s.st.vchans), n)
+			if n := r.uvarint(); !r.err && n != uint64(s.st.vchannels()) {
+				return nil, false, corrupt("base ends after %d of %d vchannels", s.st.vchannels(), n)
 			}
 			complete = true
 		default:
@@ -439,31 +560,33 @@ func encodeBase(node string, p message.PChannel, gen uint64, st *pstate, apps fu
 	out := appendFrame(nil, fileHeader('S', gen, node, p))
 	out = appendFrame(out, appendHead([]byte{'H'}, st))
 	var body []byte
-	for v, vs := range st.vchans {
-		app, err := apps(v)
-		if err != nil {
-			return nil, err
+	for _, vs := range []iter.Seq[message.VChannel]{maps.Keys(st.hot), maps.Keys(st.cold)} {
+		for v := range vs {
+			app, err := apps(v)
+			if err != nil {
+				return nil, err
+			}
+			body = appendVChannel(append(body[:0], 'V'), st, v, app)
+			out = appendFrame(out, body)
 		}
-		body = appendVChannel(append(body[:0], 'V'), v, vs, app)
-		out = appendFrame(out, body)
 	}
 	if whole != nil {
 		out = appendFrame(out, appendBytes([]byte{'A'}, whole))
 	}
-	return appendFrame(out, binary.AppendUvarint([]byte{'E'}, uint64(len(st.vchans)))), nil
+	return appendFrame(out, binary.AppendUvarint([]byte{'E'}, uint64(st.vchannels()))), nil
 }
 
 // encodeBatch encodes one save for the journal: the head, the changed
 // vchannels, and whole (nil: none).
 func encodeBatch(st *pstate, apps func(message.VChannel) ([]byte, error), whole []byte) ([]byte, error) {
 	body := appendHead([]byte{'B'}, st)
-	body = binary.AppendUvarint(body, uint64(len(st.changed)))
-	for v := range st.changed {
+	body = binary.AppendUvarint(body, uint64(len(st.hot)))
+	for v := range st.hot {
 		app, err := apps(v)
 		if err != nil {
 			return nil, err
 		}
-		body = appendVChannel(body, v, st.vchans[v], app)
+		body = appendVChannel(body, st, v, app)
 	}
 	body = appendOptional(body, whole)
 	return appendFrame(nil, body), nil
@@ -623,7 +746,7 @@ func decodeStateV1(p message.PChannel, data []byte) (*pstate, []byte, error) {
 		if err != nil {
 			return nil, nil, corrupt("vchannel %s: malformed id ranges", v)
 		}
-		st.add(v, &vstate{ids: ids, applied: fv.Applied, last: fv.Last})
+		st.putCold(v, (&vstate{ids: ids, applied: fv.Applied, last: fv.Last}).appendTo(nil))
 	}
 	return st, f.Applier, nil
 }

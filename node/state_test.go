@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/walcast/walcast/message"
@@ -45,15 +46,10 @@ func (a mapApplier) RestoreVChannel(v message.VChannel, data []byte) error {
 
 // change applies broadcast id to vchannel v, as the worker records it.
 func change(c *channel, v message.VChannel, id uint64, apps map[message.VChannel][]byte) {
-	vs := c.st.vchans[v]
-	if vs == nil {
-		vs = &vstate{}
-		c.st.add(v, vs)
-	}
+	vs := c.st.touch(v)
 	vs.ids.Add(id)
 	vs.applied++
 	vs.last = id
-	c.st.touch(v)
 	c.st.last, c.st.handled, c.st.resume = id, id, id+1
 	apps[v] = fmt.Appendf(nil, "view of %s at %d", v, id)
 	c.dirty = true
@@ -66,11 +62,11 @@ func sameState(c *channel, s *saved, apps map[message.VChannel][]byte) string {
 	if s.st.resume != st.resume || s.st.handled != st.handled || s.st.last != st.last {
 		return fmt.Sprintf("head %d/%d/%d, want %d/%d/%d", s.st.resume, s.st.handled, s.st.last, st.resume, st.handled, st.last)
 	}
-	if len(s.st.vchans) != len(st.vchans) {
-		return fmt.Sprintf("%d vchannels, want %d", len(s.st.vchans), len(st.vchans))
+	if s.st.vchannels() != st.vchannels() {
+		return fmt.Sprintf("%d vchannels, want %d", s.st.vchannels(), st.vchannels())
 	}
-	for v, vs := range st.vchans {
-		got := s.st.vchans[v]
+	for _, v := range slices.Concat(slices.Collect(maps.Keys(st.hot)), slices.Collect(maps.Keys(st.cold))) {
+		vs, got := st.get(v), s.st.get(v)
 		if got == nil || got.applied != vs.applied || got.last != vs.last || fmt.Sprint(got.ids.Ranges()) != fmt.Sprint(vs.ids.Ranges()) {
 			return fmt.Sprintf("%s: %+v, want %+v", v, got, vs)
 		}
@@ -326,6 +322,41 @@ func BenchmarkSaveState(b *testing.B) {
 		b.StartTimer()
 		if err := c.save(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestStateArenaStaysCompact: vchannels changed again and again leave
+// their old encodings dead in the pchannel's arena, which is compacted
+// once it is mostly dead: it stays within a few times its live bytes, and
+// every state reads back as it was last set.
+func TestStateArenaStaysCompact(t *testing.T) {
+	defer func(s int) { arenaSlack = s }(arenaSlack)
+	arenaSlack = 1 << 10
+	st := newPState()
+	want := map[message.VChannel]uint64{}
+	for round := range 400 {
+		for i := range 100 {
+			v := message.VChannel(fmt.Sprintf("wal-0/c%dv0", i))
+			vs := st.touch(v)
+			id := uint64(round + 1)
+			vs.ids.Add(id)
+			vs.applied++
+			vs.last = id
+			want[v] = id
+		}
+		st.settle()
+	}
+	live := 0
+	for _, sp := range st.cold {
+		live += int(sp.n)
+	}
+	if len(st.arena) > 2*live+arenaSlack+len(st.cold)*8 {
+		t.Errorf("arena of %d bytes for %d live ones", len(st.arena), live)
+	}
+	for v, id := range want {
+		if vs := st.get(v); vs == nil || vs.last != id || vs.applied != 400 || !vs.ids.Has(id) {
+			t.Fatalf("%s: %+v, want last %d of 400", v, vs, id)
 		}
 	}
 }
