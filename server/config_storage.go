@@ -30,9 +30,12 @@ type StandaloneConfig struct {
 	// NATSMaxMemory is the embedded JetStream's memory limit, in bytes.
 	NATSMaxMemory int64 `yaml:"nats_max_memory"`
 	// EtcdCompactionRetention is how long the embedded etcd keeps
-	// revision history before compacting it: its memory and database
-	// grow with the writes of that long. It must outlast the longest
-	// catalog listing (a recovery's), which pins one revision.
+	// revision history before compacting it (it compacts every
+	// retention, keeping one to two of them): its memory and database
+	// grow with the writes of that long (a metadata DDL leaves about
+	// 1.6 KB). It must outlast the longest catalog listing (a
+	// recovery's), which pins one revision; nothing else of walcast
+	// reads old revisions.
 	EtcdCompactionRetention Duration `yaml:"etcd_compaction_retention"`
 	// EtcdQuotaBytes bounds the embedded etcd's database file (etcd's
 	// quota-backend-bytes; etcd refuses every write once it is full).
@@ -83,7 +86,7 @@ func defaultStandaloneConfig() StandaloneConfig {
 	return StandaloneConfig{
 		NATSMaxStore:            64 << 30,
 		NATSMaxMemory:           256 << 20,
-		EtcdCompactionRetention: Duration(time.Hour),
+		EtcdCompactionRetention: Duration(time.Minute),
 		EtcdQuotaBytes:          embedetcd.DefaultQuotaBytes,
 		WALRetention:            Duration(10 * time.Minute),
 	}
