@@ -83,6 +83,10 @@ const (
 // keeps in memory (etcd keeps 5,000, for slow followers).
 const loneCatchUpEntries = 100
 
+// loneSnapshotCount is how many raft entries a single-member server writes
+// between two snapshots (etcd's default is 10,000).
+const loneSnapshotCount = 1000
+
 // Errors of Start.
 var (
 	// ErrInvalidConfig reports a Config that Start cannot use.
@@ -328,6 +332,12 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		// etcd keeps in memory for one (5,000 by default, each a whole
 		// transaction) are only heap for the garbage collector to scan.
 		ec.SnapshotCatchUpEntries = loneCatchUpEntries
+		// And a restart reads its WAL from the last snapshot on: every
+		// 10,000 entries by default, each a whole transaction (at a
+		// million collections seconds of a restart). Its snapshots cost a
+		// commit of the database, which it makes ten times a second
+		// anyway.
+		ec.SnapshotCount = loneSnapshotCount
 	}
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
 	ec.QuotaBackendBytes = cfg.QuotaBytes
