@@ -206,8 +206,6 @@ func (c collRecord) check() error {
 		return errorf(ErrInvalidArgument, "collection or database id 0")
 	case c.Shards < 1 || c.Shards > MaxShards || len(c.VChannels) != c.Shards:
 		return errorf(ErrInvalidArgument, "%d shards with %d vchannels", c.Shards, len(c.VChannels))
-	case len(c.Fields) == 0:
-		return errorf(ErrInvalidArgument, "no fields")
 	}
 	for _, v := range c.VChannels {
 		if err := v.Validate(); err != nil {

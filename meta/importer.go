@@ -205,7 +205,7 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 			(*h)(ctx, j.ID, p.FilesDone)
 		}
 		name := j.Files[p.FilesDone]
-		fr := &fileReader{ctx: ctx, name: name, chk: newRowChecker(c.Fields), last: time.Now(), progress: func(rows uint64) {
+		fr := &fileReader{ctx: ctx, name: name, chk: newRowChecker(c.schema()), last: time.Now(), progress: func(rows uint64) {
 			p.FileRows = rows
 			if err := save(); err != nil && ctx.Err() == nil {
 				s.log.Warn("record import progress", "job", j.ID, "err", err)

@@ -96,8 +96,9 @@ type (
 		Name       string             `json:"name"`
 		Shards     int                `json:"shards"`
 		VChannels  []message.VChannel `json:"vchannels"`
-		Fields     []fieldRecord      `json:"fields"`
-		CreatedAt  int64              `json:"created_at"`
+		// Fields is the schema; none means defaultFields (see schema).
+		Fields    []fieldRecord `json:"fields,omitempty"`
+		CreatedAt int64         `json:"created_at"`
 		// Fenced are the shards split so far (SplitShard), oldest first.
 		Fenced []fencedRecord `json:"fenced,omitempty"`
 	}
@@ -207,6 +208,15 @@ var (
 		"RenameCollection", "All"}
 	defaultFields = []fieldRecord{{Name: "id", Type: "int64"}, {Name: "vector", Type: "float_vector"}}
 )
+
+// schema is c's fields: defaultFields if its record names none (a
+// collection created without fields records none).
+func (c collRecord) schema() []fieldRecord {
+	if len(c.Fields) == 0 {
+		return defaultFields
+	}
+	return c.Fields
+}
 
 // defaultIndexType is the index type of a CreateIndex that names none.
 const defaultIndexType = "AUTOINDEX"
@@ -480,11 +490,10 @@ func (c collRecord) pb(idx []indexRecord) *walcastv1.Collection {
 			out.Vchannels[i] = string(v)
 		}
 	}
-	if len(c.Fields) > 0 {
-		out.Fields = make([]*walcastv1.Field, len(c.Fields))
-		for i, f := range c.Fields {
-			out.Fields[i] = &walcastv1.Field{Name: f.Name, Type: f.Type}
-		}
+	fields := c.schema()
+	out.Fields = make([]*walcastv1.Field, len(fields))
+	for i, f := range fields {
+		out.Fields[i] = &walcastv1.Field{Name: f.Name, Type: f.Type}
 	}
 	for _, i := range idx {
 		out.Indexes = append(out.Indexes, i.pb())

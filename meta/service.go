@@ -465,7 +465,10 @@ func (s *Service) CreateCollection(ctx context.Context, req *walcastv1.CreateCol
 	}
 	params := digest(TypeCreateCollection, name, req.GetShards(), fields)
 	if len(fields) == 0 {
-		fields = defaultFields
+		// The default schema is recorded as none (collRecord.schema): a
+		// million collections' records and their tasks' payloads are
+		// then 73 bytes shorter each.
+		fields = nil
 	}
 	b, r, err := s.current()
 	if err != nil {
@@ -737,7 +740,7 @@ func (s *Service) CreateIndex(ctx context.Context, req *walcastv1.CreateIndexReq
 	}
 	d := ddl{typ: TypeCreateIndex, digest: digest(TypeCreateIndex, name, field, typ), keys: collKeys(db, coll), noWait: req.GetNoWait()}
 	res, p, key, err := collDDL(ctx, s, b, r, d, db, coll, ck, func(p *indexPayload, dbID, collID uint64, c collRecord) error {
-		if !slices.ContainsFunc(c.Fields, func(f fieldRecord) bool { return f.Name == field }) {
+		if !slices.ContainsFunc(c.schema(), func(f fieldRecord) bool { return f.Name == field }) {
 			return errorf(ErrInvalidArgument, "collection %s.%s has no field %s", db, coll, field)
 		}
 		idx, err := list[indexRecord](ctx, r, indexPrefix(collID))
