@@ -14,8 +14,9 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// Generic message types every walcast process accepts: opaque payloads with
-// no callback, fast-acked (Generic) or acked by the nodes (GenericSync).
+// Generic message types: opaque payloads with no callback, fast-acked
+// (Generic) or acked by the nodes (GenericSync). Every process of the
+// walcast command accepts them (the metadata service registers them too).
 var (
 	GenericType     = message.Type{Name: "Generic", Version: 1}
 	GenericSyncType = message.Type{Name: "GenericSync", Version: 1}

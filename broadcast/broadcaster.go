@@ -68,9 +68,13 @@ type Result struct {
 	// be the map the callback got as Event.Results: read it, do not modify
 	// it.
 	Appends map[message.VChannel]wal.Checkpoint
-	// Duplicated is set when the call resolved to an earlier broadcast with
-	// the same idempotency scope: it is the original's message, and nothing
-	// new was persisted or appended.
+	// Deduplicated reports that the call was answered by an earlier
+	// broadcast with the same idempotency scope (R7.4): nothing new was
+	// persisted or appended, and the rest of the Result is the original's.
+	Deduplicated bool
+	// Duplicated is that original's message when Deduplicated is set (nil
+	// otherwise; where only the id and outcome of the original are known,
+	// Deduplicated is set and it may be nil).
 	Duplicated *message.Message
 	// Outcome is what the (original's) callback recorded.
 	Outcome Outcome
@@ -109,6 +113,9 @@ func New(ctx context.Context, cfg Config) (*Broadcaster, error) {
 	var salt [8]byte
 	_, _ = rand.Read(salt[:])
 	b.salt = hex.EncodeToString(salt[:])
+	if cfg.salt != "" {
+		b.salt = cfg.salt
+	}
 	if _, ok := cfg.Types.Lookup(AlterReplicateConfig); !ok {
 		if err := cfg.Types.Register(message.TypeInfo{Type: AlterReplicateConfig}); err != nil {
 			return nil, err
@@ -251,6 +258,9 @@ func (b *Broadcaster) Close() error {
 	b.life.Unlock()
 	b.closeOnce.Do(func() { close(b.deposed) })
 	b.d.stop(nil)
+	if b.d.rt != nil {
+		b.d.rt.Park(func() bool { return closed(b.d.done) })
+	}
 	<-b.d.done
 	b.spans.closeAll()
 	return nil

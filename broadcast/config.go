@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/walcast/walcast/broadcast/internal/simrt"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/clock"
 	"github.com/walcast/walcast/internal/retry"
@@ -93,6 +94,11 @@ type Config struct {
 	// tracing). Default otel.GetTracerProvider(), which does
 	// nothing until the process installs a provider.
 	TracerProvider trace.TracerProvider
+
+	// rt runs the driver's goroutines for the simulator, with salt as the
+	// WAL entries' salt (simrt.WithRuntime); nil in production.
+	rt   simrt.Runtime
+	salt string
 }
 
 // Backoff is an exponential retry schedule.

@@ -291,12 +291,19 @@ func TestR6_1_MaxCountEvictsOldestAndCountsEarly(t *testing.T) {
 func TestR6_2_FailedGCKeepsIndex(t *testing.T) {
 	e := newEnv(t)
 	var failGC atomic.Bool
+	var gcFailed atomic.Int32
 	failGC.Store(true)
 	b := e.open(func(c *broadcast.Config) {
 		c.Tombstone.MaxCount = 1
 		c.Catalog = &crash.Catalog{Catalog: c.Catalog, S: crash.NewSwitch(), Hook: func(ops []catalog.Op) crash.Action { return crash.Pass }}
 		inner := c.Catalog
-		c.Catalog = failing{Catalog: inner, fail: func(ops []catalog.Op) bool { return failGC.Load() && commitKind(ops) == "gc" }}
+		c.Catalog = failing{Catalog: inner, fail: func(ops []catalog.Op) bool {
+			fail := failGC.Load() && commitKind(ops) == "gc"
+			if fail {
+				gcFailed.Add(1)
+			}
+			return fail
+		}}
 	})
 	ctx := ctxT(t, 10*time.Second)
 	for i := range 2 {
@@ -304,7 +311,7 @@ func TestR6_2_FailedGCKeepsIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, "a GC delete to fail", func() bool { return gcFailed.Load() > 0 })
 	if _, err := b.Lookup(ctx, typCreate, message.ClusterKey("k0")); err != nil {
 		t.Fatalf("index entry retired although the delete failed: %v", err)
 	}

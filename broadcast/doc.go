@@ -21,9 +21,11 @@
 //     section (R7.3), and persists the PENDING record before any append
 //     (R4.2). From here the task owns the keys and completes even across
 //     crashes: New recovers it.
-//  3. The appender writes the copies, one entry per pchannel holding the
-//     copies of every broadcast queued for it, retrying failed pchannels with
-//     backoff ahead of new work (R4.3).
+//  3. The copies go to the WAL through lanes (backend channels that
+//     pchannels may share): per lane one append at a time, its entry holding
+//     the copies of every broadcast queued for the lane; a failed append is
+//     retried as the same entry, with backoff, ahead of new work, and only
+//     its lane waits (R4.3).
 //  4. Without AckSyncUp the copies are acked from the append results
 //     (FastAck, R4.4); with it, consumers' acks count (Ack).
 //  5. The callback scheduler runs the type's ack callback in control-channel

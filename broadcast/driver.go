@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/mutate"
+	"github.com/walcast/walcast/broadcast/internal/simrt"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/clock"
 	"github.com/walcast/walcast/internal/wait"
@@ -83,6 +85,14 @@ type driver struct {
 	kept job
 	// armed is the core deadline the loop's timer is set for.
 	armed time.Time
+
+	// rt, for the simulator, runs the loop and the jobs and decides the
+	// caller-stepped paths and the waits (nil in production); bug is the
+	// bug it plants (package mutate).
+	rt  simrt.Runtime
+	bug mutate.Bug
+	// jobs counts the jobs rt runs, for drain.
+	jobs atomic.Int64
 }
 
 func newDriver(b *Broadcaster, core *engine.Core) *driver {
@@ -90,6 +100,9 @@ func newDriver(b *Broadcaster, core *engine.Core) *driver {
 		stopc: make(chan error, 1), done: make(chan struct{}), cbCancels: make(map[uint64]context.CancelFunc)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.async, _ = b.cat.(catalog.AsyncCommitter)
+	if d.rt = b.cfg.rt; d.rt != nil {
+		d.bug = d.rt.Mutation()
+	}
 	d.commits = newPool(&d.workers, 256, d.run)
 	d.appends = newPool(&d.workers, b.cfg.appendConcurrency(), d.run)
 	d.cb = newPool(&d.workers, b.cfg.CallbackConcurrency, d.run)
@@ -101,8 +114,29 @@ func (d *driver) start() {
 	d.mu.Lock() // the workers it starts may finish before it is done
 	d.performReady()
 	d.mu.Unlock()
+	if d.rt != nil {
+		d.rt.GoLoop(d.loop)
+		return
+	}
 	go d.loop()
 }
+
+// spawn runs fn on a new goroutine (the simulator's runtime's, if set).
+func (d *driver) spawn(fn func()) {
+	if d.rt != nil {
+		d.rt.Go(fn)
+		return
+	}
+	go fn()
+}
+
+// What woke the loop.
+const (
+	wokeEvent = iota
+	wokeTimer
+	wokePoke
+	wokeStop
+)
 
 func (d *driver) loop() {
 	defer close(d.done)
@@ -115,8 +149,27 @@ func (d *driver) loop() {
 			timer.Reset(at.Sub(d.clock.Now()))
 		}
 		d.mu.Unlock()
-		select {
-		case ev := <-d.events:
+		var (
+			woke int
+			ev   engine.Event
+			err  error
+		)
+		if d.rt != nil {
+			woke, ev, err = d.simWait(timer)
+		} else {
+			select {
+			case ev = <-d.events:
+				woke = wokeEvent
+			case <-timer.C():
+				woke = wokeTimer
+			case <-d.wake:
+				woke = wokePoke
+			case err = <-d.stopc:
+				woke = wokeStop
+			}
+		}
+		switch woke {
+		case wokeEvent:
 			d.mu.Lock()
 			d.step(ev)
 			// Take whatever else is queued before performing: replies and
@@ -130,13 +183,13 @@ func (d *driver) loop() {
 				}
 				break
 			}
-		case <-timer.C():
+		case wokeTimer:
 			d.mu.Lock()
 			d.armed = time.Time{}
 			d.core.Step(d.clock.Now(), engine.Tick{})
-		case <-d.wake:
+		case wokePoke:
 			d.mu.Lock()
-		case err := <-d.stopc:
+		case wokeStop:
 			d.mu.Lock()
 			d.core.Step(d.clock.Now(), engine.Stop{Err: err})
 			d.performReady()
@@ -147,6 +200,30 @@ func (d *driver) loop() {
 		d.performReady()
 		d.mu.Unlock()
 	}
+}
+
+// simWait is the loop's wait under the simulator's runtime: it parks until
+// something woke it, then takes one cause in a fixed order, so that the
+// seed (which decides when the loop runs) decides all.
+func (d *driver) simWait(timer clock.Timer) (int, engine.Event, error) {
+	d.rt.Park(func() bool { return len(d.stopc) > 0 || len(d.events) > 0 || len(timer.C()) > 0 || len(d.wake) > 0 })
+	select {
+	case err := <-d.stopc:
+		return wokeStop, nil, err
+	default:
+	}
+	select {
+	case ev := <-d.events:
+		return wokeEvent, ev, nil
+	default:
+	}
+	select {
+	case <-timer.C():
+		return wokeTimer, nil, nil
+	default:
+	}
+	<-d.wake
+	return wokePoke, nil, nil
 }
 
 // step steps the core with an event the loop received (under mu).
@@ -180,10 +257,14 @@ func (d *driver) tryStep(ev engine.Event) bool {
 // lockFree takes mu if it is free, no event waits for the loop and the
 // core runs: a goroutine other than the loop may then step the core.
 func (d *driver) lockFree() bool {
-	if d.queued.Load() != 0 || !d.mu.TryLock() {
+	if d.rt != nil && !d.rt.Fast() {
+		return false // the seed says the mutex was taken
+	}
+	overtake := d.bug.Is(mutate.FastPathOvertakes)
+	if d.queued.Load() != 0 && !overtake || !d.mu.TryLock() {
 		return false
 	}
-	if d.queued.Load() != 0 || d.core.Stopped() {
+	if d.queued.Load() != 0 && !overtake || d.core.Stopped() {
 		d.mu.Unlock()
 		return false
 	}
@@ -227,15 +308,26 @@ func (d *driver) drain() {
 		p.close()
 	}
 	idle := make(chan struct{})
-	go func() {
-		d.workers.Wait()
+	d.spawn(func() {
+		if d.rt != nil {
+			d.rt.Park(func() bool { return d.jobs.Load() == 0 })
+		} else {
+			d.workers.Wait()
+		}
 		close(idle)
-	}()
+	})
 	for {
+		idleNow := idle
+		if d.rt != nil {
+			d.rt.Park(func() bool { return len(d.events) > 0 || closed(idle) })
+			if len(d.events) > 0 {
+				idleNow = nil // the events first, as the select may
+			}
+		}
 		select {
 		case ev := <-d.events:
 			d.stepAndPerform(ev)
-		case <-idle:
+		case <-idleNow:
 			for {
 				select {
 				case ev := <-d.events:
@@ -261,8 +353,15 @@ func (d *driver) stop(err error) {
 	d.stopOnce.Do(func() { d.stopc <- err })
 }
 
-// send delivers an event to the loop; false if the loop has exited.
+// send delivers an event to the loop; false if the loop has exited. An
+// event sent while it exits may be taken and never stepped: a caller waits
+// for its answer or for done.
 func (d *driver) send(ev engine.Event) bool {
+	select {
+	case <-d.done:
+		return false
+	default:
+	}
 	d.queued.Add(1)
 	select {
 	case d.events <- ev:
@@ -311,11 +410,12 @@ func (d *driver) trySubmit(ev engine.Event) bool {
 
 // answersAtOnce reports whether ev is a request the core usually answers
 // without I/O: a key's original, a lock granted, a handle closed, a
-// request withdrawn, a look at the core. A Submit (and an operator's action) always asks for a
-// catalog write: it goes to the loop, which batches the writes of the
-// requests it drains (group commit), so a caller stepping it would only
-// split the batches; only a Submit with nothing in flight, which has no
-// batch to join, is stepped by its caller (trySubmit).
+// request withdrawn, a look at the core. A Submit (and an operator's
+// action) always asks for a catalog write: it goes to the loop, which
+// batches the writes of the requests it drains (group commit), so a caller
+// stepping it would only split the batches; only a Submit with nothing in
+// flight, which has no batch to join, is stepped by its caller
+// (trySubmit).
 func answersAtOnce(ev engine.Event) bool {
 	switch ev.(type) {
 	case engine.Resolve, engine.Lock, engine.Close, engine.Withdraw, engine.Inspect, engine.Wait, engine.WaitAcked:
@@ -341,14 +441,32 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 // saying what the request waited for; if the loop exits first, ErrClosed.
 // rc goes back to replyChans only once its reply was received.
 func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply, error) {
+	ctxDone, done := ctx.Done(), d.done
+	if d.bug.Is(mutate.WaitIgnoresContext) {
+		ctxDone = nil
+	}
+	if d.rt != nil {
+		d.rt.Park(func() bool { return len(rc) > 0 || ctxDone != nil && ctx.Err() != nil || closed(d.done) })
+		// One case at a time, in a fixed order (a select picks among the
+		// ready ones at random): the seed decides what is ready when.
+		switch {
+		case len(rc) > 0:
+			ctxDone, done = nil, nil
+		case closed(d.done):
+			ctxDone = nil
+		}
+	}
 	select {
 	case r := <-rc:
 		// The core answers a request once: nothing else is sent on rc.
 		replyChans.Put(rc)
 		return r, nil
-	case <-ctx.Done():
+	case <-ctxDone:
+		if d.bug.Is(mutate.CancelledNotWithdrawn) {
+			return engine.Reply{}, ctx.Err()
+		}
 		return d.withdraw(ctx, rc)
-	case <-d.done:
+	case <-done:
 		select {
 		case r := <-rc:
 			return r, nil
@@ -377,10 +495,17 @@ func (d *driver) withdraw(ctx context.Context, rc chan engine.Reply) (engine.Rep
 	var waited *engine.Waited
 	wc := make(chan engine.Reply, 1)
 	if d.request(engine.Withdraw{To: rc, Done: wc}) {
+		done := d.done
+		if d.rt != nil {
+			d.rt.Park(func() bool { return len(wc) > 0 || closed(d.done) })
+			if len(wc) > 0 {
+				done = nil
+			}
+		}
 		select {
 		case r := <-wc:
 			waited = r.Waited
-		case <-d.done: // stopping answered every request
+		case <-done: // stopping answered every request
 		}
 	}
 	select {
@@ -440,6 +565,8 @@ func waitErr(err error, w *engine.Waited) error {
 	switch {
 	case w == nil:
 		return err
+	case w.ID == 0 && w.Group != 0:
+		return fmt.Errorf("waiting for its turn in group %d, behind the member before it: %w", w.Group, err)
 	case w.ID == 0:
 		return fmt.Errorf("waiting for the catalog to allocate the broadcast's id: %w", err)
 	}
@@ -469,19 +596,51 @@ func stageWaiting(s engine.Stage) string {
 	return "in stage " + s.String()
 }
 
-// inspect runs fn on the core between two events and waits for it.
+// inspect runs fn on the core between two events and waits for it; false
+// if the loop has exited (fn did not run).
 func (d *driver) inspect(fn func(c *engine.Core)) bool {
 	ok := make(chan struct{})
 	if !d.request(engine.Inspect{Fn: func(c *engine.Core) { fn(c); close(ok) }}) {
 		return false
 	}
-	<-ok
-	return true
+	done := d.done
+	if d.rt != nil {
+		d.rt.Park(func() bool { return closed(ok) || closed(d.done) })
+		if closed(ok) {
+			done = nil
+		}
+	}
+	select {
+	case <-ok:
+		return true
+	case <-done:
+		// An event sent as the loop exited is never stepped (R11.5).
+		select {
+		case <-ok:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // result delivers a worker's result; a stopped loop still takes it.
 func (d *driver) result(ev engine.Event) {
 	d.queued.Add(1)
+	if d.rt != nil && closed(d.done) {
+		d.queued.Add(-1)
+		return
+	}
 	select {
 	case d.events <- ev:
 	case <-d.done:
@@ -562,11 +721,11 @@ func (d *driver) perform(acts []engine.Action) {
 			case d.async != nil:
 				d.writeAsync(a)
 			case !d.keepJob(job{act: act}):
-				d.commits.submit(job{act: act})
+				d.submit(d.commits, job{act: act})
 			}
 		case engine.Append:
 			if !d.keepJob(job{act: act}) {
-				d.appends.submit(job{act: act})
+				d.submit(d.appends, job{act: act})
 			}
 		case engine.Callback:
 			if d.b.cfg.Callbacks.ack(a.Msg.Type) == nil {
@@ -579,7 +738,7 @@ func (d *driver) perform(acts []engine.Action) {
 			d.cbMu.Lock()
 			d.cbCancels[a.Task] = cancel
 			d.cbMu.Unlock()
-			d.cb.submit(job{act: act, ctx: ctx, cancel: cancel})
+			d.submit(d.cb, job{act: act, ctx: ctx, cancel: cancel})
 		case engine.CancelCallback:
 			d.cbMu.Lock()
 			if cancel := d.cbCancels[a.Task]; cancel != nil {
@@ -587,9 +746,9 @@ func (d *driver) perform(acts []engine.Action) {
 			}
 			d.cbMu.Unlock()
 		case engine.AckOnce:
-			d.cb.submit(job{act: act})
+			d.submit(d.cb, job{act: act})
 		case engine.Scan:
-			d.commits.submit(job{act: act})
+			d.submit(d.commits, job{act: act})
 		case engine.RoleChanged:
 			d.b.setRole(a.Role, a.Config)
 		case engine.Fenced:
@@ -598,6 +757,20 @@ func (d *driver) perform(acts []engine.Action) {
 			panic(fmt.Sprintf("broadcast: unknown action %T", a))
 		}
 	}
+}
+
+// submit hands j to pool p, or runs it on a goroutine of the simulator's
+// runtime.
+func (d *driver) submit(p *pool, j job) {
+	if d.rt == nil {
+		p.submit(j)
+		return
+	}
+	d.jobs.Add(1)
+	d.rt.Go(func() {
+		defer d.jobs.Add(-1)
+		d.run(j)
+	})
 }
 
 // job is an action for a pool's worker; a callback's with its context.
@@ -749,7 +922,12 @@ func (d *driver) callback(ctx context.Context, cancel context.CancelFunc, a engi
 		d.b.obs.Callback(a.Msg.Type, time.Since(start), err)
 		endSpan(span, err)
 	}
-	if err != nil {
+	switch {
+	case err != nil && IsPermanent(err) && !d.bug.Is(mutate.PermanentRetried):
+		// No retry can fix it: the task ends failed, without the
+		// attempt's effects (R11.6).
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Outcome: Outcome{Status: Failed, Detail: err.Error()}}
+	case err != nil:
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: err}
 	}
 	return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Ops: eff.ops, Outcome: eff.outcome}

@@ -798,7 +798,7 @@ func TestR4_7_CloseLeavesNoGoroutines(t *testing.T) {
 			_, _ = do(ctx, b, msgOf(t, typCreate, "p", []message.VChannel{vch(i%4, "a")}), resource.ExclusiveCollection("db", itoa(uint64(i))))
 		})
 	}
-	time.Sleep(30 * time.Millisecond)
+	waitFor(t, "every broadcast to be persisted", func() bool { return len(e.store.Keys("walcast/tasks/")) == 6 })
 	start := time.Now()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

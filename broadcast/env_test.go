@@ -18,6 +18,7 @@ import (
 	"github.com/walcast/walcast/catalog"
 	cmem "github.com/walcast/walcast/catalog/memory"
 	"github.com/walcast/walcast/internal/clock"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -312,26 +313,17 @@ func (e *env) callsCopy() []call {
 // waitIdle waits until b has no live task.
 func waitIdle(t testing.TB, b *broadcast.Broadcaster) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for b.Stats().Live > 0 {
-		if time.Now().After(deadline) {
-			ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
-			t.Fatalf("tasks still live: %+v", ts)
+	wait.ForNil(t, "no live task", func() error {
+		if b.Stats().Live == 0 {
+			return nil
 		}
-		time.Sleep(time.Millisecond)
-	}
+		ts, _ := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
+		return fmt.Errorf("tasks still live: %+v", ts)
+	})
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 // checkInvariants checks SPEC §11 on a quiescent broadcaster: every task the
 // catalog ever held is TOMBSTONE (or deleted by GC), every target vchannel

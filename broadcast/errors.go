@@ -1,6 +1,8 @@
 package broadcast
 
 import (
+	"errors"
+
 	"github.com/walcast/walcast/broadcast/internal/engine"
 )
 
@@ -41,7 +43,37 @@ var (
 	// conflicting mode; the error names the holder and wraps
 	// resource.ErrConflict.
 	ErrBusy = engine.ErrBusy
+	// ErrNotIssued reports an ack of a broadcast id this leader never
+	// issued, above every id it reserved: a newer leader's (this one is
+	// deposed; the error also wraps catalog.ErrFenced), or nobody's. A
+	// server that can read the election tells the two apart.
+	ErrNotIssued = engine.ErrNotIssued
 )
 
 // IsTaskNotCreated reports whether err says nothing was created.
 func IsTaskNotCreated(err error) bool { return errorsIs(err, ErrTaskNotCreated) }
+
+// Permanent marks err, returned by an ack callback, as one that no retry
+// can fix (R11.6): the task then ends at once with a Failed outcome whose
+// detail is err's text, no effect staged by the attempt applied, and its
+// keys released, instead of being retried for ever. A callback that fails
+// with any other error is retried with backoff: it holds only its own
+// task's keys meanwhile, and shows in `walcast tasks hanging` until it
+// succeeds or an operator completes it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }

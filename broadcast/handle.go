@@ -240,6 +240,11 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 	ctx, span := b.startBroadcastSpan(ctx, msg, h.orig != nil)
 	defer func() { endBroadcastSpan(span, res, err) }()
 	if h.orig != nil {
+		if msg != nil {
+			if msg, err = h.keyed(msg); err != nil {
+				return nil, err
+			}
+		}
 		return b.answerDuplicate(ctx, h.orig, msg, h.idem)
 	}
 	stamped, raw, err := h.prepare(ctx, msg)
@@ -280,6 +285,27 @@ func (h *Handle) Broadcast(ctx context.Context, msg *message.Message) (res *Resu
 	return resultOf(r.Result, nil), nil
 }
 
+// keyed gives msg the handle's idempotency key if it has none (a keyed
+// broadcast need not repeat its key on its message; the caller's message is
+// left as it is) and refuses a message whose type or key is not the
+// handle's: an idempotent handle answers only the request it was made for,
+// whether it runs it or an original answers it.
+func (h *Handle) keyed(msg *message.Message) (*message.Message, error) {
+	if h.idem == nil {
+		return msg, nil
+	}
+	if msg.IdempotencyKey == "" && msg.Type == h.idem.Type {
+		keyed := *msg
+		keyed.IdempotencyKey = h.idem.Key
+		msg = &keyed
+	}
+	if msg.Type != h.idem.Type || msg.IdempotencyKey != h.idem.Key {
+		return nil, fmt.Errorf("%w: message type %s / key fingerprint %s differ from the handle's %s / %s",
+			ErrInvalidArgument, msg.Type, msg.IdempotencyKey.Fingerprint(), h.idem.Type, h.idem.Key.Fingerprint())
+	}
+	return msg, nil
+}
+
 // prepare validates msg and stamps it with the handle's id and keys: the
 // control channel added (R2.2), the targets checked (R2.3), AckSyncUp from
 // the type, the request digest and the caller's trace context carried, the
@@ -289,9 +315,9 @@ func (h *Handle) prepare(ctx context.Context, msg *message.Message) (*message.Me
 	if msg == nil {
 		return nil, nil, fmt.Errorf("%w: nil message", ErrInvalidArgument)
 	}
-	if h.idem != nil && (msg.Type != h.idem.Type || msg.IdempotencyKey != h.idem.Key) {
-		return nil, nil, fmt.Errorf("%w: message type %s / key fingerprint %s differ from the handle's %s / %s",
-			ErrInvalidArgument, msg.Type, msg.IdempotencyKey.Fingerprint(), h.idem.Type, h.idem.Key.Fingerprint())
+	msg, err := h.keyed(msg)
+	if err != nil {
+		return nil, nil, err
 	}
 	info, err := b.check(msg)
 	if err != nil {
@@ -356,7 +382,7 @@ const maxIDField = 11
 
 // resultOf turns the core's result into Broadcast's.
 func resultOf(r *engine.Result, dup *message.Message) *Result {
-	res := &Result{BroadcastID: r.ID, Appends: r.Appends, Outcome: r.Outcome, Duplicated: dup, Extras: r.Extras}
+	res := &Result{BroadcastID: r.ID, Appends: r.Appends, Outcome: r.Outcome, Deduplicated: dup != nil, Duplicated: dup, Extras: r.Extras}
 	if r.Window != nil {
 		w := windowOf(*r.Window)
 		res.Window = &w

@@ -24,7 +24,9 @@ type Idempotent struct {
 	Digest []byte
 }
 
-// WithIdempotentResourceKeys is WithResourceKeys for a keyed request. It
+// WithIdempotentResourceKeys is WithResourceKeys for a keyed request: the
+// handle's Broadcast takes req's key (a message without an idempotency key
+// gets it; one with another key or type is refused). It
 // resolves the key first, before taking any lock or running any admission
 // check of the caller's (R7.5): if the scope already has an original, the
 // handle is a duplicate (Duplicate reports true), holds no keys, and its
@@ -96,7 +98,7 @@ func tombResult(o *engine.Original) (*Result, error) {
 
 func tombResultOf(o *engine.Original, rec *engine.Record) *Result {
 	w := windowOf(o.Window)
-	return &Result{BroadcastID: o.ID, Appends: rec.Results(), Duplicated: rec.Msg, Outcome: rec.Outcome, Window: &w, Extras: rec.ExtrasByVChannel()}
+	return &Result{BroadcastID: o.ID, Appends: rec.Results(), Deduplicated: true, Duplicated: rec.Msg, Outcome: rec.Outcome, Window: &w, Extras: rec.ExtrasByVChannel()}
 }
 
 func (b *Broadcaster) reused(k message.IdempotencyKey) error {
@@ -150,6 +152,11 @@ type KeyStatus struct {
 	Outcome Outcome
 	Window  Window
 	Message *message.Message
+	// Persisting says the original is PENDING but its record is not
+	// durable yet: BroadcastID is not final until it is (a crash now may
+	// forget the original, and a retry with the key would then be new
+	// work with another id). Ask again, or retry with the key.
+	Persisting bool
 }
 
 // Lookup reports the original of a keyed request without waiting or taking
@@ -178,7 +185,7 @@ func (b *Broadcaster) Lookup(_ context.Context, t message.Type, k message.Idempo
 		if o.Msg.Replicate != nil {
 			st = Replicated
 		}
-		return &KeyStatus{BroadcastID: o.ID, State: st, Message: o.Msg, Window: windowOf(o.Window)}, nil
+		return &KeyStatus{BroadcastID: o.ID, State: st, Message: o.Msg, Window: windowOf(o.Window), Persisting: o.Persisting}, nil
 	}
 	rec, err := engine.DecodeRecord([]byte(o.Record))
 	if err != nil {

@@ -638,3 +638,89 @@ func BenchmarkDuplicateHit(b *testing.B) {
 		}
 	}
 }
+
+// TestR7_4_KeyGivenOnceOnTheHandle: a keyed broadcast takes its key from
+// its handle (the message need not repeat it; a message with another key is
+// still refused), and its Result says as a plain bool whether an original
+// answered it, the original's message still at hand.
+func TestR7_4_KeyGivenOnceOnTheHandle(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	ctx := ctxT(t, 10*time.Second)
+	k := message.ClusterKey("once")
+	send := func(payload string, msgKey message.IdempotencyKey, handleKey ...message.IdempotencyKey) (*broadcast.Result, error) {
+		hk := k
+		if len(handleKey) > 0 {
+			hk = handleKey[0]
+		}
+		h, err := b.WithIdempotentResourceKeys(ctx, broadcast.Idempotent{Type: typCreate, Key: hk}, resource.ExclusiveDatabase("db"))
+		if err != nil {
+			return nil, err
+		}
+		defer h.Close()
+		m := msgOf(t, typCreate, payload, []message.VChannel{vch(1, "a")})
+		m.IdempotencyKey = msgKey
+		return h.Broadcast(ctx, m)
+	}
+	first, err := send("p", "")
+	if err != nil || first.Deduplicated || first.Duplicated != nil {
+		t.Fatalf("first keyed broadcast, key on the handle only: %+v, %v", first, err)
+	}
+	again, err := send("p", "")
+	if err != nil || !again.Deduplicated || again.BroadcastID != first.BroadcastID || again.Duplicated == nil ||
+		again.Duplicated.IdempotencyKey != k {
+		t.Fatalf("the retry was not answered by the original: %+v, %v", again, err)
+	}
+	if _, err := send("p", message.ClusterKey("other"), message.ClusterKey("fresh")); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("a message keyed otherwise than its handle: %v", err)
+	}
+	// A handle its original answers refuses another key just the same:
+	// it must not answer a request it was not made for.
+	if r, err := send("p", message.ClusterKey("other")); !errors.Is(err, broadcast.ErrInvalidArgument) {
+		t.Fatalf("a message keyed otherwise than its duplicate handle: %+v, %v", r, err)
+	}
+}
+
+// TestR7_5_LookupSaysWhenTheOriginalIsNotDurable: while a keyed original's
+// PENDING record is being written, Lookup reports it as persisting (its id
+// is not final: a crash now may forget it); once the record is durable, it
+// does not.
+func TestR7_5_LookupSaysWhenTheOriginalIsNotDurable(t *testing.T) {
+	e := newEnv(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b := e.open(func(c *broadcast.Config) {
+		c.Catalog = hooked{Catalog: c.Catalog, commit: func(_ context.Context, ops []catalog.Op, next func() error) error {
+			for _, op := range ops {
+				if strings.Contains(op.Key, "/tasks/") {
+					once.Do(func() { close(held); <-release })
+					break
+				}
+			}
+			return next()
+		}}
+	})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // before the broadcaster closes, even on a failure
+	ctx := ctxT(t, 20*time.Second)
+	k := message.ClusterKey("durable")
+	done := make(chan error, 1)
+	go func() {
+		_, err := keyed(ctx, b, typCreate, k, "p", []message.VChannel{vch(1, "a")}, resource.ExclusiveDatabase("db"))
+		done <- err
+	}()
+	<-held // the PENDING record's write waits
+	ks, err := b.Lookup(ctx, typCreate, k)
+	if err != nil || !ks.Persisting || ks.State != broadcast.Pending {
+		t.Fatalf("lookup while the PENDING record is written: %+v, %v; want PENDING, persisting", ks, err)
+	}
+	letGo()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ks, err = b.Lookup(ctx, typCreate, k)
+	if err != nil || ks.Persisting || ks.State != broadcast.Tombstone {
+		t.Fatalf("lookup after the broadcast: %+v, %v; want a TOMBSTONE, not persisting", ks, err)
+	}
+}

@@ -204,7 +204,7 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 		b := e.open()
 		release := e.blockCallback(1)
 		k := message.ClusterKey("sub")
-		err := giveUp(t, "a broadcast waiting for its callback", func() bool { return b.Waiters(1) == 1 }, func(ctx context.Context) error {
+		err := giveUp(t, "a broadcast waiting for its callback", func() bool { return e.callbackRuns(1) && b.Waiters(1) == 1 }, func(ctx context.Context) error {
 			_, err := keyed(ctx, b, typCreate, k, "p", targets, coll)
 			return err
 		})
@@ -228,23 +228,10 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 
 	t.Run("id", func(t *testing.T) {
 		e := newEnv(t)
-		gate := make(chan struct{})
-		gated := make(chan struct{}, 1)
-		b := e.open(func(c *broadcast.Config) {
-			c.Catalog = hooked{Catalog: c.Catalog, commit: func(ctx context.Context, _ []catalog.Op, next func() error) error {
-				select {
-				case gated <- struct{}{}:
-				default:
-				}
-				select {
-				case <-gate:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				return next()
-			}}
-		})
-		err := giveUp(t, "a broadcast waiting for its id", func() bool { return len(gated) == 1 }, func(ctx context.Context) error {
+		g := newCommitGate()
+		g.closed.Store(true)
+		b := e.open(g.install)
+		err := giveUp(t, "a broadcast waiting for its id", g.holding, func(ctx context.Context) error {
 			_, err := do(ctx, b, msgOf(t, typCreate, "p", targets), coll)
 			return err
 		})
@@ -255,7 +242,7 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 		// Submitted: the broadcast goes on once the catalog answers,
 		// without a waiter.
 		outstanding(t, b, "while its id is allocated", "{Admissions:0 Resolving:0 Handles:1 TaskWaiters:0}")
-		close(gate)
+		g.open()
 		waitFor(t, "the broadcast", func() bool { return b.Stats().Broadcasts == 1 })
 		waitIdle(t, b)
 		outstanding(t, b, "at the end", nothingOutstanding)
@@ -270,11 +257,18 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 		go func() { _, err := do(ctxT(t, 20*time.Second), b, msgOf(t, typImport, "7", targets), coll); imp <- err }()
 		waitFor(t, "the import's callback", func() bool { return b.Waiters(1) == 1 })
 		// The end waits for the owner's callback: queued in its group.
-		err := giveUp(t, "an end waiting for its owner", func() bool { return b.Outstanding().Handles == 1 }, func(ctx context.Context) error {
+		queued := func() bool {
+			gs, err := b.Groups()
+			return err == nil && len(gs) == 1 && gs[0].Queued == 1
+		}
+		err := giveUp(t, "an end waiting for its owner", queued, func(ctx context.Context) error {
 			_, err := b.EndOwnership(ctx, msgOf(t, typCommitIm, "7", targets))
 			return err
 		})
 		canceled(t, "owner wait", err)
+		if !strings.Contains(err.Error(), "waiting for its turn in group 1") {
+			t.Fatalf("error %q does not say what the end waited for", err)
+		}
 		close(release)
 		if err := <-imp; err != nil {
 			t.Fatal(err)
@@ -319,33 +313,16 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 		// catalog holds the write, the acker gives up, the ack still
 		// counts.
 		e := newEnv(t)
-		var gating atomic.Bool
-		gate := make(chan struct{})
-		gated := make(chan struct{}, 1)
-		b := e.open(func(c *broadcast.Config) {
-			c.Catalog = hooked{Catalog: c.Catalog, commit: func(ctx context.Context, _ []catalog.Op, next func() error) error {
-				if gating.Load() {
-					select {
-					case gated <- struct{}{}:
-					default:
-					}
-					select {
-					case <-gate:
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				}
-				return next()
-			}}
-		})
+		g := newCommitGate()
+		b := e.open(g.install)
 		e.secondary(b)
-		gating.Store(true)
+		g.closed.Store(true)
 		m := replicated(10, typCreate, []message.VChannel{vch(1, "x")}, coll)
-		err := giveUp(t, "an ack waiting to be durable", func() bool { return len(gated) == 1 && b.Outstanding().TaskWaiters == 1 },
+		err := giveUp(t, "an ack waiting to be durable", func() bool { return g.holding() && b.Outstanding().TaskWaiters == 1 },
 			func(ctx context.Context) error { return b.Ack(ctx, ackOf(m, cchan, 100)) })
 		canceled(t, "ack wait", err)
 		outstanding(t, b, "after the acker gave up", nothingOutstanding)
-		close(gate)
+		g.open()
 		ctx := ctxT(t, 20*time.Second)
 		for _, ack := range []broadcast.Ack{ackOf(m, cchan, 100), ackOf(m, vch(1, "x"), 101)} {
 			if err := b.Ack(ctx, ack); err != nil {
@@ -391,6 +368,48 @@ func TestR11_5_WaitsHonourTheirContext(t *testing.T) {
 	})
 }
 
+// callbackRuns reports whether broadcast id's callback has started.
+func (e *env) callbackRuns(id uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.attempts[id] > 0
+}
+
+// commitGate holds the catalog's commits while it is closed, until open.
+type commitGate struct {
+	closed atomic.Bool
+	gate   chan struct{}
+	gated  chan struct{} // not empty once a commit was held
+}
+
+func newCommitGate() *commitGate {
+	return &commitGate{gate: make(chan struct{}), gated: make(chan struct{}, 1)}
+}
+
+// install puts the gate in front of the broadcaster's catalog.
+func (g *commitGate) install(c *broadcast.Config) {
+	c.Catalog = hooked{Catalog: c.Catalog, commit: func(ctx context.Context, _ []catalog.Op, next func() error) error {
+		if g.closed.Load() {
+			select {
+			case g.gated <- struct{}{}:
+			default:
+			}
+			select {
+			case <-g.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return next()
+	}}
+}
+
+// holding reports whether a commit was held.
+func (g *commitGate) holding() bool { return len(g.gated) == 1 }
+
+// open lets every commit through.
+func (g *commitGate) open() { close(g.gate) }
+
 // blockCallback makes broadcast id's callback wait until the returned
 // channel is closed.
 func (e *env) blockCallback(id uint64) chan struct{} {
@@ -406,4 +425,27 @@ func (e *env) blockCallback(id uint64) chan struct{} {
 		}
 	})
 	return release
+}
+
+// TestR11_5_LooksAfterCloseReturn: a look at the core (Stats, Locks,
+// Lookup, Tasks) after Close returns, at once, every time: a look sent
+// once the loop has exited is never stepped, and must not be waited for.
+func TestR11_5_LooksAfterCloseReturn(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	_ = b.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			b.Stats()
+			b.Locks()
+			_, _ = b.Tasks(broadcast.Filter{})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a look at a closed broadcaster's core did not return in 20s")
+	}
 }

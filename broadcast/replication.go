@@ -141,7 +141,7 @@ func (b *Broadcaster) waitTask(ctx context.Context, id uint64) (*Result, error) 
 	case r.Original != nil:
 		res, err := tombResult(r.Original)
 		if res != nil {
-			res.Duplicated = nil
+			res.Duplicated, res.Deduplicated = nil, false
 		}
 		return res, err
 	}

@@ -309,9 +309,9 @@ func TestR4_1_PersistedStateTransitions(t *testing.T) {
 
 // TestR2_5_ExclusiveAppendGetsEntriesOfItsOwn: copies queued behind a slow
 // pchannel share WAL entries, except those of an ExclusiveAppend type: each
-// of its appends is an entry holding its own copies only (what
-// broadcast/appender.go's take does for info.ExclusiveAppend), so a consumer
-// sees it as a barrier on its vchannels.
+// of its appends is an entry holding its own copies only (the engine's lanes
+// batch nothing with an ExclusiveAppend copy), so a consumer sees it as a
+// barrier on its vchannels.
 func TestR2_5_ExclusiveAppendGetsEntriesOfItsOwn(t *testing.T) {
 	e := newEnv(t)
 	typExcl := message.Type{Name: "Barrier", Version: 1}

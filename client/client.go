@@ -32,6 +32,17 @@
 // answers (a NATS or etcd port) counts as one where nothing listens, and
 // the error says what answered.
 //
+// # Several clusters
+//
+// The addresses may also be those of a primary cluster and its
+// secondaries. A cluster that does not take DDL — a secondary
+// (ErrNotPrimary), or a primary another cluster's force promote superseded
+// (ErrSuperseded, R8.5) — did nothing, so the call moves on to the next
+// address, keyed or not, until a primary serves it or every address
+// refused in a row. After a failover, the client moves to the promoted
+// cluster by itself; a retry of a key the old primary accepted is answered
+// there by its original, if it was replicated (R8.4).
+//
 // # Idempotency
 //
 // A retry of a broadcast is safe only if the server can recognise it. A
@@ -606,6 +617,7 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 	}
 	bo.Reset()
 	redirects := 0
+	notPrimary := 0         // answers "not primary" in a row
 	var prev *failure       // the last failure not caused by the caller's context
 	var unreached time.Time // when the current run of connection failures began
 	giveUp := func(n int, f failure) error {
@@ -642,7 +654,19 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 		case !down:
 			unreached = time.Time{}
 		}
-		if !f.retryable(p) || c.cfg.maxAttempts > 0 && n >= c.cfg.maxAttempts {
+		// A cluster that is not primary did nothing: with the addresses
+		// of other clusters (a primary and its secondaries), the call
+		// moves on to the next, until every address said "not primary"
+		// in a row (R8.5: a superseded primary's clients follow the one
+		// promoted over it, keys unchanged).
+		moveOn := false
+		if f.notPrimary() {
+			notPrimary++
+			moveOn = len(c.addrs) > 1 && notPrimary < len(c.addrs)
+		} else {
+			notPrimary = 0
+		}
+		if !moveOn && !f.retryable(p) || c.cfg.maxAttempts > 0 && n >= c.cfg.maxAttempts {
 			return n, f.toError(n, nil)
 		}
 		if c.cfg.unreachable > 0 && !unreached.IsZero() && time.Since(unreached) >= c.cfg.unreachable {

@@ -21,6 +21,7 @@ import (
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/server"
@@ -490,19 +491,17 @@ func TestAckAndAdminCalls(t *testing.T) {
 			done <- res
 		}()
 		var task *walcastv1.Task
-		deadline := time.Now().Add(5 * time.Second)
-		for task == nil {
+		wait.ForNil(t, "a pending task, appended", func() error {
 			tasks, err := c.ListTasks(ctx, &walcastv1.ListTasksRequest{States: []string{"PENDING"}})
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
-			if len(tasks) == 1 && !slices.ContainsFunc(tasks[0].GetVchannels(), func(v *walcastv1.VChannelState) bool { return !v.GetAppended() }) {
-				task = tasks[0]
-			} else if time.Now().After(deadline) {
-				t.Fatal("no pending task")
+			if len(tasks) != 1 || slices.ContainsFunc(tasks[0].GetVchannels(), func(v *walcastv1.VChannelState) bool { return !v.GetAppended() }) {
+				return fmt.Errorf("pending tasks %v", tasks)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			task = tasks[0]
+			return nil
+		})
 		locks, err := c.ListLocks(ctx)
 		if err != nil || len(locks) == 0 {
 			t.Fatalf("locks %v, %v", locks, err)

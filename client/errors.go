@@ -37,9 +37,15 @@ var (
 	// ErrFailedPrecondition: the operation does not apply in the current
 	// state (e.g. completing a finished callback), including ErrNotPrimary.
 	ErrFailedPrecondition = errors.New("walcast: failed precondition")
-	// ErrNotPrimary: the cluster is a secondary and refuses DDL/DCL (R8.1).
-	// It also matches ErrFailedPrecondition.
+	// ErrNotPrimary: the cluster is a secondary and refuses DDL/DCL (R8.1),
+	// or a primary another cluster's force promote superseded (R8.5). It
+	// also matches ErrFailedPrecondition.
 	ErrNotPrimary = errors.New("walcast: cluster is not primary")
+	// ErrSuperseded: the cluster was primary, and another cluster's force
+	// promote superseded it (R8.5); Error.Primary names that cluster. It
+	// also matches ErrNotPrimary and ErrFailedPrecondition. A client
+	// configured with the new primary's address too moves there by itself.
+	ErrSuperseded = errors.New("walcast: cluster superseded by another cluster's force promote")
 	// ErrUnavailable: no coordinator could serve the call before the
 	// retries ended.
 	ErrUnavailable = errors.New("walcast: unavailable")
@@ -95,6 +101,9 @@ const (
 	ReasonBroadcasterClosed = "BROADCASTER_CLOSED"
 	// ReasonNotPrimary: the cluster is a secondary.
 	ReasonNotPrimary = "NOT_PRIMARY"
+	// ReasonSuperseded: the cluster was superseded by another cluster's
+	// force promote.
+	ReasonSuperseded = "SUPERSEDED"
 	// ReasonKeyReused: the idempotency key belongs to another request.
 	ReasonKeyReused = "KEY_REUSED"
 	// ReasonAlreadyExists: the object exists already.
@@ -124,6 +133,9 @@ type Error struct {
 	// api.retry_after), 0 if it said nothing. Retry with the same
 	// idempotency key.
 	RetryAfter time.Duration
+	// Primary is, for ErrSuperseded, the cluster promoted over the one
+	// that answered.
+	Primary string
 
 	err         error         // the last attempt's error
 	ctxErr      error         // the caller's context error, if it ended the retries
@@ -188,7 +200,9 @@ func (e *Error) Is(target error) bool {
 	case ErrFailedPrecondition:
 		return e.Code == connect.CodeFailedPrecondition
 	case ErrNotPrimary:
-		return e.Code == connect.CodeFailedPrecondition && e.Reason == ReasonNotPrimary
+		return e.Code == connect.CodeFailedPrecondition && (e.Reason == ReasonNotPrimary || e.Reason == ReasonSuperseded)
+	case ErrSuperseded:
+		return e.Code == connect.CodeFailedPrecondition && e.Reason == ReasonSuperseded
 	case ErrUnavailable:
 		return e.Code == connect.CodeUnavailable
 	case ErrUnreachable:
@@ -275,6 +289,13 @@ func inspect(err error) failure {
 	return f
 }
 
+// notPrimary reports an answer of a cluster that does not take DDL: a
+// secondary, or a superseded primary. Nothing was done; another cluster's
+// address may be the primary's.
+func (f failure) notPrimary() bool {
+	return f.code == connect.CodeFailedPrecondition && (f.reason == ReasonNotPrimary || f.reason == ReasonSuperseded)
+}
+
 // retryable reports whether another attempt may succeed and is safe under p.
 func (f failure) retryable(p policy) bool {
 	if f.tlsHint != "" {
@@ -295,6 +316,9 @@ func (f failure) toError(attempts int, ctxErr error) *Error {
 		tlsHint: f.tlsHint, hint: f.hint, unreachable: f.unreachable}
 	if f.reason == ReasonResourceBusy {
 		e.Holder, e.Key = f.meta["holder"], f.meta["key"]
+	}
+	if f.reason == ReasonSuperseded {
+		e.Primary = f.meta["primary"]
 	}
 	return e
 }

@@ -219,3 +219,45 @@ func TestForeignServerIsNoCoordinator(t *testing.T) {
 		t.Fatalf("an HTTP server without the API: %v", err)
 	}
 }
+
+// TestR8_5_ClientFollowsThePromotedPrimary: a client configured with the
+// addresses of a superseded primary and of the cluster promoted over it
+// gets "superseded" from the first and moves to the second with the same
+// call (a keyed one keeps its key; an unkeyed one too, since nothing was
+// done); a client of the superseded primary alone gets ErrSuperseded,
+// naming the new primary, and so does one whose every address refuses.
+func TestR8_5_ClientFollowsThePromotedPrimary(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		superseded := func() string {
+			return apitest.Serve(t, app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+				return nil, &server.SupersededError{Cluster: "east", By: "west", Generation: 1, PromotedAt: time.Now()}
+			}), nil).URL
+		}
+		east, west := superseded(), apitest.Serve(t, app.StaticLeader(env.Open()), nil).URL
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c := newClient(t, p, []string{east, west})
+		keyed := newReq()
+		keyed.Scope, keyed.ClientKey = client.CollectionScope(7), "retry-me"
+		res, err := c.Broadcast(ctx, keyed)
+		if err != nil || res.Attempts != 2 {
+			t.Fatalf("keyed broadcast through the superseded primary first: %+v, %v", res, err)
+		}
+		again, err := newClient(t, p, []string{east, west}).Broadcast(ctx, keyed)
+		if err != nil || !again.Duplicated || again.BroadcastID != res.BroadcastID {
+			t.Fatalf("the retry of the key at the promoted primary: %+v, %v; want the original %d", again, err, res.BroadcastID)
+		}
+		if res, err := newClient(t, p, []string{east, west}).Broadcast(ctx, newReq()); err != nil || res.Attempts != 2 {
+			t.Fatalf("unkeyed broadcast through the superseded primary first: %+v, %v", res, err)
+		}
+		for _, addrs := range [][]string{{east}, {east, superseded()}} {
+			_, err := newClient(t, p, addrs).Broadcast(ctx, newReq())
+			var ce *client.Error
+			if !errors.Is(err, client.ErrSuperseded) || !errors.Is(err, client.ErrNotPrimary) || !errors.As(err, &ce) || ce.Primary != "west" ||
+				ce.Attempts != len(addrs) || !strings.Contains(err.Error(), "follow west or reset") {
+				t.Fatalf("%d superseded addresses: %v (%+v), want ErrSuperseded naming west after %d attempts", len(addrs), err, ce, len(addrs))
+			}
+		}
+	})
+}

@@ -44,7 +44,7 @@ var errH1Closed = errors.New("client: transport closed")
 // hands every request to a connection's write goroutine and its response
 // back from the connection's read goroutine; for unary calls, whose caller
 // only waits, those hand-overs cost about as much CPU as the HTTP itself
-// (BENCHMARKS.md, "A transport on the caller's goroutine").
+// (docs/bench/history.md, "A transport on the caller's goroutine").
 //
 // It serves only what it can serve the way net/http would: http:// URLs
 // reached without a proxy (as fallback's proxy function decides, once per

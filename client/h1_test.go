@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/internal/wait"
 )
 
 // h1Server is an HTTP server that counts the connections clients open and
@@ -154,17 +156,8 @@ func waitClosed(t *testing.T, rt *h1Transport, hostport string) {
 	}
 }
 
-// waitFor waits up to 5 s for cond, polling.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 // TestH1UnsentIsRetriedOnANewConnection: when a kept connection fails
 // before a byte of the request was written, the request goes out on a new

@@ -319,15 +319,6 @@ func TestConfigurationReference(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatalf("%s has no reference between %q and %q", configFile, configStart, configEnd)
 	}
-	want := text[:i+len(configStart)] + "\n" + configReference(t) + text[j:]
-	if want == text {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(configFile, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("the configuration reference of %s does not match the server's configuration types; run go test ./docs -run TestConfigurationReference -update", configFile)
+	generated(t, configFile, text, text[:i+len(configStart)]+"\n"+configReference(t)+text[j:],
+		"has a configuration reference that does not match the server's configuration types", "TestConfigurationReference")
 }

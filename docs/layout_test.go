@@ -21,14 +21,7 @@ type listedPackage struct {
 // tests' included.
 func listPackages(t *testing.T) []listedPackage {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, "./...")
-	cmd.Dir = ".."
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
+	out := goList(t, "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, "./...")
 	var pkgs []listedPackage
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -45,6 +38,20 @@ func listPackages(t *testing.T) []listedPackage {
 		pkgs = append(pkgs, p)
 	}
 	return pkgs
+}
+
+// goList runs `go list args` in the module's root and returns its output.
+func goList(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = ".."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
 }
 
 // under reports whether package path is dir or inside it.
@@ -87,14 +94,7 @@ func TestLayoutOnlyBroadcastDrivesTheEngine(t *testing.T) {
 // others, its tests left out.
 func deps(t *testing.T, pkg string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./"+pkg)
-	cmd.Dir = ".."
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
-	}
+	out := goList(t, "-deps", "-f", "{{.ImportPath}}", "./"+pkg)
 	var in []string
 	for _, p := range strings.Fields(string(out)) {
 		if strings.HasPrefix(p, module) {

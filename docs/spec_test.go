@@ -264,17 +264,25 @@ func TestSpecCoverageMap(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatalf("%s has no coverage map between %q and %q", specFile, mapStart, mapEnd)
 	}
-	want := s.text[:i+len(mapStart)] + "\n" + rows.String() + s.text[j:]
-	if want == s.text {
+	generated(t, specFile, s.text, s.text[:i+len(mapStart)]+"\n"+rows.String()+s.text[j:],
+		"has a coverage map that does not match its requirements' Tests lines", "TestSpecCoverageMap")
+}
+
+// generated checks that file, which reads got, reads want, the text its
+// generated parts should have; with -update it writes want instead. what
+// says what is wrong, test is the test that checks it.
+func generated(t *testing.T, file, got, want, what, test string) {
+	t.Helper()
+	if got == want {
 		return
 	}
 	if *update {
-		if err := os.WriteFile(specFile, []byte(want), 0o644); err != nil {
+		if err := os.WriteFile(file, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("the coverage map of %s does not match its requirements' Tests lines; run go test ./docs -run TestSpecCoverageMap -update", specFile)
+	t.Errorf("%s %s; run go test ./docs -run %s -update", file, what, test)
 }
 
 // status is what the coverage map says of r.

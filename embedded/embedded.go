@@ -14,8 +14,8 @@
 // free ports unless Config says which; the catalog talks to the etcd member
 // in process (etcd's v3client: no gRPC encoding, no socket), the WAL to NATS
 // over its port. Production deployments run walcast
-// against etcd and NATS (or Kafka) clusters instead; see server and the
-// README. Requirement ids (R4.8) refer to docs/spec.md.
+// against etcd and NATS (or Kafka) clusters instead; see server and
+// docs/cluster.md. Requirement ids (R4.8) refer to docs/spec.md.
 package embedded
 
 import (

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/walcast/walcast/internal/ident"
 )
 
 // IdempotencyKey is a client's retry key bound to a scope (SPEC R7.1),
@@ -104,7 +106,7 @@ func RegisterScopeDomain(d ScopeDomain, name string, ids ScopeIDs) error {
 	if ids < ScopeIDZero || ids > ScopeIDAny {
 		return fmt.Errorf("%w: scope domain %d: unknown scope id rule %d", ErrInvalidKey, d, ids)
 	}
-	if !isScopeName(name) {
+	if !ident.Valid(name) {
 		return fmt.Errorf("%w: scope domain name %q is not 1 to 64 bytes of [A-Za-z0-9_]", ErrInvalidKey, name)
 	}
 	scopesMu.Lock()
@@ -125,19 +127,6 @@ func RegisterScopeDomain(d ScopeDomain, name string, ids ScopeIDs) error {
 	m[d] = scopeInfo{name, ids}
 	scopes.Store(&m)
 	return nil
-}
-
-func isScopeName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			return false
-		}
-	}
-	return true
 }
 
 // Registered reports whether d is a built-in or registered scope domain.

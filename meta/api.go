@@ -8,6 +8,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
+	"github.com/walcast/walcast/internal/reqlimit"
 )
 
 // maxRequestBytes bounds a MetaService request: names and file lists are
@@ -17,9 +18,11 @@ const maxRequestBytes = 1 << 20
 // newHandler returns the MetaService handler over s, and the path to mount
 // it on. Its calls return the service's errors as they are: opts, the
 // process's handler options (app.App.Handlers), map them to status codes
-// like BroadcastService's and refuse JSON requests with unknown fields.
+// like BroadcastService's and refuse JSON requests with unknown fields. A
+// request over maxRequestBytes is refused as invalid_argument (reqlimit).
 func newHandler(s *Service, opts ...connect.HandlerOption) (string, http.Handler) {
-	return walcastv1connect.NewMetaServiceHandler(&handler{s: s}, append([]connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes)}, opts...)...)
+	path, h := walcastv1connect.NewMetaServiceHandler(&handler{s: s}, append([]connect.HandlerOption{reqlimit.Option(maxRequestBytes)}, opts...)...)
+	return path, reqlimit.Handler(h, maxRequestBytes)
 }
 
 type handler struct {

@@ -20,6 +20,8 @@ import (
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
+	"github.com/walcast/walcast/internal/longtest"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/server"
@@ -45,13 +47,18 @@ import (
 // countingClient counts the HTTP requests (RPC attempts, retries included)
 // the test's client sends.
 type countingClient struct {
-	hc *http.Client
-	n  atomic.Int64
+	hc      *http.Client
+	n       atomic.Int64
+	refused atomic.Int64 // attempts that failed or were answered 5xx (unavailable, not the leader)
 }
 
 func (c *countingClient) Do(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
-	return c.hc.Do(r)
+	resp, err := c.hc.Do(r)
+	if err != nil || resp.StatusCode >= 500 {
+		c.refused.Add(1)
+	}
+	return resp, err
 }
 
 // syncLoad sends keyed broadcasts that need every target's consumer ack
@@ -116,20 +123,24 @@ type phase struct {
 	backAt    time.Time // the part was back in service
 	end       time.Time
 	sent      int64 // RPC attempts during the phase
+	refused   int64 // of which failed or were refused (5xx)
 	lost, dup int
+	// Measured by the partition test bed.
+	newLeader time.Duration // from the fault until another coordinator led
+	healAt    time.Time     // when the fault was healed
+	readyz    time.Duration // the slowest /readyz answer of the phase
 }
 
 // waitOps waits until the workload has answered n operations since the
 // phase began (DDL and sync broadcasts).
 func (ph *phase) waitOps(t *testing.T, n int64, what string) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for ph.answered() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d operations answered, waited for %d", what, ph.answered(), n)
+	wait.ForNil(t, what, func() error {
+		if a := ph.answered(); a < n {
+			return fmt.Errorf("%d operations answered, waiting for %d", a, n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (ph *phase) answered() int64 {
@@ -199,23 +210,15 @@ func (ph *phase) rate(from, to time.Time) float64 {
 // must end by itself for waitFor's own deadline to be seen.
 const probeTimeout = 10 * time.Second
 
-// waitFor polls cond until it holds or a minute passes; each probe gets a
+// waitFor waits for cond to hold (see wait.ForNil); each probe gets a
 // context that ends after probeTimeout.
 func waitFor(ctx context.Context, t *testing.T, what string, cond func(ctx context.Context) error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.ForNil(t, what, func() error {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		err := cond(pctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer cancel()
+		return cond(pctx)
+	})
 }
 
 // restart starts a member again.
@@ -258,13 +261,7 @@ func natsFaults(full bool) []fault {
 				}
 				victim = m
 				m.Kill()
-				waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
-					l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
-					if err == nil && l == m {
-						err = errors.New("the killed server still leads")
-					}
-					return err
-				})
+				waitNewStreamLeader(ctx, t, cl, m)
 				return m.Name
 			},
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) {
@@ -328,6 +325,19 @@ func natsFaults(full bool) []fault {
 			recover: func(ctx context.Context, t *testing.T, cl *devcluster.Cluster, ph *phase) { restart(ctx, t, victim) }})
 	}
 	return fs
+}
+
+// waitNewStreamLeader waits until a NATS server other than old leads the
+// first lane's stream.
+func waitNewStreamLeader(ctx context.Context, t *testing.T, cl *devcluster.Cluster, old *devcluster.Member) {
+	t.Helper()
+	waitFor(ctx, t, "a new stream leader", func(ctx context.Context) error {
+		l, err := cl.StreamLeader(ctx, "WALCAST_lane-0")
+		if err == nil && l == old {
+			err = fmt.Errorf("%s still leads", old.Name)
+		}
+		return err
+	})
 }
 
 // killLeader kills the leading coordinator and waits until the other leads.
@@ -434,6 +444,7 @@ func kafkaFaults() []fault {
 }
 
 func TestR9_11_ClusterFaultsNATS(t *testing.T) {
+	longtest.Require(t)
 	runClusterFaults(t, devcluster.NATS, natsFaults(os.Getenv("WALCAST_CLUSTER_FAULTS") == "full"))
 }
 
@@ -490,21 +501,7 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range cl.Members() {
-				t.Logf("--- %s (%s):\n%s", m.Name, m.Log(), m.Tail(40))
-			}
-		}
-		if err := cl.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-		if dir := os.Getenv("WALCAST_CLUSTER_LOGS"); dir != "" {
-			if err := os.CopyFS(filepath.Join(dir, walKind), os.DirFS(filepath.Join(cl.Dir(), "logs"))); err != nil {
-				t.Errorf("keep the logs: %v", err)
-			}
-		}
-	})
+	t.Cleanup(func() { closeCluster(t, cl, walKind) })
 	hc := &countingClient{hc: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	defer hc.hc.CloseIdleConnections()
 	c, err := client.New(cl.APIAddrs(), client.WithHTTPClient(hc), client.WithAttemptTimeout(5*time.Second),
@@ -544,6 +541,24 @@ func runClusterFaults(t *testing.T, walKind string, faults []fault) {
 	})
 }
 
+// closeCluster stops a test's cluster, logging its members' last lines if
+// the test failed, and keeps their logs under WALCAST_CLUSTER_LOGS/<name>.
+func closeCluster(t *testing.T, cl *devcluster.Cluster, name string) {
+	if t.Failed() {
+		for _, m := range cl.Members() {
+			t.Logf("--- %s (%s):\n%s", m.Name, m.Log(), m.Tail(40))
+		}
+	}
+	if err := cl.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if dir := os.Getenv("WALCAST_CLUSTER_LOGS"); dir != "" {
+		if err := os.CopyFS(filepath.Join(dir, name), os.DirFS(filepath.Join(cl.Dir(), "logs"))); err != nil {
+			t.Errorf("keep the logs: %v", err)
+		}
+	}
+}
+
 // phaseTimeout bounds one phase (about 10 s here when nothing goes wrong).
 const phaseTimeout = 3 * time.Minute
 
@@ -555,7 +570,7 @@ func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *clie
 	// own, but the clients' calls retry until their context ends).
 	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
 	defer cancel()
-	sent0 := hc.n.Load()
+	sent0, refused0 := hc.n.Load(), hc.refused.Load()
 	ph.start = time.Now()
 	if _, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: name}); err != nil {
 		t.Fatal(err)
@@ -585,6 +600,7 @@ func runPhase(ctx context.Context, t *testing.T, cl *devcluster.Cluster, c *clie
 		}
 		ph.end = time.Now()
 		ph.sent = hc.n.Load() - sent0
+		ph.refused = hc.refused.Load() - refused0
 	}
 	defer func() {
 		if ph.end.IsZero() {

@@ -301,17 +301,7 @@ func TestR10_4_CrashDuringMixedDDL(t *testing.T) {
 		t.Fatalf("users %v, grants %v, want %d of each", us.Users, us.Grants, len(w.users))
 	}
 	// The nodes' views agree with the metadata once they caught up.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := viewsMatch(ctx, c, "wal-0/_control", w.dropped)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("views: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, "the views to match the metadata", func() error { return viewsMatch(ctx, c, "wal-0/_control", w.dropped) })
 	p.stop(t)
 }
 
@@ -320,11 +310,8 @@ func TestR10_4_CrashDuringMixedDDL(t *testing.T) {
 // its record shows: a job is never left running by a crash, nor ended twice.
 func checkJobsEndOnce(ctx context.Context, t *testing.T, c *client.Client, n int) {
 	t.Helper()
-	var jobs []*walcastv1.ImportJob
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var err error
-		jobs, err = c.ListImportJobs(ctx, "", "")
+	eventually(t, fmt.Sprint(n, " import jobs to end once"), func() error {
+		jobs, err := c.ListImportJobs(ctx, "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -350,14 +337,11 @@ func checkJobsEndOnce(ctx context.Context, t *testing.T, c *client.Client, n int
 				done = false
 			}
 		}
-		if done {
-			return
+		if !done {
+			return fmt.Errorf("import jobs %v; FinishImport tasks per job %v", jobs, ended)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("import jobs not all ended once: %v; FinishImport tasks per job %v", jobs, ended)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestR10_3_CrashDuringImportCompletesOnce kills `walcast standalone` with
@@ -437,18 +421,14 @@ func TestR10_3_CrashDuringImportCompletesOnce(t *testing.T) {
 	if j.State != walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED || j.FilesDone != files || j.Rows != files*rows {
 		t.Fatalf("job after the crash %v, want completed with %d files and %d rows", j, files, files*rows)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	for _, vc := range coll.Collection.Vchannels {
-		for {
+		eventually(t, "the view of "+vc, func() error {
 			v, err := c.GetVChannelView(ctx, vc)
-			if err == nil && slices.Contains(v.FinishedImportJobs, job.Id) && len(v.FinishedImportJobs) == jobs && len(v.Anomalies) == 0 {
-				break
+			if err == nil && (!slices.Contains(v.FinishedImportJobs, job.Id) || len(v.FinishedImportJobs) != jobs || len(v.Anomalies) != 0) {
+				err = fmt.Errorf("view %v", v)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("view of %s: %v, %v", vc, v, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return err
+		})
 	}
 	p.stop(t)
 }

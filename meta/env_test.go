@@ -21,6 +21,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/server"
 )
 
@@ -154,22 +155,8 @@ func wantCode(t testing.TB, err error, code connect.Code) {
 	}
 }
 
-// eventually polls cond until it holds (a bounded wait, not a timed
-// assertion).
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// eventually waits for an event: see wait.ForNil.
+var eventually = wait.ForNil
 
 // snapshot is the whole metadata as the API shows it.
 type snapshot struct {

@@ -197,6 +197,18 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 		return s.finishJob(ctx, b, j, p, jobFailed, fmt.Sprintf("import root %s cannot be opened: %v", s.cfg.ImportRoot, unwrapPath(err)))
 	}
 	defer root.Close()
+	if p.BytesTotal == 0 {
+		// The files' total size, for the progress in bytes; a file that
+		// cannot be opened fails the job below, naming it.
+		for _, name := range j.Files {
+			if f, err := openImport(root, s.cfg.ImportRoot, name); err == nil {
+				if fi, err := f.Stat(); err == nil {
+					p.BytesTotal += uint64(fi.Size())
+				}
+				f.Close()
+			}
+		}
+	}
 	for p.FilesDone < len(j.Files) {
 		if s.importerPaused.Load() {
 			return nil
@@ -205,8 +217,8 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 			(*h)(ctx, j.ID, p.FilesDone)
 		}
 		name := j.Files[p.FilesDone]
-		fr := &fileReader{ctx: ctx, name: name, chk: newRowChecker(c.schema()), last: time.Now(), progress: func(rows uint64) {
-			p.FileRows = rows
+		fr := &fileReader{ctx: ctx, name: name, chk: newRowChecker(c.schema()), last: time.Now(), progress: func(rows, bytes uint64) {
+			p.FileRows, p.FileBytes = rows, bytes
 			if err := save(); err != nil && ctx.Err() == nil {
 				s.log.Warn("record import progress", "job", j.ID, "err", err)
 			}
@@ -238,7 +250,8 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 		}
 		p.FilesDone++
 		p.RowsDone += rows
-		p.FileRows = 0
+		p.BytesDone += fr.bytes.n
+		p.FileRows, p.FileBytes = 0, 0
 		if err := save(); err != nil {
 			return err
 		}

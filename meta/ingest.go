@@ -242,11 +242,25 @@ type fileReader struct {
 	ctx  context.Context
 	name string
 	chk  *rowChecker
-	// progress, if set, is called with the rows read so far, at most every
-	// progressEvery.
-	progress func(rows uint64)
+	// progress, if set, is called with the rows and bytes read so far, at
+	// most every progressEvery.
+	progress func(rows, bytes uint64)
 	last     time.Time
 	rows     uint64
+	// bytes counts the bytes read from the file (read sets it up).
+	bytes countingReader
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n uint64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += uint64(k)
+	return k, err
 }
 
 // progressEvery is how often the importer records the rows of a file it is
@@ -265,7 +279,7 @@ func (fr *fileReader) row() error {
 	}
 	if fr.progress != nil && time.Since(fr.last) >= progressEvery {
 		fr.last = time.Now()
-		fr.progress(fr.rows)
+		fr.progress(fr.rows, fr.bytes.n)
 	}
 	return nil
 }
@@ -328,7 +342,8 @@ func (fr *fileReader) read(f io.Reader) (uint64, error) {
 	if err != nil {
 		return 0, fr.errAt(0, "%v", err)
 	}
-	lr := &lineLimit{r: f}
+	fr.bytes = countingReader{r: f}
+	lr := &lineLimit{r: &fr.bytes}
 	if format == formatJSONL {
 		err = fr.readJSONL(lr)
 	} else {

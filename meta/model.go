@@ -153,6 +153,9 @@ type (
 		Rows         uint64   `json:"rows,omitempty"`
 		CreatedAt    int64    `json:"created_at"`
 		UpdatedAt    int64    `json:"updated_at"`
+		// bytesDone and bytesTotal are the progress of a running job in
+		// bytes, from its progress record (jobView); never persisted.
+		bytesDone, bytesTotal uint64
 		// TwoPhase is set for an import with auto_commit false: once its
 		// files are read it waits, ready, for CommitImport or
 		// RollbackImport (R13.11).
@@ -170,8 +173,14 @@ type (
 		FilesDone int    `json:"files_done"`
 		RowsDone  uint64 `json:"rows_done"`
 		FileRows  uint64 `json:"file_rows,omitempty"`
-		StartedAt int64  `json:"started_at"`
-		UpdatedAt int64  `json:"updated_at"`
+		// BytesDone are the bytes of the files done, FileBytes those read
+		// of the next one, BytesTotal the files' size when the job started
+		// reading (for a progress bar that moves within one file).
+		BytesDone  uint64 `json:"bytes_done,omitempty"`
+		FileBytes  uint64 `json:"file_bytes,omitempty"`
+		BytesTotal uint64 `json:"bytes_total,omitempty"`
+		StartedAt  int64  `json:"started_at"`
+		UpdatedAt  int64  `json:"updated_at"`
 		// Ready is set once a two-phase job read every file: it waits for
 		// its commit or rollback.
 		Ready bool `json:"ready,omitempty"`
@@ -539,5 +548,5 @@ func (j jobRecord) pb() *walcastv1.ImportJob {
 	return &walcastv1.ImportJob{Id: j.ID, DatabaseId: j.DatabaseID, Database: j.Database, CollectionId: j.CollectionID,
 		Collection: j.Collection, Files: slices.Clone(j.Files), State: walcastv1.ImportJobState(j.State), Reason: j.Reason,
 		FilesDone: uint32(j.FilesDone), Rows: j.Rows, CreatedAt: tsPB(j.CreatedAt), UpdatedAt: tsPB(j.UpdatedAt),
-		AutoCommit: !j.TwoPhase}
+		AutoCommit: !j.TwoPhase, BytesDone: j.bytesDone, BytesTotal: j.bytesTotal}
 }

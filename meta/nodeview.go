@@ -9,6 +9,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 	"github.com/walcast/walcast/app"
+	"github.com/walcast/walcast/internal/reqlimit"
 	"github.com/walcast/walcast/message"
 )
 
@@ -18,8 +19,8 @@ import (
 // coordinators run no node, so `walcast view` asks the node that consumes
 // the vchannel's pchannel, at its --metrics-addr.
 func (a *App) NodeHandlers(opts ...connect.HandlerOption) map[string]http.Handler {
-	path, h := walcastv1connect.NewMetaServiceHandler(nodeViewService{a: a}, append([]connect.HandlerOption{connect.WithReadMaxBytes(maxRequestBytes)}, opts...)...)
-	return map[string]http.Handler{path: h}
+	path, h := walcastv1connect.NewMetaServiceHandler(nodeViewService{a: a}, append([]connect.HandlerOption{reqlimit.Option(maxRequestBytes)}, opts...)...)
+	return map[string]http.Handler{path: reqlimit.Handler(h, maxRequestBytes)}
 }
 
 var _ app.NodeViewer = (*App)(nil)

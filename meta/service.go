@@ -89,6 +89,23 @@ type ddl struct {
 	noWait bool
 }
 
+// begin checks a DDL request's syntax (checks, and its client key ck)
+// before anything is done, then returns the leader's broadcaster and a
+// reader of its catalog.
+func (s *Service) begin(ck string, checks ...error) (*broadcast.Broadcaster, reader, error) {
+	if err := errors.Join(append(checks, checkKey(ck))...); err != nil {
+		return nil, reader{}, err
+	}
+	return s.current()
+}
+
+// clusterDDL is the ddl of an operation scoped to the cluster (databases,
+// users, grants) of type typ: its client key ck scoped to the cluster, its
+// digest over params.
+func clusterDDL(typ message.Type, ck string, keys []resource.Key, params ...any) ddl {
+	return ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, params...), keys: keys}
+}
+
 // current returns the leader's broadcaster and a reader of its catalog.
 func (s *Service) current() (*broadcast.Broadcaster, reader, error) {
 	b, err := s.leader.Current()
@@ -370,15 +387,11 @@ func recheckColl(ctx context.Context, r reader, dbID uint64, db, name string, co
 // CreateDatabase creates a database. Its key is cluster-scoped.
 func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatabaseRequest) (*walcastv1.CreateDatabaseResponse, error) {
 	name, ck := req.GetName(), req.GetIdempotencyKey()
-	if err := errors.Join(checkName("database", name), checkKey(ck)); err != nil {
-		return nil, err
-	}
-	b, r, err := s.current()
+	b, r, err := s.begin(ck, checkName("database", name))
 	if err != nil {
 		return nil, err
 	}
-	d := ddl{typ: TypeCreateDatabase, key: message.ClusterKey(ck), digest: digest(TypeCreateDatabase, name),
-		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
+	d := clusterDDL(TypeCreateDatabase, ck, []resource.Key{resource.ExclusiveDatabase(name)}, name)
 	res, p, err := runDDL(ctx, s, b, d, func(p *createDatabasePayload) ([]message.VChannel, error) {
 		if _, ok, err := s.nameID(ctx, b, r, dbNameKey(name), free); err != nil {
 			return nil, err
@@ -402,15 +415,11 @@ func (s *Service) CreateDatabase(ctx context.Context, req *walcastv1.CreateDatab
 // DropDatabase drops an empty database. Its key is cluster-scoped.
 func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseRequest) (*walcastv1.DropDatabaseResponse, error) {
 	name, ck := req.GetName(), req.GetIdempotencyKey()
-	if err := errors.Join(checkName("database", name), checkKey(ck)); err != nil {
-		return nil, err
-	}
-	b, r, err := s.current()
+	b, r, err := s.begin(ck, checkName("database", name))
 	if err != nil {
 		return nil, err
 	}
-	d := ddl{typ: TypeDropDatabase, key: message.ClusterKey(ck), digest: digest(TypeDropDatabase, name),
-		keys: []resource.Key{resource.ExclusiveDatabase(name)}}
+	d := clusterDDL(TypeDropDatabase, ck, []resource.Key{resource.ExclusiveDatabase(name)}, name)
 	res, p, err := runDDL(ctx, s, b, d, func(p *dropDatabasePayload) ([]message.VChannel, error) {
 		id, err := resolveDB(ctx, r, name)
 		if err != nil {
@@ -540,10 +549,7 @@ func droppedIDs(ctx context.Context, r reader, dbID uint64, name string) ([]uint
 // in the index of dropped names.
 func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollectionRequest) (*walcastv1.DropCollectionResponse, error) {
 	db, name, ck := req.GetDatabase(), req.GetName(), req.GetIdempotencyKey()
-	if err := errors.Join(checkName("database", db), checkName("collection", name), checkKey(ck)); err != nil {
-		return nil, err
-	}
-	b, r, err := s.current()
+	b, r, err := s.begin(ck, checkName("database", db), checkName("collection", name))
 	if err != nil {
 		return nil, err
 	}
@@ -775,10 +781,7 @@ func (s *Service) CreateIndex(ctx context.Context, req *walcastv1.CreateIndexReq
 // DropIndex drops an index. Its key is scoped to the collection, by id.
 func (s *Service) DropIndex(ctx context.Context, req *walcastv1.DropIndexRequest) (*walcastv1.DropIndexResponse, error) {
 	db, coll, name, ck := req.GetDatabase(), req.GetCollection(), req.GetName(), req.GetIdempotencyKey()
-	if err := errors.Join(checkName("database", db), checkName("collection", coll), checkName("index", name), checkKey(ck)); err != nil {
-		return nil, err
-	}
-	b, r, err := s.current()
+	b, r, err := s.begin(ck, checkName("database", db), checkName("collection", coll), checkName("index", name))
 	if err != nil {
 		return nil, err
 	}
@@ -802,15 +805,11 @@ func (s *Service) DropIndex(ctx context.Context, req *walcastv1.DropIndexRequest
 // is cluster-scoped.
 func (s *Service) CreateUser(ctx context.Context, req *walcastv1.CreateUserRequest) (*walcastv1.CreateUserResponse, error) {
 	name, ck := req.GetName(), req.GetIdempotencyKey()
-	if err := errors.Join(checkName("user", name), checkKey(ck)); err != nil {
-		return nil, err
-	}
-	b, r, err := s.current()
+	b, r, err := s.begin(ck, checkName("user", name))
 	if err != nil {
 		return nil, err
 	}
-	d := ddl{typ: TypeCreateUser, key: message.ClusterKey(ck), digest: digest(TypeCreateUser, name),
-		keys: s.privilegeKeys(name, nil)}
+	d := clusterDDL(TypeCreateUser, ck, s.privilegeKeys(name, nil), name)
 	res, p, err := runDDL(ctx, s, b, d, func(p *userPayload) ([]message.VChannel, error) {
 		var u userRecord
 		if ok, err := r.get(ctx, userKey(name), &u); err != nil {
@@ -878,14 +877,11 @@ func (s *Service) RevokePrivilege(ctx context.Context, req *walcastv1.RevokePriv
 // name does not have.
 func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcastv1.Grant, ck string) (*broadcast.Result, grantRecord, message.IdempotencyKey, error) {
 	g := grantFromPB(gpb)
-	if err := errors.Join(checkGrant(g), checkKey(ck)); err != nil {
-		return nil, g, "", err
-	}
-	b, r, err := s.current()
+	b, r, err := s.begin(ck, checkGrant(g))
 	if err != nil {
 		return nil, g, "", err
 	}
-	d := ddl{typ: typ, key: message.ClusterKey(ck), digest: digest(typ, g), keys: s.privilegeKeys(g.User, &g)}
+	d := clusterDDL(typ, ck, s.privilegeKeys(g.User, &g), g)
 	res, p, err := runDDL(ctx, s, b, d, func(p *grantPayload) ([]message.VChannel, error) {
 		var u userRecord
 		if ok, err := r.get(ctx, userKey(g.User), &u); err != nil {
@@ -1019,10 +1015,7 @@ func holds(ctx context.Context, r reader, user, priv, db, coll string) (bool, er
 // (R7.9).
 func (s *Service) Import(ctx context.Context, req *walcastv1.ImportRequest) (*walcastv1.ImportResponse, error) {
 	db, coll, files, ck := req.GetDatabase(), req.GetCollection(), req.GetFiles(), req.GetIdempotencyKey()
-	if err := errors.Join(checkName("database", db), checkName("collection", coll), checkFiles(files), checkKey(ck)); err != nil {
-		return nil, err
-	}
-	b, r, err := s.current()
+	b, r, err := s.begin(ck, checkName("database", db), checkName("collection", coll), checkFiles(files))
 	if err != nil {
 		return nil, err
 	}
@@ -1135,6 +1128,7 @@ func jobView(j jobRecord, p *progressRecord, c collRecord) jobRecord {
 	case p != nil:
 		j.State = jobRunning
 		j.FilesDone, j.Rows = p.FilesDone, p.RowsDone+p.FileRows
+		j.bytesDone, j.bytesTotal = min(p.BytesDone+p.FileBytes, p.BytesTotal), p.BytesTotal
 		j.UpdatedAt = max(j.UpdatedAt, p.UpdatedAt)
 	}
 	return j

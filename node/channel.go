@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -38,6 +39,12 @@ type channel struct {
 	j        *journal
 	gen      uint64
 	baseSize int64
+
+	// reader is the current reader of the read goroutine, nil while it
+	// reopens: status reads how far it got (Reader.Position).
+	reader atomic.Pointer[wal.Reader]
+	// queued counts entries handed to the worker and not yet handled.
+	queued atomic.Int64
 
 	mu          sync.Mutex
 	savedOffset uint64
@@ -79,13 +86,17 @@ func (c *channel) start() {
 // read delivers p's entries, each as the slice of its copies, to out. A read
 // error reopens the reader after the last entry delivered, with backoff; an
 // entry that does not decode is therefore read again and again (and shown in
-// Status), never skipped. Before reopening, and whenever no entry came for
-// LogCheckInterval, it checks that the log still reaches that position; if
-// it does not (the stream or topic was recreated, or the broker lost data),
-// the pchannel halts rather than wait at a position the new log reaches only
-// after entries it would skip.
+// Status), never skipped. Before it delivers the first entry of a reader
+// (opened or reopened), before reopening, and whenever no entry came for
+// LogCheckInterval, it checks that the log is the one its position belongs
+// to (its identity, R9.14) and still reaches that position; if not (the
+// stream or topic was recreated, or the broker lost data), the pchannel
+// halts rather than read on at a position of another log, skipping what the
+// new log holds before it.
 func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan<- []wal.Copy) {
+	c.reader.Store(r)
 	defer func() {
+		c.reader.Store(nil)
 		if r != nil {
 			_ = r.Close()
 		}
@@ -93,11 +104,40 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 	bo := c.cfg.Backoff.New()
 	var entry []wal.Copy
 	behind := func() bool {
+		if why, err := c.replaced(ctx, next); err == nil && why != "" {
+			c.haltReplaced(next, why)
+			return true
+		}
 		if end, ok := c.pastEnd(ctx, next); ok {
 			c.halt(next, end)
 			return true
 		}
 		return false
+	}
+	// verified says the log's identity was checked since the reader was
+	// opened: nothing it reads is delivered before.
+	verified := false
+	verify := func() bool {
+		for !verified {
+			why, err := c.replaced(ctx, next)
+			switch {
+			case err == nil && why != "":
+				c.haltReplaced(next, why)
+				return false
+			case err == nil:
+				verified = true
+			default:
+				if ctx.Err() != nil {
+					return false
+				}
+				c.log.Warn("cannot read the identity of the log; retrying before reading on", "offset", next, "err", err)
+				c.setReadErr(err)
+				if !wait.Sleep(ctx, bo.NextBackOff()) {
+					return false
+				}
+			}
+		}
+		return true
 	}
 	// One deadline serves every Next until it passes, not a timer per copy:
 	// when it passes, the reader was idle for LogCheckInterval only if no
@@ -134,6 +174,7 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 			}
 			c.log.Warn("WAL read failed; reopening", "offset", next, "err", err)
 			c.setReadErr(err)
+			c.reader.Store(nil)
 			_ = r.Close()
 			r, entry = nil, nil
 			for r == nil {
@@ -151,6 +192,8 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 					c.setReadErr(err)
 				}
 			}
+			c.reader.Store(r)
+			verified = false
 			continue
 		}
 		bo.Reset()
@@ -160,6 +203,11 @@ func (c *channel) read(ctx context.Context, r *wal.Reader, next uint64, out chan
 			continue
 		}
 		last = time.Now()
+		c.queued.Add(1)
+		if !verify() {
+			c.queued.Add(-1)
+			return
+		}
 		select {
 		case out <- entry:
 		case <-ctx.Done():
@@ -195,6 +243,44 @@ func (c *channel) pastEnd(ctx context.Context, pos uint64) (uint64, bool) {
 		end = e
 	}
 	return end, true
+}
+
+// identityTimeout bounds one read of the log's identity.
+const identityTimeout = 10 * time.Second
+
+// replaced reads the identity of p's log and compares it with the one the
+// position belongs to (R9.14): it returns why reading on at pos would read
+// another log, "" if the log is the same (or cannot tell its identity), and
+// the error of a failed read of the identity. A state that has no identity
+// yet (a new node, or one saved before identities) takes the log's.
+func (c *channel) replaced(ctx context.Context, pos uint64) (string, error) {
+	ictx, cancel := context.WithTimeout(ctx, identityTimeout)
+	id, err := c.cfg.WAL.Identity(ictx, c.p)
+	cancel()
+	if err != nil || id == "" {
+		return "", err
+	}
+	c.mu.Lock()
+	saved := c.st.logID
+	if saved == "" {
+		c.st.logID = id // saved with the next state
+	}
+	c.mu.Unlock()
+	if saved == "" || saved == id {
+		return "", nil
+	}
+	return fmt.Sprintf("the log of %s is not the one its position %d belongs to (%s, the log is now %s): the stream or topic was deleted and created again, or its broker lost its data, "+
+		"and reading on would skip what the new log holds before that position; stop the node and run `walcast node resync --name %s --pchannel %s` "+
+		"(it keeps what was applied and reads the new log from its start)", c.p, pos, saved, id, c.cfg.Name, c.p), nil
+}
+
+// haltReplaced stops the pchannel for good: its log is not the one its
+// position belongs to (why says how).
+func (c *channel) haltReplaced(resume uint64, why string) {
+	c.log.Error("pchannel halted: its log was replaced (the stream or topic was recreated)", "resume", resume, "why", why)
+	c.mu.Lock()
+	c.halted, c.stage = why, StageHalted
+	c.mu.Unlock()
 }
 
 // halt stops the pchannel for good: its position (resume) is past the end
@@ -245,7 +331,9 @@ func (c *channel) run(ctx context.Context, in <-chan []wal.Copy) {
 				c.log.Error("saving the state failed; retrying later", "err", err)
 			}
 		case entry := <-in:
-			if !c.handle(ctx, entry) {
+			ok := c.handle(ctx, entry)
+			c.queued.Add(-1)
+			if !ok {
 				return
 			}
 			if c.sinceSave >= c.cfg.SnapshotEvery {

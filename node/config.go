@@ -99,8 +99,9 @@ type Config struct {
 	// first unsaved change. Default 1 s.
 	SnapshotInterval time.Duration
 	// LogCheckInterval is how long a pchannel's reader waits for an entry
-	// before it checks that the log still reaches its position (a log
-	// recreated under a running node halts the pchannel). Default 10 s.
+	// before it checks that the log is still the one its position belongs
+	// to and still reaches it (a log recreated under a running node halts
+	// the pchannel, R9.14). Default 10 s.
 	LogCheckInterval time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger

@@ -113,18 +113,28 @@
 // the format before (one JSON file per pchannel, rewritten at every save);
 // the first save replaces it. One StateDir serves one node at a time.
 //
-// A saved position past the end of the log means the log is not the one the
-// state was read from (the stream or topic was deleted and created again, or
-// the broker lost entries): reading on would wait there and skip every entry
-// the new log holds before it, while their tasks wait for acks forever.
-// Such a pchannel halts instead — at Start, before a reader reopens, and
-// after LogCheckInterval without an entry, once three reads of the end a
-// second apart agree (a new Kafka partition leader may report a lower high
-// watermark for a moment) — with StageHalted and the reason
-// in Status (Halted), an error log, and a halted gauge in the process's
-// metrics. Resync (`walcast node resync`) makes the stopped node's state
-// read the log again from its start, keeping what it applied: copies of
-// broadcasts it applied are deduplicated by id and acked again.
+// A node knows which log it read (R9.14): the state saves, with the
+// position, the identity of the pchannel's log (wal.Identified: the NATS
+// stream's name and creation time, the Kafka topic's id). A log of another
+// identity is not the one the state was read from (the stream or topic was
+// deleted and created again, or the brokers lost their data), however long
+// it has grown since: reading on at the saved position would skip every
+// entry the new log holds before it, applying later ones to views that miss
+// them, while the skipped entries' tasks wait for acks forever. So does a
+// saved position past the end of the log, on a backend that cannot tell
+// identities. Such a pchannel halts instead — at Start, before the first
+// entry of every reader it opens or reopens is delivered (a NATS cursor
+// whose stream was recreated fails with wal.ErrLogReplaced; franz-go stops
+// reading a topic whose id changed), and after LogCheckInterval without an
+// entry (the end is believed past the position once three reads of it a
+// second apart agree: a new Kafka partition leader may report a lower high
+// watermark for a moment) — with StageHalted and the reason in Status
+// (Halted), an error log, and a halted gauge in the process's metrics.
+// Nothing of the new log is applied before. Resync (`walcast node resync`)
+// makes the stopped node's state read the log again from its start, and
+// take its identity, keeping what it applied: copies of broadcasts it
+// applied are deduplicated by id and acked again, and since nothing of the
+// new log was applied before, its copies apply in log order.
 //
 // The applied-id sets are kept as sorted id ranges: the control channel,
 // which receives every broadcast, costs a few ranges instead of one entry per

@@ -17,6 +17,7 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	cmem "github.com/walcast/walcast/catalog/memory"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -192,16 +193,8 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 // countApplier counts applications per (vchannel, broadcast id) in its
 // state, which its snapshots carry: a copy applied twice within one state

@@ -114,9 +114,15 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	readers := make([]*wal.Reader, len(n.chans))
 	for i, c := range n.chans {
-		// A saved position past the log's end means the log is not the
-		// one the state was read from: reading on would skip whatever the
-		// new log holds up to that position.
+		// A log of another identity, or a saved position past the log's
+		// end, means the log is not the one the state was read from:
+		// reading on would skip whatever the new log holds up to that
+		// position (R9.14). An identity that cannot be read now is
+		// checked by the reader before it delivers anything.
+		if why, err := c.replaced(ctx, c.st.resume); err == nil && why != "" {
+			c.haltReplaced(c.st.resume, why)
+			continue
+		}
 		if end, err := n.cfg.WAL.End(ctx, c.p); err == nil && c.st.resume > end {
 			if end, ok := c.pastEnd(ctx, c.st.resume); ok {
 				c.halt(c.st.resume, end)
@@ -219,9 +225,11 @@ const (
 	StageSaving Stage = "saving"
 	// StageStopped: the node is not running.
 	StageStopped Stage = "stopped"
-	// StageHalted: the pchannel stopped for good because its saved
-	// position is past the end of the log (PChannelStatus.Halted says
-	// why); Resync and a restart continue it.
+	// StageHalted: the pchannel stopped for good because its log is not
+	// the one its saved position belongs to: another identity (the stream
+	// or topic was recreated, R9.14), or an end before the position
+	// (PChannelStatus.Halted says which); Resync and a restart continue
+	// it.
 	StageHalted Stage = "halted"
 )
 
@@ -239,6 +247,12 @@ type PChannelStatus struct {
 	// NextOffset is the offset of the next entry to handle: every entry
 	// before it is applied and acked.
 	NextOffset uint64
+	// ReadOffset is the offset after the last entry the reader has taken
+	// from the log, entries without a copy for this pchannel included (a
+	// lane shared with other pchannels); NextOffset while it reopens.
+	ReadOffset uint64
+	// Queued counts the entries read and not yet handled.
+	Queued int
 	// SavedOffset is the resume offset of the state saved in StateDir.
 	SavedOffset uint64
 	// SavedAt is when the state was last saved (zero if never).
@@ -261,11 +275,26 @@ type PChannelStatus struct {
 	// ReadError is the last WAL read error, "" once reading works again.
 	ReadError string
 	// Halted says why the pchannel stopped reading (Stage is StageHalted):
-	// its position is past the end of the log. "" while it reads.
+	// its log was replaced, or its position is past the end of the log.
+	// "" while it reads.
 	Halted string
 	// VChannels counts the vchannels seen so far (Node.VChannel describes
 	// one).
 	VChannels int
+}
+
+// Lag returns how many entries the node still has to handle on the
+// pchannel, given the end of its log (wal.WAL.End): those read and not yet
+// handled, and those not read yet. Entries of other pchannels sharing the
+// pchannel's lane count only while unread: the reader skips them as fast as
+// it reads, so an idle pchannel whose lane others write shows no lag.
+func (s PChannelStatus) Lag(end uint64) uint64 {
+	read := max(s.ReadOffset, s.NextOffset)
+	var unread uint64
+	if end > read {
+		unread = end - read
+	}
+	return unread + uint64(s.Queued)
 }
 
 // VChannelStatus describes one vchannel.
@@ -310,6 +339,11 @@ func (c *channel) status() PChannelStatus {
 		Stage: c.stage, Attempts: c.attempts, LastError: c.lastErr, ReadError: c.readErr, Halted: c.halted,
 		VChannels: c.st.vchannels(),
 	}
+	s.ReadOffset = s.NextOffset
+	if r := c.reader.Load(); r != nil {
+		s.ReadOffset = max(r.Position(), s.NextOffset)
+	}
+	s.Queued = int(c.queued.Load())
 	return s
 }
 

@@ -124,7 +124,17 @@ func TestR4_4_AckSyncUpCompletesOnlyAfterApply(t *testing.T) {
 		done <- out{r, err}
 	}()
 	waitFor(t, "Apply of the wal-1 copy to block", blocked.Load)
-	time.Sleep(30 * time.Millisecond)
+	// Every other copy is applied and acked: only the blocked one's ack is
+	// missing, so the broadcast must not have completed.
+	waitFor(t, "the other copies' acks", func() bool {
+		n := 0
+		for _, r := range acker.records() {
+			if r.a.Message.Type == typSync && r.err == nil {
+				n++
+			}
+		}
+		return n == 2 // wal-0/a and the control channel
+	})
 	select {
 	case o := <-done:
 		t.Fatalf("AckSyncUp broadcast completed before the node applied every copy: %+v %v", o.r, o.err)
@@ -472,8 +482,12 @@ func TestR9_3_PermanentAckErrorIsNotRetried(t *testing.T) {
 	n := e.start(app, acker)
 	appendMsg(t, e.w, "wal-1", stamped(t, typCreate, 7, vB), vB)
 	appendMsg(t, e.w, "wal-1", stamped(t, typCreate, 8, vB), vB)
-	waitFor(t, "both acks", func() bool { return len(acker.succeeded()) == 1 && len(acker.records()) == 2 })
-	time.Sleep(20 * time.Millisecond)
+	// The node counts the refusal once it has given up on the ack: a retry
+	// would come before that.
+	waitFor(t, "both acks, one refused for good", func() bool {
+		p1, _ := n.PChannel("wal-1")
+		return len(acker.succeeded()) == 1 && p1.AcksRejected == 1
+	})
 	if recs := acker.records(); len(recs) != 2 {
 		t.Fatalf("%d ack calls, want 2 (the permanent failure is not retried)", len(recs))
 	}
@@ -564,7 +578,8 @@ func TestR8_2_AcksCarryTheMessage(t *testing.T) {
 func TestCorruptEntryIsNeverSkipped(t *testing.T) {
 	e := newEnv(t)
 	app := newCountApplier()
-	n := e.start(app, &recAcker{})
+	rc := &readCounter{Log: e.log}
+	n := e.start(app, &recAcker{}, func(c *Config) { c.WAL = wal.New(rc) })
 	if _, err := e.log.Append(context.Background(), "wal-1", "", []byte{0xff, 0xff, 0xff}); err != nil {
 		t.Fatal(err)
 	}
@@ -575,7 +590,9 @@ func TestCorruptEntryIsNeverSkipped(t *testing.T) {
 		p1, _ := n.PChannel("wal-1")
 		return p1.ReadError != ""
 	})
-	time.Sleep(20 * time.Millisecond)
+	// The reader reopens at the corrupt entry and fails again, and again.
+	reads := rc.reads.Load()
+	waitFor(t, "two more reads of wal-1", func() bool { return rc.reads.Load() >= reads+2 })
 	if app.count(vB, 1) != 0 {
 		t.Fatal("the copy after a corrupt entry was applied: the entry was skipped")
 	}
@@ -785,5 +802,52 @@ func TestLanesEachPChannelHandlesOnlyItsCopies(t *testing.T) {
 			}
 		}
 		c.mu.Unlock()
+	}
+}
+
+// readCounter counts the cursors opened on a log: a reader that fails
+// opens another to read again.
+type readCounter struct {
+	wal.Log
+	reads atomic.Int32
+}
+
+func (r *readCounter) Read(ctx context.Context, p message.PChannel, from uint64) (wal.Cursor, error) {
+	r.reads.Add(1)
+	return r.Log.Read(ctx, p, from)
+}
+
+// TestR9_3_ApplyLagCountsOnlyItsPChannel: a node consuming wal-0 of a lane
+// it shares with wal-1 shows no lag while only wal-1 is written: the lag
+// counts the entries it still has to handle, not the other pchannel's.
+func TestR9_3_ApplyLagCountsOnlyItsPChannel(t *testing.T) {
+	e := newLanedEnv(t, 1)
+	app, acker := newCountApplier(), &recAcker{next: e.b}
+	n := e.start(app, acker, func(c *Config) { c.PChannels = []message.PChannel{"wal-0"} })
+	for i := range 20 {
+		// Only wal-1's copies; acked by the engine (FastAck).
+		e.mustBroadcast(typCreate, fmt.Sprint("c", i), vB)
+	}
+	end, err := e.w.End(context.Background(), "wal-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end < 20 {
+		t.Fatalf("the lane ends at %d after 20 broadcasts", end)
+	}
+	waitFor(t, "the reader to pass wal-1's entries", func() bool {
+		ps, err := n.PChannel("wal-0")
+		return err == nil && ps.ReadOffset >= end
+	})
+	ps, err := n.PChannel("wal-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag := ps.Lag(end); lag != 0 {
+		t.Errorf("wal-0's lag %d while only wal-1 was written (next %d, read %d, end %d)", lag, ps.NextOffset, ps.ReadOffset, end)
+	}
+	// Its own entries count until handled.
+	if lag := (PChannelStatus{NextOffset: 3, ReadOffset: 5, Queued: 1}).Lag(9); lag != 5 {
+		t.Errorf("lag of next 3, read 5, 1 queued, end 9: %d, want 4 unread + 1 queued", lag)
 	}
 }

@@ -110,17 +110,23 @@ func appendIDs(t *testing.T, w *wal.WAL, ids ...uint64) {
 	}
 }
 
-// TestR9_3_RecreatedLogHaltsTheNode: a node whose saved position is past
-// the end of its log (the stream or topic was deleted and created again
-// with fewer entries) does not wait there while the new log's entries go
-// unapplied and their tasks wait for acks: the pchannel halts, saying why
-// and how to re-sync, both at start and when it happens under a running
-// node; after Resync the node reads the new log from its start, applies its
-// copies and keeps what it had applied. On NATS and on Kafka.
+// anonymous hides a log's identity (wal.Identified): a backend that cannot
+// tell one incarnation of its log from another.
+type anonymous struct{ wal.Log }
+
+// TestR9_3_RecreatedLogHaltsTheNode: on a backend that cannot tell its
+// log's identity, a node whose saved position is past the end of its log
+// (the stream or topic was deleted and created again with fewer entries)
+// does not wait there while the new log's entries go unapplied and their
+// tasks wait for acks: the pchannel halts, saying why and how to re-sync,
+// both at start and when it happens under a running node; after Resync the
+// node reads the new log from its start, applies its copies and keeps what
+// it had applied. On NATS and on Kafka.
 func TestR9_3_RecreatedLogHaltsTheNode(t *testing.T) {
 	for name, mk := range map[string]func(*testing.T) realLog{"nats": natsLog, "kafka": kafkaLog} {
 		t.Run(name, func(t *testing.T) {
-			rl := mk(t)
+			real := mk(t)
+			rl := realLog{open: func(t *testing.T) wal.Log { return anonymous{real.open(t)} }, recreate: real.recreate}
 			dir := t.TempDir()
 			app, acks := newCountApplier(), &recAcker{}
 			cfg := func(w *wal.WAL) Config {
@@ -183,6 +189,95 @@ func TestR9_3_RecreatedLogHaltsTheNode(t *testing.T) {
 			})
 			if app.count(vA, 8) != 0 {
 				t.Fatal("the halted pchannel applied an entry of the recreated log")
+			}
+		})
+	}
+}
+
+// TestR9_14_RecreatedLogHaltsTheNode: a node knows which log it read (its
+// identity: the NATS stream's creation, the Kafka topic's id). A log
+// deleted and created again that has grown past the node's saved position
+// halts the pchannel, saying why and how to re-sync, before anything of it
+// is applied, whether the node was down when the log changed or running;
+// after Resync the node reads the new log from its start and applies every
+// copy once. On NATS and on Kafka.
+func TestR9_14_RecreatedLogHaltsTheNode(t *testing.T) {
+	for name, mk := range map[string]func(*testing.T) realLog{"nats": natsLog, "kafka": kafkaLog} {
+		t.Run(name, func(t *testing.T) {
+			rl := mk(t)
+			dir := t.TempDir()
+			app, acks := newCountApplier(), &recAcker{}
+			startNode := func(w *wal.WAL) *Node {
+				t.Helper()
+				n, err := New(Config{Name: "n1", WAL: w, PChannels: []message.PChannel{recreatedP}, Applier: app, Acker: acks, StateDir: dir,
+					Backoff: fastBackoff, LogCheckInterval: 50 * time.Millisecond, Logger: quiet})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Start(ctxT(t, 10*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = n.Close() })
+				return n
+			}
+			halted := func(n *Node) bool {
+				st, _ := n.PChannel(recreatedP)
+				return st.Stage == StageHalted && strings.Contains(st.Halted, "is not the one its position") &&
+					strings.Contains(st.Halted, "walcast node resync --name n1 --pchannel "+string(recreatedP))
+			}
+			ids := func(from, to uint64) []uint64 {
+				var out []uint64
+				for id := from; id <= to; id++ {
+					out = append(out, id)
+				}
+				return out
+			}
+			w := wal.New(rl.open(t))
+			appendIDs(t, w, ids(1, 5)...)
+			n := startNode(w)
+			waitFor(t, "five copies applied", func() bool { return app.count(vA, 5) == 1 })
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			// Down: the new log grows past the saved position (5).
+			rl.recreate(t)
+			w = wal.New(rl.open(t))
+			appendIDs(t, w, ids(6, 13)...)
+			n = startNode(w)
+			if !halted(n) {
+				st, _ := n.PChannel(recreatedP)
+				t.Fatalf("node started on a recreated log longer than its position: stage %s, halted %q", st.Stage, st.Halted)
+			}
+			for id := uint64(6); id <= 13; id++ {
+				if app.count(vA, id) != 0 {
+					t.Fatalf("the halted pchannel applied broadcast %d of the new log", id)
+				}
+			}
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if had, err := Resync(dir, "n1", recreatedP); err != nil || !had {
+				t.Fatalf("resync: %v, %v", had, err)
+			}
+			n = startNode(w)
+			waitFor(t, "the new log's copies applied", func() bool { return app.count(vA, 13) == 1 })
+
+			// Running: the log is recreated under the node (at offset 8
+			// of the second log) and grows past it.
+			rl.recreate(t)
+			w2 := wal.New(rl.open(t))
+			appendIDs(t, w2, ids(14, 25)...)
+			waitFor(t, "the running node to halt", func() bool { return halted(n) })
+			for id := uint64(1); id <= 13; id++ {
+				if got := app.count(vA, id); got != 1 {
+					t.Errorf("broadcast %d applied %d times, want once", id, got)
+				}
+			}
+			for id := uint64(14); id <= 25; id++ {
+				if app.count(vA, id) != 0 {
+					t.Fatalf("the running node applied broadcast %d of the recreated log", id)
+				}
 			}
 		})
 	}

@@ -66,6 +66,10 @@ type pstate struct {
 	handled uint64
 	// last is the last broadcast id applied on the pchannel.
 	last uint64
+	// logID is the identity of the log resume and handled are positions
+	// in (wal.Identified; "" before it was first read): a log of another
+	// identity is another log, whatever its length (R9.14).
+	logID string
 	// hot are the vchannels applied to since the last save: a save writes
 	// these. cold are the others', encoded in arena (never both).
 	hot  map[message.VChannel]*vstate
@@ -268,7 +272,8 @@ func appendOptional(b, s []byte) []byte {
 func appendHead(b []byte, st *pstate) []byte {
 	b = binary.AppendUvarint(b, st.resume)
 	b = binary.AppendUvarint(b, st.handled)
-	return binary.AppendUvarint(b, st.last)
+	b = binary.AppendUvarint(b, st.last)
+	return appendString(b, st.logID)
 }
 
 // appendVChannel appends v's record (without kind byte): its name, its
@@ -330,6 +335,7 @@ func (r *fieldReader) optional() []byte {
 
 func (r *fieldReader) head(st *pstate) {
 	st.resume, st.handled, st.last = r.uvarint(), r.uvarint(), r.uvarint()
+	st.logID = string(r.bytes())
 }
 
 // vchannel reads a vchannel's record of pchannel p into into and apps.
@@ -695,6 +701,7 @@ type fileStateV1 struct {
 	Resume    uint64                  `json:"resume_offset"`
 	Handled   uint64                  `json:"handled_position"`
 	Last      uint64                  `json:"last_broadcast_id"`
+	LogID     string                  `json:"log_id,omitempty"`
 	VChannels map[string]fileVStateV1 `json:"vchannels"`
 	Applier   []byte                  `json:"applier"`
 }
@@ -736,7 +743,7 @@ func decodeStateV1(p message.PChannel, data []byte) (*pstate, []byte, error) {
 		return nil, nil, corrupt("file holds the state of pchannel %q", f.PChannel)
 	}
 	st := newPState()
-	st.resume, st.handled, st.last = f.Resume, f.Handled, f.Last
+	st.resume, st.handled, st.last, st.logID = f.Resume, f.Handled, f.Last, f.LogID
 	for name, fv := range f.VChannels {
 		v := message.VChannel(name)
 		if err := v.Validate(); err != nil || v.PChannel() != p {

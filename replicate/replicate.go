@@ -73,7 +73,47 @@ type Config struct {
 	// broadcast.Backoff's).
 	Backoff broadcast.Backoff
 	Logger  *slog.Logger
+	// Superseded, if set, returns the mark a promoted cluster left in the
+	// source's WAL when it replaced the source's primary (R8.5), nil if
+	// there is none. The replicator copies no entry of the superseded
+	// generation at or past the mark's position of its pchannel: what the
+	// old primary wrote after its successor's last replicated position was
+	// lost with the promote, and a follower of the old primary must not
+	// take it as history. It is read when a pchannel's replication starts
+	// and about once a second.
+	Superseded func(ctx context.Context) (*Promotion, error)
 }
+
+// Promotion is what a force promote records about the primary it replaced
+// (R8.5, R8.6): the promoted cluster leaves it in the old primary's WAL (a
+// mark that fences the old primary), and keeps it in its catalog for
+// salvage.
+type Promotion struct {
+	// Cluster is the promoted cluster; Replaced the primary it replaced,
+	// whose WAL it read at Source.
+	Cluster  string `json:"cluster"`
+	Replaced string `json:"replaced"`
+	Source   string `json:"source,omitempty"`
+	// Generation is the promoted cluster's replication generation; 0
+	// while the promote has not finished.
+	Generation uint64    `json:"generation,omitempty"`
+	PromotedAt time.Time `json:"promoted_at,omitzero"`
+	// Positions are, per pchannel, the first source offset (of its lane)
+	// the promoted cluster had not replicated: the old primary's entries
+	// from there on never reached it.
+	Positions map[message.PChannel]uint64 `json:"positions"`
+	// RecordedAt is when the positions were read (the replicator stopped).
+	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// ErrSuperseded ends the replication of a pchannel whose source's primary
+// was superseded, at the position its successor was promoted at (R8.5).
+var ErrSuperseded = errors.New("replicate: the primary was superseded")
+
+// ErrGenerationWentBack ends the replication of a pchannel whose source
+// holds an entry of a lower replication generation than one already
+// copied: a superseded primary wrote it (R8.5).
+var ErrGenerationWentBack = errors.New("replicate: an entry of a superseded generation")
 
 // ErrInvalidConfig reports an unusable Config.
 var ErrInvalidConfig = errors.New("replicate: invalid config")
@@ -133,6 +173,8 @@ func (s *PChannelStatus) sourceRead(now time.Time) {
 type checkpoint struct {
 	Source uint64 `json:"source"`
 	Dest   uint64 `json:"dest"`
+	// Gen is the highest replication generation copied (R8.5).
+	Gen uint64 `json:"gen,omitempty"`
 }
 
 // New returns a replicator; Run starts it.
@@ -199,6 +241,13 @@ func (r *Replicator) runPChannel(ctx context.Context, p message.PChannel) {
 			continue
 		}
 		r.note(p, func(s *PChannelStatus) { s.LastError = err.Error() })
+		if errors.Is(err, ErrSuperseded) || errors.Is(err, ErrGenerationWentBack) {
+			// Nothing to retry soon: it stays so until the topology
+			// changes (the replicator is then stopped).
+			r.log.Error("replication of a pchannel stopped: its source holds entries of a superseded primary", "pchannel", p, "err", err)
+			wait.Sleep(ctx, supersededRecheck)
+			continue
+		}
 		r.log.Warn("replication of a pchannel failed; resuming", "pchannel", p, "err", err)
 		wait.Sleep(ctx, bo.NextBackOff())
 	}
@@ -242,6 +291,61 @@ func (r *Replicator) copied(h wal.Header) bool {
 	return h.ReplicatedFrom == r.cfg.SourceCluster && (r.cfg.Dest.Cluster() == "" || h.Cluster == r.cfg.Dest.Cluster())
 }
 
+// supersededRecheck is how long a pchannel stopped at a superseded
+// primary's entries waits before it looks again.
+const supersededRecheck = 30 * time.Second
+
+// Replicated returns, per pchannel of cfg, the first source offset not yet
+// replicated into cfg.Dest: the checkpoint, advanced past the replicas
+// appended after it (what a replicator would resume from). Only
+// SourceCluster, Dest, PChannels, Catalog and Prefix are used. A force
+// promote records it, with the replicator stopped, as the position the old
+// primary's lost entries start at (R8.6).
+func Replicated(ctx context.Context, cfg Config) (map[message.PChannel]uint64, error) {
+	if cfg.SourceCluster == "" || cfg.Dest == nil || len(cfg.PChannels) == 0 || cfg.Catalog == nil {
+		return nil, fmt.Errorf("%w: source cluster, destination WAL, pchannels and catalog are required", ErrInvalidConfig)
+	}
+	r := &Replicator{cfg: cfg}
+	out := make(map[message.PChannel]uint64, len(cfg.PChannels))
+	for _, p := range cfg.PChannels {
+		cp, err := r.resume(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out[p] = cp.Source
+	}
+	return out, nil
+}
+
+// superseded reads the source's supersession mark (nil without one, or
+// when it cannot be read now: the next read tells).
+func (r *Replicator) superseded(ctx context.Context, p message.PChannel) *Promotion {
+	if r.cfg.Superseded == nil {
+		return nil
+	}
+	m, err := r.cfg.Superseded(ctx)
+	if err != nil {
+		r.log.Warn("replication: cannot read whether the primary was superseded; copying on", "pchannel", p, "err", err)
+		return nil
+	}
+	return m
+}
+
+// refuse says why an entry of p at offset with header h must not be copied:
+// its generation is below one copied already (cp.Gen), or it is of the
+// superseded generation at or past the position mark's promote was made at.
+func refuse(p message.PChannel, offset uint64, h wal.Header, cp checkpoint, mark *Promotion) error {
+	if h.Generation < cp.Gen {
+		return fmt.Errorf("%w: %s entry at offset %d is of generation %d, after entries of generation %d were copied: a superseded primary wrote it; follow the current primary",
+			ErrGenerationWentBack, p, offset, h.Generation, cp.Gen)
+	}
+	if mark != nil && h.Generation < mark.Generation && offset >= mark.Positions[p] {
+		return fmt.Errorf("%w: %s was superseded by %s's promote at %s (generation %d), which had replicated %s up to offset %d: the entries from there on were lost with the promote and are not copied (walcast replicate salvage lists them); follow %s",
+			ErrSuperseded, mark.Replaced, mark.Cluster, mark.PromotedAt.UTC().Format(time.RFC3339), mark.Generation, p, mark.Positions[p], mark.Cluster)
+	}
+	return nil
+}
+
 func (r *Replicator) save(ctx context.Context, p message.PChannel, cp checkpoint) error {
 	raw, _ := json.Marshal(cp)
 	return r.cfg.Catalog.Commit(ctx, catalog.Put(r.checkpointKey(p), raw))
@@ -264,6 +368,7 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 	unsaved := 0
 	var entry []wal.Copy
 	var refreshed time.Time
+	mark := r.superseded(ctx, p)
 	stalled := 0 // idle rounds in a row with entries beyond the reader
 	for {
 		nctx, cancel := context.WithTimeout(ctx, refreshEvery)
@@ -288,6 +393,7 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 				unsaved = 0
 			}
 			end, known := r.refresh(ctx, p, cp.Source)
+			mark = r.superseded(ctx, p)
 			refreshed = time.Now()
 			// A reader that delivers nothing while the source has
 			// entries beyond it is stuck (a source server restarted
@@ -306,6 +412,14 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 		if !c.LastInEntry {
 			continue
 		}
+		if err := refuse(p, c.Offset, c.Entry, cp, mark); err != nil {
+			if unsaved > 0 {
+				if serr := r.save(ctx, p, cp); serr != nil {
+					return serr
+				}
+			}
+			return err
+		}
 		items, err := r.items(p, entry)
 		if err != nil {
 			return err
@@ -319,6 +433,7 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 			cp.Dest = wal.EntryOffset(res[0][0].MessageID) + 1
 		}
 		cp.Source = c.Offset + 1
+		cp.Gen = max(cp.Gen, c.Entry.Generation)
 		if unsaved++; unsaved >= r.cfg.CheckpointEvery {
 			if err := r.save(ctx, p, cp); err != nil {
 				return err
@@ -332,6 +447,7 @@ func (r *Replicator) replicate(ctx context.Context, p message.PChannel) error {
 		})
 		if time.Since(refreshed) >= refreshEvery {
 			r.refresh(ctx, p, cp.Source)
+			mark = r.superseded(ctx, p)
 			refreshed = time.Now()
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	cmem "github.com/walcast/walcast/catalog/memory"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/replicate"
@@ -83,16 +84,8 @@ func replicas(t *testing.T, dst *wmem.Log) map[message.PChannel][]wal.Copy {
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 func run(t *testing.T, cfg replicate.Config) (stop func()) {
 	t.Helper()
@@ -166,14 +159,18 @@ func TestR8_2_ResumesWithoutGapsOrDuplicates(t *testing.T) {
 	cfg.CheckpointEvery = 3
 	stop = run(t, cfg)
 	defer stop()
-	waitFor(t, "all replicas", func() bool {
-		n := 0
+	waitFor(t, "every replica", func() bool {
+		distinct := map[string]bool{}
 		for _, cs := range replicas(t, dstLog) {
-			n += len(cs)
+			for _, c := range cs {
+				distinct[fmt.Sprint(c.Message.Broadcast.ID, c.VChannel)] = true
+			}
 		}
-		return n == 32 // 16 replicable broadcasts x 2 copies
+		return len(distinct) == 32 // 16 replicable broadcasts x 2 copies
 	})
-	time.Sleep(50 * time.Millisecond)
+	// A duplicate of what the first run copied would come before the new
+	// copies, in source order; the replicator stops before the check.
+	stop()
 	seen := map[string]int{}
 	for p, cs := range replicas(t, dstLog) {
 		var last uint64

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/walcast/walcast/internal/ident"
 )
 
 // Domain is the kind of thing a key names. Its numeric value is its place in
@@ -83,7 +85,7 @@ func RegisterDomain(d Domain, name string) error {
 	if d == 0 || d >= Cluster {
 		return fmt.Errorf("%w: domain number %d outside 1..%d", ErrInvalidKey, d, Cluster-1)
 	}
-	if !isIdent(name) {
+	if !ident.Valid(name) {
 		return fmt.Errorf("%w: domain name %q is not an identifier", ErrInvalidKey, name)
 	}
 	domains.Lock()
@@ -127,19 +129,6 @@ func DomainByName(name string) (Domain, bool) {
 	d, ok := domains.byName[name]
 	domains.RUnlock()
 	return d, ok
-}
-
-func isIdent(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			return false
-		}
-	}
-	return true
 }
 
 // Mode says whether a key is held shared or exclusive. The zero Mode is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/walcast/walcast/internal/cputime"
+	"github.com/walcast/walcast/internal/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -177,6 +179,8 @@ func TestR3_5_ExclusiveWaiterNotStarvedByReaders(t *testing.T) {
 	defer cancel()
 	// Readers overlap each other, so without fairness the key would never
 	// be free of shared holders.
+	var holding atomic.Int32
+	var overlapped atomic.Bool
 	for range 4 {
 		wg.Go(func() {
 			for {
@@ -189,12 +193,16 @@ func TestR3_5_ExclusiveWaiterNotStarvedByReaders(t *testing.T) {
 				if err != nil {
 					return
 				}
-				time.Sleep(200 * time.Microsecond)
+				if holding.Add(1) > 1 {
+					overlapped.Store(true)
+				}
+				time.Sleep(200 * time.Microsecond) // the reader's work
+				holding.Add(-1)
 				g.Unlock()
 			}
 		})
 	}
-	time.Sleep(5 * time.Millisecond)
+	waitFor(t, overlapped.Load)
 	g, err := l.Lock(ctx, ExclusiveCollection("db", "c"))
 	close(stop)
 	if err != nil {
@@ -519,7 +527,13 @@ func waiters(l *Locker, d Domain, name string) int {
 func TestCoarseClock(t *testing.T) {
 	var c coarseClock
 	prev := int64(0)
-	for range 200 {
+	// Read it without pause, as a busy Locker does, until the timer has
+	// moved it several ticks on.
+	start, deadline := c.now(), time.Now().Add(wait.Patience)
+	for prev < start+5*int64(coarseTick) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the clock read %d, %v after %d", prev, wait.Patience, start)
+		}
 		before := monoNow()
 		got := c.now()
 		after := monoNow()
@@ -532,7 +546,7 @@ func TestCoarseClock(t *testing.T) {
 			t.Fatalf("the clock went back: %d after %d", got, prev)
 		}
 		prev = got
-		time.Sleep(100 * time.Microsecond)
+		runtime.Gosched()
 	}
 	// Read often, it moves: the timer refreshes it.
 	first := c.now()
@@ -549,15 +563,10 @@ func TestCoarseClock(t *testing.T) {
 	waitFor(t, func() bool { return !c.ticking.Load() })
 }
 
+// waitFor waits for cond: see wait.For.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	wait.For(t, "the condition", cond)
 }
 
 func BenchmarkLockUnlock3Keys(b *testing.B) {

@@ -114,10 +114,10 @@ func TestR13_15_OwnerLabelledByItsRefWhenRead(t *testing.T) {
 	}
 }
 
-// TestGap24_SameKeyTwiceIsOneKey: TryAcquire(k, k) and (Shared k,
+// TestR3_3_SameKeyTwiceIsOneKey: TryAcquire(k, k) and (Shared k,
 // Exclusive k) succeed and hold the key once, exclusive for the second
 // (R3.3: no self-deadlock).
-func TestGap24_SameKeyTwiceIsOneKey(t *testing.T) {
+func TestR3_3_SameKeyTwiceIsOneKey(t *testing.T) {
 	var tb Table
 	r := req(t, &tb, ExclusiveCollection("db", "c"), ExclusiveCollection("db", "c"))
 	if err := tb.TryAcquire(r); err != nil {

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -89,9 +90,10 @@ func (a *broadcastAPI) judge(ctx context.Context, b *broadcast.Broadcaster, t *w
 	}
 }
 
-// WithMaxRequestBytes rejects requests larger than n bytes (after
-// decompression) with code ResourceExhausted, before they are decoded.
-// Default DefaultMaxRequestBytes.
+// WithMaxRequestBytes rejects requests larger than n bytes (on the wire or
+// after decompression) with code InvalidArgument, reason
+// REQUEST_TOO_LARGE, before they are decoded: a request is at fault, which
+// no retry fixes. Default DefaultMaxRequestBytes.
 func WithMaxRequestBytes(n int) APIOption { return func(c *apiConfig) { c.maxRequestBytes = n } }
 
 // WithAckTimeout bounds how long the server works on one Ack. An Ack is
@@ -151,10 +153,11 @@ func NewBroadcastHandler(l app.Leader, opts ...APIOption) (string, http.Handler)
 	a := &broadcastAPI{leader: l, cfg: cfg}
 	// apicodec.Codec writes a broadcast's answer without protobuf-go's
 	// reflection over its maps.
-	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), connect.WithReadMaxBytes(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
+	hopts := append(append([]connect.HandlerOption{connect.WithCodec(apicodec.Codec{}), RequestLimit(cfg.maxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)},
 		strictJSONCodecs()...), cfg.connectOpts...)
 	hopts = append(hopts, serverCancels) // innermost: see serverCancels
-	return walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
+	path, h := walcastv1connect.NewBroadcastServiceHandler(a, hopts...)
+	return path, LimitRequestBytes(h, cfg.maxRequestBytes)
 }
 
 // broadcastAPI implements the BroadcastService over the engine.
@@ -186,19 +189,10 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	// Check what the API can before touching the broadcaster, so such a
 	// request takes no lock; the engine checks the rest (registered type,
 	// payload size, key length) before it creates anything.
-	typ, err := a.checkType(r.GetType())
+	hd, err := a.parseHead(r.GetType(), r.GetResourceKeys(), r.GetIdempotencyKey())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	keys, err := parseKeys(r.GetResourceKeys())
-	if err != nil {
-		return nil, a.fail(proc, err)
-	}
-	ik, err := message.ParseIdempotencyKey(r.GetIdempotencyKey())
-	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err))
-	}
-	mopts := messageOptions(ik, r.GetAckSyncUp(), r.GetProperties())
 	if d := r.GetRequestDigest(); len(d) > MaxRequestDigestBytes {
 		return nil, a.fail(proc, invalidArg("request_digest is %d bytes, limit %d: send a hash of the request", len(d), MaxRequestDigestBytes))
 	}
@@ -206,23 +200,13 @@ func (a *broadcastAPI) Broadcast(ctx context.Context, req *connect.Request[walca
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	msg, err := message.NewBroadcast(typ, r.GetPayload(), vchannelsOf(r.GetVchannels()), append(mopts, copts...)...)
-	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err))
-	}
-
-	b, err := a.leader.Current()
+	b, msg, err := a.checkedMessage(hd, r.GetPayload(), r.GetVchannels(), append(messageOptions(hd.ik, r.GetAckSyncUp(), r.GetProperties()), copts...))
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	// Refuse bad input before waiting for resource keys held by others
-	// (the engine also refuses targets on pchannels the cluster lacks).
-	if err := b.Check(msg); err != nil {
-		return nil, a.fail(proc, err)
-	}
-	areq := broadcast.AcquireRequest{Keys: keys, NoWait: r.GetNoWait(), Unreplicable: r.GetUnreplicable()}
-	if ik != "" {
-		areq.Idempotent = &broadcast.Idempotent{Type: typ, Key: ik}
+	areq := broadcast.AcquireRequest{Keys: hd.keys, NoWait: r.GetNoWait(), Unreplicable: r.GetUnreplicable()}
+	if hd.ik != "" {
+		areq.Idempotent = &broadcast.Idempotent{Type: hd.typ, Key: hd.ik}
 		if d := r.GetRequestDigest(); len(d) > 0 {
 			areq.Idempotent.Digest = d
 		}
@@ -313,19 +297,43 @@ func (a *broadcastAPI) Ack(ctx context.Context, req *connect.Request[walcastv1.A
 		defer cancel()
 	}
 	if err := b.Ack(actx, ack); err != nil {
-		return nil, a.fail(proc, err)
+		return nil, a.fail(proc, a.notIssued(actx, ack.BroadcastID, err))
 	}
 	return connect.NewResponse(&walcastv1.AckResponse{}), nil
+}
+
+// termChecker is a Leader that can tell whether a newer term exists (the
+// Coordinator, from etcd's election).
+type termChecker interface {
+	NewerTerm(ctx context.Context) (bool, error)
+}
+
+// notIssued turns the engine's refusal of an ack of an id it never issued
+// (broadcast.ErrNotIssued, with catalog.ErrFenced) into not_found when no
+// newer term exists: nobody issued the id, and a consumer retrying it would
+// retry forever. "Fenced" (Unavailable, retried at the leader) stays for a
+// real newer term, or when the election cannot be read. A leader without an
+// election (StaticLeader) has no newer term.
+func (a *broadcastAPI) notIssued(ctx context.Context, id uint64, err error) error {
+	if !errors.Is(err, broadcast.ErrNotIssued) {
+		return err
+	}
+	if tc, ok := a.leader.(termChecker); ok {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		newer, cerr := tc.NewerTerm(cctx)
+		cancel()
+		if cerr != nil || newer {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: broadcast %d: no leader of this cluster issued it (it is above every id this leader reserved, and this leader's term is the newest); do not retry this ack",
+		broadcast.ErrNotFound, id)
 }
 
 // GetTask describes one task, live or tombstoned.
 func (a *broadcastAPI) GetTask(ctx context.Context, req *connect.Request[walcastv1.GetTaskRequest]) (*connect.Response[walcastv1.Task], error) {
 	const proc = "GetTask"
-	b, err := a.leader.Current()
-	if err != nil {
-		return nil, a.fail(proc, err)
-	}
-	ti, err := b.Task(req.Msg.GetId())
+	b, ti, err := a.leaderTask(req.Msg.GetId())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
@@ -414,18 +422,11 @@ func (a *broadcastAPI) ForceAck(ctx context.Context, req *connect.Request[walcas
 	case len(r.GetReason()) > MaxReasonBytes:
 		return nil, a.fail(proc, invalidArg("reason is %d bytes, limit %d", len(r.GetReason()), MaxReasonBytes))
 	}
-	want := make([]message.VChannel, len(r.GetVchannels()))
-	for i, v := range r.GetVchannels() {
-		want[i] = message.VChannel(v)
-		if err := want[i].Validate(); err != nil {
-			return nil, a.fail(proc, fmt.Errorf("%w: vchannels[%d]: %w", broadcast.ErrInvalidArgument, i, err))
-		}
-	}
-	b, err := a.leader.Current()
+	want, err := validVChannels(r.GetVchannels())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	ti, err := b.Task(r.GetId())
+	b, ti, err := a.leaderTask(r.GetId())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
@@ -523,9 +524,14 @@ func (a *broadcastAPI) LookupKey(ctx context.Context, req *connect.Request[walca
 		return nil, a.fail(proc, err)
 	}
 	w := ks.Window
+	state := ks.State.String()
+	if ks.Persisting {
+		// Not final: the id may yet be forgotten by a crash (R7.5).
+		state = "PERSISTING"
+	}
 	out := &walcastv1.LookupKeyResponse{
 		BroadcastId: ks.BroadcastID,
-		State:       ks.State.String(),
+		State:       state,
 		Outcome:     outcomePB(ks.Outcome),
 		Window:      windowPB(&w),
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
@@ -91,6 +92,38 @@ func newReq() *walcastv1.BroadcastRequest {
 	}
 }
 
+// broadcastInBackground sends r and returns the channel its answer comes
+// on: nil if it failed, which fails t.
+func broadcastInBackground(ctx context.Context, t *testing.T, c walcastv1connect.BroadcastServiceClient, r *walcastv1.BroadcastRequest) <-chan *walcastv1.BroadcastResponse {
+	done := make(chan *walcastv1.BroadcastResponse, 1)
+	go func() {
+		resp, err := c.Broadcast(ctx, connect.NewRequest(r))
+		if err != nil {
+			t.Error(err)
+			done <- nil
+			return
+		}
+		done <- resp.Msg
+	}()
+	return done
+}
+
+// appendedTask waits until the one PENDING task has every copy appended,
+// and returns it.
+func appendedTask(ctx context.Context, t *testing.T, c walcastv1connect.BroadcastServiceClient, what string) *walcastv1.Task {
+	t.Helper()
+	var task *walcastv1.Task
+	waitFor(t, what, func() bool {
+		list, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{States: []string{"PENDING"}}))
+		if err != nil || len(list.Msg.GetTasks()) != 1 {
+			return false
+		}
+		task = list.Msg.GetTasks()[0]
+		return !slices.ContainsFunc(task.GetVchannels(), func(v *walcastv1.VChannelState) bool { return !v.GetAppended() })
+	})
+	return task
+}
+
 func broadcastOK(t *testing.T, ctx context.Context, c walcastv1connect.BroadcastServiceClient, r *walcastv1.BroadcastRequest) *walcastv1.BroadcastResponse {
 	t.Helper()
 	resp, err := c.Broadcast(ctx, connect.NewRequest(r))
@@ -100,16 +133,8 @@ func broadcastOK(t *testing.T, ctx context.Context, c walcastv1connect.Broadcast
 	return resp.Msg
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 func TestR9_4_BroadcastAndInspect(t *testing.T) {
 	forProtocols(t, func(t *testing.T, p protocol) {
@@ -200,19 +225,10 @@ func TestR9_4_BroadcastAndInspect(t *testing.T) {
 				return ctx.Err()
 			}
 		})
-		done := make(chan *walcastv1.BroadcastResponse, 1)
-		go func() {
-			r := newReq()
-			r.ResourceKeys = []string{"Collection:db1:c2@X"}
-			r.IdempotencyKey = string(message.CollectionKey(8, "running"))
-			resp, err := c.Broadcast(ctx, connect.NewRequest(r))
-			if err != nil {
-				t.Error(err)
-				done <- nil
-				return
-			}
-			done <- resp.Msg
-		}()
+		running := newReq()
+		running.ResourceKeys = []string{"Collection:db1:c2@X"}
+		running.IdempotencyKey = string(message.CollectionKey(8, "running"))
+		done := broadcastInBackground(ctx, t, c, running)
 		var held *walcastv1.LockState
 		waitFor(t, "the running broadcast's locks", func() bool {
 			locks, err := c.ListLocks(ctx, connect.NewRequest(&walcastv1.ListLocksRequest{}))
@@ -336,36 +352,11 @@ func TestR9_4_BadInput(t *testing.T) {
 
 		// A live task waiting for consumer acks (AckSyncUp), for the acks
 		// below.
-		live := make(chan *walcastv1.BroadcastResponse, 1)
-		go func() {
-			r := newReq()
-			r.Type = apitest.Sync.String()
-			r.ResourceKeys = []string{"Collection:db1:live@X"}
-			resp, err := c.Broadcast(ctx, connect.NewRequest(r))
-			if err != nil {
-				t.Error(err)
-				live <- nil
-				return
-			}
-			live <- resp.Msg
-		}()
-		var liveTask *walcastv1.Task
-		waitFor(t, "the live task's appends", func() bool {
-			list, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{States: []string{"PENDING"}}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(list.Msg.GetTasks()) != 1 {
-				return false
-			}
-			liveTask = list.Msg.GetTasks()[0]
-			for _, v := range liveTask.GetVchannels() {
-				if !v.GetAppended() {
-					return false
-				}
-			}
-			return true
-		})
+		r := newReq()
+		r.Type = apitest.Sync.String()
+		r.ResourceKeys = []string{"Collection:db1:live@X"}
+		live := broadcastInBackground(ctx, t, c, r)
+		liveTask := appendedTask(ctx, t, c, "the live task's appends")
 
 		bcast := func(mod func(r *walcastv1.BroadcastRequest)) func() error {
 			return func() error {
@@ -402,7 +393,7 @@ func TestR9_4_BadInput(t *testing.T) {
 			{"payload over the broadcaster's limit", bcast(func(r *walcastv1.BroadcastRequest) { r.Payload = make([]byte, 300<<10) }),
 				connect.CodeInvalidArgument, "payload is 307200 bytes, limit 262144", ""},
 			{"request over the API's limit", bcast(func(r *walcastv1.BroadcastRequest) { r.Payload = make([]byte, 2<<20) }),
-				connect.CodeResourceExhausted, "larger than configured max", ""},
+				connect.CodeInvalidArgument, "request too large: over", ""},
 			{"idempotency key too long", bcast(func(r *walcastv1.BroadcastRequest) { r.IdempotencyKey = string(message.CollectionKey(7, longKey)) }),
 				connect.CodeInvalidArgument, "client key length 300 exceeds limit 256", longKey},
 			{"malformed idempotency key", bcast(func(r *walcastv1.BroadcastRequest) { r.IdempotencyKey = "3:07:x" }),
@@ -524,18 +515,9 @@ func TestAckNotCancelledByClient(t *testing.T) {
 				return ctx.Err()
 			}
 		})
-		done := make(chan *walcastv1.BroadcastResponse, 1)
-		go func() {
-			r := newReq()
-			r.Type = apitest.Sync.String()
-			resp, err := c.Broadcast(ctx, connect.NewRequest(r))
-			if err != nil {
-				t.Error(err)
-				done <- nil
-				return
-			}
-			done <- resp.Msg
-		}()
+		r := newReq()
+		r.Type = apitest.Sync.String()
+		done := broadcastInBackground(ctx, t, c, r)
 		var id uint64
 		waitFor(t, "the task's appends", func() bool {
 			list, err := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending}})
@@ -587,16 +569,7 @@ func TestStuckCallbackRetryAndComplete(t *testing.T) {
 		ctx := ctxT(t)
 
 		env.SetCallback(func(context.Context, *broadcast.Event) error { return errors.New("downstream is down") })
-		done := make(chan *walcastv1.BroadcastResponse, 1)
-		go func() {
-			resp, err := c.Broadcast(ctx, connect.NewRequest(newReq()))
-			if err != nil {
-				t.Error(err)
-				done <- nil
-				return
-			}
-			done <- resp.Msg
-		}()
+		done := broadcastInBackground(ctx, t, c, newReq())
 		var task *walcastv1.Task
 		waitFor(t, "a failing callback", func() bool {
 			list, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{States: []string{"PENDING"}}))

@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/api/walcastv1/walcastv1connect"
 	"github.com/walcast/walcast/app"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/server"
 )
 
@@ -27,6 +28,7 @@ import (
 // walcast_catalog_store_ok is 0, and a broadcast is refused at once with
 // etcd's reason, creating nothing.
 func TestR9_10_StandaloneReportsAFullCatalog(t *testing.T) {
+	longtest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p, check := storeStandalone(t, ctx, "catalog store", func(cfg *server.Config) { cfg.Standalone.EtcdQuotaBytes = 64 << 20 })

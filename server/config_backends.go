@@ -47,6 +47,13 @@ type CatalogConfig struct {
 	// own request timeout (7s with its default election timeout), a
 	// write caught in an etcd leader change is retried sooner.
 	CommitTimeout Duration `yaml:"commit_timeout"`
+	// AttemptTimeout bounds one attempt of an etcd call of a
+	// coordinator: a member that does not answer within it (one cut
+	// off from its peers that has not noticed yet) is asked no more
+	// and the call goes to another member (SPEC R9.12). Every call
+	// also requires the member to know a leader, and the client only
+	// calls the members whose reads answer (probed every 500ms).
+	AttemptTimeout Duration `yaml:"attempt_timeout"`
 	// TLS of the connections to etcd (https:// endpoints).
 	TLS ClientTLS `yaml:"tls"`
 	// Username and PasswordFile authenticate to etcd (etcd auth);
@@ -189,6 +196,7 @@ func defaultCatalogConfig() CatalogConfig {
 		KeepaliveTime:    Duration(5 * time.Second),
 		KeepaliveTimeout: Duration(3 * time.Second),
 		CommitTimeout:    Duration(5 * time.Second),
+		AttemptTimeout:   Duration(2 * time.Second), // etcd.DefaultAttemptTimeout
 	}
 }
 
@@ -219,6 +227,8 @@ func (c CatalogConfig) Validate() error {
 		return badSetting("catalog.keepalive_time", "keepalive_time (%v) and keepalive_timeout (%v) must be at least 1s", c.KeepaliveTime.D(), c.KeepaliveTimeout.D())
 	case c.CommitTimeout < Duration(100*time.Millisecond):
 		return badSetting("catalog.commit_timeout", "%v is below 100ms", c.CommitTimeout.D())
+	case c.AttemptTimeout < Duration(100*time.Millisecond):
+		return badSetting("catalog.attempt_timeout", "%v is below 100ms", c.AttemptTimeout.D())
 	case c.AutoSyncInterval < 0:
 		return badSetting("catalog.auto_sync_interval", "%v is negative", c.AutoSyncInterval.D())
 	case (c.Username == "") != (c.PasswordFile == ""):

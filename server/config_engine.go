@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/walcast/walcast/broadcast"
@@ -97,7 +98,34 @@ type ReplicationConfig struct {
 	// never reaches this cluster: skip only types whose effect this
 	// cluster must not have, never a transaction's members.
 	SkipTypes []string `yaml:"skip_types"`
+	// Peers are the API addresses (host:port, or http:// and https://
+	// URLs) of the other clusters of this cluster's replication topology.
+	// A primary asks them, when it starts to lead and every few seconds,
+	// whether one of them was force-promoted over it (R8.5), and learns
+	// which of them are its secondaries: a secondary it learned of must
+	// answer before a restarted primary accepts DDL
+	// (replication.unreachable_secondaries).
+	Peers []string `yaml:"peers"`
+	// PeerTokenFile holds a token (of the reader role) this cluster sends
+	// to its peers' APIs when they need authentication.
+	PeerTokenFile string `yaml:"peer_token_file"`
+	// PeerCAFile is the CA bundle of the peers' API certificates: set it
+	// when they serve TLS (addresses without a scheme then mean https://).
+	PeerCAFile string `yaml:"peer_ca_file"`
+	// UnreachableSecondaries is what a primary does while it cannot
+	// confirm that none of its secondaries (those its topology names, and
+	// those it learned from its peers) was promoted over it, because they
+	// do not answer: "refuse" (the default) refuses DDL until one answers
+	// each; "accept" accepts DDL, with a warning in its log, at the risk of
+	// two primaries.
+	UnreachableSecondaries string `yaml:"unreachable_secondaries"`
 }
+
+// Policies of replication.unreachable_secondaries.
+const (
+	RefuseUnconfirmed = "refuse"
+	AcceptUnconfirmed = "accept"
+)
 
 // MetaConfig is the metadata service's settings (section meta), which the
 // walcast command gives the service it runs.
@@ -213,10 +241,22 @@ func (t TombstoneConfig) importWindow() (life Duration, count int, setting strin
 	return life, count, setting
 }
 
-// Validate checks replication.skip_types.
+// Validate checks the replication settings.
 func (r ReplicationConfig) Validate() error {
-	_, err := r.skipTypes()
-	return err
+	if _, err := r.skipTypes(); err != nil {
+		return err
+	}
+	for i, p := range r.Peers {
+		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, " \t") {
+			return badSetting(fmt.Sprintf("replication.peers[%d]", i), "%q is not an API address (host:port or an http:// or https:// URL)", p)
+		}
+	}
+	switch r.UnreachableSecondaries {
+	case RefuseUnconfirmed, AcceptUnconfirmed:
+	default:
+		return badSetting("replication.unreachable_secondaries", "%q is neither %q nor %q", r.UnreachableSecondaries, RefuseUnconfirmed, AcceptUnconfirmed)
+	}
+	return nil
 }
 
 // skipTypes returns replication.skip_types, checked: each a type name

@@ -17,6 +17,7 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	"github.com/walcast/walcast/internal/editdist"
 )
 
 // Load is LoadWithWarnings without the warnings.
@@ -39,7 +40,7 @@ func envVerdict(name string, byEnv map[string]string) (warning string, err error
 	section, _, _ := strings.Cut(rest, "_")
 	nearest, dist := "", math.MaxInt
 	for env := range byEnv {
-		if d := editDistance(name, env); d < dist || d == dist && env < nearest {
+		if d := editdist.Levenshtein(name, env); d < dist || d == dist && env < nearest {
 			nearest, dist = env, d
 		}
 		if strings.HasSuffix(env, "_"+rest) {
@@ -70,27 +71,6 @@ var sections = func() map[string]bool {
 	}
 	return out
 }()
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
 
 // LoadWithWarnings builds the configuration from the defaults, the YAML
 // file at path (if path is not empty), the environment (environ, e.g.

@@ -63,6 +63,16 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 			}
 			return console.Identity{Name: id.Name, Role: consoleRole(id.Role)}, nil
 		}
+		// A browser without a client certificate signs in with a token
+		// (the API's tokens, api.auth.token_file).
+		cc.Login = func(token string) (console.Identity, error) {
+			r := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
+			id, err := a.Authenticate(r)
+			if err != nil {
+				return console.Identity{Name: id.Name}, errors.New(auth.Message(err))
+			}
+			return console.Identity{Name: id.Name, Role: consoleRole(id.Role)}, nil
+		}
 	}
 	if a := p.sec.audit; a != nil {
 		cc.Audit = func(r *http.Request, who console.Identity, action, result, detail string) {
@@ -72,32 +82,41 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 	if l, ok := application.(app.ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
 	}
+	if j, ok := application.(app.OutcomeJudge); ok {
+		cc.ApplicationOutcome = func(ctx context.Context, b *broadcast.Broadcaster, t broadcast.TaskInfo) (broadcast.Outcome, bool) {
+			return j.ApplicationOutcome(ctx, b, t.Type, t.Outcome)
+		}
+	}
 	return console.New(cc)
+}
+
+// consoleRoles pairs the API's roles with the console's: streaming nodes
+// may not read the console.
+var consoleRoles = [...]struct {
+	api     auth.Role
+	console console.Role
+}{
+	{auth.Admin, console.RoleAdmin},
+	{auth.Writer, console.RoleWriter},
+	{auth.Reader, console.RoleReader},
 }
 
 // apiRole maps a console role back to the API's, for the audit log.
 func apiRole(r console.Role) auth.Role {
-	switch r {
-	case console.RoleAdmin:
-		return auth.Admin
-	case console.RoleWriter:
-		return auth.Writer
-	case console.RoleReader:
-		return auth.Reader
+	for _, p := range consoleRoles {
+		if p.console == r {
+			return p.api
+		}
 	}
 	return auth.NoRole
 }
 
-// consoleRole maps an API role to the console's: streaming nodes may not
-// read the console.
+// consoleRole maps an API role to the console's.
 func consoleRole(r auth.Role) console.Role {
-	switch r {
-	case auth.Admin:
-		return console.RoleAdmin
-	case auth.Writer:
-		return console.RoleWriter
-	case auth.Reader:
-		return console.RoleReader
+	for _, p := range consoleRoles {
+		if p.api == r {
+			return p.console
+		}
 	}
 	return console.RoleNone
 }

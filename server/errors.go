@@ -48,6 +48,11 @@ const (
 	// ReasonNotSecondary: a force promote on a cluster that is not a
 	// secondary.
 	ReasonNotSecondary = "NOT_SECONDARY"
+	// ReasonSuperseded (FailedPrecondition): the cluster was primary, and
+	// another cluster's force promote superseded it (R8.5); the detail's
+	// "primary" metadata names that cluster. Nothing was done: send DDL to
+	// the new primary.
+	ReasonSuperseded = "SUPERSEDED"
 	// ReasonKeyReused (AlreadyExists): the idempotency key was accepted
 	// for a different request; mint a new key.
 	ReasonKeyReused = "KEY_REUSED"
@@ -83,6 +88,8 @@ func codeOf(err error) (connect.Code, string) {
 		return connect.CodePermissionDenied, ""
 	case errors.Is(err, ErrNotLeader):
 		return connect.CodeUnavailable, ReasonNotLeader
+	case errors.Is(err, ErrSuperseded):
+		return connect.CodeFailedPrecondition, ReasonSuperseded
 	case errors.Is(err, ErrNotPrimary):
 		return connect.CodeFailedPrecondition, ReasonNotPrimary
 	case errors.Is(err, broadcast.ErrNotSecondary):
@@ -212,6 +219,10 @@ func toConnectError(err error) *connect.Error {
 			if key, holder, ok := busyHolder(err); ok {
 				info.Metadata = map[string]string{"key": key, "holder": holder}
 			}
+		}
+		var se *SupersededError
+		if reason == ReasonSuperseded && errors.As(err, &se) {
+			info.Metadata = map[string]string{"primary": se.By}
 		}
 		if d, derr := connect.NewErrorDetail(info); derr == nil {
 			ce.AddDetail(d)

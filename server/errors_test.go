@@ -41,6 +41,7 @@ func TestCodeOf(t *testing.T) {
 		{"key reused", broadcast.ErrKeyReusedWithDifferentPayload, connect.CodeAlreadyExists, ReasonKeyReused},
 		{"failed precondition", broadcast.ErrFailedPrecondition, connect.CodeFailedPrecondition, ""},
 		{"not primary", wrap(errors.New("role check"), ErrNotPrimary), connect.CodeFailedPrecondition, ReasonNotPrimary},
+		{"superseded", fmt.Errorf("role check: %w", &SupersededError{Cluster: "east", By: "west", Generation: 1}), connect.CodeFailedPrecondition, ReasonSuperseded},
 		{"not leader", &NotLeaderError{Leader: "http://x"}, connect.CodeUnavailable, ReasonNotLeader},
 		{"not leader, wrapped", wrap(errors.New("api"), &NotLeaderError{}), connect.CodeUnavailable, ReasonNotLeader},
 		{"task not created, closing", wrap(broadcast.ErrTaskNotCreated, broadcast.ErrClosed), connect.CodeUnavailable, ReasonTaskNotCreated},

@@ -26,32 +26,17 @@ func (a *broadcastAPI) BeginTxn(ctx context.Context, req *connect.Request[walcas
 	// The caller's trace context joins the Begin's spans, as Broadcast's.
 	ctx = requestTrace(ctx, req.Header())
 	r := req.Msg
-	typ, err := a.checkType(r.GetType())
+	hd, err := a.parseHead(r.GetType(), r.GetResourceKeys(), r.GetIdempotencyKey())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	keys, err := parseKeys(r.GetResourceKeys())
+	b, msg, err := a.checkedMessage(hd, r.GetPayload(), r.GetVchannels(), messageOptions(hd.ik, false, r.GetProperties()))
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	ik, err := message.ParseIdempotencyKey(r.GetIdempotencyKey())
-	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err))
-	}
-	msg, err := message.NewBroadcast(typ, r.GetPayload(), vchannelsOf(r.GetVchannels()), messageOptions(ik, false, r.GetProperties())...)
-	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err))
-	}
-	b, err := a.leader.Current()
-	if err != nil {
-		return nil, a.fail(proc, err)
-	}
-	if err := b.Check(msg); err != nil {
-		return nil, a.fail(proc, err)
-	}
-	treq := broadcast.TxnRequest{Keys: keys, NoWait: r.GetNoWait()}
-	if ik != "" {
-		treq.Idempotent = &broadcast.Idempotent{Type: typ, Key: ik}
+	treq := broadcast.TxnRequest{Keys: hd.keys, NoWait: r.GetNoWait()}
+	if hd.ik != "" {
+		treq.Idempotent = &broadcast.Idempotent{Type: hd.typ, Key: hd.ik}
 	}
 	x, err := b.BeginTxn(ctx, treq, msg)
 	if err != nil {
@@ -76,18 +61,14 @@ func (a *broadcastAPI) TxnMember(ctx context.Context, req *connect.Request[walca
 	default:
 		return nil, a.fail(proc, invalidArg("kind %s: a member is GROUP_KIND_BODY, GROUP_KIND_COMMIT or GROUP_KIND_ROLLBACK (BeginTxn opens a transaction)", kind))
 	}
-	typ, err := a.checkType(r.GetType())
+	hd, err := a.parseHead(r.GetType(), nil, r.GetIdempotencyKey())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
-	ik, err := message.ParseIdempotencyKey(r.GetIdempotencyKey())
-	if err != nil {
-		return nil, a.fail(proc, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err))
-	}
 	// The members keep the Begin's targets: the message has none of its
 	// own, and the broadcaster stamps the transaction's.
-	msg := &message.Message{Type: typ, Payload: r.GetPayload(), IdempotencyKey: ik}
-	for _, o := range messageOptions(ik, false, r.GetProperties()) {
+	msg := &message.Message{Type: hd.typ, Payload: r.GetPayload(), IdempotencyKey: hd.ik}
+	for _, o := range messageOptions(hd.ik, false, r.GetProperties()) {
 		o(msg)
 	}
 	b, err := a.leader.Current()
@@ -188,19 +169,13 @@ func (a *broadcastAPI) WaitVChannelsAcked(ctx context.Context, req *connect.Requ
 	if len(r.GetVchannels()) == 0 {
 		return nil, a.fail(proc, invalidArg("vchannels: name at least one target of the broadcast"))
 	}
-	vs := vchannelsOf(r.GetVchannels())
-	for i, v := range vs {
-		if err := v.Validate(); err != nil {
-			return nil, a.fail(proc, fmt.Errorf("%w: vchannels[%d]: %w", broadcast.ErrInvalidArgument, i, err))
-		}
-	}
-	b, err := a.leader.Current()
+	vs, err := validVChannels(r.GetVchannels())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
 	// The engine answers a finished task at once whatever the vchannels;
 	// a vchannel the task never targeted is refused here too.
-	ti, err := b.Task(r.GetId())
+	b, ti, err := a.leaderTask(r.GetId())
 	if err != nil {
 		return nil, a.fail(proc, err)
 	}
@@ -218,6 +193,52 @@ func (a *broadcastAPI) WaitVChannelsAcked(ctx context.Context, req *connect.Requ
 	t := taskPB(ti)
 	a.judge(ctx, b, t, ti.Type, ti.Outcome)
 	return connect.NewResponse(&walcastv1.WaitVChannelsAckedResponse{Task: t}), nil
+}
+
+// requestHead is what a request that broadcasts (Broadcast, BeginTxn,
+// TxnMember) starts with, parsed and checked.
+type requestHead struct {
+	typ  message.Type
+	keys []resource.Key
+	ik   message.IdempotencyKey
+}
+
+// parseHead parses a broadcasting request's type (refusing those
+// BroadcastService must not broadcast), resource keys and idempotency key,
+// before the request touches the broadcaster, so that a bad one takes no
+// lock.
+func (a *broadcastAPI) parseHead(typ string, keys []string, ik string) (requestHead, error) {
+	var hd requestHead
+	var err error
+	if hd.typ, err = a.checkType(typ); err != nil {
+		return hd, err
+	}
+	if hd.keys, err = parseKeys(keys); err != nil {
+		return hd, err
+	}
+	if hd.ik, err = message.ParseIdempotencyKey(ik); err != nil {
+		return hd, fmt.Errorf("%w: idempotency_key: %w", broadcast.ErrInvalidArgument, err)
+	}
+	return hd, nil
+}
+
+// checkedMessage builds the message of a broadcasting request and returns
+// it with the leader's broadcaster once the broadcaster accepts it: bad
+// input (an unregistered type, a payload too large, targets on pchannels the
+// cluster lacks) is refused before waiting for resource keys held by others.
+func (a *broadcastAPI) checkedMessage(hd requestHead, payload []byte, vchannels []string, opts []message.Option) (*broadcast.Broadcaster, *message.Message, error) {
+	msg, err := message.NewBroadcast(hd.typ, payload, vchannelsOf(vchannels), opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
+	}
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := b.Check(msg); err != nil {
+		return nil, nil, err
+	}
+	return b, msg, nil
 }
 
 // checkType parses a request's type and refuses the types BroadcastService
@@ -244,6 +265,27 @@ func parseKeys(ss []string) ([]resource.Key, error) {
 		keys[i] = k
 	}
 	return keys, nil
+}
+
+// validVChannels parses a request's vchannels, each checked.
+func validVChannels(ss []string) ([]message.VChannel, error) {
+	vs := vchannelsOf(ss)
+	for i, v := range vs {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: vchannels[%d]: %w", broadcast.ErrInvalidArgument, i, err)
+		}
+	}
+	return vs, nil
+}
+
+// leaderTask returns the leader's broadcaster and its task id.
+func (a *broadcastAPI) leaderTask(id uint64) (*broadcast.Broadcaster, broadcast.TaskInfo, error) {
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, broadcast.TaskInfo{}, err
+	}
+	ti, err := b.Task(id)
+	return b, ti, err
 }
 
 func vchannelsOf(ss []string) []message.VChannel {
@@ -294,30 +336,31 @@ func broadcastResponsePB(res *broadcast.Result) *walcastv1.BroadcastResponse {
 	return out
 }
 
+// groupKinds pairs the API's group kinds with the engine's.
+var groupKinds = [...]struct {
+	pb   walcastv1.GroupKind
+	kind message.GroupKind
+}{
+	{walcastv1.GroupKind_GROUP_KIND_BEGIN, message.GroupBegin},
+	{walcastv1.GroupKind_GROUP_KIND_BODY, message.GroupBody},
+	{walcastv1.GroupKind_GROUP_KIND_COMMIT, message.GroupCommit},
+	{walcastv1.GroupKind_GROUP_KIND_ROLLBACK, message.GroupRollback},
+}
+
 func groupKindOf(k walcastv1.GroupKind) message.GroupKind {
-	switch k {
-	case walcastv1.GroupKind_GROUP_KIND_BEGIN:
-		return message.GroupBegin
-	case walcastv1.GroupKind_GROUP_KIND_BODY:
-		return message.GroupBody
-	case walcastv1.GroupKind_GROUP_KIND_COMMIT:
-		return message.GroupCommit
-	case walcastv1.GroupKind_GROUP_KIND_ROLLBACK:
-		return message.GroupRollback
+	for _, p := range groupKinds {
+		if p.pb == k {
+			return p.kind
+		}
 	}
 	return 0
 }
 
 func groupKindPB(k message.GroupKind) walcastv1.GroupKind {
-	switch k {
-	case message.GroupBegin:
-		return walcastv1.GroupKind_GROUP_KIND_BEGIN
-	case message.GroupBody:
-		return walcastv1.GroupKind_GROUP_KIND_BODY
-	case message.GroupCommit:
-		return walcastv1.GroupKind_GROUP_KIND_COMMIT
-	case message.GroupRollback:
-		return walcastv1.GroupKind_GROUP_KIND_ROLLBACK
+	for _, p := range groupKinds {
+		if p.kind == k {
+			return p.pb
+		}
 	}
 	return walcastv1.GroupKind_GROUP_KIND_UNSPECIFIED
 }

@@ -67,9 +67,11 @@ func (r Readiness) Reason() string {
 	return strings.Join(out, "; ")
 }
 
-// DefaultReadyTimeout bounds each backend probe of a readiness check: a
-// killed etcd or NATS makes /readyz answer "not ready" within it.
-const DefaultReadyTimeout = 2 * time.Second
+// DefaultReadyTimeout bounds each backend probe of a readiness check (they
+// run at once): a killed or cut-off etcd or NATS makes /readyz answer "not
+// ready", with its reasons, within it — inside the 1 s a probe of the
+// shipped manifests waits.
+const DefaultReadyTimeout = 700 * time.Millisecond
 
 // prober computes a coordinator's readiness.
 type prober struct {
@@ -78,7 +80,8 @@ type prober struct {
 	wal     *wal.WAL
 	pchan   message.PChannel // probed with WAL.End
 	timeout time.Duration
-	extra   func() []Check // more checks (the data directory's storage), or nil
+	extra   func() []Check   // more checks (the data directory's storage), or nil
+	members *etcdcat.Members // the etcd members' probes (cluster mode), or nil
 }
 
 // Ready probes the catalog (by reading who leads, a linearizable etcd read)
@@ -93,13 +96,28 @@ func (p *prober) Ready(ctx context.Context) Readiness {
 		_, err := p.wal.End(wctx, p.pchan)
 		walc <- err
 	}()
+	// A dial of the members runs beside the read, so that a failed read
+	// can say why (a refused connection) without a second wait.
+	dialc := make(chan error, 1)
+	go func() { dialc <- dialAny(ctx, "etcd", p.client.Endpoints(), p.timeout) }()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	leader, err := etcdcat.Leader(cctx, p.client, p.coord.electionPrefix())
 	cancel()
+	// The read is linearizable and requires a leader (cluster mode): it
+	// is answered only through a member in touch with a quorum.
+	var members string
+	if p.members != nil {
+		members = " (" + p.members.Summary() + ")"
+	}
 	if err != nil {
-		r.Checks = append(r.Checks, Check{Name: "catalog", Detail: "etcd does not answer: " + err.Error()})
+		// Why: a refused connection says more than the read's deadline.
+		why := fmt.Sprintf("etcd does not answer within %v: %v", p.timeout, err)
+		if derr := <-dialc; derr != nil {
+			why = "etcd does not answer: " + derr.Error()
+		}
+		r.Checks = append(r.Checks, Check{Name: "catalog", Detail: why + members})
 	} else {
-		r.Checks = append(r.Checks, Check{Name: "catalog", OK: true, Detail: "etcd answers"})
+		r.Checks = append(r.Checks, Check{Name: "catalog", OK: true, Detail: "etcd answers" + members})
 	}
 	if err := <-walc; err != nil {
 		r.Checks = append(r.Checks, Check{Name: "wal", Detail: fmt.Sprintf("%s does not answer: %v", p.pchan, err)})
@@ -118,7 +136,11 @@ func (p *prober) Ready(ctx context.Context) Readiness {
 			Check{Name: "recovery", Detail: "the broadcaster is still recovering its tasks"})
 	case err == nil && leader != "":
 		r.Role, r.Leader = RoleStandby, leader
-		r.Checks = append(r.Checks, Check{Name: "leader", OK: true, Detail: "standby; the leader is at " + leader})
+		detail := "standby; the leader is at " + leader
+		if why, at := p.coord.GaveUp(); why != "" {
+			detail += fmt.Sprintf("; this coordinator gave up its leadership at %s: %s", at.UTC().Format(time.RFC3339), why)
+		}
+		r.Checks = append(r.Checks, Check{Name: "leader", OK: true, Detail: detail})
 	default:
 		r.Role = RoleElecting
 		r.Checks = append(r.Checks, Check{Name: "leader", Detail: "no leader is known"})

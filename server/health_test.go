@@ -147,7 +147,8 @@ func TestR9_10_ReadyzWithBackendsStopped(t *testing.T) {
 	_ = etcd.Close()
 	etcdOpen = false
 	_, body := get(t, url+"/readyz")
-	if !strings.Contains(body, "FAIL catalog: etcd does not answer") || !strings.Contains(body, "FAIL wal:") {
+	if !strings.Contains(body, "FAIL catalog: etcd does not answer: cannot reach etcd at ") || !strings.Contains(body, "connection refused") ||
+		!strings.Contains(body, "FAIL wal:") || !strings.Contains(body, "cannot reach NATS at ") {
 		t.Errorf("/readyz without etcd and NATS: %q", body)
 	}
 }

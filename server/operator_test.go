@@ -92,30 +92,8 @@ func TestR5_6_ForceAckResolvesATaskWaitingForAGoneConsumer(t *testing.T) {
 		ctx := ctxT(t)
 		req := newReq()
 		req.Type = apitest.Sync.String()
-		done := make(chan *walcastv1.BroadcastResponse, 1)
-		go func() {
-			resp, err := c.Broadcast(ctx, connect.NewRequest(req))
-			if err != nil {
-				t.Error(err)
-				done <- nil
-				return
-			}
-			done <- resp.Msg
-		}()
-		var task *walcastv1.Task
-		waitFor(t, "a task waiting for its consumers' acks", func() bool {
-			list, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{States: []string{"PENDING"}}))
-			if err != nil || len(list.Msg.GetTasks()) != 1 {
-				return false
-			}
-			task = list.Msg.GetTasks()[0]
-			for _, v := range task.GetVchannels() {
-				if !v.GetAppended() {
-					return false
-				}
-			}
-			return true
-		})
+		done := broadcastInBackground(ctx, t, c, req)
+		task := appendedTask(ctx, t, c, "a task waiting for its consumers' acks")
 		if task.GetStage() != "queued" {
 			t.Fatalf("stage %q of a sync-up task waiting for acks, want queued", task.GetStage())
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/internal/pki"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -118,6 +119,7 @@ func broadcastOnce(t *testing.T, p *server.Process) {
 // wal.nats.tls and wal.nats.user/password_file it broadcasts; with a
 // wrong password for either it does not start, and says why.
 func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
+	longtest.Require(t)
 	b := newBackendPKI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

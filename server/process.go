@@ -28,6 +28,7 @@ import (
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/catalog"
+	etcdcat "github.com/walcast/walcast/catalog/etcd"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/internal/tlsfiles"
@@ -93,7 +94,9 @@ type Process struct {
 	apiAddr, metricsAddr string
 	ready                *prober // nil unless the process runs a coordinator
 	natsURL, etcdURL     string
-	foreign              *foreignEntries // entries of other clusters skipped
+	members              *etcdcat.Members // which etcd members a coordinator calls; nil on standalone
+	foreign              *foreignEntries  // entries of other clusters skipped
+	recreated            *recreatedLogs   // lanes whose log a coordinator's append created again
 	sec                  *security
 	metricsScheme        string       // "https" with metrics.tls
 	secure               *SecureFiles // api.secure's files
@@ -229,12 +232,13 @@ func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := metrics.RegisterBuildInfo(reg); err != nil {
+	if err := errors.Join(metrics.RegisterBuildInfo(reg), metrics.RegisterClusterInfo(reg, cfg.Cluster.Name)); err != nil {
 		_ = sec.close()
 		return nil, err
 	}
 	p := &Process{cfg: cfg, log: log, reg: reg, errc: make(chan error, 1), sec: sec}
 	p.foreign = newForeignEntries(reg, log, wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames()))
+	p.recreated = newRecreatedLogs(log)
 	p.onClose(sec.close)
 	if stop, err := setupTracing(cfg); err != nil {
 		log.Error("tracing disabled", "err", err)
@@ -497,18 +501,32 @@ func StartCoordinator(ctx context.Context, cfg Config, application app.App) (_ *
 	// not in zap's default JSON.
 	ec := clientv3.Config{Endpoints: cfg.Catalog.Endpoints, DialTimeout: cfg.Catalog.DialTimeout.D(),
 		DialKeepAliveTime: cfg.Catalog.KeepaliveTime.D(), DialKeepAliveTimeout: cfg.Catalog.KeepaliveTimeout.D(),
-		PermitWithoutStream: true, AutoSyncInterval: cfg.Catalog.AutoSyncInterval.D(),
-		MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)}
+		PermitWithoutStream: true, MaxCallSendMsgSize: cfg.Catalog.MaxTxnBytes + 1<<20, Logger: embedetcd.ZapLogger(log)}
 	if err := etcdTLS(cfg, &ec); err != nil {
 		return nil, err
 	}
+	// No call waits on a member that lost its peers (R9.12): each requires
+	// a leader and has a bounded attempt, and the members watcher keeps
+	// the endpoints to the members that reach a quorum (it also does the
+	// member-list sync, which would otherwise undo its choice).
+	probe := ec
+	ec.DialOptions = etcdcat.QuorumDialOptions(cfg.Catalog.AttemptTimeout.D())
 	client, err := clientv3.New(ec)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
 	p.onClose(client.Close)
+	members, err := etcdcat.WatchMembers(client, etcdcat.MembersConfig{Dial: probe, SyncInterval: cfg.Catalog.AutoSyncInterval.D(), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	p.onClose(func() error { members.Close(); return nil })
+	p.members = members
 	w, wl, err := p.openWAL(ctx, cfg, walCoordinator)
 	if err != nil {
+		return nil, err
+	}
+	if err := reachEtcd(ctx, client, cfg.Catalog.Endpoints, cfg.Catalog.DialTimeout.D()); err != nil {
 		return nil, err
 	}
 	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
@@ -607,6 +625,11 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 	var log wal.Log
 	var err error
 	lanes := wal.Lanes(cfg.WAL.Lanes, cfg.PChannelNames())
+	chans := lanes
+	if user != walNode {
+		// A coordinator's log has the fence channel too (R8.5).
+		chans = append(slices.Clip(lanes), fenceChannel)
+	}
 	switch cfg.WAL.Kind {
 	case "kafka":
 		opts, oerr := kafkaOptions(cfg)
@@ -623,8 +646,9 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 		if n := cfg.KafkaMinInsync(); n > 0 {
 			topicConfigs = map[string]string{"min.insync.replicas": strconv.Itoa(n)}
 		}
-		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: lanes, TopicPrefix: cfg.WAL.Kafka.TopicPrefix,
-			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), TopicConfigs: topicConfigs, ClientOptions: opts})
+		log, err = walkafka.New(ctx, walkafka.Config{Brokers: cfg.WAL.Kafka.Brokers, PChannels: chans, TopicPrefix: cfg.WAL.Kafka.TopicPrefix,
+			ReplicationFactor: int16(cfg.WAL.Kafka.ReplicationFactor), TopicConfigs: topicConfigs, ClientOptions: opts,
+			Recreate: user != walNode, OnRecreated: p.recreated.note})
 		if errors.Is(err, walkafka.ErrReplicationFactor) {
 			return nil, nil, fmt.Errorf("%w: wal.kafka.replication_factor (--kafka-replication-factor) is %d: %w; on a one-broker development Kafka use 1",
 				ErrConfig, cfg.WAL.Kafka.ReplicationFactor, err)
@@ -637,9 +661,9 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 				return nil, nil, oerr
 			}
 		}
-		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: lanes, StreamPrefix: cfg.WAL.NATS.StreamPrefix,
+		log, err = walnats.New(ctx, walnats.Config{URL: cfg.WAL.NATS.URL, PChannels: chans, StreamPrefix: cfg.WAL.NATS.StreamPrefix,
 			Replicas: cfg.WAL.NATS.Replicas, DedupWindow: cfg.WAL.NATS.DedupWindow.D(), Options: opts,
-			KeepSettings: user == walNode})
+			KeepSettings: user == walNode, Recreate: user != walNode, OnRecreated: p.recreated.note})
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("wal (%s): %w", cfg.WAL.Kind, err)
@@ -648,13 +672,25 @@ func (p *Process) openWAL(ctx context.Context, cfg Config, user walUser) (*wal.W
 	if st := p.storage; user == walEmbedded && st != nil && st.guard {
 		log = guardedLog{Log: log, guard: st.writeGuard}
 	}
-	// The WAL is this cluster's: entries are stamped with its name, and
-	// entries of other clusters sharing the streams or topics are skipped.
+	// The WAL is this cluster's: entries are stamped with its name (and its
+	// replication generation, R8.5), and entries of other clusters sharing
+	// the streams or topics are skipped.
 	w := wal.New(log, wal.WithLanes(cfg.WAL.Lanes, cfg.PChannelNames()), wal.WithCluster(cfg.Cluster.Name),
-		wal.WithForeign(func(e wal.Foreign) { p.foreign.seen("wal", e) }))
+		wal.WithForeign(func(e wal.Foreign) { p.foreign.seen("wal", e) }), wal.WithGeneration(p.generation))
 	// The nodes' apply lag is read against this WAL's ends.
 	p.reg.MustRegister(metrics.Nodes{Status: p.nodeStatuses, End: w.End})
 	return w, log, nil
+}
+
+// generation is the replication generation of the broadcaster this
+// process leads with, 0 if it does not lead (R8.5).
+func (p *Process) generation() uint64 {
+	if c := p.Coord; c != nil {
+		if b, ok := c.leading(); ok {
+			return b.ReplicateConfig().Generation
+		}
+	}
+	return 0
 }
 
 func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clientv3.Client, limits catalog.Limits, w *wal.WAL, application app.App) (*Coordinator, error) {
@@ -682,10 +718,21 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		ln.Close()
 		return nil, err
 	}
+	// A superseded primary refuses DDL; a primary that starts to lead
+	// checks first that none of its secondaries was promoted over it
+	// (R8.5).
+	fence, err := newFencing(cfg.Cluster.Name, cfg.Replication, p.log)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	fence.own = w.Log()
+	bcfg := cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log)
+	bcfg.CheckRole = fence.admit
 	coord, err := NewCoordinator(CoordinatorConfig{
-		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
-		Broadcast: cfg.broadcastConfig(w, types, cbs, metrics.Logging(obs, p.log), p.log), Logger: p.log, BeforeRecover: obs.ResetTaskCounts,
-		StateDir: stateDir, WriteGuard: p.catalogGuard(),
+		Client: client, Prefix: cfg.Catalog.Prefix, Limits: limits, CommitTimeout: cfg.Catalog.CommitTimeout.D(), AttemptTimeout: cfg.Catalog.AttemptTimeout.D(), Advertise: advertise, TTL: cfg.Election.TTL.D(),
+		Broadcast: bcfg, Logger: p.log, BeforeRecover: obs.ResetTaskCounts, OnLeader: fence.begin,
+		StateDir: stateDir, WriteGuard: p.catalogGuard(), WALCheck: walCheck(w, cfg.PChannelNames()),
 	})
 	if err != nil {
 		ln.Close()
@@ -693,6 +740,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	p.onClose(coord.Close) // after Run has returned (closers run in reverse)
 	p.Coord = coord
+	fence.leading = coord.leading
 	mux := http.NewServeMux()
 	hopts := append(p.sec.handlerOptions(), connect.WithCompressMinBytes(CompressMinBytes))
 	opts := []APIOption{WithMaxRequestBytes(cfg.API.MaxRequestBytes), WithAPILogger(p.log), WithConnectOptions(hopts...)}
@@ -720,12 +768,21 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	rp.foreign = func(e wal.Foreign) { p.foreign.seen("replicator", e) }
 	rp.skip, _ = cfg.Replication.skipTypes() // checked by Validate
-	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(strictJSONCodecs(), connect.WithReadMaxBytes(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
+	rp.fence = fence
+	fence.openMarked = func(ctx context.Context, source string) (wal.Log, error) {
+		ws, err := parseSource(source)
+		if err != nil {
+			return nil, err
+		}
+		return ws.openFence(ctx, rp.sourceOptions, true)
+	}
+	path, h = newReplicationHandler(coord, rp, p.log, append(append(append(strictJSONCodecs(), RequestLimit(cfg.API.MaxRequestBytes)), hopts...), serverCancels)...)
 	mux.Handle(path, h)
 	services = append(services, serviceName(path))
 	slices.Sort(services[1:])
-	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout, extra: p.storageChecks}
-	mountIntrospection(mux, p.ready, services, connect.WithReadMaxBytes(cfg.API.MaxRequestBytes))
+	p.ready = &prober{coord: coord, client: client, wal: w, pchan: cfg.PChannelNames()[0], timeout: DefaultReadyTimeout,
+		extra: func() []Check { return append(p.storageChecks(), p.recreated.checks()...) }, members: p.members}
+	mountIntrospection(mux, p.ready, services, RequestLimit(cfg.API.MaxRequestBytes))
 	var ui *console.Console
 	if cfg.Console.Enabled {
 		ui, err = p.newConsole(cfg, coord, w, rp, obs, application)
@@ -758,9 +815,12 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 	}
 	// Outside the authentication, so that refused calls are counted too;
 	// admission first, so that a call refused for overload costs nothing.
-	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(mux))), func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
+	// Every request's body is bounded on the wire (the handlers bound their
+	// messages once decompressed): over the limit is InvalidArgument.
+	shutdown := p.sec.serve(ln, apiMetrics.Wrap(adm.wrap(p.sec.handler(LimitRequestBytes(mux, cfg.API.MaxRequestBytes)))),
+		func(err error) { p.fail(fmt.Errorf("api server: %w", err)) })
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 3)
+	done := make(chan struct{}, 4)
 	go func() {
 		defer func() { done <- struct{}{} }()
 		p.sec.watch(cctx, cfg.API.ReloadInterval.D())
@@ -775,6 +835,10 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		defer func() { done <- struct{}{} }()
 		rp.loop(cctx)
 	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		fence.loop(cctx)
+	}()
 	p.onClose(func() error {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
@@ -783,9 +847,9 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 		}
 		_ = shutdown(sctx)
 		cancel()
-		<-done
-		<-done
-		<-done
+		for range cap(done) {
+			<-done
+		}
 		return nil
 	})
 	// Closed first: an application's background work (the metadata
@@ -834,7 +898,14 @@ func (p *Process) serveMetrics(cfg Config, extra map[string]http.Handler) error 
 	if cfg.Metrics.Addr == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", cfg.Metrics.Addr)
+	addr := cfg.Metrics.Addr
+	// An API on a free port (api.addr ...:0) takes every other port free
+	// too, metrics.addr left at its default included: a second process
+	// started so must not collide on 7071.
+	if _, port, _ := net.SplitHostPort(cfg.API.Addr); p.apiAddr != "" && port == "0" && addr == Default().Metrics.Addr {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics.addr: %w", err)
 	}
@@ -929,7 +1000,18 @@ func (a leaderAcker) AckAll(ctx context.Context, acks []broadcast.Ack) []error {
 // ReadyLine is what a started process prints once it serves.
 func (p *Process) ReadyLine(mode string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "walcast %s ready:", mode)
+	fmt.Fprintf(&b, "walcast %s ready: %s", mode, p.Addresses())
+	if f := p.secure; f != nil {
+		fmt.Fprintf(&b, "\nsecure: TLS with CA %s, admin token in %s; for example\n  walcast tasks list --addr %s --tls-ca %s --token-file %s",
+			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
+	}
+	return b.String()
+}
+
+// Addresses says where the process serves and keeps its data:
+// "api=http://... metrics=http://.../metrics wal=... etcd=... data=...".
+func (p *Process) Addresses() string {
+	var b strings.Builder
 	if p.apiAddr != "" {
 		fmt.Fprintf(&b, " api=%s://%s", p.sec.scheme(), p.apiAddr)
 	}
@@ -947,11 +1029,7 @@ func (p *Process) ReadyLine(mode string) string {
 		fmt.Fprintf(&b, " etcd=%s", p.etcdURL)
 	}
 	fmt.Fprintf(&b, " data=%s", p.cfg.DataDir)
-	if f := p.secure; f != nil {
-		fmt.Fprintf(&b, "\nsecure: TLS with CA %s, admin token in %s; for example\n  walcast tasks list --addr %s --tls-ca %s --token-file %s",
-			f.CACert, f.AdminToken, p.apiAddr, f.CACert, f.AdminToken)
-	}
-	return b.String()
+	return strings.TrimSpace(b.String())
 }
 
 // loopbackOnly serves h to loopback callers and refuses others with 403:
@@ -966,4 +1044,30 @@ func loopbackOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// walCheck asks the end of one pchannel of every lane: whether the WAL
+// answers, as the coordinator's readiness and leadership need it.
+func walCheck(w *wal.WAL, pchans []message.PChannel) func(context.Context) error {
+	seen := map[message.PChannel]bool{}
+	var probe []message.PChannel
+	for _, p := range pchans {
+		if l, ok := w.Lane(p); ok && !seen[l] {
+			seen[l] = true
+			probe = append(probe, p)
+		}
+	}
+	return func(ctx context.Context) error {
+		errs := make([]error, len(probe))
+		var wg sync.WaitGroup
+		for i, p := range probe {
+			wg.Go(func() {
+				if _, err := w.End(ctx, p); err != nil {
+					errs[i] = fmt.Errorf("%s does not answer: %w", p, err)
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
 }

@@ -49,6 +49,9 @@ type replication struct {
 	// skip are the types the replicator drops (replication.skip_types,
 	// R13.14).
 	skip []message.Type
+	// fence is the coordinator's fencing (R8.5), for the status; nil in
+	// tests that run no coordinator.
+	fence *fencing
 	// start opens the primary's WAL at source and runs a replicator on it
 	// (startReplicator; tests replace it).
 	start func(ctx context.Context, b *broadcast.Broadcaster, source string) (*replicatorRun, error)
@@ -213,19 +216,65 @@ func (rp *replication) startReplicator(ctx context.Context, b *broadcast.Broadca
 	if rp.foreign != nil {
 		sopts = append(sopts, wal.WithForeign(rp.foreign))
 	}
+	// The primary's fence channel says whether another secondary was
+	// promoted over it (R8.5): its entries past that promote's positions
+	// are not copied.
+	marks := &sourceMarks{src: ws, opts: rp.sourceOptions}
 	r, err := replicate.New(replicate.Config{SourceCluster: primary, Source: wal.New(src, sopts...),
-		Dest: rp.dest, PChannels: rp.pchans, Types: b.Types(), SkipTypes: rp.skip, Catalog: b.Catalog(), Prefix: b.Prefix(), Logger: rp.log})
+		Dest: rp.dest, PChannels: rp.pchans, Types: b.Types(), SkipTypes: rp.skip, Catalog: b.Catalog(), Prefix: b.Prefix(), Logger: rp.log,
+		Superseded: marks.mark})
 	if err != nil {
 		_ = src.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	run := &replicatorRun{source: source, b: b, status: r.Status, cancel: cancel, done: make(chan struct{}), close: src.Close}
+	run := &replicatorRun{source: source, b: b, status: r.Status, cancel: cancel, done: make(chan struct{}),
+		close: func() error { return errors.Join(src.Close(), marks.close()) }}
 	go func() {
 		defer close(run.done)
 		_ = r.Run(rctx)
 	}()
 	return run, nil
+}
+
+// sourceMarks reads a primary's fence channel for a replicator: the mark
+// of a cluster promoted over it, if any. The channel is opened at the
+// first read that finds it.
+type sourceMarks struct {
+	src  walSource
+	opts sourceOptions
+
+	mu sync.Mutex
+	l  wal.Log
+}
+
+func (m *sourceMarks) mark(ctx context.Context) (*replicate.Promotion, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.l == nil {
+		octx, cancel := context.WithTimeout(ctx, fenceTimeout)
+		l, err := m.src.openFence(octx, m.opts, false)
+		cancel()
+		if errors.Is(err, walnats.ErrNoStream) || errors.Is(err, walkafka.ErrNoTopic) {
+			return nil, nil // never marked
+		}
+		if err != nil {
+			return nil, err
+		}
+		m.l = l
+	}
+	rctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
+	return readMark(rctx, m.l)
+}
+
+func (m *sourceMarks) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.l == nil {
+		return nil
+	}
+	return m.l.Close()
 }
 
 // stopLocked stops the running replicator, if any, and waits for it; the
@@ -371,6 +420,11 @@ func (s *replicationService) ForcePromote(ctx context.Context, _ *connect.Reques
 	// until the engine reports Promoting (then the role does).
 	s.rp.pause()
 	defer s.rp.resume()
+	// How far the primary was replicated, for salvage and for the mark
+	// that fences it (R8.5, R8.6): recorded before the promote starts.
+	if err := s.rp.recordPromotion(ctx, b); err != nil {
+		return nil, s.fail(proc, fmt.Errorf("%w: %w", broadcast.ErrTaskNotCreated, err))
+	}
 	res, err := b.ForcePromote(ctx)
 	if err != nil {
 		return nil, s.fail(proc, err)
@@ -378,7 +432,7 @@ func (s *replicationService) ForcePromote(ctx context.Context, _ *connect.Reques
 	return connect.NewResponse(&walcastv1.ForcePromoteResponse{BroadcastId: res.BroadcastID}), nil
 }
 
-func (s *replicationService) Status(_ context.Context, _ *connect.Request[walcastv1.ReplicationStatusRequest]) (*connect.Response[walcastv1.ReplicationStatusResponse], error) {
+func (s *replicationService) Status(ctx context.Context, _ *connect.Request[walcastv1.ReplicationStatusRequest]) (*connect.Response[walcastv1.ReplicationStatusResponse], error) {
 	const proc = "Status"
 	b, err := s.leader.Current()
 	if err != nil {
@@ -411,6 +465,11 @@ func (s *replicationService) Status(_ context.Context, _ *connect.Request[walcas
 			out.PromoteBroadcastId, out.PromotedAt = id, timePB(at)
 		}
 	}
+	out.Generation, out.Replaced = generationOf(b), b.ReplicateConfig().Replaced
+	if s.rp.fence != nil {
+		out.Superseded, out.PrimaryCheck = s.rp.fence.state(b)
+	}
+	out.Promotion = promotionOf(context.WithoutCancel(ctx), b)
 	// Tasks come ordered by id.
 	live, err := b.Tasks(broadcast.Filter{States: []broadcast.State{broadcast.Pending, broadcast.Replicated}})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/server"
@@ -41,16 +42,8 @@ func replClient(p *server.Process) walcastv1connect.ReplicationServiceClient {
 	return walcastv1connect.NewReplicationServiceClient(http.DefaultClient, "http://"+p.APIAddr())
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitUntil waits for an event: see wait.For.
+var waitUntil = wait.For
 
 // TestR8_ReplicationAndForcePromoteBetweenStandalones runs two standalone
 // clusters: west follows east, east's keyed broadcasts complete on west

@@ -25,6 +25,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/auth"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/internal/pki"
 	"github.com/walcast/walcast/meta"
 	"github.com/walcast/walcast/server"
@@ -493,6 +494,7 @@ func TestR9_8_MetaPrivilegesEnforced(t *testing.T) {
 // A token revoked while the server runs is refused from the next reload
 // on (every api.reload_interval, or at once on SIGHUP: Process.Reload).
 func TestR9_8_RevokeWhileRunning(t *testing.T) {
+	longtest.Require(t)
 	e := startSecure(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

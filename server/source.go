@@ -135,3 +135,43 @@ func (s walSource) open(ctx context.Context, opts sourceOptions, lanes []message
 		return l, nil
 	}
 }
+
+// openFence opens the fence channel of the WAL at s (R8.5): a promoted
+// cluster marks the primary it replaced there (create: the channel is
+// created if missing), a replicator reads whether its primary was marked.
+func (s walSource) openFence(ctx context.Context, opts sourceOptions, create bool) (wal.Log, error) {
+	chans := []message.PChannel{fenceChannel}
+	switch s.kind {
+	case "kafka":
+		l, err := walkafka.New(ctx, walkafka.Config{Brokers: s.brokers, PChannels: chans, TopicPrefix: s.prefix, Existing: !create, ClientOptions: opts.kafka})
+		if err != nil {
+			return nil, fmt.Errorf("fence channel of the WAL at kafka %s: %w", strings.Join(s.brokers, ","), err)
+		}
+		return l, nil
+	default:
+		l, err := walnats.New(ctx, walnats.Config{URL: s.natsURL, PChannels: chans, StreamPrefix: s.prefix, Existing: !create, KeepSettings: true, Options: opts.nats})
+		if err != nil {
+			return nil, fmt.Errorf("fence channel of the WAL at nats %s: %w", s.natsURL, err)
+		}
+		return l, nil
+	}
+}
+
+// OpenWALSource opens the WAL at a topology source URL (nats://... or
+// kafka://..., see walSource) to read its lanes, with the wal.nats or
+// wal.kafka TLS and credentials of cfg: the lanes must exist. `walcast
+// replicate salvage` reads an old primary's WAL with it (R8.6).
+func OpenWALSource(ctx context.Context, cfg Config, source string, lanes []message.PChannel) (wal.Log, error) {
+	ws, err := parseSource(source)
+	if err != nil {
+		return nil, err
+	}
+	var opts sourceOptions
+	if opts.nats, err = natsOptions(cfg); err != nil {
+		return nil, err
+	}
+	if opts.kafka, err = kafkaOptions(cfg); err != nil {
+		return nil, err
+	}
+	return ws.open(ctx, opts, lanes)
+}

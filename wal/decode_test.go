@@ -161,7 +161,7 @@ func encodeEntryProto(h Header, items []Item) (data []byte, sum [sha256.Size]byt
 		pbs[i].Message, pbs[i].Vchannels = it.Message, vs
 		ptrs[i] = &pbs[i]
 	}
-	e := durablepb.Entry{Items: ptrs, Cluster: h.Cluster, ReplicatedFrom: h.ReplicatedFrom}
+	e := durablepb.Entry{Items: ptrs, Cluster: h.Cluster, ReplicatedFrom: h.ReplicatedFrom, Generation: h.Generation}
 	data, err = proto.MarshalOptions{Deterministic: true}.Marshal(&e)
 	if err != nil {
 		return nil, sum, err
@@ -197,6 +197,9 @@ func TestEncodeEntryMatchesProto(t *testing.T) {
 		if r.IntN(3) == 0 {
 			h.ReplicatedFrom = "west"
 		}
+		if r.IntN(3) == 0 {
+			h.Generation = r.Uint64N(1 << uint(r.IntN(64)))
+		}
 		got, gsum, err := encodeEntry(h, items)
 		want, wsum, werr := encodeEntryProto(h, items)
 		if err != nil || werr != nil {
@@ -207,6 +210,9 @@ func TestEncodeEntryMatchesProto(t *testing.T) {
 		}
 		if cap(got) != len(got) {
 			t.Fatalf("entry %d: %d bytes in a buffer of %d", i, len(got), cap(got))
+		}
+		if dh, err := DecodeHeader(0, got); err != nil || dh != h {
+			t.Fatalf("entry %d: header %+v decoded as %+v, %v", i, h, dh, err)
 		}
 	}
 }

@@ -51,6 +51,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,6 +113,24 @@ type Cursor interface {
 	Close() error
 }
 
+// Identified is implemented by a Log that can tell one incarnation of a
+// channel's log from another (R9.14): Identity names the log of a lane as
+// it is now, and changes when its stream or topic is deleted and created
+// again, even if the new one has grown past an old position. A consumer
+// that saves a position saves the identity with it, and never reads on at
+// that position in a log of another identity.
+type Identified interface {
+	// Identity returns the identity of lane's log ("" if the backend
+	// cannot tell, say a broker too old to report topic ids).
+	Identity(ctx context.Context, lane message.PChannel) (string, error)
+}
+
+// Timed is implemented by a Cursor that knows when the backend stored each
+// entry: Time is the storage time of the entry Next returned last.
+type Timed interface {
+	Time() time.Time
+}
+
 // Errors. Check them with errors.Is.
 var (
 	// ErrNotApplied is wrapped by definite Append failures: nothing was
@@ -131,6 +151,10 @@ var (
 	ErrBadDedupID = fmt.Errorf("%w: bad dedup id", ErrNotApplied)
 	// ErrCorrupt reports an entry that does not decode.
 	ErrCorrupt = errors.New("wal: corrupt entry")
+	// ErrLogReplaced reports a cursor whose stream or topic was deleted and
+	// created again under it (R9.14): the entries it would read next
+	// belong to another log. The cursor is of no further use.
+	ErrLogReplaced = errors.New("wal: the log was replaced: its stream or topic was deleted and created again")
 )
 
 // MaxDedupIDBytes is the longest dedup id every backend accepts; WAL's are
@@ -185,6 +209,8 @@ type WAL struct {
 	// entries ("": none, read everything); onForeign hears skipped entries.
 	cluster   string
 	onForeign func(Foreign)
+	// generation, if set, is stamped on every entry appended.
+	generation func() uint64
 }
 
 // Foreign is an entry a reader skipped because another cluster wrote it.
@@ -203,6 +229,10 @@ type Header struct {
 	// ReplicatedFrom is the cluster whose WAL the replicator copied the
 	// entry from; "" for an entry the cluster wrote itself.
 	ReplicatedFrom string
+	// Generation is the replication generation (R8.5) of the primary the
+	// writer was or followed when it wrote the entry: 0 for a cluster
+	// never promoted.
+	Generation uint64
 }
 
 // Option configures a WAL.
@@ -229,6 +259,10 @@ func WithLanes(n int, pchannels []message.PChannel) Option {
 // WithCluster makes the WAL the log of cluster name (R8.2): appends are
 // stamped with it and readers skip entries other clusters wrote.
 func WithCluster(name string) Option { return func(w *WAL) { w.cluster = name } }
+
+// WithGeneration stamps every entry appended with the replication
+// generation gen returns when it is appended (R8.5).
+func WithGeneration(gen func() uint64) Option { return func(w *WAL) { w.generation = gen } }
 
 // WithForeign calls fn for every entry a reader skips as another
 // cluster's. fn runs on the reader's goroutine and must be quick.
@@ -285,6 +319,20 @@ func (w *WAL) End(ctx context.Context, p message.PChannel) (uint64, error) {
 // Log returns the backend.
 func (w *WAL) Log() Log { return w.log }
 
+// Identity returns the identity of the log pchannel p is read from (its
+// lane's; see Identified), "" if the backend cannot tell.
+func (w *WAL) Identity(ctx context.Context, p message.PChannel) (string, error) {
+	lane, ok := w.Lane(p)
+	if !ok {
+		return "", fmt.Errorf("%w: %s", ErrUnknownPChannel, p)
+	}
+	id, ok := w.log.(Identified)
+	if !ok {
+		return "", nil
+	}
+	return id.Identity(ctx, lane)
+}
+
 // Encode builds the entry bytes for items, and its dedup id.
 func Encode(items []Item) (data []byte, dedupID string, err error) {
 	return EncodeEntry(Header{}, items)
@@ -315,7 +363,7 @@ func encodeEntry(h Header, items []Item) (data []byte, sum [sha256.Size]byte, er
 	if n == 0 || n > MaxCopiesPerEntry {
 		return nil, sum, fmt.Errorf("%w: %d copies in one entry", ErrTooLarge, n)
 	}
-	size += wire.StringSize(entryCluster, h.Cluster) + wire.StringSize(entryReplicatedFrom, h.ReplicatedFrom)
+	size += wire.StringSize(entryCluster, h.Cluster) + wire.StringSize(entryReplicatedFrom, h.ReplicatedFrom) + wire.VarintSize(entryGeneration, h.Generation)
 	data = make([]byte, 0, size)
 	for _, it := range items {
 		data = protowire.AppendTag(data, entryItems, protowire.BytesType)
@@ -331,6 +379,7 @@ func encodeEntry(h Header, items []Item) (data []byte, sum [sha256.Size]byte, er
 	}
 	data = wire.AppendString(data, entryCluster, h.Cluster)
 	data = wire.AppendString(data, entryReplicatedFrom, h.ReplicatedFrom)
+	data = wire.AppendVarint(data, entryGeneration, h.Generation)
 	return data, sha256.Sum256(data), nil
 }
 
@@ -389,13 +438,21 @@ func (w *WAL) Append(ctx context.Context, p message.PChannel, items []Item) ([][
 // any pchannel of that lane (without lanes: on p). A vchannel elsewhere fails
 // the append with ErrWrongPChannel before anything is written.
 func (w *WAL) AppendSalted(ctx context.Context, p message.PChannel, salt string, items []Item) ([][]Checkpoint, error) {
-	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster}, items)
+	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster, Generation: w.gen()}, items)
 }
 
 // AppendReplica is AppendSalted for the replicator: the entry is marked as
 // copied from cluster source.
 func (w *WAL) AppendReplica(ctx context.Context, p message.PChannel, salt, source string, items []Item) ([][]Checkpoint, error) {
-	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster, ReplicatedFrom: source}, items)
+	return w.appendEntry(ctx, p, salt, Header{Cluster: w.cluster, ReplicatedFrom: source, Generation: w.gen()}, items)
+}
+
+// gen is the generation stamped on an entry appended now.
+func (w *WAL) gen() uint64 {
+	if w.generation == nil {
+		return 0
+	}
+	return w.generation()
 }
 
 func (w *WAL) appendEntry(ctx context.Context, p message.PChannel, salt string, h Header, items []Item) ([][]Checkpoint, error) {
@@ -490,6 +547,7 @@ const (
 	entryItems          protowire.Number = 1
 	entryCluster        protowire.Number = 2
 	entryReplicatedFrom protowire.Number = 3
+	entryGeneration     protowire.Number = 4
 	itemMessage         protowire.Number = 1
 	itemVChannels       protowire.Number = 2
 )
@@ -508,6 +566,15 @@ func decodeHeader(offset uint64, data []byte) (Header, error) {
 			return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, wire.ErrFieldNumber)
 		}
 		b = b[n:]
+		if num == entryGeneration && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return h, fmt.Errorf("%w at offset %d: %w", ErrCorrupt, offset, protowire.ParseError(n))
+			}
+			b = b[n:]
+			h.Generation = v
+			continue
+		}
 		if (num == entryCluster || num == entryReplicatedFrom) && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
@@ -706,7 +773,7 @@ type Reader struct {
 	cur     Cursor
 	filter  filter
 	pending []Copy
-	read    uint64 // offset after the last entry taken from cur
+	read    atomic.Uint64 // offset after the last entry taken from cur
 }
 
 // Read returns a reader of pchannel p from entry offset from (an offset of
@@ -720,7 +787,8 @@ func (w *WAL) Read(ctx context.Context, p message.PChannel, from uint64, vchanne
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{w: w, lane: lane, cur: cur, filter: filter{p: p}, read: from}
+	r := &Reader{w: w, lane: lane, cur: cur, filter: filter{p: p}}
+	r.read.Store(from)
 	if len(vchannels) > 0 {
 		r.filter.vs = make(map[message.VChannel]bool, len(vchannels))
 		for _, v := range vchannels {
@@ -741,7 +809,7 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 		if err != nil {
 			return Copy{}, err
 		}
-		r.read = off + 1
+		r.read.Store(off + 1)
 		r.pending = copies
 	}
 	c := r.pending[0]
@@ -752,8 +820,9 @@ func (r *Reader) Next(ctx context.Context) (Copy, error) {
 // Position returns the offset after the last entry the reader has taken from
 // the log, counting entries that held no copy it returns (other pchannels'
 // entries of a shared lane). Once Next has returned every copy, reading can
-// resume there.
-func (r *Reader) Position() uint64 { return r.read }
+// resume there. It may be called while another goroutine is in Next (a
+// status page reading how far the reader got).
+func (r *Reader) Position() uint64 { return r.read.Load() }
 
 // Close releases the reader.
 func (r *Reader) Close() error { return r.cur.Close() }

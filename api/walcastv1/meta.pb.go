@@ -718,7 +718,12 @@ type ImportJob struct {
 	Rows      uint64 `protobuf:"varint,12,opt,name=rows,proto3" json:"rows,omitempty"`
 	// Set unless the job is two-phase: it then waits, ready, for
 	// CommitImport or RollbackImport.
-	AutoCommit    bool `protobuf:"varint,13,opt,name=auto_commit,json=autoCommit,proto3" json:"auto_commit,omitempty"`
+	AutoCommit bool `protobuf:"varint,13,opt,name=auto_commit,json=autoCommit,proto3" json:"auto_commit,omitempty"`
+	// Progress in bytes while the job reads its files: the bytes read so far
+	// and the files' total size (0 before the job starts reading, and once
+	// it finished).
+	BytesDone     uint64 `protobuf:"varint,14,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	BytesTotal    uint64 `protobuf:"varint,15,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -842,6 +847,20 @@ func (x *ImportJob) GetAutoCommit() bool {
 		return x.AutoCommit
 	}
 	return false
+}
+
+func (x *ImportJob) GetBytesDone() uint64 {
+	if x != nil {
+		return x.BytesDone
+	}
+	return 0
+}
+
+func (x *ImportJob) GetBytesTotal() uint64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
 }
 
 type CreateDatabaseRequest struct {
@@ -3411,7 +3430,7 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"collection\x12\x1f\n" +
 	"\vdatabase_id\x18\x05 \x01(\x04R\n" +
 	"databaseId\x12#\n" +
-	"\rcollection_id\x18\x06 \x01(\x04R\fcollectionId\"\xcb\x03\n" +
+	"\rcollection_id\x18\x06 \x01(\x04R\fcollectionId\"\x8b\x04\n" +
 	"\tImportJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1f\n" +
 	"\vdatabase_id\x18\x02 \x01(\x04R\n" +
@@ -3433,7 +3452,11 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"files_done\x18\v \x01(\rR\tfilesDone\x12\x12\n" +
 	"\x04rows\x18\f \x01(\x04R\x04rows\x12\x1f\n" +
 	"\vauto_commit\x18\r \x01(\bR\n" +
-	"autoCommit\"T\n" +
+	"autoCommit\x12\x1d\n" +
+	"\n" +
+	"bytes_done\x18\x0e \x01(\x04R\tbytesDone\x12\x1f\n" +
+	"\vbytes_total\x18\x0f \x01(\x04R\n" +
+	"bytesTotal\"T\n" +
 	"\x15CreateDatabaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"\x81\x01\n" +

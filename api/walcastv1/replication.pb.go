@@ -630,8 +630,25 @@ type ReplicationStatusResponse struct {
 	// remembered (its tombstone).
 	PromoteBroadcastId uint64                 `protobuf:"varint,11,opt,name=promote_broadcast_id,json=promoteBroadcastId,proto3" json:"promote_broadcast_id,omitempty"`
 	PromotedAt         *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=promoted_at,json=promotedAt,proto3" json:"promoted_at,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The replication generation of this cluster's primary (R8.5): 0 for a
+	// primary never promoted, the id space of the promote that made it
+	// primary otherwise. On a secondary, the generation its primary's
+	// topology said.
+	Generation uint64 `protobuf:"varint,13,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The primary this cluster's promote replaced, "" if none.
+	Replaced string `protobuf:"bytes,14,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	// Set when another cluster's promote superseded this one: it refuses
+	// DDL.
+	Superseded *SupersededState `protobuf:"bytes,15,opt,name=superseded,proto3" json:"superseded,omitempty"`
+	// On a primary: whether it confirmed that none of its secondaries was
+	// promoted over it since it started to lead.
+	PrimaryCheck *PrimaryCheck `protobuf:"bytes,16,opt,name=primary_check,json=primaryCheck,proto3" json:"primary_check,omitempty"`
+	// What this cluster's force promote recorded about the primary it
+	// replaced: where its WAL is and how far it was replicated (what
+	// `walcast replicate salvage` reads from).
+	Promotion     *PromotionRecord `protobuf:"bytes,17,opt,name=promotion,proto3" json:"promotion,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicationStatusResponse) Reset() {
@@ -748,6 +765,295 @@ func (x *ReplicationStatusResponse) GetPromotedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ReplicationStatusResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ReplicationStatusResponse) GetReplaced() string {
+	if x != nil {
+		return x.Replaced
+	}
+	return ""
+}
+
+func (x *ReplicationStatusResponse) GetSuperseded() *SupersededState {
+	if x != nil {
+		return x.Superseded
+	}
+	return nil
+}
+
+func (x *ReplicationStatusResponse) GetPrimaryCheck() *PrimaryCheck {
+	if x != nil {
+		return x.PrimaryCheck
+	}
+	return nil
+}
+
+func (x *ReplicationStatusResponse) GetPromotion() *PromotionRecord {
+	if x != nil {
+		return x.Promotion
+	}
+	return nil
+}
+
+// SupersededState says which cluster's promote superseded this cluster.
+type SupersededState struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	By         string                 `protobuf:"bytes,1,opt,name=by,proto3" json:"by,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	PromotedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=promoted_at,json=promotedAt,proto3" json:"promoted_at,omitempty"`
+	// When and how this cluster learned it: "api" (it asked the peer) or
+	// "wal" (the promoted cluster marked its WAL).
+	LearnedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=learned_at,json=learnedAt,proto3" json:"learned_at,omitempty"`
+	Via           string                 `protobuf:"bytes,5,opt,name=via,proto3" json:"via,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SupersededState) Reset() {
+	*x = SupersededState{}
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SupersededState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SupersededState) ProtoMessage() {}
+
+func (x *SupersededState) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SupersededState.ProtoReflect.Descriptor instead.
+func (*SupersededState) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SupersededState) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *SupersededState) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SupersededState) GetPromotedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PromotedAt
+	}
+	return nil
+}
+
+func (x *SupersededState) GetLearnedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LearnedAt
+	}
+	return nil
+}
+
+func (x *SupersededState) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+// PrimaryCheck is a primary's confirmation that none of its secondaries
+// was promoted over it.
+type PrimaryCheck struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Confirmed bool                   `protobuf:"varint,1,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	// Why it is not confirmed, or how it was.
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The secondaries it must hear from: its topology's and those it
+	// learned from its peers.
+	Secondaries []string `protobuf:"bytes,3,rep,name=secondaries,proto3" json:"secondaries,omitempty"`
+	// replication.unreachable_secondaries: "refuse" or "accept".
+	Policy        string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrimaryCheck) Reset() {
+	*x = PrimaryCheck{}
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrimaryCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrimaryCheck) ProtoMessage() {}
+
+func (x *PrimaryCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrimaryCheck.ProtoReflect.Descriptor instead.
+func (*PrimaryCheck) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PrimaryCheck) GetConfirmed() bool {
+	if x != nil {
+		return x.Confirmed
+	}
+	return false
+}
+
+func (x *PrimaryCheck) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *PrimaryCheck) GetSecondaries() []string {
+	if x != nil {
+		return x.Secondaries
+	}
+	return nil
+}
+
+func (x *PrimaryCheck) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+// PromotionRecord is what a force promote recorded about the primary it
+// replaced.
+type PromotionRecord struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Replaced string                 `protobuf:"bytes,1,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	// The replaced primary's WAL, as this cluster's replicator read it.
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// Per pchannel, the first offset of the replaced primary's WAL (of the
+	// pchannel's lane) this cluster had not replicated.
+	Positions  map[string]uint64      `protobuf:"bytes,3,rep,name=positions,proto3" json:"positions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	RecordedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=recorded_at,json=recordedAt,proto3" json:"recorded_at,omitempty"`
+	// When this cluster marked the replaced primary's WAL superseded
+	// (unset until it could reach it).
+	MarkedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=marked_at,json=markedAt,proto3" json:"marked_at,omitempty"`
+	// How the pchannels were folded into lanes: wal.lanes, and the
+	// pchannels in their order.
+	Lanes         int32    `protobuf:"varint,6,opt,name=lanes,proto3" json:"lanes,omitempty"`
+	Pchannels     []string `protobuf:"bytes,7,rep,name=pchannels,proto3" json:"pchannels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromotionRecord) Reset() {
+	*x = PromotionRecord{}
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromotionRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromotionRecord) ProtoMessage() {}
+
+func (x *PromotionRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromotionRecord.ProtoReflect.Descriptor instead.
+func (*PromotionRecord) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PromotionRecord) GetReplaced() string {
+	if x != nil {
+		return x.Replaced
+	}
+	return ""
+}
+
+func (x *PromotionRecord) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PromotionRecord) GetPositions() map[string]uint64 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *PromotionRecord) GetRecordedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RecordedAt
+	}
+	return nil
+}
+
+func (x *PromotionRecord) GetMarkedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.MarkedAt
+	}
+	return nil
+}
+
+func (x *PromotionRecord) GetLanes() int32 {
+	if x != nil {
+		return x.Lanes
+	}
+	return 0
+}
+
+func (x *PromotionRecord) GetPchannels() []string {
+	if x != nil {
+		return x.Pchannels
+	}
+	return nil
+}
+
 type ForcePromoteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -756,7 +1062,7 @@ type ForcePromoteRequest struct {
 
 func (x *ForcePromoteRequest) Reset() {
 	*x = ForcePromoteRequest{}
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1074,7 @@ func (x *ForcePromoteRequest) String() string {
 func (*ForcePromoteRequest) ProtoMessage() {}
 
 func (x *ForcePromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[11]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1087,7 @@ func (x *ForcePromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForcePromoteRequest.ProtoReflect.Descriptor instead.
 func (*ForcePromoteRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{11}
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{14}
 }
 
 type ForcePromoteResponse struct {
@@ -793,7 +1099,7 @@ type ForcePromoteResponse struct {
 
 func (x *ForcePromoteResponse) Reset() {
 	*x = ForcePromoteResponse{}
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[12]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1111,7 @@ func (x *ForcePromoteResponse) String() string {
 func (*ForcePromoteResponse) ProtoMessage() {}
 
 func (x *ForcePromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_replication_proto_msgTypes[12]
+	mi := &file_walcast_api_v1_replication_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1124,7 @@ func (x *ForcePromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForcePromoteResponse.ProtoReflect.Descriptor instead.
 func (*ForcePromoteResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{12}
+	return file_walcast_api_v1_replication_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForcePromoteResponse) GetBroadcastId() uint64 {
@@ -872,7 +1178,7 @@ const file_walcast_api_v1_replication_proto_rawDesc = "" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
 	"\x05acked\x18\x04 \x01(\x05R\x05acked\x12\x1c\n" +
-	"\tvchannels\x18\x05 \x01(\x05R\tvchannels\"\xa3\x04\n" +
+	"\tvchannels\x18\x05 \x01(\x05R\tvchannels\"\xa2\x06\n" +
 	"\x19ReplicationStatusResponse\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x124\n" +
@@ -889,7 +1195,43 @@ const file_walcast_api_v1_replication_proto_rawDesc = "" +
 	" \x01(\v2\x1b.walcast.api.v1.SourceStateR\x06source\x120\n" +
 	"\x14promote_broadcast_id\x18\v \x01(\x04R\x12promoteBroadcastId\x12;\n" +
 	"\vpromoted_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"promotedAt\"\x15\n" +
+	"promotedAt\x12\x1e\n" +
+	"\n" +
+	"generation\x18\r \x01(\x04R\n" +
+	"generation\x12\x1a\n" +
+	"\breplaced\x18\x0e \x01(\tR\breplaced\x12?\n" +
+	"\n" +
+	"superseded\x18\x0f \x01(\v2\x1f.walcast.api.v1.SupersededStateR\n" +
+	"superseded\x12A\n" +
+	"\rprimary_check\x18\x10 \x01(\v2\x1c.walcast.api.v1.PrimaryCheckR\fprimaryCheck\x12=\n" +
+	"\tpromotion\x18\x11 \x01(\v2\x1f.walcast.api.v1.PromotionRecordR\tpromotion\"\xcb\x01\n" +
+	"\x0fSupersededState\x12\x0e\n" +
+	"\x02by\x18\x01 \x01(\tR\x02by\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12;\n" +
+	"\vpromoted_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"promotedAt\x129\n" +
+	"\n" +
+	"learned_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tlearnedAt\x12\x10\n" +
+	"\x03via\x18\x05 \x01(\tR\x03via\"~\n" +
+	"\fPrimaryCheck\x12\x1c\n" +
+	"\tconfirmed\x18\x01 \x01(\bR\tconfirmed\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12 \n" +
+	"\vsecondaries\x18\x03 \x03(\tR\vsecondaries\x12\x16\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policy\"\xfb\x02\n" +
+	"\x0fPromotionRecord\x12\x1a\n" +
+	"\breplaced\x18\x01 \x01(\tR\breplaced\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12L\n" +
+	"\tpositions\x18\x03 \x03(\v2..walcast.api.v1.PromotionRecord.PositionsEntryR\tpositions\x12;\n" +
+	"\vrecorded_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"recordedAt\x127\n" +
+	"\tmarked_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bmarkedAt\x12\x14\n" +
+	"\x05lanes\x18\x06 \x01(\x05R\x05lanes\x12\x1c\n" +
+	"\tpchannels\x18\a \x03(\tR\tpchannels\x1a<\n" +
+	"\x0ePositionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x15\n" +
 	"\x13ForcePromoteRequest\"9\n" +
 	"\x14ForcePromoteResponse\x12!\n" +
 	"\fbroadcast_id\x18\x01 \x01(\x04R\vbroadcastId2\xe9\x02\n" +
@@ -911,7 +1253,7 @@ func file_walcast_api_v1_replication_proto_rawDescGZIP() []byte {
 	return file_walcast_api_v1_replication_proto_rawDescData
 }
 
-var file_walcast_api_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_walcast_api_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_walcast_api_v1_replication_proto_goTypes = []any{
 	(*SecondaryCluster)(nil),          // 0: walcast.api.v1.SecondaryCluster
 	(*Topology)(nil),                  // 1: walcast.api.v1.Topology
@@ -924,36 +1266,48 @@ var file_walcast_api_v1_replication_proto_goTypes = []any{
 	(*SourceState)(nil),               // 8: walcast.api.v1.SourceState
 	(*IncompleteTask)(nil),            // 9: walcast.api.v1.IncompleteTask
 	(*ReplicationStatusResponse)(nil), // 10: walcast.api.v1.ReplicationStatusResponse
-	(*ForcePromoteRequest)(nil),       // 11: walcast.api.v1.ForcePromoteRequest
-	(*ForcePromoteResponse)(nil),      // 12: walcast.api.v1.ForcePromoteResponse
-	(*timestamppb.Timestamp)(nil),     // 13: google.protobuf.Timestamp
+	(*SupersededState)(nil),           // 11: walcast.api.v1.SupersededState
+	(*PrimaryCheck)(nil),              // 12: walcast.api.v1.PrimaryCheck
+	(*PromotionRecord)(nil),           // 13: walcast.api.v1.PromotionRecord
+	(*ForcePromoteRequest)(nil),       // 14: walcast.api.v1.ForcePromoteRequest
+	(*ForcePromoteResponse)(nil),      // 15: walcast.api.v1.ForcePromoteResponse
+	nil,                               // 16: walcast.api.v1.PromotionRecord.PositionsEntry
+	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
 }
 var file_walcast_api_v1_replication_proto_depIdxs = []int32{
 	0,  // 0: walcast.api.v1.Topology.secondaries:type_name -> walcast.api.v1.SecondaryCluster
 	1,  // 1: walcast.api.v1.FollowRequest.topology:type_name -> walcast.api.v1.Topology
 	1,  // 2: walcast.api.v1.ConfigureRequest.topology:type_name -> walcast.api.v1.Topology
-	13, // 3: walcast.api.v1.PChannelReplication.last_copy:type_name -> google.protobuf.Timestamp
-	13, // 4: walcast.api.v1.PChannelReplication.source_end_at:type_name -> google.protobuf.Timestamp
-	13, // 5: walcast.api.v1.SourceState.unreachable_since:type_name -> google.protobuf.Timestamp
-	13, // 6: walcast.api.v1.SourceState.last_contact:type_name -> google.protobuf.Timestamp
+	17, // 3: walcast.api.v1.PChannelReplication.last_copy:type_name -> google.protobuf.Timestamp
+	17, // 4: walcast.api.v1.PChannelReplication.source_end_at:type_name -> google.protobuf.Timestamp
+	17, // 5: walcast.api.v1.SourceState.unreachable_since:type_name -> google.protobuf.Timestamp
+	17, // 6: walcast.api.v1.SourceState.last_contact:type_name -> google.protobuf.Timestamp
 	1,  // 7: walcast.api.v1.ReplicationStatusResponse.topology:type_name -> walcast.api.v1.Topology
 	7,  // 8: walcast.api.v1.ReplicationStatusResponse.pchannels:type_name -> walcast.api.v1.PChannelReplication
 	9,  // 9: walcast.api.v1.ReplicationStatusResponse.incomplete:type_name -> walcast.api.v1.IncompleteTask
 	8,  // 10: walcast.api.v1.ReplicationStatusResponse.source:type_name -> walcast.api.v1.SourceState
-	13, // 11: walcast.api.v1.ReplicationStatusResponse.promoted_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: walcast.api.v1.ReplicationService.Follow:input_type -> walcast.api.v1.FollowRequest
-	4,  // 13: walcast.api.v1.ReplicationService.Configure:input_type -> walcast.api.v1.ConfigureRequest
-	6,  // 14: walcast.api.v1.ReplicationService.Status:input_type -> walcast.api.v1.ReplicationStatusRequest
-	11, // 15: walcast.api.v1.ReplicationService.ForcePromote:input_type -> walcast.api.v1.ForcePromoteRequest
-	3,  // 16: walcast.api.v1.ReplicationService.Follow:output_type -> walcast.api.v1.FollowResponse
-	5,  // 17: walcast.api.v1.ReplicationService.Configure:output_type -> walcast.api.v1.ConfigureResponse
-	10, // 18: walcast.api.v1.ReplicationService.Status:output_type -> walcast.api.v1.ReplicationStatusResponse
-	12, // 19: walcast.api.v1.ReplicationService.ForcePromote:output_type -> walcast.api.v1.ForcePromoteResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	17, // 11: walcast.api.v1.ReplicationStatusResponse.promoted_at:type_name -> google.protobuf.Timestamp
+	11, // 12: walcast.api.v1.ReplicationStatusResponse.superseded:type_name -> walcast.api.v1.SupersededState
+	12, // 13: walcast.api.v1.ReplicationStatusResponse.primary_check:type_name -> walcast.api.v1.PrimaryCheck
+	13, // 14: walcast.api.v1.ReplicationStatusResponse.promotion:type_name -> walcast.api.v1.PromotionRecord
+	17, // 15: walcast.api.v1.SupersededState.promoted_at:type_name -> google.protobuf.Timestamp
+	17, // 16: walcast.api.v1.SupersededState.learned_at:type_name -> google.protobuf.Timestamp
+	16, // 17: walcast.api.v1.PromotionRecord.positions:type_name -> walcast.api.v1.PromotionRecord.PositionsEntry
+	17, // 18: walcast.api.v1.PromotionRecord.recorded_at:type_name -> google.protobuf.Timestamp
+	17, // 19: walcast.api.v1.PromotionRecord.marked_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: walcast.api.v1.ReplicationService.Follow:input_type -> walcast.api.v1.FollowRequest
+	4,  // 21: walcast.api.v1.ReplicationService.Configure:input_type -> walcast.api.v1.ConfigureRequest
+	6,  // 22: walcast.api.v1.ReplicationService.Status:input_type -> walcast.api.v1.ReplicationStatusRequest
+	14, // 23: walcast.api.v1.ReplicationService.ForcePromote:input_type -> walcast.api.v1.ForcePromoteRequest
+	3,  // 24: walcast.api.v1.ReplicationService.Follow:output_type -> walcast.api.v1.FollowResponse
+	5,  // 25: walcast.api.v1.ReplicationService.Configure:output_type -> walcast.api.v1.ConfigureResponse
+	10, // 26: walcast.api.v1.ReplicationService.Status:output_type -> walcast.api.v1.ReplicationStatusResponse
+	15, // 27: walcast.api.v1.ReplicationService.ForcePromote:output_type -> walcast.api.v1.ForcePromoteResponse
+	24, // [24:28] is the sub-list for method output_type
+	20, // [20:24] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_walcast_api_v1_replication_proto_init() }
@@ -967,7 +1321,7 @@ func file_walcast_api_v1_replication_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walcast_api_v1_replication_proto_rawDesc), len(file_walcast_api_v1_replication_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -261,25 +261,10 @@ func testStopped(t *testing.T, b Backend) {
 
 func testConcurrent(t *testing.T, b Backend) {
 	c := b.Open(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 64 {
-		wg.Go(func() {
-			if err := c.Commit(ctx(t), catalog.Put(fmt.Sprintf("c/%d/a", i), []byte("1")), catalog.Put(fmt.Sprintf("c/%d/b", i), []byte("2"))); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	n := 0
-	if err := c.List(ctx(t), "c/", func(string, []byte) error { n++; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if n != 128 {
+	concurrently(t, 64, func(i int) error {
+		return c.Commit(ctx(t), catalog.Put(fmt.Sprintf("c/%d/a", i), []byte("1")), catalog.Put(fmt.Sprintf("c/%d/b", i), []byte("2")))
+	})
+	if n := count(t, c, "c/"); n != 128 {
 		t.Fatalf("%d keys after 64 concurrent 2-key commits", n)
 	}
 }
@@ -288,18 +273,35 @@ func testGroup(t *testing.T, b Backend) {
 	c := b.Open(t)
 	g := catalog.NewGroup(c, 0)
 	defer g.Close()
-	var wg sync.WaitGroup
 	const callers = 200
-	errs := make(chan error, callers)
-	for i := range callers {
+	concurrently(t, callers, func(i int) error {
+		// Half the callers write a shared key too: they must land in
+		// separate transactions, and every caller's pair stays atomic.
+		ops := []catalog.Op{catalog.Put(fmt.Sprintf("g/%03d", i), []byte("x"))}
+		if i%2 == 0 {
+			ops = append(ops, catalog.Put("g/shared", []byte(fmt.Sprint(i))))
+		}
+		return g.Commit(ctx(t), ops...)
+	})
+	if n := count(t, c, "g/"); n != callers+1 {
+		t.Fatalf("%d keys, want %d", n, callers+1)
+	}
+	trips, commits := g.RoundTrips()
+	if commits != callers || trips > commits {
+		t.Fatalf("%d round trips for %d commits", trips, commits)
+	}
+	t.Logf("group commit: %d round trips for %d commits", trips, commits)
+}
+
+// concurrently runs fn(0) ... fn(n-1) at once and fails t with their
+// errors.
+func concurrently(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
 		wg.Go(func() {
-			// Half the callers write a shared key too: they must land in
-			// separate transactions, and every caller's pair stays atomic.
-			ops := []catalog.Op{catalog.Put(fmt.Sprintf("g/%03d", i), []byte("x"))}
-			if i%2 == 0 {
-				ops = append(ops, catalog.Put("g/shared", []byte(fmt.Sprint(i))))
-			}
-			if err := g.Commit(ctx(t), ops...); err != nil {
+			if err := fn(i); err != nil {
 				errs <- err
 			}
 		})
@@ -309,16 +311,14 @@ func testGroup(t *testing.T, b Backend) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+// count is how many keys c holds under prefix.
+func count(t *testing.T, c catalog.Catalog, prefix string) int {
+	t.Helper()
 	n := 0
-	if err := c.List(ctx(t), "g/", func(string, []byte) error { n++; return nil }); err != nil {
+	if err := c.List(ctx(t), prefix, func(string, []byte) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if n != callers+1 {
-		t.Fatalf("%d keys, want %d", n, callers+1)
-	}
-	trips, commits := g.RoundTrips()
-	if commits != callers || trips > commits {
-		t.Fatalf("%d round trips for %d commits", trips, commits)
-	}
-	t.Logf("group commit: %d round trips for %d commits", trips, commits)
+	return n
 }

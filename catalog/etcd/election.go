@@ -8,9 +8,10 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
 )
 
 // Fence identifies a leadership term: the leader's election key and the
@@ -39,12 +40,22 @@ const DefaultTTL = 10 * time.Second
 var ErrLostLeadership = errors.New("catalog/etcd: leadership lost")
 
 // Term is a won leadership term. It lasts until Resign, or until its lease
-// expires because it was not refreshed in time (a client cut off from etcd
-// for longer than the TTL).
+// expires because it was not refreshed in time (a client cut off from etcd,
+// or from every member that reaches a quorum, for longer than the TTL).
+//
+// The election is etcd's usual one (the protocol of concurrency.Election:
+// a key per candidate under the prefix, attached to the candidate's lease;
+// the oldest key leads), with the calls and the lease refreshed by this
+// package, so that none of them waits on one member that has lost its
+// peers (SPEC R9.12): every call requires a leader and is bounded, and
+// tried again on another member; waiting for a predecessor watches its key
+// and reads it again every second, so a watch stuck on such a member costs
+// at most that second.
 type Term struct {
-	session  *concurrency.Session
-	election *concurrency.Election
-	fence    Fence
+	client *clientv3.Client
+	lease  clientv3.LeaseID
+	keep   *keeper
+	fence  Fence
 
 	resignOnce sync.Once
 	resignErr  error
@@ -72,8 +83,8 @@ func Campaign(ctx context.Context, client *clientv3.Client, electionPrefix, valu
 		ttl = DefaultTTL
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	// Grant here rather than in NewSession, so that ctx bounds it.
-	lease, err := client.Grant(ctx, secs)
+	sent := time.Now()
+	lease, err := retryCall(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) { return client.Grant(ctx, secs) })
 	if err != nil {
 		return nil, fmt.Errorf("catalog/etcd: campaign: grant lease: %w", err)
 	}
@@ -82,47 +93,296 @@ func Campaign(ctx context.Context, client *clientv3.Client, electionPrefix, valu
 			o.granted(lease)
 		}
 	}
-	session, err := concurrency.NewSession(client, concurrency.WithTTL(int(secs)), concurrency.WithLease(lease.ID))
-	if err != nil {
-		revoke(client, lease.ID)
-		return nil, fmt.Errorf("catalog/etcd: campaign: session: %w", err)
-	}
-	election := concurrency.NewElection(session, electionPrefix)
-	// When ctx ends while it waits, etcd's Campaign resigns on the client's
-	// own (unbounded) context, which blocks for as long as etcd is
-	// unreachable; a coordinator shutting down must not wait for that. The
-	// abandoned call ends when the client is closed; closing the session
-	// (bounded by the TTL) revokes the lease, which deletes our key.
-	errc := make(chan error, 1)
-	go func() { errc <- election.Campaign(ctx, value) }()
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
-		session.Close()
+	keep := startKeeper(client, lease.ID, sent.Add(time.Duration(lease.TTL)*time.Second), time.Duration(secs)*time.Second)
+	t := &Term{client: client, lease: lease.ID, keep: keep}
+	fail := func(err error) (*Term, error) {
+		// Revoking the lease deletes our key; it is bounded, so an
+		// unreachable etcd cannot hold us here (the lease then expires).
+		t.release()
 		return nil, fmt.Errorf("catalog/etcd: campaign: %w", err)
+	}
+	key := fmt.Sprintf("%s/%x", electionPrefix, int64(lease.ID))
+	resp, err := retryCall(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(lease.ID))).
+			Else(clientv3.OpGet(key)).Commit()
+	})
+	if err != nil {
+		return fail(err)
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		// An earlier attempt of ours was applied (its answer lost).
+		rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	t.fence = Fence{Key: key, Rev: rev}
+	if err := t.waitPredecessors(ctx, electionPrefix); err != nil {
+		return fail(err)
 	}
 	if testHookCampaigned != nil {
 		testHookCampaigned()
 	}
-	t := &Term{session: session, election: election, fence: Fence{Key: election.Key(), Rev: election.Rev()}}
-	// Campaign returns once every earlier candidate is gone, without
-	// checking that our own key survived the wait: if the lease expired
-	// meanwhile, the term is over before it began. On failure, closing the
-	// session revokes the lease, which deletes the key; unlike Resign it
-	// is bounded (by the TTL), so an unreachable etcd cannot hold us here.
-	resp, err := client.Get(ctx, t.fence.Key)
+	// Our predecessors are gone, but our own key may have gone with our
+	// lease while we waited: then the term is over before it began.
+	got, err := retryCall(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) { return client.Get(ctx, key) })
 	if err != nil {
-		session.Close()
-		return nil, fmt.Errorf("catalog/etcd: campaign: confirm leadership: %w", err)
+		return fail(fmt.Errorf("confirm leadership: %w", err))
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != t.fence.Rev {
-		session.Close()
-		return nil, fmt.Errorf("%w: leader key %q expired during the campaign", ErrLostLeadership, t.fence.Key)
+	if len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != rev {
+		return fail(fmt.Errorf("%w: leader key %q expired during the campaign", ErrLostLeadership, key))
 	}
 	return t, nil
+}
+
+// predecessorPoll is how often a candidate reads its predecessor's key
+// again while it watches it.
+const predecessorPoll = time.Second
+
+// waitPredecessors returns once no candidate older than t is left.
+func (t *Term) waitPredecessors(ctx context.Context, electionPrefix string) error {
+	for {
+		resp, err := retryCall(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return t.client.Get(ctx, electionPrefix+"/", append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(t.fence.Rev-1))...)
+		})
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		if err := t.waitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDelete waits until key is deleted after rev, the lease is lost or
+// ctx ends. It watches the key, and reads it every predecessorPoll too: a
+// watch whose member lost its peers, and does not know it (a one-way cut),
+// hears nothing. (One watch for the whole wait: with etcd auth, opening a
+// stream costs an authentication.)
+func (t *Term) waitDelete(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := t.client.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	tick := time.NewTicker(predecessorPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				wch = nil // a watch that ended (no leader): the reads go on
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case <-tick.C:
+			gctx, gcancel := context.WithTimeout(ctx, predecessorPoll)
+			resp, err := t.client.Get(gctx, key)
+			gcancel()
+			if err == nil && len(resp.Kvs) == 0 {
+				return nil
+			}
+		case <-t.keep.done:
+			return fmt.Errorf("%w: the lease expired while waiting for the leader", ErrLostLeadership)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// retryCall calls f until it succeeds, fails for a reason another member
+// would not change, or ctx ends. Every attempt is bounded by the client's
+// QuorumDialOptions (without them, by ctx alone).
+func retryCall[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	for {
+		v, err := f(ctx)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(retryPause):
+		}
+	}
+}
+
+// retryPause is the pause between two attempts of a call.
+const retryPause = 50 * time.Millisecond
+
+// keeper refreshes a lease until stopped, or until the lease is found gone
+// or has expired by the keeper's own reckoning: from the time a refresh was
+// sent, so never later than etcd's.
+type keeper struct {
+	client *clientv3.Client
+	id     clientv3.LeaseID
+	ttl    time.Duration
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the lease is no longer kept alive
+
+	// The keep-alive stream and what ends it, nil when there is none;
+	// used by run's goroutine alone.
+	stream pb.Lease_LeaseKeepAliveClient
+	conn   *grpc.ClientConn // the stream's own connection, to one member
+	sctx   context.Context
+	drop   context.CancelFunc
+	next   int // which of the client's endpoints the next stream goes to
+}
+
+func startKeeper(client *clientv3.Client, id clientv3.LeaseID, expiry time.Time, ttl time.Duration) *keeper {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &keeper{client: client, id: id, ttl: ttl, cancel: cancel, done: make(chan struct{})}
+	go k.run(ctx, expiry)
+	return k
+}
+
+func (k *keeper) run(ctx context.Context, expiry time.Time) {
+	defer close(k.done)
+	defer k.close()
+	// Three refreshes per TTL, as etcd's client does; each attempt gets at
+	// most a sixth of the TTL (and DefaultAttemptTimeout), so a refresh
+	// sent to a member that does not answer is sent again to the next
+	// ones, several times, before the lease ends.
+	every := k.ttl / 3
+	attempt := min(k.ttl/6, DefaultAttemptTimeout)
+	// The first refresh at once: it opens the stream (with etcd auth, an
+	// authentication) while the whole TTL is left.
+	next := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		for {
+			sent := time.Now()
+			if !sent.Before(expiry) {
+				return // expired by our reckoning
+			}
+			deadline := sent.Add(attempt)
+			if expiry.Before(deadline) {
+				deadline = expiry
+			}
+			ttl, err := k.refresh(ctx, deadline, expiry)
+			if err == nil && ttl > 0 {
+				expiry = sent.Add(time.Duration(ttl) * time.Second)
+				next = sent.Add(every)
+				break
+			}
+			if err == nil || ctx.Err() != nil || k.client.Ctx().Err() != nil { // a TTL of 0: the lease is gone; or the client is closed
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryPause):
+			}
+		}
+	}
+}
+
+// refresh sends one keep-alive on the keeper's stream, opening one if it has
+// none, and returns the TTL the lease was given. The round trip must end by
+// deadline; on a new stream it may take up to half the time left before
+// expiry (with etcd auth, opening a stream authenticates, which can be
+// slow). A stream that fails or does not
+// answer in time is dropped: the next refresh opens another, on the next
+// member. (One stream for many refreshes: opening one costs an
+// authentication.)
+func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64, error) {
+	type answer struct {
+		stream pb.Lease_LeaseKeepAliveClient
+		resp   *pb.LeaseKeepAliveResponse
+		err    error
+	}
+	s := k.stream
+	if s == nil {
+		// A stream of its own to one member, the next of the client's
+		// endpoints after the one that last failed: a member that does
+		// not answer is not tried again before the others.
+		eps := k.client.Endpoints()
+		if len(eps) == 0 {
+			return 0, fmt.Errorf("%w: no endpoints", ErrInvalidConfig)
+		}
+		conn, err := k.client.Dial(eps[k.next%len(eps)])
+		if err != nil {
+			k.next++
+			return 0, err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		k.conn, k.sctx, k.drop = conn, sctx, cancel
+		// Opening may take longer (with etcd auth it authenticates: a
+		// password hash), but not so long that the next member gets no
+		// time before the lease ends.
+		if half := time.Now().Add(time.Until(expiry) / 2); half.After(deadline) {
+			deadline = half
+		}
+	}
+	sctx, conn := k.sctx, k.conn
+	got := make(chan answer, 1)
+	go func() {
+		if s == nil {
+			var err error
+			if s, err = pb.NewLeaseClient(conn).LeaseKeepAlive(sctx); err != nil {
+				got <- answer{err: err}
+				return
+			}
+		}
+		if err := s.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.id)}); err != nil {
+			got <- answer{err: err}
+			return
+		}
+		resp, err := s.Recv()
+		got <- answer{s, resp, err}
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			k.fail()
+			return 0, a.err
+		}
+		k.stream = a.stream
+		return a.resp.TTL, nil
+	case <-timer.C:
+		k.fail() // ends the calls above
+		return 0, fmt.Errorf("%w: lease keep-alive", ErrAttemptTimeout)
+	case <-ctx.Done():
+		k.close()
+		return 0, ctx.Err()
+	case <-k.client.Ctx().Done():
+		k.close()
+		return 0, k.client.Ctx().Err()
+	}
+}
+
+// fail drops the keeper's stream, which failed: the next goes to the next
+// member.
+func (k *keeper) fail() {
+	k.close()
+	k.next++
+}
+
+// close drops the keeper's stream and its connection.
+func (k *keeper) close() {
+	if k.drop != nil {
+		k.drop()
+	}
+	if k.conn != nil {
+		k.conn.Close()
+	}
+	k.stream, k.conn, k.sctx, k.drop = nil, nil, nil, nil
+}
+
+// stop stops refreshing and waits for the keeper to end.
+func (k *keeper) stop() {
+	k.cancel()
+	<-k.done
 }
 
 // CampaignOption adjusts Campaign.
@@ -165,7 +425,7 @@ func RevokeLease(ctx context.Context, client *clientv3.Client, electionPrefix st
 		return false, fmt.Errorf("%w: lease %x: etcd cluster %x, recorded for cluster %x", ErrForeignLease, int64(id), ttl.ClusterId, clusterID)
 	}
 	for _, k := range ttl.Keys {
-		if !strings.HasPrefix(string(k), electionPrefix+"/") {
+		if !strings.HasPrefix(string(k), electionPrefix+"/") && !strings.HasPrefix(string(k), ReadyPrefix(electionPrefix)) {
 			return false, fmt.Errorf("%w: lease %x holds key %q outside %s/", ErrForeignLease, int64(id), k, electionPrefix)
 		}
 	}
@@ -178,16 +438,15 @@ func RevokeLease(ctx context.Context, client *clientv3.Client, electionPrefix st
 	return true, nil
 }
 
+// ReadyPrefix is where the candidates of electionPrefix announce that they
+// could lead (a key per candidate, attached to its campaign lease): a
+// leader that cannot serve gives up its term only while one does (SPEC
+// R9.13). RevokeLease accepts a lease holding such a key.
+func ReadyPrefix(electionPrefix string) string { return electionPrefix + ".ready/" }
+
 // testHookCampaigned, if set, runs when Campaign has been elected, before it
 // confirms its leadership.
 var testHookCampaigned func()
-
-// revoke releases a lease nobody will use, best effort: it expires anyway.
-func revoke(client *clientv3.Client, id clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(client.Ctx(), 5*time.Second)
-	defer cancel()
-	client.Revoke(ctx, id)
-}
 
 // Fence returns the term's fence, for Config.Fence.
 func (t *Term) Fence() *Fence {
@@ -195,30 +454,38 @@ func (t *Term) Fence() *Fence {
 	return &f
 }
 
-// Done is closed once the term's lease is no longer kept alive: resigned,
-// found expired, or its client closed. It is a prompt to stop working, not
-// the guarantee: the lease may expire on the server before Done closes,
-// which is why writes are fenced.
-func (t *Term) Done() <-chan struct{} { return t.session.Done() }
+// Lease is the term's lease: keys a leader or candidate attaches to it go
+// with its term.
+func (t *Term) Lease() clientv3.LeaseID { return t.lease }
 
-// Resign ends the term: it deletes the leader key, so the next candidate is
-// elected at once, and revokes the lease. It is safe to call more than once
-// and after the term was lost; later calls return the first one's result.
+// Done is closed once the term's lease is no longer kept alive: resigned,
+// found expired, its client closed, or no member reaching a quorum answered a refresh before
+// the lease's TTL passed. It is a prompt to stop working, not the
+// guarantee: the lease may expire on the server before Done closes, which
+// is why writes are fenced.
+func (t *Term) Done() <-chan struct{} { return t.keep.done }
+
+// Resign ends the term: it revokes the lease, which deletes the leader key
+// (and every key attached to the lease), so the next candidate is elected
+// at once. It is safe to call more than once and after the term was lost;
+// later calls return the first one's result. If etcd cannot be reached
+// before ctx ends, the lease expires by itself within its TTL.
 func (t *Term) Resign(ctx context.Context) error {
 	t.resignOnce.Do(func() {
-		err := t.election.Resign(ctx)
-		// Close revokes the lease (deleting the key if Resign could not)
-		// and stops refreshing it.
-		cerr := t.session.Close()
-		if errors.Is(cerr, rpctypes.ErrLeaseNotFound) {
-			cerr = nil // expired already
-		}
-		t.resignErr = errors.Join(err, cerr)
-		if t.resignErr != nil {
-			t.resignErr = fmt.Errorf("catalog/etcd: resign: %w", t.resignErr)
+		t.keep.stop()
+		_, err := retryCall(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) { return t.client.Revoke(ctx, t.lease) })
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) { // not found: expired already
+			t.resignErr = fmt.Errorf("catalog/etcd: resign: %w", err)
 		}
 	})
 	return t.resignErr
+}
+
+// release ends a campaign that failed: like Resign, bounded.
+func (t *Term) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = t.Resign(ctx)
 }
 
 // Leader returns the value the current leader on electionPrefix announced

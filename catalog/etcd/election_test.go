@@ -3,80 +3,16 @@ package etcd
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/connectivity"
+
+	"github.com/walcast/walcast/internal/tcpproxy"
 )
-
-// proxy forwards TCP connections to an address until cut.
-type proxy struct {
-	ln    net.Listener
-	to    string
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
-	wg    sync.WaitGroup
-}
-
-func newProxy(t *testing.T, to string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, to: to}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(p.Cut)
-	return p
-}
-
-func (p *proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.to)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			s.Close()
-			return
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); io.Copy(s, c); s.Close() }()
-		go func() { defer p.wg.Done(); io.Copy(c, s); c.Close() }()
-	}
-}
-
-// Cut closes the listener and every connection: the server is unreachable
-// from then on.
-func (p *proxy) Cut() {
-	p.mu.Lock()
-	p.cut = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.ln.Close()
-	p.wg.Wait()
-}
 
 // TestCampaignFailsWhenEtcdUnreachable: etcd becomes unreachable right after
 // the election is won and before Campaign confirms it. Campaign fails
@@ -84,8 +20,12 @@ func (p *proxy) Cut() {
 func TestCampaignFailsWhenEtcdUnreachable(t *testing.T) {
 	srv := server(t)
 	_, election := uniquePrefixes()
-	p := newProxy(t, strings.TrimPrefix(srv.Endpoints()[0], "http://"))
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.ln.Addr().String()},
+	p, err := tcpproxy.Start(strings.TrimPrefix(srv.Endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr()},
 		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

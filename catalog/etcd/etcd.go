@@ -26,9 +26,9 @@
 // A Catalog built with a Fence (Config.Fence) writes only while its
 // leadership term lasts (SPEC R9.2): every transaction carries the compare
 // "the leader key still exists with the create revision of our term". Campaign
-// wins a term through an etcd election (concurrency.Election over a lease
-// kept alive by a concurrency.Session); the term ends when its holder resigns
-// or its lease expires, and the election key is deleted with it. From then on
+// wins a term through an etcd election (the protocol of concurrency.Election,
+// over a lease this package keeps alive); the term ends when its holder
+// resigns or its lease expires, and the election key is deleted with it. From then on
 // the compare fails, and every Commit of the old Catalog fails with
 // catalog.ErrFenced — even one sent by a coordinator that has not noticed yet
 // that it was deposed. A new term's key has a newer create revision, so an
@@ -38,10 +38,30 @@
 //
 // Config.Limits are the server's bounds (--max-txn-ops, --max-request-bytes).
 // etcd counts a transaction's compares and its ops separately (the larger
-// count must fit --max-txn-ops), so the fence compare costs no op. The byte
+// count must fit --max-txn-ops), so the fence's compares cost no op; a
+// fenced Catalog keeps one op for moving the leader key on (see Partitions)
+// and reports MaxOps less one. The byte
 // bound covers the whole request, so Catalog.Limits reports MaxBytes less the
 // worst-case cost of the prefix and the protobuf framing of MaxOps ops: a
 // Commit within Limits is never refused by the server for its size.
+//
+// # Partitions
+//
+// A client built with QuorumDialOptions and kept by Members never waits on
+// one etcd member that has lost its peers (SPEC R9.12): see quorum.go.
+// Transactions refused by such a member, or unanswered within the attempt
+// bound, are sent again to another member (every catalog write is
+// idempotent); a List stream that stalls is opened again after the last
+// key it gave, at the same revision.
+//
+// Such retries would let an attempt reach etcd late — a proposal a member
+// forwarded to its leader across the partition, delivered after the heal —
+// and apply old values over newer ones. So every fenced transaction also
+// requires the leader key's mod revision that the Catalog's previous
+// transaction left, and moves it on (a put that keeps the key's value and
+// lease): a late attempt fails that compare. A transaction whose compare
+// fails while the term lasts was applied by an earlier attempt of its own
+// (only the Catalog moves the key, one transaction at a time).
 //
 // # Errors
 //
@@ -109,6 +129,10 @@ type Config struct {
 	// documentation); pages of DefaultPageSize serve servers without
 	// RangeStream.
 	PageSize int
+	// AttemptTimeout is the bound the client's QuorumDialOptions put on an
+	// attempt of a call (0: DefaultAttemptTimeout): List opens its stream
+	// again elsewhere after waiting that long for a chunk.
+	AttemptTimeout time.Duration
 	// WriteGuard, if set, is asked before every transaction is sent: an
 	// error refuses the transaction without sending it, as a definite
 	// failure (wrapping catalog.ErrNotApplied and the guard's error).
@@ -125,6 +149,7 @@ type Catalog struct {
 	fence    *Fence
 	limits   catalog.Limits // as enforced, after the framing allowance
 	pageSize int
+	attempt  time.Duration // see Config.AttemptTimeout
 	guard    func() error
 	paged    atomic.Bool // List reads pages: PageSize was set, or the server has no RangeStream
 	group    *catalog.Group
@@ -132,6 +157,11 @@ type Catalog struct {
 	// then is commitTxn's list of etcd ops, reused: its one caller is the
 	// group's flusher, one transaction at a time.
 	then []clientv3.Op
+	// order is the mod revision of the fence's leader key that this
+	// catalog's last transaction left: every fenced transaction requires
+	// it and moves it on, so that no attempt applies after a later
+	// transaction (SPEC R9.12). Used by the flusher alone.
+	order int64
 }
 
 var _ catalog.Catalog = (*Catalog)(nil)
@@ -164,10 +194,13 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 	if lim.MaxBytes == 0 {
 		lim.MaxBytes = DefaultMaxBytes
 	}
-	if lim.MaxOps < 1 || lim.MaxBytes < 1 {
+	if lim.MaxOps < 1 || lim.MaxBytes < 1 || cfg.Fence != nil && lim.MaxOps < 2 {
 		return nil, fmt.Errorf("%w: limits %+v", ErrInvalidConfig, cfg.Limits)
 	}
-	if cfg.PageSize < 0 || cfg.CommitTimeout < 0 {
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.PageSize < 0 || cfg.CommitTimeout < 0 || cfg.AttemptTimeout < 0 {
 		return nil, fmt.Errorf("%w: page size %d, commit timeout %v", ErrInvalidConfig, cfg.PageSize, cfg.CommitTimeout)
 	}
 	overhead := fixedFraming + lim.MaxOps*(len(cfg.Prefix)+opFraming)
@@ -180,7 +213,10 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 			// leader key, and List would return it.
 			return nil, fmt.Errorf("%w: fence key %q lies under the catalog prefix %q", ErrInvalidConfig, f.Key, cfg.Prefix)
 		}
-		overhead += len(f.Key)
+		overhead += 2 * len(f.Key)
+		// The op that moves the leader key's mod revision on (see
+		// Catalog.order) takes one of the transaction's ops.
+		lim.MaxOps--
 		f := *f
 		cfg.Fence = &f
 	}
@@ -194,7 +230,11 @@ func New(client *clientv3.Client, cfg Config) (*Catalog, error) {
 		fence:    cfg.Fence,
 		limits:   lim,
 		pageSize: cfg.PageSize,
+		attempt:  cfg.AttemptTimeout,
 		guard:    cfg.WriteGuard,
+	}
+	if f := cfg.Fence; f != nil {
+		c.order = f.Rev // the campaign created the key and nothing moved it since
 	}
 	c.paged.Store(c.pageSize > 0)
 	if c.pageSize == 0 {
@@ -315,38 +355,96 @@ func (c *Catalog) Page(ctx context.Context, prefix, after string, limit int, fn 
 // errNoStream says the server has no RangeStream: nothing was listed.
 var errNoStream = errors.New("catalog/etcd: the server has no RangeStream")
 
-// listStream lists [from, end) through one RangeStream.
+// listStream lists [from, end) through a RangeStream. A stream that gives
+// no chunk for the attempt bound (a member that lost its peers, and does
+// not know it yet) or fails for a retryable reason is opened again, on the
+// next member, after the last key listed and at the revision of the first
+// chunk: the listing stays one snapshot.
 func (c *Catalog) listStream(ctx context.Context, prefix, from, end string, fn func(key string, value []byte) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	ch, err := c.client.GetStream(ctx, from, clientv3.WithRange(end))
-	if err != nil {
-		cancel()
-		if status.Code(err) == codes.Unimplemented {
-			return errNoStream
+	var rev int64
+	listed := false
+	for {
+		next, err := c.streamOnce(ctx, from, end, &rev, &listed, fn)
+		if err == nil || !errors.Is(err, errStreamStalled) && !retryable(err) || ctx.Err() != nil {
+			if status.Code(err) == codes.Unimplemented && !listed {
+				return errNoStream
+			}
+			if ce := (callbackErr{}); errors.As(err, &ce) {
+				return ce.err // the callback's own error
+			}
+			if err != nil {
+				return c.readErr("list "+prefix, err)
+			}
+			return nil
 		}
-		return c.readErr("list "+prefix, err)
+		from = next
+		select {
+		case <-ctx.Done():
+			return c.readErr("list "+prefix, ctx.Err())
+		case <-time.After(retryPause):
+		}
 	}
+}
+
+var errStreamStalled = errors.New("no chunk within the attempt bound")
+
+// callbackErr carries List's callback's error through streamOnce.
+type callbackErr struct{ err error }
+
+func (e callbackErr) Error() string { return e.err.Error() }
+
+// streamOnce reads one RangeStream from from; it returns where a retry
+// starts. A callback's error is returned as a callbackErr.
+func (c *Catalog) streamOnce(ctx context.Context, from, end string, rev *int64, listed *bool, fn func(key string, value []byte) error) (string, error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	opts := []clientv3.OpOption{clientv3.WithRange(end)}
+	if *rev != 0 {
+		opts = append(opts, clientv3.WithRev(*rev))
+	}
+	// Opening the stream is not bounded by the stall timer: with etcd auth
+	// it authenticates first, which can take long (a password hash).
+	ch, err := c.client.GetStream(sctx, from, opts...)
+	if err != nil {
+		return from, streamErr(sctx, err)
+	}
+	stall := time.AfterFunc(c.attempt, func() { cancel(errStreamStalled) })
+	defer stall.Stop()
 	defer func() {
-		cancel()
+		cancel(nil)
 		for range ch { // let the stream's reader end
 		}
 	}()
-	first := true
 	for r := range ch {
+		stall.Stop()
 		if err := r.Err(); err != nil {
-			if first && status.Code(err) == codes.Unimplemented {
-				return errNoStream
-			}
-			return c.readErr("list "+prefix, err)
+			return from, streamErr(sctx, err)
 		}
-		first = false
+		if *rev == 0 && r.Header != nil {
+			*rev = r.Header.Revision
+		}
 		for _, kv := range r.Kvs {
+			*listed = true
 			if err := fn(string(kv.Key[len(c.prefix):]), kv.Value); err != nil {
-				return err
+				return from, callbackErr{err}
 			}
+			from = string(kv.Key) + "\x00"
 		}
+		stall.Reset(c.attempt)
 	}
-	return nil
+	if cause := context.Cause(sctx); errors.Is(cause, errStreamStalled) {
+		return from, cause
+	}
+	return from, ctx.Err()
+}
+
+// streamErr is a stream's error, or errStreamStalled if the stall timer
+// ended it.
+func streamErr(sctx context.Context, err error) error {
+	if cause := context.Cause(sctx); errors.Is(cause, errStreamStalled) {
+		return cause
+	}
+	return err
 }
 
 // listPages lists [from, end) in pages of pageSize keys, at the revision of

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -52,22 +53,54 @@ func (c *Catalog) commitTxn(ctx context.Context, ops []catalog.Op) error {
 			then = append(then, clientv3.OpPut(c.prefix+o.Key, string(o.Value)))
 		}
 	}
-	txn := c.client.Txn(ctx)
+	// A member that lost its peers refuses (no leader) or does not answer
+	// within the attempt bound of QuorumDialOptions: the transaction goes
+	// again to another member, the same ops under the same fence, which is
+	// what the broadcaster would do with the ambiguous failure anyway
+	// (every catalog write is idempotent), only without waiting for it.
+	//
+	// A fenced transaction also bumps the leader key's mod revision and
+	// requires the one its last transaction left (see Catalog.order): an
+	// attempt that reaches etcd late — a proposal a member forwarded to a
+	// leader across a partition, delivered after the heal — fails that
+	// compare instead of applying old values over newer ones.
 	if f := c.fence; f != nil {
-		txn = txn.If(f.compare())
+		then = append(then, clientv3.OpPut(f.Key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease()))
 	}
-	// Then converts the ops to requests at once: the list is free again.
-	txn = txn.Then(then...)
+	resp, err := retryCall(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		txn := c.client.Txn(ctx)
+		if f := c.fence; f != nil {
+			txn = txn.If(f.compare(), clientv3.Compare(clientv3.ModRevision(f.Key), "=", c.order))
+		}
+		txn = txn.Then(then...)
+		if f := c.fence; f != nil {
+			txn = txn.Else(clientv3.OpGet(f.Key))
+		}
+		return txn.Commit()
+	})
 	clear(then)
 	c.then = then[:0]
-	resp, err := txn.Commit()
 	if err != nil {
 		return c.commitErr(err)
 	}
-	if !resp.Succeeded {
-		// The fence is the only compare.
+	if c.fence == nil {
+		return nil
+	}
+	if resp.Succeeded {
+		c.order = resp.Header.Revision
+		return nil
+	}
+	var kvs []*mvccpb.KeyValue
+	if len(resp.Responses) > 0 {
+		kvs = resp.Responses[0].GetResponseRange().GetKvs()
+	}
+	if len(kvs) == 0 || kvs[0].CreateRevision != c.fence.Rev {
 		return fmt.Errorf("%w: leader key %q no longer has create revision %d", catalog.ErrFenced, c.fence.Key, c.fence.Rev)
 	}
+	// The term lasts but the key moved on: only this catalog moves it,
+	// one transaction at a time, so an earlier attempt of this very
+	// transaction was applied (its answer lost).
+	c.order = kvs[0].ModRevision
 	return nil
 }
 

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -194,29 +197,63 @@ so created and revoked tokens take effect without a restart.`,
 }
 
 func certCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "cert", Short: "Issue client certificates from a local CA (walcast standalone --secure makes one)"}
+	cmd := &cobra.Command{Use: "cert", Short: "Issue certificates from a local CA: clients' (a role each), servers' (the API's), the CA itself"}
 	var caCert, caKey, name, role, out string
+	var hosts []string
+	var server bool
 	var validity time.Duration
 	create := &cobra.Command{
 		Use:   "create",
-		Short: "Issue a client certificate: subject CN = --name, OU = walcast:<role>",
+		Short: "Issue a client certificate (CN = --name, OU = walcast:<role>) or, with --server, the API's certificate for --host names",
 		Example: `  walcast auth cert create --ca-cert walcast-data/secure/ca.crt --ca-key walcast-data/secure/ca.key \
-    --name n1 --role node --out n1       # writes n1.crt and n1.key`,
+    --name n1 --role node --out n1       # writes n1.crt and n1.key
+  walcast auth cert ca --out ca          # ca.crt, ca.key (deploy/kubernetes: the walcast-api-ca secret)
+  walcast auth cert create --ca-cert ca.crt --ca-key ca.key --server \
+    --host walcast --host walcast.walcast.svc --out api    # api.crt, api.key: the walcast-api-tls secret`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := auth.ParseRole(role)
-			if err != nil {
-				return usageError{err}
+			if caCert == "" || caKey == "" {
+				return usageError{errors.New("--ca-cert and --ca-key: the CA that signs (walcast auth cert ca makes one)")}
 			}
-			if err := auth.CheckName(name); err != nil {
-				return usageError{err}
+			leaf := pki.Leaf{NotAfter: time.Now().Add(validity)}
+			var r auth.Role
+			switch {
+			case server:
+				if len(hosts) == 0 {
+					return usageError{errors.New("--server needs --host: the names (and IP addresses) clients reach the API at")}
+				}
+				if role != "" {
+					return usageError{errors.New("--role is for client certificates, not with --server")}
+				}
+				if name == "" {
+					name = hosts[0]
+				}
+				leaf.CommonName, leaf.Server = name, true
+				for _, h := range hosts {
+					if ip := net.ParseIP(h); ip != nil {
+						leaf.IPs = append(leaf.IPs, ip)
+					} else {
+						leaf.DNSNames = append(leaf.DNSNames, h)
+					}
+				}
+			default:
+				if name == "" || role == "" {
+					return usageError{errors.New("--name and --role: the client's identity and role (or --server for the API's certificate)")}
+				}
+				var err error
+				if r, err = auth.ParseRole(role); err != nil {
+					return usageError{err}
+				}
+				if err := auth.CheckName(name); err != nil {
+					return usageError{err}
+				}
+				leaf.CommonName, leaf.OrganizationalUnits, leaf.Client = name, []string{auth.CertRolePrefix + r.String()}, true
 			}
 			ca, err := pki.LoadCA(caCert, caKey)
 			if err != nil {
 				return err
 			}
-			c, k, err := ca.Issue(pki.Leaf{CommonName: name, OrganizationalUnits: []string{auth.CertRolePrefix + r.String()},
-				Client: true, NotAfter: time.Now().Add(validity)})
+			c, k, err := ca.Issue(leaf)
 			if err != nil {
 				return err
 			}
@@ -234,23 +271,73 @@ func certCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if server {
+					return emit(cmd.OutOrStdout(), f, object{"cert": certPath, "key": keyPath, "name": name, "hosts": hosts})
+				}
 				return emit(cmd.OutOrStdout(), f, object{"cert": certPath, "key": keyPath, "name": name, "role": r.String()})
 			}
 			abs, _ := filepath.Abs(certPath)
+			if server {
+				fmt.Fprintf(cmd.OutOrStdout(), "server certificate for %s: %s, key %s\n", strings.Join(hosts, ", "), abs, keyPath)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "client certificate for %s (role %s): %s, key %s\n", name, r, abs, keyPath)
 			return nil
 		},
 	}
 	create.Flags().StringVar(&caCert, "ca-cert", "", "CA certificate (required)")
 	create.Flags().StringVar(&caKey, "ca-key", "", "CA key (required)")
-	create.Flags().StringVar(&name, "name", "", "identity name, the subject CN (required)")
-	create.Flags().StringVar(&role, "role", "", "reader, writer, admin or node (required)")
+	create.Flags().StringVar(&name, "name", "", "identity name, the subject CN (required for a client; default the first --host)")
+	create.Flags().StringVar(&role, "role", "", "reader, writer, admin or node (required for a client)")
+	create.Flags().BoolVar(&server, "server", false, "issue the API's server certificate for --host instead of a client's")
+	create.Flags().StringArrayVar(&hosts, "host", nil, "with --server: a DNS name or IP address the certificate is valid for (repeat)")
 	create.Flags().StringVar(&out, "out", "", "output path prefix: <out>.crt and <out>.key (default --name)")
 	create.Flags().DurationVar(&validity, "validity", 365*24*time.Hour, "validity")
-	for _, f := range []string{"ca-cert", "ca-key", "name", "role"} {
-		_ = create.MarkFlagRequired(f)
-	}
 	addOutputFlags(create, g)
-	cmd.AddCommand(create)
+	cmd.AddCommand(create, certCACmd(g))
+	return cmd
+}
+
+// certCACmd makes a local CA: the files auth cert create signs with, and the
+// CA certificate clients and nodes verify the API's certificate with.
+func certCACmd(g *globals) *cobra.Command {
+	var out, cn string
+	var validity time.Duration
+	cmd := &cobra.Command{
+		Use:     "ca",
+		Short:   "Make a local CA: <out>.crt (give it to clients: --tls-ca, api.tls.client_ca_file) and <out>.key (keep it safe)",
+		Example: "  walcast auth cert ca --out ca       # ca.crt, ca.key",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			certPath, keyPath := out+".crt", out+".key"
+			for _, p := range []string{certPath, keyPath} {
+				if _, err := os.Stat(p); err == nil {
+					return usageError{fmt.Errorf("%s exists: a new CA would not verify the certificates the old one signed (choose another --out)", p)}
+				}
+			}
+			ca, err := pki.NewCA(cn, validity)
+			if err != nil {
+				return err
+			}
+			if err := pki.WriteFile(certPath, ca.CertPEM, 0o644); err != nil {
+				return err
+			}
+			if err := pki.WriteFile(keyPath, ca.KeyPEM(), 0o600); err != nil {
+				return err
+			}
+			if f, err := g.format(); err != nil || f.machine() {
+				if err != nil {
+					return err
+				}
+				return emit(cmd.OutOrStdout(), f, object{"cert": certPath, "key": keyPath, "name": cn})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "CA %q: certificate %s, key %s\n", cn, certPath, keyPath)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "ca", "output path prefix: <out>.crt and <out>.key")
+	cmd.Flags().StringVar(&cn, "name", "walcast CA", "the CA's subject CN")
+	cmd.Flags().DurationVar(&validity, "validity", 10*365*24*time.Hour, "validity")
+	addOutputFlags(cmd, g)
 	return cmd
 }

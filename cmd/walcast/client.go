@@ -156,10 +156,14 @@ created and what to run next.`,
 				start := time.Now()
 				var seen atomic.Uint64 // the task of an unkeyed broadcast, once seen
 				stop := g.progress(cmd, func(pctx context.Context) string { return broadcastProgress(pctx, c, req, start, &seen) })
-				res, err := c.Broadcast(ctx, req)
+				// The lookup after an ambiguous answer runs within the
+				// command's deadline too: the broadcast leaves it a share.
+				bctx, bcancel := reserveForLookup(ctx)
+				res, err := c.Broadcast(bctx, req)
+				bcancel()
 				stop()
 				if err != nil {
-					return nil, broadcastHint(cmd.Context(), c, req, err, seen.Load())
+					return nil, broadcastHint(ctx, c, req, err, seen.Load())
 				}
 				return newBroadcastOutput(req, res), nil
 			}, printBroadcast, (*broadcastOutput).value)
@@ -260,6 +264,20 @@ func sameBroadcast(ctx context.Context, c *client.Client, req *client.BroadcastR
 	return t
 }
 
+// reserveForLookup returns a context that ends before ctx, the command's
+// (--timeout), by the time a lookup after an ambiguous answer needs: a
+// fifth of the time left, between 200 ms and 2 s. The command then ends
+// within --timeout, lookup included, instead of overrunning it by the
+// lookup's own deadline.
+func reserveForLookup(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	reserve := min(max(time.Until(d)/5, 200*time.Millisecond), 2*time.Second)
+	return context.WithDeadline(ctx, d.Add(-reserve))
+}
+
 // deadlinePassed reports whether err is the end of the command's deadline:
 // the client's context, or the server's answer that the deadline it was
 // sent passed ("broadcast continues in the background").
@@ -268,7 +286,8 @@ func deadlinePassed(err error) bool {
 }
 
 // broadcastHint adds to a broadcast's failure what to run next: after a
-// deadline, whether a task was created and how to follow it or retry.
+// deadline, whether a task was created and how to follow it or retry. ctx
+// is the command's: the lookup ends with it (reserveForLookup).
 func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastRequest, err error, seen uint64) error {
 	if errors.Is(err, client.ErrBusy) {
 		return busyHint(err)
@@ -289,11 +308,12 @@ func broadcastHint(ctx context.Context, c *client.Client, req *client.BroadcastR
 	if kerr != nil {
 		return err
 	}
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
 	again := fmt.Sprintf("repeat the command with --client-key %s (the key it used)", req.ClientKey)
-	ks, lerr := c.LookupKey(lctx, req.Type, k)
+	ks, lerr := c.LookupKey(ctx, req.Type, k)
 	switch {
+	case lerr == nil && ks.GetState() == "PERSISTING":
+		return fmt.Errorf("%w\nbroadcast %d is being created (its record is not durable yet): %s to wait for its result",
+			err, ks.GetBroadcastId(), again)
 	case lerr == nil:
 		return fmt.Errorf("%w\nbroadcast %d was created (%s); follow it with `walcast tasks show %d --watch`, or %s to wait for its result",
 			err, ks.GetBroadcastId(), strings.ToLower(ks.GetState()), ks.GetBroadcastId(), again)
@@ -334,7 +354,13 @@ func (o *broadcastOutput) value() any {
 		}
 		pb.Extras[string(v)] = x
 	}
-	return with(protoValue(pb), "client_key", o.clientKey, "key_fingerprint", o.keyFingerprint, "attempts", r.Attempts)
+	// The broadcast returned once every copy was appended and acked.
+	cs := make([]copyLanding, 0, len(r.Appends))
+	for v, cp := range r.Appends {
+		cs = append(cs, copyLanding{vchannel: string(v), appended: true, acked: true, cp: cp})
+	}
+	return with(protoValue(pb), "client_key", o.clientKey, "key_fingerprint", o.keyFingerprint, "attempts", r.Attempts,
+		"copies", copiesValue(cs))
 }
 
 func printBroadcast(w io.Writer, o *broadcastOutput) error {
@@ -722,9 +748,9 @@ again whenever it changes, until it is finished (TOMBSTONE) or Ctrl-C.`,
 					t, err := get(ctx, c)
 					return t, t.GetState() == "TOMBSTONE", err
 				}, func(w io.Writer, v any) error { return printTask(w, v.(*walcastv1.Task)) },
-					func(v any) any { return protoValue(v.(*walcastv1.Task)) })
+					func(v any) any { return taskValue(v.(*walcastv1.Task)) })
 			}
-			return runClient(g, cmd, get, printTask)
+			return runClient(g, cmd, get, printTask, func(t *walcastv1.Task) any { return taskValue(t) })
 		},
 	}
 	show.Flags().BoolVar(&watchTask, "watch", false, "show the task again whenever it changes, until it is finished")

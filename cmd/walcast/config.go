@@ -161,6 +161,26 @@ func flagKey(name string) string {
 
 // loadConfig loads the server configuration and shows its warnings (unknown
 // WALCAST_* variables that are ignored) on stderr.
+// loadServerConfig is loadConfig for a server command: once the
+// configuration loads, its logger becomes the one destination of every log
+// line of the process (server.RouteLogs), the configuration's warnings
+// included.
+func loadServerConfig(fs *pflag.FlagSet, path string) (server.Config, error) {
+	c, warnings, err := server.LoadWithWarnings(path, os.Environ(), fs, flagKey)
+	if err != nil {
+		for _, w := range warnings {
+			fmt.Fprintln(os.Stderr, "walcast: warning:", w)
+		}
+		return c, err
+	}
+	log := c.Logger()
+	server.RouteLogs(log)
+	for _, w := range warnings {
+		log.Warn("configuration: " + w)
+	}
+	return c, nil
+}
+
 func loadConfig(fs *pflag.FlagSet, path string) (server.Config, error) {
 	c, warnings, err := server.LoadWithWarnings(path, os.Environ(), fs, flagKey)
 	for _, w := range warnings {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	yaml "go.yaml.in/yaml/v3"
@@ -86,16 +87,10 @@ tls-* settings) are taken from one place as a whole.`,
 		},
 	}
 	use := &cobra.Command{
-		Use:   "use NAME",
-		Short: "Make NAME the current context (writes current-context in the file)",
-		Args:  cobra.ExactArgs(1),
-		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-			cfg, err := readClientConfig()
-			if err != nil {
-				return nil, cobra.ShellCompDirectiveError
-			}
-			return sortedKeys(cfg.Contexts), cobra.ShellCompDirectiveNoFileComp
-		},
+		Use:               "use NAME",
+		Short:             "Make NAME the current context (writes current-context in the file)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeContextNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := readClientConfig()
 			if err != nil {
@@ -156,13 +151,208 @@ tls-* settings) are taken from one place as a whole.`,
 	for _, c := range []*cobra.Command{list, show} {
 		addOutputFlags(c, g)
 	}
-	cmd.AddCommand(list, use, show)
+	cmd.AddCommand(list, use, show, contextSetCmd("set", false), contextSetCmd("add", true), contextDeleteCmd())
 	return cmd
+}
+
+// contextKeys are the settings of a context as flags of context set and
+// add, in the file's order; the path ones are made absolute.
+var contextKeys = []struct {
+	key, help string
+	path      bool
+}{
+	{"addr", "coordinator address(es), comma separated", false},
+	{"token", "bearer token (prefer --token-file: the file holds it in clear)", false},
+	{"token-file", "file with the bearer token", true},
+	{"tls-ca", "CA bundle that verifies the coordinators' certificates", true},
+	{"tls-cert", "client certificate (mTLS)", true},
+	{"tls-key", "client certificate's key (mTLS)", true},
+	{"tls-server-name", "server name to verify the certificates with", false},
+	{"timeout", "the commands' overall deadline (a Go duration: 30s, 2m)", false},
+}
+
+// contextSetCmd is context set (create or change a context: only the
+// settings given change) or, with add, context add (create one; an existing
+// name is refused).
+func contextSetCmd(use string, add bool) *cobra.Command {
+	vals := make([]string, len(contextKeys))
+	var makeCurrent bool
+	short := "Create or change a context: the settings given replace its own, the others stay"
+	if add {
+		short = "Add a context (refused if one has that name)"
+	}
+	cmd := &cobra.Command{
+		Use:     use + " NAME",
+		Short:   short,
+		Example: "  walcast context " + use + " prod --addr https://10.0.0.11:7070,https://10.0.0.12:7070 --tls-ca ca.crt --token-file prod.token --use",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if strings.TrimSpace(name) == "" || strings.ContainsAny(name, " \t\n:") {
+				return usageError{fmt.Errorf("context name %q: no spaces or colons", name)}
+			}
+			cfg, err := readClientConfig()
+			if err != nil {
+				return err
+			}
+			if cfg.path == "" {
+				return usageError{errors.New("no client configuration file: set WALCAST_CLIENT_CONFIG or HOME")}
+			}
+			_, exists := cfg.Contexts[name]
+			if add && exists {
+				return usageError{fmt.Errorf("context %q exists in %s: change it with walcast context set", name, cfg.path)}
+			}
+			set := map[string]string{}
+			for i, k := range contextKeys {
+				if !cmd.Flags().Changed(k.key) {
+					continue
+				}
+				v := vals[i]
+				switch {
+				case k.key == "addr" && v != "":
+					if err := checkAddrs(v); err != nil {
+						return usageError{fmt.Errorf("--addr: %w", err)}
+					}
+				case k.key == "timeout" && v != "":
+					if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+						return usageError{fmt.Errorf("--timeout: %q is not a positive duration", v)}
+					}
+				case k.path && v != "":
+					if v, err = filepath.Abs(v); err != nil {
+						return usageError{err}
+					}
+				}
+				set[k.key] = v
+			}
+			if !exists && set["addr"] == "" {
+				return usageError{fmt.Errorf("--addr: a new context needs the coordinators' address")}
+			}
+			if err := editClientConfig(cfg.path, func(root *yaml.Node) {
+				c := mappingAt(mappingAt(root, "contexts"), name)
+				for _, k := range contextKeys {
+					if v, ok := set[k.key]; ok {
+						setScalar(c, k.key, v)
+					}
+				}
+				if makeCurrent {
+					setScalar(root, "current-context", name)
+				}
+			}); err != nil {
+				return err
+			}
+			verb := "changed"
+			if !exists {
+				verb = "added"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "context %s %s in %s\n", name, verb, cfg.path)
+			if makeCurrent {
+				fmt.Fprintf(cmd.OutOrStdout(), "current context: %s\n", name)
+			}
+			return nil
+		},
+	}
+	for i, k := range contextKeys {
+		cmd.Flags().StringVar(&vals[i], k.key, "", k.help+" (empty: remove it)")
+	}
+	cmd.Flags().BoolVar(&makeCurrent, "use", false, "make it the current context too")
+	return cmd
+}
+
+// completeContextNames completes the names of the file's contexts.
+func completeContextNames(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	cfg, err := readClientConfig()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	return sortedKeys(cfg.Contexts), cobra.ShellCompDirectiveNoFileComp
+}
+
+// contextDeleteCmd removes a context (and current-context, if it named it).
+func contextDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:               "delete NAME",
+		Short:             "Delete a context (current-context too, if it names it)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeContextNames,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			cfg, err := readClientConfig()
+			if err != nil {
+				return err
+			}
+			if _, ok := cfg.Contexts[name]; !ok {
+				return usageError{fmt.Errorf("no context %q in %s (walcast context list)", name, cfg.path)}
+			}
+			if err := editClientConfig(cfg.path, func(root *yaml.Node) {
+				deleteKey(mappingAt(root, "contexts"), name)
+				if cfg.CurrentContext == name {
+					deleteKey(root, "current-context")
+				}
+			}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "context %s deleted from %s\n", name, cfg.path)
+			if cfg.CurrentContext == name {
+				fmt.Fprintln(cmd.OutOrStdout(), "no current context now (walcast context use NAME)")
+			}
+			return nil
+		},
+	}
+}
+
+// mappingAt returns the mapping under key in mapping m, adding an empty
+// one if there is none.
+func mappingAt(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			v := m.Content[i+1]
+			if v.Kind != yaml.MappingNode {
+				*v = yaml.Node{Kind: yaml.MappingNode}
+			}
+			return v
+		}
+	}
+	v := &yaml.Node{Kind: yaml.MappingNode}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, v)
+	return v
+}
+
+// setScalar sets key in mapping m to the string v; an empty v removes key.
+func setScalar(m *yaml.Node, key, v string) {
+	if v == "" {
+		deleteKey(m, key)
+		return
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content[i+1].Kind, m.Content[i+1].Value, m.Content[i+1].Tag = yaml.ScalarNode, v, "!!str"
+			return
+		}
+	}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v})
+}
+
+// deleteKey removes key from mapping m.
+func deleteKey(m *yaml.Node, key string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content = append(m.Content[:i], m.Content[i+2:]...)
+			return
+		}
+	}
 }
 
 // setCurrentContext rewrites current-context in the file at path, keeping
 // the rest of it (comments included).
 func setCurrentContext(path, name string) error {
+	return editClientConfig(path, func(root *yaml.Node) { setScalar(root, "current-context", name) })
+}
+
+// editClientConfig applies edit to the top mapping of the file at path (an
+// empty one if the file is missing) and writes it back atomically, keeping
+// the rest of the file, comments included. The file is only readable by
+// its owner: it may hold tokens.
+func editClientConfig(path string, edit func(root *yaml.Node)) error {
 	raw, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -174,18 +364,12 @@ func setCurrentContext(path, name string) error {
 	if doc.Kind == 0 {
 		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode}}}
 	}
-	m := doc.Content[0]
-	set := false
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == "current-context" {
-			m.Content[i+1].Value, m.Content[i+1].Tag, set = name, "!!str", true
-		}
-	}
-	if !set {
-		m.Content = append([]*yaml.Node{{Kind: yaml.ScalarNode, Value: "current-context"}, {Kind: yaml.ScalarNode, Value: name}}, m.Content...)
-	}
+	edit(doc.Content[0])
 	out, err := yaml.Marshal(&doc)
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")

@@ -105,6 +105,9 @@ type compose struct {
 		Environment map[string]string `yaml:"environment"`
 		Volumes     []string          `yaml:"volumes"`
 		NetworkMode string            `yaml:"network_mode"`
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
 	} `yaml:"services"`
 }
 
@@ -147,6 +150,11 @@ func TestDeployCompose(t *testing.T) {
 				}
 			}
 			cfg := checkCommandLine(t, "compose "+name, s.Command, configs)
+			// Healthy once its /readyz passes, probed by the binary
+			// itself (the image has no shell or curl).
+			if want := []string{"CMD", "/usr/local/bin/walcast", "probe", "http://" + cfg.Metrics.Addr + "/readyz"}; !slices.Equal(s.Healthcheck.Test, want) {
+				t.Errorf("%s: healthcheck %q, want %q", name, s.Healthcheck.Test, want)
+			}
 			if strings.HasPrefix(name, "coord") {
 				apis = append(apis, cfg.API.Addr)
 			}
@@ -206,7 +214,7 @@ func TestDeploySystemd(t *testing.T) {
 		f.Close()
 		svc := sections["Service"]
 		if sections["Unit"] == nil || svc == nil || sections["Install"]["WantedBy"] != "multi-user.target" ||
-			svc["User"] != "walcast" || svc["KillSignal"] != "SIGTERM" || svc["Restart"] != "always" {
+			svc["User"] != "walcast" || svc["KillSignal"] != "SIGTERM" || svc["Restart"] != "always" || svc["Type"] != "notify" {
 			t.Errorf("%s: sections %v", unit, sections)
 		}
 		exec := strings.Fields(subst.Replace(svc["ExecStart"]))

@@ -212,6 +212,7 @@ func etcdMemberCmd() *cobra.Command {
 	f.StringVar(&cfg.Dir, "dir", "", "data directory")
 	f.IntVar(&cfg.ClientPort, "client-port", 0, "client port")
 	f.IntVar(&cfg.PeerPort, "peer-port", 0, "peer port")
+	f.StringVar(&cfg.Host, "host", "", "address to listen on and advertise (default 127.0.0.1)")
 	f.StringVar(&cfg.InitialCluster, "initial-cluster", "", "name=peer URL of every member")
 	return cmd
 }
@@ -242,6 +243,7 @@ func natsMemberCmd() *cobra.Command {
 	f.IntVar(&cfg.Port, "port", 0, "client port")
 	f.IntVar(&cl.Port, "cluster-port", 0, "route port")
 	f.IntVar(&cfg.MonitorPort, "monitor-port", 0, "monitoring port")
+	f.StringVar(&cfg.Host, "host", "", "address to listen on (default 127.0.0.1)")
 	f.StringVar(&routes, "routes", "", "every member's route URL, comma separated")
 	return cmd
 }

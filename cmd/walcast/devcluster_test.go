@@ -17,6 +17,7 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
+	"github.com/walcast/walcast/internal/longtest"
 )
 
 // TestR9_11_DevClusterCommand runs `walcast dev-cluster`: it starts the
@@ -24,6 +25,7 @@ import (
 // API serves DDL, commands on its input kill and start a member, and quit
 // stops every member it started.
 func TestR9_11_DevClusterCommand(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/embedetcd"
 	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/internal/longtest"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -95,17 +97,13 @@ func checkExactlyOnce(ctx context.Context, t *testing.T, c *client.Client, w *wo
 			t.Errorf("key %s: original %d (%s), client got %d", key, r.GetBroadcastId(), r.GetState(), id)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.ForNil(t, "no live task", func() error {
 		live, err := c.ListTasks(ctx, &walcastv1.ListTasksRequest{States: []string{"PENDING", "REPLICATED"}})
-		if err == nil && len(live) == 0 {
-			break
+		if err == nil && len(live) > 0 {
+			err = fmt.Errorf("tasks still live: %v", live)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tasks still live: %v %v", live, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // TestR4_8_StandaloneRestartRecovers stops standalone with Ctrl-C and starts
@@ -198,16 +196,8 @@ func port(t *testing.T, addr string) int {
 	return n
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitUntil waits for an event: see wait.For.
+var waitUntil = wait.For
 
 // shared is an etcd and a NATS server run by the test process, standing in
 // for a cluster's external services.
@@ -252,7 +242,8 @@ func stopShared() {
 // lookup with Unavailable (not leader).
 func leaderOf(ctx context.Context, t *testing.T, addrs ...string) int {
 	t.Helper()
-	for {
+	leader := -1
+	waitUntil(t, "a coordinator to lead", func() bool {
 		for i, a := range addrs {
 			c, err := client.New([]string{a}, client.WithMaxAttempts(1))
 			if err != nil {
@@ -261,14 +252,16 @@ func leaderOf(ctx context.Context, t *testing.T, addrs ...string) int {
 			_, err = c.LookupKey(ctx, app.GenericType, message.ClusterKey("probe"))
 			c.Close()
 			if errors.Is(err, client.ErrNotFound) {
-				return i
+				leader = i
+				return true
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatal("no coordinator leads")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ctx.Err() != nil
+	})
+	if leader < 0 {
+		t.Fatal("no coordinator leads")
 	}
+	return leader
 }
 
 // TestR9_2_CoordinatorFailover runs two coordinators and two nodes as real
@@ -276,6 +269,7 @@ func leaderOf(ctx context.Context, t *testing.T, addrs ...string) int {
 // a workload, and checks that every accepted broadcast completes exactly
 // once and that the standby took over.
 func TestR9_2_CoordinatorFailover(t *testing.T) {
+	longtest.Require(t)
 	startShared(t)
 	prefix := fmt.Sprintf("failover%d/", time.Now().UnixNano())
 	etcd := strings.Join(shared.etcd.Endpoints(), ",")

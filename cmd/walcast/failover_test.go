@@ -13,6 +13,7 @@ import (
 
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -28,6 +29,7 @@ import (
 // beyond the takeover as long as the clients' attempt timeout, the
 // behaviour it guards against. WALCAST_FROZEN_TTL sets election.ttl (3 s).
 func TestR9_2_FrozenLeaderDoesNotStallClients(t *testing.T) {
+	longtest.Require(t)
 	startShared(t)
 	// 3 s keeps the test short; WALCAST_FROZEN_TTL=10s measures the
 	// default election.ttl.

@@ -15,6 +15,7 @@ import (
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/internal/devcluster"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/message"
 )
 
@@ -100,6 +101,7 @@ func (l *keyedLoad) since(t time.Time) (int, time.Time) {
 // task is left live. The stall and recovery times are logged
 // (docs/operations.md).
 func TestFrozenEtcdOrNATSResumes(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}

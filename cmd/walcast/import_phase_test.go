@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -11,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/meta"
 	"github.com/walcast/walcast/server"
 )
@@ -25,26 +24,7 @@ type phaseCluster struct {
 
 func startPhaseCluster(t *testing.T, name string) *phaseCluster {
 	t.Helper()
-	cfg := server.Default()
-	cfg.DataDir = t.TempDir()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Metrics.Addr = ""
-	cfg.Log.Level = "error"
-	cfg.Cluster.Name = name
-	mc := metaConfig(cfg)
-	mc.ImporterInterval = 10 * time.Millisecond
-	mc.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	app, err := meta.NewApp(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := server.StartStandalone(ctx, cfg, app)
-	if err != nil {
-		_ = app.Close()
-		t.Fatal(err)
-	}
+	p, app, mc := startMetaStandalone(t, io.Discard, func(c *server.Config) { c.Cluster.Name = name })
 	c := &phaseCluster{metaCLI: &metaCLI{t: t, addr: p.APIAddr(), root: mc.ImportRoot}, p: p, app: app}
 	t.Cleanup(c.stop)
 	return c
@@ -189,4 +169,17 @@ func TestR13_7_CLITwoPhaseImportsAndSplitOnAStandalone(t *testing.T) {
 	wantOutput(t, west.run("import", "commit", left), `import job `+left+` committed into pending.p: completed, 4 rows visible`)
 	west.run("collection", "drop", "p", "--db", "pending", "--no-wait")
 	twoPhaseStory(t, west.metaCLI, "after")
+}
+
+// TestR9_5_ImportWaitShowsRowsAndBytes: import start --wait's progress line
+// says rows and bytes, and its bar follows the bytes: a job of one large
+// file half read shows half a bar (by files it would show none until the
+// end).
+func TestR9_5_ImportWaitShowsRowsAndBytes(t *testing.T) {
+	j := &walcastv1.ImportJob{Id: 3, Files: []string{"big.csv"}, State: walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING,
+		Rows: 1200, BytesDone: 3 << 20, BytesTotal: 6 << 20}
+	want := "import job 3: running, 0 of 1 files, 1200 rows, 3.0 MiB of 6.0 MiB [##########..........] (1.5s)"
+	if got := jobLine(j, 1500*time.Millisecond); got != want {
+		t.Errorf("progress line:\n got %q\nwant %q", got, want)
+	}
 }

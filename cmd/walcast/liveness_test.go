@@ -195,6 +195,41 @@ func stuckKeyStory(t *testing.T, c *client.Client, hold resource.Key, send sende
 	return id
 }
 
+// standalone is a standalone process on a data directory and ports of
+// its own, as the restart and kill -9 tests run one: start starts it
+// again on them (after stop or kill).
+type standalone struct {
+	t    *testing.T
+	dir  string
+	args []string
+	p    *proc
+}
+
+func newStandalone(t *testing.T) *standalone {
+	t.Helper()
+	s := &standalone{t: t, dir: t.TempDir()}
+	s.args = []string{"standalone", "--data-dir", s.dir, "--api-addr", fmt.Sprintf("127.0.0.1:%d", freePortRun(t)), "--metrics-addr", ""}
+	s.start()
+	return s
+}
+
+func (s *standalone) start() *proc {
+	s.t.Helper()
+	s.p = start(s.t, "standalone", s.args...)
+	return s.p
+}
+
+// client returns a client of the process, closed when the test ends.
+func (s *standalone) client(opts ...client.Option) *client.Client {
+	s.t.Helper()
+	c, err := client.New([]string{s.p.api}, opts...)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(c.Close)
+	return c
+}
+
 // TestR7_3_StuckKeyStoryOnAStandalone runs the stuck key of issue 34
 // against a standalone process, through the CLI and over HTTP (JSON on the
 // Connect API), for a generic broadcast and for an import (walcast import
@@ -203,15 +238,9 @@ func stuckKeyStory(t *testing.T, c *client.Client, hold resource.Key, send sende
 // request is answered by its original after the restart.
 func TestR7_3_StuckKeyStoryOnAStandalone(t *testing.T) {
 	needLiveness(t)
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePortRun(t))
-	args := []string{"standalone", "--data-dir", dir, "--api-addr", addr, "--metrics-addr", ""}
-	p := start(t, "standalone", args...)
-	c, err := client.New([]string{p.api})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	s := newStandalone(t)
+	p, dir := s.p, s.dir
+	c := s.client()
 	for _, a := range [][]string{{"db", "create", "shop"}, {"collection", "create", "orders_cli", "--db", "shop"},
 		{"collection", "create", "orders_http", "--db", "shop"}} {
 		if _, err := run(t, append(a, "--addr", p.api)...); err != nil {
@@ -260,17 +289,17 @@ func TestR7_3_StuckKeyStoryOnAStandalone(t *testing.T) {
 	for _, phase := range []string{"before", "after"} {
 		if phase == "after" {
 			p.stop()
-			p = start(t, "standalone", args...)
+			p = s.start()
 			for _, a := range done {
 				if id, dup, err := a.send(time.Minute).result(); err != nil || !dup || id != a.id {
 					t.Fatalf("after the restart: broadcast %d (duplicate %v), %v; want broadcast %d as a duplicate", id, dup, err, a.id)
 				}
 			}
 		}
-		for _, s := range stories {
-			t.Logf("%s the restart: %s", phase, s.name)
-			send := s.send(s.name + "-" + phase)
-			done = append(done, answered{send, stuckKeyStory(t, c, s.hold, send)})
+		for _, st := range stories {
+			t.Logf("%s the restart: %s", phase, st.name)
+			send := st.send(st.name + "-" + phase)
+			done = append(done, answered{send, stuckKeyStory(t, c, st.hold, send)})
 		}
 	}
 	p.stop()

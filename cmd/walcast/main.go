@@ -36,6 +36,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if version != "dev" {
+		server.SetVersion(version) // walcast_build_info reports what the build stamped
+	}
 	root := newRoot()
 	cmd, err := root.ExecuteContextC(ctx)
 	stop()

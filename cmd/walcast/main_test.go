@@ -65,8 +65,27 @@ func start(t testing.TB, name string, args ...string) *proc {
 	return startEnv(t, name, nil, args...)
 }
 
+// waitingRE matches the line of a process that serves but is not ready
+// (a halted node): it names its addresses like a ready line.
+var waitingRE = regexp.MustCompile(` waiting: .*; serving meanwhile at(?: api=https?://(\S+))?`)
+
 // startEnv is start with extra environment variables (KEY=value).
 func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
+	return startUntil(t, name, readyRE, env, args...)
+}
+
+// startWaiting is startEnv for a process that is expected to serve without
+// being ready (a node whose pchannels halt): it returns at the ready line
+// or at the first line saying what it waits for.
+func startWaiting(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
+	return startUntil(t, name, regexp.MustCompile(readyRE.String()+"|"+waitingRE.String()), env, args...)
+}
+
+// startUntil runs walcast with args and env until a line of its output
+// matches until, whose first group, if any, is its API address.
+func startUntil(t testing.TB, name string, until *regexp.Regexp, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(walcastBin, args...)
@@ -85,9 +104,13 @@ func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
 		for sc.Scan() {
 			line := sc.Text()
 			_, _ = p.record([]byte(line + "\n"))
-			if m := readyRE.FindStringSubmatch(line); m != nil {
+			if m := until.FindStringSubmatch(line); m != nil {
+				api := m[1]
+				if api == "" && len(m) > 2 {
+					api = m[2]
+				}
 				select {
-				case ready <- m[1]:
+				case ready <- api:
 				default:
 				}
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/diskspace"
 )
 
 // metaCmds are the reference metadata service's commands (package meta).
@@ -64,16 +65,42 @@ func runDDL(g *globals, cmd *cobra.Command, key *string, call func(context.Conte
 		*key = client.NewRequestKey() // minted here so that a hint can name it
 	}
 	w := ddlWaitOf(cmd, time.Now())
+	copies := []object{}
 	return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
 		var once sync.Once
 		stop := g.progress(cmd, func(pctx context.Context) string { return w.progress(pctx, c) })
-		m, err := call(context.WithValue(ctx, stopProgressKey{}, func() { once.Do(stop) }), c)
+		cctx, ccancel := reserveForLookup(ctx)
+		m, err := call(context.WithValue(cctx, stopProgressKey{}, func() { once.Do(stop) }), c)
+		ccancel()
 		once.Do(stop)
 		if deadlinePassed(err) {
-			err = fmt.Errorf("%w\n%s", err, w.hint(cmd.Context(), c, *key))
+			err = fmt.Errorf("%w\n%s", err, w.hint(ctx, c, *key))
+		}
+		if err == nil && g.machine() {
+			copies = ddlCopies(ctx, c, m)
 		}
 		return m, err
-	}, human, func(m proto.Message) any { return with(protoValue(m), "idempotency_key", *key) })
+	}, human, func(m proto.Message) any { return with(protoValue(m), "idempotency_key", *key, "copies", copies) })
+}
+
+// ddlCopies are where the copies of a DDL's broadcast landed (the task of
+// its result's broadcast_id), in the JSON shape of copiesValue; none if the
+// response names no broadcast or its task cannot be read.
+func ddlCopies(ctx context.Context, c *client.Client, m proto.Message) []object {
+	rf := m.ProtoReflect().Descriptor().Fields().ByName("result")
+	if rf == nil || rf.Message() == nil {
+		return []object{}
+	}
+	res := m.ProtoReflect().Get(rf).Message()
+	idf := res.Descriptor().Fields().ByName("broadcast_id")
+	if idf == nil || res.Get(idf).Uint() == 0 {
+		return []object{}
+	}
+	t, err := c.GetTask(ctx, res.Get(idf).Uint())
+	if err != nil {
+		return []object{}
+	}
+	return taskCopies(t)
 }
 
 // stopProgressKey is the context key of runDDL's function that ends its
@@ -257,9 +284,7 @@ func (w ddlWait) onObjects(t *walcastv1.Task) bool {
 // either way.
 func (w ddlWait) hint(ctx context.Context, c *client.Client, key string) string {
 	again := fmt.Sprintf("repeat the command with --key %s (the key it used) to retry safely", key)
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if t, n := w.task(lctx, c); t != nil {
+	if t, n := w.task(ctx, c); t != nil {
 		which := "it probably created"
 		if n > 1 {
 			which = fmt.Sprintf("the newest of %d live %s tasks", n, w.typ)
@@ -705,13 +730,21 @@ func keyHint(key string, j *walcastv1.ImportJob) string {
 	return fmt.Sprintf("key: %s (repeat with --key %s to retry safely)", key, key)
 }
 
-// jobLine is one line of a job's progress: its state, files and rows, a
-// bar while files are imported, and the elapsed time.
+// jobLine is one line of a job's progress: its state, files, rows and bytes,
+// a bar while files are imported (by bytes, so that it moves within one
+// large file; by files when the size is unknown), and the elapsed time.
 func jobLine(j *walcastv1.ImportJob, elapsed time.Duration) string {
 	n := len(j.GetFiles())
 	s := fmt.Sprintf("import job %d: %s, %d of %d files, %d rows", j.GetId(), jobState(j.GetState()), j.GetFilesDone(), n, j.GetRows())
+	if total := j.GetBytesTotal(); total > 0 {
+		s += fmt.Sprintf(", %s of %s", diskspace.Bytes(j.GetBytesDone()), diskspace.Bytes(total))
+	}
 	if j.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_RUNNING && n > 0 {
-		s += " " + bar(int(j.GetFilesDone()), n, 20)
+		if total := j.GetBytesTotal(); total > 0 {
+			s += " " + bar(int(j.GetBytesDone()*1000/total), 1000, 20)
+		} else {
+			s += " " + bar(int(j.GetFilesDone()), n, 20)
+		}
 	}
 	return s + fmt.Sprintf(" (%s)", elapsed.Round(100*time.Millisecond))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,6 +30,21 @@ type metaCLI struct {
 
 func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
 	t.Helper()
+	log := &syncBuffer{}
+	p, app, mc := startMetaStandalone(t, log, configure...)
+	t.Cleanup(func() {
+		_ = app.Close()
+		_ = p.Close()
+	})
+	return &metaCLI{t: t, addr: p.APIAddr(), root: mc.ImportRoot, log: log}
+}
+
+// startMetaStandalone starts a standalone process running the metadata
+// service, on a random port in a temporary directory, the service logging
+// its warnings and errors to log; the caller closes the service, then the
+// process.
+func startMetaStandalone(t *testing.T, log io.Writer, configure ...func(*server.Config)) (*server.Process, *meta.App, meta.Config) {
+	t.Helper()
 	cfg := server.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.API.Addr = "127.0.0.1:0"
@@ -39,7 +55,6 @@ func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
 	}
 	mc := metaConfig(cfg)
 	mc.ImporterInterval = 10 * time.Millisecond
-	log := &syncBuffer{}
 	mc.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	app, err := meta.NewApp(mc)
 	if err != nil {
@@ -52,11 +67,7 @@ func startMetaCLI(t *testing.T, configure ...func(*server.Config)) *metaCLI {
 		_ = app.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = app.Close()
-		_ = p.Close()
-	})
-	return &metaCLI{t: t, addr: p.APIAddr(), root: mc.ImportRoot, log: log}
+	return p, app, mc
 }
 
 // run runs one command and returns its output, failing the test on error.
@@ -142,13 +153,10 @@ func TestMetaCLI(t *testing.T) {
 	job := regexp.MustCompile(`import job (\d+)`).FindStringSubmatch(out)[1]
 	wantOutput(t, m.run("import", "start", "orders", "a.jsonl", "b.csv", "--db", "shop", "--key", "k1"),
 		`import job `+job+` .*retry answered by the original`)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	waitFor(t, "the import to complete", func() bool {
 		out = m.run("import", "show", job)
-		if strings.Contains(out, "completed") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(out, "completed")
+	})
 	wantOutput(t, out, `(?m)^state\s+completed$`, `(?m)^progress\s+2 of 2 files, 3 rows$`, `(?m)^database\s+shop \(id \d+\)$`)
 	wantOutput(t, m.run("import", "show", job, "--json"), `"id":\s*`+job+`,`, `"files"`, `"rows":\s*3,`, `"state":\s*"completed"`)
 	out, err := m.try("import", "start", "orders", "../escape.csv", "--db", "shop")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/walcast/walcast/api/walcastv1"
 )
 
 // The machine-readable output of every command (-o json, -o yaml, --json)
@@ -227,3 +230,37 @@ func (t *table) row(cols ...string) {
 }
 
 func (t *table) flush() error { return t.tw.Flush() }
+
+// copiesValue is the one JSON shape of "where did the copies land", the
+// same in broadcast, tasks show and the metadata commands' output
+// (docs/cli.md): one object per target vchannel, sorted by vchannel, every
+// field present.
+func copiesValue(cs []copyLanding) []object {
+	slices.SortFunc(cs, func(a, b copyLanding) int { return strings.Compare(a.vchannel, b.vchannel) })
+	out := make([]object, 0, len(cs))
+	for _, c := range cs {
+		cp := c.cp
+		out = append(out, object{"vchannel": c.vchannel, "appended": c.appended, "acked": c.acked,
+			"message_id": cp.GetMessageId(), "time_tick": cp.GetTimeTick(), "last_confirmed": cp.GetLastConfirmed()})
+	}
+	return out
+}
+
+// copyLanding is one copy of a broadcast: where it landed, if it did.
+type copyLanding struct {
+	vchannel        string
+	appended, acked bool
+	cp              *walcastv1.Checkpoint
+}
+
+// taskCopies are the copies of a task.
+func taskCopies(t *walcastv1.Task) []object {
+	cs := make([]copyLanding, 0, len(t.GetVchannels()))
+	for _, v := range t.GetVchannels() {
+		cs = append(cs, copyLanding{vchannel: v.GetVchannel(), appended: v.GetAppended(), acked: v.GetAcked(), cp: v.GetCheckpoint()})
+	}
+	return copiesValue(cs)
+}
+
+// taskValue is a task's JSON: the API's Task and its copies.
+func taskValue(t *walcastv1.Task) object { return with(protoValue(t), "copies", taskCopies(t)) }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +60,47 @@ func goldenTask() *walcastv1.Task {
 		Callback: &walcastv1.CallbackState{Attempts: 2, LastError: "downstream is down", LastAttemptAt: at}}
 }
 
+// TestR9_5_CopiesHaveOneJSONShape: "where did the copies land" is the same
+// array of the same objects in broadcast's output, tasks show's and a
+// metadata command's (docs/cli.md): vchannel, appended, acked, message_id,
+// time_tick, last_confirmed, sorted by vchannel.
+func TestR9_5_CopiesHaveOneJSONShape(t *testing.T) {
+	res := &client.BroadcastResult{BroadcastID: 7, Appends: map[message.VChannel]*walcastv1.Checkpoint{
+		"wal-1/c1v0": {MessageId: 65536, TimeTick: 65536}, "wal-0/_control": {MessageId: 65538, TimeTick: 65538, LastConfirmed: 65538}}}
+	outputs := map[string]any{
+		"broadcast":  newBroadcastOutput(&client.BroadcastRequest{}, res).value(),
+		"tasks show": taskValue(goldenTask()),
+		"db create":  with(protoValue(&walcastv1.CreateDatabaseResponse{Result: &walcastv1.DDLResult{BroadcastId: 7}}), "copies", taskCopies(goldenTask())),
+	}
+	var shapes []string
+	for name, v := range outputs {
+		var buf bytes.Buffer
+		if err := emit(&buf, formatJSON, v); err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Copies []map[string]any `json:"copies"`
+		}
+		if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Copies) != 2 || doc.Copies[0]["vchannel"] != "wal-0/_control" || doc.Copies[1]["vchannel"] != "wal-1/c1v0" ||
+			doc.Copies[0]["message_id"] != float64(65538) {
+			t.Errorf("%s: copies %v", name, doc.Copies)
+		}
+		var keys []string
+		for _, c := range doc.Copies {
+			keys = append(keys, strings.Join(slices.Sorted(maps.Keys(c)), ","))
+		}
+		shapes = append(shapes, strings.Join(keys, ";"))
+	}
+	for _, s := range shapes[1:] {
+		if s != shapes[0] || s != "acked,appended,last_confirmed,message_id,time_tick,vchannel;acked,appended,last_confirmed,message_id,time_tick,vchannel" {
+			t.Errorf("the copies' shapes differ: %q", shapes)
+		}
+	}
+}
+
 // TestJSONGolden: the machine output of representative results, as
 // scripts read them, is exactly the golden files.
 func TestJSONGolden(t *testing.T) {
@@ -70,8 +113,8 @@ func TestJSONGolden(t *testing.T) {
 		Outcome: &walcastv1.Outcome{Status: walcastv1.OutcomeStatus_OUTCOME_STATUS_SUCCEEDED},
 		Window:  &walcastv1.Window{FirstSeen: at, CompletedAt: at, ExpiresLatest: at, CountHeadroom: 8191}}
 	cases := map[string]any{
-		"task":       protoValue(goldenTask()),
-		"tombstone":  protoValue(tomb),
+		"task":       taskValue(goldenTask()),
+		"tombstone":  taskValue(tomb),
 		"tasks_list": (&taskList{tasks: []*walcastv1.Task{goldenTask()}, more: true, cursor: 18446744073709551615}).value(),
 		"broadcast":  newBroadcastOutput(&client.BroadcastRequest{ClientKey: "my-request-1"}, res).value(),
 		"locks": protoValue(&walcastv1.ListLocksResponse{Locks: []*walcastv1.LockState{{Domain: "Collection", Name: "db1:c1",
@@ -86,7 +129,8 @@ func TestJSONGolden(t *testing.T) {
 			Incomplete: []*walcastv1.IncompleteTask{{Id: 9, Type: "CreateCollection.v1", State: "REPLICATED", Acked: 1, Vchannels: 3}}}),
 		"import_start": with(protoValue(&walcastv1.ImportResponse{Result: &walcastv1.DDLResult{BroadcastId: 3},
 			Job: &walcastv1.ImportJob{Id: 3, DatabaseId: 1, CollectionId: 2, Collection: "orders", Database: "shop", Files: []string{"orders/a.jsonl"},
-				State: walcastv1.ImportJobState_IMPORT_JOB_STATE_PENDING, CreatedAt: at, UpdatedAt: at, AutoCommit: true}}), "idempotency_key", "imp-1"),
+				State: walcastv1.ImportJobState_IMPORT_JOB_STATE_PENDING, CreatedAt: at, UpdatedAt: at, AutoCommit: true}}), "idempotency_key", "imp-1",
+			"copies", taskCopies(goldenTask())),
 		"error": object{"error": object{"kind": "not_found", "message": "walcast: not_found: task 9 not found", "exit_code": 1}},
 	}
 	for name, v := range cases {

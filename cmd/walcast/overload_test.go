@@ -15,6 +15,7 @@ import (
 
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/message"
 )
 
@@ -165,6 +166,7 @@ func envInt(t *testing.T, name string, def int) int {
 // rates, RSS and goroutines of both phases are logged for
 // docs/operations.md (timing is not asserted).
 func TestOverloadIsBounded(t *testing.T) {
+	longtest.Require(t)
 	if testing.Short() {
 		t.Skip("a load test")
 	}

@@ -16,15 +16,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/internal/longtest"
 )
 
-// The README's examples are checked against the real thing, so that the
-// README cannot drift from the code (docs/cli.md, .ci/run):
+// The README's examples, and those of the docs pages, are checked against
+// the real thing, so that they cannot drift from the code (docs/cli.md,
+// .ci/run). The pages are README.md and every page of docs/ that has a
+// readme marker; in them:
 //
 //   - a ```console block after `<!-- readme: check NAME -->` is run, command
 //     after command, by bash in a fresh directory with the walcast binary on
 //     PATH, and each command's output (stdout and stderr) must be the lines
-//     the README shows after it; `walcast standalone` (and `go run
+//     the page shows after it; `walcast standalone` (and `go run
 //     ./cmd/walcast standalone`) starts a server in the background, whose
 //     ready line is its output;
 //   - a block after `<!-- readme: illustrative REASON -->` is not run (it
@@ -35,43 +39,72 @@ import (
 // Comparing, times, durations and 16-hex-digit ids are masked on both
 // sides, runs of spaces count as one, a line "..." stands for any number
 // of lines and "..." in a line for any text. The ports 7000-7999 of the
-// README are mapped to free ports for the run and back in the output, and
+// pages are mapped to free ports for the run and back in the output, and
 // the directory the block runs in reads as /home/me.
 func TestREADMEExamples(t *testing.T) {
-	blocks, err := readmeBlocks(filepath.Join("..", "..", "README.md"))
+	longtest.Require(t)
+	pages, err := readmePages()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Blocks checked under one name run as one session: the same
-	// directory and servers (a server started in one block serves the
-	// next one's commands).
+	// Blocks checked under one name on one page run as one session: the
+	// same directory and servers (a server started in one block serves
+	// the next one's commands).
 	var order []string
 	sessions := map[string][]block{}
-	for _, b := range blocks {
-		switch b.kind {
-		case "check":
-			if _, ok := sessions[b.name]; !ok {
-				order = append(order, b.name)
+	for _, page := range pages {
+		blocks, err := readmeBlocks(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range blocks {
+			switch b.kind {
+			case "check":
+				name := strings.TrimSuffix(filepath.Base(page), ".md") + "/" + b.name
+				if _, ok := sessions[name]; !ok {
+					order = append(order, name)
+				}
+				sessions[name] = append(sessions[name], b)
+			case "illustrative":
+				parseBlock(t, b)
+			default:
+				t.Errorf("%s:%d: a console block without <!-- readme: check NAME --> or <!-- readme: illustrative REASON --> before it", b.page, b.line)
 			}
-			sessions[b.name] = append(sessions[b.name], b)
-		case "illustrative":
-			parseBlock(t, b)
-		default:
-			t.Errorf("README.md:%d: a console block without <!-- readme: check NAME --> or <!-- readme: illustrative REASON --> before it", b.line)
 		}
 	}
-	if len(order) < 4 {
-		t.Fatalf("only %d README sessions checked: the markers are gone?", len(order))
+	if len(order) < 5 || !strings.HasPrefix(order[0], "README/") {
+		t.Fatalf("sessions %v: the README's quickstart and the docs' walkthroughs are all checked; the markers are gone?", order)
 	}
 	for _, name := range order {
 		t.Run(name, func(t *testing.T) { runBlocks(t, sessions[name]) })
 	}
 }
 
-// block is one ```console block of the README.
+// readmePages are the pages whose console blocks are checked: the README,
+// then the pages of docs/ that have a readme marker.
+func readmePages() ([]string, error) {
+	pages := []string{filepath.Join("..", "..", "README.md")}
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		raw, err := os.ReadFile(d)
+		if err != nil {
+			return nil, err
+		}
+		if strings.Contains(string(raw), "<!-- readme: ") {
+			pages = append(pages, d)
+		}
+	}
+	return pages, nil
+}
+
+// block is one ```console block of a page.
 type block struct {
 	kind, name string
-	line       int // of the opening fence
+	page       string // README.md, docs/security.md, ...
+	line       int    // of the opening fence
 	lines      []string
 }
 
@@ -88,7 +121,7 @@ func readmeBlocks(path string) ([]block, error) {
 		if lines[i] != "```console" {
 			continue
 		}
-		b := block{line: i + 1}
+		b := block{page: strings.TrimPrefix(path, filepath.Join("..", "..")+string(filepath.Separator)), line: i + 1}
 		for j := i - 1; j >= 0 && j >= i-2; j-- {
 			if m := markerRE.FindStringSubmatch(lines[j]); m != nil {
 				b.kind, b.name = m[1], m[2]
@@ -103,9 +136,10 @@ func readmeBlocks(path string) ([]block, error) {
 	return out, nil
 }
 
-// step is one command of a block and the output the README shows for it.
+// step is one command of a block and the output the page shows for it.
 type step struct {
 	cmd  string
+	page string
 	line int
 	want []string
 }
@@ -122,7 +156,7 @@ func steps(b block) []step {
 			}
 			continue
 		}
-		s := step{cmd: strings.TrimPrefix(l, "$ "), line: b.line + 1 + i}
+		s := step{cmd: strings.TrimPrefix(l, "$ "), page: b.page, line: b.line + 1 + i}
 		for strings.HasSuffix(s.cmd, "\\") && i+1 < len(b.lines) {
 			i++
 			s.cmd = strings.TrimSuffix(s.cmd, "\\") + " " + strings.TrimSpace(b.lines[i])
@@ -203,7 +237,7 @@ func runBlocks(t *testing.T, bs []block) {
 			cancel()
 			var ee *exec.ExitError
 			if err != nil && !errors.As(err, &ee) {
-				t.Fatalf("README.md:%d: %s: %v", s.line, s.cmd, err)
+				t.Fatalf("%s:%d: %s: %v", s.page, s.line, s.cmd, err)
 			}
 			got = strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 			if len(out) == 0 {
@@ -214,7 +248,7 @@ func runBlocks(t *testing.T, bs []block) {
 			got[i] = fromRun(got[i])
 		}
 		if !matchLines(s.want, got) {
-			t.Errorf("README.md:%d: `%s` printed\n%s\nbut the README shows\n%s", s.line, s.cmd, strings.Join(got, "\n"), strings.Join(s.want, "\n"))
+			t.Errorf("%s:%d: `%s` printed\n%s\nbut the page shows\n%s", s.page, s.line, s.cmd, strings.Join(got, "\n"), strings.Join(s.want, "\n"))
 		}
 	}
 }
@@ -361,7 +395,7 @@ func parseBlock(t *testing.T, b block) {
 			err = cmd.ParseFlags(rest)
 		}
 		if err != nil || cmd == root {
-			t.Errorf("README.md:%d: `%s` does not parse: %v", s.line, s.cmd, err)
+			t.Errorf("%s:%d: `%s` does not parse: %v", s.page, s.line, s.cmd, err)
 		}
 	}
 }

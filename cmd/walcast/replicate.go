@@ -39,7 +39,7 @@ func parseTopology(primary string, secondaries []string, needSource bool) (*walc
 const reasonNotSecondary = "NOT_SECONDARY"
 
 func replicateCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "replicate", Short: "Primary/secondary replication: follow, configure, status, promote"}
+	cmd := &cobra.Command{Use: "replicate", Short: "Primary/secondary replication: follow, configure, status, promote, salvage"}
 	var primary, primaryAddr string
 	var secondaries []string
 	var allowUnreachable bool
@@ -150,7 +150,7 @@ reports "already promoted" and succeeds.`,
 			})
 		},
 	}
-	cmd.AddCommand(follow, configure, status, promote)
+	cmd.AddCommand(follow, configure, status, promote, salvageCmd(g))
 	return cmd
 }
 
@@ -206,6 +206,34 @@ func printReplicationStatus(w io.Writer, s *walcastv1.ReplicationStatusResponse)
 	}
 	if id := s.GetPromoteBroadcastId(); id != 0 {
 		fmt.Fprintf(w, "promoted    %s (broadcast %d)\n", ts(s.GetPromotedAt()), id)
+	}
+	gen := fmt.Sprint(s.GetGeneration())
+	if r := s.GetReplaced(); r != "" {
+		gen += " (its promote replaced " + r + ")"
+	}
+	fmt.Fprintf(w, "generation  %s\n", gen)
+	if sup := s.GetSuperseded(); sup != nil {
+		fmt.Fprintf(w, "SUPERSEDED  by %s's promote at %s (generation %d), learned via %s at %s: this cluster refuses DDL; follow %s or reset\n",
+			sup.GetBy(), ts(sup.GetPromotedAt()), sup.GetGeneration(), sup.GetVia(), ts(sup.GetLearnedAt()), sup.GetBy())
+	}
+	if pc := s.GetPrimaryCheck(); pc != nil {
+		state := "confirmed"
+		if !pc.GetConfirmed() {
+			state = "UNCONFIRMED (refuses DDL)"
+		}
+		fmt.Fprintf(w, "primary     %s: %s", state, pc.GetDetail())
+		if len(pc.GetSecondaries()) > 0 {
+			fmt.Fprintf(w, " [secondaries %s]", strings.Join(pc.GetSecondaries(), ", "))
+		}
+		fmt.Fprintf(w, " (replication.unreachable_secondaries: %s)\n", pc.GetPolicy())
+	}
+	if pr := s.GetPromotion(); pr != nil {
+		marked := "not yet (retried until its WAL answers)"
+		if pr.GetMarkedAt() != nil {
+			marked = ts(pr.GetMarkedAt())
+		}
+		fmt.Fprintf(w, "replaced    %s, whose WAL %s was replicated to the positions recorded at %s (walcast replicate salvage); marked superseded: %s\n",
+			pr.GetReplaced(), pr.GetSource(), ts(pr.GetRecordedAt()), marked)
 	}
 	fmt.Fprintf(w, "replicating %v\n", s.GetReplicating())
 	if src := s.GetSource(); src != nil {

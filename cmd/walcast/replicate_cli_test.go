@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walcast/walcast/internal/longtest"
 )
 
 // freePortRun returns an API port p of 127.0.0.1 such that p ... p+3 (the
@@ -35,7 +37,7 @@ func freePortRun(t *testing.T) int {
 	return 0
 }
 
-// TestR8_ReplicationThroughTheCLI runs the README's recipe between two
+// TestR8_ReplicationThroughTheCLI runs the recipe of docs/replication.md between two
 // standalones with the CLI only, and what goes wrong around it: follow
 // refuses what could not replicate (and changes nothing), a restarted
 // primary keeps its WAL's address so replication goes on, a killed primary
@@ -43,6 +45,7 @@ func freePortRun(t *testing.T) int {
 // was killed midway is repeated with exit 0 ("already promoted" once it
 // finished).
 func TestR8_ReplicationThroughTheCLI(t *testing.T) {
+	longtest.Require(t)
 	eastPort, westPort := freePortRun(t), freePortRun(t)
 	eastDir, westDir := t.TempDir(), t.TempDir()
 	east := fmt.Sprintf("127.0.0.1:%d", eastPort)

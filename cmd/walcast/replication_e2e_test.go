@@ -18,6 +18,8 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/longtest"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 	walkafka "github.com/walcast/walcast/wal/kafka"
@@ -97,6 +99,14 @@ type testCluster struct {
 	coord   *proc
 	nodes   []*proc
 	c       *client.Client
+	// coordArgs start the coordinator again (restartCoord).
+	coordArgs []string
+}
+
+// restartCoord starts the cluster's coordinator again, as it was.
+func (cl *testCluster) restartCoord(t *testing.T) {
+	t.Helper()
+	cl.coord = startEnv(t, cl.name+"-coord", cl.env, cl.coordArgs...)
 }
 
 var walURLRE = regexp.MustCompile(`wal=(nats://\S+)`)
@@ -121,8 +131,9 @@ func coordCluster(t *testing.T, name string, b walBackend) *testCluster {
 	cl := &testCluster{name: name, backend: b, env: []string{
 		fmt.Sprintf("WALCAST_CATALOG_PREFIX=%s%d/", name, time.Now().UnixNano()),
 		"WALCAST_ELECTION_TTL=2s", "WALCAST_CATALOG_MAX_TXN_OPS=1024"}}
-	cl.coord = startEnv(t, name+"-coord", cl.env, append([]string{"coord", "--cluster", name, "--api-addr", "127.0.0.1:0",
-		"--data-dir", t.TempDir(), "--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--metrics-addr", ""}, b.args...)...)
+	cl.coordArgs = append([]string{"coord", "--cluster", name, "--api-addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--etcd", strings.Join(shared.etcd.Endpoints(), ","), "--metrics-addr", ""}, b.args...)
+	cl.coord = startEnv(t, name+"-coord", cl.env, cl.coordArgs...)
 	cl.c = newClient(t, cl.coord.api)
 	return cl
 }
@@ -184,17 +195,8 @@ func replicatedIDs(t *testing.T, w *wal.WAL, primary string) map[uint64]string {
 	return out
 }
 
-// waitFor polls cond every 20 ms for up to a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 // checkQuiet checks SPEC §11 at rest on cl: no task is left PENDING or
 // REPLICATED and no lock is held.
@@ -339,6 +341,7 @@ func followAndPromote(t *testing.T, east *testCluster, westWAL walBackend, resta
 // WALs: a standalone primary, a cluster-mode secondary on NATS (shared with
 // other clusters, its own stream prefix) or on Kafka (kfake).
 func TestR8_2_LateNodesLoseNothing(t *testing.T) {
+	longtest.Require(t)
 	t.Run("nats", func(t *testing.T) {
 		startShared(t)
 		followAndPromote(t, standaloneCluster(t, "east"), natsWAL(fmt.Sprintf("WEST%d", time.Now().UnixNano()%1e9)), true)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
@@ -52,13 +51,10 @@ func TestR9_3_NodeResyncCommand(t *testing.T) {
 	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for st, _ := n.PChannel("wal-0"); st.NextOffset != 3; st, _ = n.PChannel("wal-0") {
-		if time.Now().After(deadline) {
-			t.Fatalf("node did not consume the log: %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the node to consume the log", func() bool {
+		st, _ := n.PChannel("wal-0")
+		return st.NextOffset == 3
+	})
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/walcast/walcast/internal/editdist"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -71,7 +72,7 @@ error (unknown command or flag, bad value). See docs/cli.md.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = false
-	root.AddCommand(versionCmd(g), configCmd(g), benchCmd(g), authCmd(g), contextCmd(g))
+	root.AddCommand(versionCmd(g), configCmd(g), benchCmd(g), authCmd(g), contextCmd(g), probeCmd())
 	root.AddCommand(serverCmds(g)...)
 	root.AddCommand(devClusterCmd())
 	clients := append(clientCmds(g), metaCmds(g)...)
@@ -217,32 +218,11 @@ func suggestFlag(c *cobra.Command, name string) string {
 		if f.Hidden {
 			return
 		}
-		if d := levenshtein(name, f.Name); d < dist || strings.HasPrefix(f.Name, name) && d <= len(f.Name)/2 && best == "" {
+		if d := editdist.Levenshtein(name, f.Name); d < dist || strings.HasPrefix(f.Name, name) && d <= len(f.Name)/2 && best == "" {
 			best, dist = f.Name, d
 		}
 	})
 	return best
-}
-
-// levenshtein is the edit distance of a and b.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func versionCmd(g *globals) *cobra.Command {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,30 +33,37 @@ func serverCmds(g *globals) []*cobra.Command {
 // their mode.
 
 // serve runs a started process until the command's context ends (Ctrl-C) or
-// a part fails, then stops it. SIGHUP reloads the API's certificates and
-// token file.
+// a part fails, then stops it. It prints the ready line (and tells systemd
+// READY=1) only once the process's /readyz passes; until then it says what
+// it waits for. SIGHUP reloads the API's certificates and token file.
 func serve(ctx context.Context, cmd *cobra.Command, p *server.Process, mode string) error {
 	if d, ok := p.Durability(); ok {
 		fmt.Fprintln(cmd.OutOrStdout(), d)
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), p.ReadyLine(mode))
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	var err error
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-			break wait
-		case err = <-p.Err():
-			break wait
-		case <-hup:
-			if rerr := p.Reload(); rerr != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "walcast: reload on SIGHUP:", rerr)
+	err := waitReady(ctx, cmd.OutOrStdout(), p, mode, readyPoll)
+	if err == nil {
+		fmt.Fprintln(cmd.OutOrStdout(), p.ReadyLine(mode))
+		sdNotify("READY=1\nSTATUS=" + firstLine(p.ReadyLine(mode)))
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				break wait
+			case err = <-p.Err():
+				break wait
+			case <-hup:
+				if rerr := p.Reload(); rerr != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "walcast: reload on SIGHUP:", rerr)
+				}
 			}
 		}
+	} else if ctx.Err() != nil {
+		err = nil // stopped (Ctrl-C) before it was ready
 	}
+	sdNotify("STOPPING=1")
 	if errors.Is(err, server.ErrStorage) {
 		// A failed embedded server may never answer again: stop what
 		// can be stopped within a bound, then exit with the cause.
@@ -71,6 +80,55 @@ wait:
 		err = cerr
 	}
 	return err
+}
+
+// readyPoll is how often a starting process probes its readiness.
+const readyPoll = 500 * time.Millisecond
+
+// readiness is what waitReady needs of a process.
+type readiness interface {
+	Ready(ctx context.Context) server.Readiness
+	Err() <-chan error
+	Addresses() string
+}
+
+// waitReady probes p every poll until its readiness (what /readyz answers)
+// passes. Each time the reason it is not ready changes, it prints what the
+// process waits for ("walcast coordinator waiting: leader: no leader is
+// known; serving meanwhile at api=... metrics=...") and tells systemd the
+// same as STATUS. It returns nil once ready,
+// the process's fatal error, or ctx's error.
+func waitReady(ctx context.Context, out io.Writer, p readiness, mode string, poll time.Duration) error {
+	last := ""
+	for {
+		r := p.Ready(ctx)
+		if r.Ready {
+			return nil
+		}
+		if why := r.Reason(); why != last && ctx.Err() == nil {
+			last = why
+			line := fmt.Sprintf("walcast %s waiting: %s", mode, why)
+			// Where it serves meanwhile (its /readyz, its metrics), last
+			// on the line.
+			fmt.Fprintf(out, "%s; serving meanwhile at %s\n", line, p.Addresses())
+			sdNotify("STATUS=" + line)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-p.Err():
+			return err
+		case <-time.After(poll):
+		}
+	}
+}
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // storageCloseTimeout bounds the stop of a process whose embedded server
@@ -106,7 +164,7 @@ func serverCmd(use, mode, flags, short, long string, start func(context.Context,
 		Long:  long + "\n\n" + envHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd.Flags(), path)
+			cfg, err := loadServerConfig(cmd.Flags(), path)
 			if err != nil {
 				return err
 			}
@@ -141,7 +199,7 @@ authentication on, it authenticates as a token or certificate of role node
 		Example: "  walcast node --name n1 --consume 0,2 --nats nats://10.0.0.5:4222 --coordinators 10.0.0.1:7070,10.0.0.2:7070",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd.Flags(), path)
+			cfg, err := loadServerConfig(cmd.Flags(), path)
 			if err != nil {
 				return err
 			}
@@ -183,9 +241,10 @@ func nodeResyncCmd() *cobra.Command {
 		Use:   "resync",
 		Short: "Make a stopped node read its pchannels' logs again from the start (after a recreated stream or topic)",
 		Long: `Make a stopped streaming node read its pchannels' logs again from their start. A node whose
-saved position is past the end of its log (the stream or topic was recreated, or the broker lost
-entries) halts that pchannel instead of skipping what the log holds now (walcast_node_halted,
-/readyz, its log). Stop the node, run this with its --name and --data-dir (and --pchannel for
+log is not the one its saved position belongs to (the stream or topic was recreated, or the
+broker lost entries: the log's identity changed, or it ends before the position) halts that
+pchannel instead of skipping what the log holds now (walcast_node_halted, /readyz, its log).
+Stop the node, run this with its --name and --data-dir (and --pchannel for
 some pchannels only; default: every pchannel with a saved state), and start it again: it keeps
 what it applied (its state and the broadcast ids applied per vchannel), applies the copies of
 broadcasts it has not applied, and acks every copy again (acks of finished broadcasts change
@@ -231,7 +290,7 @@ nothing). The node must not be running.`,
 }
 
 // clientAcker acks through the API. Rejections the coordinator will repeat
-// (the vchannel is not in the task, a malformed ack) are reported as the
+// (the vchannel is not in the task, a malformed ack, an id no leader issued) are reported as the
 // broadcast errors the node treats as permanent; everything else is retried
 // by the node.
 type clientAcker struct{ c *client.Client }
@@ -250,7 +309,9 @@ func (a clientAcker) Ack(ctx context.Context, ack broadcast.Ack) error {
 		req.Message = b
 	}
 	err := a.c.Ack(ctx, req)
-	if errors.Is(err, client.ErrInvalidArgument) {
+	// Not found: no leader issued the id (a newer leader's id is refused
+	// as "not leader", and retried).
+	if errors.Is(err, client.ErrInvalidArgument) || errors.Is(err, client.ErrNotFound) {
 		return fmt.Errorf("%w: %w", broadcast.ErrInvalidArgument, err)
 	}
 	return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/longtest"
 	"github.com/walcast/walcast/internal/tmpfs"
 	"github.com/walcast/walcast/message"
 )
@@ -128,6 +129,7 @@ func TestStandaloneDiskLowRefusesWritesKeepsReads(t *testing.T) {
 // with status 3 (storage failed), never silently. Skips where no tmpfs can
 // be mounted.
 func TestStandaloneDiskFullExitsWithCause(t *testing.T) {
+	longtest.Require(t)
 	dir := tmpfs.Mount(t, 160<<20)
 	env := []string{"WALCAST_DISK_RESERVE_BYTES=0", "WALCAST_DISK_WARN_BYTES=0"}
 	p := startEnv(t, "standalone", env, "standalone", "--data-dir", dir, "--api-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")

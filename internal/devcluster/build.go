@@ -8,10 +8,14 @@ import (
 	"path/filepath"
 )
 
+// TestVersion is the version the tests' binary is stamped with, as
+// deploy/Dockerfile stamps its own (-X main.version=...).
+const TestVersion = "v0.0.0-test"
+
 // BuildArgs are the go build arguments of the walcast binary as
-// deploy/Dockerfile builds it (with CGO_ENABLED=0: a static binary, no libc);
-// the tests run that same binary.
-var BuildArgs = []string{"build", "-trimpath", "-o"}
+// deploy/Dockerfile builds it (with CGO_ENABLED=0: a static binary, no libc;
+// its version stamped); the tests run that same binary.
+var BuildArgs = []string{"build", "-trimpath", "-ldflags", "-X main.version=" + TestVersion, "-o"}
 
 // BuildBinary builds cmd/walcast into dir as deploy/Dockerfile does and
 // returns its path. The go command's build cache makes it fast after the

@@ -88,6 +88,9 @@ const (
 	Kafka       = "kafka"
 	Coordinator = "coord"
 	Node        = "node"
+	// Standalone is a `walcast standalone` added by StartStandalone: a
+	// second cluster, to replicate to.
+	Standalone = "standalone"
 )
 
 // ErrInvalidConfig reports a Config that Start cannot use.
@@ -120,6 +123,11 @@ type Config struct {
 	// StartTimeout bounds the start of one member; 0 means
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
+	// Network, if set, places every member in its own network namespace
+	// of the network (see Network): members listen on their namespace's
+	// address instead of 127.0.0.1 and are started through `ip netns
+	// exec`, and the test cuts their links.
+	Network *Network
 }
 
 func (c *Config) fill() error {
@@ -219,7 +227,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "imports"), 0o750); err != nil {
 		return nil, err
 	}
-	if !portsFree(cfg.BasePort, 100) {
+	if cfg.Network == nil && !portsFree(cfg.BasePort, 100) {
 		return nil, fmt.Errorf("devcluster: ports %d-%d are not all free on 127.0.0.1 (another cluster there?): choose another base port", cfg.BasePort, cfg.BasePort+99)
 	}
 	c := &Cluster{cfg: cfg, spawn: newSpawner(), byName: map[string]*Member{}}
@@ -273,16 +281,30 @@ func startAll(ctx context.Context, ms []*Member) error {
 // coordinators' and nodes' configuration files.
 func (c *Cluster) plan() error {
 	cfg, b := c.cfg, c.cfg.BasePort
-	host := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+	// Every member listens on 127.0.0.1, or in a Network on the address of
+	// its own namespace.
+	ips := map[string]string{}
+	for _, name := range []string{"etcd-0", "etcd-1", "etcd-2", "nats-0", "nats-1", "nats-2", "kafka", "coord-0", "coord-1", "node-0", "node-1"} {
+		ips[name] = "127.0.0.1"
+		if n := cfg.Network; n != nil && (name != "kafka" || cfg.WAL == Kafka) && (!strings.HasPrefix(name, "nats") || cfg.WAL == NATS) {
+			ip, err := n.add(name)
+			if err != nil {
+				return err
+			}
+			ips[name] = ip
+		}
+	}
+	host := func(member string, port int) string { return fmt.Sprintf("%s:%d", ips[member], port) }
 	var etcdURLs, peers []string
 	for i := range 3 {
-		etcdURLs = append(etcdURLs, "http://"+host(b+i))
-		peers = append(peers, fmt.Sprintf("etcd-%d=http://%s", i, host(b+10+i)))
+		name := fmt.Sprintf("etcd-%d", i)
+		etcdURLs = append(etcdURLs, "http://"+host(name, b+i))
+		peers = append(peers, fmt.Sprintf("%s=http://%s", name, host(name, b+10+i)))
 	}
 	for i := range 3 {
 		name := fmt.Sprintf("etcd-%d", i)
 		c.add(&Member{Name: name, Kind: Etcd, Addr: etcdURLs[i], args: []string{"dev-cluster", "member", "etcd",
-			"--name", name, "--dir", filepath.Join(cfg.Dir, name), "--client-port", fmt.Sprint(b + i),
+			"--name", name, "--dir", filepath.Join(cfg.Dir, name), "--client-port", fmt.Sprint(b + i), "--host", ips[name],
 			"--peer-port", fmt.Sprint(b + 10 + i), "--initial-cluster", strings.Join(peers, ",")}})
 	}
 	wal := map[string]any{"kind": cfg.WAL, "pchannels": cfg.PChannels}
@@ -290,34 +312,35 @@ func (c *Cluster) plan() error {
 	case NATS:
 		var urls, routes, monitors []string
 		for i := range 3 {
-			urls = append(urls, "nats://"+host(b+20+i))
-			routes = append(routes, "nats://"+host(b+30+i))
-			monitors = append(monitors, "http://"+host(b+40+i))
+			name := fmt.Sprintf("nats-%d", i)
+			urls = append(urls, "nats://"+host(name, b+20+i))
+			routes = append(routes, "nats://"+host(name, b+30+i))
+			monitors = append(monitors, "http://"+host(name, b+40+i))
 		}
 		for i := range 3 {
 			name := fmt.Sprintf("nats-%d", i)
-			c.add(&Member{Name: name, Kind: NATS, Addr: urls[i], Metrics: host(b + 40 + i), args: []string{"dev-cluster", "member", "nats",
-				"--name", name, "--dir", filepath.Join(cfg.Dir, name), "--port", fmt.Sprint(b + 20 + i),
+			c.add(&Member{Name: name, Kind: NATS, Addr: urls[i], Metrics: host(name, b+40+i), args: []string{"dev-cluster", "member", "nats",
+				"--name", name, "--dir", filepath.Join(cfg.Dir, name), "--port", fmt.Sprint(b + 20 + i), "--host", ips[name],
 				"--cluster-port", fmt.Sprint(b + 30 + i), "--monitor-port", fmt.Sprint(b + 40 + i), "--routes", strings.Join(routes, ",")}})
 		}
 		wal["nats"] = map[string]any{"url": strings.Join(urls, ","), "replicas": 3, "monitor_urls": monitors}
 	case Kafka:
 		var brokers []string
 		for i := range 3 {
-			brokers = append(brokers, host(b+50+i))
+			brokers = append(brokers, host("kafka", b+50+i))
 		}
-		c.add(&Member{Name: "kafka", Kind: Kafka, Addr: strings.Join(brokers, ","), Metrics: host(b + 53), args: []string{"dev-cluster", "member", "kafka",
+		c.add(&Member{Name: "kafka", Kind: Kafka, Addr: strings.Join(brokers, ","), Metrics: host("kafka", b+53), args: []string{"dev-cluster", "member", "kafka",
 			"--dir", filepath.Join(cfg.Dir, "kafka"), "--ports", fmt.Sprintf("%d,%d,%d", b+50, b+51, b+52), "--control-port", fmt.Sprint(b + 53)}})
 		wal["kafka"] = map[string]any{"brokers": brokers, "replication_factor": 3}
 	}
 	var apis []string
 	for i := range 2 {
-		apis = append(apis, host(b+60+i))
+		apis = append(apis, host(fmt.Sprintf("coord-%d", i), b+60+i))
 	}
 	common := func(name string, metrics int) map[string]any {
 		return map[string]any{
 			"data_dir": filepath.Join(cfg.Dir, name),
-			"metrics":  map[string]any{"addr": host(metrics)},
+			"metrics":  map[string]any{"addr": host(name, metrics)},
 			"log":      map[string]any{"level": "info", "format": "text"},
 			// Keepalives well inside the short election TTL, so that a
 			// hung etcd member is left before the leader's lease ends
@@ -332,11 +355,15 @@ func (c *Cluster) plan() error {
 		name := fmt.Sprintf("coord-%d", i)
 		conf := common(name, b+70+i)
 		conf["api"] = map[string]any{"addr": apis[i]}
+		if cfg.Network != nil {
+			// Not on loopback, inside the test bed's namespaces alone.
+			conf["api"].(map[string]any)["insecure"] = true
+		}
 		path, err := c.writeConfig(name, conf)
 		if err != nil {
 			return err
 		}
-		c.add(&Member{Name: name, Kind: Coordinator, Addr: apis[i], Metrics: host(b + 70 + i), args: []string{"coord", "--config", path}})
+		c.add(&Member{Name: name, Kind: Coordinator, Addr: apis[i], Metrics: host(name, b+70+i), args: []string{"coord", "--config", path}})
 	}
 	for i := range 2 {
 		name := fmt.Sprintf("node-%d", i)
@@ -350,7 +377,7 @@ func (c *Cluster) plan() error {
 		if err != nil {
 			return err
 		}
-		c.add(&Member{Name: name, Kind: Node, Addr: host(b + 80 + i), Metrics: host(b + 80 + i), args: []string{"node", "--config", path}})
+		c.add(&Member{Name: name, Kind: Node, Addr: host(name, b+80+i), Metrics: host(name, b+80+i), args: []string{"node", "--config", path}})
 	}
 	return nil
 }
@@ -384,6 +411,32 @@ func (c *Cluster) writeConfig(name string, conf map[string]any) (string, error) 
 	}
 	path := filepath.Join(c.cfg.Dir, name+".yaml")
 	return path, os.WriteFile(path, append([]byte("# written by walcast dev-cluster\n"), out...), 0o640)
+}
+
+// StartStandalone adds a `walcast standalone` named name, of the cluster
+// name (cluster.name), its API on port of 127.0.0.1 (in a Network: of its
+// own namespace's address), its data in the cluster's directory, and starts
+// it: a second cluster beside this one, for replication. extra are more
+// arguments of the command.
+func (c *Cluster) StartStandalone(ctx context.Context, name string, port int, extra ...string) (*Member, error) {
+	if c.byName[name] != nil {
+		return nil, fmt.Errorf("devcluster: %s exists", name)
+	}
+	ip := "127.0.0.1"
+	if n := c.cfg.Network; n != nil {
+		var err error
+		if ip, err = n.add(name); err != nil {
+			return nil, err
+		}
+	}
+	addr := fmt.Sprintf("%s:%d", ip, port)
+	args := []string{"standalone", "--cluster", name, "--data-dir", filepath.Join(c.cfg.Dir, name), "--api-addr", addr, "--metrics-addr", ""}
+	if c.cfg.Network != nil {
+		args = append(args, "--insecure")
+	}
+	m := &Member{Name: name, Kind: Standalone, Addr: addr, args: append(args, extra...)}
+	c.add(m)
+	return m, m.Start(ctx)
 }
 
 // Dir is the cluster's directory.
@@ -438,7 +491,7 @@ func (c *Cluster) APIAddrs() []string { return c.addrs(Coordinator) }
 // each with SIGTERM and, after 20 s, SIGKILL. It waits for all of them.
 func (c *Cluster) Close() error {
 	var errs []error
-	for _, kinds := range [][]string{{Node}, {Coordinator}, {Etcd, NATS, Kafka}} {
+	for _, kinds := range [][]string{{Node, Standalone}, {Coordinator}, {Etcd, NATS, Kafka}} {
 		var ms []*Member
 		for _, k := range kinds {
 			ms = append(ms, c.Kind(k)...)
@@ -486,7 +539,11 @@ func (m *Member) Start(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(logf, "--- devcluster: start %s at %s: walcast %s\n", m.Name, time.Now().Format(time.RFC3339Nano), strings.Join(m.args, " "))
-	cmd := exec.Command(m.c.cfg.Binary, m.args...)
+	argv := append([]string{m.c.cfg.Binary}, m.args...)
+	if n := m.c.cfg.Network; n != nil {
+		argv = n.command(m.Name, argv...) // `ip netns exec` execs the member in place: its pid is the member's
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(environ(), m.c.cfg.Env...)
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()
@@ -671,7 +728,7 @@ func (m *Member) Tail(n int) string {
 // status code and the body's first line.
 func (m *Member) Ready(ctx context.Context) (int, string, error) {
 	addr := m.Metrics
-	if m.Kind == Coordinator {
+	if m.Kind == Coordinator || m.Kind == Standalone {
 		addr = m.Addr
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)

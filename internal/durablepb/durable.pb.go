@@ -898,8 +898,14 @@ type Entry struct {
 	// On an entry the replicator wrote: the cluster whose WAL it was copied
 	// from (the items' messages carry the replicate header too).
 	ReplicatedFrom string `protobuf:"bytes,3,opt,name=replicated_from,json=replicatedFrom,proto3" json:"replicated_from,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The replication generation of the primary the writer followed or was
+	// when it wrote the entry (R8.5): 0 for a cluster never promoted. A
+	// secondary's replicator refuses entries of a generation below one it
+	// copied already, and entries a superseded primary wrote past the
+	// position its successor was promoted at.
+	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -951,6 +957,13 @@ func (x *Entry) GetReplicatedFrom() string {
 		return x.ReplicatedFrom
 	}
 	return ""
+}
+
+func (x *Entry) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 // Item is one broadcast's copies in an entry: the encoded Message once, and
@@ -1083,11 +1096,14 @@ const file_walcast_durable_v1_durable_proto_rawDesc = "" +
 	"\x12released_unix_nano\x18\n" +
 	" \x01(\x03R\x10releasedUnixNano\x12\x1f\n" +
 	"\vreleased_by\x18\v \x01(\x04R\n" +
-	"releasedBy\"z\n" +
+	"releasedBy\"\x9a\x01\n" +
 	"\x05Entry\x12.\n" +
 	"\x05items\x18\x01 \x03(\v2\x18.walcast.durable.v1.ItemR\x05items\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12'\n" +
-	"\x0freplicated_from\x18\x03 \x01(\tR\x0ereplicatedFrom\">\n" +
+	"\x0freplicated_from\x18\x03 \x01(\tR\x0ereplicatedFrom\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\">\n" +
 	"\x04Item\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x1c\n" +
 	"\tvchannels\x18\x02 \x03(\tR\tvchannels*\x82\x01\n" +

@@ -108,9 +108,13 @@ type Config struct {
 	// Name is the member's name; DefaultName if empty. A restart on the same
 	// Dir must use the same name.
 	Name string
-	// ClientPort and PeerPort are the TCP ports on 127.0.0.1 for clients and
+	// ClientPort and PeerPort are the TCP ports on Host for clients and
 	// for raft peers; 0 picks a free port.
 	ClientPort, PeerPort int
+	// Host is the address the member listens on and advertises; "" means
+	// 127.0.0.1. (The partition test bed gives each member the address of
+	// its own network namespace.)
+	Host string
 	// MaxTxnOps bounds the operations of one transaction; 0 means
 	// DefaultMaxTxnOps.
 	MaxTxnOps int
@@ -313,8 +317,12 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 	if cfg.TLS != nil {
 		scheme = "https"
 	}
-	clientURL := url.URL{Scheme: scheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
-	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	clientURL := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(clientPort))}
+	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort(host, strconv.Itoa(peerPort))}
 
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name

@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/walcast/walcast/internal/longtest"
 )
 
 // churnQuota is the small quota the space tests give their member; bbolt
@@ -59,6 +61,7 @@ func churn(ctx context.Context, c *clientv3.Client, total int) error {
 // history that outgrows the quota fills the database, and etcd refuses
 // writes from then on (the catalog would refuse every broadcast).
 func TestHistoryBeyondTheQuotaRaisesNoSpaceWithoutTheGuard(t *testing.T) {
+	longtest.Require(t)
 	_, noSpace, err := churnUnguarded(t, t.TempDir(), churnQuota, 2*churnQuota)
 	if !errors.Is(err, rpctypes.ErrNoSpace) {
 		t.Fatalf("churning 2 quotas of values without the guard: %v, want etcd's NOSPACE", err)
@@ -74,6 +77,7 @@ func TestHistoryBeyondTheQuotaRaisesNoSpaceWithoutTheGuard(t *testing.T) {
 // compacts the history down to its floor once the file passes half the
 // quota, so no write is refused and no alarm is raised.
 func TestSpaceGuardKeepsHistoryUnderTheQuota(t *testing.T) {
+	longtest.Require(t)
 	var compactions atomic.Int64
 	s := startT(t, Config{Dir: t.TempDir(), CompactionRetention: time.Hour, QuotaBytes: churnQuota,
 		HistoryFloor: 200 * time.Millisecond, guardEvery: 50 * time.Millisecond,
@@ -140,6 +144,7 @@ func TestSpaceGuardConfig(t *testing.T) {
 // the file shrinks to the live data instead of staying a few writes from
 // NOSPACE.
 func TestSpaceGuardDefragmentsAFileNearTheQuota(t *testing.T) {
+	longtest.Require(t)
 	const quota = 96 << 20
 	dir := t.TempDir()
 	before, _, err := churnUnguarded(t, dir, quota, 42<<20) // about 80 MiB of file

@@ -102,8 +102,12 @@ type Config struct {
 	// missing; a server started again on the same Dir recovers its streams.
 	// Two servers must not share a Dir at the same time.
 	Dir string
-	// Port is the client port on 127.0.0.1; 0 picks a free port.
+	// Port is the client port on Host; 0 picks a free port.
 	Port int
+	// Host is the address the server listens on (clients, routes and
+	// monitoring); "" means 127.0.0.1. (The partition test bed gives each
+	// server the address of its own network namespace.)
+	Host string
 	// SyncAlways makes JetStream fsync every write before acknowledging it
 	// (the sync_interval: always setting). Without it acknowledged messages
 	// reach disk within two minutes and a machine crash can lose them.
@@ -235,9 +239,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if name == "" {
 		name = "walcast-embedded"
 	}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	opts := &server.Options{
 		ServerName:         name,
-		Host:               "127.0.0.1",
+		Host:               host,
 		Port:               port,
 		MaxPayload:         int32(maxPayload),
 		JetStream:          true,
@@ -250,13 +258,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		NoSigs: true,
 	}
 	if cfg.Monitor {
-		opts.HTTPHost, opts.HTTPPort = "127.0.0.1", cfg.MonitorPort
+		opts.HTTPHost, opts.HTTPPort = host, cfg.MonitorPort
 		if cfg.MonitorPort == 0 {
 			opts.HTTPPort = server.RANDOM_PORT
 		}
 	}
 	if c := cfg.Cluster; c != nil {
-		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: "127.0.0.1", Port: c.Port}
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: c.Port}
 		for _, r := range c.Routes {
 			u, err := url.Parse(r)
 			if err != nil || u.Host == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walcast/walcast/internal/wait"
 	"go.uber.org/goleak"
 )
 
@@ -267,19 +269,15 @@ func TestClusterReplicatedStream(t *testing.T) {
 			s.Close()
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	wait.ForNil(t, "the message after the leader stopped", func() error {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
 		m, err := st.GetMsg(actx, 1)
-		cancel()
-		if err == nil && string(m.Data) == "one" {
-			break
+		if err == nil && string(m.Data) != "one" {
+			err = fmt.Errorf("message %q", m.Data)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("message after the leader stopped: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 	for _, s := range servers {
 		if s.Name() == info.Cluster.Leader {
 			continue

@@ -12,19 +12,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/walcast/walcast/internal/tmpfs"
+	"github.com/walcast/walcast/internal/wait"
 )
 
-// waitFor polls cond until it holds or 30 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 // publishOne publishes within a short deadline.
 func publishOne(js jetstream.JetStream, data string) error {

@@ -2,7 +2,11 @@ package wait
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -24,4 +28,36 @@ func TestSafely(t *testing.T) {
 	if err := Safely("callback", func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fakeT records a failure instead of ending the test.
+type fakeT struct{ failed string }
+
+func (*fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.failed = fmt.Sprintf(format, args...)
+}
+
+func TestForWaitsForTheEvent(t *testing.T) {
+	var n atomic.Int32
+	go func() {
+		for range 3 {
+			n.Add(1)
+		}
+	}()
+	var ft fakeT
+	For(&ft, "three", func() bool { return n.Load() == 3 })
+	if ft.failed != "" {
+		t.Fatal(ft.failed)
+	}
+}
+
+func TestForNilFailsWithTheLastError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ft fakeT
+		ForNil(&ft, "the impossible", func() error { return errors.New("still no") })
+		if ft.failed != "timed out waiting for the impossible: still no" {
+			t.Fatalf("failure %q", ft.failed)
+		}
+	})
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/storage"
 	"github.com/chromedp/chromedp"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -132,6 +134,19 @@ func TestR9_9_Browser(t *testing.T) {
 		}
 		return err == nil && j.Msg.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_COMPLETED
 	})
+	// An import whose file is malformed: its broadcast succeeds, its job
+	// fails; the task page must say so.
+	if err := os.WriteFile(filepath.Join(root, "bad.csv"), []byte("id,vector\nnot-a-number,\"[0.1]\"\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	badImp, err := metaAPI.Import(ctx, connect.NewRequest(&walcastv1.ImportRequest{Database: "shop", Collection: "orders", Files: []string{"bad.csv"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bad import to fail", func() bool {
+		j, err := metaAPI.GetImportJob(ctx, connect.NewRequest(&walcastv1.GetImportJobRequest{Id: badImp.Msg.GetJob().GetId()}))
+		return err == nil && j.Msg.GetState() == walcastv1.ImportJobState_IMPORT_JOB_STATE_FAILED
+	})
 	ck := "request-42"
 	key := message.ClusterKey(ck)
 	if _, err := api.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("hi"),
@@ -203,6 +218,21 @@ func TestR9_9_Browser(t *testing.T) {
 				shoot(t, pg.page)
 			}
 		}
+	})
+
+	t.Run("ApplicationOutcomesInWords", func(t *testing.T) {
+		step(t, "imports page", chromedp.Navigate(base+"/ui/imports"), live)
+		html := eval(t, `document.getElementById("imports").innerHTML`)
+		if strings.Contains(html, "IMPORT_JOB_STATE") || !strings.Contains(html, ">completed<") || !strings.Contains(html, ">failed<") ||
+			!strings.Contains(html, "2/2 files, 3 rows") {
+			t.Errorf("the imports page does not show states as words and the jobs' progress:\n%s", html)
+		}
+		page := fmt.Sprintf("%s/ui/tasks/%d", base, badImp.Msg.GetResult().GetBroadcastId())
+		step(t, "the failed import's task", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#app-outcome")), live)
+		if got := eval(t, `(e => e.className + " " + e.textContent)(document.getElementById("app-outcome"))`); got != "bad failed" {
+			t.Errorf("the failed import's task page shows its application outcome as %q, want a red \"failed\"", got)
+		}
+		shoot(t, "task-failed-import")
 	})
 
 	t.Run("BroadcastAppearsLive", func(t *testing.T) {
@@ -291,5 +321,160 @@ func TestR9_9_Browser(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Error("the waiting broadcast did not get its key after the first completed")
 		}
+	})
+
+	// Every page at the widths operators use: no card's content reaches
+	// out of it (wide tables scroll inside their card), and the page does
+	// not scroll sideways. The screenshots are taken here: <page>.png at
+	// 1280 px, <page>-1440.png and <page>-1920.png.
+	t.Run("NoOverflowAtThreeWidths", func(t *testing.T) {
+		pages := []struct{ path, page string }{
+			{"/ui/", "overview"},
+			{"/ui/tasks", "tasks"},
+			{fmt.Sprintf("/ui/tasks/%d", stuckID), "task"},
+			{"/ui/locks", "locks"},
+			{"/ui/keys?type=Generic.v1&scope=cluster&client_key=" + ck, "keys"},
+			{"/ui/imports", "imports"},
+			{"/ui/replication", "replication"},
+		}
+		for _, width := range []int64{1280, 1440, 1920} {
+			for _, pg := range pages {
+				step(t, fmt.Sprintf("load %s at %d px", pg.path, width), chromedp.EmulateViewport(width, 900),
+					chromedp.Navigate(base+pg.path), chromedp.WaitVisible(chromedp.CSS(`body[data-page="`+pg.page+`"]`)), live)
+				if bad := eval(t, overflowJS); bad != "" {
+					t.Errorf("%s at %d px: content outside its card:\n%s", pg.path, width, bad)
+				}
+				name := pg.page
+				if width != 1280 {
+					name = fmt.Sprintf("%s-%d", pg.page, width)
+				}
+				shoot(t, name)
+			}
+		}
+	})
+}
+
+// overflowJS lists (as text, "" if none) the elements whose box reaches out
+// of their card (.card) to the right, the left or below, except inside a
+// scrolling container (.scroll) that itself stays in the card, and a page
+// wider than the window.
+const overflowJS = `(() => {
+  const out = [];
+  const name = el => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + (el.className && typeof el.className === "string" ? "." + el.className.split(" ").join(".") : "");
+  if (document.documentElement.scrollWidth > window.innerWidth + 1) {
+    out.push("the page is " + document.documentElement.scrollWidth + " px wide in a " + window.innerWidth + " px window");
+  }
+  for (const card of document.querySelectorAll(".card")) {
+    const c = card.getBoundingClientRect();
+    for (const el of card.querySelectorAll("*")) {
+      const sc = el.parentElement && el.parentElement.closest(".scroll");
+      if (sc && card.contains(sc)) continue;
+      const r = el.getBoundingClientRect();
+      if (r.width === 0 && r.height === 0) continue;
+      if (r.right > c.right + 1 || r.left < c.left - 1 || r.bottom > c.bottom + 1) {
+        out.push(name(el) + " [" + Math.round(r.left) + "," + Math.round(r.right) + "]x[.." + Math.round(r.bottom) + "] out of card " +
+          (card.querySelector("h2") ? card.querySelector("h2").textContent : name(card)) + " [" + Math.round(c.left) + "," + Math.round(c.right) + "]x[.." + Math.round(c.bottom) + "]: " +
+          (el.textContent || "").trim().slice(0, 60));
+      }
+      if (out.length >= 8) return out.join("\n");
+    }
+  }
+  return out.join("\n");
+})()`
+
+// TestR9_9_BrowserSignInUnderSecure: a secure standalone (TLS, tokens) is
+// not open to a browser without credentials: its console answers 401 with a
+// link to sign in (not CLI advice); the sign-in form refuses a wrong token
+// and takes the admin token, after which the pages load; the session
+// cookie is HttpOnly, Secure and SameSite=Strict, and the sign-ins are in
+// the audit log.
+func TestR9_9_BrowserSignInUnderSecure(t *testing.T) {
+	browser := findBrowser()
+	if browser == "" {
+		t.Skip("SKIPPED: NO BROWSER. The console's browser tests need Chromium: apt-get install -y chromium (.ci/run installs it).")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := server.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.API.Secure = true
+	cfg.Metrics.Addr = ""
+	cfg.Log.Level = "error"
+	cfg.Audit.File = filepath.Join(t.TempDir(), "audit.log")
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	raw, err := os.ReadFile(p.Secure().AdminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(raw))
+	base := "https://" + p.APIAddr()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("ignore-certificate-errors", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, without a deadline
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 30*time.Second)
+		defer scancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(expr string) string {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+		defer scancel()
+		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+
+	run("the overview without credentials", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#sign-in-link")))
+	if got := text(`document.getElementById("error").textContent`); strings.Contains(got, "--token-file") || !strings.Contains(got, "sign in") {
+		t.Errorf("the 401 page says %q", got)
+	}
+	run("a wrong token", chromedp.Click(chromedp.CSS("#sign-in-link")), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "not-a-token"), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("#login-error")))
+	run("the admin token", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-page="overview"]`)), chromedp.WaitVisible(chromedp.CSS("#conn.on")))
+	run("the tasks page", chromedp.Navigate(base+"/ui/tasks"), chromedp.WaitVisible(chromedp.CSS(`body[data-page="tasks"]`)))
+
+	sctx, scancel := context.WithTimeout(bctx, 10*time.Second)
+	defer scancel()
+	res, err := chromedp.CallBrowser(sctx, storage.GetCookies, storage.GetCookiesParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ck := range res.Cookies {
+		if ck.Name != "walcast_session" {
+			continue
+		}
+		found = true
+		if !ck.HTTPOnly || !ck.Secure || ck.SameSite != network.CookieSameSiteStrict || strings.Contains(ck.Value, token) {
+			t.Errorf("session cookie: HttpOnly %v, Secure %v, SameSite %q", ck.HTTPOnly, ck.Secure, ck.SameSite)
+		}
+	}
+	if !found {
+		t.Fatal("no session cookie after signing in")
+	}
+	waitFor(t, "the sign-ins in the audit log", func() bool {
+		b, _ := os.ReadFile(cfg.Audit.File)
+		return strings.Contains(string(b), `/ui/login`) && strings.Contains(string(b), `"unauthenticated"`) && strings.Contains(string(b), `"ok"`)
 	})
 }

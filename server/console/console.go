@@ -139,6 +139,11 @@ type Config struct {
 	// (token "") or the one after token; next is the token of the page
 	// after it ("": none).
 	Imports func(ctx context.Context, token string) (jobs []*walcastv1.ImportJob, next string, err error)
+	// ApplicationOutcome, if set, returns the application's verdict on a
+	// finished task whose broadcast succeeded but whose effect failed later
+	// (an import job that failed on a bad file), and true; false if the
+	// application has nothing to add. The task page shows it, red.
+	ApplicationOutcome func(ctx context.Context, b *broadcast.Broadcaster, t broadcast.TaskInfo) (broadcast.Outcome, bool)
 	// TaskCounts returns task counts by type and state, tombstones
 	// included (the metrics keep them); without it only live tasks are
 	// counted by type.
@@ -147,6 +152,12 @@ type Config struct {
 	Tombstone broadcast.TombstoneConfig
 	// Authorize identifies callers. Default LoopbackOnly.
 	Authorize Authorizer
+	// Login, if set, lets a browser sign in with a token (/ui/login) when
+	// Authorize does not identify it: it verifies a token and returns its
+	// identity. The console keeps the token for the browser's session (an
+	// HttpOnly, Secure, SameSite=Strict cookie holds only a random id) and
+	// verifies it again on every request, so a revoked token ends it.
+	Login func(token string) (Identity, error)
 	// TraceURL, if set, links trace ids: "{trace_id}" in it is replaced,
 	// e.g. "http://127.0.0.1:16686/trace/{trace_id}" for Jaeger.
 	TraceURL string
@@ -178,8 +189,10 @@ type Console struct {
 	static http.Handler
 	key    []byte // CSRF HMAC key, per process
 	mux    *http.ServeMux
-	done   chan struct{} // closed by Close: event streams end
-	close  sync.Once
+	// sessions are the browsers signed in through Config.Login.
+	sessions sessions
+	done     chan struct{} // closed by Close: event streams end
+	close    sync.Once
 }
 
 // Close ends every open event stream (a server's graceful shutdown waits
@@ -266,6 +279,9 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"imports", c.page("imports", c.imports))
 	m.HandleFunc("GET "+Prefix+"replication", c.page("replication", c.replication))
 	m.HandleFunc("GET "+Prefix+"events", c.events)
+	m.HandleFunc("GET "+Prefix+"login", c.withLogin(c.loginPage))
+	m.HandleFunc("POST "+Prefix+"login", c.withLogin(c.login))
+	m.HandleFunc("POST "+Prefix+"logout", c.withLogin(c.logout))
 	m.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, &httpError{code: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
 	})
@@ -336,6 +352,13 @@ type common struct {
 // authorize identifies the caller and checks its role.
 func (c *Console) authorize(r *http.Request, need Role) (Identity, error) {
 	who, err := c.cfg.Authorize(r)
+	if err != nil {
+		if sw, ok := c.sessionIdentity(r); ok {
+			who, err = sw, nil
+		} else if c.cfg.Login != nil {
+			return Identity{}, &httpError{code: http.StatusUnauthorized, msg: "not authenticated: sign in with a token of this cluster"}
+		}
+	}
 	if err != nil {
 		return Identity{}, &httpError{code: http.StatusUnauthorized, msg: "not authenticated: " + err.Error()}
 	}
@@ -411,9 +434,10 @@ func (c *Console) errorPage(cm common, err error) ([]byte, int) {
 	code := codeOf(err)
 	cm.Title, cm.Page = http.StatusText(code), "error"
 	cm.Data = struct {
-		Code int
-		Msg  string
-	}{code, err.Error()}
+		Code  int
+		Msg   string
+		Login bool // offer the sign-in page
+	}{code, err.Error(), code == http.StatusUnauthorized && c.cfg.Login != nil}
 	var buf bytes.Buffer
 	if err := c.pages["error"].ExecuteTemplate(&buf, "page", cm); err != nil {
 		return []byte(http.StatusText(code) + "\n"), code

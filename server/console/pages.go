@@ -15,6 +15,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/broadcast"
 	"github.com/walcast/walcast/message"
@@ -79,13 +81,41 @@ func (c *Console) funcs() template.FuncMap {
 		},
 		"dur":  func(d time.Duration) string { return age(d) },
 		"task": func(id uint64) string { return Prefix + "tasks/" + strconv.FormatUint(id, 10) },
+		// word is an API enum as a word: IMPORT_JOB_STATE_COMPLETED as
+		// "completed" (its type's prefix dropped, lower case, spaces).
+		"word": enumWord,
 		"pct": func(a, b int) int {
 			if b == 0 {
 				return 0
 			}
 			return a * 100 / b
 		},
+		"pct64": func(a, b uint64) uint64 {
+			if b == 0 {
+				return 0
+			}
+			return min(a, b) * 100 / b
+		},
 	}
+}
+
+// enumWord turns a protobuf enum's name into the word people read:
+// IMPORT_JOB_STATE_COMPLETED is "completed", OUTCOME_STATUS_FAILED "failed"
+// (the prefix is the enum type's name in upper snake case).
+func enumWord(v interface {
+	String() string
+	Descriptor() protoreflect.EnumDescriptor
+}) string {
+	name := v.String()
+	var b strings.Builder
+	for i, r := range string(v.Descriptor().Name()) {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	name = strings.TrimPrefix(name, b.String()+"_")
+	return strings.ReplaceAll(strings.ToLower(name), "_", " ")
 }
 
 // age formats a duration for humans: 850ms, 12s, 3m12s, 5h03m, 2d04h.
@@ -217,7 +247,7 @@ func (c *Console) overview(r *request) (view, error) {
 }
 
 // nodeRows lists this process's streaming nodes, with each pchannel's
-// apply lag: the entries between the node's next offset and the log's end.
+// apply lag (node.PChannelStatus.Lag: its own entries not yet handled).
 func (c *Console) nodeRows(ctx context.Context) ([]nodeRow, bool) {
 	if c.cfg.Nodes == nil {
 		return nil, true
@@ -233,7 +263,7 @@ func (c *Console) nodeRows(ctx context.Context) ([]nodeRow, bool) {
 				cancel()
 				if err == nil {
 					row.End = strconv.FormatUint(end, 10)
-					row.Lag = strconv.FormatUint(lag(end, p.NextOffset), 10)
+					row.Lag = strconv.FormatUint(p.Lag(end), 10)
 				}
 			}
 			rows = append(rows, row)
@@ -243,13 +273,6 @@ func (c *Console) nodeRows(ctx context.Context) ([]nodeRow, bool) {
 		}
 	}
 	return rows, len(rows) == 0
-}
-
-func lag(end, next uint64) uint64 {
-	if end > next {
-		return end - next
-	}
-	return 0
 }
 
 // ---- tasks
@@ -428,6 +451,12 @@ type taskData struct {
 	HasCopies bool
 	// Group is the task's place in its group (R13.1, R13.7), "" if none.
 	Group string
+	// App is the application's outcome when it differs from the
+	// broadcast's (Config.ApplicationOutcome): HasApp says whether there
+	// is one, AppFailed whether it is a failure.
+	App       broadcast.Outcome
+	HasApp    bool
+	AppFailed bool
 }
 
 // copyRow is one target of a task, with its copy's role, its phase in a
@@ -497,6 +526,11 @@ func (c *Console) task(r *request) (view, error) {
 		return nil, err
 	}
 	d := taskData{T: t, Retention: c.cfg.Tombstone.MaxLifetime, Age: r.now.Sub(t.CreatedAt)}
+	if c.cfg.ApplicationOutcome != nil && t.Outcome.Status != 0 {
+		if o, ok := c.cfg.ApplicationOutcome(r.Context(), r.b, t); ok {
+			d.App, d.HasApp, d.AppFailed = o, true, o.Status == broadcast.Failed
+		}
+	}
 	switch r.URL.Query().Get("done") {
 	case "retry":
 		d.Done = "The callback's next attempt was started now."

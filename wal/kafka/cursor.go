@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
+
+var _ wal.Timed = (*cursor)(nil)
 
 // cursor reads one pchannel through its own consuming client.
 type cursor struct {
@@ -23,6 +27,7 @@ type cursor struct {
 	// stay >= from and strictly increasing.
 	next int64
 	buf  []*kgo.Record
+	at   time.Time // the timestamp of the record Next returned last
 
 	once   sync.Once
 	closed chan struct{}
@@ -45,6 +50,7 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 				continue
 			}
 			c.next = r.Offset + 1
+			c.at = r.Timestamp
 			return uint64(r.Offset), r.Value, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -66,11 +72,19 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 			if len(c.buf) == 0 {
 				return 0, nil, ferr
 			}
+		case errors.Is(ferr, kerr.UnknownTopicID):
+			// franz-go saw the topic's id change: it was deleted and
+			// created again, and this client never reads it again.
+			return 0, nil, fmt.Errorf("wal/kafka: read of %s: %w: %w", c.p, wal.ErrLogReplaced, ferr)
 		default:
 			return 0, nil, fmt.Errorf("wal/kafka: read of %s: %w", c.p, ferr)
 		}
 	}
 }
+
+// Time returns the timestamp of the record Next returned last (the
+// producer's, with the topics' default message.timestamp.type).
+func (c *cursor) Time() time.Time { return c.at }
 
 func (c *cursor) isClosed() bool {
 	select {

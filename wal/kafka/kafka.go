@@ -60,6 +60,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -167,6 +168,18 @@ type Config struct {
 	// consumed partition. Disabling idempotent writes, transactions and
 	// manual flushing are refused with ErrInvalidConfig.
 	ClientOptions []kgo.Opt
+	// Recreate makes Append create a pchannel's topic again when it has
+	// vanished (deleted, or lost with the brokers' data) instead of
+	// failing until someone restarts the writer, and adopt a topic that
+	// was deleted and created again by someone else (franz-go fails a
+	// recreated topic's records until it is purged from the client).
+	// OnRecreated then hears of it. The new topic has another identity
+	// (Identity): the readers that saved a position in the old one halt
+	// (R9.14). The coordinator, which owns the topics, sets it.
+	Recreate bool
+	// OnRecreated, if set, is called after Append created p's topic again
+	// or adopted a recreated one.
+	OnRecreated func(p message.PChannel)
 }
 
 // Log is a wal.Log on Kafka. It is safe for concurrent use.
@@ -180,9 +193,25 @@ type Log struct {
 	closed  atomic.Bool
 	mu      sync.Mutex
 	cursors map[*cursor]struct{}
+
+	// recreate is what Append needs to create a vanished topic again
+	// (Config.Recreate), nil without it.
+	recreate *recreator
 }
 
-var _ wal.Log = (*Log)(nil)
+// recreator creates vanished topics again for Append.
+type recreator struct {
+	mu       sync.Mutex // serialises recreations
+	rf       int16
+	configs  map[string]string
+	batchMax int32
+	notify   func(message.PChannel)
+}
+
+var (
+	_ wal.Log        = (*Log)(nil)
+	_ wal.Identified = (*Log)(nil)
+)
 
 // New connects to the cluster, creates the topics that are missing, checks
 // the existing ones and returns the log. ctx bounds the setup.
@@ -222,7 +251,11 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 		cl.Close()
 		return nil, err
 	}
-	return &Log{cl: cl, topics: topics, maxEntry: maxEntry, copts: slices.Clip(base), cursors: make(map[*cursor]struct{})}, nil
+	l := &Log{cl: cl, topics: topics, maxEntry: maxEntry, copts: slices.Clip(base), cursors: make(map[*cursor]struct{})}
+	if cfg.Recreate {
+		l.recreate = &recreator{rf: cfg.ReplicationFactor, configs: cfg.TopicConfigs, batchMax: batchMax, notify: cfg.OnRecreated}
+	}
+	return l, nil
 }
 
 // validate checks cfg and returns the topic of each pchannel.
@@ -331,20 +364,126 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	// TryProduce fails at once, rather than blocking, when the buffer is
 	// full.
 	l.cl.TryProduce(context.Background(), rec, func(_ *kgo.Record, err error) { done <- err })
+	var check <-chan time.Time // looks for a vanished topic while the append waits
+	if l.recreate != nil {
+		t := time.NewTicker(vanishedCheck)
+		defer t.Stop()
+		check = t.C
+	}
 	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
+	purged := false // this append recreated the topic and failed its record
+wait:
+	for {
 		select {
 		case err = <-done:
-		default:
-			return 0, fmt.Errorf("wal/kafka: append to %s: %w (the entry may still be written)", p, ctx.Err())
+			break wait
+		case <-check:
+			// franz-go retries a record for a deleted topic until its
+			// delivery timeout: a topic that is gone is created again
+			// and purged from the client, which fails the record.
+			if l.vanished(ctx, topic) {
+				purged = l.recreateTopic(ctx, p, topic) == nil
+				if purged {
+					check = nil
+				}
+			}
+		case <-ctx.Done():
+			select {
+			case err = <-done:
+				break wait
+			default:
+				return 0, fmt.Errorf("wal/kafka: append to %s: %w (the entry may still be written)", p, ctx.Err())
+			}
 		}
 	}
 	if err != nil {
+		if l.recreate != nil && (purged || errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)) {
+			if purged {
+				return 0, fmt.Errorf("%w: wal/kafka: append to %s: the topic %s had vanished and was created again: %w", wal.ErrNotApplied, p, topic, err)
+			}
+			if rerr := l.recreateTopic(ctx, p, topic); rerr != nil {
+				return 0, fmt.Errorf("%w: wal/kafka: append to %s: %w (and the topic could not be created again: %w)", wal.ErrNotApplied, p, err, rerr)
+			}
+			return 0, fmt.Errorf("%w: wal/kafka: append to %s: the topic %s had vanished or was recreated, and is used again: %w", wal.ErrNotApplied, p, topic, err)
+		}
 		return 0, appendError(p, err)
 	}
 	return uint64(rec.Offset), nil
+}
+
+// vanishedCheck is how often an append that waits for its answer, with
+// Config.Recreate, checks that its topic still exists.
+const vanishedCheck = 2 * time.Second
+
+// vanished reports whether topic is missing from the cluster's metadata (a
+// metadata request that fails says no).
+func (l *Log) vanished(ctx context.Context, topic string) bool {
+	mctx, cancel := context.WithTimeout(ctx, vanishedCheck)
+	defer cancel()
+	state, _, err := describeTopics(mctx, l.cl, []string{topic})
+	return err == nil && state[topic].missing
+}
+
+// recreateTopic makes Append work again after p's topic vanished: it
+// creates the topic if it is missing, and makes the producer forget the
+// old topic's id (franz-go never adopts a recreated topic's new id by
+// itself). The records the producer failed were never written
+// (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID are definite refusals).
+func (l *Log) recreateTopic(ctx context.Context, p message.PChannel, topic string) error {
+	r := l.recreate
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	state, _, err := describeTopics(ctx, l.cl, []string{topic})
+	if err != nil {
+		return err
+	}
+	if state[topic].missing {
+		if err := ensureTopics(ctx, l.cl, []string{topic}, r.rf, r.configs, r.batchMax, false); err != nil {
+			return err
+		}
+	}
+	// Records still buffered for the old topic fail (kgo.ErrPurged): the
+	// old topic is gone, whatever it held.
+	l.cl.PurgeTopicsFromClient(topic)
+	if r.notify != nil {
+		r.notify(p)
+	}
+	return nil
+}
+
+// Identity names pchannel p's topic as it is now: its name and topic id,
+// which a topic deleted and created again does not keep (R9.14); "" if the
+// brokers report no topic ids (Kafka before 2.8).
+func (l *Log) Identity(ctx context.Context, p message.PChannel) (string, error) {
+	if l.closed.Load() {
+		return "", wal.ErrClosed
+	}
+	topic, ok := l.topics[p]
+	if !ok {
+		return "", fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.AllowAutoTopicCreation = false
+	resp, err := req.RequestWith(ctx, l.cl)
+	if err != nil {
+		return "", fmt.Errorf("wal/kafka: metadata of %s: %w", topic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return "", fmt.Errorf("wal/kafka: metadata of %s: %w", topic, err)
+		}
+		if t.TopicID == [16]byte{} {
+			return "", nil
+		}
+		return "kafka:" + topic + "@" + hex.EncodeToString(t.TopicID[:]), nil
+	}
+	return "", fmt.Errorf("wal/kafka: metadata of %s: the topic is not in the answer", topic)
 }
 
 // appendError classifies a producer error: definite when the record

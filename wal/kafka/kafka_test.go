@@ -346,11 +346,12 @@ func TestClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
+	waiting := waltest.NewAskedContext(ctx)
 	go func() {
-		_, _, err := cur.Next(ctx)
+		_, _, err := cur.Next(waiting)
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-waiting.Asked() // Next polls, waiting for a record
 	_ = cur.Close()
 	if err := <-got; !errors.Is(err, wal.ErrClosed) {
 		t.Fatalf("Next on a closed cursor: %v", err)

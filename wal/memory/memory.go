@@ -48,12 +48,18 @@ type Log struct {
 
 type plog struct {
 	entries [][]byte
+	times   []time.Time // when each entry was appended
 	dedup   map[string]uint64
+	// incarnation counts the times the log was recreated (Recreate).
+	incarnation int
 	// grown is closed and replaced whenever an entry is appended.
 	grown chan struct{}
 }
 
-var _ wal.Log = (*Log)(nil)
+var (
+	_ wal.Log        = (*Log)(nil)
+	_ wal.Identified = (*Log)(nil)
+)
 
 // New returns a log with the given pchannels.
 func New(pchannels ...message.PChannel) *Log {
@@ -157,6 +163,7 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	if !dup || dedupID == "" {
 		off = uint64(len(c.entries))
 		c.entries = append(c.entries, slices.Clone(data))
+		c.times = append(c.times, time.Now())
 		if dedupID != "" {
 			c.dedup[dedupID] = off
 		}
@@ -171,6 +178,34 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	return off, nil
 }
 
+// Recreate deletes p's log and creates it again, empty, as a stream or
+// topic deleted and created again (or a broker that lost its data) would
+// be: its identity changes, and open cursors fail with wal.ErrLogReplaced.
+func (l *Log) Recreate(p message.PChannel) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.chans[p]
+	if !ok || l.closed {
+		return
+	}
+	close(c.grown)
+	l.chans[p] = &plog{dedup: make(map[string]uint64), grown: make(chan struct{}), incarnation: c.incarnation + 1}
+}
+
+// Identity names p's log: it changes when Recreate recreates it.
+func (l *Log) Identity(_ context.Context, p message.PChannel) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return "", wal.ErrClosed
+	}
+	c, ok := l.chans[p]
+	if !ok {
+		return "", fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	return fmt.Sprintf("memory:%s#%d", p, c.incarnation), nil
+}
+
 // Read returns a cursor over p from offset from.
 func (l *Log) Read(_ context.Context, p message.PChannel, from uint64) (wal.Cursor, error) {
 	l.mu.Lock()
@@ -178,10 +213,11 @@ func (l *Log) Read(_ context.Context, p message.PChannel, from uint64) (wal.Curs
 	if l.closed {
 		return nil, wal.ErrClosed
 	}
-	if _, ok := l.chans[p]; !ok {
+	c, ok := l.chans[p]
+	if !ok {
 		return nil, fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
 	}
-	return &cursor{l: l, p: p, next: from}, nil
+	return &cursor{l: l, p: p, next: from, pl: c}, nil
 }
 
 // End returns the offset the next entry of p will get.
@@ -222,7 +258,11 @@ type cursor struct {
 	l    *Log
 	p    message.PChannel
 	next uint64
+	pl   *plog     // the log the cursor was opened on
+	at   time.Time // when the entry Next returned last was appended
 }
+
+var _ wal.Timed = (*cursor)(nil)
 
 func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 	for {
@@ -232,9 +272,14 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 			return 0, nil, wal.ErrClosed
 		}
 		pl := c.l.chans[c.p]
+		if pl != c.pl {
+			c.l.mu.Unlock()
+			return 0, nil, fmt.Errorf("memory wal: read %s: %w", c.p, wal.ErrLogReplaced)
+		}
 		if c.next < uint64(len(pl.entries)) {
 			off := c.next
 			data := pl.entries[off]
+			c.at = pl.times[off]
 			c.next++
 			c.l.mu.Unlock()
 			return off, data, nil
@@ -248,5 +293,8 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 		}
 	}
 }
+
+// Time returns when the entry Next returned last was appended.
+func (c *cursor) Time() time.Time { return c.at }
 
 func (c *cursor) Close() error { return nil }

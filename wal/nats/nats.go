@@ -69,7 +69,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,6 +169,16 @@ type Config struct {
 	// another cluster's WAL (a secondary's replicator reading its primary)
 	// sets it: creating the stream would only make it read nothing.
 	Existing bool
+	// Recreate makes Append create a pchannel's stream again when it has
+	// vanished (deleted, or lost with a server's data) instead of failing
+	// until someone restarts the writer; OnRecreated then hears of it.
+	// The new stream is empty and has another identity (Identity): the
+	// readers that saved a position in the old one halt (R9.14). The
+	// coordinator, which owns the streams, sets it.
+	Recreate bool
+	// OnRecreated, if set, is called after Append created p's stream
+	// again.
+	OnRecreated func(p message.PChannel)
 }
 
 // Log is a wal.Log on JetStream. It is safe for concurrent use.
@@ -179,6 +193,17 @@ type Log struct {
 	pullBytes int
 	// reqTimeout is Config.RequestTimeout.
 	reqTimeout time.Duration
+	// cfg is the configuration New completed, for Append's recreation of
+	// a vanished stream.
+	cfg Config
+	// recreating serialises recreations.
+	recreating sync.Mutex
+
+	// url is Config.URL without credentials, for error messages.
+	url string
+	// lost is why the connection was lost or cannot be made again: the
+	// last disconnect or reconnect error (a *lostConn), nil while connected.
+	lost atomic.Pointer[lostConn]
 
 	closed atomic.Bool
 	mu     sync.Mutex
@@ -190,7 +215,10 @@ type channel struct {
 	stream, subject string
 }
 
-var _ wal.Log = (*Log)(nil)
+var (
+	_ wal.Log        = (*Log)(nil)
+	_ wal.Identified = (*Log)(nil)
+)
 
 // New connects (or uses cfg.Conn), creates or updates the streams of
 // cfg.PChannels, and returns the log.
@@ -211,7 +239,8 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 
-	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{}), reqTimeout: cfg.RequestTimeout}
+	l := &Log{nc: cfg.Conn, chans: make(map[message.PChannel]channel), cursors: make(map[*cursor]struct{}), reqTimeout: cfg.RequestTimeout, cfg: cfg,
+		url: redactURLs(cfg.URL)}
 	if l.nc == nil {
 		opts := append([]natsgo.Option{
 			natsgo.Name("walcast-wal"),
@@ -221,6 +250,11 @@ func New(ctx context.Context, cfg Config) (*Log, error) {
 			// error the caller can retry, instead of a message that
 			// may or may not be sent later.
 			natsgo.ReconnectBufSize(-1),
+			// Keep why the connection is down: the errors of requests
+			// made meanwhile only say "outbound buffer limit exceeded".
+			natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) { l.lose(err) }),
+			natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { l.lose(err) }),
+			natsgo.ReconnectHandler(func(*natsgo.Conn) { l.lost.Store(nil) }),
 		}, cfg.Options...)
 		nc, err := natsgo.Connect(cfg.URL, opts...)
 		if err != nil {
@@ -470,6 +504,29 @@ func (l *Log) StreamInfo(ctx context.Context, p message.PChannel) (*jetstream.St
 	return s.CachedInfo(), nil
 }
 
+// Identity names pchannel p's stream as it is now: its name and creation
+// time, which a stream deleted and created again does not keep (R9.14).
+// Under a deadline, a request no server answers is sent again.
+func (l *Log) Identity(ctx context.Context, p message.PChannel) (string, error) {
+	if l.closed.Load() {
+		return "", wal.ErrClosed
+	}
+	ch, ok := l.chans[p]
+	if !ok {
+		return "", fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	s, err := l.stream(ctx, ch)
+	if err != nil {
+		return "", fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
+	}
+	return identity(ch.stream, s.CachedInfo()), nil
+}
+
+// identity is the identity of a stream named name with info si.
+func identity(name string, si *jetstream.StreamInfo) string {
+	return "nats:" + name + "@" + si.Created.UTC().Format(time.RFC3339Nano)
+}
+
 // stream fetches ch's stream and its info (a request).
 func (l *Log) stream(ctx context.Context, ch channel) (jetstream.Stream, error) {
 	var s jetstream.Stream
@@ -505,7 +562,7 @@ func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
 	// Stream fetches the stream's info: one request a try.
 	s, err := l.stream(ctx, ch)
 	if err != nil {
-		return 0, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
+		return 0, fmt.Errorf("wal/nats: stream %s: %w", ch.stream, l.why(err))
 	}
 	return s.CachedInfo().State.LastSeq, nil
 }
@@ -581,8 +638,16 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	switch {
 	case err != nil && isDedupInProgress(last) && ctx.Err() != nil:
 		return 0, fmt.Errorf("wal/nats: append to %s: %w (while the original was in flight: %w)", p, ctx.Err(), last)
+	case err != nil && l.cfg.Recreate && errors.Is(last, jetstream.ErrNoStreamResponse):
+		// Nobody listens on the subject: the stream may be gone. The
+		// message was not stored; the caller's retry goes to the stream
+		// created again.
+		if rerr := l.recreate(ctx, p, ch); rerr != nil {
+			return 0, fmt.Errorf("%w: append to %s: %w (and the stream could not be created again: %w)", wal.ErrNotApplied, p, last, rerr)
+		}
+		return 0, fmt.Errorf("%w: append to %s: the stream %s had vanished and was created again, empty: %w", wal.ErrNotApplied, p, ch.stream, last)
 	case err != nil:
-		return 0, classify(p, last)
+		return 0, classify(p, l.why(last))
 	case ack.Stream != ch.stream || ack.Sequence == 0:
 		return 0, fmt.Errorf("wal/nats: append to %s: acknowledgement for stream %q, sequence %d", p, ack.Stream, ack.Sequence)
 	}
@@ -590,6 +655,28 @@ func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, da
 	// 2.15: stream.go processJetStreamMsg and jetstream_cluster.go
 	// processClusteredInboundMsg).
 	return ack.Sequence - 1, nil
+}
+
+// recreate creates p's stream again if it does not exist, and reports it
+// to OnRecreated. A stream that exists (the server was only unreachable
+// for a moment) is left alone.
+func (l *Log) recreate(ctx context.Context, p message.PChannel, ch channel) error {
+	l.recreating.Lock()
+	defer l.recreating.Unlock()
+	err := l.request(ctx, func(ctx context.Context) error {
+		_, err := l.js.Stream(ctx, ch.stream)
+		return err
+	})
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	if _, err := l.ensureStreamRetry(ctx, ch, l.cfg); err != nil {
+		return err
+	}
+	if l.cfg.OnRecreated != nil {
+		l.cfg.OnRecreated(p)
+	}
+	return nil
 }
 
 // classify wraps a publish error; it wraps wal.ErrNotApplied only for errors
@@ -651,4 +738,67 @@ func (l *Log) Close() error {
 		l.nc.Close()
 	}
 	return nil
+}
+
+// lostConn is why a connection is down, since when.
+type lostConn struct {
+	err   error
+	since time.Time
+}
+
+// lose records err (a disconnect's or a failed reconnect's) as why the
+// connection is down; the first loss's time is kept.
+func (l *Log) lose(err error) {
+	since := time.Now()
+	if prev := l.lost.Load(); prev != nil {
+		since = prev.since
+		if err == nil {
+			err = prev.err
+		}
+	}
+	l.lost.Store(&lostConn{err: err, since: since})
+}
+
+// why adds to err, a request's error, the cause of a lost connection when
+// the connection is down: a request made while reconnecting fails with
+// "outbound buffer limit exceeded" (or times out), which says nothing of
+// the server being unreachable.
+func (l *Log) why(err error) error {
+	if err == nil || l.nc.IsConnected() {
+		return err
+	}
+	cause := "not connected"
+	since := ""
+	if lc := l.lost.Load(); lc != nil {
+		if lc.err != nil {
+			cause = netCause(lc.err)
+		}
+		since = fmt.Sprintf(", for %s", time.Since(lc.since).Round(time.Second))
+	}
+	return fmt.Errorf("cannot reach NATS at %s: %s (reconnecting%s): %w", l.url, cause, since, err)
+}
+
+// netCause is the innermost words of a connection error ("connection
+// refused", not "dial tcp 127.0.0.1:4222: connect: connection refused").
+func netCause(err error) string {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err.Error()
+	}
+	if errors.Is(err, io.EOF) {
+		return "the server closed the connection"
+	}
+	return err.Error()
+}
+
+// redactURLs is a comma-separated list of URLs without their credentials.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/walcast/walcast/internal/embednats"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 	"github.com/walcast/walcast/wal/waltest"
@@ -90,15 +91,10 @@ func (b *backend) Stop(t *testing.T, l wal.Log) {
 
 func (b *backend) Dedups() bool { return true }
 
+// waitFor waits for cond: see wait.For.
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, "the condition", cond)
 }
 
 func TestConformance(t *testing.T) {
@@ -442,7 +438,17 @@ func TestCloseEndsBlockedNext(t *testing.T) {
 		_, _, err := cur.Next(ctx)
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	// Next is waiting: it holds nextMu, with its consumer's iterator.
+	c := cur.(*cursor)
+	waitFor(t, func() bool {
+		if c.nextMu.TryLock() {
+			c.nextMu.Unlock()
+			return false
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.it != nil
+	})
 	_ = l.Close()
 	select {
 	case err := <-errc:

@@ -73,6 +73,8 @@ func (l *Log) Read(ctx context.Context, p message.PChannel, from uint64) (wal.Cu
 // before it registers the cursor.
 var testHookReadConsumer func()
 
+var _ wal.Timed = (*cursor)(nil)
+
 type cursor struct {
 	l      *Log
 	p      message.PChannel
@@ -89,6 +91,12 @@ type cursor struct {
 	// schedule of the waits between them.
 	fails int
 	bo    *backoff.ExponentialBackOff
+	// created is when the stream the cursor reads was created, read with
+	// its first consumer: a consumer created later on a stream created at
+	// another time reads another log (R9.14). at is the storage time of
+	// the entry Next returned last.
+	created time.Time
+	at      time.Time
 
 	mu sync.Mutex
 	// cons and it are the current consumer and its iterator, nil when
@@ -146,6 +154,7 @@ func (c *cursor) Next(ctx context.Context) (uint64, []byte, error) {
 			continue
 		}
 		c.next = off + 1
+		c.at = meta.Timestamp
 		return off, msg.Data(), nil
 	}
 }
@@ -180,14 +189,34 @@ func (c *cursor) iterator(ctx context.Context) (jetstream.MessagesContext, error
 		MemoryStorage:     true,
 		Replicas:          1,
 	}
-	var cons jetstream.Consumer
+	// The stream's creation time, before the consumer: a stream deleted
+	// and created again between the two would be caught by the next
+	// consumer's check.
+	var created time.Time
 	err := c.l.request(ctx, func(ctx context.Context) error {
+		s, err := c.l.js.Stream(ctx, c.stream)
+		if err == nil {
+			created = s.CachedInfo().Created
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wal/nats: read %s: %w", c.p, err)
+	}
+	if c.created.IsZero() {
+		c.created = created
+	} else if !created.Equal(c.created) {
+		return nil, fmt.Errorf("wal/nats: read %s: stream %s created at %s, the cursor's at %s: %w", c.p, c.stream,
+			created.UTC().Format(time.RFC3339Nano), c.created.UTC().Format(time.RFC3339Nano), wal.ErrLogReplaced)
+	}
+	var cons jetstream.Consumer
+	err = c.l.request(ctx, func(ctx context.Context) error {
 		var err error
 		cons, err = c.l.js.CreateConsumer(ctx, c.stream, cfg)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("wal/nats: read %s: %w", c.p, err)
+		return nil, fmt.Errorf("wal/nats: read %s: %w", c.p, c.l.why(err))
 	}
 	it, err = cons.Messages(
 		jetstream.PullMaxMessagesWithBytesLimit(pullMessages, c.l.pullBytes),
@@ -209,6 +238,9 @@ func (c *cursor) iterator(ctx context.Context) (jetstream.MessagesContext, error
 	c.mu.Unlock()
 	return it, nil
 }
+
+// Time returns when the server stored the entry Next returned last.
+func (c *cursor) Time() time.Time { return c.at }
 
 // consumerName returns a new name for a cursor's consumer: 128 random bits.
 func consumerName() string {

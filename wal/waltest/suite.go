@@ -126,15 +126,16 @@ func testFollow(t *testing.T, b Backend) {
 		t.Fatalf("Next on an empty log: %v, want the context's error", err)
 	}
 	got := make(chan string, 1)
+	waiting := NewAskedContext(ctx)
 	go func() {
-		_, data, err := cur.Next(ctx)
+		_, data, err := cur.Next(waiting)
 		if err != nil {
 			got <- err.Error()
 			return
 		}
 		got <- string(data)
 	}()
-	time.Sleep(20 * time.Millisecond)
+	<-waiting.Asked() // Next waits for an entry
 	if _, err := log.Append(ctx, "p0", "x", []byte("late")); err != nil {
 		t.Fatal(err)
 	}
@@ -330,3 +331,27 @@ func testStopped(t *testing.T, b Backend) {
 		t.Fatal("append on a stopped backend hung")
 	}
 }
+
+// AskedContext is a context that tells when it is first asked for its Done
+// channel: a call that blocks on it (a cursor's Next waiting for an entry)
+// has begun to wait. Tests act on a blocked call with it, not after a
+// sleep.
+type AskedContext struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+// NewAskedContext wraps ctx.
+func NewAskedContext(ctx context.Context) *AskedContext {
+	return &AskedContext{Context: ctx, asked: make(chan struct{})}
+}
+
+// Done returns the wrapped context's Done, telling Asked the first time.
+func (c *AskedContext) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
+}
+
+// Asked is closed once Done was first called.
+func (c *AskedContext) Asked() <-chan struct{} { return c.asked }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -55,8 +56,8 @@ func (c *Core) ack(e Ack) {
 		var err error
 		if t, err = c.replicatedTask(e); err != nil || t == nil {
 			if err == nil && c.issuedElsewhere(e) {
-				err = fmt.Errorf("%w: broadcast %d was not issued by this coordinator (its ids end below %d): a newer leader issued it; ack it there",
-					catalog.ErrFenced, e.ID, c.ids.end)
+				err = fmt.Errorf("%w: %w: broadcast %d (this coordinator's ids end below %d): a newer leader issued it; ack it there",
+					catalog.ErrFenced, ErrNotIssued, e.ID, c.ids.end)
 			}
 			c.reply(e.To, Reply{Err: err})
 			return
@@ -114,12 +115,17 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	if err := m.IdempotencyKey.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: replicated broadcast %d: %w", ErrInvalidArgument, m.Broadcast.ID, err)
 	}
+	if m.Group != nil {
+		if err := c.replicatedGroupError(m); err != nil {
+			return nil, err
+		}
+	}
 	info, _ := c.cfg.Types.Lookup(m.Type)
 	t := newTask(m, nil, info, c.now)
 	t.replicated = true
 	t.class = c.cfg.ClassOf(m.Type)
 	c.tasks[t.id] = t
-	if c.cfg.Mutation != "forget-replicated-index" {
+	if !c.cfg.Mutation.Is(mutate.ForgetReplicatedIndex) {
 		c.indexTask(t)
 	}
 	c.ids.observe(t.id)

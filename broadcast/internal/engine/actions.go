@@ -31,11 +31,14 @@ type Reply struct {
 	Waited *Waited
 }
 
-// Waited is what a withdrawn request was waiting for: task ID in Stage, or
-// (ID 0) the catalog to allocate its broadcast's id.
+// Waited is what a withdrawn request was waiting for: task ID in Stage;
+// with ID 0, its turn in group Group (a member queued behind the one
+// before it) or, without a group, the catalog to allocate its broadcast's
+// id.
 type Waited struct {
 	ID    uint64
 	Stage Stage
+	Group uint64
 }
 
 // Original is the broadcast that owns a scope, as a duplicate sees it.
@@ -48,6 +51,10 @@ type Original struct {
 	Msg     *message.Message
 	Digest  []byte
 	Request []byte
+	// Persisting is set while a live original's PENDING record is not
+	// known to be durable: a crash now may forget it, and a request with
+	// its key would then be new work with another id.
+	Persisting bool
 	// Record is a tombstoned original's record (decode it with
 	// DecodeRecord), Window its idempotency window.
 	Record string

@@ -4,6 +4,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"slices"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
 )
@@ -177,7 +178,7 @@ func (c *Core) laneOf(name message.PChannel) *lane {
 // the concurrency bound.
 func (c *Core) startLanes() {
 	for _, l := range c.laneList {
-		if c.inflight >= c.cfg.AppendConcurrency {
+		if c.inflight >= c.cfg.AppendConcurrency+c.appendSlack() {
 			return
 		}
 		if b := l.batch; b != nil {
@@ -386,4 +387,12 @@ func (c *Core) copiesAppended(r *appendReq, cps []wal.Checkpoint) {
 	if t.stage == Appending && t.allAppended() {
 		c.allAppended(t)
 	}
+}
+
+// appendSlack is 0 but with a planted bug (mutate.AppendBoundOffByOne).
+func (c *Core) appendSlack() int {
+	if c.cfg.Mutation.Is(mutate.AppendBoundOffByOne) {
+		return 1
+	}
+	return 0
 }

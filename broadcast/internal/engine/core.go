@@ -11,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
@@ -474,7 +475,7 @@ func (c *Core) written(e Written) {
 	w.inFlight = false
 	v := Classify(e.Err)
 	d := Decide(w.kind, v, w.maybe)
-	if c.cfg.Mutation == "callback-twice" && w.kind == WriteTombstone && d == RetrySame && MayHaveApplied(v) {
+	if c.cfg.Mutation.Is(mutate.CallbackTwice) && w.kind == WriteTombstone && d == RetrySame && MayHaveApplied(v) {
 		d = Refuse
 	}
 	if MayHaveApplied(v) {

@@ -18,6 +18,12 @@ var (
 	// ErrBusy reports a try-acquire that found a key held (it wraps
 	// resource.ErrConflict's message naming the holder).
 	ErrBusy = errors.New("resource keys busy")
+	// ErrNotIssued marks an ack of a broadcast id at or above the ids this
+	// leader reserved, that it never saw: a newer leader issued it (this
+	// one is deposed and has not noticed), or nobody did. It comes with
+	// catalog.ErrFenced; the caller that can read the election tells the
+	// two apart.
+	ErrNotIssued = errors.New("broadcast id not issued by this coordinator")
 	// ErrGroupFull reports a transaction member beyond the group's limit
 	// (R13.4): the last slot is kept for its Commit or Rollback.
 	ErrGroupFull = errors.New("transaction is full")

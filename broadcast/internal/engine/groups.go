@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -257,17 +258,51 @@ func (c *Core) memberError(e Submit) error {
 	if g == nil || g.begin == nil && c.roles.role == Primary {
 		return c.endedError(e.Group)
 	}
+	return g.fits(e.Msg)
+}
+
+// fits checks that member m carries group g's owner key, keys and (a
+// transaction's) targets, and that an owner gets no body.
+func (g *group) fits(m *message.Message) error {
+	hd := m.Group
 	if g.txn != (hd.OwnerKey == "") || hd.OwnerKey != g.key {
 		return fmt.Errorf("%w: group %d is %s, the member says owner key %q", ErrInvalidArgument, g.id, g.label(), hd.OwnerKey)
 	}
 	if !g.txn && hd.Kind == message.GroupBody {
 		return fmt.Errorf("%w: owner %s takes no bodies, only its end", ErrInvalidArgument, g.key)
 	}
-	if !slices.Equal(e.Msg.Broadcast.ResourceKeys, g.keys) {
-		return fmt.Errorf("%w: member keys %v differ from the group's %v", ErrInvalidArgument, e.Msg.Broadcast.ResourceKeys, g.keys)
+	if !slices.Equal(m.Broadcast.ResourceKeys, g.keys) {
+		return fmt.Errorf("%w: member keys %v differ from the group's %v", ErrInvalidArgument, m.Broadcast.ResourceKeys, g.keys)
 	}
-	if g.txn && !slices.Equal(e.Msg.Broadcast.VChannels, g.targets) {
-		return fmt.Errorf("%w: a transaction's members keep its targets %v, not %v", ErrInvalidArgument, g.targets, e.Msg.Broadcast.VChannels)
+	if g.txn && !slices.Equal(m.Broadcast.VChannels, g.targets) {
+		return fmt.Errorf("%w: a transaction's members keep its targets %v, not %v", ErrInvalidArgument, g.targets, m.Broadcast.VChannels)
+	}
+	return nil
+}
+
+// replicatedGroupError checks a replicated broadcast's group header before
+// a secondary creates its task (R13.1, R13.2): a Begin at seq 0 naming
+// no group or itself; a member naming another broadcast's group, at seq 1
+// or more, and fitting the group known here (its Begin's, or its first
+// member's). A malformed one is refused before anything is written: a
+// member recovery would find off its group would make the catalog corrupt.
+func (c *Core) replicatedGroupError(m *message.Message) error {
+	hd, id := m.Group, m.Broadcast.ID
+	switch {
+	case hd.Kind == message.GroupBegin:
+		if hd.Seq != 0 || hd.ID != 0 && hd.ID != id {
+			return fmt.Errorf("%w: replicated Begin %d has group %d seq %d", ErrInvalidArgument, id, hd.ID, hd.Seq)
+		}
+		return nil
+	case hd.Kind != message.GroupBody && !hd.Kind.Ends():
+		return fmt.Errorf("%w: replicated broadcast %d has group kind %d", ErrInvalidArgument, id, hd.Kind)
+	case hd.ID == 0 || hd.ID == id || hd.Seq == 0:
+		return fmt.Errorf("%w: replicated member %d has group %d seq %d", ErrInvalidArgument, id, hd.ID, hd.Seq)
+	}
+	if g := c.groups[hd.ID]; g != nil {
+		if err := g.fits(m); err != nil {
+			return fmt.Errorf("replicated member %d: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -385,7 +420,7 @@ func (c *Core) finishMember(t *task, tb tomb) bool {
 	g := t.group
 	switch {
 	case t.gkind == message.GroupBegin:
-		if c.cfg.Mutation == "group-keys-released-at-begin" && t.lock != nil {
+		if c.cfg.Mutation.Is(mutate.GroupKeysReleasedAtBegin) && t.lock != nil {
 			c.grantedAll(c.locks.Release(t.lock))
 			t.lock = nil
 		}
@@ -434,7 +469,7 @@ func (c *Core) groupProgress(g *group) {
 // the keys go back, the group's tombstones join GC together.
 func (c *Core) endGroup(g *group, end *task, tb tomb) {
 	delete(g.live, end.gseq)
-	if g.lock != nil {
+	if g.lock != nil && !c.cfg.Mutation.Is(mutate.GroupKeysKeptAfterEnd) {
 		c.grantedAll(c.locks.Release(g.lock))
 		g.lock = nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 )
@@ -180,6 +181,9 @@ func (c *Core) closeHandle(id HandleID) {
 	}
 	// A Resolve still waiting for another request's admission is
 	// withdrawn too.
+	if c.cfg.Mutation.Is(mutate.WaiterNotWithdrawn) {
+		return
+	}
 	for _, a := range c.admits {
 		for i, r := range a.waiters {
 			if r.Handle == id {
@@ -372,7 +376,7 @@ func (c *Core) create(h *handle, e Submit) {
 // persistPending writes the PENDING record (R4.2): the task is created once
 // it is durable; definitely not written, it never was.
 func (c *Core) persistPending(t *task) {
-	if c.cfg.Mutation == "append-before-persist" {
+	if c.cfg.Mutation.Is(mutate.AppendBeforePersist) {
 		c.queueCopies(t, func(int) bool { return true })
 	}
 	w := c.write(WritePending, t, t.record(Pending), nil, pendingWritten)
@@ -406,7 +410,7 @@ func (c *Core) abort(t *task, err error) {
 	delete(c.tasks, t.id)
 	c.indexDel(t.scope, t.id)
 	c.stats.Broadcasts--
-	if t.lock != nil {
+	if t.lock != nil && !c.cfg.Mutation.Is(mutate.AbortKeepsKeys) {
 		c.grantedAll(c.locks.Release(t.lock))
 		t.lock = nil
 	}

@@ -157,7 +157,7 @@ func (c *Core) original(sc Scope) *Original {
 	}
 	if t := c.tasks[id]; t != nil {
 		return &Original{ID: id, Live: true, Msg: t.msg, Digest: t.digest, Request: t.request,
-			Window: c.window(t.class, id, t.created, time.Time{})}
+			Persisting: t.stage == Persisting, Window: c.window(t.class, id, t.created, time.Time{})}
 	}
 	if tb, ok := c.tombs.get(id); ok {
 		return c.tombOriginal(tb)

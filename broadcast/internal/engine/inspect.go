@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -288,4 +290,38 @@ func (c *Core) Outstanding() Outstanding {
 		}
 	}
 	return o
+}
+
+// Requests lists what callers' requests hold or wait for in the core, in
+// handle id order: a handle's admission slot, the Resolves that wait for
+// it, its lock request. A core with no request in flight has none; one
+// left behind is a leak (the simulator's liveness check, R11.3).
+func (c *Core) Requests() []RequestView {
+	var out []RequestView
+	for _, id := range slices.Sorted(maps.Keys(c.handles)) {
+		h := c.handles[id]
+		v := RequestView{Handle: id, Granted: h.granted, Waiting: h.lock != nil && !h.granted, Busy: h.busy}
+		if h.adm != nil {
+			v.Admission, v.Scope = true, h.scope
+		}
+		out = append(out, v)
+	}
+	for sc, a := range c.admits {
+		for _, r := range a.waiters {
+			out = append(out, RequestView{Handle: r.Handle, Scope: sc, Resolving: true})
+		}
+	}
+	slices.SortFunc(out, func(a, b RequestView) int { return cmp.Compare(a.Handle, b.Handle) })
+	return out
+}
+
+// RequestView is one handle's hold on the core, or one Resolve waiting for
+// another handle's admission slot (Resolving).
+type RequestView struct {
+	Handle HandleID
+	// Scope is the admission slot's (Admission) or the one a Resolving
+	// request waits for.
+	Scope                  Scope
+	Admission, Resolving   bool
+	Granted, Waiting, Busy bool
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 )
 
@@ -59,7 +60,7 @@ func (c *Core) startFirstPhase(t *task) {
 // checkFirstPhase ends the first phase once its copies are acked: their
 // acks are made durable, then the rest is appended.
 func (c *Core) checkFirstPhase(t *task) {
-	if t.stage != FirstPhase || !(t.firstAcked() || c.cfg.Mutation == "second-phase-early") || t.write != nil {
+	if t.stage != FirstPhase || !(t.firstAcked() || c.cfg.Mutation.Is(mutate.SecondPhaseEarly)) || t.write != nil {
 		return
 	}
 	n := t.nacked

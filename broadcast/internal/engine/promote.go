@@ -6,6 +6,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
@@ -263,7 +264,7 @@ func (c *Core) supplement(x *task) {
 		if x.copies[i].acked {
 			continue
 		}
-		if cp, ok := p.found[copyKey{x.id, v}]; ok {
+		if cp, ok := p.found[copyKey{x.id, v}]; ok && !c.cfg.Mutation.Is(mutate.SupplementTwice) {
 			x.copies[i].appended, x.copies[i].appendCP = true, cp
 			if !syncUp && !x.first(i) {
 				c.fastAck(x, i)

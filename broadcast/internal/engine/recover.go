@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -357,6 +358,9 @@ func (c *Core) loadTombs(rs *recovery) {
 			}
 		}
 		o.tb.completed = int64(o.at)
+		if c.cfg.Mutation.Is(mutate.WindowMovesOnRestart) {
+			o.tb.completed = c.now.UnixNano()
+		}
 		o.tb.setClass(cls)
 		per[cls] = append(per[cls], o)
 	}

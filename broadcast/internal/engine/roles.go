@@ -39,6 +39,18 @@ type ReplicateConfig struct {
 	// ForcePromote marks the message of a force promote (never set in a
 	// stored topology).
 	ForcePromote bool `json:"force_promote,omitempty"`
+	// Generation is the replication generation of the primary (R8.5): 0
+	// for a cluster that was primary from the start, and for a promoted
+	// one the id space of the force promote that made it primary, which is
+	// above the space of every id it knew of, so each promote along a
+	// chain of clusters raises it. A topology change the primary
+	// broadcasts keeps it, so its secondaries learn it. A cluster whose
+	// generation is below another primary's that replaced it is
+	// superseded.
+	Generation uint64 `json:"generation,omitempty"`
+	// Replaced names the primary the force promote that set Generation
+	// replaced ("" if none).
+	Replaced string `json:"replaced,omitempty"`
 }
 
 // SecondaryConfig is one secondary cluster.
@@ -119,8 +131,13 @@ func (c *Core) topologyCallback(t *task) ([]catalog.Op, Outcome, error) {
 	if t.msg.Replicate != nil && (c.roles.fenced || c.roles.role == Primary) {
 		return nil, Outcome{Status: Ignored, Detail: "replicated configuration superseded by a force promote"}, nil
 	}
-	if cfg.ForcePromote {
-		cfg = ReplicateConfig{Primary: c.cfg.ClusterName}
+	switch {
+	case cfg.ForcePromote:
+		// A new generation: the promote's id space (R8.5).
+		cfg = ReplicateConfig{Primary: c.cfg.ClusterName, Generation: Space(t.id), Replaced: c.roles.cfg.Primary}
+	case t.msg.Replicate == nil && cfg.Generation < c.roles.cfg.Generation:
+		// A topology change of this primary keeps its generation.
+		cfg.Generation, cfg.Replaced = c.roles.cfg.Generation, c.roles.cfg.Replaced
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {

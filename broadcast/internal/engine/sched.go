@@ -3,7 +3,9 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/resource"
 )
@@ -173,7 +175,10 @@ func (s *scheduler) remove(t *task) []*task {
 
 // schedule starts t's callback if it may run.
 func (c *Core) schedule(t *task) {
-	if t.stage != Queued || !t.allAcked() || !(t.groupRunnable() || c.cfg.Mutation == "group-unordered") || c.sched.blocked(t) {
+	if c.cfg.Mutation.Is(mutate.PoisonBlocksOthers) && c.behindFailing(t) {
+		return
+	}
+	if t.stage != Queued || !t.allAcked() || !(t.groupRunnable() || c.cfg.Mutation.Is(mutate.GroupUnordered)) || c.sched.blocked(t) {
 		return
 	}
 	c.move(t, OnRun, Calling)
@@ -217,7 +222,7 @@ func (c *Core) callbackDone(e CallbackDone) {
 			e.Outcome.Status = Succeeded
 		}
 		t.tombOps, t.outcome, t.completed = e.Ops, e.Outcome, c.now
-		if c.cfg.Mutation == "release-before-tombstone" && t.lock != nil {
+		if c.cfg.Mutation.Is(mutate.ReleaseBeforeTombstone) && t.lock != nil && t.group == nil {
 			c.grantedAll(c.locks.Release(t.lock))
 			t.lock = nil
 		}
@@ -247,7 +252,9 @@ func (c *Core) callbackFailed(t *task, err error) {
 	c.tlog(t).Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
 		"retry_in", d, "err", err)
 	t.cbTimer = c.after(d, func() {
-		if t.stage == Backoff {
+		if t.stage == Backoff && c.cfg.Mutation.Is(mutate.RetryOutsideTable) {
+			c.move(t, OnRun, Calling)
+		} else if t.stage == Backoff {
 			c.move(t, OnRetry, Calling)
 		}
 	})
@@ -266,7 +273,7 @@ func (c *Core) forceTombstone(t *task, on Trigger) {
 // flight (its acks) finishes first; one waiting to be retried is dropped,
 // since the TOMBSTONE holds every ack.
 func (c *Core) tombstone(t *task) {
-	if t.anyQueued() {
+	if t.anyQueued() && !c.cfg.Mutation.Is(mutate.TombstoneWithCopyQueued) {
 		t.tombAfterAppends = true
 		return
 	}
@@ -285,6 +292,12 @@ func (c *Core) tombstone(t *task) {
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
 	c.write(WriteTombstone, t, rec, ops, tombstoneWritten)
+	if c.cfg.Mutation.Is(mutate.AnswerBeforeDurable) {
+		for _, to := range t.waiters {
+			c.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
+		}
+		t.waiters = nil
+	}
 }
 
 func tombstoneWritten(c *Core, w *writeOp, d Decision, err error) {
@@ -410,4 +423,17 @@ func (c *Core) liveTask(id uint64) (*task, error) {
 		return nil, fmt.Errorf("%w: task %d is already TOMBSTONE", ErrFailedPrecondition, id)
 	}
 	return nil, fmt.Errorf("%w: task %d", ErrNotFound, id)
+}
+
+// behindFailing is a planted bug (mutate.PoisonBlocksOthers): t's callback
+// waits while any other task's callback waits to be retried, and tries
+// again a little later.
+func (c *Core) behindFailing(t *task) bool {
+	for _, x := range c.tasks {
+		if x != t && x.stage == Backoff && t.stage == Queued {
+			c.after(50*time.Millisecond, func() { c.schedule(t) })
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
 )
@@ -205,6 +206,22 @@ func (ts *tombstones) dropOldest(cl *tombClass, n int) {
 	}
 }
 
+// dropNewest removes tombstone id from the newest end of cl (a planted
+// bug's GC took it instead of the oldest, mutate.CountEvictsNewest).
+func (ts *tombstones) dropNewest(cl *tombClass, id uint64) {
+	i := slices.IndexFunc(cl.order[cl.head:], func(tb tomb) bool { return tb.id == id })
+	if i < 0 {
+		return
+	}
+	ts.byID.delete(id)
+	rest := cl.order[cl.head+i+1:]
+	copy(cl.order[cl.head+i:], rest)
+	cl.order = cl.order[:len(cl.order)-1]
+	for j, tb := range cl.order[cl.head+i:] {
+		ts.byID.set(tb.id, uint64(cl.idx)<<seqBits|(cl.base+uint64(cl.head+i+j)))
+	}
+}
+
 // all returns copies of every tombstone, oldest first per class, then the
 // held ones in id order.
 func (ts *tombstones) all() []tomb {
@@ -275,6 +292,9 @@ func (c *Core) runGC(all bool) {
 	for _, cl := range c.tombs.classes {
 		live := cl.live()
 		age := cutoff - int64(cl.cfg.MaxLifetime)
+		if c.cfg.Mutation.Is(mutate.EarlyCollect) {
+			age = cutoff - int64(cl.cfg.MaxLifetime/2)
+		}
 		minBatch := max(1, min(gcBatch, maxOps, cl.cfg.MaxCount/16))
 		if due := live - cl.cfg.MaxCount; !all && due < minBatch {
 			// Too few beyond MaxCount: run only if one of those due is aged,
@@ -298,8 +318,12 @@ func (c *Core) runGC(all bool) {
 			if !byCount && !byAge || room() < n {
 				break
 			}
-			for _, x := range cl.order[i : i+n] {
-				v := victim{cl: cl, tb: x, early: !byAge}
+			run := cl.order[i : i+n]
+			if c.cfg.Mutation.Is(mutate.CountEvictsNewest) && !byAge && n == 1 && tb.run == 0 {
+				run = cl.order[len(cl.order)-1-(i-cl.head):][:1]
+			}
+			for _, x := range run {
+				v := victim{cl: cl, tb: x, early: !byAge && !c.cfg.Mutation.Is(mutate.EarlyCollect)}
 				if id, err := recordIdentity(rawBytes(x.raw())); err == nil {
 					v.id, v.ok = id, true
 				}
@@ -335,7 +359,7 @@ func (c *Core) runGC(all bool) {
 		c.ids.attempted = max(c.ids.attempted, idFloor)
 	}
 	c.gc.writing = true
-	if c.cfg.Mutation == "retire-before-delete" {
+	if c.cfg.Mutation.Is(mutate.RetireBeforeDelete) {
 		for _, v := range victims {
 			if v.ok {
 				c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
@@ -381,7 +405,11 @@ func (c *Core) forget(vs []victim) {
 			cn = &counts{}
 			per[v.cl] = cn
 		}
-		c.tombs.dropOldest(v.cl, 1)
+		if c.cfg.Mutation.Is(mutate.CountEvictsNewest) && v.cl.order[v.cl.head].id != v.tb.id {
+			c.tombs.dropNewest(v.cl, v.tb.id)
+		} else {
+			c.tombs.dropOldest(v.cl, 1)
+		}
 		if v.ok {
 			c.indexDel(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
 			if k := v.id.OwnerKey; k != "" && c.endedOwners[k] == v.tb.id {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/retry"
 	"github.com/walcast/walcast/message"
@@ -149,39 +150,10 @@ type Config struct {
 	// keys and the exact map that parts them works (the simulator's
 	// TestR7_3_IndexSharedKeys). Never set outside tests.
 	IndexScopeBits int
-	// Mutation plants a known bug (one of Mutations), so that the
-	// simulator can show it catches it (R11.1). Never set outside the
-	// simulator's own tests.
-	Mutation string
-}
-
-// Mutations are the bugs Config.Mutation can plant.
-var Mutations = []string{
-	// append-before-persist: appends start before the PENDING record is
-	// durable (breaks R4.2).
-	"append-before-persist",
-	// callback-twice: after a TOMBSTONE write that may have applied, the
-	// callback runs again instead of the same ops being retried (breaks
-	// R5.3: an effect applied twice).
-	"callback-twice",
-	// release-before-tombstone: the issuance keys are released when the
-	// callback succeeds, before the TOMBSTONE is durable (breaks §11.3).
-	"release-before-tombstone",
-	// forget-replicated-index: REPLICATED tasks are not indexed (breaks
-	// R7.8).
-	"forget-replicated-index",
-	// retire-before-delete: GC retires index entries before their delete
-	// commits (breaks R6.2).
-	"retire-before-delete",
-	// second-phase-early: a two-phase append appends the rest before its
-	// first copies are acked (breaks R13.11).
-	"second-phase-early",
-	// group-keys-released-at-begin: a group's Begin releases its keys at
-	// its TOMBSTONE like a plain broadcast (breaks R13.1, R13.7).
-	"group-keys-released-at-begin",
-	// group-unordered: a group member's callback runs without waiting for
-	// the members before it (breaks R13.2).
-	"group-unordered",
+	// Mutation plants a known bug, so that the simulator can show it
+	// catches it (R11.4). It does nothing in a build without the tag
+	// walcast_mutate (package mutate).
+	Mutation mutate.Bug
 }
 
 // Observer receives the core's events (for metrics and tracing). Methods

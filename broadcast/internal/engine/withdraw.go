@@ -1,6 +1,10 @@
 package engine
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/walcast/walcast/broadcast/internal/mutate"
+)
 
 // withdraw takes back the request answered at to, whose caller gave up
 // waiting (R11.5), and answers e.Done with what it waited for. What the
@@ -33,6 +37,9 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 		return nil
 	}
 	for _, a := range c.admits {
+		if c.cfg.Mutation.Is(mutate.WaiterNotWithdrawn) {
+			break
+		}
 		if i := slices.IndexFunc(a.waiters, func(r Resolve) bool { return r.To == to }); i >= 0 {
 			a.waiters = slices.Delete(a.waiters, i, i+1)
 			return nil
@@ -51,6 +58,7 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 			for i := range g.queue {
 				if g.queue[i].h == h {
 					g.queue[i].e.To = nil
+					return &Waited{Group: g.id}
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
 	"github.com/walcast/walcast/catalog"
@@ -22,6 +23,10 @@ type checker struct {
 	per     map[*cluster]*clusterFacts
 	created int // tasks created (PENDING durable)
 	dups    int
+	// latest is the latest time a core was stepped at: the clock may jump
+	// back, a window's end never does.
+	latest time.Time
+	heard  int // TOMBSTONEs the cores heard were durable
 }
 
 type clusterFacts struct {
@@ -57,6 +62,19 @@ type recFacts struct {
 	group      *message.GroupHeader
 	appendFst  []message.VChannel
 	firstAcked bool
+	// completed is the TOMBSTONE's completion time; released, on a group's
+	// Begin, when its end released the group (R13.3).
+	completed, released time.Time
+	// heard is when (in the order of such events, 0: not since the core
+	// started) the core heard its TOMBSTONE was durable, the order it keeps
+	// tombstones in; recovery orders those it recovered by completion
+	// (with the clock jumping back the two orders differ). On a group's
+	// Begin, releaseHeard is when it heard the group's end was durable.
+	heard, releaseHeard int
+	// recovered says the last core recovered it as a TOMBSTONE
+	// (releaseRecovered: a Begin, released); one neither recovered nor
+	// heard of is not a tombstone to the core yet.
+	recovered, releaseRecovered bool
 }
 
 type appliedCB struct {
@@ -82,6 +100,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 	f := k.facts(c)
 	var tomb *recFacts
 	var tombID uint64
+	var deleted []uint64
 	effect := false
 	for _, o := range ops {
 		switch {
@@ -94,6 +113,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 					return
 				}
 				r.exists = false
+				deleted = append(deleted, id)
 				continue
 			}
 			rec, err := engine.DecodeRecord(o.Value)
@@ -109,9 +129,9 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 				switch {
 				case string(r.tomb) == string(o.Value):
 				case strings.HasPrefix(string(o.Value), string(r.tomb)) && rec.HoldsKeys && !rec.Released.IsZero() && rec.ReleasedBy != 0:
-					r.tomb = o.Value
+					r.tomb, r.released = o.Value, rec.Released
 				default:
-					w.fail("%s: record of %d rewritten as %s after its TOMBSTONE", c.name, id, rec.State)
+					w.fail("%s: record of %d rewritten as %s after its TOMBSTONE (R5.3, R6.3)", c.name, id, rec.State)
 				}
 				continue
 			}
@@ -126,7 +146,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 				if r.scope != (engine.Scope{}) && !r.replicated {
 					for oid, o := range f.recs {
 						if o.exists && o.scope == r.scope {
-							w.fail("%s: broadcast %d created with the scope of broadcast %d, whose record exists", c.name, id, oid)
+							w.fail("%s: broadcast %d created with the scope of broadcast %d, whose record exists (§11.4)", c.name, id, oid)
 						}
 					}
 				}
@@ -154,7 +174,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 				r.firstAcked = all
 			}
 			if rec.State == engine.Tombstone {
-				r.tomb, r.outcome = o.Value, rec.Outcome
+				r.tomb, r.outcome, r.completed = o.Value, rec.Outcome, rec.Completed
 				tomb, tombID = r, id
 			}
 		case strings.HasPrefix(o.Key, "effect/"):
@@ -164,6 +184,9 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 				w.fail("%s: %s applied %d times (§11.2)", c.name, o.Key, n)
 			}
 		}
+	}
+	if len(deleted) > 0 {
+		k.retention(c, deleted)
 	}
 	if tomb != nil && effect {
 		// §11.3: conflicting callbacks take effect in control-channel
@@ -177,7 +200,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 		}
 		for _, p := range f.applied {
 			if resource.ConflictsAny(p.keys, tomb.keys) && p.tick > tick {
-				w.fail("%s: callback of %d (control tick %d) took effect after conflicting %d (tick %d)", c.name, tombID, tick, p.id, p.tick)
+				w.fail("%s: callback of %d (control tick %d) took effect after conflicting %d (tick %d) (§11.3)", c.name, tombID, tick, p.id, p.tick)
 			}
 		}
 		f.applied = append(f.applied, appliedCB{id: tombID, keys: tomb.keys, tick: tick})
@@ -185,7 +208,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 			// R13.2: a group's members take effect in sequence order.
 			gid := g.ID
 			if last, ok := f.groupSeq[gid]; ok && g.Seq <= last {
-				w.fail("%s: member %d (seq %d) of group %d took effect after seq %d", c.name, tombID, g.Seq, gid, last)
+				w.fail("%s: member %d (seq %d) of group %d took effect after seq %d (R13.2)", c.name, tombID, g.Seq, gid, last)
 			}
 			f.groupSeq[gid] = g.Seq
 		}
@@ -214,34 +237,62 @@ func (k *checker) replicatedIDs(c *cluster) map[uint64]bool {
 // beforeAppend checks that every copy appended belongs to a durable task
 // (§11.1) and counts a promote's supplements (R8.3).
 func (k *checker) beforeAppend(c *cluster, a engine.Append) {
-	f := k.facts(c)
 	for _, it := range a.Items {
 		m, err := message.Unmarshal(it.Message)
 		if err != nil {
 			k.w.fail("%s: appending a message that does not decode: %v", c.name, err)
 			return
 		}
-		r := f.recs[m.Broadcast.ID]
-		if r == nil || !r.exists {
-			k.w.fail("%s: copy of broadcast %d appended before its record is durable (§11.1)", c.name, m.Broadcast.ID)
+		if !k.appending(c, m, it.VChannels) {
 			return
 		}
-		if len(r.appendFst) > 0 && !r.firstAcked {
-			// R13.11: the second phase waits for the first copies' acks,
-			// durable.
-			for _, v := range it.VChannels {
-				if !m.AppendsFirst(v) {
-					k.w.fail("%s: broadcast %d's copy on %s appended before its first phase's acks were durable", c.name, m.Broadcast.ID, v)
-					return
-				}
-			}
+	}
+}
+
+// beforeEntry checks a WAL entry a driver appends (the real driver's, whose
+// Append actions the simulator does not see), as beforeAppend does.
+func (k *checker) beforeEntry(c *cluster, data []byte) {
+	copies, err := wal.Decode(0, data)
+	if err != nil {
+		k.w.fail("%s: appending an entry that does not decode: %v", c.name, err)
+		return
+	}
+	for _, cp := range copies {
+		if !k.appending(c, cp.Message, []message.VChannel{cp.VChannel}) {
+			return
 		}
-		if r.replicated && m.Replicate == nil {
-			for _, v := range it.VChannels {
-				f.supplements[copyID{m.Broadcast.ID, v}]++
+	}
+}
+
+// appending checks copies of m on vs about to be appended; false if one
+// broke a rule.
+func (k *checker) appending(c *cluster, m *message.Message, vs []message.VChannel) bool {
+	f := k.facts(c)
+	r := f.recs[m.Broadcast.ID]
+	if r == nil || !r.exists {
+		k.w.fail("%s: copy of broadcast %d appended before its record is durable (§11.1)", c.name, m.Broadcast.ID)
+		return false
+	}
+	if r.tomb != nil {
+		k.w.fail("%s: copy of broadcast %d appended after its TOMBSTONE was durable (§11.1)", c.name, m.Broadcast.ID)
+		return false
+	}
+	if len(r.appendFst) > 0 && !r.firstAcked {
+		// R13.11: the second phase waits for the first copies' acks,
+		// durable.
+		for _, v := range vs {
+			if !m.AppendsFirst(v) {
+				k.w.fail("%s: broadcast %d's copy on %s appended before its first phase's acks were durable (R13.11)", c.name, m.Broadcast.ID, v)
+				return false
 			}
 		}
 	}
+	if r.replicated && m.Replicate == nil {
+		for _, v := range vs {
+			f.supplements[copyID{m.Broadcast.ID, v}]++
+		}
+	}
+	return true
 }
 
 // afterSupplements checks, once appended, that no supplement landed twice.
@@ -276,11 +327,11 @@ func (k *checker) answered(c *cluster, id uint64, dup bool, scope engine.Scope) 
 	}
 	r := k.facts(c).recs[id]
 	if r == nil || r.tomb == nil {
-		k.w.fail("%s: a client was answered with broadcast %d before its TOMBSTONE was durable", c.name, id)
+		k.w.fail("%s: a client was answered with broadcast %d before its TOMBSTONE was durable (§11.4, R4.6)", c.name, id)
 		return
 	}
 	if scope != (engine.Scope{}) && r.scope != scope {
-		k.w.fail("%s: a keyed request was answered with broadcast %d, of another idempotency scope (dup %v)", c.name, id, dup)
+		k.w.fail("%s: a keyed request was answered with broadcast %d, of another idempotency scope (dup %v) (§11.4)", c.name, id, dup)
 	}
 }
 
@@ -309,16 +360,24 @@ func (k *checker) always() {
 		// keys, and no key is held by a task that is done.
 		ids := map[uint64]bool{}
 		var owns []own
-		c.core.EachLive(func(id uint64, st engine.State, _ engine.Stage, m *message.Message, _ int) {
+		var retried uint64
+		c.core.EachLive(func(id uint64, st engine.State, stage engine.Stage, m *message.Message, _ int) {
 			ids[id] = true
 			if st == engine.Pending {
 				owns = append(owns, own{id, m.Broadcast.ResourceKeys, m.Group})
 			}
+			if stage == engine.Backoff && string(m.Payload) == poisonPermanent {
+				retried = id
+			}
 		})
+		if retried != 0 {
+			w.fail("%s: broadcast %d's callback failed permanently and waits to be retried, instead of ending failed (R11.6)", c.name, retried)
+			return
+		}
 		for i := range owns {
 			for j := i + 1; j < len(owns); j++ {
 				if resource.ConflictsAny(owns[i].keys, owns[j].keys) {
-					w.fail("%s: live tasks %d and %d hold conflicting keys", c.name, owns[i].id, owns[j].id)
+					w.fail("%s: live tasks %d and %d hold conflicting keys (§11.3)", c.name, owns[i].id, owns[j].id)
 					return
 				}
 			}
@@ -339,7 +398,7 @@ func (k *checker) always() {
 				// holding (R13.3).
 				if n, ok := groupHolder(h.Owner); ok {
 					if g, open := c.core.Group(n); !open || !g.Holding {
-						w.fail("%s: %s:%s held by group %d, which is not open", c.name, ks.Domain, ks.Name, n)
+						w.fail("%s: %s:%s held by group %d, which is not open (R13.3)", c.name, ks.Domain, ks.Name, n)
 						return
 					}
 				}
@@ -470,3 +529,163 @@ func groupHolder(owner string) (uint64, bool) {
 }
 
 var _ = fmt.Sprint
+
+// stepped notes that a core runs at the world's time.
+func (k *checker) stepped() {
+	if k.w.now.After(k.latest) {
+		k.latest = k.w.now
+	}
+}
+
+// retention checks tombstones GC just deleted (R6.3, R6.4): one whose
+// window has not ended is an early eviction, which only MaxCount makes: at
+// least MaxCount tombstones of its class come after it (those deleted with
+// it included: a finished group's go together, R13.3), and none before it
+// remains (a class is evicted oldest first).
+func (k *checker) retention(c *cluster, deleted []uint64) {
+	w := k.w
+	f := k.facts(c)
+	now := k.latest
+	gone := map[uint64]bool{}
+	for _, id := range deleted {
+		gone[id] = true
+	}
+	for _, id := range deleted {
+		x, ok := k.retained(f, id)
+		if !ok {
+			continue
+		}
+		cfg := c.cfg.Classes[x.cls]
+		if !now.Before(x.at.Add(cfg.MaxLifetime)) {
+			continue // its window ended
+		}
+		newer, older := 0, uint64(0)
+		class := ""
+		for oid, o := range f.recs {
+			if oid == id || !o.exists && !gone[oid] {
+				continue
+			}
+			y, ok := k.retained(f, oid)
+			if !ok || y.cls != x.cls {
+				continue
+			}
+			class += fmt.Sprintf(" %d@%s#%d", oid, y.at.Format(timeFmt), y.heard)
+			if gone[oid] {
+				class += "(deleted)"
+			}
+			switch {
+			case !y.before(x):
+				newer++
+			case !gone[oid]:
+				older = oid
+			}
+		}
+		switch {
+		case older != 0:
+			w.fail("%s: tombstone %d (%d@%s#%d) of class %s evicted by count while the older tombstone %d remains (R6.4); the class (id@completed#heard):%s",
+				c.name, id, x.id, x.at.Format(timeFmt), x.heard, cfg.Name, older, class)
+		case newer < cfg.MaxCount:
+			w.fail("%s: tombstone %d (class %s, completed %s) collected at %s, before its window ends at %s, with %d newer of its class (MaxCount %d) (R6.3); the class (id@completed#heard):%s",
+				c.name, id, cfg.Name, x.at.Format(timeFmt), now.Format(timeFmt), x.at.Add(cfg.MaxLifetime).Format(timeFmt), newer, cfg.MaxCount, class)
+		}
+		if w.err != nil {
+			return
+		}
+	}
+}
+
+// kept is where a tombstone stands in its class: a finished group's
+// stand together, at their Begin's place.
+type kept struct {
+	id    uint64    // the tombstone's, or its group's
+	at    time.Time // its window's start
+	heard int
+	cls   int
+}
+
+// before reports whether a core keeps x before y in their class: those
+// it recovered first, by completion, then the others in the order it
+// heard their TOMBSTONEs were durable.
+func (x kept) before(y kept) bool {
+	switch {
+	case x.id == y.id:
+		return false // a group's
+	case x.heard == 0 && y.heard == 0:
+		return x.at.Before(y.at) || x.at.Equal(y.at) && x.id < y.id
+	case x.heard == 0 || y.heard == 0:
+		return x.heard == 0
+	}
+	return x.heard < y.heard
+}
+
+// retained returns where tombstone id stands: its window starts at its
+// completion, or for a finished group's tombstones when its end released
+// the group, in its Begin's class (R13.3). ok is false for what GC does
+// not collect: no TOMBSTONE, a member of a group still open, or a
+// TOMBSTONE the core has not heard of yet.
+func (k *checker) retained(f *clusterFacts, id uint64) (kept, bool) {
+	r := f.recs[id]
+	if r == nil || r.tomb == nil {
+		return kept{}, false
+	}
+	x := kept{id: id, at: r.completed, heard: r.heard, cls: classOf(r.typ)}
+	known := r.recovered || r.heard > 0
+	if g := r.group; g != nil {
+		begin := r
+		if g.Kind != message.GroupBegin {
+			begin = f.recs[g.ID]
+		}
+		if begin == nil || begin.released.IsZero() {
+			return kept{}, false
+		}
+		x.id, x.at, x.heard, x.cls = g.ID, begin.released, begin.releaseHeard, classOf(begin.typ)
+		known = begin.releaseRecovered || begin.releaseHeard > 0
+	}
+	return x, known
+}
+
+// heardDurable notes that c's core heard write a, a TOMBSTONE, was
+// durable: the order it keeps its tombstones in.
+func (k *checker) heardDurable(c *cluster, a engine.Write) {
+	f := k.facts(c)
+	r := f.recs[a.Task]
+	if r == nil {
+		return
+	}
+	k.heard++
+	if g := r.group; g != nil && g.Kind != message.GroupBegin && g.Kind != message.GroupBody {
+		if b := f.recs[g.ID]; b != nil {
+			b.releaseHeard = k.heard // the end releases the group
+		}
+	}
+	r.heard = k.heard
+}
+
+// restarted forgets the order the cluster's last core kept its
+// tombstones in: recovery orders them by completion.
+func (k *checker) restarted(c *cluster) {
+	for _, r := range k.facts(c).recs {
+		r.heard, r.releaseHeard = 0, 0
+		r.recovered, r.releaseRecovered = r.exists && r.tomb != nil, r.exists && !r.released.IsZero()
+	}
+}
+
+// windows checks, after a core started, that every tombstone it recovered
+// keeps its window (R6.3: a restart never moves one).
+func (k *checker) windows(c *cluster) {
+	f := k.facts(c)
+	for _, tr := range c.core.Tombstones() {
+		x, ok := k.retained(f, tr.ID)
+		if !ok {
+			continue
+		}
+		at := x.at
+		if _, _, win, found := c.core.TaskByID(tr.ID); found && !win.CompletedAt.IsZero() && !win.CompletedAt.Equal(at) {
+			k.w.fail("%s: tombstone %d's window starts at %s after a restart, %s before (R6.3)", c.name, tr.ID,
+				win.CompletedAt.Format(timeFmt), at.Format(timeFmt))
+			return
+		}
+	}
+}
+
+const timeFmt = "15:04:05.000"

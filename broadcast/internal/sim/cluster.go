@@ -39,6 +39,14 @@ type cluster struct {
 	cfg    engine.Config
 	hasCB  map[message.Type]bool
 	crashN int
+	// reverseSnapshot lists the records to recovery in reverse key order
+	// (a scenario's: a catalog need not list them sorted).
+	reverseSnapshot bool
+	// laneN is how many WAL lanes the pchannels fold into (0: one each);
+	// drv is set in driver mode (drive.go).
+	laneN  int
+	driver bool
+	drv    driven
 }
 
 // op is one action of the core being performed.
@@ -55,7 +63,8 @@ const prefix = "walcast/"
 var pchans = []message.PChannel{"wal-0", "wal-1", "wal-2", "wal-3"}
 
 func newCluster(w *world, name string, lanes int) *cluster {
-	c := &cluster{w: w, name: name, store: cmem.NewStore(), types: message.NewRegistry(), hasCB: map[message.Type]bool{}}
+	c := &cluster{w: w, name: name, store: cmem.NewStore(), types: message.NewRegistry(), hasCB: map[message.Type]bool{},
+		laneN: lanes, driver: w.cfg.Driver != nil && *w.cfg.Driver}
 	c.lanes = wal.Lanes(lanes, pchans)
 	c.log = wmem.New(c.lanes...)
 	c.wal = wal.New(c.log, wal.WithLanes(lanes, pchans))
@@ -85,12 +94,7 @@ func newCluster(w *world, name string, lanes int) *cluster {
 			{Name: "default", MaxCount: w.maxCount, MaxLifetime: time.Hour},
 			{Name: "import", MaxCount: w.maxCount * 2, MaxLifetime: 3 * time.Hour},
 		},
-		ClassOf: func(t message.Type) int {
-			if t == typImport {
-				return 1
-			}
-			return 0
-		},
+		ClassOf:       classOf,
 		CheckInterval: 5 * time.Minute, MaxKeyLength: 64, MaxGroupMembers: map[bool]int{true: 4, false: 64}[w.maxCount == 3],
 		Mutation: w.cfg.Mutation, IndexScopeBits: w.cfg.IndexScopeBits,
 	}
@@ -101,22 +105,45 @@ func newCluster(w *world, name string, lanes int) *cluster {
 	return c
 }
 
+// classOf is the workload's retention class of a type: imports have one of
+// their own.
+func classOf(t message.Type) int {
+	if t == typImport {
+		return 1
+	}
+	return 0
+}
+
 // start recovers a core from the catalog (a new leadership term: the old
 // handle is fenced).
 func (c *cluster) start() error {
 	c.cat = c.store.Open()
 	c.gen++
 	c.salt = fmt.Sprintf("%s-%d", c.name, c.gen)
+	if c.driver {
+		c.w.check.stepped()
+		if err := c.startDriver(); err != nil {
+			return err
+		}
+		c.down = false
+		c.w.tracef("%s: broadcaster %d started", c.name, c.gen)
+		c.w.check.restarted(c)
+		c.w.check.windows(c)
+		return nil
+	}
 	snap, err := c.snapshot()
 	if err != nil {
 		return err
 	}
+	c.w.check.stepped()
 	core, err := engine.New(c.cfg, snap, c.w.now)
 	if err != nil {
 		return err
 	}
 	c.core, c.down = core, false
 	c.w.tracef("%s: core %d started (%d records)", c.name, c.gen, len(snap.Tasks))
+	c.w.check.restarted(c)
+	c.w.check.windows(c)
 	c.perform(core.Ready())
 	return nil
 }
@@ -132,6 +159,9 @@ func (c *cluster) snapshot() (engine.Snapshot, error) {
 	})
 	if err != nil {
 		return s, err
+	}
+	if c.reverseSnapshot {
+		slices.Reverse(s.Tasks)
 	}
 	if v, err := c.cat.Get(ctx, engine.IDsKey(prefix)); err == nil {
 		s.IDFloor = beUint64(v)
@@ -157,7 +187,16 @@ func (c *cluster) step(ev engine.Event) {
 	if c.down {
 		return
 	}
+	if c.driver {
+		if _, ok := ev.(engine.Tick); !ok {
+			panic(fmt.Sprintf("sim: %T stepped into a driven cluster", ev))
+		}
+		c.w.check.stepped()
+		c.tickDriver()
+		return
+	}
 	c.w.hashEvent(c, ev)
+	c.w.check.stepped()
 	c.core.Step(c.w.now, ev)
 	c.perform(c.core.Ready())
 	if c.core.Stopped() && !c.down {
@@ -225,7 +264,11 @@ func (c *cluster) complete(i int) {
 	w := c.w
 	switch a := o.a.(type) {
 	case engine.Write:
-		c.step(c.write(a))
+		res := c.write(a)
+		c.step(res)
+		if res.Err == nil && a.Kind == engine.WriteTombstone {
+			w.check.heardDurable(c, a)
+		}
 	case engine.Append:
 		c.step(c.append(a))
 	case engine.Callback:
@@ -315,6 +358,13 @@ func (c *cluster) callback(a engine.Callback, cancel bool) engine.CallbackDone {
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt}
 	}
 	w := c.w
+	switch string(a.Msg.Payload) {
+	case poisonForever:
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: poisoned callback failed")}
+	case poisonPermanent:
+		// The driver's answer to a broadcast.Permanent error (R11.6).
+		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Outcome: engine.Outcome{Status: engine.Failed, Detail: "sim: poisoned"}}
+	}
 	if n := w.failing[a.Task]; n > 0 {
 		w.failing[a.Task] = n - 1
 		return engine.CallbackDone{Task: a.Task, Attempt: a.Attempt, Err: errors.New("sim: callback failed")}
@@ -353,6 +403,9 @@ func (c *cluster) crash() {
 		}
 	}
 	c.ops = nil
+	if c.driver {
+		c.stopDriver()
+	}
 	c.down = true
 	c.crashN++
 	w.crashes++

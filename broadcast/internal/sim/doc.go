@@ -38,8 +38,10 @@
 // crash at any step (writes and appends in flight land or not) and recover
 // from the same catalog and WAL; nodes restart from an older position and
 // ack again; clients give up waiting and retry; the clock jumps forward by
-// up to two hours or back a little. Faults stop after the first third of
-// the run, which must then finish (liveness).
+// up to two hours or back a little. The fault phase ends when the
+// workload is done or after a number of steps the seed picks; then the
+// quiescent phase (quiesce.go, R11.3) must answer everyone, answer a fresh
+// request with every key of the seed, and leave nothing behind.
 //
 // # What is checked
 //
@@ -55,7 +57,10 @@
 // ones (R13.1), and a key held by a group means the group is open (R13.3).
 // A group's members take effect in sequence order (R13.2); no copy of a
 // two-phase broadcast outside its first phase is appended before the first
-// acks are durable (R13.11). When a client is
+// acks are durable (R13.11). At every GC delete: a tombstone collected
+// before its window ends is beyond its class's MaxCount, and none older of
+// its class remains (R6.3, R6.4); after every restart, no recovered window
+// moved. When a client is
 // answered: never before the original's TOMBSTONE (§11.4). At the end:
 // every persisted task completed with its effect applied exactly once and a
 // copy on every target, nothing live or held, no force-promote supplement
@@ -64,5 +69,5 @@
 //
 // Run(Config{Seed: s}) is deterministic: the same seed gives the same
 // Result.Hash. The tests in this package run many seeds, replay failures,
-// and plant known bugs (engine.Mutations) to show they are caught.
+// and plant known bugs (package mutate, R11.4) to show they are caught.
 package sim

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"testing"
+
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 )
 
 // TestR7_3_IndexSharedKeys runs seeds with the idempotency index's main map
@@ -21,7 +23,7 @@ func TestR7_3_IndexSharedKeys(t *testing.T) {
 			res := Run(Config{Seed: s, IndexScopeBits: bits})
 			if res.Err != nil {
 				res = Run(Config{Seed: s, IndexScopeBits: bits, Trace: true})
-				report(t, res, "")
+				report(t, res, mutate.None)
 				t.Fatalf("index keyed by %d bits: seed %d failed (replay: Run(Config{Seed: %d, IndexScopeBits: %d, Trace: true}))", bits, s, s, bits)
 			}
 			dups += res.Duplicates

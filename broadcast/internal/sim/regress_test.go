@@ -1,6 +1,10 @@
 package sim
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/walcast/walcast/broadcast/internal/mutate"
+)
 
 // Seeds that once found a bug, one named test each (they also run in
 // TestSimulate's regression list). The engine changed since, so a seed may
@@ -9,7 +13,7 @@ import "testing"
 func regress(t *testing.T, seed uint64) {
 	t.Helper()
 	if res := Run(Config{Seed: seed, Trace: true}); res.Err != nil {
-		report(t, res, "")
+		report(t, res, mutate.None)
 	}
 }
 

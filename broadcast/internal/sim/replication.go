@@ -223,8 +223,15 @@ func (r *replicator) promoted1(rep engine.Reply) {
 		r.w.tracef("promote: %v", rep.Err)
 		return // tried again
 	}
-	if role, _ := r.w.second.core.Role(); role != engine.Primary {
+	role, cfg := r.w.second.core.Role()
+	if role != engine.Primary {
 		r.w.fail("promote answered but the cluster is %s", role)
+		return
+	}
+	// The promote opened a new replication generation: its id space, above
+	// the primary's (R8.5).
+	if rep.Result != nil && (cfg.Generation != engine.Space(rep.Result.ID) || cfg.Generation == 0 || cfg.Replaced != "east") {
+		r.w.fail("promote %d left generation %d replacing %q, want %d replacing east", rep.Result.ID, cfg.Generation, cfg.Replaced, engine.Space(rep.Result.ID))
 		return
 	}
 	r.promoted = true

@@ -15,11 +15,10 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// script drives one simulated cluster by hand, for the scenarios of the
-// reference system's own test suite (shared/reference/peer-suite-gaps.md)
-// and the engine rules that need an exact interleaving: no random move, no
-// fault but those a scenario injects; the checker watches every write as
-// in a seeded run.
+// script drives one simulated cluster by hand, for the scenarios and the
+// engine rules that need an exact interleaving: no random move, no fault
+// but those a scenario injects; the checker watches every write as in a
+// seeded run.
 type script struct {
 	t *testing.T
 	w *world
@@ -28,7 +27,7 @@ type script struct {
 
 func newScript(t *testing.T, secondary bool, maxCount int) *script {
 	t.Helper()
-	w := &world{cfg: Config{Seed: 1, Trace: true, Mutation: *flagMutate}, rng: rand.New(rand.NewPCG(1, 0x5eed)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+	w := &world{cfg: Config{Seed: 1, Trace: true, Mutation: flagMutation(t)}, rng: rand.New(rand.NewPCG(1, 0x5eed)), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		failing: map[uint64]int{}, maxCount: maxCount}
 	w.check = newChecker(w)
 	name := "east"

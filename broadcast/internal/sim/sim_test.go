@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walcast/walcast/broadcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 )
 
 var (
@@ -19,7 +19,7 @@ var (
 	flagSeed     = flag.Uint64("sim.seed", 0, "replay one seed, with its trace on failure")
 	flagFrom     = flag.Uint64("sim.from", 1, "first seed of the run")
 	flagDuration = flag.Duration("sim.duration", 0, "soak: simulate seeds for this long, with progress lines")
-	flagMutate   = flag.String("sim.mutate", "", "plant a known bug (see engine.Mutations) and expect a failure")
+	flagMutate   = flag.String("sim.mutate", "", "plant a known bug (package mutate; build with -tags walcast_mutate) and expect a failure")
 	flagTrace    = flag.String("sim.trace", "", "with -sim.seed: write the whole trace to this file")
 )
 
@@ -29,15 +29,28 @@ var regressions = []uint64{
 	6, 8, 11, 86, 129, 533, 1289, 1558, 1798, 2093, 2479, 5061, 5483, 5836,
 }
 
-func replayCommand(seed uint64, mutation string) string {
-	cmd := fmt.Sprintf("go test ./broadcast/internal/sim -run TestSimulate -sim.seed=%d -v", seed)
-	if mutation != "" {
-		cmd += " -sim.mutate=" + mutation
+// replayCommand is the command that replays seed (with mutation planted).
+func replayCommand(seed uint64, mutation mutate.Bug) string {
+	if mutation != mutate.None {
+		return fmt.Sprintf("go test -tags walcast_mutate ./broadcast/internal/sim -run TestSimulate -sim.seed=%d -sim.mutate=%s -v", seed, mutation)
 	}
-	return cmd
+	return fmt.Sprintf("go test ./broadcast/internal/sim -run TestSimulate -sim.seed=%d -v", seed)
 }
 
-func report(t *testing.T, res Result, mutation string) {
+// flagMutation is the bug -sim.mutate names (None if none).
+func flagMutation(t *testing.T) mutate.Bug {
+	t.Helper()
+	b, err := mutate.Parse(*flagMutate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != mutate.None && !mutate.Enabled {
+		t.Fatalf("-sim.mutate=%s needs a build with -tags walcast_mutate", b)
+	}
+	return b
+}
+
+func report(t *testing.T, res Result, mutation mutate.Bug) {
 	t.Helper()
 	msg := fmt.Sprintf("sim: seed %d failed: %v\nreplay: %s", res.Seed, res.Err, replayCommand(res.Seed, mutation))
 	if len(res.Trace) > 0 {
@@ -53,17 +66,18 @@ func report(t *testing.T, res Result, mutation string) {
 // TestSimulate runs seeds (R11.1, R11.2) and says how many ran, so that a
 // run that silently simulated nothing is visible.
 func TestSimulate(t *testing.T) {
+	mutation := flagMutation(t)
 	if *flagSeed != 0 {
-		res := Run(Config{Seed: *flagSeed, Mutation: *flagMutate, Trace: true})
+		res := Run(Config{Seed: *flagSeed, Mutation: mutation, Trace: true})
 		if *flagTrace != "" {
 			if err := os.WriteFile(*flagTrace, []byte(strings.Join(res.Trace, "\n")+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
-		t.Logf("sim: seed %d: %d steps, %d broadcasts, %d duplicates, %d crashes, %d faults, promoted %v, hash %x",
-			res.Seed, res.Steps, res.Broadcasts, res.Duplicates, res.Crashes, res.Faults, res.Promoted, res.Hash[:8])
+		t.Logf("sim: seed %d: %d steps, %d broadcasts, %d duplicates, %d crashes, %d faults, promoted %v, driver %v, quiesced %v, hash %x",
+			res.Seed, res.Steps, res.Broadcasts, res.Duplicates, res.Crashes, res.Faults, res.Promoted, res.Driver, res.Quiesced, res.Hash[:8])
 		if res.Err != nil {
-			report(t, res, *flagMutate)
+			report(t, res, mutation)
 		}
 		return
 	}
@@ -93,7 +107,7 @@ func TestSimulate(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	var ran, failed, steps atomic.Int64
+	var ran, failed, steps, quiesced, passed, driven atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	progress := time.NewTicker(30 * time.Second)
@@ -101,15 +115,24 @@ func TestSimulate(t *testing.T) {
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for s := range seeds {
-				res := Run(Config{Seed: s, Mutation: *flagMutate})
+				res := Run(Config{Seed: s, Mutation: mutation})
 				ran.Add(1)
 				steps.Add(int64(res.Steps))
+				if res.Driver {
+					driven.Add(1)
+				}
+				if res.Quiesced {
+					quiesced.Add(1)
+					if res.Err == nil {
+						passed.Add(1)
+					}
+				}
 				if res.Err != nil {
 					failed.Add(1)
-					res = Run(Config{Seed: s, Mutation: *flagMutate, Trace: true})
+					res = Run(Config{Seed: s, Mutation: mutation, Trace: true})
 					mu.Lock()
 					if failed.Load() <= 3 {
-						report(t, res, *flagMutate)
+						report(t, res, mutation)
 					}
 					mu.Unlock()
 				}
@@ -123,10 +146,13 @@ func TestSimulate(t *testing.T) {
 	}
 	wg.Wait()
 	el := time.Since(start)
-	fmt.Printf("sim: %d seeds, %d failures (%d regression seeds; %.0f seeds/s on %d cores, %d steps)\n",
-		ran.Load(), failed.Load(), len(regressions), float64(ran.Load())/el.Seconds(), runtime.GOMAXPROCS(0), steps.Load())
-	if ran.Load() == 0 {
+	fmt.Printf("sim: %d seeds (%d through the real driver), %d failures; %d reached quiescence, %d passed it (R11.3) (%d regression seeds; %.0f seeds/s on %d cores, %d steps)\n",
+		ran.Load(), driven.Load(), failed.Load(), quiesced.Load(), passed.Load(), len(regressions), float64(ran.Load())/el.Seconds(), runtime.GOMAXPROCS(0), steps.Load())
+	switch {
+	case ran.Load() == 0:
 		t.Fatal("sim: no seed ran")
+	case passed.Load() != ran.Load():
+		t.Fatalf("sim: %d of %d seeds did not reach or pass their quiescent phase (R11.3)", ran.Load()-passed.Load(), ran.Load())
 	}
 }
 
@@ -143,24 +169,82 @@ func TestSameSeedSameTrace(t *testing.T) {
 	}
 }
 
-// TestMutationsCaught plants each known bug in the core and checks the
-// simulator catches it within a bounded number of seeds (R11.1: the
-// simulator must be able to fail).
+// TestMutationsCaught plants each known bug (package mutate) and checks
+// the simulator catches it within a bounded number of seeds, by the rule
+// the bug breaks (R11.4: the checkers can fail, each for its own rule). It
+// reports the seed, the step and the time that caught each. It needs a
+// build with -tags walcast_mutate (.ci/run runs it).
 func TestMutationsCaught(t *testing.T) {
-	const bound = 400
-	for _, m := range engine.Mutations {
-		t.Run(m, func(t *testing.T) {
-			t.Parallel()
-			for s := uint64(1); s <= bound; s++ {
-				if res := Run(Config{Seed: s, Mutation: m}); res.Err != nil {
-					t.Logf("caught at seed %d: %v", s, firstLine(res.Err.Error()))
+	if !mutate.Enabled {
+		t.Skip("planted bugs are compiled in only with -tags walcast_mutate")
+	}
+	bugs := mutate.All()
+	if *flagMutate != "" {
+		bugs = []mutate.Bug{flagMutation(t)}
+	}
+	type catch struct {
+		seed  uint64
+		step  int
+		took  time.Duration
+		first string
+		// other is the first failure by another rule, if one came first.
+		other string
+	}
+	got := make([]catch, len(bugs))
+	t.Run("bugs", func(t *testing.T) {
+		for i, b := range bugs {
+			t.Run(b.String(), func(t *testing.T) {
+				t.Parallel()
+				start := time.Now()
+				if b.Info().Latency {
+					with, without, err := poisonLatency(100, b)
+					if err != nil || with <= 2*without {
+						t.Fatalf("planted bug %s not caught by the latency of broadcasts on other keys (R11.6): p99 %s with a poisoned callback, %s without (%v)",
+							b, with, without, err)
+					}
+					got[i] = catch{seed: 100, took: time.Since(start), first: fmt.Sprintf("p99 %s with a poisoned callback, %s without, over seeds 1-100 (R11.6)", with, without)}
 					return
 				}
+				other := ""
+				var driver *bool
+				if b.Info().Driver {
+					yes := true
+					driver = &yes // a driver's bug: only driven runs reach it
+				}
+				for s := uint64(1); s <= mutationSeeds; s++ {
+					res := Run(Config{Seed: s, Mutation: b, Driver: driver})
+					if res.Err == nil {
+						continue
+					}
+					msg := firstLine(res.Err.Error())
+					if !strings.Contains(res.Err.Error(), b.Info().Rule) {
+						// A consequence caught by another rule: the bug's own
+						// rule must still catch it.
+						if other == "" {
+							other = fmt.Sprintf("seed %d: %s", s, msg)
+						}
+						continue
+					}
+					got[i] = catch{seed: s, step: res.Steps, took: time.Since(start), first: msg, other: other}
+					return
+				}
+				t.Fatalf("planted bug %s not caught by the rule it breaks (%s) in %d seeds (first other failure: %s)",
+					b, b.Info().Rule, mutationSeeds, other)
+			})
+		}
+	})
+	for i, b := range bugs {
+		if c := got[i]; c.seed != 0 {
+			t.Logf("%-28s %-16s caught at seed %4d step %5d in %6s: %s", b, b.Info().Rule, c.seed, c.step, c.took.Round(time.Millisecond), c.first)
+			if c.other != "" {
+				t.Logf("%-28s %-16s (first failed by another rule at %s)", "", "", c.other)
 			}
-			t.Fatalf("mutation %s not caught in %d seeds", m, bound)
-		})
+		}
 	}
 }
+
+// mutationSeeds bounds the seeds a planted bug may survive.
+const mutationSeeds = 600
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

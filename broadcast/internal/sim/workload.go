@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
@@ -21,14 +22,28 @@ type request struct {
 	c       *cluster
 	replied bool
 	done    bool // answered, lost, or given up
+	// step and at are when it was sent.
+	step int
+	at   time.Time
+	// call is a driver-mode API call's (nil for an engine request).
+	call    *driverCall
 	onReply func(engine.Reply)
 	onLost  func()
 }
 
 func (w *world) request(c *cluster, name string, onReply func(engine.Reply), onLost func()) *request {
-	r := &request{w: w, name: name, c: c, onReply: onReply, onLost: onLost}
+	r := &request{w: w, name: name, c: c, onReply: onReply, onLost: onLost, step: w.steps, at: w.now}
 	w.requests = append(w.requests, r)
+	w.open++
 	return r
+}
+
+// end marks the request done: answered, lost, or given up.
+func (r *request) end() {
+	if !r.done {
+		r.done = true
+		r.w.open--
+	}
 }
 
 func (r *request) deliver(a engine.Reply) {
@@ -40,19 +55,19 @@ func (r *request) deliver(a engine.Reply) {
 	if r.done {
 		return // given up (or lost) before the answer came
 	}
-	r.done = true
+	r.end()
 	r.onReply(a)
 }
 
 func (r *request) lost() {
-	r.done = true
+	r.end()
 	if r.onLost != nil {
 		r.onLost()
 	}
 }
 
 // giveUp stops waiting (the caller's deadline); a late answer is ignored.
-func (r *request) giveUp() { r.done = true }
+func (r *request) giveUp() { r.end() }
 
 // client runs a few operations one after the other, as an application
 // calling the engine's API does: for a keyed request Resolve first (R7.5),
@@ -96,6 +111,12 @@ type clientOp struct {
 	// reconcile marks a reconciler's rollback of a group the promote left
 	// open: it has no Begin to fall back to.
 	reconcile bool
+	// fresh marks a quiescent phase's fresh request (R11.3); probe, one
+	// that only resolves its key (a group's Begin key); poison, a
+	// broadcast whose callback is poisoned (R11.6).
+	fresh, probe, poison bool
+	// started is when the op was first tried (its latency's start).
+	started time.Time
 }
 
 func (op *clientOp) group() bool { return op.txn || op.ownerKey != "" }
@@ -109,7 +130,30 @@ func (w *world) makeClients() {
 		}
 		w.clients = append(w.clients, cl)
 	}
+	// A poisoned callback (R11.6) in some seeds: a broadcast on keys of
+	// its own whose callback fails for ever (an operator completes it) or
+	// fails with an error marked permanent (its task ends failed). The op
+	// is made in every seed, so that a seed runs the same workload with
+	// and without the poison (Config.Poison).
+	cl := w.clients[w.rng.IntN(len(w.clients))]
+	kind := []string{poisonForever, poisonPermanent}[w.rng.IntN(2)]
+	poisoned := w.rng.IntN(4) == 0
+	if w.cfg.Poison != nil {
+		poisoned = *w.cfg.Poison
+	}
+	if poisoned {
+		op := &clientOp{typ: typCreate, keys: []resource.Key{resource.ExclusiveDatabase("poison")}, payload: kind,
+			targets: []message.VChannel{message.VChannel(string(pchans[2]) + "/poison")}, key: message.ClusterKey("poison"), poison: true}
+		cl.ops = append(cl.ops[:len(cl.ops)/2], append([]*clientOp{op}, cl.ops[len(cl.ops)/2:]...)...)
+	}
 }
+
+// Payloads of a poisoned broadcast's callback (R11.6): it fails for ever,
+// or with an error the application marks permanent.
+const (
+	poisonForever   = "poison-forever"
+	poisonPermanent = "poison-permanent"
+)
 
 // makeOp picks an operation: a type, conflicting or not keys, targets, and
 // (often) an idempotency key from a small pool, so that retries and
@@ -146,6 +190,9 @@ func (w *world) makeOp() *clientOp {
 // lost an answer must be able to tell whether its Begin or member was
 // created, and a group left open would hold its keys for ever.
 func (w *world) makeGroupOp(op *clientOp) {
+	if *w.cfg.Driver {
+		return // the driver-mode runs' workload has no groups yet
+	}
 	switch r := w.rng.IntN(10); {
 	case r < 2:
 		op.txn = true
@@ -157,11 +204,14 @@ func (w *world) makeGroupOp(op *clientOp) {
 		op.ends = []message.GroupKind{message.GroupCommit, message.GroupRollback}[w.rng.IntN(2)]
 		op.key = message.ClusterKey(fmt.Sprint("t", w.rng.IntN(4)))
 	case r < 3:
-		op.ownerKey = fmt.Sprint("own/", w.rng.IntN(3))
+		// The owner key is the idempotency key's: a retry, or another
+		// client with the same key, sends the same request.
+		n := w.rng.IntN(4)
+		op.ownerKey = fmt.Sprint("own/", n%3)
 		op.typ, op.payload = typOwner, op.ownerKey
 		op.ends = []message.GroupKind{message.GroupCommit, message.GroupRollback}[w.rng.IntN(2)]
 		op.members = []message.Type{map[message.GroupKind]message.Type{message.GroupCommit: typEnd, message.GroupRollback: typRoll}[op.ends]}
-		op.key = message.ClusterKey(fmt.Sprint("o", w.rng.IntN(4)))
+		op.key = message.ClusterKey(fmt.Sprint("o", n))
 	case r < 4 && len(op.targets) > 0:
 		op.twoPhase = true
 	case r < 5:
@@ -235,6 +285,9 @@ func (cl *client) retry(why string) {
 func (cl *client) next(outcome string) {
 	op := cl.op()
 	op.done, op.outcome = true, outcome
+	if !op.poison && !op.group() && !op.fresh && (strings.HasPrefix(outcome, "broadcast ") || strings.HasPrefix(outcome, "duplicate of ")) {
+		cl.w.latencies = append(cl.w.latencies, cl.w.now.Sub(op.started))
+	}
 	cl.w.tracef("client %d: op %d %s", cl.id, cl.cur, outcome)
 	cl.cur++
 }
@@ -242,19 +295,32 @@ func (cl *client) next(outcome string) {
 // start begins the current operation.
 func (cl *client) start() {
 	op := cl.op()
+	if op.started.IsZero() {
+		op.started = cl.w.now
+	}
 	cl.handle = cl.w.newHandle()
 	if op.group() && op.phase > 0 {
 		cl.startMember()
 		return
 	}
+	if cl.c.driver {
+		cl.startDriven()
+		return
+	}
 	if op.key != "" {
 		sc := engine.ScopeOf(op.typ, op.key)
+		cl.w.noteScope(op.typ, op.key)
 		cl.send(engine.Resolve{Handle: cl.handle, Scope: sc, Key: op.key, CheckNew: true}, "resolve", func(r engine.Reply) {
 			switch {
 			case r.Err != nil:
 				cl.failed(r.Err)
 			case r.Original != nil:
 				cl.duplicate(r.Original)
+			case op.probe:
+				// Admitted: the key is new work again; a group's Begin is
+				// not opened for it.
+				cl.c.step(engine.Close{Handle: cl.handle})
+				cl.next("admitted as new work")
 			default:
 				cl.lock()
 			}
@@ -369,6 +435,7 @@ func (cl *client) startMember() {
 	typ := op.members[op.phase-1]
 	key := message.ClusterKey(fmt.Sprintf("%s/%d/%d/%d", op.key, cl.id, cl.cur, op.phase))
 	sc := engine.ScopeOf(typ, key)
+	cl.w.noteScope(typ, key)
 	cl.send(engine.Resolve{Handle: cl.handle, Scope: sc, Key: key, CheckNew: true}, "resolve", func(r engine.Reply) {
 		switch {
 		case r.Err != nil:
@@ -508,15 +575,34 @@ func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply))
 	name := fmt.Sprintf("client%d/op%d/%s", cl.id, cl.cur, what)
 	r := cl.w.request(cl.c, name, onReply, func() { cl.retry("coordinator lost") })
 	cl.wait = r
+	switch e := ev.(type) {
+	case engine.Resolve:
+		cl.w.origin[e.Handle] = r
+	case engine.Lock:
+		if cl.w.origin[e.Handle] == nil {
+			cl.w.origin[e.Handle] = r
+		}
+	}
 	cl.c.step(withTarget(ev, r))
 }
 
-// giveUp stops waiting for the pending request (a deadline): a lock wait is
-// withdrawn with Close; a broadcast carries on in the background.
+// giveUp stops waiting for the pending request (a deadline), as the driver
+// does: the request is withdrawn (R11.5), and a handle whose lock wait was
+// given up is closed, giving back the admission slot it holds; a broadcast
+// carries on in the background.
 func (cl *client) giveUp() {
 	r := cl.wait
 	r.giveUp()
-	if r.name[len(r.name)-4:] == "lock" || r.name[len(r.name)-7:] == "resolve" {
+	if r.call != nil {
+		// The real driver withdraws what the call waits for.
+		r.call.cancel()
+		r.call.g.cancelled = r.call.g.started
+		cl.retry("deadline")
+		return
+	}
+	done := cl.w.request(cl.c, r.name+"/withdraw", func(engine.Reply) {}, nil)
+	cl.c.step(engine.Withdraw{To: r, Done: done})
+	if strings.HasSuffix(r.name, "/lock") {
 		cl.c.step(engine.Close{Handle: cl.handle})
 	}
 	cl.retry("deadline")
@@ -620,6 +706,10 @@ func (n *consumer) next() {
 		n.maybeSave()
 	}, nil)
 	n.wait = r
+	if n.c.driver {
+		n.ackDriven(a, r)
+		return
+	}
 	n.c.step(withTarget(a, r))
 }
 
@@ -643,31 +733,60 @@ func (n *consumer) restart() {
 	n.c.w.tracef("%s: node of %s restarts at entry %d", n.c.name, n.p, n.cursor)
 }
 
-// operator retries or completes a task whose callback keeps failing.
+// operator retries or completes a task whose callback keeps failing (while
+// faults go on), and completes a poisoned one (R11.6), whose callback
+// would fail for ever, once it failed a dozen times. In driver mode it
+// calls the broadcaster's API.
 func (w *world) operator() func() {
 	for _, c := range w.clusters() {
 		if c.down {
 			continue
 		}
 		var id uint64
-		c.core.EachLive(func(tid uint64, _ engine.State, stage engine.Stage, _ *message.Message, attempts int) {
-			if id == 0 && stage == engine.Backoff && attempts >= 3 {
+		c.core.EachLive(func(tid uint64, _ engine.State, stage engine.Stage, m *message.Message, attempts int) {
+			poisoned := string(m.Payload) == poisonForever
+			if id == 0 && stage == engine.Backoff && !w.operating[tid] && (attempts >= 3 && w.faultsOn && !poisoned ||
+				attempts >= 12 && poisoned) {
 				id = tid
 			}
 		})
-		if id != 0 {
-			c := c
-			return func() {
-				if w.rng.IntN(3) == 0 {
-					w.tracef("operator completes %d", id)
-					w.check.forced(c, id)
-					c.step(withTarget(engine.Complete{ID: id, Reason: "sim operator"}, w.request(c, fmt.Sprint("operator/complete", id), func(engine.Reply) {}, nil)))
-					return
-				}
+		if id == 0 {
+			continue
+		}
+		c := c
+		return func() {
+			complete := !w.faultsOn || w.rng.IntN(3) == 0 || w.poisoned(c, id)
+			if complete {
+				w.tracef("operator completes %d", id)
+				w.check.forced(c, id)
+			} else {
 				w.tracef("operator retries %d", id)
-				c.step(withTarget(engine.RetryNow{ID: id}, w.request(c, fmt.Sprint("operator/retry", id), func(engine.Reply) {}, nil)))
 			}
+			if c.driver {
+				w.operating[id] = true
+				r := w.request(c, fmt.Sprint("operator/", id), nil, nil)
+				c.call(r, func() {
+					if complete {
+						_ = c.drv.b.CompleteCallback(context.Background(), id, "sim operator")
+					} else {
+						_ = c.drv.b.RetryCallback(id)
+					}
+				}, func() { delete(w.operating, id) })
+				r.onLost = func() { delete(w.operating, id) }
+				return
+			}
+			if complete {
+				c.step(withTarget(engine.Complete{ID: id, Reason: "sim operator"}, w.request(c, fmt.Sprint("operator/complete", id), func(engine.Reply) {}, nil)))
+				return
+			}
+			c.step(withTarget(engine.RetryNow{ID: id}, w.request(c, fmt.Sprint("operator/retry", id), func(engine.Reply) {}, nil)))
 		}
 	}
 	return nil
+}
+
+// poisoned reports whether c's live task id is a poisoned broadcast.
+func (w *world) poisoned(c *cluster, id uint64) bool {
+	live, _, _, ok := c.core.TaskByID(id)
+	return ok && live != nil && string(live.Msg.Payload) == poisonForever
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 
 	"github.com/walcast/walcast/broadcast/internal/engine"
+	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/message"
 )
 
@@ -17,8 +19,9 @@ type Config struct {
 	// Seed decides everything: the workload, every interleaving, every
 	// fault, every crash.
 	Seed uint64
-	// Mutation plants a known bug in the core (engine.Mutations).
-	Mutation string
+	// Mutation plants a known bug (package mutate; only in a build with
+	// the tag walcast_mutate).
+	Mutation mutate.Bug
 	// IndexScopeBits is the core's engine.Config.IndexScopeBits: how many
 	// bits of a scope key the idempotency index's main map (0: 64).
 	IndexScopeBits int
@@ -26,6 +29,18 @@ type Config struct {
 	// primary's WAL, the primary is lost, the secondary is force-promoted.
 	// Default: chosen by the seed.
 	Replication *bool
+	// Poison plants a poisoned callback (R11.6). Default: chosen by the
+	// seed.
+	Poison *bool
+	// Calm keeps the clock from jumping and from passing at random: time
+	// passes only when nothing else can happen, so that virtual latencies
+	// measure waits (TestR11_6_PoisonKeepsOthersLatency).
+	Calm bool
+	// Driver runs the real broadcaster — its handle and driver code, fast
+	// paths included — on the simulator's goroutine scheduler, instead of
+	// stepping the core directly (sched.go, drive.go), in a one-cluster
+	// scenario without groups. Default: chosen by the seed.
+	Driver *bool
 	// MaxSteps bounds a run (a run that does not finish is a liveness
 	// failure). Default 20000.
 	MaxSteps int
@@ -47,6 +62,14 @@ type Result struct {
 	// Counts of what happened.
 	Broadcasts, Duplicates, Crashes, Faults int
 	Promoted                                bool
+	// Driver says the run drove the real driver (Config.Driver).
+	Driver bool
+	// Latencies are the virtual times the workload's broadcasts took, from
+	// their first try to their answer (but the poisoned one's).
+	Latencies []time.Duration
+	// Quiesced says the run reached its quiescent phase (R11.3): faults
+	// stopped; it passed it if Err is nil.
+	Quiesced bool
 }
 
 // world is one run: the clusters, the workload, the clock, the random
@@ -55,44 +78,77 @@ type world struct {
 	// reconciled holds the groups reconcile gave a rollback.
 	reconciled map[uint64]bool
 	cfg        Config
-	rng        *rand.Rand
-	now        time.Time
-	steps      int
-	maxCount   int
-	primary    *cluster
-	second     *cluster // the secondary, in the replication scenario
-	repl       *replicator
-	clients    []*client
-	requests   []*request
-	failing    map[uint64]int // callback failures still to inject, per task
-	check      *checker
-	fnv        uint64
-	trace      []string
-	crashes    int
-	faults     int
-	fencings   int
-	handles    uint64
+	// sched runs the goroutines of a driver-mode run (nil otherwise).
+	sched    *sched
+	rng      *rand.Rand
+	now      time.Time
+	steps    int
+	maxCount int
+	primary  *cluster
+	second   *cluster // the secondary, in the replication scenario
+	repl     *replicator
+	clients  []*client
+	requests []*request
+	open     int            // requests not done
+	failing  map[uint64]int // callback failures still to inject, per task
+	check    *checker
+	fnv      uint64
+	trace    []string
+	crashes  int
+	faults   int
+	fencings int
+	handles  uint64
 	// faultsOn turns fault injection off for the run's end, so that it
 	// must finish (liveness).
 	faultsOn bool
-	err      error
+	// faultSteps bounds the fault phase; quiet is the quiescent phase
+	// after it (R11.3), nil before.
+	faultSteps int
+	quiet      *quiescence
+	// origin says which request made each handle, and scopes names the
+	// workload's keyed scopes: a leak report names them.
+	origin map[engine.HandleID]*request
+	// operating marks the tasks an operator's call (driver mode) works on.
+	operating map[uint64]bool
+	latencies []time.Duration
+	scopes    map[engine.Scope]string
+	err       error
 }
 
-// Run runs one simulation.
-func Run(cfg Config) Result {
+// Run runs one simulation. A panic is reported as the run's failure, with
+// the stack, so that the seed that caused it is known.
+func Run(cfg Config) (res Result) {
 	if cfg.MaxSteps == 0 {
 		cfg.MaxSteps = 20000
 	}
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), fnv: 14695981039346656037,
-		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true}
+		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true,
+		origin: map[engine.HandleID]*request{}, scopes: map[engine.Scope]string{}, operating: map[uint64]bool{}}
+	defer func() {
+		if p := recover(); p != nil {
+			w.err = fmt.Errorf("step %d: panic: %v\n%s", w.steps, p, debug.Stack())
+			w.tracef("PANIC: %v", p)
+		}
+		res = w.result()
+	}()
 	w.check = newChecker(w)
 	w.maxCount = []int{3, 8, 64}[w.rng.IntN(3)]
 	lanes := []int{0, 2}[w.rng.IntN(2)]
-	w.primary = newCluster(w, "east", lanes)
 	repl := w.rng.IntN(4) == 0
 	if cfg.Replication != nil {
 		repl = *cfg.Replication
 	}
+	driver := !repl && w.rng.IntN(3) == 0
+	if cfg.Driver != nil {
+		driver = *cfg.Driver
+	}
+	repl = repl && !driver
+	w.cfg.Driver = &driver
+	if driver {
+		w.sched = newSched(w)
+		defer w.stopGoroutines()
+	}
+	w.primary = newCluster(w, "east", lanes)
 	if err := w.primary.start(); err != nil {
 		w.fail("start: %v", err)
 	}
@@ -105,9 +161,17 @@ func Run(cfg Config) Result {
 		w.follow()
 	}
 	w.makeClients()
+	// The fault phase ends when the workload is done, or earlier: some
+	// seeds stop faults in the middle of it.
+	w.faultSteps = 100 + w.rng.IntN(1500)
 	w.run()
-	res := Result{Seed: cfg.Seed, Steps: w.steps, Err: w.err, Trace: w.trace, Crashes: w.crashes, Faults: w.faults,
-		Broadcasts: w.check.created, Duplicates: w.check.dups, Promoted: w.repl != nil && w.repl.promoted}
+	return w.result()
+}
+
+func (w *world) result() Result {
+	res := Result{Seed: w.cfg.Seed, Steps: w.steps, Err: w.err, Trace: w.trace, Crashes: w.crashes, Faults: w.faults,
+		Broadcasts: w.check.created, Duplicates: w.check.dups, Promoted: w.repl != nil && w.repl.promoted,
+		Quiesced: w.quiet != nil, Driver: w.sched != nil, Latencies: w.latencies}
 	res.Hash = sha256.Sum256(binary.BigEndian.AppendUint64(nil, w.fnv))
 	return res
 }
@@ -126,21 +190,29 @@ type move struct {
 func (w *world) run() {
 	for w.err == nil {
 		if w.steps >= w.cfg.MaxSteps {
-			w.fail("liveness: the run did not finish in %d steps\n%s", w.cfg.MaxSteps, w.state())
+			w.fail("liveness: the run did not finish in %d steps (R11.3)\n%s", w.cfg.MaxSteps, w.state())
 			return
 		}
-		if w.steps == w.cfg.MaxSteps/3 {
-			w.faultsOn = false
-			w.tracef("faults off")
+		if w.quiet == nil && (w.steps >= w.faultSteps || w.finished()) {
+			w.quiesce()
 		}
-		if w.finished() {
-			w.finish()
-			return
+		if w.quiet != nil {
+			if w.quietLate() {
+				return
+			}
+			if w.finished() {
+				if w.quiet.fresh == nil {
+					w.freshRequests()
+					continue
+				}
+				w.finish()
+				return
+			}
 		}
 		moves := w.moves()
 		if len(moves) == 0 {
 			if !w.tick() {
-				w.fail("liveness: nothing can happen and the run has not finished\n%s", w.state())
+				w.fail("liveness: nothing can happen and the run has not finished (R11.3)\n%s", w.state())
 				return
 			}
 			continue
@@ -158,6 +230,9 @@ func (w *world) run() {
 			}
 			r -= m.weight
 		}
+		if w.sched != nil {
+			w.afterGoroutines()
+		}
 		if w.err == nil {
 			w.check.always()
 		}
@@ -170,12 +245,17 @@ func (w *world) moves() []move {
 	for _, c := range w.clusters() {
 		c := c
 		if c.down {
-			ms = append(ms, move{5, func() { w.restart(c) }})
+			if !w.lost(c) {
+				ms = append(ms, move{5, func() { w.restart(c) }})
+			}
 			continue
 		}
 		for i := range c.ops {
 			i := i
 			ms = append(ms, move{10, func() { c.complete(i) }})
+		}
+		if c.driver {
+			c.tickDriver()
 		}
 		for _, n := range c.nodes {
 			if n.ready() {
@@ -186,7 +266,11 @@ func (w *world) moves() []move {
 		if w.faultsOn && c.crashN < 3 {
 			ms = append(ms, move{1, c.crash})
 		}
-		if _, ok := c.core.Deadline(); ok {
+		if d, ok := c.core.Deadline(); ok && !w.cfg.Calm && (w.faultsOn || d.Sub(w.now) <= time.Minute) {
+			// Time passes at random while faults are on; then it passes
+			// only to retry what failed (a minute covers a backoff after
+			// the clock jumped back), or when nothing else can happen, so
+			// that the quiescent phase's virtual time measures waits.
 			ms = append(ms, move{1, func() { w.tick() }})
 		}
 	}
@@ -195,6 +279,9 @@ func (w *world) moves() []move {
 			ms = append(ms, move{5, r})
 		}
 	}
+	if w.sched != nil {
+		ms = w.sched.moves(ms)
+	}
 	if w.repl != nil {
 		ms = append(ms, w.repl.moves()...)
 	}
@@ -202,7 +289,9 @@ func (w *world) moves() []move {
 		ms = append(ms, move{1, w.reconcile})
 	}
 	if w.faultsOn {
-		ms = append(ms, move{1, w.clockJump})
+		if !w.cfg.Calm {
+			ms = append(ms, move{1, w.clockJump})
+		}
 		for _, c := range w.clusters() {
 			if !c.down {
 				for _, n := range c.nodes {
@@ -211,9 +300,9 @@ func (w *world) moves() []move {
 				}
 			}
 		}
-		if op := w.operator(); op != nil {
-			ms = append(ms, move{1, op})
-		}
+	}
+	if op := w.operator(); op != nil {
+		ms = append(ms, move{1, op})
 	}
 	return ms
 }
@@ -443,6 +532,9 @@ func summary(x any) string {
 
 // finished reports whether the workload is done and every cluster idle.
 func (w *world) finished() bool {
+	if w.open > 0 {
+		return false
+	}
 	for _, cl := range w.clients {
 		if !cl.done() {
 			return false
@@ -455,21 +547,28 @@ func (w *world) finished() bool {
 		return false
 	}
 	for _, c := range w.clusters() {
-		if c.down || len(c.ops) > 0 {
+		if w.lost(c) {
+			continue
+		}
+		if c.down || len(c.ops) > 0 || c.driver && w.sched.busy(c.drv.rt) {
 			return false
 		}
 		for _, n := range c.nodes {
-			if n.ready() {
+			// A node waiting out a retry is not idle (with faults on,
+			// ready says no while it waits).
+			if n.ready() || len(n.queue) > 0 || n.wait != nil && !n.wait.done {
 				return false
 			}
 		}
-		live, _ := c.core.Counts()
-		if live > 0 && !(c == w.primary && w.repl != nil && w.repl.lost) {
+		if live, _ := c.core.Counts(); live > 0 {
 			return false
 		}
 	}
 	return true
 }
+
+// lost reports whether c is a primary lost for good.
+func (w *world) lost(c *cluster) bool { return c == w.primary && w.repl != nil && w.repl.lost }
 
 // orphans lists the groups a force promote left open on the promoted
 // cluster, begun on the old primary, that no reconciler has taken yet:
@@ -512,6 +611,10 @@ func (w *world) reconcile() {
 // finish checks the end state and then lets every window expire, checking
 // that GC collects everything.
 func (w *world) finish() {
+	w.leaks()
+	if w.err != nil {
+		return
+	}
 	w.check.final()
 	if w.err != nil {
 		return
@@ -526,6 +629,7 @@ func (w *world) finish() {
 				c.complete(0)
 			}
 		}
+		w.settleGoroutines()
 		if w.collected() {
 			break
 		}
@@ -607,4 +711,59 @@ var types = []struct {
 	syncUp, callback bool
 }{
 	{typCreate, false, true}, {typSync, true, true}, {typOnce, false, true}, {typPlain, false, false}, {typImport, false, true},
+}
+
+// afterGoroutines checks, after a move of a driver-mode run, for a
+// goroutine's panic and for a broadcaster that stopped itself (fenced):
+// its goroutines are killed as in a crash, and it recovers as after one.
+func (w *world) afterGoroutines() {
+	if p := w.sched.panicked; p != "" {
+		w.fail("panic: %s", p)
+		return
+	}
+	w.sched.waitsOnlyForTheCore()
+	for _, c := range w.clusters() {
+		if c.driver && !c.down && c.core.Stopped() {
+			w.tracef("%s: broadcaster %d stopped", c.name, c.gen)
+			c.stopDriver()
+			c.down = true
+			for _, r := range w.requests {
+				if r.c == c && !r.done {
+					r.lost()
+				}
+			}
+		}
+	}
+}
+
+// settleGoroutines runs every goroutine that may go on, in order, until
+// none may (the end of a run, with no faults).
+func (w *world) settleGoroutines() {
+	if w.sched == nil {
+		return
+	}
+	for range 10000 {
+		var g *gor
+		for _, x := range w.sched.gs {
+			if !x.rt.dead && x.runnable() {
+				g = x
+				break
+			}
+		}
+		if g == nil || w.err != nil {
+			return
+		}
+		w.sched.resume(g, true)
+		w.afterGoroutines()
+	}
+}
+
+// stopGoroutines kills what every broadcaster of a driver-mode run still
+// runs, so that no goroutine outlives its run.
+func (w *world) stopGoroutines() {
+	for _, c := range w.clusters() {
+		if c != nil && c.driver && c.drv.rt != nil && !c.drv.rt.dead {
+			w.sched.kill(c.drv.rt)
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/walcast/walcast/broadcast"
 	cmem "github.com/walcast/walcast/catalog/memory"
+	"github.com/walcast/walcast/internal/wait"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/wal"
@@ -96,16 +97,8 @@ func (h *harness) broadcast(b *broadcast.Broadcaster, typ message.Type, key mess
 	return hd.Broadcast(ctx, msg)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitFor waits for an event: see wait.For.
+var waitFor = wait.For
 
 func sampleCount(t *testing.T, o prometheus.Observer) uint64 {
 	t.Helper()

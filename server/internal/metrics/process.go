@@ -17,6 +17,7 @@ import (
 // Metrics of a walcast process besides the engine's, read when scraped:
 //
 //	walcast_build_info{version,revision,go_version}            gauge (1)
+//	walcast_cluster_info{cluster}                              gauge (1; cluster.name, joined in the alert rules)
 //	walcast_coordinator_leader                                 gauge (1 while leading)
 //	walcast_coordinator_term                                   gauge (the term's etcd revision; 0 unless leading)
 //	walcast_cluster_role{role}                                 gauge (1 for "primary" or "secondary", while leading)
@@ -24,7 +25,7 @@ import (
 //	walcast_broadcaster_oldest_live_task_age_seconds           gauge (0 without live tasks)
 //	walcast_node_apply_lag_entries{node,pchannel}              gauge
 //	walcast_node_up{node}                                      gauge
-//	walcast_node_halted{node,pchannel}                         gauge (1: position past the log's end, see node.Resync)
+//	walcast_node_halted{node,pchannel}                         gauge (1: its log was replaced or ends before its position, see node.Resync)
 //	walcast_node_copies_applied_total{node,pchannel}           counter
 //	walcast_node_copies_duplicate_total{node,pchannel}         counter
 //	walcast_replication_running                                gauge
@@ -33,16 +34,25 @@ import (
 //	walcast_api_requests_total{method,code}                    counter
 //	walcast_api_request_duration_seconds{method}               histogram
 
-// Version returns the running binary's module version ("(devel)" for a
-// build from a work tree) and VCS revision ("" if unknown).
+// Stamped is the version the binary was stamped with at build time (the
+// CLI's -X main.version=..., handed over by server.SetVersion); "" if none.
+// Set before a process starts; read only afterwards.
+var Stamped string
+
+// Version returns the running binary's version: the stamped one, else its
+// module version ("(devel)" for a build from a work tree); and its VCS
+// revision ("" if unknown).
 func Version() (version, revision string) {
 	version = "(devel)"
 	bi, ok := debug.ReadBuildInfo()
+	if ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	if Stamped != "" {
+		version = Stamped
+	}
 	if !ok {
 		return version, ""
-	}
-	if v := bi.Main.Version; v != "" {
-		version = v
 	}
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" {
@@ -58,6 +68,18 @@ func RegisterBuildInfo(reg prometheus.Registerer) error {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 		Help:        "Always 1; the labels say which walcast runs.",
 		ConstLabels: prometheus.Labels{"version": v, "revision": rev, "go_version": runtime.Version()}})
+	g.Set(1)
+	return reg.Register(g)
+}
+
+// RegisterClusterInfo registers walcast_cluster_info{cluster}: every
+// process says which cluster it belongs to, so that rules over several
+// clusters scraped by one Prometheus join it on (job, instance) and
+// aggregate by cluster (deploy/prometheus/alerts.yaml).
+func RegisterClusterInfo(reg prometheus.Registerer, cluster string) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "cluster_info",
+		Help:        "Always 1; the label names the cluster (cluster.name) this process belongs to.",
+		ConstLabels: prometheus.Labels{"cluster": cluster}})
 	g.Set(1)
 	return reg.Register(g)
 }
@@ -140,10 +162,10 @@ type Nodes struct {
 
 var (
 	descNodeLag = prometheus.NewDesc(namespace+"_node_apply_lag_entries",
-		"WAL entries of a pchannel a streaming node has not applied and acked yet.", []string{"node", "pchannel"}, nil)
+		"Entries of a pchannel a streaming node has read and not yet applied and acked, plus those of its log it has not read yet (entries of other pchannels sharing its lane count only until read: an idle pchannel shows 0).", []string{"node", "pchannel"}, nil)
 	descNodeUp     = prometheus.NewDesc(namespace+"_node_up", "1 while a streaming node runs.", []string{"node"}, nil)
 	descNodeHalted = prometheus.NewDesc(namespace+"_node_halted",
-		"1 while a streaming node's pchannel is halted: its saved position is past the end of the log (recreated or lost); `walcast node resync` continues it.",
+		"1 while a streaming node's pchannel is halted: its log is not the one its saved position belongs to (the stream or topic was recreated, or lost entries); `walcast node resync` continues it.",
 		[]string{"node", "pchannel"}, nil)
 	descNodeApplied = prometheus.NewDesc(namespace+"_node_copies_applied_total",
 		"Broadcast copies a streaming node applied, per pchannel, since it started.", []string{"node", "pchannel"}, nil)
@@ -174,10 +196,7 @@ func (n Nodes) Collect(ch chan<- prometheus.Metric) {
 			if err != nil {
 				continue
 			}
-			lag := 0.0
-			if end > p.NextOffset {
-				lag = float64(end - p.NextOffset)
-			}
+			lag := float64(p.Lag(end))
 			ch <- prometheus.MustNewConstMetric(descNodeLag, prometheus.GaugeValue, lag, st.Name, string(p.PChannel))
 		}
 	}

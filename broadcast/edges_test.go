@@ -18,9 +18,9 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// Scenarios of the reference system's own suite that need the driver
-// (goroutines, contexts, Close) rather than the decision core alone; the
-// core-level ones are in broadcast/internal/sim (peer-suite-gaps.md numbers).
+// Edge cases of shutdown, promotion and callbacks that need the driver
+// (goroutines, contexts, Close) rather than the decision core alone; those
+// the core decides alone are scripted in broadcast/internal/sim.
 
 // hangLog makes appends to one pchannel hang until their context ends.
 type hangLog struct {
@@ -48,10 +48,10 @@ func closesWithin(t *testing.T, b *broadcast.Broadcaster, d time.Duration) {
 	}
 }
 
-// TestGap26_CallbackAfterNewRefused: a callback registered after New would
+// TestR5_1_CallbackAfterNewRefused: a callback registered after New would
 // miss the tasks New recovered (they would complete without it): it is
 // refused.
-func TestGap26_CallbackAfterNewRefused(t *testing.T) {
+func TestR5_1_CallbackAfterNewRefused(t *testing.T) {
 	e := newEnv(t)
 	e.open()
 	typ := message.Type{Name: "Late", Version: 1}
@@ -66,10 +66,10 @@ func TestGap26_CallbackAfterNewRefused(t *testing.T) {
 	}
 }
 
-// TestGap8_PromoteDeadlineWhileClusterHeld: a force promote whose context
+// TestR8_3_PromoteDeadlineWhileClusterHeld: a force promote whose context
 // ends while the Cluster key is held elsewhere returns the context's error,
 // broadcasts nothing and holds nothing.
-func TestGap8_PromoteDeadlineWhileClusterHeld(t *testing.T) {
+func TestR8_3_PromoteDeadlineWhileClusterHeld(t *testing.T) {
 	p := newPromoteEnv(t)
 	ctx := ctxT(t, 10*time.Second)
 	g, err := p.b.Locker().Lock(ctx, resource.ExclusiveCluster())
@@ -91,11 +91,11 @@ func TestGap8_PromoteDeadlineWhileClusterHeld(t *testing.T) {
 	}
 }
 
-// TestGap21_ClosePromoteWaitingForAcks: Close while a force promote waits for
+// TestR4_7_ClosePromoteWaitingForAcks: Close while a force promote waits for
 // its nodes' acks (a lagging node cannot deliver them yet: its acks fail and
 // it retries): Close returns promptly, the cluster stays secondary, and after
 // a restart the resumed promote completes once the acks arrive.
-func TestGap21_ClosePromoteWaitingForAcks(t *testing.T) {
+func TestR4_7_ClosePromoteWaitingForAcks(t *testing.T) {
 	p := newPromoteEnv(t)
 	p.acker.mu.Lock()
 	p.acker.fail = func(a broadcast.Ack) bool {
@@ -125,10 +125,10 @@ func TestGap21_ClosePromoteWaitingForAcks(t *testing.T) {
 	resumedPromote(ctx, t, b)
 }
 
-// TestGap37_CloseWithHungSupplement: the WAL hangs appends of a force
+// TestR4_7_CloseWithHungSupplement: the WAL hangs appends of a force
 // promote's supplement; Close still returns within a bound (goleak in
 // TestMain checks nothing is left).
-func TestGap37_CloseWithHungSupplement(t *testing.T) {
+func TestR4_7_CloseWithHungSupplement(t *testing.T) {
 	p := newPromoteEnv(t, func(c *broadcast.Config) {
 		c.WAL = wal.New(hangLog{Log: c.WAL.Log(), hang: func(_ message.PChannel, data []byte) bool {
 			cs, err := wal.Decode(0, data)
@@ -146,10 +146,10 @@ func TestGap37_CloseWithHungSupplement(t *testing.T) {
 	closesWithin(t, p.b, 5*time.Second)
 }
 
-// TestGap71_CloseWhileAckOnceBlocks: Close while a consumer's Ack waits in a
+// TestR4_7_CloseWhileAckOnceBlocks: Close while a consumer's Ack waits in a
 // slow ack-once callback: Close returns promptly, the Ack returns an error,
 // and after a restart the copy is not acked.
-func TestGap71_CloseWhileAckOnceBlocks(t *testing.T) {
+func TestR4_7_CloseWhileAckOnceBlocks(t *testing.T) {
 	typ := message.Type{Name: "SlowOnce", Version: 1}
 	e := newEnv(t)
 	e.types.MustRegister(message.TypeInfo{Type: typ, AckSyncUp: true})
@@ -188,9 +188,9 @@ func TestGap71_CloseWhileAckOnceBlocks(t *testing.T) {
 	}
 }
 
-// TestGap65_BlockedAckOnceStallsNothingElse: A's ack-once callback blocks; an
+// TestR5_5_BlockedAckOnceStallsNothingElse: A's ack-once callback blocks; an
 // ack of an unrelated task and an unrelated broadcast complete meanwhile.
-func TestGap65_BlockedAckOnceStallsNothingElse(t *testing.T) {
+func TestR5_5_BlockedAckOnceStallsNothingElse(t *testing.T) {
 	typ := message.Type{Name: "BlockOnce", Version: 1}
 	e := newEnv(t)
 	e.types.MustRegister(message.TypeInfo{Type: typ, AckSyncUp: true})
@@ -242,11 +242,11 @@ func TestGap65_BlockedAckOnceStallsNothingElse(t *testing.T) {
 	}
 }
 
-// TestGap19_PromoteCallerDeadlineJoinedLater: the caller's context ends while
+// TestR8_3_PromoteCallerDeadlineJoinedLater: the caller's context ends while
 // a supplemented task cannot complete (its callback fails until released):
 // ForcePromote returns the context's error, the promote goes on, and a
 // second ForcePromote joins it and returns its result.
-func TestGap19_PromoteCallerDeadlineJoinedLater(t *testing.T) {
+func TestR8_3_PromoteCallerDeadlineJoinedLater(t *testing.T) {
 	p := newPromoteEnv(t)
 	m := replicated(10, typCreate, []message.VChannel{vch(1, "x")}, resource.ExclusiveCollection("db", "c"))
 	p.replicate(t, m, cchan)
@@ -281,10 +281,10 @@ func TestGap19_PromoteCallerDeadlineJoinedLater(t *testing.T) {
 	}
 }
 
-// TestGap83_GCOnRealEtcdInBatches: on real etcd, more tombstones come due at
+// TestR6_1_GCOnRealEtcdInBatches: on real etcd, more tombstones come due at
 // once (MaxCount and MaxLifetime together) than one transaction may hold:
 // GC collects them all, in several batches, none refused for size.
-func TestGap83_GCOnRealEtcdInBatches(t *testing.T) {
+func TestR6_1_GCOnRealEtcdInBatches(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real etcd")
 	}
