@@ -182,3 +182,42 @@ func firstPhase(t *testing.T, e *env, b *broadcast.Broadcaster, ctx context.Cont
 	})
 	return id
 }
+
+// TestR13_13_RefusedLocalOnlyBroadcastLeavesNoKeys: on a secondary, a
+// local-only broadcast the broadcaster refuses (a message that does not
+// validate, a target on a pchannel the cluster lacks) creates nothing and
+// leaves no key held: the next handle on the same keys gets them at once,
+// and closing the refused handle does nothing (#90: walcast marks a
+// local-only broadcast instead of rejecting it, and gives its keys back on
+// any refusal).
+func TestR13_13_RefusedLocalOnlyBroadcastLeavesNoKeys(t *testing.T) {
+	e := newEnv(t)
+	withGroupTypes(t, e)
+	b := e.open(func(c *broadcast.Config) { c.PChannels = pchans })
+	e.secondary(b)
+	ctx := ctxT(t, 10*time.Second)
+	key := resource.ExclusivePrivilege()
+	bad := []*message.Message{
+		{Type: message.Type{Name: "Unregistered", Version: 1}, Payload: []byte("x"), Broadcast: message.BroadcastHeader{VChannels: []message.VChannel{vch(1, "rg")}}},
+		msgOf(t, typCreate, "rg", []message.VChannel{"nowhere-9/rg"}),
+	}
+	for i, m := range bad {
+		h, err := b.WithUnreplicableResourceKeys(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Broadcast(ctx, m); !errors.Is(err, broadcast.ErrInvalidArgument) {
+			t.Fatalf("refusal %d: %v, want invalid argument", i, err)
+		}
+		h.Close()
+		again, err := b.WithUnreplicableResourceKeys(ctx, key)
+		if err != nil {
+			t.Fatalf("refusal %d: the keys after it: %v", i, err)
+		}
+		again.Close()
+	}
+	if ts, err := b.Tasks(broadcast.Filter{}); err != nil || len(ts) != 0 {
+		t.Fatalf("refused broadcasts created %+v (%v)", ts, err)
+	}
+	e.checkInvariants(b, nil)
+}

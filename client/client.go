@@ -617,7 +617,7 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 	}
 	bo.Reset()
 	redirects := 0
-	notPrimary := 0         // answers "not primary" in a row
+	notPrimary := 0         // answers "not primary" so far
 	var prev *failure       // the last failure not caused by the caller's context
 	var unreached time.Time // when the current run of connection failures began
 	giveUp := func(n int, f failure) error {
@@ -656,15 +656,15 @@ func (c *Client) call(ctx context.Context, p policy, attempt func(context.Contex
 		}
 		// A cluster that is not primary did nothing: with the addresses
 		// of other clusters (a primary and its secondaries), the call
-		// moves on to the next, until every address said "not primary"
-		// in a row (R8.5: a superseded primary's clients follow the one
-		// promoted over it, keys unchanged).
+		// moves on to the next, until it heard "not primary" as many
+		// times as it has addresses (R8.5: a superseded primary's clients
+		// follow the one promoted over it, keys unchanged). The count is
+		// never reset: a standby's redirect back to a secondary's leader
+		// must not make it go round for ever.
 		moveOn := false
 		if f.notPrimary() {
 			notPrimary++
 			moveOn = len(c.addrs) > 1 && notPrimary < len(c.addrs)
-		} else {
-			notPrimary = 0
 		}
 		if !moveOn && !f.retryable(p) || c.cfg.maxAttempts > 0 && n >= c.cfg.maxAttempts {
 			return n, f.toError(n, nil)

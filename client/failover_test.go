@@ -261,3 +261,24 @@ func TestR8_5_ClientFollowsThePromotedPrimary(t *testing.T) {
 		}
 	})
 }
+
+// TestR8_5_SecondaryWithAStandbyAnswersNotPrimary: a client of a secondary
+// cluster's leader and standby (the standby names the leader) gets
+// ErrNotPrimary after a few attempts, not a round of redirects until its
+// deadline.
+func TestR8_5_SecondaryWithAStandbyAnswersNotPrimary(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		leader := apitest.Serve(t, app.LeaderFunc(func() (*broadcast.Broadcaster, error) { return nil, broadcast.ErrNotPrimary }), nil).URL
+		standby := apitest.Serve(t, app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+			return nil, &server.NotLeaderError{Leader: strings.TrimPrefix(leader, "http://")}
+		}), nil).URL
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		_, err := newClient(t, p, []string{leader, standby}).Broadcast(ctx, newReq())
+		var ce *client.Error
+		if !errors.Is(err, client.ErrNotPrimary) || errors.Is(err, client.ErrSuperseded) || !errors.As(err, &ce) || ce.Attempts > 4 || time.Since(start) > 20*time.Second {
+			t.Fatalf("a secondary's leader and standby: %v (%+v) after %v", err, ce, time.Since(start))
+		}
+	})
+}

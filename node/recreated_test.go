@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/message"
@@ -19,6 +15,7 @@ import (
 	walkafka "github.com/walcast/walcast/wal/kafka"
 	wmem "github.com/walcast/walcast/wal/memory"
 	walnats "github.com/walcast/walcast/wal/nats"
+	"github.com/walcast/walcast/wal/waltest"
 )
 
 // realLog is a real WAL backend whose log can be deleted and created again
@@ -46,18 +43,7 @@ func natsLog(t *testing.T) realLog {
 			return l
 		},
 		recreate: func(t *testing.T) {
-			nc, err := natsgo.Connect(srv.ClientURL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := js.DeleteStream(ctxT(t, 10*time.Second), walnats.DefaultStreamPrefix+"_"+string(recreatedP)); err != nil {
-				t.Fatal(err)
-			}
+			waltest.DeleteStream(t, srv.ClientURL(), walnats.DefaultStreamPrefix+"_"+string(recreatedP))
 		},
 	}
 }
@@ -78,22 +64,41 @@ func kafkaLog(t *testing.T) realLog {
 			return l
 		},
 		recreate: func(t *testing.T) {
-			cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			req := kmsg.NewPtrDeleteTopicsRequest()
-			req.TopicNames = []string{walkafka.DefaultTopicPrefix + string(recreatedP)}
-			rt := kmsg.NewDeleteTopicsRequestTopic()
-			rt.Topic = kmsg.StringPtr(req.TopicNames[0])
-			req.Topics = append(req.Topics, rt)
-			resp, err := req.RequestWith(ctxT(t, 10*time.Second), cl)
-			if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-				t.Fatalf("delete topic: %+v, %v", resp, err)
-			}
+			waltest.DeleteTopic(t, kc.ListenAddrs(), walkafka.DefaultTopicPrefix+string(recreatedP))
 		},
 	}
+}
+
+// startOn starts node n1 consuming recreatedP of w, with its state in dir;
+// closed when the test ends.
+func startOn(t *testing.T, w *wal.WAL, dir string, app Applier, acks Acker) *Node {
+	t.Helper()
+	n, err := New(Config{Name: "n1", WAL: w, PChannels: []message.PChannel{recreatedP}, Applier: app, Acker: acks, StateDir: dir,
+		Backoff: fastBackoff, LogCheckInterval: 50 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+// fiveThenRecreated appends broadcasts 1 to 5 to rl's log, has a node
+// (start) apply them and stop, then deletes the log and opens it again,
+// empty, as its coordinator would create it.
+func fiveThenRecreated(t *testing.T, rl realLog, app *countApplier, start func(*wal.WAL) *Node) *wal.WAL {
+	t.Helper()
+	w := wal.New(rl.open(t))
+	appendIDs(t, w, 1, 2, 3, 4, 5)
+	n := start(w)
+	waitFor(t, "five copies applied", func() bool { return app.count(vA, 5) == 1 })
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rl.recreate(t)
+	return wal.New(rl.open(t))
 }
 
 // appendIDs appends one entry per id, a copy to wal-0/a each.
@@ -129,34 +134,10 @@ func TestR9_3_RecreatedLogHaltsTheNode(t *testing.T) {
 			rl := realLog{open: func(t *testing.T) wal.Log { return anonymous{real.open(t)} }, recreate: real.recreate}
 			dir := t.TempDir()
 			app, acks := newCountApplier(), &recAcker{}
-			cfg := func(w *wal.WAL) Config {
-				return Config{Name: "n1", WAL: w, PChannels: []message.PChannel{recreatedP}, Applier: app, Acker: acks, StateDir: dir,
-					Backoff: fastBackoff, LogCheckInterval: 50 * time.Millisecond, Logger: quiet}
-			}
-			startNode := func(w *wal.WAL) *Node {
-				t.Helper()
-				n, err := New(cfg(w))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := n.Start(ctxT(t, 10*time.Second)); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = n.Close() })
-				return n
-			}
-			w := wal.New(rl.open(t))
-			appendIDs(t, w, 1, 2, 3, 4, 5)
-			n := startNode(w)
-			waitFor(t, "five copies applied", func() bool { return app.count(vA, 5) == 1 })
-			if err := n.Close(); err != nil {
-				t.Fatal(err)
-			}
-
-			rl.recreate(t)
-			w = wal.New(rl.open(t))
+			startNode := func(w *wal.WAL) *Node { return startOn(t, w, dir, app, acks) }
+			w := fiveThenRecreated(t, rl, app, startNode)
 			appendIDs(t, w, 6, 7)
-			n = startNode(w)
+			n := startNode(w)
 			st, _ := n.PChannel(recreatedP)
 			if st.Stage != StageHalted || !strings.Contains(st.Halted, "past the end of the log") || !strings.Contains(st.Halted, "walcast node resync") {
 				t.Fatalf("node on the recreated log: stage %s, halted %q", st.Stage, st.Halted)
@@ -207,19 +188,7 @@ func TestR9_14_RecreatedLogHaltsTheNode(t *testing.T) {
 			rl := mk(t)
 			dir := t.TempDir()
 			app, acks := newCountApplier(), &recAcker{}
-			startNode := func(w *wal.WAL) *Node {
-				t.Helper()
-				n, err := New(Config{Name: "n1", WAL: w, PChannels: []message.PChannel{recreatedP}, Applier: app, Acker: acks, StateDir: dir,
-					Backoff: fastBackoff, LogCheckInterval: 50 * time.Millisecond, Logger: quiet})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := n.Start(ctxT(t, 10*time.Second)); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = n.Close() })
-				return n
-			}
+			startNode := func(w *wal.WAL) *Node { return startOn(t, w, dir, app, acks) }
 			halted := func(n *Node) bool {
 				st, _ := n.PChannel(recreatedP)
 				return st.Stage == StageHalted && strings.Contains(st.Halted, "is not the one its position") &&
@@ -232,19 +201,10 @@ func TestR9_14_RecreatedLogHaltsTheNode(t *testing.T) {
 				}
 				return out
 			}
-			w := wal.New(rl.open(t))
-			appendIDs(t, w, ids(1, 5)...)
-			n := startNode(w)
-			waitFor(t, "five copies applied", func() bool { return app.count(vA, 5) == 1 })
-			if err := n.Close(); err != nil {
-				t.Fatal(err)
-			}
-
 			// Down: the new log grows past the saved position (5).
-			rl.recreate(t)
-			w = wal.New(rl.open(t))
+			w := fiveThenRecreated(t, rl, app, startNode)
 			appendIDs(t, w, ids(6, 13)...)
-			n = startNode(w)
+			n := startNode(w)
 			if !halted(n) {
 				st, _ := n.PChannel(recreatedP)
 				t.Fatalf("node started on a recreated log longer than its position: stage %s, halted %q", st.Stage, st.Halted)

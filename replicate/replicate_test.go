@@ -89,6 +89,13 @@ var waitFor = wait.For
 
 func run(t *testing.T, cfg replicate.Config) (stop func()) {
 	t.Helper()
+	_, stop = start(t, cfg)
+	return stop
+}
+
+// start runs a replicator of cfg until stop.
+func start(t *testing.T, cfg replicate.Config) (*replicate.Replicator, func()) {
+	t.Helper()
 	r, err := replicate.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +103,7 @@ func run(t *testing.T, cfg replicate.Config) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
-	return func() { cancel(); <-done }
+	return r, func() { cancel(); <-done }
 }
 
 // TestR8_2_ReplicatesInOrderWithHeaders: every replicable copy arrives, in

@@ -18,14 +18,8 @@ import (
 // it for its status.
 func runReplicator(t *testing.T, cfg replicate.Config) *replicate.Replicator {
 	t.Helper()
-	r, err := replicate.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r, stop := start(t, cfg)
+	t.Cleanup(stop)
 	return r
 }
 

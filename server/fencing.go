@@ -324,7 +324,11 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		}
 		answered[name] = true
 		switch {
-		case st.GetRole() == broadcast.Primary.String() && st.GetGeneration() > gen:
+		case st.GetRole() == broadcast.Primary.String() && st.GetGeneration() > gen && (st.GetReplaced() == f.cluster || f.isSecondary(b, name)):
+			// A primary of a higher generation whose promote replaced
+			// this cluster, or that followed it (and was promoted over
+			// it, or over another of its followers since): an unrelated
+			// primary of a higher generation supersedes nothing.
 			var at time.Time
 			if st.GetPromotedAt() != nil {
 				at = st.GetPromotedAt().AsTime()
@@ -347,8 +351,13 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		}
 	}
 	if len(missing) == 0 {
+		required := f.requiredLocked(b)
+		if len(required) == 0 {
+			f.confirmed, f.detail = true, "no secondary to ask"
+			return
+		}
 		if !f.confirmed {
-			f.log.Info("this primary confirmed that none of its secondaries was promoted over it", "secondaries", f.requiredLocked(b))
+			f.log.Info("this primary confirmed that none of its secondaries was promoted over it", "secondaries", required)
 		}
 		f.confirmed, f.detail = true, "every secondary answered; none was promoted"
 		return
@@ -374,6 +383,14 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		f.warned = time.Now()
 		f.log.Warn("this primary refuses DDL until it confirms that none of its secondaries was promoted over it (replication.unreachable_secondaries: refuse)", "why", why)
 	}
+}
+
+// isSecondary reports whether name is one of the secondaries of b's
+// cluster (named by its topology, or learned of).
+func (f *fencing) isSecondary(b *broadcast.Broadcaster, name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Contains(f.requiredLocked(b), name)
 }
 
 // requiredLocked are the secondaries a primary must hear from: those its
@@ -462,6 +479,24 @@ func (f *fencing) admit(context.Context) error {
 	}
 	return fmt.Errorf("%w: cluster %s cannot confirm that it is still the primary: %s; it refuses DDL until they answer (replication.unreachable_secondaries: refuse; docs/failover.md)",
 		broadcast.ErrTaskNotCreated, f.cluster, f.detail)
+}
+
+// gauges reports the fencing state for the metrics: the generation of the
+// leader's cluster, whether it is superseded, and whether it refuses DDL
+// unconfirmed; ok is false while this process does not lead.
+func (f *fencing) gauges() (generation uint64, superseded, unconfirmed, ok bool) {
+	b, ok := f.leading()
+	if !ok {
+		return 0, false, false, false
+	}
+	generation = b.ReplicateConfig().Generation
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.b != b {
+		return generation, false, false, true
+	}
+	unconfirmed = f.sup == nil && b.Role() == broadcast.Primary && !f.confirmed && f.policy == RefuseUnconfirmed && len(f.requiredLocked(b)) > 0
+	return generation, f.sup != nil, unconfirmed, true
 }
 
 // state reports the fencing state for ReplicationStatus.

@@ -802,7 +802,7 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 				return ""
 			},
 			Live: func() (int, time.Time) { return liveTasks(coord) }},
-		metrics.Replication{PChannels: cfg.PChannelNames(), Status: rp.status})
+		metrics.Replication{PChannels: cfg.PChannelNames(), Status: rp.status, Fence: fence.gauges})
 	apiMetrics, err := metrics.NewAPI(p.reg, services...)
 	if err != nil {
 		ln.Close()

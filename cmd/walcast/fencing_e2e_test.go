@@ -206,6 +206,16 @@ func TestR8_5_SupersededPrimaryIsFenced(t *testing.T) {
 			st, err := pr.west.c.ReplicationStatus(ctx)
 			return err == nil && st.GetPromotion().GetMarkedAt() != nil
 		})
+		// replicate status says it, on both sides.
+		for addr, want := range map[string]*regexp.Regexp{
+			pr.east.coord.api: regexp.MustCompile(`(?m)^SUPERSEDED  by west's promote at .+ \(generation [1-9]\d*\), learned via api at .+: this cluster refuses DDL; follow west or reset$`),
+			pr.west.coord.api: regexp.MustCompile(`(?m)^generation  [1-9]\d* \(its promote replaced east\)$[\s\S]*^replaced    east, whose WAL nats://\S+ was replicated to the positions recorded at .+ \(walcast replicate salvage\); marked superseded: \d.+$`),
+		} {
+			out, err := run(t, "replicate", "status", "--addr", addr)
+			if err != nil || !want.MatchString(out) {
+				t.Fatalf("replicate status at %s: %v\n%s", addr, err, out)
+			}
+		}
 		pr.exactlyWestTakesDDL(ctx, t)
 
 		// East, reset (an empty catalog and WAL), follows west and

@@ -8,15 +8,11 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/client"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
+	"github.com/walcast/walcast/wal/waltest"
 )
 
 // TestR9_14_RecreatedLogHaltsNodesAndResyncRepairsViews is issue 37's
@@ -40,11 +36,13 @@ func TestR9_14_RecreatedLogHaltsNodesAndResyncRepairsViews(t *testing.T) {
 			if kind == "nats" {
 				prefix := fmt.Sprintf("RL%d", time.Now().UnixNano()%1e9)
 				b = natsWAL(prefix)
-				deleteLog = func(t *testing.T) { deleteStream(t, prefix+"_"+string(wal.LaneName(0))) }
+				deleteLog = func(t *testing.T) {
+					waltest.DeleteStream(t, shared.nats.ClientURL(), prefix+"_"+string(wal.LaneName(0)))
+				}
 			} else {
 				kc := newKfake(t)
 				b = kafkaWAL(kc, "rl-")
-				deleteLog = func(t *testing.T) { deleteKafkaTopic(t, kc.ListenAddrs(), "rl-"+string(wal.LaneName(0))) }
+				deleteLog = func(t *testing.T) { waltest.DeleteTopic(t, kc.ListenAddrs(), "rl-"+string(wal.LaneName(0))) }
 			}
 			recreatedLogStory(t, b, deleteLog)
 		})
@@ -222,44 +220,4 @@ func viewsAreTheMetadata(ctx context.Context, c *client.Client, viewOf func(vc s
 		return fmt.Errorf("the control channel's view: databases %v, anomalies %v; the metadata's databases are %v", got, v.GetAnomalies(), names)
 	}
 	return nil
-}
-
-// deleteStream deletes a stream of the shared NATS server.
-func deleteStream(t *testing.T, name string) {
-	t.Helper()
-	nc, err := natsgo.Connect(shared.nats.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := js.DeleteStream(ctx, name); err != nil {
-		t.Fatalf("delete stream %s: %v", name, err)
-	}
-}
-
-// deleteKafkaTopic deletes a topic of a Kafka cluster.
-func deleteKafkaTopic(t *testing.T, brokers []string, topic string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req := kmsg.NewPtrDeleteTopicsRequest()
-	req.TopicNames = []string{topic}
-	rt := kmsg.NewDeleteTopicsRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("delete topic %s: %+v, %v", topic, resp, err)
-	}
 }

@@ -221,7 +221,7 @@ func printReplicationStatus(w io.Writer, s *walcastv1.ReplicationStatusResponse)
 		if !pc.GetConfirmed() {
 			state = "UNCONFIRMED (refuses DDL)"
 		}
-		fmt.Fprintf(w, "primary     %s: %s", state, pc.GetDetail())
+		fmt.Fprintf(w, "fencing     %s: %s", state, pc.GetDetail())
 		if len(pc.GetSecondaries()) > 0 {
 			fmt.Fprintf(w, " [secondaries %s]", strings.Join(pc.GetSecondaries(), ", "))
 		}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -15,81 +13,9 @@ import (
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/client"
+	"github.com/walcast/walcast/internal/netcut"
 	"github.com/walcast/walcast/wal"
 )
-
-// cutProxy forwards TCP connections to target until it is cut: then it
-// closes every connection and refuses new ones, as a network partition
-// between a secondary and its primary's WAL would.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
-	wg    sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.cutOff)
-	return p
-}
-
-func (p *cutProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			up.Close()
-			return
-		}
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			dst.Close()
-			src.Close()
-		}
-		p.wg.Go(func() { pipe(up, c) })
-		p.wg.Go(func() { pipe(c, up) })
-	}
-}
-
-// cutOff closes the proxy's listener and connections, and waits for its
-// goroutines.
-func (p *cutProxy) cutOff() {
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		return
-	}
-	p.cut = true
-	conns := p.conns
-	p.mu.Unlock()
-	p.ln.Close()
-	for _, c := range conns {
-		c.Close()
-	}
-	p.wg.Wait()
-}
 
 // TestR8_6_SalvageListsTheUnreplicatedTail: east (a coordinator and a
 // node on the shared NATS) takes a stream of DDL; west follows it through
@@ -110,9 +36,9 @@ func TestR8_6_SalvageListsTheUnreplicatedTail(t *testing.T) {
 	west := coordCluster(t, "west", natsWAL(fmt.Sprintf("SW%d", time.Now().UnixNano()%1e9)))
 	west.startNode(t, "n0", t.TempDir())
 	natsAddr := strings.TrimPrefix(shared.nats.ClientURL(), "nats://")
-	proxy := newCutProxy(t, natsAddr)
+	proxy := netcut.New(t, natsAddr)
 	topo := &walcastv1.Topology{Primary: "east", Secondaries: []*walcastv1.SecondaryCluster{
-		{Name: "west", Source: "nats://" + proxy.ln.Addr().String() + "?stream_prefix=" + eastPrefix}}}
+		{Name: "west", Source: "nats://" + proxy.Addr() + "?stream_prefix=" + eastPrefix}}}
 	if err := west.c.Follow(ctx, topo); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +66,7 @@ func TestR8_6_SalvageListsTheUnreplicatedTail(t *testing.T) {
 	}
 	westWAL := west.backend.open(t, "west")
 	waitFor(t, "west to replicate some of east's DDL", func() bool { return len(replicatedIDs(t, westWAL, "east")) >= 5 })
-	proxy.cutOff()
+	proxy.Cut()
 	cutAt := done()
 	waitFor(t, "east to confirm more DDL after the cut", func() bool { return done() >= cutAt+5 })
 	east.coord.kill()

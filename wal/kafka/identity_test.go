@@ -7,32 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
+	"github.com/walcast/walcast/wal/waltest"
 )
-
-// deleteTopic deletes topic on the cluster of brokers, as an operator or a
-// broker losing its data would.
-func deleteTopic(t *testing.T, brokers []string, topic string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrDeleteTopicsRequest()
-	req.TopicNames = []string{topic}
-	rt := kmsg.NewDeleteTopicsRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(tctx(t), cl)
-	if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("delete topic %s: %+v, %v", topic, resp, err)
-	}
-}
 
 // TestR9_14_RecreatedTopicIsAnotherLog: a topic deleted and created again
 // has another identity (its topic id) even once it has grown past an old
@@ -72,7 +50,7 @@ func TestR9_14_RecreatedTopicIsAnotherLog(t *testing.T) {
 		t.Fatalf("the cursor does not tell the entry's time: %v", ok)
 	}
 
-	deleteTopic(t, c.ListenAddrs(), l.Topic(p))
+	waltest.DeleteTopic(t, c.ListenAddrs(), l.Topic(p))
 	var appended int
 	for appended < 5 {
 		off, err := l.Append(ctx, p, "", []byte("new"))

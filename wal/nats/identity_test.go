@@ -7,12 +7,10 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/walcast/walcast/internal/embednats"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/wal"
+	"github.com/walcast/walcast/wal/waltest"
 )
 
 // TestR9_14_RecreatedStreamIsAnotherLog: a stream deleted and created again
@@ -60,18 +58,7 @@ func TestR9_14_RecreatedStreamIsAnotherLog(t *testing.T) {
 		t.Fatalf("the cursor does not tell the entry's time: %v", ok)
 	}
 
-	nc, err := natsgo.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteStream(ctx, l.Stream(p)); err != nil {
-		t.Fatal(err)
-	}
+	waltest.DeleteStream(t, srv.ClientURL(), l.Stream(p))
 	_, err = l.Append(ctx, p, "", []byte("lost"))
 	if !errors.Is(err, wal.ErrNotApplied) || recreated.Load() != 1 {
 		t.Fatalf("append to the vanished stream: %v (recreated %d times), want a definite failure and one recreation", err, recreated.Load())

@@ -362,9 +362,12 @@ func (c *Core) create(h *handle, e Submit) {
 	t.lock.Ref = t // labelled by LockOwner
 	h.lock = nil
 	delete(c.handles, h.id)
-	c.releaseAdmission(h)
 	c.tasks[t.id] = t
 	c.indexTask(t)
+	// The requests waiting for the scope's slot resolve again now that
+	// the task is indexed: they get it as their original (R7.3), never the
+	// slot of a scope that has one.
+	c.releaseAdmission(h)
 	c.stats.Broadcasts++
 	if e.To != nil {
 		t.waiters = append(t.waiters, e.To)

@@ -382,7 +382,17 @@ func (k *checker) always() {
 				}
 			}
 		}
-		if !k.groupsHoldTheirKeys(c, owns) {
+		// The open groups, read once (a view decodes their members).
+		var gs []engine.GroupView
+		read := false
+		groups := func() []engine.GroupView {
+			if !read {
+				gs, read = c.core.Groups(), true
+			}
+			return gs
+		}
+		var holding map[uint64]bool
+		if !k.groupsHoldTheirKeys(c, owns, groups) {
 			return
 		}
 		for _, ks := range c.core.Locks() {
@@ -397,7 +407,13 @@ func (k *checker) always() {
 				// A group holds its keys only while open, with its Begin
 				// holding (R13.3).
 				if n, ok := groupHolder(h.Owner); ok {
-					if g, open := c.core.Group(n); !open || !g.Holding {
+					if holding == nil {
+						holding = map[uint64]bool{}
+						for _, g := range groups() {
+							holding[g.ID] = g.Holding
+						}
+					}
+					if !holding[n] {
 						w.fail("%s: %s:%s held by group %d, which is not open (R13.3)", c.name, ks.Domain, ks.Name, n)
 						return
 					}
@@ -417,11 +433,11 @@ type own struct {
 // groupsHoldTheirKeys checks, on a primary, that every open group holds
 // its keys (R13.1, R13.7) and that no live broadcast outside the group
 // holds keys conflicting with them.
-func (k *checker) groupsHoldTheirKeys(c *cluster, owns []own) bool {
+func (k *checker) groupsHoldTheirKeys(c *cluster, owns []own, groups func() []engine.GroupView) bool {
 	if role, _ := c.core.Role(); role != engine.Primary {
 		return true
 	}
-	for _, g := range c.core.Groups() {
+	for _, g := range groups() {
 		if !g.Holding {
 			continue
 		}

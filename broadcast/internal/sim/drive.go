@@ -157,6 +157,9 @@ type simCatalog struct{ c *cluster }
 
 func (s simCatalog) Commit(ctx context.Context, ops ...catalog.Op) error {
 	c, w := s.c, s.c.w
+	if w.cfg.panicAt != 0 && w.steps >= w.cfg.panicAt {
+		panic("sim: a planted panic in a commit")
+	}
 	cat := c.cat // this term's handle: a later term fences it
 	w.sched.inFlight(func() {
 		if cat.Commit(context.Background(), ops...) == nil {
@@ -309,24 +312,32 @@ func (cl *client) startDriven() {
 		payload += "-changed"
 	}
 	closeUnused := cl.w.rng.IntN(10) == 0
+	acq := broadcast.AcquireRequest{Keys: op.keys, Unreplicable: op.local}
 	var idem *broadcast.Idempotent
 	if op.key != "" {
 		cl.w.noteScope(op.typ, op.key)
 		idem = &broadcast.Idempotent{Type: op.typ, Key: op.key, Digest: []byte(payload)}
 	}
 	var (
-		res    *broadcast.Result
-		err    error
-		closed bool
+		res              *broadcast.Result
+		err              error
+		closed, admitted bool
 	)
 	r.call.g = c.call(r, func() {
 		defer cancel()
-		h, aerr := c.drv.b.Acquire(ctx, broadcast.AcquireRequest{Keys: op.keys, Idempotent: idem})
+		acq.Idempotent = idem
+		h, aerr := c.drv.b.Acquire(ctx, acq)
 		if aerr != nil {
 			err = aerr
 			return
 		}
 		defer h.Close()
+		if op.probe && !h.Duplicate() {
+			// A group's Begin key admitted as new work: no group is
+			// opened for it.
+			admitted = true
+			return
+		}
 		if closeUnused && !h.Duplicate() {
 			closed = true
 			return
@@ -334,6 +345,9 @@ func (cl *client) startDriven() {
 		var opts []message.Option
 		if op.key != "" {
 			opts = append(opts, message.WithIdempotencyKey(op.key))
+		}
+		if op.twoPhase {
+			opts = append(opts, message.WithAppendFirst(op.targets[0]), message.WithCopy(op.targets[0], "fence", nil))
 		}
 		m, merr := message.NewBroadcast(op.typ, []byte(payload), op.targets, opts...)
 		if merr != nil {
@@ -343,6 +357,8 @@ func (cl *client) startDriven() {
 		res, err = h.Broadcast(ctx, m)
 	}, func() {
 		switch {
+		case admitted:
+			cl.next("admitted as new work")
 		case closed:
 			cl.retry("closed unused")
 		case err != nil:
@@ -385,5 +401,123 @@ func (c *cluster) tickDriver() {
 	if c.drv.clk != nil && !c.drv.clk.Now().Equal(c.w.now) {
 		c.drv.clk.Set(c.w.now)
 		c.w.check.stepped()
+	}
+}
+
+// startDrivenGroup runs the current phase of a group op through the API
+// (R13): a transaction's Begin (BeginTxn, keyed: a retry returns the open
+// transaction) or an owner's (a keyed broadcast of the owner type), then
+// each member through ResumeTxn (which finds the group after any restart)
+// or, for an owner, its end through EndOwnership.
+func (cl *client) startDrivenGroup() {
+	op := cl.op()
+	c := cl.c
+	ctx, cancel := context.WithCancel(context.Background())
+	r := cl.w.request(c, fmt.Sprintf("client%d/op%d/group%d", cl.id, cl.cur, op.phase), nil, func() { cl.retry("coordinator lost") })
+	r.call = &driverCall{cancel: cancel}
+	cl.wait = r
+	phase, gid := op.phase, op.gid
+	kind := message.GroupBody
+	var typ message.Type
+	var key message.IdempotencyKey
+	if phase > 0 {
+		if phase == len(op.members) {
+			kind = op.ends
+		}
+		typ = op.members[phase-1]
+		key = message.ClusterKey(fmt.Sprintf("%s/%d/%d/%d", op.key, cl.id, cl.cur, phase))
+		cl.w.noteScope(typ, key)
+	} else {
+		cl.w.noteScope(op.typ, op.key)
+	}
+	var (
+		id  uint64
+		dup bool
+		err error
+	)
+	r.call.g = c.call(r, func() {
+		defer cancel()
+		b := c.drv.b
+		var res *broadcast.Result
+		switch {
+		case phase == 0 && op.txn:
+			m, merr := message.NewBroadcast(op.typ, []byte(op.payload), op.targets, message.WithIdempotencyKey(op.key))
+			if merr != nil {
+				err = merr
+				return
+			}
+			x, berr := b.BeginTxn(ctx, broadcast.TxnRequest{Keys: op.keys, Idempotent: &broadcast.Idempotent{Type: op.typ, Key: op.key}}, m)
+			if berr != nil {
+				err = berr
+				return
+			}
+			id, dup = x.ID, x.Duplicate
+			return
+		case phase == 0:
+			h, aerr := b.Acquire(ctx, broadcast.AcquireRequest{Keys: op.keys, Idempotent: &broadcast.Idempotent{Type: op.typ, Key: op.key}})
+			if aerr != nil {
+				err = aerr
+				return
+			}
+			defer h.Close()
+			m, merr := message.NewBroadcast(op.typ, []byte(op.ownerKey), op.targets, message.WithIdempotencyKey(op.key))
+			if merr != nil {
+				err = merr
+				return
+			}
+			res, err = h.Broadcast(ctx, m)
+		case op.txn:
+			x, rerr := b.ResumeTxn(gid)
+			if rerr != nil {
+				err = rerr
+				return
+			}
+			m := &message.Message{Type: typ, Payload: []byte(fmt.Sprint("m", phase)), IdempotencyKey: key}
+			switch kind {
+			case message.GroupBody:
+				res, err = x.Body(ctx, m)
+			case message.GroupCommit:
+				res, err = x.Commit(ctx, m)
+			default:
+				res, err = x.Rollback(ctx, m)
+			}
+		default:
+			res, err = b.EndOwnership(ctx, &message.Message{Type: typ, Payload: []byte(op.ownerKey), IdempotencyKey: key})
+		}
+		if err == nil {
+			id, dup = res.BroadcastID, res.Duplicated != nil
+		}
+	}, func() {
+		if err != nil {
+			cl.drivenMemberFailed(err)
+			return
+		}
+		cl.w.check.answered(c, id, dup, engine.Scope{})
+		cl.succeeded(id, fmt.Sprintf("member %d", id))
+	})
+}
+
+// drivenMemberFailed handles a group phase's error, as memberFailed does.
+func (cl *client) drivenMemberFailed(err error) {
+	op := cl.op()
+	switch {
+	case errors.Is(err, broadcast.ErrTxnFull):
+		op.phase = len(op.members) // straight to the end
+		cl.retry("group full")
+	case errors.Is(err, broadcast.ErrFailedPrecondition):
+		cl.next("group not open: " + err.Error())
+	case errors.Is(err, broadcast.ErrKeyReusedWithDifferentPayload):
+		// A body for a transaction another client ended: its key
+		// answers no member of it (R13.2).
+		cl.next("group ended: " + err.Error())
+	case errors.Is(err, broadcast.ErrNotFound) && op.phase > 0:
+		op.phase, op.gid = 0, 0
+		cl.retry("group unknown here: begin again")
+	case broadcast.IsTaskNotCreated(err):
+		cl.retry("not created")
+	case errors.Is(err, broadcast.ErrNotPrimary):
+		cl.next("not primary")
+	default:
+		cl.retry(err.Error())
 	}
 }

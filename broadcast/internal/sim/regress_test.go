@@ -17,6 +17,15 @@ func regress(t *testing.T, seed uint64) {
 	}
 }
 
+// regressDriven replays a seed that failed through the real driver.
+func regressDriven(t *testing.T, seed uint64) {
+	t.Helper()
+	yes := true
+	if res := Run(Config{Seed: seed, Driver: &yes, Trace: true}); res.Err != nil {
+		report(t, res, mutate.None)
+	}
+}
+
 // A replicated broadcast the primary appended again after a crash reached
 // the secondary after its tombstone was collected there, and came back as
 // a new task (its effect applied twice): collected replicated ids are now
@@ -73,3 +82,14 @@ func TestSeed5483_SupplementWaitsForDurableFirstAcks(t *testing.T) { regress(t, 
 // A retried append was trimmed of copies acked meanwhile: its bytes changed
 // and a supplement landed twice (R8.3). Retries now send the same entry.
 func TestSeed5836_RetriedAppendSameBytes(t *testing.T) { regress(t, 5836) }
+
+// Driven seeds (through the real driver) that found a bug.
+
+// A retried transaction Begin, whose first try gave up while its Submit
+// went on, was admitted as the key's first instead of joining the
+// transaction (the slot was freed before the task was indexed): it then
+// waited for that transaction's keys for ever (R7.3, R13.2). Seeds 721,
+// 1425 and 2087 also failed their quiescent phase before the fix and pass
+// with it (all four run in TestSimulate's regression list).
+func TestSeed383_RetriedBeginJoinsItsTransaction(t *testing.T) { regressDriven(t, 383) }
+func TestSeed721_RetriedBeginJoinsItsTransaction(t *testing.T) { regressDriven(t, 721) }

@@ -507,3 +507,69 @@ func TestR13_11_PromoteOfATwoPhaseTask(t *testing.T) {
 		}
 	}
 }
+
+// TestR13_8_RenameBehindAnOwnerWhoseEndRetries: while an import owns
+// collection c, a rename of c queues for its keys; the import's end is
+// created but its callback keeps failing and is retried. The rename never
+// overtakes it: it gets the keys only once the end's TOMBSTONE released
+// the ownership, and takes effect after the end (#78).
+func TestR13_8_RenameBehindAnOwnerWhoseEndRetries(t *testing.T) {
+	s := newScript(t, false, 64)
+	gid := s.ownerOn("import/78")
+	rename := s.groupSend(groupCall{typ: typCreate, keys: []resource.Key{collC}, targets: []message.VChannel{vc(2, "y")}})
+	s.settle(nil)
+	if rename.submit != nil {
+		t.Fatal("the rename did not wait for the owner")
+	}
+	end := s.endOwner("import/78", gid, typEnd, message.GroupCommit)
+	s.settle(holdCallbacks)
+	g, ok := s.c.core.Group(gid)
+	if !ok || g.Ending == 0 {
+		t.Fatalf("the import's end was not created: %+v", g)
+	}
+	s.w.failing[g.Ending] = 5
+	for range 3 {
+		s.settle(func(a engine.Action) bool { _, ok := a.(engine.Callback); return ok && s.w.failing[g.Ending] <= 2 })
+		if rename.submit != nil {
+			t.Fatal("the rename got the keys while the import's end was retried")
+		}
+	}
+	s.finish()
+	if n := s.w.failing[g.Ending]; n != 0 {
+		t.Fatalf("the end's callback failed %d times, want 5", 5-n)
+	}
+	endID, renameID := answered(t, end), answered(t, rename)
+	order := s.applied()
+	if i, j := slices.Index(order, endID), slices.Index(order, renameID); i < 0 || j < 0 || j < i {
+		t.Fatalf("effects in order %v: the rename (%d) before the import's end (%d)", order, renameID, endID)
+	}
+}
+
+// TestR7_3_WaiterResolvesToTheOriginalBeingCreated: a retry with a key
+// whose first request holds the admission slot waits for it; when the
+// first request's task is created, the retry is answered with it as its
+// original, never admitted as the key's first. (It was admitted: the slot
+// was freed before the task was indexed. A retried transaction Begin then
+// waited for the keys of the transaction it should have joined, for ever:
+// seed 383 of the driven runs.)
+func TestR7_3_WaiterResolvesToTheOriginalBeingCreated(t *testing.T) {
+	s := newScript(t, false, 64)
+	key := message.ClusterKey("k")
+	sc := engine.ScopeOf(typCreate, key)
+	first := s.w.newHandle()
+	mustOK(t, s.send(engine.Resolve{Handle: first, Scope: sc, Key: key, CheckNew: true}, "first/resolve"))
+	norm, _ := resource.WithClusterKey([]resource.Key{collC})
+	mustOK(t, s.send(engine.Lock{Handle: first, Keys: norm, Need: engine.Primary}, "first/lock"))
+	retry := s.send(engine.Resolve{Handle: s.w.newHandle(), Scope: sc, Key: key, CheckNew: true}, "retry/resolve")
+	if retry.reply != nil {
+		t.Fatalf("the retry did not wait for the first request's slot: %+v", retry.reply)
+	}
+	m, _ := message.NewBroadcast(typCreate, []byte("p"), []message.VChannel{vc(1, "x")}, message.WithIdempotencyKey(key))
+	st, raw, _ := stampForSubmit(s.c, m, norm)
+	s.send(engine.Submit{Handle: first, Msg: st, Bytes: raw}, "first/submit")
+	s.settle(holdCallbacks) // its id is allocated, its task created
+	if retry.reply == nil || retry.reply.Original == nil || retry.reply.Admitted {
+		t.Fatalf("the retry once the first request's task was created: %+v, want its original", retry.reply)
+	}
+	s.finish()
+}

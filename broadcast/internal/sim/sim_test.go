@@ -21,20 +21,30 @@ var (
 	flagDuration = flag.Duration("sim.duration", 0, "soak: simulate seeds for this long, with progress lines")
 	flagMutate   = flag.String("sim.mutate", "", "plant a known bug (package mutate; build with -tags walcast_mutate) and expect a failure")
 	flagTrace    = flag.String("sim.trace", "", "with -sim.seed: write the whole trace to this file")
+	flagDriver   = flag.Bool("sim.driver", false, "with -sim.seed: run the seed through the real driver")
 )
 
 // regressions are seeds that once failed; CI always runs them. Each is
-// also a named test in regress_test.go.
-var regressions = []uint64{
-	6, 8, 11, 86, 129, 533, 1289, 1558, 1798, 2093, 2479, 5061, 5483, 5836,
-}
-
-// replayCommand is the command that replays seed (with mutation planted).
-func replayCommand(seed uint64, mutation mutate.Bug) string {
-	if mutation != mutate.None {
-		return fmt.Sprintf("go test -tags walcast_mutate ./broadcast/internal/sim -run TestSimulate -sim.seed=%d -sim.mutate=%s -v", seed, mutation)
+// also a named test in regress_test.go. driverRegressions are seeds run
+// through the real driver (Config.Driver) that once failed.
+var (
+	regressions = []uint64{
+		6, 8, 11, 86, 129, 533, 1289, 1558, 1798, 2093, 2479, 5061, 5483, 5836,
 	}
-	return fmt.Sprintf("go test ./broadcast/internal/sim -run TestSimulate -sim.seed=%d -v", seed)
+	driverRegressions = []uint64{383, 721, 1425, 2087}
+)
+
+// replayCommand is the command that replays seed (with mutation planted,
+// through the real driver if driven).
+func replayCommand(seed uint64, mutation mutate.Bug, driven ...bool) string {
+	extra := ""
+	if len(driven) > 0 && driven[0] {
+		extra = " -sim.driver"
+	}
+	if mutation != mutate.None {
+		return fmt.Sprintf("go test -tags walcast_mutate ./broadcast/internal/sim -run TestSimulate -sim.seed=%d -sim.mutate=%s%s -v", seed, mutation, extra)
+	}
+	return fmt.Sprintf("go test ./broadcast/internal/sim -run TestSimulate -sim.seed=%d%s -v", seed, extra)
 }
 
 // flagMutation is the bug -sim.mutate names (None if none).
@@ -52,7 +62,7 @@ func flagMutation(t *testing.T) mutate.Bug {
 
 func report(t *testing.T, res Result, mutation mutate.Bug) {
 	t.Helper()
-	msg := fmt.Sprintf("sim: seed %d failed: %v\nreplay: %s", res.Seed, res.Err, replayCommand(res.Seed, mutation))
+	msg := fmt.Sprintf("sim: seed %d failed: %v\nreplay: %s", res.Seed, res.Err, replayCommand(res.Seed, mutation, res.Driver))
 	if len(res.Trace) > 0 {
 		tail := res.Trace
 		if len(tail) > 300 {
@@ -68,7 +78,11 @@ func report(t *testing.T, res Result, mutation mutate.Bug) {
 func TestSimulate(t *testing.T) {
 	mutation := flagMutation(t)
 	if *flagSeed != 0 {
-		res := Run(Config{Seed: *flagSeed, Mutation: mutation, Trace: true})
+		var driver *bool
+		if *flagDriver {
+			driver = flagDriver
+		}
+		res := Run(Config{Seed: *flagSeed, Mutation: mutation, Trace: true, Driver: driver})
 		if *flagTrace != "" {
 			if err := os.WriteFile(*flagTrace, []byte(strings.Join(res.Trace, "\n")+"\n"), 0o644); err != nil {
 				t.Fatal(err)
@@ -93,11 +107,16 @@ func TestSimulate(t *testing.T) {
 		deadline = time.Now().Add(*flagDuration)
 		n = int(^uint(0) >> 1)
 	}
+	// A seed's top bit asks for a driven run (driverRegressions).
+	const driven = 1 << 63
 	seeds := make(chan uint64)
 	go func() {
 		defer close(seeds)
 		for _, s := range regressions {
 			seeds <- s
+		}
+		for _, s := range driverRegressions {
+			seeds <- s | driven
 		}
 		for i := range n {
 			if !deadline.IsZero() && time.Now().After(deadline) {
@@ -107,7 +126,7 @@ func TestSimulate(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	var ran, failed, steps, quiesced, passed, driven atomic.Int64
+	var ran, failed, steps, quiesced, passed, drivenRuns atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	progress := time.NewTicker(30 * time.Second)
@@ -115,11 +134,16 @@ func TestSimulate(t *testing.T) {
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for s := range seeds {
-				res := Run(Config{Seed: s, Mutation: mutation})
+				var driver *bool
+				if s&driven != 0 {
+					yes := true
+					s, driver = s&^driven, &yes
+				}
+				res := Run(Config{Seed: s, Mutation: mutation, Driver: driver})
 				ran.Add(1)
 				steps.Add(int64(res.Steps))
 				if res.Driver {
-					driven.Add(1)
+					drivenRuns.Add(1)
 				}
 				if res.Quiesced {
 					quiesced.Add(1)
@@ -129,7 +153,7 @@ func TestSimulate(t *testing.T) {
 				}
 				if res.Err != nil {
 					failed.Add(1)
-					res = Run(Config{Seed: s, Mutation: mutation, Trace: true})
+					res = Run(Config{Seed: s, Mutation: mutation, Driver: driver, Trace: true})
 					mu.Lock()
 					if failed.Load() <= 3 {
 						report(t, res, mutation)
@@ -147,7 +171,7 @@ func TestSimulate(t *testing.T) {
 	wg.Wait()
 	el := time.Since(start)
 	fmt.Printf("sim: %d seeds (%d through the real driver), %d failures; %d reached quiescence, %d passed it (R11.3) (%d regression seeds; %.0f seeds/s on %d cores, %d steps)\n",
-		ran.Load(), driven.Load(), failed.Load(), quiesced.Load(), passed.Load(), len(regressions), float64(ran.Load())/el.Seconds(), runtime.GOMAXPROCS(0), steps.Load())
+		ran.Load(), drivenRuns.Load(), failed.Load(), quiesced.Load(), passed.Load(), len(regressions)+len(driverRegressions), float64(ran.Load())/el.Seconds(), runtime.GOMAXPROCS(0), steps.Load())
 	switch {
 	case ran.Load() == 0:
 		t.Fatal("sim: no seed ran")
@@ -251,4 +275,17 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// TestPanickingSeedReported: a seed that panics, on the simulator's
+// goroutine or on one of a driven broadcaster's, fails with the panic and
+// its stack instead of killing the test binary, so that its seed and the
+// command that replays it are printed (report).
+func TestPanickingSeedReported(t *testing.T) {
+	for _, driver := range []bool{false, true} {
+		res := Run(Config{Seed: 3, Driver: &driver, panicAt: 40})
+		if res.Err == nil || !strings.Contains(res.Err.Error(), "planted panic") || !strings.Contains(res.Err.Error(), "goroutine") {
+			t.Fatalf("driver %v: a panicking seed reported %v", driver, res.Err)
+		}
+	}
 }

@@ -190,9 +190,6 @@ func (w *world) makeOp() *clientOp {
 // lost an answer must be able to tell whether its Begin or member was
 // created, and a group left open would hold its keys for ever.
 func (w *world) makeGroupOp(op *clientOp) {
-	if *w.cfg.Driver {
-		return // the driver-mode runs' workload has no groups yet
-	}
 	switch r := w.rng.IntN(10); {
 	case r < 2:
 		op.txn = true
@@ -299,6 +296,10 @@ func (cl *client) start() {
 		op.started = cl.w.now
 	}
 	cl.handle = cl.w.newHandle()
+	if cl.c.driver && op.group() {
+		cl.startDrivenGroup()
+		return
+	}
 	if op.group() && op.phase > 0 {
 		cl.startMember()
 		return
@@ -604,6 +605,15 @@ func (cl *client) giveUp() {
 	cl.c.step(engine.Withdraw{To: r, Done: done})
 	if strings.HasSuffix(r.name, "/lock") {
 		cl.c.step(engine.Close{Handle: cl.handle})
+	}
+	if !cl.c.down {
+		// Withdrawn, the request leaves nothing behind (R11.3): no Resolve
+		// among a slot's waiters, no handle but one whose Submit goes on.
+		for _, v := range cl.c.core.Requests() {
+			if v.Handle == cl.handle && !v.Busy {
+				cl.w.fail("%s: %s withdrawn, but %s (R11.3)", cl.c.name, r.name, cl.w.describeHold(v))
+			}
+		}
 	}
 	cl.retry("deadline")
 }

@@ -39,13 +39,17 @@ type Config struct {
 	// Driver runs the real broadcaster — its handle and driver code, fast
 	// paths included — on the simulator's goroutine scheduler, instead of
 	// stepping the core directly (sched.go, drive.go), in a one-cluster
-	// scenario without groups. Default: chosen by the seed.
+	// scenario. Default: chosen by the seed.
 	Driver *bool
 	// MaxSteps bounds a run (a run that does not finish is a liveness
 	// failure). Default 20000.
 	MaxSteps int
 	// Trace keeps a readable log of the run for a failure report.
 	Trace bool
+	// panicAt makes the run panic at that step, on the simulator's
+	// goroutine or (driver mode) in the next catalog commit: the harness's
+	// own test (TestPanickingSeedReported).
+	panicAt int
 }
 
 // Result is what a run found.
@@ -220,6 +224,9 @@ func (w *world) run() {
 		total := 0
 		for _, m := range moves {
 			total += m.weight
+		}
+		if w.cfg.panicAt != 0 && w.steps >= w.cfg.panicAt && w.sched == nil {
+			panic("sim: a planted panic")
 		}
 		r := w.rng.IntN(total)
 		for _, m := range moves {

@@ -31,6 +31,9 @@ import (
 //	walcast_replication_running                                gauge
 //	walcast_replication_lag_entries{pchannel}                  gauge
 //	walcast_replication_errors{pchannel}                       gauge (1 while the last copy failed)
+//	walcast_replication_generation                             gauge (the replication generation, while leading)
+//	walcast_replication_superseded                             gauge (1 while another cluster's promote supersedes this one)
+//	walcast_replication_primary_unconfirmed                    gauge (1 while a primary refuses DDL, waiting for its secondaries)
 //	walcast_api_requests_total{method,code}                    counter
 //	walcast_api_request_duration_seconds{method}               histogram
 
@@ -209,6 +212,11 @@ type Replication struct {
 	PChannels []message.PChannel
 	// Status reports whether the replicator runs and its progress.
 	Status func() (bool, []replicate.PChannelStatus)
+	// Fence, if set, reports the fencing of the leader's cluster (R8.5):
+	// its generation, whether it is superseded, and whether, as a
+	// primary, it refuses DDL until its secondaries answer; ok is false
+	// while this process does not lead.
+	Fence func() (generation uint64, superseded, unconfirmed, ok bool)
 }
 
 var (
@@ -216,6 +224,12 @@ var (
 	descReplLag     = prometheus.NewDesc(namespace+"_replication_lag_entries",
 		"Primary WAL entries of a pchannel not yet copied into this cluster; NaN while the primary's WAL cannot be read.", []string{"pchannel"}, nil)
 	descReplErr = prometheus.NewDesc(namespace+"_replication_errors", "1 while the replicator's last attempt on a pchannel failed.", []string{"pchannel"}, nil)
+	descReplGen = prometheus.NewDesc(namespace+"_replication_generation",
+		"The replication generation of this cluster's primary (R8.5): 0 for a cluster never promoted, one more per promote; 0 while this process does not lead.", nil, nil)
+	descReplSuperseded = prometheus.NewDesc(namespace+"_replication_superseded",
+		"1 while another cluster's force promote supersedes this cluster: it refuses every DDL (follow the new primary, or reset it).", nil, nil)
+	descReplUnconfirmed = prometheus.NewDesc(namespace+"_replication_primary_unconfirmed",
+		"1 while this primary refuses DDL because a secondary it must hear from does not answer (replication.unreachable_secondaries: refuse).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -223,12 +237,26 @@ func (r Replication) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descReplRunning
 	ch <- descReplLag
 	ch <- descReplErr
+	ch <- descReplGen
+	ch <- descReplSuperseded
+	ch <- descReplUnconfirmed
 }
 
 // Collect implements prometheus.Collector.
 func (r Replication) Collect(ch chan<- prometheus.Metric) {
 	running, chans := r.Status()
 	ch <- prometheus.MustNewConstMetric(descReplRunning, prometheus.GaugeValue, b2f(running))
+	var gen uint64
+	var superseded, unconfirmed bool
+	if r.Fence != nil {
+		var ok bool
+		if gen, superseded, unconfirmed, ok = r.Fence(); !ok {
+			gen, superseded, unconfirmed = 0, false, false
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descReplGen, prometheus.GaugeValue, float64(gen))
+	ch <- prometheus.MustNewConstMetric(descReplSuperseded, prometheus.GaugeValue, b2f(superseded))
+	ch <- prometheus.MustNewConstMetric(descReplUnconfirmed, prometheus.GaugeValue, b2f(unconfirmed))
 	byName := make(map[message.PChannel]replicate.PChannelStatus, len(chans))
 	for _, c := range chans {
 		byName[c.PChannel] = c
