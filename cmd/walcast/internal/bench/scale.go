@@ -305,6 +305,9 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		}
 		step.Elapsed = time.Since(begin)
 		rep.Steps = append(rep.Steps, step)
+		// Each step is reported as it ends, so that a run stopped before
+		// its end still leaves its curve so far.
+		t.say(stepLine(s+1, cfg.Steps, step))
 	}
 	all.end()
 	rep.Results = append(rep.Results, scaleResults(cfg, rep, first, last, firstN, lastN, firstDur, lastDur, maxCall)...)
@@ -334,6 +337,16 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	}
 	rep.Curves = scaleCurves(cfg, rep)
 	return rep, nil
+}
+
+// stepLine is a step's figures on one line.
+func stepLine(n, of int, s ScaleStep) string {
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	return fmt.Sprintf("scale: step %d/%d at %d collections (%v): %.0f CreateCollection/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, "+
+		"server CPU %.0f µs per create; describe p50 %.2f ms, list p50 %.2f ms; RSS %.0f MiB (files %.0f MiB), "+
+		"catalog %.0f MiB, WAL %.0f MiB, nodes %.0f MiB, etcd db %.0f MiB (in use %.0f MiB)",
+		n, of, s.Collections, s.Elapsed.Round(time.Second), s.Rate, s.P50, s.P99, s.Max, s.CPU, s.DescribeP50, s.ListP50,
+		mib(s.RSS), mib(s.RSSFile), mib(s.Catalog), mib(s.WAL), mib(s.Nodes), mib(s.EtcdDB), mib(s.EtcdDBUsed))
 }
 
 // ratioTarget reports whether r is one of B12's ratios.
