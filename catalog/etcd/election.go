@@ -271,6 +271,9 @@ func (k *keeper) run(ctx context.Context, expiry time.Time) {
 			if err == nil && ttl > 0 {
 				expiry = sent.Add(time.Duration(ttl) * time.Second)
 				next = sent.Add(every)
+				if testHookRefreshed != nil {
+					testHookRefreshed()
+				}
 				break
 			}
 			if err == nil || ctx.Err() != nil || k.client.Ctx().Err() != nil { // a TTL of 0: the lease is gone; or the client is closed
@@ -306,7 +309,10 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 		// not answer is not tried again before the others.
 		eps := k.client.Endpoints()
 		if len(eps) == 0 {
-			return 0, fmt.Errorf("%w: no endpoints", ErrInvalidConfig)
+			// A client in the server's own process (etcd's v3client: a
+			// standalone's) has no member to dial: its own lease API
+			// reaches the server directly.
+			return k.refreshInProcess(ctx, deadline)
 		}
 		conn, err := k.client.Dial(eps[k.next%len(eps)])
 		if err != nil {
@@ -359,6 +365,22 @@ func (k *keeper) refresh(ctx context.Context, deadline, expiry time.Time) (int64
 		k.close()
 		return 0, k.client.Ctx().Err()
 	}
+}
+
+// refreshInProcess is refresh for a client without endpoints, one in
+// the server's own process: one keep-alive through the client's lease
+// API, which has no connection to drop or member to move on from.
+func (k *keeper) refreshInProcess(ctx context.Context, deadline time.Time) (int64, error) {
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	resp, err := k.client.KeepAliveOnce(cctx, k.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return 0, nil // the lease is gone
+	case err != nil:
+		return 0, err
+	}
+	return resp.TTL, nil
 }
 
 // fail drops the keeper's stream, which failed: the next goes to the next
@@ -447,6 +469,10 @@ func ReadyPrefix(electionPrefix string) string { return electionPrefix + ".ready
 // testHookCampaigned, if set, runs when Campaign has been elected, before it
 // confirms its leadership.
 var testHookCampaigned func()
+
+// testHookRefreshed, if set, runs after each refresh of a term's lease
+// that kept it alive.
+var testHookRefreshed func()
 
 // Fence returns the term's fence, for Config.Fence.
 func (t *Term) Fence() *Fence {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/walcast/walcast/internal/tcpproxy"
+	"github.com/walcast/walcast/internal/wait"
 )
 
 // TestCampaignFailsWhenEtcdUnreachable: etcd becomes unreachable right after
@@ -122,5 +124,35 @@ func TestR9_2_RevokeLeaseEndsACrashedCandidatesTerm(t *testing.T) {
 	}
 	if r, err := other.Get(ctx, "/test/not-an-election"); err != nil || len(r.Kvs) != 1 {
 		t.Fatalf("the foreign key after the refused revoke: %v, %v", r, err)
+	}
+}
+
+// TestR9_2_InProcessClientKeepsItsTerm: a term campaigned through a client
+// in etcd's own process (a standalone's, which has no endpoints to dial) is
+// kept alive past its TTL: its lease is refreshed, and the term goes on.
+func TestR9_2_InProcessClientKeepsItsTerm(t *testing.T) {
+	s := server(t)
+	c, closeClient := s.LocalClient()
+	defer func() { _ = closeClient() }()
+	_, election := uniquePrefixes()
+	var refreshed atomic.Int32
+	testHookRefreshed = func() { refreshed.Add(1) }
+	defer func() { testHookRefreshed = nil }()
+	const ttl = 3 * time.Second
+	term := campaign(t, c, election, "a", ttl)
+	defer func() { _ = term.Resign(context.Background()) }()
+	// The first refresh goes at once, the next a third of the TTL apart:
+	// the fifth comes after the TTL.
+	wait.For(t, "five refreshes of the term's lease", func() bool {
+		select {
+		case <-term.Done():
+			t.Fatalf("the term ended after %d refreshes: its lease was not kept alive", refreshed.Load())
+		default:
+		}
+		return refreshed.Load() >= 5
+	})
+	r, err := c.TimeToLive(testCtx(t), term.Lease())
+	if err != nil || r.TTL <= 0 {
+		t.Fatalf("the term's lease after its TTL: %v, %v", r, err)
 	}
 }
