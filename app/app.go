@@ -86,9 +86,11 @@ type OutcomeJudge interface {
 }
 
 // ImportJobLister is implemented by an App whose import jobs the operator
-// console shows (the metadata service).
+// console shows (the metadata service), a page at a time: the first (token
+// ""), or the one after token; next is the token of the page after ("":
+// none).
 type ImportJobLister interface {
-	ImportJobs(ctx context.Context) ([]*walcastv1.ImportJob, error)
+	ImportJobs(ctx context.Context, token string) (jobs []*walcastv1.ImportJob, next string, err error)
 }
 
 // Leader gives an application's API the broadcaster of the coordinator

@@ -100,6 +100,51 @@ type Catalog interface {
 	Limits() Limits
 }
 
+// Pager is a Catalog that also reads one page of a prefix: a list that
+// resumes after a key and stops after a count, so that a caller paging
+// through many keys reads what each page holds, not the keys before it.
+// catalog/etcd and catalog/memory are Pagers; Page falls back to List for
+// catalogs that are not.
+type Pager interface {
+	Catalog
+	// Page calls fn, in key order, for at most limit keys with the given
+	// prefix that sort after prefix+after (every key with the prefix if
+	// after is ""), and reports whether more keys follow them. An error
+	// from fn stops the page and is returned.
+	Page(ctx context.Context, prefix, after string, limit int, fn func(key string, value []byte) error) (more bool, err error)
+}
+
+// errPageFull stops Page's fallback listing.
+var errPageFull = errors.New("catalog: page full")
+
+// Page reads one page of prefix from c (see Pager): through c.Page if c is
+// a Pager, else through a List that skips the keys up to prefix+after.
+func Page(ctx context.Context, c Catalog, prefix, after string, limit int, fn func(key string, value []byte) error) (bool, error) {
+	if limit <= 0 {
+		return false, fmt.Errorf("%w: page limit %d", ErrInvalid, limit)
+	}
+	if p, ok := c.(Pager); ok {
+		return p.Page(ctx, prefix, after, limit, fn)
+	}
+	n, more := 0, false
+	start := prefix + after
+	err := c.List(ctx, prefix, func(key string, value []byte) error {
+		if after != "" && key <= start {
+			return nil
+		}
+		if n == limit {
+			more = true
+			return errPageFull
+		}
+		n++
+		return fn(key, value)
+	})
+	if errors.Is(err, errPageFull) {
+		err = nil
+	}
+	return more, err
+}
+
 // AsyncCommitter is a Catalog that can also commit without a goroutine
 // waiting for the answer: Group does, and so do catalogs built on one
 // (catalog/etcd). A caller that has many commits in flight (the

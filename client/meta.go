@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"iter"
 
 	"connectrpc.com/connect"
 
@@ -66,10 +67,70 @@ func (c *Client) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseRe
 	return metaCall[walcastv1.DropDatabaseRequest, walcastv1.DropDatabaseResponse](ctx, c, walcastv1connect.MetaServiceDropDatabaseProcedure, req)
 }
 
-// ListDatabases lists the databases.
+// Lists page (see MetaService in proto/walcast/api/v1/meta.proto): a
+// ...Page method reads one page, at most the request's Limit items after
+// its PageToken, and a response with a NextPageToken has more; Databases,
+// Collections and ImportJobs iterate over every page; ListDatabases,
+// ListCollections and ListImportJobs gather them all.
+
+// ListDatabasesPage reads one page of the databases, by name.
+func (c *Client) ListDatabasesPage(ctx context.Context, req *walcastv1.ListDatabasesRequest) (*walcastv1.ListDatabasesResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	return metaCall[walcastv1.ListDatabasesRequest, walcastv1.ListDatabasesResponse](ctx, c, walcastv1connect.MetaServiceListDatabasesProcedure, req)
+}
+
+// Databases iterates over the databases by name, a page at a time; it
+// stops at the first error, which it yields.
+func (c *Client) Databases(ctx context.Context) iter.Seq2[*walcastv1.Database, error] {
+	return pages(func(token string) ([]*walcastv1.Database, string, error) {
+		r, err := c.ListDatabasesPage(ctx, &walcastv1.ListDatabasesRequest{PageToken: token})
+		return r.GetDatabases(), r.GetNextPageToken(), err
+	})
+}
+
+// ListDatabases lists every database, by name.
 func (c *Client) ListDatabases(ctx context.Context) ([]*walcastv1.Database, error) {
-	r, err := metaCall[walcastv1.ListDatabasesRequest, walcastv1.ListDatabasesResponse](ctx, c, walcastv1connect.MetaServiceListDatabasesProcedure, &walcastv1.ListDatabasesRequest{})
-	return r.GetDatabases(), err
+	return gather(c.Databases(ctx))
+}
+
+// pages iterates over the items of the pages read reads, following each
+// page's next token until one has none; an error is yielded once and ends
+// the iteration.
+func pages[T any](read func(token string) (items []T, next string, err error)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		token := ""
+		for {
+			items, next, err := read(token)
+			if err != nil {
+				var zero T
+				yield(zero, err)
+				return
+			}
+			for _, it := range items {
+				if !yield(it, nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			token = next
+		}
+	}
+}
+
+// gather collects an iteration's items, or its error.
+func gather[T any](seq iter.Seq2[T, error]) ([]T, error) {
+	var out []T
+	for it, err := range seq {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, it)
+	}
+	return out, nil
 }
 
 // CreateCollection creates a collection.
@@ -99,11 +160,27 @@ func (c *Client) RenameCollection(ctx context.Context, req *walcastv1.RenameColl
 	return metaCall[walcastv1.RenameCollectionRequest, walcastv1.RenameCollectionResponse](ctx, c, walcastv1connect.MetaServiceRenameCollectionProcedure, req)
 }
 
-// ListCollections lists the collections of a database.
+// ListCollectionsPage reads one page of the collections of a database, by
+// name.
+func (c *Client) ListCollectionsPage(ctx context.Context, req *walcastv1.ListCollectionsRequest) (*walcastv1.ListCollectionsResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	return metaCall[walcastv1.ListCollectionsRequest, walcastv1.ListCollectionsResponse](ctx, c, walcastv1connect.MetaServiceListCollectionsProcedure, req)
+}
+
+// Collections iterates over the collections of a database by name, a page
+// at a time; it stops at the first error, which it yields.
+func (c *Client) Collections(ctx context.Context, database string) iter.Seq2[*walcastv1.Collection, error] {
+	return pages(func(token string) ([]*walcastv1.Collection, string, error) {
+		r, err := c.ListCollectionsPage(ctx, &walcastv1.ListCollectionsRequest{Database: database, PageToken: token})
+		return r.GetCollections(), r.GetNextPageToken(), err
+	})
+}
+
+// ListCollections lists every collection of a database, by name.
 func (c *Client) ListCollections(ctx context.Context, database string) ([]*walcastv1.Collection, error) {
-	r, err := metaCall[walcastv1.ListCollectionsRequest, walcastv1.ListCollectionsResponse](ctx, c, walcastv1connect.MetaServiceListCollectionsProcedure,
-		&walcastv1.ListCollectionsRequest{Database: database})
-	return r.GetCollections(), err
+	return gather(c.Collections(ctx, database))
 }
 
 // DescribeCollection describes a collection, indexes included.
@@ -178,11 +255,29 @@ func (c *Client) GetImportJob(ctx context.Context, id uint64) (*walcastv1.Import
 		&walcastv1.GetImportJobRequest{Id: id})
 }
 
-// ListImportJobs lists import jobs: all, a database's, or a collection's.
+// ListImportJobsPage reads one page of import jobs, by id: all, a
+// database's, or a collection's.
+func (c *Client) ListImportJobsPage(ctx context.Context, req *walcastv1.ListImportJobsRequest) (*walcastv1.ListImportJobsResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	return metaCall[walcastv1.ListImportJobsRequest, walcastv1.ListImportJobsResponse](ctx, c, walcastv1connect.MetaServiceListImportJobsProcedure, req)
+}
+
+// ImportJobs iterates over import jobs by id (all, a database's, or a
+// collection's), a page at a time; it stops at the first error, which it
+// yields.
+func (c *Client) ImportJobs(ctx context.Context, database, collection string) iter.Seq2[*walcastv1.ImportJob, error] {
+	return pages(func(token string) ([]*walcastv1.ImportJob, string, error) {
+		r, err := c.ListImportJobsPage(ctx, &walcastv1.ListImportJobsRequest{Database: database, Collection: collection, PageToken: token})
+		return r.GetJobs(), r.GetNextPageToken(), err
+	})
+}
+
+// ListImportJobs lists every import job (all, a database's, or a
+// collection's), by id.
 func (c *Client) ListImportJobs(ctx context.Context, database, collection string) ([]*walcastv1.ImportJob, error) {
-	r, err := metaCall[walcastv1.ListImportJobsRequest, walcastv1.ListImportJobsResponse](ctx, c, walcastv1connect.MetaServiceListImportJobsProcedure,
-		&walcastv1.ListImportJobsRequest{Database: database, Collection: collection})
-	return r.GetJobs(), err
+	return gather(c.ImportJobs(ctx, database, collection))
 }
 
 // GetVChannelView shows a streaming node's view of a vchannel. The

@@ -41,9 +41,10 @@ type App struct {
 	appliers map[string]*Applier // by node name; protected by mu
 	services []*Service          // protected by mu
 	closed   bool                // protected by mu
-	stop     context.CancelFunc  // stops the importers
-	ctx      context.Context     // the importers' lifetime
-	wg       sync.WaitGroup
+	stop     context.CancelFunc  // stops the importers and background work
+	ctx      context.Context     // the importers' and background work's lifetime
+	wg       sync.WaitGroup      // the importers
+	bg       sync.WaitGroup      // background work (background); Add under mu while !closed
 }
 
 var _ app.App = (*App)(nil)
@@ -55,7 +56,7 @@ func NewApp(cfg Config) (*App, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, appliers: make(map[string]*Applier), names: newNames()}
+	a := &App{cfg: cfg, log: cfg.Logger, appliers: make(map[string]*Applier), names: newNames(cfg.Logger)}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	return a, nil
 }
@@ -78,7 +79,7 @@ func (a *App) Handlers(l app.Leader, opts ...connect.HandlerOption) map[string]h
 }
 
 func (a *App) newService(l app.Leader) *Service {
-	s := &Service{cfg: a.cfg, leader: l, log: a.log, views: a.View, names: a.names}
+	s := &Service{cfg: a.cfg, leader: l, log: a.log, views: a.View, names: a.names, background: a.background}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.services = append(a.services, s)
@@ -90,6 +91,19 @@ func (a *App) newService(l app.Leader) *Service {
 		}()
 	}
 	return s
+}
+
+// background runs fn on a goroutine of its own until the app closes (its
+// context ends then), and reports whether it did: a closed app runs
+// nothing.
+func (a *App) background(fn func(ctx context.Context)) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.bg.Go(func() { fn(a.ctx) })
+	return true
 }
 
 // Applier returns the views of node name; a later call for the same name
@@ -169,5 +183,7 @@ func (a *App) Close() error {
 	a.mu.Unlock()
 	a.stop()
 	a.wg.Wait()
+	a.bg.Wait()
+	a.names.close()
 	return nil
 }

@@ -31,7 +31,7 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 				d := p.Database
 				errs := []error{e.Delete(dbKey(d.ID)), e.Delete(dbNameKey(d.Name))}
 				for _, g := range p.Grants {
-					errs = append(errs, e.Delete(grantKey(g)))
+					errs = append(errs, e.Delete(grantKey(g)), e.Delete(grantObjKey(g)))
 				}
 				return []nameChange{{dbNameKey(d.Name), 0}}, errors.Join(errs...)
 			}),
@@ -52,7 +52,7 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 					errs = append(errs, e.Delete(indexKey(c.ID, i)))
 				}
 				for _, g := range p.Grants {
-					errs = append(errs, e.Delete(grantKey(g)))
+					errs = append(errs, e.Delete(grantKey(g)), e.Delete(grantObjKey(g)))
 				}
 				return []nameChange{{collNameKey(c.DatabaseID, c.Name), 0}}, errors.Join(errs...)
 			}),
@@ -78,9 +78,13 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 		onAck(a, types, cbs, TypeCreateUser, func(p userPayload) error { return checkName("user", p.User.Name) },
 			func(p userPayload, e *broadcast.Effects) error { return putJSON(e, userKey(p.User.Name), p.User) }),
 		onAck(a, types, cbs, TypeGrantPrivilege, grantPayload.check,
-			func(p grantPayload, e *broadcast.Effects) error { return putJSON(e, grantKey(p.Grant), p.Grant) }),
+			func(p grantPayload, e *broadcast.Effects) error {
+				return errors.Join(putJSON(e, grantKey(p.Grant), p.Grant), e.Put(grantObjKey(p.Grant), []byte("1")))
+			}),
 		onAck(a, types, cbs, TypeRevokePrivilege, grantPayload.check,
-			func(p grantPayload, e *broadcast.Effects) error { return e.Delete(grantKey(p.Grant)) }),
+			func(p grantPayload, e *broadcast.Effects) error {
+				return errors.Join(e.Delete(grantKey(p.Grant)), e.Delete(grantObjKey(p.Grant)))
+			}),
 		onAck(a, types, cbs, TypeImport, importPayload.check,
 			func(p importPayload, e *broadcast.Effects) error {
 				created(e, p.Job.ID, "import job")
@@ -202,8 +206,6 @@ func (c collRecord) check() error {
 		return errorf(ErrInvalidArgument, "collection or database id 0")
 	case c.Shards < 1 || c.Shards > MaxShards || len(c.VChannels) != c.Shards:
 		return errorf(ErrInvalidArgument, "%d shards with %d vchannels", c.Shards, len(c.VChannels))
-	case len(c.Fields) == 0:
-		return errorf(ErrInvalidArgument, "no fields")
 	}
 	for _, v := range c.VChannels {
 		if err := v.Validate(); err != nil {

@@ -38,6 +38,10 @@ const (
 	// MaxFencedShards bounds the splits a collection records, so that its
 	// record stays small.
 	MaxFencedShards = 64
+	// MaxListPage bounds one page of ListDatabases, ListCollections and
+	// ListImportJobs: a request without a limit, or with a larger one,
+	// gets pages of this many.
+	MaxListPage = 1000
 )
 
 // Config configures the metadata service. PChannels and ImportRoot are
@@ -72,6 +76,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// SerialPrivileges makes every user and grant change hold the one
+	// exclusive Privilege key, as the reference system does, instead of
+	// the privilege gate and the keys of its user and object (see
+	// privilegeKeys): for a comparison (walcast bench --api, B14), not a
+	// setting.
+	SerialPrivileges bool
 }
 
 func (c Config) withDefaults() Config {

@@ -7,16 +7,20 @@ import (
 	"github.com/walcast/walcast/api/walcastv1"
 )
 
-// ImportJobs lists every import job, by id, for the operator console's
-// imports page (app.ImportJobLister).
-func (a *App) ImportJobs(ctx context.Context) ([]*walcastv1.ImportJob, error) {
+// consolePage is how many import jobs the operator console shows a page.
+const consolePage = 100
+
+// ImportJobs lists one page of import jobs, by id, for the operator
+// console's imports page (app.ImportJobLister): the first, or the one
+// after token.
+func (a *App) ImportJobs(ctx context.Context, token string) ([]*walcastv1.ImportJob, string, error) {
 	ss := a.Services()
 	if len(ss) == 0 {
-		return nil, errors.New("meta: the service is not running")
+		return nil, "", errors.New("meta: the service is not running")
 	}
-	resp, err := ss[0].ListImportJobs(ctx, &walcastv1.ListImportJobsRequest{})
+	resp, err := ss[0].ListImportJobs(ctx, &walcastv1.ListImportJobsRequest{Limit: consolePage, PageToken: token})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return resp.GetJobs(), nil
+	return resp.GetJobs(), resp.GetNextPageToken(), nil
 }

@@ -46,10 +46,14 @@
 // on one collection serialises; an import holds both shared, so imports
 // into one collection run together but wait for its DDL; database DDL and
 // RenameCollection hold Database(db) exclusive; RBAC (users, grants) holds
-// Privilege exclusive. Since a task holds its keys until its callback has
-// finished, what step 4 validated is still true when the callback writes.
-// Grants and revokes also hold the database and collection they name
-// shared (they must exist). An import holds its keys far longer: until its
+// the privilege gate (Privilege, empty name) shared and its user's key
+// (Privilege:user:<name>) exclusive, a grant or revoke also its object's
+// (Privilege:object:<db>:<coll>), so changes of different users on
+// different objects run in parallel (the reference system serialises
+// every RBAC change on one key). Since a task holds its keys until its
+// callback has finished, what step 4 validated is still true when the
+// callback writes. Grants and revokes also hold the database and
+// collection they name shared (they must exist). An import holds its keys far longer: until its
 // job ends (see Import jobs).
 //
 // A collection's DDL (drop, rename, create and drop index, split-shard)
@@ -73,10 +77,13 @@
 // (the name taken, the database missing or replaced) is checked against
 // the catalog, whose answer it gets, so every refusal is the catalog's (a
 // deposed leader that has not noticed yet refuses nothing from what it
-// missed; what it accepts, its fenced catalog refuses). A new leadership term (a restart, a leader change) rebuilds the
-// view before its first request uses it: both indexes are read from the
-// catalog, and the changes staged by tasks still live in the new term are
-// kept over them. The view costs about 100 bytes per name.
+// missed; what it accepts, its fenced catalog refuses). A new leadership
+// term (a restart, a leader change) rebuilds the view in the background,
+// from its first request on, and its requests read the catalog until it is
+// built (at a million collections the rebuild reads a million names): both
+// indexes are read from the catalog, and the changes staged by tasks still
+// live in the new term are kept over them. The view costs about 100 bytes
+// per name.
 //
 // # Names
 //

@@ -29,8 +29,16 @@ const idBlock = 1000
 // whose object left no record there can be handed out again: a dropped
 // index's or database's, a job's or dropped collection's forgotten after
 // ImportJobRetention, one the lost primary allocated but never replicated.
+// Only a cluster that has been in a replication topology (replicated) can
+// hold records of ids it did not reserve, so only its first allocation of
+// a term reads every record for the highest id (at a million collections,
+// a million records); so does one that finds no reserved block (a catalog
+// of a walcast before id blocks).
 type ids struct {
 	cat catalog.Catalog
+	// replicated says whether the catalog's cluster has been in a
+	// replication topology.
+	replicated bool
 
 	mu     sync.Mutex
 	loaded bool
@@ -38,13 +46,14 @@ type ids struct {
 	end    uint64 // first id not reserved; persisted
 }
 
-func newIDs(cat catalog.Catalog) *ids { return &ids{cat: cat} }
+func newIDs(cat catalog.Catalog, replicated bool) *ids { return &ids{cat: cat, replicated: replicated} }
 
 func (a *ids) alloc(ctx context.Context) (uint64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.loaded {
 		v, err := a.cat.Get(ctx, keyIDs)
+		reserved := false
 		switch {
 		case errors.Is(err, catalog.ErrNotFound):
 		case err != nil:
@@ -52,14 +61,16 @@ func (a *ids) alloc(ctx context.Context) (uint64, error) {
 		case len(v) != 8:
 			return 0, errorf(ErrCorruptMetadata, "%s is %d bytes", keyIDs, len(v))
 		default:
-			a.end = binary.BigEndian.Uint64(v)
+			a.end, reserved = binary.BigEndian.Uint64(v), true
 		}
 		// Ids may exist above the reserved block: a promoted secondary
 		// holds what its primary's callbacks wrote, with the primary's ids,
 		// and never reserved them itself.
-		top, err := highestID(ctx, a.cat)
-		if err != nil {
-			return 0, fmt.Errorf("%w: read the highest id: %w", ErrUnavailable, err)
+		var top uint64
+		if a.replicated || !reserved {
+			if top, err = highestID(ctx, a.cat); err != nil {
+				return 0, fmt.Errorf("%w: read the highest id: %w", ErrUnavailable, err)
+			}
 		}
 		a.next = max(a.end, top+1, 1)
 		a.end = a.next

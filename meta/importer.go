@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -218,7 +217,7 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 			(*h)(ctx, j.ID, p.FilesDone)
 		}
 		name := j.Files[p.FilesDone]
-		fr := &fileReader{ctx: ctx, name: name, chk: newRowChecker(c.Fields), last: time.Now(), progress: func(rows, bytes uint64) {
+		fr := &fileReader{ctx: ctx, name: name, chk: newRowChecker(c.schema()), last: time.Now(), progress: func(rows, bytes uint64) {
 			p.FileRows, p.FileBytes = rows, bytes
 			if err := save(); err != nil && ctx.Err() == nil {
 				s.log.Warn("record import progress", "job", j.ID, "err", err)
@@ -363,21 +362,4 @@ func fitting(l catalog.Limits, ops []catalog.Op) int {
 		}
 	}
 	return len(ops)
-}
-
-// collIDs reads the ids of the collections that exist (not dropped).
-func collIDs(ctx context.Context, cat catalog.Catalog) (map[uint64]bool, error) {
-	ids := map[uint64]bool{}
-	err := cat.List(ctx, prefixColl, func(key string, _ []byte) error {
-		id, err := strconv.ParseUint(strings.TrimPrefix(key, prefixColl), 10, 64)
-		if err != nil {
-			return errorf(ErrCorruptMetadata, "%s: not a collection key", key)
-		}
-		ids[id] = true
-		return nil
-	})
-	if err != nil {
-		return nil, listErr(prefixColl, err)
-	}
-	return ids, nil
 }

@@ -32,6 +32,8 @@ const (
 	prefixIndex     = "meta/index/"       // <coll id>/<name> → indexRecord
 	prefixUser      = "meta/user/"        // <name> → userRecord
 	prefixGrant     = "meta/grant/"       // <user>/<db id|*>/<coll id|*>/<privilege> → grantRecord
+	prefixGrantObj  = "meta/grantobj/"    // <db id|*>/<coll id|*>/<user>/<privilege> → "1": the grants on an object
+	keyGrantIndex   = "meta/grantindex"   // present once every grant has its meta/grantobj entry
 	prefixImportJob = "meta/job/"         // <job id> → jobRecord
 	prefixProgress  = "meta/jobprogress/" // <job id> → progressRecord, while the job runs
 )
@@ -57,6 +59,15 @@ func grantKey(g grantRecord) string {
 	return grantsOfUser(g.User) + idOrWildcard(g.DatabaseID) + "/" + idOrWildcard(g.CollectionID) + "/" + g.Privilege
 }
 func grantsOfUser(user string) string { return prefixGrant + user + "/" }
+
+// grantObjPrefix is where the grants on database dbID (collID 0) or its
+// collection collID are indexed.
+func grantObjPrefix(dbID, collID uint64) string {
+	return prefixGrantObj + idOrWildcard(dbID) + "/" + idOrWildcard(collID) + "/"
+}
+func grantObjKey(g grantRecord) string {
+	return grantObjPrefix(g.DatabaseID, g.CollectionID) + g.User + "/" + g.Privilege
+}
 func idOrWildcard(id uint64) string {
 	if id == 0 {
 		return wildcard
@@ -85,8 +96,9 @@ type (
 		Name       string             `json:"name"`
 		Shards     int                `json:"shards"`
 		VChannels  []message.VChannel `json:"vchannels"`
-		Fields     []fieldRecord      `json:"fields"`
-		CreatedAt  int64              `json:"created_at"`
+		// Fields is the schema; none means defaultFields (see schema).
+		Fields    []fieldRecord `json:"fields,omitempty"`
+		CreatedAt int64         `json:"created_at"`
 		// Fenced are the shards split so far (SplitShard), oldest first.
 		Fenced []fencedRecord `json:"fenced,omitempty"`
 	}
@@ -210,6 +222,15 @@ var (
 		"RenameCollection", "All"}
 	defaultFields = []fieldRecord{{Name: "id", Type: "int64"}, {Name: "vector", Type: "float_vector"}}
 )
+
+// schema is c's fields: defaultFields if its record names none (a
+// collection created without fields records none).
+func (c collRecord) schema() []fieldRecord {
+	if len(c.Fields) == 0 {
+		return defaultFields
+	}
+	return c.Fields
+}
 
 // defaultIndexType is the index type of a CreateIndex that names none.
 const defaultIndexType = "AUTOINDEX"
@@ -381,6 +402,18 @@ func (r reader) get(ctx context.Context, key string, v any) (bool, error) {
 	return true, nil
 }
 
+// exists reports whether key holds a record.
+func (r reader) exists(ctx context.Context, key string) (bool, error) {
+	_, err := r.cat.Get(ctx, key)
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
+	}
+	return true, nil
+}
+
 // getID reads an id stored in decimal (the name indexes).
 func (r reader) getID(ctx context.Context, key string) (uint64, bool, error) {
 	raw, err := r.cat.Get(ctx, key)
@@ -471,11 +504,10 @@ func (c collRecord) pb(idx []indexRecord) *walcastv1.Collection {
 			out.Vchannels[i] = string(v)
 		}
 	}
-	if len(c.Fields) > 0 {
-		out.Fields = make([]*walcastv1.Field, len(c.Fields))
-		for i, f := range c.Fields {
-			out.Fields[i] = &walcastv1.Field{Name: f.Name, Type: f.Type}
-		}
+	fields := c.schema()
+	out.Fields = make([]*walcastv1.Field, len(fields))
+	for i, f := range fields {
+		out.Fields[i] = &walcastv1.Field{Name: f.Name, Type: f.Type}
 	}
 	for _, i := range idx {
 		out.Indexes = append(out.Indexes, i.pb())

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,20 +29,28 @@ import (
 // TOMBSTONE is durable) and staged its change here before that, and none
 // after it can have started.
 //
-// The view is of one leadership term's broadcaster (term): a request with
-// another broadcaster (a new term, after a restart or a leader change)
-// rebuilds it first (use): it reads both indexes from the catalog, keeping
-// over them the changes staged by tasks still live in the new term (their
-// callbacks ran, their TOMBSTONE is not durable yet) and those staged
-// while it read. Changes another leader made are in the catalog by then: a
-// term starts only once its predecessor is fenced out.
+// The view is of one leadership term's broadcaster (term). The first
+// request of a new term (after a restart or a leader change) starts
+// rebuilding it in the background (use), and until it is built the
+// requests read the catalog as they would without a view: at a million
+// collections the rebuild reads a million names, which no request waits
+// for. The rebuild reads both indexes from the catalog, keeping over them
+// the changes staged by tasks still live in the new term (their callbacks
+// ran, their TOMBSTONE is not durable yet) and those staged while it read.
+// Changes another leader made are in the catalog by then: a term starts
+// only once its predecessor is fenced out.
 type names struct {
-	// rebuild is held while the view is rebuilt for a new term; requests
-	// of that term wait for it.
-	rebuild sync.Mutex
-	// term is the broadcaster the view is of (nil before the first
-	// request).
+	// term is the broadcaster the view is of (nil until the first
+	// rebuild ended).
 	term atomic.Pointer[broadcast.Broadcaster]
+	// building is the broadcaster a background rebuild runs for (nil:
+	// none runs); closed stops new ones. Protected by mu. wg counts the
+	// rebuild under way; stop ends it (close).
+	building *broadcast.Broadcaster
+	closed   bool
+	wg       sync.WaitGroup
+	stop     chan struct{}
+	log      *slog.Logger
 
 	mu  sync.Mutex
 	seq uint64                // the last change's number; protected by mu
@@ -67,7 +76,21 @@ type nameEntry struct {
 	seq     uint64
 }
 
-func newNames() *names { return &names{m: make(map[string]*nameEntry)} }
+func newNames(log *slog.Logger) *names {
+	return &names{m: make(map[string]*nameEntry), stop: make(chan struct{}), log: log}
+}
+
+// close stops a rebuild under way and waits for it; no rebuild starts
+// after.
+func (n *names) close() {
+	n.mu.Lock()
+	if !n.closed {
+		n.closed = true
+		close(n.stop)
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
 
 // nameChange is one change a callback makes to a name index: key maps to
 // id, or is removed (id 0).
@@ -121,14 +144,44 @@ func (e *nameEntry) settledAs(o broadcast.Outcome) *nameEntry {
 	return &s
 }
 
-// use makes the view b's, rebuilding it if it is of another broadcaster
-// (see names). r reads b's catalog.
-func (n *names) use(ctx context.Context, b *broadcast.Broadcaster, r reader) error {
+// use reports whether the view is b's, so that a request of b can look
+// names up in it. If it is not, it starts rebuilding the view for b in the
+// background (unless a rebuild runs already) and reports false: the
+// request reads the catalog meanwhile. r reads b's catalog.
+func (n *names) use(b *broadcast.Broadcaster, r reader) bool {
 	if n.term.Load() == b {
-		return nil
+		return true
 	}
-	n.rebuild.Lock()
-	defer n.rebuild.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.building != nil || n.closed {
+		return false
+	}
+	n.building = b
+	n.wg.Go(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-b.Done(): // a deposed broadcaster's view is of no use
+			case <-n.stop:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		err := n.rebuild(ctx, b, r)
+		n.mu.Lock()
+		n.building = nil
+		n.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			n.log.Warn("the names view could not be rebuilt; requests read the catalog until the next one tries again", "err", err)
+		}
+	})
+	return false
+}
+
+// rebuild makes the view b's (see names). r reads b's catalog.
+func (n *names) rebuild(ctx context.Context, b *broadcast.Broadcaster, r reader) error {
 	if n.term.Load() == b {
 		return nil
 	}
@@ -203,7 +256,7 @@ func (n *names) rebuilt() {
 // b's committed metadata under the request's resource keys would, but from
 // the view: the catalog is read only for an entry whose broadcast did not
 // succeed or is forgotten, or that did not decode. The view must be b's
-// (use).
+// (use reported true).
 func (n *names) lookup(ctx context.Context, b *broadcast.Broadcaster, r reader, key string) (uint64, bool, error) {
 	n.mu.Lock()
 	e := n.m[key]

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -43,9 +44,14 @@ func TestR10_2_NamesResolvedAfterRestart(t *testing.T) {
 	c = e.c
 	_, err := c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "kept"})
 	wantCode(t, err, connect.CodeAlreadyExists)
-	if got := e.app.names.term.Load(); got != e.b() {
-		t.Fatalf("after a CreateCollection the view is of %p, the leader's broadcaster is %p", got, e.b())
-	}
+	// The first request started the view's rebuild (it read the catalog
+	// meanwhile); the view becomes the leader's.
+	eventually(t, "the view to be the leader's", func() error {
+		if got := e.app.names.term.Load(); got != e.b() {
+			return fmt.Errorf("the view is of %p, the leader's broadcaster is %p", got, e.b())
+		}
+		return nil
+	})
 	again := must[*walcastv1.CreateCollectionResponse](t)(c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: "dropped"}))
 	if again.Collection.DatabaseId != db.Id {
 		t.Fatalf("recreated in database %d, want %d", again.Collection.DatabaseId, db.Id)
@@ -106,7 +112,7 @@ func TestR10_2_NamesRebuildKeepsChangesOfLiveTasks(t *testing.T) {
 	n.stage(coll.Result.BroadcastId, nameChange{tombKey, 900002}) // a tombstone's
 	n.stage(1<<60, nameChange{unknownKey, 900003})                // no such task
 	n.term.Store(nil)                                             // as after a leader change
-	if err := n.use(ctx, b, r); err != nil {
+	if err := n.rebuild(ctx, b, r); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

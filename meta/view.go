@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/walcast/walcast/api/walcastv1"
-	"github.com/walcast/walcast/internal/jsonobj"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/wal"
@@ -36,14 +35,65 @@ type Applier struct {
 
 // pchannel holds the views of one pchannel's vchannels. Its own mutex lets
 // the node apply to and snapshot different pchannels concurrently.
+//
+// A view is kept decoded (hot) from the copy applied to it until the node
+// snapshots it, then as its snapshot's bytes (cold) until the next copy:
+// most vchannels of a metadata cluster take a copy or two in their life (a
+// collection's create, an index), so at a million collections the views
+// cost their JSON, not their decoded structs and maps.
 type pchannel struct {
-	mu    sync.Mutex
-	views map[message.VChannel]*view // protected by mu
-	// members are the views as a snapshot lists them; protected by mu.
-	members jsonobj.Members[*view]
+	mu   sync.Mutex
+	hot  map[message.VChannel]*view // protected by mu
+	cold map[message.VChannel]span  // protected by mu; never both hot and cold
+	// arena holds the cold views' bytes; it only grows (a span is never
+	// written over, so bytes handed out stay valid), and is compacted
+	// once mostly dead. dead counts the bytes no span refers to.
+	// Protected by mu.
+	arena []byte
+	dead  int
 }
 
-var _ node.Applier = (*Applier)(nil)
+// span is where a cold view lies in its pchannel's arena.
+type span struct{ off, n uint32 }
+
+// arenaSlack is the least dead space an arena is compacted for (tests
+// lower it).
+var arenaSlack = 1 << 20
+
+// coldBytes returns vc's cold view (ok false: it has none). pc.mu is held.
+func (pc *pchannel) coldBytes(vc message.VChannel) ([]byte, bool) {
+	sp, ok := pc.cold[vc]
+	if !ok {
+		return nil, false
+	}
+	return pc.arena[sp.off : sp.off+sp.n : sp.off+sp.n], true
+}
+
+// putCold keeps b as vc's cold view, and no hot one. pc.mu is held.
+func (pc *pchannel) putCold(vc message.VChannel, b []byte) {
+	delete(pc.hot, vc)
+	pc.dropCold(vc)
+	pc.cold[vc] = span{uint32(len(pc.arena)), uint32(len(b))}
+	pc.arena = append(pc.arena, b...)
+	if pc.dead > len(pc.arena)/2 && pc.dead > arenaSlack {
+		arena := make([]byte, 0, len(pc.arena)-pc.dead)
+		for v, sp := range pc.cold {
+			pc.cold[v] = span{uint32(len(arena)), sp.n}
+			arena = append(arena, pc.arena[sp.off:sp.off+sp.n]...)
+		}
+		pc.arena, pc.dead = arena, 0
+	}
+}
+
+// dropCold forgets vc's cold view. pc.mu is held.
+func (pc *pchannel) dropCold(vc message.VChannel) {
+	if sp, ok := pc.cold[vc]; ok {
+		delete(pc.cold, vc)
+		pc.dead += int(sp.n)
+	}
+}
+
+var _ node.VChannelApplier = (*Applier)(nil)
 
 // NewApplier returns an empty state for node name.
 func NewApplier(name string) *Applier {
@@ -57,10 +107,31 @@ func (a *Applier) pchan(p message.PChannel, create bool) *pchannel {
 	defer a.mu.Unlock()
 	pc := a.chans[p]
 	if pc == nil && create {
-		pc = &pchannel{views: make(map[message.VChannel]*view)}
+		pc = &pchannel{hot: make(map[message.VChannel]*view), cold: make(map[message.VChannel]span)}
 		a.chans[p] = pc
 	}
 	return pc
+}
+
+// get returns vc's view, decoding a cold one (and keeping it hot if warm
+// is set); nil if vc has none. pc.mu is held.
+func (pc *pchannel) get(vc message.VChannel, warm bool) (*view, error) {
+	if v := pc.hot[vc]; v != nil {
+		return v, nil
+	}
+	raw, ok := pc.coldBytes(vc)
+	if !ok {
+		return nil, nil
+	}
+	v := &view{}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, fmt.Errorf("meta: the saved view of %s: %w", vc, err)
+	}
+	if warm {
+		pc.dropCold(vc)
+		pc.hot[vc] = v
+	}
+	return v, nil
 }
 
 // view is one vchannel's view, as snapshotted.
@@ -92,10 +163,6 @@ type view struct {
 	// jobs indexes ImportJobs, finished FinishedJobs; built on the first
 	// import message after a restore.
 	jobs, finished map[uint64]struct{}
-	// enc is the view's JSON as the last snapshot encoded it; nil since a
-	// message was applied to it. A snapshot encodes only the views changed
-	// since the previous one: the others' encodings have not changed.
-	enc []byte
 }
 
 func (v *view) anomaly(format string, args ...any) {
@@ -125,13 +192,18 @@ func (a *Applier) Apply(_ context.Context, c wal.Copy) error {
 	pc := a.pchan(c.VChannel.PChannel(), true)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	v := pc.views[c.VChannel]
+	v, err := pc.get(c.VChannel, true)
+	if err != nil {
+		// The saved view does not decode: start the vchannel afresh and
+		// say so, rather than stop applying.
+		pc.dropCold(c.VChannel)
+		v = &view{}
+		v.anomaly("%v", err)
+	}
 	if v == nil {
 		v = &view{}
-		pc.views[c.VChannel] = v
-		pc.members.Add(string(c.VChannel), v)
 	}
-	v.enc = nil
+	pc.hot[c.VChannel] = v
 	v.Applied++
 	v.LastBroadcastID = m.Broadcast.ID
 	if err := v.apply(c.VChannel, m, c.Checkpoint.MessageID); err != nil {
@@ -450,11 +522,41 @@ func (v *view) owns(id uint64) error {
 	return nil
 }
 
-// Snapshot encodes the views of p's vchannels: the bytes of json.Marshal
-// of the vchannel → view map, built from each view's cached encoding (only
-// the views a message was applied to since the last snapshot are encoded
-// again), so its cost grows with the changes, not with every collection the
-// pchannel ever had.
+// SnapshotVChannel encodes vc's view (node.VChannelApplier); nil if it
+// has none. The view is then kept as these bytes until a copy is applied
+// to it again.
+func (a *Applier) SnapshotVChannel(vc message.VChannel) ([]byte, error) {
+	pc := a.pchan(vc.PChannel(), false)
+	if pc == nil {
+		return nil, nil
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if v := pc.hot[vc]; v != nil {
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		pc.putCold(vc, enc)
+		return enc, nil
+	}
+	raw, _ := pc.coldBytes(vc)
+	return raw, nil
+}
+
+// RestoreVChannel sets vc's view to a snapshot of it
+// (node.VChannelApplier), kept as its bytes until a copy is applied to it.
+func (a *Applier) RestoreVChannel(vc message.VChannel, data []byte) error {
+	pc := a.pchan(vc.PChannel(), true)
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.putCold(vc, data)
+	return nil
+}
+
+// Snapshot encodes the views of p's vchannels as one JSON object,
+// vchannel → view: the node.Applier form, which a node of this walcast
+// does not ask for (the Applier is a node.VChannelApplier).
 func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 	pc := a.pchan(p, false)
 	if pc == nil {
@@ -462,41 +564,38 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	return pc.members.Append(make([]byte, 0, pc.members.Size()), (*view).encoded)
-}
-
-// encoded is v's encoding, kept until a message is applied to it; a nil
-// view (restored from a snapshot's null) encodes as null.
-func (v *view) encoded() ([]byte, error) {
-	if v == nil {
-		return []byte("null"), nil
-	}
-	if v.enc == nil {
+	m := make(map[message.VChannel]json.RawMessage, len(pc.hot)+len(pc.cold))
+	for vc, v := range pc.hot {
 		enc, err := json.Marshal(v)
 		if err != nil {
 			return nil, err
 		}
-		v.enc = enc
+		m[vc] = enc
 	}
-	return v.enc, nil
+	for vc := range pc.cold {
+		m[vc], _ = pc.coldBytes(vc)
+	}
+	return json.Marshal(m)
 }
 
-// Restore replaces the views of p's vchannels with a snapshot.
+// Restore replaces the views of p's vchannels with a snapshot Snapshot
+// returned (or the state a node of an older walcast saved): each view is
+// kept as its bytes until a copy is applied to it.
 func (a *Applier) Restore(p message.PChannel, data []byte) error {
-	var m map[message.VChannel]*view
+	var m map[message.VChannel]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
 		return fmt.Errorf("meta: restore the views of %s: %w", p, err)
-	}
-	if m == nil {
-		m = make(map[message.VChannel]*view)
 	}
 	pc := a.pchan(p, true)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	pc.views = m
-	pc.members.Reset()
-	for vc, v := range m {
-		pc.members.Add(string(vc), v)
+	clear(pc.hot)
+	clear(pc.cold)
+	pc.arena, pc.dead = nil, 0
+	for vc, raw := range m {
+		if string(raw) != "null" {
+			pc.putCold(vc, raw)
+		}
 	}
 	return nil
 }
@@ -510,7 +609,10 @@ func (a *Applier) View(vc message.VChannel) (*walcastv1.VChannelView, error) {
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	v := pc.views[vc]
+	v, err := pc.get(vc, false)
+	if err != nil {
+		return nil, err
+	}
 	if v == nil {
 		return nil, errorf(ErrVChannelNotFound, "node %s applied nothing to %s", a.node, vc)
 	}
@@ -548,7 +650,8 @@ func (a *Applier) VChannels() []message.VChannel {
 	var out []message.VChannel
 	for _, pc := range pcs {
 		pc.mu.Lock()
-		out = slices.AppendSeq(out, maps.Keys(pc.views))
+		out = slices.AppendSeq(out, maps.Keys(pc.hot))
+		out = slices.AppendSeq(out, maps.Keys(pc.cold))
 		pc.mu.Unlock()
 	}
 	slices.SortFunc(out, func(x, y message.VChannel) int { return strings.Compare(string(x), string(y)) })

@@ -1,9 +1,7 @@
 package meta
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -132,47 +130,41 @@ func TestApplierViewsSnapshotAndAnomalies(t *testing.T) {
 	}
 }
 
-// oldSnapshot is what Snapshot encoded before it cached each view's
-// encoding: json.Marshal of the pchannel's vchannel → view map.
-func oldSnapshot(t testing.TB, a *Applier, p message.PChannel) []byte {
-	t.Helper()
-	pc := a.pchan(p, false)
-	var m map[message.VChannel]*view
-	if pc != nil {
-		pc.mu.Lock()
-		defer pc.mu.Unlock()
-		m = pc.views
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// TestApplierSnapshotIsTheViewsJSON: a snapshot, built from the cached
-// encodings of the views not changed since the last one, is byte for byte
-// json.Marshal of the pchannel's views, through creates on new vchannels,
-// changes to old ones, snapshots in between and a restore (including one
-// holding a null view), so restoring it is what it always was.
-func TestApplierSnapshotIsTheViewsJSON(t *testing.T) {
+// TestApplierSnapshotsEachVChannel: through creates on new vchannels,
+// changes to old ones, a control channel's messages, and at random the
+// node's per-vchannel snapshots (after which a view is kept as its bytes,
+// in its pchannel's arena, compacted as it goes) and restores into a fresh
+// applier, every view is what an applier that never snapshots shows, and a
+// snapshotted view is held cold (as bytes) until a copy is applied to it
+// again.
+func TestApplierSnapshotsEachVChannel(t *testing.T) {
+	defer func(s int) { arenaSlack = s }(arenaSlack)
+	arenaSlack = 256 // compacted as it goes
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
-	a := NewApplier("n1")
+	a, ref := NewApplier("n1"), NewApplier("n1")
 	pchans := []message.PChannel{"wal-0", "wal-1", "wal-2"}
+	seen := map[message.VChannel]bool{}
+	apply := func(c wal.Copy) {
+		t.Helper()
+		if err := a.Apply(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Apply(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		seen[c.VChannel] = true
+	}
 	check := func(when string) {
 		t.Helper()
-		for _, p := range pchans {
-			got, err := a.Snapshot(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := oldSnapshot(t, a, p); !bytes.Equal(got, want) {
-				t.Fatalf("%s: snapshot of %s\n%s\nwant\n%s", when, p, got, want)
+		for vc := range seen {
+			got, err := a.View(vc)
+			want, _ := ref.View(vc)
+			if err != nil || !proto.Equal(got, want) {
+				t.Fatalf("%s: view of %s %v, want %v (%v)", when, vc, got, want, err)
 			}
 		}
 	}
-	check("before any apply")
 	var made []collRecord
 	id := uint64(100)
 	for step := range 400 {
@@ -184,76 +176,55 @@ func TestApplierSnapshotIsTheViewsJSON(t *testing.T) {
 			c := collRecord{ID: id, DatabaseID: 3, Database: "db", Name: fmt.Sprint("c", id), Shards: 2, VChannels: vcs, Fields: defaultFields}
 			made = append(made, c)
 			for _, vc := range vcs {
-				if err := a.Apply(ctx, copyOf(t, id, TypeCreateCollection, createCollectionPayload{Collection: c}, vc)); err != nil {
-					t.Fatal(err)
-				}
+				apply(copyOf(t, id, TypeCreateCollection, createCollectionPayload{Collection: c}, vc))
 			}
 		case r == 2: // an index on an old collection's first shard
 			c := made[rng.IntN(len(made))]
 			idx := indexRecord{ID: id, Name: fmt.Sprint("i", id), Field: "id", Type: "HNSW"}
-			if err := a.Apply(ctx, copyOf(t, id, TypeCreateIndex, indexPayload{DatabaseID: 3, CollectionID: c.ID, Index: idx}, c.VChannels[0])); err != nil {
-				t.Fatal(err)
-			}
+			apply(copyOf(t, id, TypeCreateIndex, indexPayload{DatabaseID: 3, CollectionID: c.ID, Index: idx}, c.VChannels[0]))
 		default: // a control channel message
 			ctl := pchans[rng.IntN(len(pchans))].Control()
-			if err := a.Apply(ctx, copyOf(t, id, TypeCreateDatabase, createDatabasePayload{Database: dbRecord{ID: id, Name: fmt.Sprint("db", id)}}, ctl)); err != nil {
-				t.Fatal(err)
+			apply(copyOf(t, id, TypeCreateDatabase, createDatabasePayload{Database: dbRecord{ID: id, Name: fmt.Sprint("db", id)}}, ctl))
+		}
+		if rng.IntN(3) == 0 { // the node saves some vchannels
+			for vc := range seen {
+				if rng.IntN(2) == 0 {
+					continue
+				}
+				snap, err := a.SnapshotVChannel(vc)
+				if err != nil || snap == nil {
+					t.Fatalf("snapshot of %s: %q, %v", vc, snap, err)
+				}
+				pc := a.pchan(vc.PChannel(), false)
+				pc.mu.Lock()
+				_, cold := pc.cold[vc]
+				hot := pc.hot[vc] != nil
+				pc.mu.Unlock()
+				if hot || !cold {
+					t.Fatalf("%s after its snapshot: hot %v, cold %v", vc, hot, cold)
+				}
 			}
 		}
 		if rng.IntN(8) == 0 {
 			check(fmt.Sprintf("step %d", step))
 		}
-		if step == 200 { // restore every pchannel, one with a null view
-			for _, p := range pchans {
-				snap, err := a.Snapshot(p)
+		if step == 200 { // a restart: every vchannel restored from its snapshot
+			b := NewApplier("n1")
+			for vc := range seen {
+				snap, err := a.SnapshotVChannel(vc)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if p == "wal-1" {
-					snap = append([]byte(`{"wal-1/c1v0":null,`), snap[1:]...)
-				}
-				if err := a.Restore(p, snap); err != nil {
+				if err := b.RestoreVChannel(vc, snap); err != nil {
 					t.Fatal(err)
 				}
 			}
+			a = b
 			check("after the restore")
 		}
 	}
 	check("at the end")
-}
-
-// BenchmarkApplierSnapshot: one pchannel's snapshot with 4,096 collection
-// views, 16 of them created since the last one (a pchannel's share of
-// CreateCollection between two of its node's saves).
-func BenchmarkApplierSnapshot(b *testing.B) {
-	ctx := context.Background()
-	a := NewApplier("n1")
-	id := uint64(0)
-	create := func() {
-		id++
-		vc := message.VChannel(fmt.Sprintf("wal-0/c%dv0", id))
-		c := collRecord{ID: id, DatabaseID: 3, Database: "db", Name: fmt.Sprint("c", id), Shards: 1,
-			VChannels: []message.VChannel{vc}, Fields: defaultFields}
-		if err := a.Apply(ctx, copyOf(b, id, TypeCreateCollection, createCollectionPayload{Collection: c}, vc)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for range 4096 {
-		create()
-	}
-	if _, err := a.Snapshot("wal-0"); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
-		for range 16 {
-			create()
-		}
-		b.StartTimer()
-		if _, err := a.Snapshot("wal-0"); err != nil {
-			b.Fatal(err)
-		}
+	if snap, err := a.SnapshotVChannel("wal-3/c1v0"); snap != nil || err != nil {
+		t.Fatalf("snapshot of a vchannel without a view: %q, %v", snap, err)
 	}
 }

@@ -33,6 +33,13 @@ type channel struct {
 	dirty     bool // st changed since the last save
 	sinceSave int  // entries handled since the last save
 
+	// The files of the state (see state.go), owned by the worker: the
+	// open journal (nil: the next save writes a base), the base's
+	// generation and size.
+	j        *journal
+	gen      uint64
+	baseSize int64
+
 	// reader is the current reader of the read goroutine, nil while it
 	// reopens: status reads how far it got (Reader.Position).
 	reader atomic.Pointer[wal.Reader]
@@ -61,6 +68,13 @@ func newChannel(n *Node, p message.PChannel, st *pstate, saved bool) *channel {
 		c.savedOffset = st.resume
 	}
 	return c
+}
+
+// closeJournal closes the open journal, if any.
+func (c *channel) closeJournal() error {
+	err := c.j.close()
+	c.j = nil
+	return err
 }
 
 func (c *channel) start() {
@@ -362,16 +376,13 @@ func (c *channel) handle(ctx context.Context, entry []wal.Copy) bool {
 			}
 			c.mu.Lock()
 			c.st.handled = pos
+			// The vchannel's state changed (a VChannelApplier's too):
+			// the next save writes it.
+			vs := c.st.touch(cp.VChannel)
 			if id != 0 {
-				vs := c.st.vchans[cp.VChannel]
-				if vs == nil {
-					vs = &vstate{}
-					c.st.add(cp.VChannel, vs)
-				}
 				vs.ids.Add(id)
 				vs.applied++
 				vs.last = id
-				vs.changed()
 				c.st.last = id
 			}
 			c.nApplied++
@@ -574,26 +585,62 @@ func permanent(err error) bool {
 	return errors.Is(err, broadcast.ErrVChannelNotInTask) || errors.Is(err, broadcast.ErrInvalidArgument)
 }
 
-// save writes the state and the Applier's snapshot of p to StateDir.
+// save writes the state and the Applier's of p to StateDir: one batch of
+// what changed since the last save appended to the journal, or, once the
+// journal has outgrown the base (or there is no journal yet, or the
+// Applier is not a VChannelApplier), a new base of the whole state (see
+// state.go). Only the worker changes c.st, and save runs on the worker (or
+// after it stopped), so it reads c.st without c.mu.
 func (c *channel) save() error {
-	snap, err := c.snapshot()
-	if err != nil {
-		return err
+	va, perVChannel := c.cfg.Applier.(VChannelApplier)
+	apps := func(message.VChannel) ([]byte, error) { return nil, nil }
+	var whole []byte
+	if perVChannel {
+		apps = func(v message.VChannel) (snap []byte, err error) {
+			err = wait.Safely("application code", func() error {
+				snap, err = va.SnapshotVChannel(v)
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("node: snapshot of %s: %w", v, err)
+			}
+			return snap, nil
+		}
+	} else {
+		var err error
+		if whole, err = c.snapshot(); err != nil {
+			return err
+		}
 	}
-	c.mu.Lock()
-	data, err := encodeState(c.cfg.Name, c.p, c.st, snap)
-	resume := c.st.resume
-	c.mu.Unlock()
-	if err == nil {
-		err = writeAtomic(c.cfg.StateDir, c.p, data)
+	base := c.j == nil || !perVChannel || c.j.size > max(c.baseSize, compactMin)
+	var err error
+	if base {
+		var data []byte
+		if data, err = encodeBase(c.cfg.Name, c.p, c.gen+1, c.st, apps, whole); err == nil {
+			_ = c.closeJournal()
+			var j *journal
+			if j, err = writeBase(c.cfg.StateDir, c.cfg.Name, c.p, c.gen+1, data); err == nil {
+				c.j, c.gen, c.baseSize = j, c.gen+1, int64(len(data))
+			}
+		}
+	} else {
+		var batch []byte
+		if batch, err = encodeBatch(c.st, apps, nil); err == nil {
+			if err = c.j.append(batch); err != nil {
+				// The journal may end in part of this batch: the next
+				// save writes a base instead of appending after it.
+				_ = c.closeJournal()
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("node: save the state of %s: %w", c.p, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.st.settle()
 	c.savedAt = time.Now()
-	c.savedOffset = resume
+	c.savedOffset = c.st.resume
 	c.dirty = false
 	c.sinceSave = 0
 	return nil

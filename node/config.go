@@ -31,6 +31,25 @@ type Applier interface {
 	Restore(p message.PChannel, data []byte) error
 }
 
+// VChannelApplier is an Applier whose state is per vchannel, snapshotted
+// and restored one vchannel at a time. A node saves only the vchannels
+// applied to since its last save (a plain Applier's whole pchannel is
+// written at every save, a cost that grows with every vchannel the
+// pchannel ever had), and restores each vchannel's snapshot on its own.
+// Apply must change the state of c.VChannel only.
+type VChannelApplier interface {
+	Applier
+	// SnapshotVChannel encodes the state of vchannel v: every copy applied
+	// to it so far. nil means v has no state. The node calls it, for the
+	// vchannels of one pchannel, from that pchannel's worker, between two
+	// Apply calls.
+	SnapshotVChannel(v message.VChannel) ([]byte, error)
+	// RestoreVChannel sets v's state to a snapshot SnapshotVChannel
+	// returned. New calls it, before any Apply, for every vchannel with a
+	// saved snapshot; data is not valid after it returns.
+	RestoreVChannel(v message.VChannel, data []byte) error
+}
+
 // Acker acknowledges consumed copies to the coordinator. In process it is the
 // *broadcast.Broadcaster; remotely an API client. Errors wrapping
 // broadcast.ErrVChannelNotInTask or broadcast.ErrInvalidArgument are
@@ -62,8 +81,9 @@ type Config struct {
 	Applier Applier
 	// Acker receives the acks.
 	Acker Acker
-	// StateDir holds the node's durable state, one file per pchannel. It is
-	// created if missing. One node at a time may use it.
+	// StateDir holds the node's durable state, two files per pchannel (a
+	// base and a journal of the saves since). It is created if missing.
+	// One node at a time may use it.
 	StateDir string
 
 	// Backoff paces the retries of Apply, acks, state saves and WAL reads:

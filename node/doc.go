@@ -33,10 +33,10 @@
 //
 // # Exactly once per vchannel
 //
-// Every pchannel has a durable state, saved atomically to one file in
-// StateDir: the resume offset, the position (message id) of the last copy
-// handled, the set of broadcast ids applied per vchannel, and the Applier's
-// snapshot of the same pchannel. These parts are captured together by the
+// Every pchannel has a durable state in StateDir: the resume offset, the
+// position (message id) of the last copy handled, the set of broadcast ids
+// applied per vchannel, and the Applier's state of the same pchannel (a
+// VChannelApplier's per vchannel). These parts are captured together by the
 // worker, between two copies, so they always agree with each other. A copy is
 // applied unless one of two records says it already was:
 //
@@ -91,16 +91,27 @@
 //
 // # Durability and restart
 //
-// The state file of a pchannel is written to a temporary file, fsynced,
-// renamed over the old one and the directory fsynced; a checksum guards it.
-// It is saved every SnapshotEvery entries, SnapshotInterval after the first
-// unsaved change, before acking an AckSyncUp copy, and on Close (also in the
-// middle of an entry: the copies applied so far are then re-read, deduplicated
-// by position, and acked). New restores each pchannel's state into the Applier
-// and Start resumes reading at the saved offset. A pchannel without a state
-// file starts at offset 0 (the beginning of the retained log) with no Restore
-// call, so a pchannel moved to a new node is rebuilt from the WAL, never from
-// its end. One StateDir serves one node at a time.
+// A pchannel's state is two files: a base, the whole state at some point
+// (written to a temporary file, fsynced, renamed over the old one, the
+// directory fsynced), and a journal of the saves since, each save one batch
+// appended and fsynced that holds what changed: the position, and the
+// vchannels applied to since the save before, each with its applied ids
+// and, for a VChannelApplier, its snapshot (SnapshotVChannel). A save thus
+// costs what changed, not every vchannel the pchannel ever had (a plain
+// Applier's whole snapshot is written at every save: a new base). Once the
+// journal outgrows the base, a save writes a new base and starts an empty
+// journal. Checksums guard every record; a save cut short by a crash at the
+// end of the journal did not happen. It is saved every SnapshotEvery
+// entries, SnapshotInterval after the first unsaved change, before acking
+// an AckSyncUp copy, and on Close (also in the middle of an entry: the
+// copies applied so far are then re-read, deduplicated by position, and
+// acked). New restores each pchannel's state into the Applier (Restore, or
+// RestoreVChannel per vchannel) and Start resumes reading at the saved
+// offset. A pchannel without a state starts at offset 0 (the beginning of
+// the retained log) with no Restore call, so a pchannel moved to a new node
+// is rebuilt from the WAL, never from its end. New reads a state file of
+// the format before (one JSON file per pchannel, rewritten at every save);
+// the first save replaces it. One StateDir serves one node at a time.
 //
 // A node knows which log it read (R9.14): the state saves, with the
 // position, the identity of the pchannel's log (wal.Identified: the NATS

@@ -269,6 +269,45 @@ func (a *countApplier) Restore(p message.PChannel, data []byte) error {
 	return nil
 }
 
+// vcApplier is countApplier as a VChannelApplier: each vchannel's counts
+// are snapshotted and restored on their own.
+type vcApplier struct{ *countApplier }
+
+var _ VChannelApplier = vcApplier{}
+
+func (a vcApplier) SnapshotVChannel(v message.VChannel) ([]byte, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]int{}
+	for k, n := range a.counts {
+		if k.v == v {
+			out[strconv.FormatUint(k.id, 10)] = n
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(out)
+}
+
+func (a vcApplier) RestoreVChannel(v message.VChannel, data []byte) error {
+	var in map[string]int
+	if err := json.Unmarshal(data, &in); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	maps.DeleteFunc(a.counts, func(k key, _ int) bool { return k.v == v })
+	for s, n := range in {
+		id, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return err
+		}
+		a.counts[key{v, id}] = n
+	}
+	return nil
+}
+
 func (a *countApplier) state() map[key]int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

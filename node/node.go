@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -49,21 +47,55 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, byName: make(map[message.PChannel]*channel, len(cfg.PChannels)), closed: make(chan struct{})}
 	for _, p := range cfg.PChannels {
 		removeTemps(cfg.StateDir, p)
-		st, snap, ok, err := loadState(cfg.StateDir, p)
+		c, err := n.restore(p)
 		if err != nil {
+			for _, c := range n.chans {
+				_ = c.closeJournal()
+			}
 			return nil, err
 		}
-		if !ok {
-			st = newPState()
-		} else if err := wait.Safely("application code", func() error { return cfg.Applier.Restore(p, snap) }); err != nil {
-			return nil, fmt.Errorf("node: restore the applier's state of %s: %w", p, err)
-		}
-		c := newChannel(n, p, st, ok)
 		n.chans = append(n.chans, c)
 		n.byName[p] = c
 	}
 	cfg.Logger.Info("node state loaded", "node", cfg.Name, "pchannels", len(n.chans))
 	return n, nil
+}
+
+// restore loads p's saved state, restores the Applier's part of it, and
+// returns p's channel, with its journal open for the next save (none: the
+// next save writes a base).
+func (n *Node) restore(p message.PChannel) (*channel, error) {
+	s, ok, err := loadState(n.cfg.StateDir, p)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return newChannel(n, p, newPState(), false), nil
+	}
+	app := n.cfg.Applier
+	if s.whole != nil || s.legacy {
+		if err := wait.Safely("application code", func() error { return app.Restore(p, s.whole) }); err != nil {
+			return nil, fmt.Errorf("node: restore the applier's state of %s: %w", p, err)
+		}
+	}
+	if va, ok := app.(VChannelApplier); ok {
+		for v, data := range s.apps {
+			if err := wait.Safely("application code", func() error { return va.RestoreVChannel(v, data) }); err != nil {
+				return nil, fmt.Errorf("node: restore the applier's state of %s: %w", v, err)
+			}
+		}
+	}
+	c := newChannel(n, p, s.st, true)
+	c.gen, c.baseSize = s.gen, s.baseSize
+	if !s.legacy && s.journalSize > 0 {
+		if err := s.cutTorn(n.cfg.StateDir, p); err != nil {
+			return nil, err
+		}
+		if c.j, err = openJournal(n.cfg.StateDir, p, s.journalSize); err != nil {
+			return nil, fmt.Errorf("node: open the journal of %s: %w", p, err)
+		}
+	}
+	return c, nil
 }
 
 // Start opens a reader on every pchannel at its saved offset and starts
@@ -161,6 +193,11 @@ func (n *Node) Close() error {
 			}
 		}
 	}
+	for _, c := range n.chans {
+		if err := c.closeJournal(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	n.closeErr = errors.Join(errs...)
 	close(n.closed)
 	n.cfg.Logger.Info("node stopped", "node", n.cfg.Name, "err", n.closeErr)
@@ -241,8 +278,9 @@ type PChannelStatus struct {
 	// its log was replaced, or its position is past the end of the log.
 	// "" while it reads.
 	Halted string
-	// VChannels are the vchannels seen so far, by name.
-	VChannels []VChannelStatus
+	// VChannels counts the vchannels seen so far (Node.VChannel describes
+	// one).
+	VChannels int
 }
 
 // Lag returns how many entries the node still has to handle on the
@@ -300,16 +338,28 @@ func (c *channel) status() PChannelStatus {
 		LastBroadcastID: c.st.last, Applied: c.nApplied, Duplicates: c.nDup,
 		Acks: c.nAcks, AckRetries: c.nAckRetries, AcksRejected: c.nRejected,
 		Stage: c.stage, Attempts: c.attempts, LastError: c.lastErr, ReadError: c.readErr, Halted: c.halted,
-		VChannels: make([]VChannelStatus, 0, len(c.st.vchans)),
+		VChannels: c.st.vchannels(),
 	}
 	s.ReadOffset = s.NextOffset
 	if r := c.reader.Load(); r != nil {
 		s.ReadOffset = max(r.Position(), s.NextOffset)
 	}
 	s.Queued = int(c.queued.Load())
-	for v, vs := range c.st.vchans {
-		s.VChannels = append(s.VChannels, VChannelStatus{VChannel: v, Applied: vs.applied, LastBroadcastID: vs.last})
-	}
-	slices.SortFunc(s.VChannels, func(a, b VChannelStatus) int { return strings.Compare(string(a.VChannel), string(b.VChannel)) })
 	return s
+}
+
+// VChannel describes vchannel v of a pchannel the node consumes; ok is
+// false if the node applied nothing to it.
+func (n *Node) VChannel(v message.VChannel) (s VChannelStatus, ok bool) {
+	c, known := n.byName[v.PChannel()]
+	if !known {
+		return s, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	vs := c.st.get(v)
+	if vs == nil {
+		return s, false
+	}
+	return VChannelStatus{VChannel: v, Applied: vs.applied, LastBroadcastID: vs.last}, true
 }

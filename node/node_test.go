@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -65,13 +67,16 @@ func TestR9_3_AppliesEveryCopyOnceAndAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p1.LastBroadcastID != ids[4] || p1.Applied != 5 || p1.Acks != 5 ||
-		len(p1.VChannels) != 1 || p1.VChannels[0] != (VChannelStatus{VChannel: vB, Applied: 5, LastBroadcastID: ids[4]}) {
-		t.Errorf("wal-1 status %+v", p1)
+	if vs, ok := n.VChannel(vB); p1.LastBroadcastID != ids[4] || p1.Applied != 5 || p1.Acks != 5 ||
+		p1.VChannels != 1 || !ok || vs != (VChannelStatus{VChannel: vB, Applied: 5, LastBroadcastID: ids[4]}) {
+		t.Errorf("wal-1 status %+v, %s %+v", p1, vB, vs)
 	}
 	p0, _ := n.PChannel("wal-0")
-	if len(p0.VChannels) != 2 || p0.VChannels[0].VChannel != cchan || p0.VChannels[1].VChannel != vA || p0.VChannels[0].Applied != 5 {
-		t.Errorf("wal-0 status %+v", p0)
+	if c, ok := n.VChannel(cchan); p0.VChannels != 2 || !ok || c.Applied != 5 {
+		t.Errorf("wal-0 status %+v, control channel %+v", p0, c)
+	}
+	if _, ok := n.VChannel(vA); !ok {
+		t.Errorf("wal-0 status %+v: no %s", p0, vA)
 	}
 }
 
@@ -102,8 +107,8 @@ func TestR4_4_AckSyncUpCompletesOnlyAfterApply(t *testing.T) {
 		if app.count(a.VChannel, a.BroadcastID) != 1 {
 			t.Errorf("ack of %s/%d before Apply", a.VChannel, a.BroadcastID)
 		}
-		st, _, ok, err := loadState(e.dir, a.VChannel.PChannel())
-		if err != nil || !ok || !st.applied(a.VChannel, a.BroadcastID) {
+		s, ok, err := loadState(e.dir, a.VChannel.PChannel())
+		if err != nil || !ok || !s.st.applied(a.VChannel, a.BroadcastID) {
 			t.Errorf("ack of AckSyncUp copy %s/%d before the node saved it (ok=%v err=%v)", a.VChannel, a.BroadcastID, ok, err)
 		}
 		return nil
@@ -206,74 +211,88 @@ func TestR9_3_RedeliveredCopiesAppliedOnceAckedAgain(t *testing.T) {
 // clean stop (no Apply call repeated) and after a crash (the copies after the
 // last save are applied again, to the restored state).
 func TestR10_4_RestartAppliesEveryCopyOnce(t *testing.T) {
-	for _, crash := range []bool{false, true} {
-		t.Run(map[bool]string{false: "clean", true: "crash"}[crash], func(t *testing.T) {
-			e := newEnv(t)
-			const total = 24
-			var sent atomic.Int32
-			bdone := make(chan error, 1)
-			// The sender pauses a third of the way, right after a fast-acked
-			// broadcast, so the node has unsaved progress when it is stopped
-			// (however slow the machine), and resumes after.
-			resume := make(chan struct{})
-			go func() {
-				for i := range total {
-					if i == total/3+1 {
-						<-resume
-					}
-					targets := []message.VChannel{vA, vB}
-					typ := typCreate
-					if i%4 == 3 {
-						targets, typ = []message.VChannel{vB}, typSync
-					}
-					if _, err := e.broadcast(ctxT(t, 20*time.Second), typ, fmt.Sprint("c", i%3), targets...); err != nil {
-						bdone <- err
-						return
-					}
-					sent.Add(1)
-				}
-				bdone <- nil
-			}()
-			mod := func(c *Config) { c.SnapshotEvery, c.SnapshotInterval = 3, time.Hour }
-			app1 := newCountApplier()
-			n1, err := New(e.config(app1, &recAcker{next: e.b}, mod))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n1.crashOnClose = crash
-			if err := n1.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "a third of the broadcasts, and unsaved progress", func() bool {
-				return sent.Load() > total/3 && unsaved(n1)
-			})
-			if err := n1.Close(); err != nil {
-				t.Fatal(err)
-			}
-			close(resume)
-			lost := crash && unsaved(n1) // progress the crash threw away
-			calls1, _ := app1.stats()
+	for _, perVChannel := range []bool{false, true} {
+		for _, crash := range []bool{false, true} {
+			name := map[bool]string{false: "clean", true: "crash"}[crash] + map[bool]string{false: "", true: "/per-vchannel"}[perVChannel]
+			t.Run(name, func(t *testing.T) { restartAppliesEveryCopyOnce(t, crash, perVChannel) })
+		}
+	}
+}
 
-			app2 := newCountApplier()
-			n2 := e.start(app2, &recAcker{next: e.b}, mod)
-			if err := <-bdone; err != nil {
-				t.Fatal(err) // AckSyncUp broadcasts need the second node's acks
+// restartAppliesEveryCopyOnce is TestR10_4_RestartAppliesEveryCopyOnce
+// with a clean stop or a crash, with an Applier that snapshots its whole
+// pchannels or a VChannelApplier.
+func restartAppliesEveryCopyOnce(t *testing.T, crash, perVChannel bool) {
+	applier := func(a *countApplier) Applier {
+		if perVChannel {
+			return vcApplier{a}
+		}
+		return a
+	}
+	e := newEnv(t)
+	const total = 24
+	var sent atomic.Int32
+	bdone := make(chan error, 1)
+	// The sender pauses a third of the way, right after a fast-acked
+	// broadcast, so the node has unsaved progress when it is stopped
+	// (however slow the machine), and resumes after.
+	resume := make(chan struct{})
+	go func() {
+		for i := range total {
+			if i == total/3+1 {
+				<-resume
 			}
-			e.waitApplied(app2)
-			e.checkExactlyOnce(app2)
-			calls2, _ := app2.stats()
-			copies := len(e.distinct())
-			t.Logf("copies %d, Apply calls %d + %d", copies, calls1, calls2)
-			if !crash && calls1+calls2 != copies {
-				t.Errorf("clean restart: %d + %d Apply calls for %d copies", calls1, calls2, copies)
+			targets := []message.VChannel{vA, vB}
+			typ := typCreate
+			if i%4 == 3 {
+				targets, typ = []message.VChannel{vB}, typSync
 			}
-			if crash && calls1+calls2 < copies || lost && calls1+calls2 == copies {
-				t.Errorf("crash (unsaved progress lost: %v): %d + %d Apply calls for %d copies", lost, calls1, calls2, copies)
+			if _, err := e.broadcast(ctxT(t, 20*time.Second), typ, fmt.Sprint("c", i%3), targets...); err != nil {
+				bdone <- err
+				return
 			}
-			if err := n2.Close(); err != nil {
-				t.Fatal(err)
-			}
-		})
+			sent.Add(1)
+		}
+		bdone <- nil
+	}()
+	mod := func(c *Config) { c.SnapshotEvery, c.SnapshotInterval = 3, time.Hour }
+	app1 := newCountApplier()
+	n1, err := New(e.config(applier(app1), &recAcker{next: e.b}, mod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.crashOnClose = crash
+	if err := n1.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a third of the broadcasts, and unsaved progress", func() bool {
+		return sent.Load() > total/3 && unsaved(n1)
+	})
+	if err := n1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	lost := crash && unsaved(n1) // progress the crash threw away
+	calls1, _ := app1.stats()
+
+	app2 := newCountApplier()
+	n2 := e.start(applier(app2), &recAcker{next: e.b}, mod)
+	if err := <-bdone; err != nil {
+		t.Fatal(err) // AckSyncUp broadcasts need the second node's acks
+	}
+	e.waitApplied(app2)
+	e.checkExactlyOnce(app2)
+	calls2, _ := app2.stats()
+	copies := len(e.distinct())
+	t.Logf("copies %d, Apply calls %d + %d", copies, calls1, calls2)
+	if !crash && calls1+calls2 != copies {
+		t.Errorf("clean restart: %d + %d Apply calls for %d copies", calls1, calls2, copies)
+	}
+	if crash && calls1+calls2 < copies || lost && calls1+calls2 == copies {
+		t.Errorf("crash (unsaved progress lost: %v): %d + %d Apply calls for %d copies", lost, calls1, calls2, copies)
+	}
+	if err := n2.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -283,8 +302,8 @@ func unsaved(n *Node) bool {
 		c.mu.Lock()
 		handled := c.st.handled
 		c.mu.Unlock()
-		saved, _, ok, err := loadState(c.cfg.StateDir, c.p)
-		if err != nil || !ok || saved.handled < handled {
+		saved, ok, err := loadState(c.cfg.StateDir, c.p)
+		if err != nil || !ok || saved.st.handled < handled {
 			return true
 		}
 	}
@@ -316,9 +335,9 @@ func TestCloseMidEntryReacksAfterRestart(t *testing.T) {
 	if err := n1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st, _, ok, err := loadState(e.dir, "wal-0")
-	if err != nil || !ok || st.resume != 0 || !st.applied(cchan, 1) || !st.applied(vA, 1) {
-		t.Fatalf("saved state %+v ok=%v err=%v; want resume 0 with both copies applied", st, ok, err)
+	s, ok, err := loadState(e.dir, "wal-0")
+	if err != nil || !ok || s.st.resume != 0 || !s.st.applied(cchan, 1) || !s.st.applied(vA, 1) {
+		t.Fatalf("saved state %+v ok=%v err=%v; want resume 0 with both copies applied", s, ok, err)
 	}
 	app2, acker2 := newCountApplier(), &recAcker{next: e.b}
 	n2 := e.start(app2, acker2)
@@ -593,12 +612,12 @@ func TestSnapshotInterval(t *testing.T) {
 		p1, _ := n.PChannel("wal-1")
 		return p1.SavedOffset == 1 && !p1.SavedAt.IsZero()
 	})
-	st, snap, ok, err := loadState(e.dir, "wal-1")
-	if err != nil || !ok || st.resume != 1 || !st.applied(vB, 1) {
-		t.Fatalf("saved %+v ok=%v err=%v", st, ok, err)
+	s, ok, err := loadState(e.dir, "wal-1")
+	if err != nil || !ok || s.st.resume != 1 || !s.st.applied(vB, 1) {
+		t.Fatalf("saved %+v ok=%v err=%v", s, ok, err)
 	}
 	other := newCountApplier()
-	if err := other.Restore("wal-1", snap); err != nil || other.count(vB, 1) != 1 {
+	if err := other.Restore("wal-1", s.whole); err != nil || other.count(vB, 1) != 1 {
 		t.Fatalf("the saved snapshot does not hold the copy: %v", err)
 	}
 }
@@ -727,7 +746,7 @@ func TestCorruptStateFile(t *testing.T) {
 		}
 	}
 	// Another pchannel's file under this name.
-	other, err := encodeState("n1", "wal-0", newPState(), nil)
+	other, err := encodeBase("n1", "wal-0", 1, newPState(), func(message.VChannel) ([]byte, error) { return nil, nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -773,11 +792,16 @@ func TestLanesEachPChannelHandlesOnlyItsCopies(t *testing.T) {
 		if ps.Applied == 0 {
 			t.Errorf("%s applied nothing", p)
 		}
-		for _, v := range ps.VChannels {
-			if v.VChannel.PChannel() != p {
-				t.Errorf("%s handled %s", p, v.VChannel)
+		c := n.byName[p]
+		c.mu.Lock()
+		for _, vs := range []iter.Seq[message.VChannel]{maps.Keys(c.st.hot), maps.Keys(c.st.cold)} {
+			for v := range vs {
+				if v.PChannel() != p {
+					t.Errorf("%s handled %s", p, v)
+				}
 			}
 		}
+		c.mu.Unlock()
 	}
 }
 

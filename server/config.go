@@ -103,6 +103,9 @@ func (c Config) validateCouplings() error {
 		return badSetting("broadcast.max_message_bytes", "%d plus 64 KiB of record overhead exceeds catalog.max_txn_bytes (%d)", b.MaxMessageBytes, c.Catalog.MaxTxnBytes)
 	case c.API.MaxRequestBytes < b.MaxMessageBytes:
 		return badSetting("api.max_request_bytes", "%d is below broadcast.max_message_bytes (%d)", c.API.MaxRequestBytes, b.MaxMessageBytes)
+	case c.Standalone.WALRetention < c.WAL.NATS.DedupWindow:
+		return badSetting("standalone.wal_retention", "%v is below wal.nats.dedup_window (%v): a retried append must still meet its original",
+			c.Standalone.WALRetention.D(), c.WAL.NATS.DedupWindow.D())
 	case c.Metrics.TLS && c.API.TLS.CertFile == "":
 		return badSetting("metrics.tls", "serves with api.tls's certificate: set api.tls.cert_file and api.tls.key_file")
 	}

@@ -30,15 +30,25 @@ type StandaloneConfig struct {
 	// NATSMaxMemory is the embedded JetStream's memory limit, in bytes.
 	NATSMaxMemory int64 `yaml:"nats_max_memory"`
 	// EtcdCompactionRetention is how long the embedded etcd keeps
-	// revision history before compacting it: its memory and database
-	// grow with the writes of that long. It must outlast the longest
-	// catalog listing (a recovery's), which pins one revision.
+	// revision history before compacting it (it compacts every
+	// retention, keeping one to two of them): its memory and database
+	// grow with the writes of that long (a metadata DDL leaves about
+	// 1.6 KB). It must outlast the longest catalog listing (a
+	// recovery's), which pins one revision; nothing else of walcast
+	// reads old revisions.
 	EtcdCompactionRetention Duration `yaml:"etcd_compaction_retention"`
 	// EtcdQuotaBytes bounds the embedded etcd's database file (etcd's
 	// quota-backend-bytes; etcd refuses every write once it is full).
 	// Once the file passes half of it, history older than a minute is
 	// compacted at once instead of after etcd_compaction_retention.
 	EtcdQuotaBytes int64 `yaml:"etcd_quota_bytes"`
+	// WALRetention is how long standalone's WAL entries are kept at
+	// least: an entry older than this that every streaming node of the
+	// process has saved a state past is dropped (checked every tenth of
+	// it, at most every minute). At least wal.nats.dedup_window. A
+	// cluster in a replication topology keeps every entry: a secondary
+	// reads them at a position this process does not know.
+	WALRetention Duration `yaml:"wal_retention"`
 }
 
 // DiskConfig is the free-space guard of data_dir (section disk).
@@ -76,8 +86,9 @@ func defaultStandaloneConfig() StandaloneConfig {
 	return StandaloneConfig{
 		NATSMaxStore:            64 << 30,
 		NATSMaxMemory:           256 << 20,
-		EtcdCompactionRetention: Duration(time.Hour),
+		EtcdCompactionRetention: Duration(time.Minute),
 		EtcdQuotaBytes:          embedetcd.DefaultQuotaBytes,
+		WALRetention:            Duration(10 * time.Minute),
 	}
 }
 

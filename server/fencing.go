@@ -297,7 +297,11 @@ func (f *fencing) round(ctx context.Context) {
 // once every secondary it must hear from answered (or the policy accepts
 // it unconfirmed).
 func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
-	gen := generationOf(b)
+	// The generation is read only when a mark or a peer's answer is
+	// compared with it: it may look through every tombstone, which a
+	// cluster with neither (a standalone) would do every round for
+	// nothing.
+	gen := sync.OnceValue(func() uint64 { return generationOf(b) })
 	if f.own != nil {
 		mctx, cancel := context.WithTimeout(ctx, fenceTimeout)
 		m, err := readMark(mctx, f.own)
@@ -305,7 +309,7 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		switch {
 		case err != nil:
 			f.log.Debug("cannot read this cluster's fence channel", "err", err)
-		case m != nil && m.Replaced == f.cluster && m.Generation > gen:
+		case m != nil && m.Replaced == f.cluster && m.Generation > gen():
 			f.supersede(ctx, b, supersession{By: m.Cluster, Generation: m.Generation, PromotedAt: m.PromotedAt, Via: "wal"})
 			return
 		}
@@ -324,7 +328,7 @@ func (f *fencing) check(ctx context.Context, b *broadcast.Broadcaster) {
 		}
 		answered[name] = true
 		switch {
-		case st.GetRole() == broadcast.Primary.String() && st.GetGeneration() > gen && (st.GetReplaced() == f.cluster || f.isSecondary(b, name)):
+		case st.GetRole() == broadcast.Primary.String() && st.GetGeneration() > gen() && (st.GetReplaced() == f.cluster || f.isSecondary(b, name)):
 			// A primary of a higher generation whose promote replaced
 			// this cluster, or that followed it (and was promoted over
 			// it, or over another of its followers since): an unrelated

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -314,9 +315,25 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 	if err != nil {
 		return nil, err
 	}
+	// The two servers start side by side: at a million collections etcd
+	// takes seconds to rebuild its index, NATS to recover its streams.
+	type natsStart struct {
+		ns  *embednats.Server
+		err error
+	}
+	natsc := make(chan natsStart, 1)
+	go func() {
+		ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog,
+			MaxStore: cfg.Standalone.NATSMaxStore, MaxMemory: cfg.Standalone.NATSMaxMemory, OnFatal: fatal("embedded NATS")})
+		natsc <- natsStart{ns, err}
+	}()
 	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog,
 		CompactionRetention: cfg.Standalone.EtcdCompactionRetention.D(), QuotaBytes: cfg.Standalone.EtcdQuotaBytes,
 		OnFatal: fatal("embedded etcd")})
+	started := <-natsc
+	if err != nil && started.err == nil {
+		started.ns.Close()
+	}
 	if fe := (*embedetcd.FatalError)(nil); errors.As(err, &fe) {
 		return nil, fmt.Errorf("%w: embedded etcd in %s: %w", ErrStorage, dir, err)
 	}
@@ -326,8 +343,7 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 	p.onClose(etcd.Close)
 	p.storage.etcd = etcd
 	p.etcdURL = strings.Join(etcd.Endpoints(), ",")
-	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog,
-		MaxStore: cfg.Standalone.NATSMaxStore, MaxMemory: cfg.Standalone.NATSMaxMemory, OnFatal: fatal("embedded NATS")})
+	ns, err := started.ns, started.err
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats (standalone.nats_addr, --nats-addr; port %d): %w", natsPort, err)
 	}
@@ -348,10 +364,21 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
 		return nil, err
 	}
-	coord, err := p.startCoordinator(ctx, cfg, client, limits, w, application)
-	if err != nil {
-		return nil, err
+	// The nodes load their state (at a million collections, a million
+	// vchannels' records) while the coordinator recovers, and start once
+	// it leads.
+	var coordinator atomic.Pointer[Coordinator]
+	acker := leaderAcker{app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
+		if c := coordinator.Load(); c != nil {
+			return c.Current()
+		}
+		return nil, fmt.Errorf("%w: the coordinator is starting", broadcast.ErrTaskNotCreated)
+	})}
+	type loaded struct {
+		n   *node.Node
+		err error
 	}
+	var loads []chan loaded
 	pchans := cfg.PChannelNames()
 	for i := range cfg.Nodes.Count {
 		var mine []message.PChannel
@@ -362,9 +389,44 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 			continue
 		}
 		name := fmt.Sprintf("node-%d", i)
-		if err := p.startNode(ctx, name, mine, w, filepath.Join(dir, "nodes", name), ackingNode{leaderAcker{coord}, name, p.nodeAcks}, application); err != nil {
+		ch := make(chan loaded, 1)
+		loads = append(loads, ch)
+		go func() {
+			n, err := p.newNode(name, mine, w, filepath.Join(dir, "nodes", name), ackingNode{acker, name, p.nodeAcks}, application)
+			ch <- loaded{n, err}
+		}()
+	}
+	coord, err := p.startCoordinator(ctx, cfg, client, limits, w, application)
+	if err == nil {
+		coordinator.Store(coord)
+	}
+	var nodes []*node.Node
+	for _, ch := range loads {
+		l := <-ch
+		if l.err != nil && err == nil {
+			err = l.err
+		}
+		if l.n != nil {
+			nodes = append(nodes, l.n)
+		}
+	}
+	if err != nil {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+		return nil, err
+	}
+	for _, n := range nodes {
+		if err := p.runNode(ctx, n); err != nil {
 			return nil, err
 		}
+	}
+	// Truncating frees space: the storage guard has nothing to refuse.
+	if g, ok := wl.(guardedLog); ok {
+		wl = g.Log
+	}
+	if t, ok := wl.(wal.Truncater); ok {
+		p.startWALRetention(cfg, t, w, coord)
 	}
 	if err := p.serveMetrics(cfg, nil); err != nil {
 		return nil, err
@@ -375,6 +437,26 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 		return nil, err
 	}
 	return p, nil
+}
+
+// startWALRetention runs standalone's WAL retention (walRetention) until
+// the process closes, before its nodes and WAL.
+func (p *Process) startWALRetention(cfg Config, t wal.Truncater, w *wal.WAL, coord *Coordinator) {
+	r := newWALRetention(t, w, cfg.PChannelNames(), cfg.Standalone.WALRetention.D(), p.nodeStatuses, func() bool {
+		b, err := coord.Current()
+		return err != nil || b.ReplicateConfig().Primary != ""
+	}, p.log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx)
+	}()
+	p.onClose(func() error {
+		cancel()
+		<-done
+		return nil
+	})
 }
 
 func (p *Process) waitLeader(ctx context.Context, c *Coordinator) error {
@@ -781,13 +863,28 @@ func (p *Process) startCoordinator(ctx context.Context, cfg Config, client *clie
 }
 
 func (p *Process) startNode(ctx context.Context, name string, pchans []message.PChannel, w *wal.WAL, dir string, acker node.Acker, application app.App) error {
+	n, err := p.newNode(name, pchans, w, dir, acker, application)
+	if err != nil {
+		return err
+	}
+	return p.runNode(ctx, n)
+}
+
+// newNode creates a streaming node of the process: it loads its state.
+func (p *Process) newNode(name string, pchans []message.PChannel, w *wal.WAL, dir string, acker node.Acker, application app.App) (*node.Node, error) {
 	n, err := node.New(node.Config{Name: name, WAL: w, PChannels: pchans, Applier: application.Applier(name), Acker: acker,
 		StateDir: dir, Logger: p.log})
 	if err != nil {
-		return fmt.Errorf("node %s: %w", name, err)
+		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
+	return n, nil
+}
+
+// runNode starts a node newNode made; the process closes it.
+func (p *Process) runNode(ctx context.Context, n *node.Node) error {
 	if err := n.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("node %s: %w", name, err)
+		_ = n.Close()
+		return fmt.Errorf("node %s: %w", n.Name(), err)
 	}
 	p.mu.Lock()
 	p.Nodes = append(p.Nodes, n)

@@ -93,6 +93,17 @@ type Log interface {
 	Close() error
 }
 
+// Truncater is a Log that can drop the oldest entries of a channel
+// (retention): wal/nats is one. Offsets of the entries kept do not change;
+// a cursor from an offset below the first entry kept starts at it.
+type Truncater interface {
+	Log
+	// Truncate drops p's entries with offsets below before, keeping those
+	// from before on. Dropping entries a reader still needs is the
+	// caller's to avoid.
+	Truncate(ctx context.Context, p message.PChannel, before uint64) error
+}
+
 // Cursor reads one pchannel's entries in order.
 type Cursor interface {
 	// Next returns the next entry, blocking until one is available or ctx

@@ -1072,7 +1072,11 @@ func (x *DropDatabaseResponse) GetDatabaseId() uint64 {
 }
 
 type ListDatabasesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (0: the server's page).
+	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1107,9 +1111,26 @@ func (*ListDatabasesRequest) Descriptor() ([]byte, []int) {
 	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
+func (x *ListDatabasesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListDatabasesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListDatabasesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Databases     []*Database            `protobuf:"bytes,1,rep,name=databases,proto3" json:"databases,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name.
+	Databases []*Database `protobuf:"bytes,1,rep,name=databases,proto3" json:"databases,omitempty"`
+	// Set when more databases follow: send it as page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1170,13 @@ func (x *ListDatabasesResponse) GetDatabases() []*Database {
 		return x.Databases
 	}
 	return nil
+}
+
+func (x *ListDatabasesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CreateCollectionRequest struct {
@@ -1535,8 +1563,12 @@ func (x *RenameCollectionResponse) GetCollection() *Collection {
 }
 
 type ListCollectionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Database      string                 `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Database string                 `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
+	// At most this many (0: the server's page).
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1578,9 +1610,26 @@ func (x *ListCollectionsRequest) GetDatabase() string {
 	return ""
 }
 
+func (x *ListCollectionsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListCollectionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListCollectionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Collections   []*Collection          `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name.
+	Collections []*Collection `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// Set when more collections follow: send it as page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1620,6 +1669,13 @@ func (x *ListCollectionsResponse) GetCollections() []*Collection {
 		return x.Collections
 	}
 	return nil
+}
+
+func (x *ListCollectionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DescribeCollectionRequest struct {
@@ -2546,8 +2602,12 @@ type ListImportJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Both empty: every job; else the jobs of this collection (by its
 	// current name).
-	Database      string `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
-	Collection    string `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Database   string `protobuf:"bytes,1,opt,name=database,proto3" json:"database,omitempty"`
+	Collection string `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	// At most this many (0: the server's page).
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2596,9 +2656,26 @@ func (x *ListImportJobsRequest) GetCollection() string {
 	return ""
 }
 
+func (x *ListImportJobsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListImportJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListImportJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*ImportJob           `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By id.
+	Jobs []*ImportJob `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Set when more jobs follow: send it as page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2638,6 +2715,13 @@ func (x *ListImportJobsResponse) GetJobs() []*ImportJob {
 		return x.Jobs
 	}
 	return nil
+}
+
+func (x *ListImportJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // CommitImportRequest commits job id. A repeated commit of a committed job
@@ -3385,10 +3469,14 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x14DropDatabaseResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12\x1f\n" +
 	"\vdatabase_id\x18\x02 \x01(\x04R\n" +
-	"databaseId\"\x16\n" +
-	"\x14ListDatabasesRequest\"O\n" +
+	"databaseId\"K\n" +
+	"\x14ListDatabasesRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"w\n" +
 	"\x15ListDatabasesResponse\x126\n" +
-	"\tdatabases\x18\x01 \x03(\v2\x18.walcast.api.v1.DatabaseR\tdatabases\"\xb9\x01\n" +
+	"\tdatabases\x18\x01 \x03(\v2\x18.walcast.api.v1.DatabaseR\tdatabases\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb9\x01\n" +
 	"\x17CreateCollectionRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -3418,11 +3506,15 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12:\n" +
 	"\n" +
 	"collection\x18\x02 \x01(\v2\x1a.walcast.api.v1.CollectionR\n" +
-	"collection\"4\n" +
+	"collection\"i\n" +
 	"\x16ListCollectionsRequest\x12\x1a\n" +
-	"\bdatabase\x18\x01 \x01(\tR\bdatabase\"W\n" +
+	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x7f\n" +
 	"\x17ListCollectionsResponse\x12<\n" +
-	"\vcollections\x18\x01 \x03(\v2\x1a.walcast.api.v1.CollectionR\vcollections\"K\n" +
+	"\vcollections\x18\x01 \x03(\v2\x1a.walcast.api.v1.CollectionR\vcollections\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"K\n" +
 	"\x19DescribeCollectionRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xdb\x01\n" +
@@ -3488,14 +3580,18 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12+\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.walcast.api.v1.ImportJobR\x03job\"%\n" +
 	"\x13GetImportJobRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"S\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\x88\x01\n" +
 	"\x15ListImportJobsRequest\x12\x1a\n" +
 	"\bdatabase\x18\x01 \x01(\tR\bdatabase\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x02 \x01(\tR\n" +
-	"collection\"G\n" +
+	"collection\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"o\n" +
 	"\x16ListImportJobsResponse\x12-\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x19.walcast.api.v1.ImportJobR\x04jobs\"%\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x19.walcast.api.v1.ImportJobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"%\n" +
 	"\x13CommitImportRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"v\n" +
 	"\x14CommitImportResponse\x121\n" +

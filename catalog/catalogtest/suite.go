@@ -30,6 +30,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("AtomicOnInvalid", func(t *testing.T) { testAtomicOnInvalid(t, b) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, b) })
 	t.Run("ListOrderPrefixPaging", func(t *testing.T) { testList(t, b) })
+	t.Run("PageAfterAndLimit", func(t *testing.T) { testPage(t, b) })
 	t.Run("Fencing", func(t *testing.T) { testFencing(t, b) })
 	t.Run("StoppedBackend", func(t *testing.T) { testStopped(t, b) })
 	t.Run("ConcurrentCommits", func(t *testing.T) { testConcurrent(t, b) })
@@ -155,6 +156,69 @@ func testList(t *testing.T, b Backend) {
 	}
 	if err := c.List(ctx(t), "none/", func(string, []byte) error { return errors.New("called") }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testPage pages through a prefix with catalog.Page (the backend's own
+// Page, or the fallback on List): every key once, in order, each page at
+// most its limit, more set exactly while keys follow, and nothing outside
+// the prefix.
+func testPage(t *testing.T, b Backend) {
+	c := b.Open(t)
+	if _, ok := c.(catalog.Pager); !ok {
+		t.Logf("%T is no catalog.Pager: catalog.Page falls back to List", c)
+	}
+	var ops []catalog.Op
+	for i := range 25 {
+		ops = append(ops, catalog.Put(fmt.Sprintf("q/%03d", i), []byte(fmt.Sprint(i))))
+	}
+	ops = append(ops, catalog.Put("q", []byte("outside")), catalog.Put("q0", []byte("outside")), catalog.Put("r/0", []byte("outside")))
+	if err := c.Commit(ctx(t), ops...); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{1, 7, 25, 100} {
+		var got []string
+		after, pages := "", 0
+		for {
+			n := 0
+			more, err := catalog.Page(ctx(t), c, "q/", after, limit, func(k string, v []byte) error {
+				if want := fmt.Sprintf("q/%03s", v); k != want {
+					return fmt.Errorf("%q holds %q", k, v)
+				}
+				got = append(got, k)
+				n++
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("limit %d, page %d: %v", limit, pages, err)
+			}
+			pages++
+			if n > limit {
+				t.Fatalf("limit %d: a page of %d keys", limit, n)
+			}
+			if more != (len(got) < 25) {
+				t.Fatalf("limit %d: more=%v after %d of 25 keys", limit, more, len(got))
+			}
+			if !more {
+				break
+			}
+			after = got[len(got)-1][len("q/"):]
+		}
+		for i, k := range got {
+			if want := fmt.Sprintf("q/%03d", i); k != want {
+				t.Fatalf("limit %d: key %d is %q, want %q (all: %v)", limit, i, k, want, got)
+			}
+		}
+		if len(got) != 25 {
+			t.Fatalf("limit %d: %d keys, want 25", limit, len(got))
+		}
+	}
+	if _, err := catalog.Page(ctx(t), c, "q/", "", 0, func(string, []byte) error { return nil }); !errors.Is(err, catalog.ErrInvalid) {
+		t.Fatalf("a page of 0 keys: %v, want ErrInvalid", err)
+	}
+	stop := errors.New("stop")
+	if _, err := catalog.Page(ctx(t), c, "q/", "", 5, func(string, []byte) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("Page did not stop on the callback's error: %v", err)
 	}
 }
 

@@ -321,6 +321,37 @@ func (c *Catalog) List(ctx context.Context, prefix string, fn func(key string, v
 	return c.listPages(ctx, prefix, from, end, fn)
 }
 
+var _ catalog.Pager = (*Catalog)(nil)
+
+// Page reads at most limit keys of prefix after prefix+after, in one range
+// request (catalog.Pager).
+func (c *Catalog) Page(ctx context.Context, prefix, after string, limit int, fn func(key string, value []byte) error) (bool, error) {
+	if err := c.usable(); err != nil {
+		return false, err
+	}
+	if limit <= 0 {
+		return false, fmt.Errorf("%w: page limit %d", catalog.ErrInvalid, limit)
+	}
+	full := c.prefix + prefix
+	from, end := full, clientv3.GetPrefixRangeEnd(full)
+	if full == "" {
+		from, end = "\x00", "\x00"
+	}
+	if after != "" {
+		from = full + after + "\x00"
+	}
+	resp, err := c.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return false, c.readErr("page "+prefix, err)
+	}
+	for _, kv := range resp.Kvs {
+		if err := fn(string(kv.Key[len(c.prefix):]), kv.Value); err != nil {
+			return false, err
+		}
+	}
+	return resp.More, nil
+}
+
 // errNoStream says the server has no RangeStream: nothing was listed.
 var errNoStream = errors.New("catalog/etcd: the server has no RangeStream")
 

@@ -220,6 +220,36 @@ func (c *Catalog) Get(ctx context.Context, key string) ([]byte, error) {
 	return slices.Clone(v), nil
 }
 
+var _ catalog.Pager = (*Catalog)(nil)
+
+// Page reads at most limit keys of prefix after prefix+after
+// (catalog.Pager).
+func (c *Catalog) Page(ctx context.Context, prefix, after string, limit int, fn func(string, []byte) error) (bool, error) {
+	if limit <= 0 {
+		return false, fmt.Errorf("%w: page limit %d", catalog.ErrInvalid, limit)
+	}
+	start := prefix + after
+	n, more := 0, false
+	err := c.List(ctx, prefix, func(k string, v []byte) error {
+		if after != "" && k <= start {
+			return nil
+		}
+		if n == limit {
+			more = true
+			return errPageFull
+		}
+		n++
+		return fn(k, v)
+	})
+	if errors.Is(err, errPageFull) {
+		err = nil
+	}
+	return more, err
+}
+
+// errPageFull ends Page's listing.
+var errPageFull = errors.New("catalog/memory: page full")
+
 // List calls fn for each key with prefix, in key order, from a snapshot taken
 // when List starts.
 func (c *Catalog) List(ctx context.Context, prefix string, fn func(string, []byte) error) error {

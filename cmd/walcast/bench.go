@@ -21,7 +21,8 @@ import (
 func benchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
 	sw := bench.DefaultSweep()
-	var sweep bool
+	sc := bench.DefaultScale()
+	var sweep, scale bool
 	plots := "docs/bench"
 	var profiles string
 	cmd := &cobra.Command{
@@ -30,7 +31,7 @@ func benchCmd(g *globals) *cobra.Command {
 		Long: `Run the performance benchmarks of SPEC §12 on a fresh embedded etcd and NATS JetStream
 (syncing every write), or on external ones (--etcd, --nats), and print each result with
 the raw backend's figure measured in the same run and the ratio. B1, B2 (with B2r, its
-batched floor) and B4 also run on Kafka (franz-go against kfake, or --kafka brokers).
+batched floor, reported: its target is retired) and B4 also run on Kafka (franz-go against kfake, or --kafka brokers).
 Machines are noisy: compare ratios, not absolute numbers, across runs.
 
 --api adds B8 and B9 through the Connect API of a standalone process started here on
@@ -40,6 +41,15 @@ standalone's broadcaster, or on one of the bench's own with --api-addr), B9 is
 CreateCollection per second from 16 clients. S1 and S2 measure what TLS and a bearer
 token cost through the API: B1's latency and B2's throughput through the Go client
 against two standalone processes, one plain and one with TLS and a token (as --secure).
+
+--scale measures the metadata service up to a count of collections instead (B12, B13;
+default a million in 1,000 databases from --meta-clients 16: about half an hour here): it
+starts a standalone process (this executable's standalone command) on a data directory
+of its own, or drives --api-addr, and after each of --scale-steps steps reports
+CreateCollection/s, its p50, p99 and longest, the server's CPU per CreateCollection,
+DescribeCollection and a page of ListCollections, the server's RSS, catalog, WAL and
+nodes' bytes on disk and etcd's database; then it kills the standalone with SIGKILL,
+starts it again and times its readiness and first DDL. Curves go to --plots.
 
 --sweep measures growth curves instead (minutes: 16k vchannels, 1M tombstones): broadcast
 latency vs target vchannels on 4, 64 and 256 pchannels, throughput vs clients beside the
@@ -84,6 +94,10 @@ when --only names no benchmark.`,
 			m := bench.StartMachine()
 			if sweep {
 				return runSweep(cmd, f, cfg, sw, plots, m)
+			}
+			if scale {
+				sc.Progress, sc.APIAddrs, sc.Clients = cfg.Progress, cfg.APIAddrs, cfg.MetaClients
+				return runScale(cmd, f, sc, plots, m)
 			}
 			res, err := bench.Run(cmd.Context(), cfg)
 			m.Finish()
@@ -136,6 +150,16 @@ when --only names no benchmark.`,
 	fl.IntVar(&cfg.APIClients, "api-clients", cfg.APIClients, "client connections of B8")
 	fl.IntVar(&cfg.MetaClients, "meta-clients", cfg.MetaClients, "client connections of B9")
 	fl.BoolVar(&sweep, "sweep", false, "measure the growth curves instead of the targets")
+	fl.BoolVar(&scale, "scale", false, "measure the metadata service up to a count of collections instead (B12, B13; --meta-clients clients)")
+	fl.IntVar(&sc.Collections, "collections", sc.Collections, "with --scale: collections to create")
+	fl.IntVar(&sc.Databases, "databases", sc.Databases, "with --scale: databases the collections are spread over")
+	fl.IntVar(&sc.Steps, "scale-steps", sc.Steps, "with --scale: steps the count is measured in (B12 compares the first and last tenth)")
+	fl.IntVar(&sc.Shards, "scale-shards", sc.Shards, "with --scale: shards per collection")
+	fl.IntVar(&sc.Samples, "scale-samples", sc.Samples, "with --scale: DescribeCollection and ListCollections calls after each step")
+	fl.StringVar(&sc.Dir, "scale-dir", "", "with --scale: the standalone's data directory, kept (default: a temporary one, removed)")
+	fl.StringVar(&sc.Settings, "scale-settings", "", "with --scale: YAML added to the standalone's configuration")
+	fl.BoolVar(&sc.NoRecovery, "scale-no-recovery", false, "with --scale: skip the kill -9 and restart at the end")
+	fl.BoolVar(&sc.RatiosOnly, "scale-ratios-only", false, "with --scale: judge only B12's ratios, the last tenth against the first (the CI variant; the rest is reported)")
 	fl.StringVar(&plots, "plots", plots, "with --sweep: directory the PNG and SVG plots go to (empty: none)")
 	fl.StringVar(&profiles, "profiles", "", "write a CPU profile of each measured step into this directory (NN-step.pprof; profiling costs a few percent)")
 	fl.IntSliceVar(&sw.VChannels, "sweep-vchannels", sw.VChannels, "with --sweep: target vchannels of the latency curve")
@@ -217,6 +241,77 @@ func runSweep(cmd *cobra.Command, f format, cfg bench.Config, sw bench.SweepConf
 	}
 	fmt.Fprintf(w, "\nmachine: %s\n", m)
 	return err
+}
+
+// runScale runs a scale run, prints its steps and results, and draws its
+// curves.
+func runScale(cmd *cobra.Command, f format, sc bench.ScaleConfig, dir string, m *bench.Machine) error {
+	rep, err := bench.Scale(cmd.Context(), sc)
+	m.Finish()
+	finishProgress(cmd.ErrOrStderr(), f.machine())
+	if rep == nil {
+		return err
+	}
+	if dir != "" {
+		for _, c := range rep.Curves {
+			if _, perr := plot.Write(dir, c); perr != nil {
+				return errors.Join(err, fmt.Errorf("plot %s: %w", c.Name, perr))
+			}
+		}
+	}
+	var missed []string
+	for _, r := range rep.Results {
+		if !r.Pass {
+			missed = append(missed, r.ID)
+		}
+	}
+	if f.machine() {
+		raw, jerr := json.Marshal(rep)
+		var o object
+		if jerr == nil {
+			jerr = json.Unmarshal(raw, &o)
+		}
+		if jerr != nil {
+			return errors.Join(err, jerr)
+		}
+		o["missed"], o["machine"] = missed, machineObject(m)
+		if perr := emit(cmd.OutOrStdout(), f, o); perr != nil {
+			return errors.Join(err, perr)
+		}
+	} else {
+		w := cmd.OutOrStdout()
+		mib := func(b int64) string {
+			if b == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.0f", float64(b)/(1<<20))
+		}
+		tb := newTable(w, "COLLECTIONS", "CREATE/S", "P50 MS", "P99 MS", "MAX MS", "CPU US", "DESCRIBE P50", "LIST P50", "RSS MIB", "ETCD DB MIB",
+			"CATALOG MIB", "WAL MIB", "NODES MIB")
+		for _, s := range rep.Steps {
+			tb.row(fmt.Sprint(s.Collections), fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.2f", s.P50), fmt.Sprintf("%.2f", s.P99), fmt.Sprintf("%.1f", s.Max),
+				fmt.Sprintf("%.0f", s.CPU), fmt.Sprintf("%.2f", s.DescribeP50), fmt.Sprintf("%.2f", s.ListP50), mib(s.RSS), mib(s.EtcdDB), mib(s.Catalog),
+				mib(s.WAL), mib(s.Nodes))
+		}
+		if ferr := tb.flush(); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		fmt.Fprintln(w)
+		if ferr := printResults(w, rep.Results); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		for _, c := range rep.Curves {
+			fmt.Fprintf(w, "%s: %s\n", c.Title, c.Complexity)
+		}
+		fmt.Fprintf(w, "machine: %s\n", m)
+	}
+	if err != nil {
+		return err
+	}
+	if len(missed) > 0 {
+		return kindError{"target_missed", fmt.Errorf("bench: %s missed %s target", strings.Join(missed, ", "), plural(len(missed), "its", "their"))}
+	}
+	return nil
 }
 
 // profileSteps wraps a progress function so that each step of the run is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -344,23 +345,90 @@ func metaDBCmd(g *globals) *cobra.Command {
 		},
 	}
 	keyFlag(drop, &key)
+	var pg pageFlags
 	list := &cobra.Command{
-		Use: "list", Short: "List the databases", Args: cobra.NoArgs,
+		Use: "list", Short: "List the databases", Args: cobra.NoArgs, Long: "List the databases, by name." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pg.check(); err != nil {
+				return err
+			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				dbs, err := c.ListDatabases(ctx)
-				return &walcastv1.ListDatabasesResponse{Databases: dbs}, err
+				dbs, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.Database, string, error) {
+					r, err := c.ListDatabasesPage(ctx, &walcastv1.ListDatabasesRequest{Limit: limit, PageToken: token})
+					return r.GetDatabases(), r.GetNextPageToken(), err
+				})
+				return &walcastv1.ListDatabasesResponse{Databases: dbs, NextPageToken: next}, err
 			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.ListDatabasesResponse)
 				tb := newTable(w, "ID", "NAME", "CREATED")
-				for _, d := range m.(*walcastv1.ListDatabasesResponse).GetDatabases() {
+				for _, d := range r.GetDatabases() {
 					tb.row(fmt.Sprint(d.GetId()), d.GetName(), ts(d.GetCreatedAt()))
 				}
-				return tb.flush()
+				return morePages(w, tb, r.GetNextPageToken())
 			})
 		},
 	}
+	pg.add(list, "databases")
 	cmd.AddCommand(create, drop, list)
 	return cmd
+}
+
+// pageFlags are a list command's --limit and --page-token.
+type pageFlags struct {
+	limit int
+	token string
+}
+
+// pageHelp is the paging paragraph of a list command's help.
+const pageHelp = ` The command fetches page after page (the server
+answers at most 1,000 a page) until --limit items or the end; --page-token starts
+after an earlier listing, which --limit cut short: its output ends with the token
+("(more: --page-token ...)"; next_page_token in JSON).`
+
+func (p *pageFlags) add(cmd *cobra.Command, what string) {
+	cmd.Flags().IntVar(&p.limit, "limit", 0, "at most this many "+what+" (0: all)")
+	cmd.Flags().StringVar(&p.token, "page-token", "", "start after an earlier listing (the token it ended with)")
+}
+
+func (p *pageFlags) check() error {
+	if p.limit < 0 {
+		return usageError{fmt.Errorf("--limit %d is negative", p.limit)}
+	}
+	return nil
+}
+
+// listPages fetches the pages of a list from p's token on, each with page,
+// until p's limit of items (0: all) or the end; next is the token of the
+// rest, "" at the end.
+func listPages[T any](p pageFlags, page func(limit int32, token string) ([]T, string, error)) (items []T, next string, err error) {
+	next = p.token
+	for {
+		limit := int32(0)
+		if p.limit > 0 {
+			limit = int32(min(p.limit-len(items), math.MaxInt32))
+		}
+		got, token, err := page(limit, next)
+		if err != nil {
+			return nil, "", err
+		}
+		items, next = append(items, got...), token
+		if next == "" || p.limit > 0 && len(items) >= p.limit {
+			return items, next, nil
+		}
+	}
+}
+
+// morePages ends a list's table, and says how to go on if a limit cut it
+// short.
+func morePages(w io.Writer, tb *table, next string) error {
+	if err := tb.flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		_, err := fmt.Fprintf(w, "(more: --page-token %s)\n", next)
+		return err
+	}
+	return nil
 }
 
 // parseFields reads --field name:type flags.
@@ -455,22 +523,32 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 	dbFlag(rename, &db)
 	keyFlag(rename, &key)
 	noWaitFlag(rename, &noWait)
+	var pg pageFlags
 	list := &cobra.Command{
 		Use: "list", Short: "List the collections of a database", Args: cobra.NoArgs,
+		Long: "List the collections of a database, by name." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pg.check(); err != nil {
+				return err
+			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				cs, err := c.ListCollections(ctx, db)
-				return &walcastv1.ListCollectionsResponse{Collections: cs}, err
+				cs, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.Collection, string, error) {
+					r, err := c.ListCollectionsPage(ctx, &walcastv1.ListCollectionsRequest{Database: db, Limit: limit, PageToken: token})
+					return r.GetCollections(), r.GetNextPageToken(), err
+				})
+				return &walcastv1.ListCollectionsResponse{Collections: cs, NextPageToken: next}, err
 			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.ListCollectionsResponse)
 				tb := newTable(w, "ID", "NAME", "SHARDS", "INDEXES", "CREATED")
-				for _, cl := range m.(*walcastv1.ListCollectionsResponse).GetCollections() {
+				for _, cl := range r.GetCollections() {
 					tb.row(fmt.Sprint(cl.GetId()), cl.GetName(), fmt.Sprint(cl.GetShards()), indexesString(cl.GetIndexes()), ts(cl.GetCreatedAt()))
 				}
-				return tb.flush()
+				return morePages(w, tb, r.GetNextPageToken())
 			})
 		},
 	}
 	dbFlag(list, &db)
+	pg.add(list, "collections")
 	describe := &cobra.Command{
 		Use: "describe NAME", Short: "Describe a collection: schema, vchannels, indexes", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -853,15 +931,24 @@ terminal), and exits 1 if it failed.`,
 			}, func(w io.Writer, m proto.Message) error { return printJob(w, m.(*walcastv1.ImportJob)) })
 		},
 	}
+	var pg pageFlags
 	list := &cobra.Command{
 		Use: "list", Short: "List import jobs: all, a database's (--db) or a collection's (--db --collection)", Args: cobra.NoArgs,
+		Long: "List import jobs, by id: all, a database's (--db) or a collection's (--db --collection)." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pg.check(); err != nil {
+				return err
+			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				jobs, err := c.ListImportJobs(ctx, db, coll)
-				return &walcastv1.ListImportJobsResponse{Jobs: jobs}, err
+				jobs, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.ImportJob, string, error) {
+					r, err := c.ListImportJobsPage(ctx, &walcastv1.ListImportJobsRequest{Database: db, Collection: coll, Limit: limit, PageToken: token})
+					return r.GetJobs(), r.GetNextPageToken(), err
+				})
+				return &walcastv1.ListImportJobsResponse{Jobs: jobs, NextPageToken: next}, err
 			}, func(w io.Writer, m proto.Message) error {
+				r := m.(*walcastv1.ListImportJobsResponse)
 				tb := newTable(w, "ID", "COLLECTION", "STATE", "FILES", "ROWS", "UPDATED", "REASON")
-				for _, j := range m.(*walcastv1.ListImportJobsResponse).GetJobs() {
+				for _, j := range r.GetJobs() {
 					reason := j.GetReason()
 					if reason == "" {
 						reason = "-"
@@ -870,10 +957,11 @@ terminal), and exits 1 if it failed.`,
 						jobState(j.GetState()), fmt.Sprintf("%d/%d", j.GetFilesDone(), len(j.GetFiles())), fmt.Sprint(j.GetRows()),
 						ts(j.GetUpdatedAt()), reason)
 				}
-				return tb.flush()
+				return morePages(w, tb, r.GetNextPageToken())
 			})
 		},
 	}
+	pg.add(list, "jobs")
 	list.Flags().StringVar(&db, "db", "", "only jobs of this database")
 	list.Flags().StringVar(&coll, "collection", "", "only jobs of this collection (by its current name; needs --db)")
 	cmd.AddCommand(start, waitCmd, show, list)

@@ -116,9 +116,22 @@ func TestMetaCLI(t *testing.T) {
 	wantOutput(t, m.run("db", "create", "shop"), `^database shop created, id \d+ \(broadcast \d+\)`)
 	m.run("db", "create", "tmp")
 	wantOutput(t, m.run("db", "list"), `(?m)^ID\s+NAME\s+CREATED$`, `(?m)^\d+\s+shop\s+`, `(?m)^\d+\s+tmp\s+`)
+	// A page at a time: the first page names the token of the rest.
+	out := m.run("db", "list", "--limit", "1")
+	wantOutput(t, out, `(?m)^\d+\s+shop\s+`, `(?m)^\(more: --page-token \S+\)$`)
+	if strings.Contains(out, "tmp") {
+		t.Fatalf("db list --limit 1 listed both databases:\n%s", out)
+	}
+	token := regexp.MustCompile(`--page-token (\S+)\)`).FindStringSubmatch(out)[1]
+	out = m.run("db", "list", "--page-token", token)
+	wantOutput(t, out, `(?m)^\d+\s+tmp\s+`)
+	if strings.Contains(out, "shop") || strings.Contains(out, "more:") {
+		t.Fatalf("db list --page-token: the rest is tmp alone:\n%s", out)
+	}
+	wantOutput(t, m.run("db", "list", "--limit", "1", "--json"), `"next_page_token":\s*"`+token+`"`)
 	m.run("db", "drop", "tmp")
 
-	out := m.run("collection", "create", "orders", "--db", "shop", "--shards", "3", "--field", "id:int64", "--field", "emb:float_vector", "--json")
+	out = m.run("collection", "create", "orders", "--db", "shop", "--shards", "3", "--field", "id:int64", "--field", "emb:float_vector", "--json")
 	var created struct {
 		Collection struct {
 			ID        uint64   `json:"id"`

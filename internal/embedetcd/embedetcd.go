@@ -56,6 +56,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
 	"go.uber.org/zap"
 
 	"github.com/walcast/walcast/internal/freeport"
@@ -81,6 +82,10 @@ const (
 // loneCatchUpEntries is how many applied raft entries a single-member server
 // keeps in memory (etcd keeps 5,000, for slow followers).
 const loneCatchUpEntries = 100
+
+// loneSnapshotCount is how many raft entries a single-member server writes
+// between two snapshots (etcd's default is 10,000).
+const loneSnapshotCount = 1000
 
 // Errors of Start.
 var (
@@ -335,6 +340,12 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		// etcd keeps in memory for one (5,000 by default, each a whole
 		// transaction) are only heap for the garbage collector to scan.
 		ec.SnapshotCatchUpEntries = loneCatchUpEntries
+		// And a restart reads its WAL from the last snapshot on: every
+		// 10,000 entries by default, each a whole transaction (at a
+		// million collections seconds of a restart). Its snapshots cost a
+		// commit of the database, which it makes ten times a second
+		// anyway.
+		ec.SnapshotCount = loneSnapshotCount
 	}
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
 	ec.QuotaBackendBytes = cfg.QuotaBytes
@@ -481,7 +492,8 @@ func (s *Server) Client() (*clientv3.Client, error) {
 // reports context.Canceled, its way of saying it was closed: close does not.)
 func (s *Server) LocalClient() (c *clientv3.Client, close func() error) {
 	c = v3client.New(s.etcd.Server)
-	c.KV = closingKV{KV: c.KV, client: c.Ctx()}
+	// v3client's KV, with a RangeStream (see streamingKV).
+	c.KV = closingKV{KV: clientv3.NewKVFromKVClient(newStreamingKV(v3rpc.NewQuotaKVServer(s.etcd.Server)), c), client: c.Ctx()}
 	return c, func() error {
 		if err := c.Close(); !errors.Is(err, context.Canceled) {
 			return err
@@ -520,6 +532,13 @@ func (k closingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOptio
 		return nil, err
 	}
 	return k.KV.Get(ctx, key, opts...)
+}
+
+func (k closingKV) GetStream(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
+	if err := k.closed(); err != nil {
+		return nil, err
+	}
+	return k.KV.GetStream(ctx, key, opts...)
 }
 
 func (k closingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {

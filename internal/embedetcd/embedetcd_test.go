@@ -323,3 +323,62 @@ func TestLocalClientIsTheSameServer(t *testing.T) {
 		t.Fatalf("a put after the member closed waited %v, for its deadline", time.Since(start))
 	}
 }
+
+// TestLocalClientStreamsRanges: the in-process client serves RangeStream
+// (etcd's in-process adapter has none): a streamed range returns every key
+// once, in order, in more than one chunk, as the network client's does; a
+// stream given up half way ends its server side; a closed local client's
+// stream is refused.
+func TestLocalClientStreamsRanges(t *testing.T) {
+	s := startT(t, Config{Dir: t.TempDir()})
+	local, closeLocal := s.LocalClient()
+	const n = 3000
+	for i := 0; i < n; i += 500 {
+		var ops []clientv3.Op
+		for j := i; j < i+500; j++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("s/%05d", j), strings.Repeat("v", 200)))
+		}
+		if _, err := local.Txn(ctx(t)).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, c := range map[string]*clientv3.Client{"local": local, "network": client(t, s)} {
+		ch, err := c.GetStream(ctx(t), "s/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		chunks, i := 0, 0
+		for r := range ch {
+			if err := r.Err(); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			chunks++
+			for _, kv := range r.Kvs {
+				if want := fmt.Sprintf("s/%05d", i); string(kv.Key) != want {
+					t.Fatalf("%s: key %d is %q, want %q", name, i, kv.Key, want)
+				}
+				i++
+			}
+		}
+		if i != n || chunks < 2 {
+			t.Fatalf("%s: %d keys in %d chunks, want %d in several", name, i, chunks, n)
+		}
+	}
+	// Given up after the first chunk: the server's handler ends (goleak
+	// checks at the end of the package's tests).
+	sctx, cancel := context.WithCancel(ctx(t))
+	ch, err := local.GetStream(sctx, "s/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	cancel()
+	for range ch {
+	}
+	if err := closeLocal(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.GetStream(ctx(t), "s/", clientv3.WithPrefix()); err == nil {
+		t.Fatal("a closed local client streams")
+	}
+}

@@ -153,8 +153,10 @@ type Config struct {
 	// Replication returns whether this cluster's replicator runs and its
 	// per-pchannel progress.
 	Replication func() (running bool, chans []replicate.PChannelStatus)
-	// Imports lists the application's import jobs.
-	Imports func(ctx context.Context) ([]*walcastv1.ImportJob, error)
+	// Imports lists one page of the application's import jobs: the first
+	// (token "") or the one after token; next is the token of the page
+	// after it ("": none).
+	Imports func(ctx context.Context, token string) (jobs []*walcastv1.ImportJob, next string, err error)
 	// ApplicationOutcome, if set, returns the application's verdict on a
 	// finished task whose broadcast succeeded but whose effect failed later
 	// (an import job that failed on a bad file), and true; false if the

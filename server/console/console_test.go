@@ -64,8 +64,11 @@ func newFixture(t *testing.T, mod func(*console.Config)) *fixture {
 				Checks: []console.Check{{Name: "catalog", OK: true, Detail: "etcd answers"}}}
 		},
 		PChannels: apitest.PChannels,
-		Imports: func(context.Context) ([]*walcastv1.ImportJob, error) {
-			return []*walcastv1.ImportJob{{Id: 4, Collection: evil, Files: []string{"/data/" + evil + ".parquet"}, Reason: evil}}, nil
+		Imports: func(_ context.Context, token string) ([]*walcastv1.ImportJob, string, error) {
+			if token == "p2" {
+				return []*walcastv1.ImportJob{{Id: 5, Collection: "second_page"}}, "", nil
+			}
+			return []*walcastv1.ImportJob{{Id: 4, Collection: evil, Files: []string{"/data/" + evil + ".parquet"}, Reason: evil}}, "p2", nil
 		},
 		TraceURL: "http://127.0.0.1:16686/trace/{trace_id}",
 		Interval: 20 * time.Millisecond,
@@ -168,6 +171,13 @@ func TestR9_9_PagesEscapeUserStrings(t *testing.T) {
 	_, body = f.get("/ui/imports")
 	if !strings.Contains(body, `/data/&lt;script&gt;`) {
 		t.Errorf("imports page does not show the file path escaped")
+	}
+	// The imports page pages: a link to the next page, which shows it.
+	if !strings.Contains(body, `href="/ui/imports?page=p2"`) {
+		t.Errorf("imports page links no next page:\n%s", body)
+	}
+	if _, body = f.get("/ui/imports?page=p2"); !strings.Contains(body, "second_page") || strings.Contains(body, `id="next"`) {
+		t.Errorf("the second imports page:\n%s", body)
 	}
 }
 

@@ -810,19 +810,37 @@ type importsData struct {
 	Available bool
 	Jobs      []*walcastv1.ImportJob
 	Err       string
+	// First and Next are the URLs of the first and the next page, "" if
+	// none.
+	First, Next string
 }
 
+// imports shows one page of the import jobs: the first, or the one after
+// the token of its "page" parameter.
 func (c *Console) imports(r *request) (view, error) {
 	if c.cfg.Imports == nil {
 		return importsData{}, nil
 	}
-	jobs, err := c.cfg.Imports(r.Context())
+	token := r.URL.Query().Get("page")
+	if len(token) > maxPageToken {
+		return nil, badRequest("page token of %d bytes", len(token))
+	}
+	jobs, next, err := c.cfg.Imports(r.Context(), token)
 	d := importsData{Available: true, Jobs: jobs}
 	if err != nil {
 		d.Err = err.Error()
 	}
+	if next != "" {
+		d.Next = Prefix + "imports?" + url.Values{"page": {next}}.Encode()
+	}
+	if token != "" {
+		d.First = Prefix + "imports"
+	}
 	return d, nil
 }
+
+// maxPageToken bounds a page token in a URL.
+const maxPageToken = 1024
 
 // ---- replication
 

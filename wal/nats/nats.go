@@ -567,6 +567,33 @@ func (l *Log) End(ctx context.Context, p message.PChannel) (uint64, error) {
 	return s.CachedInfo().State.LastSeq, nil
 }
 
+var _ wal.Truncater = (*Log)(nil)
+
+// Truncate purges p's stream of the entries with offsets below before
+// (stream sequences up to before): the stream's retention, which walcast
+// decides (standalone's server.WALRetention).
+func (l *Log) Truncate(ctx context.Context, p message.PChannel, before uint64) error {
+	if l.closed.Load() {
+		return wal.ErrClosed
+	}
+	ch, ok := l.chans[p]
+	if !ok {
+		return fmt.Errorf("%w: %s", wal.ErrUnknownPChannel, p)
+	}
+	if before == 0 {
+		return nil
+	}
+	s, err := l.stream(ctx, ch)
+	if err != nil {
+		return fmt.Errorf("wal/nats: stream %s: %w", ch.stream, err)
+	}
+	// Sequence n is offset n-1: keep sequences from before+1 on.
+	if err := s.Purge(ctx, jetstream.WithPurgeSequence(before+1)); err != nil {
+		return fmt.Errorf("wal/nats: purge %s below offset %d: %w", ch.stream, before, err)
+	}
+	return nil
+}
+
 // Append publishes data to p's stream with dedupID as its message id and
 // returns its offset once JetStream has acknowledged it. A re-append of a
 // dedup id within the duplicate window returns the original offset; an empty

@@ -636,3 +636,33 @@ func TestClusterReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncateDropsTheOldestEntries: Truncate drops the entries below an
+// offset; the others keep their offsets, a reader from 0 starts at the
+// first entry kept, End does not move, and appends go on after.
+func TestTruncateDropsTheOldestEntries(t *testing.T) {
+	srv := startServer(t, embednats.Config{})
+	l := open(t, srv, "p")
+	ctx := tctx(t)
+	for i := range 5 {
+		if _, err := l.Append(ctx, "p", fmt.Sprint("id-", i), []byte(fmt.Sprint("e", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Truncate(ctx, "p", 3); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := l.End(ctx, "p"); err != nil || end != 5 {
+		t.Fatalf("end %d, %v; want 5", end, err)
+	}
+	offs, datas := readAll(t, l, "p", 0, 2)
+	if fmt.Sprint(offs, datas) != "[3 4] [e3 e4]" {
+		t.Fatalf("read from 0 after the truncation: %v %v", offs, datas)
+	}
+	if off, err := l.Append(ctx, "p", "id-5", []byte("e5")); err != nil || off != 5 {
+		t.Fatalf("append after the truncation: offset %d, %v", off, err)
+	}
+	if err := l.Truncate(ctx, "nope", 1); !errors.Is(err, wal.ErrUnknownPChannel) {
+		t.Fatalf("truncate of an unknown pchannel: %v", err)
+	}
+}

@@ -21,6 +21,16 @@ import (
 // HTTP, embedded etcd and NATS syncing every write, the metadata service)
 // in dir, on random ports, without metrics, audit or console noise.
 func startStandalone(ctx context.Context, dir string, secure bool) (*server.Process, error) {
+	return startStandaloneWith(ctx, dir, secure, nil)
+}
+
+// startMetaStandalone is startStandalone (plain HTTP) with the metadata
+// service's configuration changed by mod.
+func startMetaStandalone(ctx context.Context, dir string, mod func(*meta.Config)) (*server.Process, error) {
+	return startStandaloneWith(ctx, dir, false, mod)
+}
+
+func startStandaloneWith(ctx context.Context, dir string, secure bool, mod func(*meta.Config)) (*server.Process, error) {
 	cfg := server.Default()
 	cfg.DataDir = dir
 	cfg.API.Addr = "127.0.0.1:0"
@@ -28,11 +38,20 @@ func startStandalone(ctx context.Context, dir string, secure bool) (*server.Proc
 	cfg.Log.Level = "error"
 	cfg.Audit.File = "off"
 	cfg.API.Secure = secure
-	app, err := meta.NewApp(meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: cfg.Logger()})
+	mc := meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: cfg.Logger()}
+	if mod != nil {
+		mod(&mc)
+	}
+	app, err := meta.NewApp(mc)
 	if err != nil {
 		return nil, err
 	}
-	return server.StartStandalone(ctx, cfg, app)
+	p, err := server.StartStandalone(ctx, cfg, app)
+	if err != nil {
+		_ = app.Close()
+		return nil, err
+	}
+	return p, nil
 }
 
 // clients returns n clients of addrs, each with its own HTTP transport and

@@ -51,9 +51,10 @@ type Config struct {
 	Duration time.Duration
 	// Tombstones and Pending size the recovery benchmark (B6).
 	Tombstones, Pending int
-	// Only, if set, lists the benchmarks to run ("B1" ... "B9", "B2r", and
-	// "S1", "S2": the cost of TLS and authentication through the API).
-	// Without it every benchmark runs but B8 and B9 (see API).
+	// Only, if set, lists the benchmarks to run ("B1" ... "B9", "B2r",
+	// "B14", and "S1", "S2": the cost of TLS and authentication through
+	// the API). Without it every benchmark runs but B8, B9 and B14 (see
+	// API).
 	Only []string
 	// Backends are the WALs B1, B2 (with B2r) and B4 run on: NATS and
 	// Kafka (default both); the other benchmarks run on the first.
@@ -63,7 +64,8 @@ type Config struct {
 	Kafka []string
 	// API adds B8 and B9, through the Connect API of a standalone process
 	// started in process on its own embedded etcd and NATS, or of the
-	// coordinators at APIAddrs.
+	// coordinators at APIAddrs, and B14 (only on standalones started
+	// here: it compares two configurations of the metadata service).
 	API      bool
 	APIAddrs []string
 	// APIClients are B8's client connections, MetaClients B9's.
@@ -94,14 +96,14 @@ func (c Config) want(id string) bool {
 		return slices.Contains(c.Only, id)
 	}
 	switch id {
-	case "B8", "B9":
+	case "B8", "B9", "B14":
 		return c.API
 	}
 	return true
 }
 
 // IDs are the benchmarks Run knows, for Config.Only.
-var IDs = []string{"B1", "B2", "B2r", "B3", "B4", "B5", "B6", "B8", "B9", "S1", "S2"}
+var IDs = []string{"B1", "B2", "B2r", "B3", "B4", "B5", "B6", "B8", "B9", "B14", "S1", "S2"}
 
 // Result is one measured line.
 type Result struct {
@@ -471,6 +473,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		out = append(out, rs...)
 	}
+	if want("B14") && len(cfg.APIAddrs) == 0 {
+		r, err := b14(ctx, cfg, t)
+		if err != nil {
+			return out, fmt.Errorf("B14: %w", err)
+		}
+		out = append(out, r)
+	}
 	if want("S1") || want("S2") {
 		rs, err := security(ctx, cfg, want, t)
 		if err != nil {
@@ -629,7 +638,8 @@ func (e *Env) b2(ctx context.Context, cfg Config, be *backend, t *tracker) ([]Re
 			Note: fmt.Sprintf("raw: %s per op from %d clients; %.2f WAL appends per broadcast; %s", sh, cfg.Clients,
 				float64(appends)/float64(max(done, 1)), cpuNote)},
 		{ID: "B2r", Backend: be.name, What: fmt.Sprintf("B2 against the batched floor, %d clients", cfg.Clients), Value: rate, Unit: "broadcasts/s",
-			Floor: batched, Ratio: ratioB, Target: ">= 70% of batched raw", Pass: ratioB >= 0.7,
+			// Its target (>= 70%) is retired (issue 36): reported only.
+			Floor: batched, Ratio: ratioB, Target: "report (retired)", Pass: true,
 			Note: fmt.Sprintf("batched: rounds of %d ops, per round one txn per commit of the shape and one entry of every copy (%d B); %s", cfg.Clients,
 				cfg.Clients*sh.appendBytes(), cpuNote)},
 		{ID: "B3", Backend: be.name, What: "catalog round trips per broadcast, amortised under load", Value: perOp, Unit: "trips",

@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,9 +14,91 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+
+	"github.com/walcast/walcast/meta"
+	"github.com/walcast/walcast/server"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childStandalone) != "" {
+		serveChildStandalone()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// childStandalone, set in the environment, makes the test binary a
+// standalone for a scale run (TestScaleSmall), as `walcast standalone
+// --config FILE` would be: the last argument is the file.
+const childStandalone = "WALCAST_BENCH_TEST_STANDALONE"
+
+// serveChildStandalone runs a standalone from the configuration file its
+// last argument names, prints its ready line, and runs until it is killed.
+func serveChildStandalone() {
+	cfg, err := server.Load(os.Args[len(os.Args)-1], nil, nil, nil)
+	if err == nil {
+		var app *meta.App
+		mc := meta.Config{PChannels: cfg.PChannelNames(), ImportRoot: cfg.ImportRoot(), Logger: cfg.Logger(),
+			CollectionShards: cfg.Meta.CollectionShards}
+		if app, err = meta.NewApp(mc); err == nil {
+			var p *server.Process
+			if p, err = server.StartStandalone(context.Background(), cfg, app); err == nil {
+				fmt.Println(p.ReadyLine("standalone"))
+				select {} // until SIGKILL
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr, "child standalone:", err)
+	os.Exit(1)
+}
+
+// TestScaleSmall runs a scale run at a tiny size against a standalone
+// process (this test binary as one): every step is measured, the kill -9
+// and restart are timed, B12 and B13 are judged, and the curves are drawn
+// from the steps. The numbers are not asserted.
+func TestScaleSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t.Setenv(childStandalone, "1")
+	rep, err := Scale(ctx, ScaleConfig{Collections: 120, Databases: 3, Clients: 3, Steps: 4, Samples: 2, PageSize: 10,
+		Command: []string{os.Args[0], "-test.run=^$"}, RatiosOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Steps) != 4 || rep.Steps[3].Collections != 120 {
+		t.Fatalf("steps %+v", rep.Steps)
+	}
+	for _, st := range rep.Steps {
+		if st.Rate <= 0 || st.P99 <= 0 || st.DescribeP50 <= 0 || st.ListP50 <= 0 || st.RSS <= 0 || st.Catalog <= 0 || st.WAL <= 0 || st.EtcdDB <= 0 {
+			t.Errorf("step %+v: a figure is missing", st)
+		}
+	}
+	if rep.Ready <= 0 || rep.FirstDDL < rep.Ready {
+		t.Errorf("recovery: ready %v, first DDL %v", rep.Ready, rep.FirstDDL)
+	}
+	ids := map[string]int{}
+	for _, r := range rep.Results {
+		ids[r.ID]++
+		// RatiosOnly: only B12's two ratios are judged.
+		if !ratioTarget(r) && (!r.Pass || r.Target != "report" && !strings.HasSuffix(r.Target, "(not judged)")) {
+			t.Errorf("with RatiosOnly %s %q is judged: %s, pass %v", r.ID, r.What, r.Target, r.Pass)
+		}
+	}
+	// The CPU row needs a clock tick of the server's CPU in the first
+	// step, which a tiny step may not take.
+	if ids["B12"] < 3 || ids["B12"] > 4 || ids["B13"] != 5 {
+		t.Errorf("results %v: want 3 or 4 of B12 and 5 of B13", ids)
+	}
+	names := map[string]bool{}
+	for _, c := range rep.Curves {
+		names[c.Name] = c.Complexity != "" && len(c.Series) > 0 && len(c.Series[0].Points) == 4
+	}
+	for _, n := range []string{"scale-throughput", "scale-latency", "scale-memory"} {
+		if !names[n] {
+			t.Errorf("curve %s missing or incomplete", n)
+		}
+	}
+}
 
 // TestRunSmall runs every benchmark at a tiny size, on both WALs and
 // through the API: the harness works and every result is filled in. The numbers are not asserted (they are
@@ -46,7 +130,7 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("duplicate hits did I/O: %s", r.Note)
 		}
 	}
-	for id, n := range map[string]int{"B1": 2, "B2": 2, "B2r": 2, "B3": 4, "B4": 2, "B5": 1, "B6": 2, "B8": 1, "B9": 2, "S1": 1, "S2": 1} {
+	for id, n := range map[string]int{"B1": 2, "B2": 2, "B2r": 2, "B3": 4, "B4": 2, "B5": 1, "B6": 2, "B8": 1, "B9": 2, "B14": 1, "S1": 1, "S2": 1} {
 		if ids[id] != n {
 			t.Errorf("%d results for %s, want %d", ids[id], id, n)
 		}
@@ -82,6 +166,7 @@ func BenchmarkB2Throughput(b *testing.B)           { benchOne(b, "B2") }
 func BenchmarkB2rBatchedFloor(b *testing.B)        { benchOne(b, "B2r") }
 func BenchmarkB8APIThroughput(b *testing.B)        { benchOne(b, "B8") }
 func BenchmarkB9CreateCollections(b *testing.B)    { benchOne(b, "B9") }
+func BenchmarkB14PrivilegeChanges(b *testing.B)    { benchOne(b, "B14") }
 func BenchmarkB4WideBroadcast(b *testing.B)        { benchOne(b, "B4") }
 func BenchmarkB5DuplicateHit(b *testing.B)         { benchOne(b, "B5") }
 func BenchmarkB6Recovery(b *testing.B)             { benchOne(b, "B6") }

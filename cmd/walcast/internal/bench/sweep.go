@@ -64,9 +64,12 @@ type Curve struct {
 	Title  string `json:"title"`
 	XLabel string `json:"x_label"`
 	YLabel string `json:"y_label"`
-	// LogY plots the y axis on a log scale (x always is).
-	LogY   bool     `json:"log_y,omitempty"`
-	Series []Series `json:"series"`
+	// LogY plots the y axis on a log scale; LinearX plots the x axis on
+	// a linear one (by default it is logarithmic, as a sweep's sizes grow
+	// by factors).
+	LogY    bool     `json:"log_y,omitempty"`
+	LinearX bool     `json:"linear_x,omitempty"`
+	Series  []Series `json:"series"`
 	// Complexity states the growth measured (see complexity).
 	Complexity string `json:"complexity"`
 	Note       string `json:"note,omitempty"`
@@ -509,8 +512,11 @@ func growth(ps []Point) string {
 		return "n/a"
 	}
 	tail := ps[max(0, len(ps)-3):]
-	k := slope(tail)
-	first, last := tail[0], tail[len(tail)-1]
+	return classify(slope(tail), tail[0], tail[len(tail)-1])
+}
+
+// classify states a growth of log-log slope k from first to last.
+func classify(k float64, first, last Point) string {
 	ratio := last.Y / first.Y
 	var class string
 	switch {

@@ -1,5 +1,5 @@
 // Package plot draws the growth curves of `walcast bench --sweep` as PNG
-// and SVG files with gonum/plot. Only the bench command uses it, so that
+// and SVG files with gonum/plot (and the curves of `walcast bench --scale`). Only the bench command uses it, so that
 // gonum/plot stays out of every other package.
 package plot
 
@@ -20,7 +20,8 @@ import (
 
 // Write draws c into dir as <name>.png and <name>.svg (dir is created if
 // missing) and returns the files written. The x axis is logarithmic, as the
-// sizes of a sweep grow by factors; so is the y axis if c.LogY.
+// sizes of a sweep grow by factors, unless c.LinearX; the y axis is if
+// c.LogY.
 func Write(dir string, c bench.Curve) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -29,8 +30,12 @@ func Write(dir string, c bench.Curve) ([]string, error) {
 	p.Title.Text = c.Title
 	p.X.Label.Text = c.XLabel
 	p.Y.Label.Text = c.YLabel
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = logTicks{}
+	if c.LinearX {
+		p.X.Tick.Marker = plainTicks{}
+	} else {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = logTicks{}
+	}
 	if c.LogY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = logTicks{}
@@ -43,7 +48,7 @@ func Write(dir string, c bench.Curve) ([]string, error) {
 	for i, s := range c.Series {
 		xys := make(plotter.XYs, 0, len(s.Points))
 		for _, pt := range s.Points {
-			if pt.X <= 0 || c.LogY && pt.Y <= 0 {
+			if !c.LinearX && pt.X <= 0 || c.LogY && pt.Y <= 0 {
 				continue // a log axis has no place for it
 			}
 			xys = append(xys, plotter.XY{X: pt.X, Y: pt.Y})
