@@ -389,7 +389,7 @@ func TestCLIImportWait(t *testing.T) {
 	if err := m.lastErr; err != nil {
 		t.Fatalf("import --wait: %v\n%s%s", err, out, errOut)
 	}
-	wantOutput(t, errOut, `(?m)^import job \d+: (pending|running|completed), \d of 1 files, \d+ rows \(\d`, `(?m)^import job \d+: completed, 1 of 1 files, 2 rows`)
+	wantOutput(t, errOut, `(?m)^import job \d+: (pending|running|completed), \d of 1 files, \d+ rows(, \d+ B of \d+ B)?( \[[#.]*\])? \(\d`, `(?m)^import job \d+: completed, 1 of 1 files, 2 rows`)
 	wantOutput(t, out, `(?m)^import job \d+ into shop.orders: `, `(?m)^import job \d+ completed: 1 of 1 files, 2 rows$`, `key: ok-1 \(repeat with --key ok-1 to retry safely\)`)
 
 	out, errOut = m.split("import", "start", "orders", "bad.csv", "--db", "shop", "--key", "bad-1", "--wait")
