@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/walcast/walcast/internal/netcause"
 )
 
 // ErrUnreachable reports a backend no connection could be opened to: the
@@ -87,19 +88,5 @@ func hostPort(endpoint string) string {
 	return endpoint
 }
 
-// cause is the innermost useful words of a network error: "connection
-// refused" rather than "dial tcp 127.0.0.1:2379: connect: connection
-// refused", "no answer" for a timeout.
-func cause(err error) string {
-	var se *os.SyscallError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &se):
-		return se.Err.Error()
-	case errors.As(err, &dns):
-		return dns.Error()
-	case errors.Is(err, context.DeadlineExceeded), os.IsTimeout(err):
-		return "no answer (timed out)"
-	}
-	return err.Error()
-}
+// cause is the innermost useful words of a network error (netcause.Of).
+func cause(err error) string { return netcause.Of(err) }

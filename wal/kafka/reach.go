@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walcast/walcast/internal/netcause"
 )
 
 // reach remembers which brokers the log's clients (the producer and every
@@ -144,17 +145,8 @@ func isNetError(err error) bool {
 // refused", not "unable to dial: dial tcp 127.0.0.1:9092: connect:
 // connection refused".
 func connCause(err error) string {
-	var se *os.SyscallError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &se):
-		return se.Err.Error()
-	case errors.As(err, &dns):
-		return dns.Error()
-	case errors.Is(err, io.EOF):
+	if errors.Is(err, io.EOF) {
 		return "the broker closed the connection"
-	case os.IsTimeout(err), errors.Is(err, context.DeadlineExceeded):
-		return "no answer (timed out)"
 	}
-	return err.Error()
+	return netcause.Of(err)
 }
