@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/tcpproxy"
+	"github.com/walcast/walcast/internal/wait"
 )
 
 // quorumClient returns a client of srv through two endpoints, a proxy
@@ -97,14 +99,13 @@ func TestR9_12_MembersLeavesAHungMember(t *testing.T) {
 	hung, direct := cfg.Endpoints[0], cfg.Endpoints[1]
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				st, _ := m.Status()
-				t.Fatalf("%s: endpoints %v, status %+v", what, client.Endpoints(), st)
+		wait.ForNil(t, what, func() error {
+			if cond() {
+				return nil
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			st, _ := m.Status()
+			return fmt.Errorf("endpoints %v, status %+v", client.Endpoints(), st)
+		})
 	}
 	waitFor("both members in use", func() bool { return len(client.Endpoints()) == 2 && strings.HasPrefix(m.Summary(), "2 of 2") })
 	p.Stall()
