@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/walcast/walcast/app"
@@ -14,6 +13,7 @@ import (
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
 	"github.com/walcast/walcast/server"
+	"github.com/walcast/walcast/wal/waltest"
 )
 
 // TestR9_1_StandaloneWALRetention: a standalone drops the WAL entries
@@ -60,17 +60,9 @@ func TestR9_1_StandaloneWALRetention(t *testing.T) {
 			}
 		}
 	}
+	js := waltest.JetStream(t, p.NATSURL())
 	stream := func() jetstream.StreamState {
 		t.Helper()
-		nc, err := natsgo.Connect(p.NATSURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
 		s, err := js.Stream(ctx, "WALCAST_lane-0")
 		if err != nil {
 			t.Fatal(err)

@@ -11,20 +11,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// DeleteStream deletes stream name of the NATS server at url, as an
-// operator, or a server losing its store, would: a test of a log that
-// vanishes or is created again (R9.14).
-func DeleteStream(t testing.TB, url, name string) {
+// JetStream connects to the NATS server at url for the test's own
+// inspection of streams; the connection closes when the test ends.
+func JetStream(t testing.TB, url string) jetstream.JetStream {
 	t.Helper()
 	nc, err := natsgo.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// DeleteStream deletes stream name of the NATS server at url, as an
+// operator, or a server losing its store, would: a test of a log that
+// vanishes or is created again (R9.14).
+func DeleteStream(t testing.TB, url, name string) {
+	t.Helper()
+	js := JetStream(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := js.DeleteStream(ctx, name); err != nil {

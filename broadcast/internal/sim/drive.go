@@ -620,11 +620,7 @@ func (cl *client) drivenMemberFailed(err error) {
 	case errors.Is(err, broadcast.ErrNotFound) && op.phase > 0:
 		op.phase, op.gid = 0, 0
 		cl.retry("group unknown here: begin again")
-	case broadcast.IsTaskNotCreated(err):
-		cl.retry("not created")
-	case errors.Is(err, broadcast.ErrNotPrimary):
-		cl.next("not primary")
 	default:
-		cl.retry(err.Error())
+		cl.drivenFailed(err) // not created, not primary, the rest retried
 	}
 }
