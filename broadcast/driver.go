@@ -195,6 +195,12 @@ func (d *driver) loop() {
 			d.performReady()
 			d.mu.Unlock()
 			d.drain()
+			if d.rt != nil {
+				// Between the drain's last look at the events and done
+				// closing, a caller's send may still land in the buffer,
+				// never to be stepped: its caller waits for done (await).
+				d.rt.Yield()
+			}
 			return
 		}
 		d.performReady()
@@ -445,14 +451,17 @@ func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply,
 	if d.bug.Is(mutate.WaitIgnoresContext) {
 		ctxDone = nil
 	}
+	if d.bug.Is(mutate.WaitDeafToClose) {
+		done = nil
+	}
 	if d.rt != nil {
-		d.rt.Park(func() bool { return len(rc) > 0 || ctxDone != nil && ctx.Err() != nil || closed(d.done) })
+		d.rt.Park(func() bool { return len(rc) > 0 || ctxDone != nil && ctx.Err() != nil || done != nil && closed(done) })
 		// One case at a time, in a fixed order (a select picks among the
 		// ready ones at random): the seed decides what is ready when.
 		switch {
 		case len(rc) > 0:
 			ctxDone, done = nil, nil
-		case closed(d.done):
+		case done != nil && closed(done):
 			ctxDone = nil
 		}
 	}

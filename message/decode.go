@@ -2,6 +2,8 @@ package message
 
 import (
 	"fmt"
+	"unicode/utf8"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -38,6 +40,8 @@ const (
 // type are skipped, strings must be UTF-8; bytes are copied and empty ones
 // are nil. TestUnmarshalMatchesProto checks it against proto.Unmarshal.
 func decode(b []byte, m *Message) error {
+	sa := &strArena{}
+	presize(b, m, sa)
 	groupKind := int32(-1) // -1: no group
 	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		if num == fProperties && m.Properties == nil {
@@ -67,38 +71,38 @@ func decode(b []byte, m *Message) error {
 			var err error
 			switch num {
 			case fTypeName:
-				m.Type.Name, err = wire.String(v)
+				m.Type.Name, err = sa.str(v)
 			case fPayload:
 				m.Payload = wire.CopyBytes(v)
 			case fProperties:
-				err = m.decodeProperty(v)
+				err = m.decodeProperty(v, sa)
 			case fIdempotencyKey:
 				var s string
-				s, err = wire.String(v)
+				s, err = sa.str(v)
 				m.IdempotencyKey = IdempotencyKey(s)
 			case fTraceParent:
-				m.TraceParent, err = wire.String(v)
+				m.TraceParent, err = sa.str(v)
 			case fTraceState:
-				m.TraceState, err = wire.String(v)
+				m.TraceState, err = sa.str(v)
 			case fVChannels, fAppendFirst:
 				var s string
-				if s, err = wire.String(v); num == fVChannels {
+				if s, err = sa.str(v); num == fVChannels {
 					m.Broadcast.VChannels = append(m.Broadcast.VChannels, VChannel(s))
 				} else {
 					m.Broadcast.AppendFirst = append(m.Broadcast.AppendFirst, VChannel(s))
 				}
 			case fResourceKeys:
-				err = m.decodeResourceKey(v)
+				err = m.decodeResourceKey(v, sa)
 			case fReplicate:
 				if m.Replicate == nil {
 					m.Replicate = &ReplicateHeader{}
 				}
-				err = decodeReplicate(v, m.Replicate)
+				err = decodeReplicate(v, m.Replicate, sa)
 			case fGroup:
 				if m.Group == nil {
 					m.Group, groupKind = &GroupHeader{}, 0
 				}
-				err = decodeGroup(v, m.Group, &groupKind)
+				err = decodeGroup(v, m.Group, &groupKind, sa)
 			case fCopies:
 				err = m.decodeCopy(v)
 			default:
@@ -120,14 +124,97 @@ func decode(b []byte, m *Message) error {
 	return nil
 }
 
+// presize gives m's repeated fields the capacity b holds for them, so that
+// decoding them allocates each once instead of growing it, and sizes sa to
+// hold m's strings (a cheap pass over the tags; an error is left to decode
+// to report).
+func presize(b []byte, m *Message, sa *strArena) {
+	var vcs, keys, first, strs int
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			break
+		}
+		b = b[n:]
+		if typ == protowire.BytesType {
+			switch num {
+			case fVChannels:
+				vcs++
+			case fResourceKeys:
+				keys++
+			case fAppendFirst:
+				first++
+			}
+			switch num {
+			case fTypeName, fIdempotencyKey, fTraceParent, fTraceState, fVChannels, fAppendFirst,
+				fResourceKeys, fProperties, fReplicate, fGroup:
+				// A string's length, or a nested message's: its strings
+				// take no more than that.
+				strs += n
+			}
+		}
+	}
+	if strs > 0 {
+		sa.buf = make([]byte, 0, strs)
+	}
+	if vcs > 1 && m.Broadcast.VChannels == nil {
+		m.Broadcast.VChannels = make([]VChannel, 0, vcs)
+	}
+	if keys > 1 && m.Broadcast.ResourceKeys == nil {
+		m.Broadcast.ResourceKeys = make([]resource.Key, 0, keys)
+	}
+	if first > 1 && m.Broadcast.AppendFirst == nil {
+		m.Broadcast.AppendFirst = make([]VChannel, 0, first)
+	}
+}
+
+// strArena holds the strings of one decoded message in one allocation
+// instead of one each (a message has a dozen: its type, key, targets and
+// resource keys). Its buffer is written only past what was handed out and
+// never grows, so every string given stays immutable.
+type strArena struct {
+	buf []byte
+}
+
+// str is v as a string, from the arena while it has room; not UTF-8 is
+// wire.ErrUTF8.
+func (sa *strArena) str(v []byte) (string, error) {
+	if !utf8.Valid(v) {
+		return "", wire.ErrUTF8
+	}
+	if len(v) == 0 {
+		return "", nil
+	}
+	if cap(sa.buf)-len(sa.buf) < len(v) {
+		return string(v), nil
+	}
+	at := len(sa.buf)
+	sa.buf = append(sa.buf, v...)
+	return unsafe.String(&sa.buf[at], len(v)), nil
+}
+
+// consume is wire.ConsumeString with the string from the arena.
+func (sa *strArena) consume(b []byte) (string, int, error) {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return "", n, nil
+	}
+	s, err := sa.str(v)
+	return s, n, err
+}
+
 // decodeProperty reads one entry of the properties map.
-func (m *Message) decodeProperty(b []byte) error {
+func (m *Message) decodeProperty(b []byte, sa *strArena) error {
 	var k, v string
 	err := wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		if typ != protowire.BytesType || (num != 1 && num != 2) {
 			return protowire.ConsumeFieldValue(num, typ, b), nil
 		}
-		s, n, err := wire.ConsumeString(b)
+		s, n, err := sa.consume(b)
 		if num == 1 {
 			k = s
 		} else {
@@ -146,7 +233,7 @@ func (m *Message) decodeProperty(b []byte) error {
 }
 
 // decodeResourceKey reads one ResourceKey.
-func (m *Message) decodeResourceKey(b []byte) error {
+func (m *Message) decodeResourceKey(b []byte, sa *strArena) error {
 	var (
 		domain    uint32
 		name      string
@@ -163,7 +250,7 @@ func (m *Message) decodeResourceKey(b []byte) error {
 			}
 			return n, nil
 		case typ == protowire.BytesType && num == 2:
-			v, n, err := wire.ConsumeString(b)
+			v, n, err := sa.consume(b)
 			name = v
 			return n, err
 		}
@@ -183,11 +270,11 @@ func (m *Message) decodeResourceKey(b []byte) error {
 	return nil
 }
 
-func decodeReplicate(b []byte, r *ReplicateHeader) error {
+func decodeReplicate(b []byte, r *ReplicateHeader, sa *strArena) error {
 	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.BytesType && (num == 1 || num == 2):
-			s, n, err := wire.ConsumeString(b)
+			s, n, err := sa.consume(b)
 			if num == 1 {
 				r.SourceCluster = s
 			} else {
@@ -207,7 +294,7 @@ func decodeReplicate(b []byte, r *ReplicateHeader) error {
 	})
 }
 
-func decodeGroup(b []byte, g *GroupHeader, kind *int32) error {
+func decodeGroup(b []byte, g *GroupHeader, kind *int32, sa *strArena) error {
 	return wire.Fields(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 		switch {
 		case typ == protowire.VarintType && num >= 1 && num <= 3:
@@ -222,7 +309,7 @@ func decodeGroup(b []byte, g *GroupHeader, kind *int32) error {
 			}
 			return n, nil
 		case typ == protowire.BytesType && num == 4:
-			v, n, err := wire.ConsumeString(b)
+			v, n, err := sa.consume(b)
 			g.OwnerKey = v
 			return n, err
 		}

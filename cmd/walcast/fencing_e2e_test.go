@@ -206,9 +206,11 @@ func TestR8_5_SupersededPrimaryIsFenced(t *testing.T) {
 			st, err := pr.west.c.ReplicationStatus(ctx)
 			return err == nil && st.GetPromotion().GetMarkedAt() != nil
 		})
-		// replicate status says it, on both sides.
+		// replicate status says it, on both sides. East learns it from
+		// whichever comes first: west's answer to its check (api) or the
+		// mark west writes into its WAL once it is up again (wal).
 		for addr, want := range map[string]*regexp.Regexp{
-			pr.east.coord.api: regexp.MustCompile(`(?m)^SUPERSEDED  by west's promote at .+ \(generation [1-9]\d*\), learned via api at .+: this cluster refuses DDL; follow west or reset$`),
+			pr.east.coord.api: regexp.MustCompile(`(?m)^SUPERSEDED  by west's promote at .+ \(generation [1-9]\d*\), learned via (api|wal) at .+: this cluster refuses DDL; follow west or reset$`),
 			pr.west.coord.api: regexp.MustCompile(`(?m)^generation  [1-9]\d* \(its promote replaced east\)$[\s\S]*^replaced    east, whose WAL nats://\S+ was replicated to the positions recorded at .+ \(walcast replicate salvage\); marked superseded: \d.+$`),
 		} {
 			out, err := run(t, "replicate", "status", "--addr", addr)

@@ -115,6 +115,18 @@ func (l *Log) Entries(p message.PChannel) [][]byte {
 	return nil
 }
 
+// Entry returns p's entry at offset off (not a copy: do not modify it);
+// false if p has none there.
+func (l *Log) Entry(p message.PChannel, off uint64) ([]byte, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.chans[p]
+	if !ok || off >= uint64(len(c.entries)) {
+		return nil, false
+	}
+	return c.entries[off], true
+}
+
 // Append writes data at the end of p's log.
 func (l *Log) Append(ctx context.Context, p message.PChannel, dedupID string, data []byte) (uint64, error) {
 	if err := ctx.Err(); err != nil {

@@ -103,6 +103,10 @@ type tombstones struct {
 	// 64 KiB chunks saves the per-object rounding of separate allocations; a
 	// chunk is freed by Go's GC once its last tombstone goes.
 	chunk []byte
+	// chunkSize is the size of the last chunk: chunks start at 4 KiB and
+	// double up to 64 KiB, so that a core holding few tombstones (a test's,
+	// a simulated member's) does not pay for a whole chunk.
+	chunkSize int
 }
 
 const (
@@ -128,7 +132,8 @@ func (ts *tombstones) keep(raw []byte) string {
 		return string(raw)
 	}
 	if len(ts.chunk) < len(raw) {
-		ts.chunk = make([]byte, arenaChunk)
+		ts.chunkSize = min(arenaChunk, max(arenaChunk/16, 2*ts.chunkSize))
+		ts.chunk = make([]byte, ts.chunkSize)
 	}
 	n := copy(ts.chunk, raw)
 	out := unsafe.String(&ts.chunk[0], n)

@@ -59,6 +59,9 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 		return &Waited{Stage: StageNone}
 	}
 	for _, t := range c.tasks {
+		if c.cfg.Mutation.Is(mutate.WithdrawnStillAnswered) && slices.Contains(t.waiters, to) {
+			return &Waited{ID: t.id, Stage: t.stage}
+		}
 		if t.withdraw(to) {
 			return &Waited{ID: t.id, Stage: t.stage}
 		}

@@ -101,6 +101,14 @@ const (
 	// not have through when Config.PChannels is unset: its task is created
 	// and its append retried for ever, holding its keys (R2.3).
 	UnknownPChannelAccepted
+	// WithdrawnStillAnswered reports a request waiting for its task's
+	// result withdrawn but leaves it among the task's waiters, so that its
+	// caller, gone, is answered when the task ends (R11.5).
+	WithdrawnStillAnswered
+	// WaitDeafToClose makes a caller's wait for its reply deaf to the
+	// broadcaster's Close: a caller waiting when Close returns waits on
+	// (R11.5).
+	WaitDeafToClose
 	numBugs
 )
 
@@ -145,6 +153,8 @@ var infos = [numBugs]Info{
 	PoisonBlocksOthers:       {Name: "poison-blocks-others", Rule: "R11.6", Latency: true},
 	WaitIgnoresContext:       {Name: "wait-ignores-context", Rule: "R11.5", Driver: true},
 	UnknownPChannelAccepted:  {Name: "unknown-pchannel-accepted", Rule: "R2.3", Driver: true},
+	WithdrawnStillAnswered:   {Name: "withdrawn-still-answered", Rule: "R11.5"},
+	WaitDeafToClose:          {Name: "wait-deaf-to-close", Rule: "R11.5", Driver: true},
 }
 
 // All returns every planted bug, None excluded, in declaration order.

@@ -27,6 +27,7 @@ type checker struct {
 	// back, a window's end never does.
 	latest time.Time
 	heard  int // TOMBSTONEs the cores heard were durable
+	repl   replIndex
 }
 
 type clusterFacts struct {
@@ -222,21 +223,48 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 
 // replicatedIDs returns the ids of every replicated copy in c's WAL.
 func (k *checker) replicatedIDs(c *cluster) map[uint64]bool {
-	ids := map[uint64]bool{}
 	if c != k.w.second {
-		return ids
+		return nil
+	}
+	// Read incrementally: the entries of a lane only grow until it is
+	// recreated, which changes its identity (and then all is read again).
+	x := &k.repl
+	for _, lane := range c.lanes {
+		id, _ := c.log.Identity(context.Background(), lane)
+		if x.ident[lane] != id {
+			x.ids = nil
+			break
+		}
+	}
+	if x.ids == nil || x.c != c {
+		*x = replIndex{c: c, ident: map[message.PChannel]string{}, read: map[message.PChannel]int{}, ids: map[uint64]bool{}}
 	}
 	for _, lane := range c.lanes {
-		for off, data := range c.log.Entries(lane) {
-			cs, _ := wal.Decode(uint64(off), data)
+		x.ident[lane], _ = c.log.Identity(context.Background(), lane)
+		off := x.read[lane]
+		for ; ; off++ {
+			entry, ok := c.log.Entry(lane, uint64(off))
+			if !ok {
+				break
+			}
+			cs, _ := wal.Decode(uint64(off), entry)
 			for _, cp := range cs {
 				if cp.Message.Replicate != nil {
-					ids[cp.Message.Broadcast.ID] = true
+					x.ids[cp.Message.Broadcast.ID] = true
 				}
 			}
 		}
+		x.read[lane] = off
 	}
-	return ids
+	return x.ids
+}
+
+// replIndex is what replicatedIDs read of the secondary's WAL so far.
+type replIndex struct {
+	c     *cluster                    // the secondary read
+	ident map[message.PChannel]string // each lane's identity when read
+	read  map[message.PChannel]int    // entries read per lane
+	ids   map[uint64]bool             // ids of replicated copies
 }
 
 // beforeAppend checks that every copy appended belongs to a durable task

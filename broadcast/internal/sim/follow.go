@@ -63,13 +63,13 @@ func (w *world) promoteMoves(ms []move) []move {
 		n++
 		if w.faultsOn {
 			r := r
-			ms = append(ms, move{1, func() { w.giveUpWait(r) }})
+			ms = append(ms, move{weight: 1, do: func() { w.giveUpWait(r) }})
 		}
 	}
 	clear(w.promoters[n:])
 	w.promoters = w.promoters[:n]
 	if n < maxPromoters {
-		ms = append(ms, move{2, func() { w.promote(c) }})
+		ms = append(ms, move{weight: 2, do: func() { w.promote(c) }})
 	}
 	return ms
 }

@@ -74,11 +74,17 @@ func (r *replicator) done() bool {
 		return r.promoted
 	}
 	for _, lane := range r.w.primary.lanes {
-		if r.cursors[lane] < len(r.w.primary.log.Entries(lane)) {
+		if r.behind(lane) {
 			return false
 		}
 	}
 	return true
+}
+
+// behind reports whether the primary's lane has entries not copied yet.
+func (r *replicator) behind(lane message.PChannel) bool {
+	_, ok := r.w.primary.log.Entry(lane, uint64(r.cursors[lane]))
+	return ok
 }
 
 func (r *replicator) moves() []move {
@@ -86,23 +92,23 @@ func (r *replicator) moves() []move {
 	var ms []move
 	if !r.lost {
 		for _, lane := range w.primary.lanes {
-			if r.cursors[lane] < len(w.primary.log.Entries(lane)) {
+			if r.behind(lane) {
 				lane := lane
-				ms = append(ms, move{4, func() { r.copy(lane) }})
+				ms = append(ms, move{weight: 4, do: func() { r.copy(lane) }})
 			}
 		}
 		if r.lostAt > 0 && w.steps >= r.lostAt {
-			ms = append(ms, move{20, r.losePrimary})
+			ms = append(ms, move{weight: 20, do: r.losePrimary})
 		}
 		return ms
 	}
 	if !r.promoted && (r.promote == nil || r.promote.done) && !w.second.down {
-		ms = append(ms, move{5, r.forcePromote})
+		ms = append(ms, move{weight: 5, do: r.forcePromote})
 	}
 	if p := r.promote; p != nil && !p.done && w.faultsOn && !w.second.down {
 		// The promote's caller gives up (R11.5): its request is withdrawn,
 		// a promote under way goes on, and a later call waits for it.
-		ms = append(ms, move{1, func() {
+		ms = append(ms, move{weight: 1, do: func() {
 			w.tracef("%s gives up", p.name)
 			w.withdraw(w.second, p)
 		}})
@@ -114,7 +120,7 @@ func (r *replicator) moves() []move {
 func (r *replicator) copy(lane message.PChannel) {
 	w := r.w
 	i := r.cursors[lane]
-	data := w.primary.log.Entries(lane)[i]
+	data, _ := w.primary.log.Entry(lane, uint64(i))
 	copies, err := wal.Decode(uint64(i), data)
 	if err != nil {
 		w.fail("replicator: %v", err)

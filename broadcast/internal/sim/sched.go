@@ -196,7 +196,7 @@ func (s *sched) moves(ms []move) []move {
 			continue
 		}
 		g := g
-		ms = append(ms, move{8, func() {
+		ms = append(ms, move{weight: 8, do: func() {
 			s.w.mix(30, uint64(g.id))
 			s.w.tracef("%s: %s goes on", g.rt.c.name, g.name)
 			s.resume(g, true)
@@ -254,6 +254,8 @@ func (r *drt) Go(fn func()) {
 }
 
 func (r *drt) Park(ready func() bool) { r.s.park(ready, false) }
+
+func (r *drt) Yield() { r.s.park(always, true) }
 
 // Fast: the seed decides whether the driver's mutex was free when a
 // caller or worker tried to step the core itself.

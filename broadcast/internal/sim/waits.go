@@ -36,7 +36,7 @@ func (w *world) watchMoves(ms []move) []move {
 		n++
 		if w.faultsOn && !r.c.down {
 			r := r
-			ms = append(ms, move{1, func() { w.giveUpWait(r) }})
+			ms = append(ms, move{weight: 1, do: func() { w.giveUpWait(r) }})
 		}
 	}
 	clear(w.watchers[n:])
@@ -50,7 +50,7 @@ func (w *world) watchMoves(ms []move) []move {
 		}
 		if live, _ := c.core.Counts(); live > 0 {
 			c := c
-			ms = append(ms, move{1, func() { w.watch(c) }})
+			ms = append(ms, move{weight: 1, do: func() { w.watch(c) }})
 		}
 	}
 	return ms

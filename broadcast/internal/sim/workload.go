@@ -233,27 +233,27 @@ func (cl *client) describe() string {
 	return s
 }
 
-// ready returns what the client can do now, nil if nothing.
-func (cl *client) ready() func() {
+// ready returns what the client can do now, moveDo if nothing.
+func (cl *client) ready() moveKind {
 	if cl.done() || cl.c.down {
-		return nil
+		return moveDo
 	}
 	if w := cl.w; w.repl != nil && w.repl.lost && !w.repl.promoted || w.awaitPromote {
-		return nil // waits for the promote to retry there
+		return moveDo // waits for the promote to retry there
 	}
 	if cl.wait != nil && !cl.wait.done {
 		if cl.w.faultsOn && cl.w.rng.IntN(40) == 0 {
-			return cl.giveUp
+			return moveClientGiveUp
 		}
-		return nil
+		return moveDo
 	}
 	if cl.w.now.Before(cl.until) {
 		if cl.w.faultsOn {
-			return nil
+			return moveDo
 		}
 		cl.until = time.Time{}
 	}
-	return cl.start
+	return moveClientStart
 }
 
 func (cl *client) op() *clientOp { return cl.ops[cl.cur] }
@@ -689,8 +689,8 @@ func (n *consumer) ready() bool {
 func (n *consumer) next() {
 	w := n.c.w
 	if len(n.queue) == 0 {
-		entries := n.c.log.Entries(n.lane())
-		copies, err := wal.Decode(uint64(n.cursor), entries[n.cursor])
+		entry, _ := n.c.log.Entry(n.lane(), uint64(n.cursor))
+		copies, err := wal.Decode(uint64(n.cursor), entry)
 		if err != nil {
 			w.fail("%s: entry %d of %s does not decode: %v", n.c.name, n.cursor, n.lane(), err)
 			return

@@ -79,6 +79,7 @@ type Result struct {
 // world is one run: the clusters, the workload, the clock, the random
 // source, and the checker.
 type world struct {
+	moveBuf []move // moves' slice, reused from step to step
 	// reconciled holds the groups reconcile gave a rollback.
 	reconciled map[uint64]bool
 	cfg        Config
@@ -200,10 +201,53 @@ func (w *world) newHandle() engine.HandleID {
 	return engine.HandleID(w.handles)
 }
 
-// move is one thing that can happen next.
+// move is one thing that can happen next: do, or for the moves offered at
+// nearly every step, one of the kinds below, which needs no closure (the
+// simulator's speed is bounded by what it allocates per step).
 type move struct {
 	weight int
 	do     func()
+	kind   moveKind
+	c      *cluster
+	n      *consumer
+	cl     *client
+	i      int
+}
+
+// moveKind is a move that needs no closure.
+type moveKind uint8
+
+const (
+	moveDo           moveKind = iota // do
+	moveComplete                     // c completes its operation i
+	moveConsume                      // n reads its next entry
+	moveRestartNode                  // n restarts
+	moveClientStart                  // cl starts its next operation
+	moveClientGiveUp                 // cl gives up its wait
+	moveTick                         // time passes
+	moveClockJump                    // the clock jumps
+)
+
+// run makes the move happen.
+func (m move) run(w *world) {
+	switch m.kind {
+	case moveComplete:
+		m.c.complete(m.i)
+	case moveConsume:
+		m.n.next()
+	case moveRestartNode:
+		m.n.restart()
+	case moveClientStart:
+		m.cl.start()
+	case moveClientGiveUp:
+		m.cl.giveUp()
+	case moveTick:
+		w.tick()
+	case moveClockJump:
+		w.clockJump()
+	default:
+		m.do()
+	}
 }
 
 func (w *world) run() {
@@ -247,7 +291,7 @@ func (w *world) run() {
 		for _, m := range moves {
 			if r < m.weight {
 				w.steps++
-				m.do()
+				m.run(w)
 				break
 			}
 			r -= m.weight
@@ -263,34 +307,33 @@ func (w *world) run() {
 
 // moves lists what can happen now, with weights.
 func (w *world) moves() []move {
-	var ms []move
+	ms := w.moveBuf[:0]
+	defer func() { w.moveBuf = ms[:0] }()
 	for _, c := range w.clusters() {
 		c := c
 		if c.down {
 			if !w.lost(c) {
-				ms = append(ms, move{5, func() { w.restart(c) }})
+				ms = append(ms, move{weight: 5, do: func() { w.restart(c) }})
 			}
 			continue
 		}
 		for i := range c.ops {
-			i := i
-			ms = append(ms, move{10, func() { c.complete(i) }})
+			ms = append(ms, move{weight: 10, kind: moveComplete, c: c, i: i})
 		}
 		if c.driver {
 			c.tickDriver()
 		}
 		for _, n := range c.nodes {
 			if n.ready() {
-				n := n
-				ms = append(ms, move{4, n.next})
+				ms = append(ms, move{weight: 4, kind: moveConsume, n: n})
 			}
 		}
 		if w.faultsOn {
 			if n, crash := w.crashMove(c); n > 0 {
-				ms = append(ms, move{n, crash})
+				ms = append(ms, move{weight: n, do: crash})
 			}
 			if c.driver && !c.drv.closing && c.drv.closes < 2 {
-				ms = append(ms, move{1, c.closeDriver})
+				ms = append(ms, move{weight: 1, do: c.closeDriver})
 			}
 		}
 		if d, ok := c.core.Deadline(); ok && !w.cfg.Calm && (w.faultsOn || d.Sub(w.now) <= time.Minute) {
@@ -298,12 +341,12 @@ func (w *world) moves() []move {
 			// only to retry what failed (a minute covers a backoff after
 			// the clock jumped back), or when nothing else can happen, so
 			// that the quiescent phase's virtual time measures waits.
-			ms = append(ms, move{1, func() { w.tick() }})
+			ms = append(ms, move{weight: 1, kind: moveTick})
 		}
 	}
 	for _, cl := range w.clients {
-		if r := cl.ready(); r != nil {
-			ms = append(ms, move{5, r})
+		if k := cl.ready(); k != moveDo {
+			ms = append(ms, move{weight: 5, kind: k, cl: cl})
 		}
 	}
 	if w.sched != nil {
@@ -315,23 +358,22 @@ func (w *world) moves() []move {
 	}
 	ms = w.watchMoves(ms)
 	if len(w.orphans()) > 0 {
-		ms = append(ms, move{1, w.reconcile})
+		ms = append(ms, move{weight: 1, do: w.reconcile})
 	}
 	if w.faultsOn {
 		if !w.cfg.Calm {
-			ms = append(ms, move{1, w.clockJump})
+			ms = append(ms, move{weight: 1, kind: moveClockJump})
 		}
 		for _, c := range w.clusters() {
 			if !c.down {
 				for _, n := range c.nodes {
-					n := n
-					ms = append(ms, move{1, n.restart})
+					ms = append(ms, move{weight: 1, kind: moveRestartNode, n: n})
 				}
 			}
 		}
 	}
 	if op := w.operator(); op != nil {
-		ms = append(ms, move{1, op})
+		ms = append(ms, move{weight: 1, do: op})
 	}
 	return ms
 }

@@ -25,6 +25,10 @@ type Runtime interface {
 	// ended, an event waits for the loop). It returns at once if ready
 	// already does.
 	Park(ready func() bool)
+	// Yield lets the runtime run other goroutines before the calling one
+	// goes on: a point where, in production, another goroutine may act
+	// (the seed decides whether one does).
+	Yield()
 	// Fast reports whether a goroutine that may step the core itself (the
 	// driver's mutex is free and no event waits for the loop) does: the
 	// seed decides, as contention for the mutex does in production.
