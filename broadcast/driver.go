@@ -93,12 +93,19 @@ type driver struct {
 	bug mutate.Bug
 	// jobs counts the jobs rt runs, for drain.
 	jobs atomic.Int64
+	// replies are reply channels for call: one goes back only once its
+	// request's reply was received (a request abandoned by its caller keeps
+	// its channel, which the core may still answer). They are the
+	// driver's own, not the process's: a channel made inside a
+	// testing/synctest bubble must never reach another broadcaster.
+	replies sync.Pool
 }
 
 func newDriver(b *Broadcaster, core *engine.Core) *driver {
 	d := &driver{b: b, core: core, clock: b.cfg.Clock, events: make(chan engine.Event, 1024), wake: make(chan struct{}, 1),
 		stopc: make(chan error, 1), done: make(chan struct{}), cbCancels: make(map[uint64]context.CancelFunc)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.replies.New = newReplyChan
 	d.async, _ = b.cat.(catalog.AsyncCommitter)
 	if d.rt = b.cfg.rt; d.rt != nil {
 		d.bug = d.rt.Mutation()
@@ -434,9 +441,9 @@ func answersAtOnce(ev engine.Event) bool {
 // withdraws the request (see await) and returns ctx's error. If the loop
 // has exited it returns ErrClosed.
 func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Event) (engine.Reply, error) {
-	rc := replyChans.Get().(chan engine.Reply)
+	rc := d.replies.Get().(chan engine.Reply)
 	if !d.request(mk(rc)) {
-		replyChans.Put(rc) // the core never saw it
+		d.replies.Put(rc) // the core never saw it
 		return engine.Reply{}, d.b.closedErr()
 	}
 	return d.await(ctx, rc)
@@ -445,7 +452,7 @@ func (d *driver) call(ctx context.Context, mk func(to engine.Target) engine.Even
 // await waits for the reply on rc to a request the core took. If ctx ends
 // first, the request is withdrawn (withdraw) and await returns ctx's error,
 // saying what the request waited for; if the loop exits first, ErrClosed.
-// rc goes back to replyChans only once its reply was received.
+// rc goes back to d.replies only once its reply was received.
 func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply, error) {
 	ctxDone, done := ctx.Done(), d.done
 	if d.bug.Is(mutate.WaitIgnoresContext) {
@@ -468,7 +475,7 @@ func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply,
 	select {
 	case r := <-rc:
 		// The core answers a request once: nothing else is sent on rc.
-		replyChans.Put(rc)
+		d.replies.Put(rc)
 		return r, nil
 	case <-ctxDone:
 		if d.bug.Is(mutate.CancelledNotWithdrawn) {
@@ -497,7 +504,7 @@ func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply,
 func (d *driver) withdraw(ctx context.Context, rc chan engine.Reply) (engine.Reply, error) {
 	select {
 	case r := <-rc:
-		replyChans.Put(rc)
+		d.replies.Put(rc)
 		return r, nil
 	default:
 	}
@@ -519,7 +526,7 @@ func (d *driver) withdraw(ctx context.Context, rc chan engine.Reply) (engine.Rep
 	}
 	select {
 	case r := <-rc:
-		replyChans.Put(rc)
+		d.replies.Put(rc)
 		return r, nil
 	default:
 	}
@@ -542,9 +549,9 @@ func (d *driver) callAll(ctx context.Context, n int, mk func(i int, to engine.Ta
 	}
 	rcs := make([]chan engine.Reply, n)
 	for i := range n {
-		rc := replyChans.Get().(chan engine.Reply)
+		rc := d.replies.Get().(chan engine.Reply)
 		if !d.send(mk(i, rc)) {
-			replyChans.Put(rc)
+			d.replies.Put(rc)
 			fail(i, d.b.closedErr())
 			continue
 		}
@@ -562,10 +569,8 @@ func (d *driver) callAll(ctx context.Context, n int, mk func(i int, to engine.Ta
 	return rs, errs
 }
 
-// replyChans are reply channels for call: one goes back only once its
-// request's reply was received (a request abandoned by its caller keeps
-// its channel, which the core may still answer).
-var replyChans = sync.Pool{New: func() any { return make(chan engine.Reply, 1) }}
+// newReplyChan makes a reply channel for d.replies.
+func newReplyChan() any { return make(chan engine.Reply, 1) }
 
 // waitErr is err (the caller's context ended) saying, when the request
 // waited for a task, which task and what it was waiting for: a caller stuck

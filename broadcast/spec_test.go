@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -313,6 +314,13 @@ func TestR4_1_PersistedStateTransitions(t *testing.T) {
 // batch nothing with an ExclusiveAppend copy), so a consumer sees it as a
 // barrier on its vchannels.
 func TestR2_5_ExclusiveAppendGetsEntriesOfItsOwn(t *testing.T) {
+	// In a bubble, so that "the copies are queued" is an event
+	// (synctest.Wait: every goroutine of the broadcaster blocked), not a
+	// pause.
+	synctest.Test(t, testExclusiveAppendEntries)
+}
+
+func testExclusiveAppendEntries(t *testing.T) {
 	e := newEnv(t)
 	typExcl := message.Type{Name: "Barrier", Version: 1}
 	e.types.MustRegister(message.TypeInfo{Type: typExcl, ExclusiveAppend: true})
@@ -344,12 +352,12 @@ func TestR2_5_ExclusiveAppendGetsEntriesOfItsOwn(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	// queued waits until n tasks are durable (their copies are submitted
-	// right after) and gives the drivers a moment to queue them.
+	// queued waits until n tasks are durable and their copies queued:
+	// nothing in the bubble can move but the failing append's retries.
 	queued := func(n int) {
 		t.Helper()
 		waitFor(t, fmt.Sprint(n, " tasks persisted"), func() bool { return len(e.store.Keys("walcast/tasks/")) == n })
-		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
 	}
 	launch(typPlain, "plug", vch(1, "plug"))
 	waitFor(t, "the plug's append to fail", func() bool { return b.Stats().AppendRetries >= 1 })

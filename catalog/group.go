@@ -55,6 +55,11 @@ type Group struct {
 
 	trips atomic.Int64
 	calls atomic.Int64
+	// free are groupCalls to reuse: one goes back once its Commit received
+	// its answer (a Commit that gave up keeps its call, which flush still
+	// answers). The Group's own, not the process's: a channel made inside
+	// a testing/synctest bubble must never reach another Group.
+	free sync.Pool
 }
 
 var _ AsyncCommitter = (*Group)(nil)
@@ -68,9 +73,8 @@ type groupCall struct {
 	async Completion
 }
 
-// calls are groupCalls to reuse: one goes back once its Commit received its
-// answer (a Commit that gave up keeps its call, which flush still answers).
-var calls = sync.Pool{New: func() any { return &groupCall{done: make(chan struct{}, 1)} }}
+// newGroupCall makes a groupCall for Group.free.
+func newGroupCall() any { return &groupCall{done: make(chan struct{}, 1)} }
 
 // NewGroup wraps c. timeout bounds each shared transaction (callers' own
 // contexts cannot, since a transaction serves many callers): each gets at
@@ -80,7 +84,7 @@ func NewGroup(c Catalog, timeout time.Duration) *Group {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return &Group{c: c, timeout: timeout, kick: make(chan struct{}, 1), lingerFor: Linger}
+	return &Group{c: c, timeout: timeout, kick: make(chan struct{}, 1), lingerFor: Linger, free: sync.Pool{New: newGroupCall}}
 }
 
 // Linger is how long the flusher waits for another Commit once the queue is
@@ -105,14 +109,14 @@ func (g *Group) Commit(ctx context.Context, ops ...Op) error {
 	if err := Check(g.c.Limits(), ops); err != nil {
 		return err
 	}
-	call := calls.Get().(*groupCall)
+	call := g.free.Get().(*groupCall)
 	call.ops = ops
 	g.enqueue(call)
 	select {
 	case <-call.done:
 		err := call.err
 		*call = groupCall{done: call.done}
-		calls.Put(call)
+		g.free.Put(call)
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
@@ -126,7 +130,7 @@ func (g *Group) CommitAsync(done Completion, ops ...Op) error {
 	if err := Check(g.c.Limits(), ops); err != nil {
 		return err
 	}
-	call := calls.Get().(*groupCall)
+	call := g.free.Get().(*groupCall)
 	call.ops, call.async = ops, done
 	g.enqueue(call)
 	return nil
@@ -179,7 +183,7 @@ func (g *Group) flush() {
 		for _, c := range batch {
 			if done := c.async; done != nil {
 				*c = groupCall{done: c.done}
-				calls.Put(c)
+				g.free.Put(c)
 				done.Committed(err)
 				continue
 			}
