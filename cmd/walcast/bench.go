@@ -160,6 +160,7 @@ when --only names no benchmark.`,
 	fl.StringVar(&sc.Settings, "scale-settings", "", "with --scale: YAML added to the standalone's configuration")
 	fl.BoolVar(&sc.NoRecovery, "scale-no-recovery", false, "with --scale: skip the kill -9 and restart at the end")
 	fl.BoolVar(&sc.RatiosOnly, "scale-ratios-only", false, "with --scale: judge only B12's ratios, the last tenth against the first (the CI variant; the rest is reported)")
+	fl.BoolVar(&sc.Interleaved, "scale-interleaved", false, "with --scale: also measure B12's ratios against a fresh standalone started beside the full one, bursts of creates in turns (load moves both alike); with --scale-ratios-only, those are the ratios judged")
 	fl.StringVar(&plots, "plots", plots, "with --sweep: directory the PNG and SVG plots go to (empty: none)")
 	fl.StringVar(&profiles, "profiles", "", "write a CPU profile of each measured step into this directory (NN-step.pprof; profiling costs a few percent)")
 	fl.IntSliceVar(&sw.VChannels, "sweep-vchannels", sw.VChannels, "with --sweep: target vchannels of the latency curve")

@@ -53,15 +53,16 @@ func serveChildStandalone() {
 }
 
 // TestScaleSmall runs a scale run at a tiny size against a standalone
-// process (this test binary as one): every step is measured, the kill -9
-// and restart are timed, B12 and B13 are judged, and the curves are drawn
-// from the steps. The numbers are not asserted.
+// process (this test binary as one): every step is measured, a fresh
+// standalone is measured in turns with the full one (interleaved), the
+// kill -9 and restart are timed, B12 and B13 are judged, and the curves
+// are drawn from the steps. The numbers are not asserted.
 func TestScaleSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t.Setenv(childStandalone, "1")
 	rep, err := Scale(ctx, ScaleConfig{Collections: 120, Databases: 3, Clients: 3, Steps: 4, Samples: 2, PageSize: 10,
-		Command: []string{os.Args[0], "-test.run=^$"}, RatiosOnly: true})
+		Command: []string{os.Args[0], "-test.run=^$"}, RatiosOnly: true, Interleaved: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +78,28 @@ func TestScaleSmall(t *testing.T) {
 		t.Errorf("recovery: ready %v, first DDL %v", rep.Ready, rep.FirstDDL)
 	}
 	ids := map[string]int{}
+	judged := 0
 	for _, r := range rep.Results {
 		ids[r.ID]++
-		// RatiosOnly: only B12's two ratios are judged.
-		if !ratioTarget(r) && (!r.Pass || r.Target != "report" && !strings.HasSuffix(r.Target, "(not judged)")) {
-			t.Errorf("with RatiosOnly %s %q is judged: %s, pass %v", r.ID, r.What, r.Target, r.Pass)
+		// RatiosOnly and Interleaved: only the two interleaved ratios of
+		// B12 are judged.
+		notJudged := r.Target == "report" || strings.HasSuffix(r.Target, "(not judged)")
+		switch {
+		case interleaved(r) && notJudged:
+			t.Errorf("with Interleaved, %q is not judged: %s", r.What, r.Target)
+		case interleaved(r):
+			judged++
+		case !notJudged || !r.Pass:
+			t.Errorf("with RatiosOnly and Interleaved %s %q is judged: %s, pass %v", r.ID, r.What, r.Target, r.Pass)
 		}
+	}
+	if judged != 2 {
+		t.Errorf("%d interleaved ratios judged, want 2", judged)
 	}
 	// The CPU row needs a clock tick of the server's CPU in the first
 	// step, which a tiny step may not take.
-	if ids["B12"] < 3 || ids["B12"] > 4 || ids["B13"] != 5 {
-		t.Errorf("results %v: want 3 or 4 of B12 and 5 of B13", ids)
+	if ids["B12"] < 5 || ids["B12"] > 6 || ids["B13"] != 5 {
+		t.Errorf("results %v: want 5 or 6 of B12 and 5 of B13", ids)
 	}
 	names := map[string]bool{}
 	for _, c := range rep.Curves {

@@ -65,6 +65,12 @@ type ScaleConfig struct {
 	// which a small count on another machine does not test (the CI
 	// variant). They are still reported.
 	RatiosOnly bool
+	// Interleaved measures B12's ratios a second way, immune to load that
+	// drifts over the run: once the count is reached, a fresh standalone
+	// starts beside the full one, and bursts of CreateCollection alternate
+	// between the two (interleave). With RatiosOnly, these ratios are the
+	// judged ones and the first and last tenth are reported.
+	Interleaved bool
 	// Progress, if set, is told what runs.
 	Progress func(Event)
 }
@@ -311,6 +317,15 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	}
 	all.end()
 	rep.Results = append(rep.Results, scaleResults(cfg, rep, first, last, firstN, lastN, firstDur, lastDur, maxCall)...)
+	if cfg.Interleaved && srv != nil {
+		st := t.timed("scale: a fresh standalone beside the full one, bursts of creates in turns", 0)
+		res, err := interleave(ctx, cfg, cs, dbName, create)
+		st.end()
+		if err != nil {
+			return rep, err
+		}
+		rep.Results = append(rep.Results, res...)
+	}
 	if srv != nil && !cfg.NoRecovery {
 		st := t.timed("scale: kill -9, restart, first DDL", 0)
 		err := srv.recover(ctx, rep, func(ctx context.Context, c *client.Client) error {
@@ -330,13 +345,106 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	}
 	if cfg.RatiosOnly {
 		for i := range rep.Results {
-			if r := &rep.Results[i]; !ratioTarget(*r) && r.Target != "report" {
+			r := &rep.Results[i]
+			judged := ratioTarget(*r) && (!cfg.Interleaved || srv == nil || interleaved(*r))
+			if !judged && r.Target != "report" {
 				r.Target, r.Pass = r.Target+" (not judged)", true
 			}
 		}
 	}
 	rep.Curves = scaleCurves(cfg, rep)
 	return rep, nil
+}
+
+// interleave measures B12's two ratios with the load of the machine the
+// same on both sides: a fresh standalone starts beside the full one (whose
+// clients are full), gets the same databases, and then bursts of
+// CreateCollection alternate between the two, four each. Throughput and
+// p99 of the full one's bursts are compared with the fresh one's, so a
+// load that comes or goes during the run moves both. The full one's
+// collections are named past cfg.Collections (and past the recovery's
+// first DDL, which creates number cfg.Collections).
+func interleave(ctx context.Context, cfg ScaleConfig, full []*client.Client, dbName func(int) string,
+	create func(context.Context, *client.Client, int) error) ([]Result, error) {
+	fcfg := cfg
+	fcfg.Dir = ""
+	fresh, err := newScaleServer(fcfg)
+	if err != nil {
+		return nil, err
+	}
+	defer fresh.cleanup()
+	if _, err := fresh.start(ctx); err != nil {
+		return nil, err
+	}
+	cs, closeAll, err := clients([]string{fresh.api}, cfg.Clients)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	var next atomic.Int64
+	if err := eachClient(ctx, cs, func(ctx context.Context, c *client.Client) error {
+		for i := int(next.Add(1)) - 1; i < cfg.Databases; i = int(next.Add(1)) - 1 {
+			if _, err := c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: dbName(i)}); err != nil {
+				return fmt.Errorf("fresh standalone: create database %s: %w", dbName(i), err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	const rounds = 4
+	size := max(100, cfg.Collections/cfg.Steps/2)
+	var fullLat, freshLat []time.Duration
+	var fullDur, freshDur time.Duration
+	for r := range rounds {
+		for _, side := range []struct {
+			cs   []*client.Client
+			base int
+			lat  *[]time.Duration
+			dur  *time.Duration
+		}{{cs, r * size, &freshLat, &freshDur}, {full, cfg.Collections + 1 + r*size, &fullLat, &fullDur}} {
+			lat, took, err := createBurst(ctx, side.cs, side.base, size, create)
+			if err != nil {
+				return nil, err
+			}
+			*side.lat, *side.dur = append(*side.lat, lat...), *side.dur+took
+		}
+	}
+	fullRate, freshRate := float64(len(fullLat))/fullDur.Seconds(), float64(len(freshLat))/freshDur.Seconds()
+	p99Full, p99Fresh := Quantile(fullLat, 0.99), Quantile(freshLat, 0.99)
+	note := fmt.Sprintf("%d bursts of %d creates each, in turns with a fresh standalone's", rounds, size)
+	return []Result{
+		{ID: "B12", Backend: NATS, What: fmt.Sprintf("CreateCollection/s at %d vs a fresh standalone, interleaved", cfg.Collections),
+			Value: fullRate, Unit: "collections/s", Floor: freshRate, Ratio: fullRate / freshRate,
+			Target: fmt.Sprintf(">= fresh / %.1f", scaleRateFactor), Pass: fullRate*scaleRateFactor >= freshRate, Note: note},
+		{ID: "B12", Backend: NATS, What: "CreateCollection p99 vs a fresh standalone, interleaved",
+			Value: ms(p99Full), Unit: "ms", Floor: ms(p99Fresh), Ratio: float64(p99Full) / float64(p99Fresh),
+			Target: fmt.Sprintf("<= %.0f x fresh", scaleP99Factor), Pass: float64(p99Full) <= scaleP99Factor*float64(p99Fresh), Note: note},
+	}, nil
+}
+
+// createBurst creates size collections numbered from base from every
+// client of cs; it returns their latencies and how long the burst took.
+func createBurst(ctx context.Context, cs []*client.Client, base, size int, create func(context.Context, *client.Client, int) error) ([]time.Duration, time.Duration, error) {
+	var mu sync.Mutex
+	var next atomic.Int64
+	lat := make([]time.Duration, 0, size)
+	start := time.Now()
+	err := eachClient(ctx, cs, func(ctx context.Context, c *client.Client) error {
+		for k := int(next.Add(1)) - 1; k < size; k = int(next.Add(1)) - 1 {
+			i := base + k
+			t0 := time.Now()
+			if err := create(ctx, c, i); err != nil {
+				return fmt.Errorf("create collection %d: %w", i, err)
+			}
+			d := time.Since(t0)
+			mu.Lock()
+			lat = append(lat, d)
+			mu.Unlock()
+		}
+		return nil
+	})
+	return lat, time.Since(start), err
 }
 
 // stepLine is a step's figures on one line.
@@ -348,6 +456,9 @@ func stepLine(n, of int, s ScaleStep) string {
 		n, of, s.Collections, s.Elapsed.Round(time.Second), s.Rate, s.P50, s.P99, s.Max, s.CPU, s.DescribeP50, s.ListP50,
 		mib(s.RSS), mib(s.RSSFile), mib(s.Catalog), mib(s.WAL), mib(s.Nodes), mib(s.EtcdDB), mib(s.EtcdDBUsed))
 }
+
+// interleaved reports whether r is one of interleave's ratios.
+func interleaved(r Result) bool { return r.ID == "B12" && strings.HasSuffix(r.What, ", interleaved") }
 
 // ratioTarget reports whether r is one of B12's ratios.
 func ratioTarget(r Result) bool {
