@@ -82,6 +82,11 @@ type MetricsConfig struct {
 	Addr string `yaml:"addr"`
 	// TLS serves /metrics over TLS with api.tls's certificate.
 	TLS bool `yaml:"tls"`
+	// Pprof serves Go's profiles at /debug/pprof/ on the same address
+	// (heap, CPU, goroutines), behind the API's authentication, or to
+	// loopback callers only without it: for finding where a process's
+	// memory or CPU goes.
+	Pprof bool `yaml:"pprof"`
 }
 
 // AuditConfig is the audit log (section audit).

@@ -29,6 +29,32 @@ func scrape(t *testing.T, addr string) string {
 	return body
 }
 
+// TestR9_6_PprofWhenAsked: with metrics.pprof, the metrics address serves
+// Go's profiles (an operator's way to see where memory goes), to a loopback
+// caller when the API has no authentication.
+func TestR9_6_PprofWhenAsked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := server.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Metrics.Addr = "127.0.0.1:0"
+	cfg.Metrics.Pprof = true
+	cfg.Log.Level = "error"
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	code, body := get(t, "http://"+p.MetricsAddr()+"/debug/pprof/heap?debug=1")
+	if code != http.StatusOK || !strings.Contains(body, "heap profile:") {
+		t.Fatalf("/debug/pprof/heap with metrics.pprof: %d\n%.200s", code, body)
+	}
+	if code, body := get(t, "http://"+p.MetricsAddr()+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Fatalf("/debug/pprof/: %d\n%.200s", code, body)
+	}
+}
+
 // TestR9_6_CountersExistAtZero: before anything happened, the promised
 // counters are exported at zero for every registered type and pchannel, and
 // the process gauges (leader, term, role, oldest task, node lag, build info)
@@ -46,6 +72,9 @@ func TestR9_6_CountersExistAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	if code, _ := get(t, "http://"+p.MetricsAddr()+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without metrics.pprof: %d, want 404", code)
+	}
 	text := scrape(t, p.MetricsAddr())
 	for _, want := range []string{
 		`walcast_broadcaster_append_retries_total{pchannel="wal-0"} 0`,

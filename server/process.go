@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"slices"
@@ -894,8 +896,8 @@ func (p *Process) runNode(ctx context.Context, n *node.Node) error {
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz on metrics.addr, and
-// extra (a node's views) behind the API's authentication, or to loopback
-// callers only without it.
+// extra (a node's views) and, with metrics.pprof, Go's profiles behind the
+// API's authentication, or to loopback callers only without it.
 func (p *Process) serveMetrics(cfg Config, extra map[string]http.Handler) error {
 	if cfg.Metrics.Addr == "" {
 		return nil
@@ -918,6 +920,16 @@ func (p *Process) serveMetrics(cfg Config, extra map[string]http.Handler) error 
 	// serve no API).
 	mux.HandleFunc("/healthz", serveHealthz)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { writeReadiness(w, r, p.Ready(r.Context())) })
+	if cfg.Metrics.Pprof {
+		extra = maps.Clone(extra)
+		if extra == nil {
+			extra = map[string]http.Handler{}
+		}
+		extra["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
+		extra["/debug/pprof/profile"] = http.HandlerFunc(pprof.Profile)
+		extra["/debug/pprof/symbol"] = http.HandlerFunc(pprof.Symbol)
+		extra["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
+	}
 	for path, h := range extra {
 		if p.sec.authn == nil {
 			h = loopbackOnly(h)
