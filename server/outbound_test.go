@@ -124,7 +124,8 @@ func TestR9_8_OutboundTLSAndCredentialsEtcdNATS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: t.TempDir(), TLS: &embedetcd.TLS{CertFile: b.serverCert, KeyFile: b.serverKey,
-		CAFile: b.caFile, ClientCertAuth: true, ClientCertFile: b.clientCert, ClientKeyFile: b.clientKey}})
+		CAFile: b.caFile, ClientCertAuth: true, ClientCertFile: b.clientCert, ClientKeyFile: b.clientKey},
+		BcryptCost: 4}) // bcrypt's minimum: see embedetcd.Config.BcryptCost
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,6 +158,12 @@ type Config struct {
 	// KeepaliveMinTime is the shortest interval between a client's
 	// keepalive pings the member tolerates; 0 means etcd's default (5s).
 	KeepaliveMinTime time.Duration
+	// BcryptCost is the cost of the password hashes of etcd's users, which
+	// every Authenticate checks; 0 means etcd's default (10). A test that
+	// turns etcd's authentication on sets the minimum (4): on a loaded
+	// machine a check at the default cost outlasts a client's short
+	// deadlines, and what the test checks is the credentials' plumbing.
+	BcryptCost uint
 	// OnFatal receives a fatal error of the member (a *FatalError: its
 	// storage failed, e.g. the disk is full) once; the goroutine that hit
 	// it never continues, the member stops answering, and the caller must
@@ -348,6 +354,9 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		ec.SnapshotCount = loneSnapshotCount
 	}
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
+	if cfg.BcryptCost > 0 {
+		ec.BcryptCost = cfg.BcryptCost
+	}
 	ec.QuotaBackendBytes = cfg.QuotaBytes
 	if cfg.KeepaliveMinTime > 0 {
 		ec.GRPCKeepAliveMinTime = cfg.KeepaliveMinTime
