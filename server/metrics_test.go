@@ -19,6 +19,26 @@ import (
 	"github.com/walcast/walcast/server"
 )
 
+// metricsStandalone starts a quiet standalone on free API and metrics
+// ports, with mod's changes to its configuration; it is closed when t ends.
+func metricsStandalone(ctx context.Context, t *testing.T, mod func(*server.Config)) *server.Process {
+	t.Helper()
+	cfg := server.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Metrics.Addr = "127.0.0.1:0"
+	cfg.Log.Level = "error"
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 // scrape returns the exposition text of /metrics.
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
@@ -35,17 +55,7 @@ func scrape(t *testing.T, addr string) string {
 func TestR9_6_PprofWhenAsked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := server.Default()
-	cfg.DataDir = t.TempDir()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Metrics.Addr = "127.0.0.1:0"
-	cfg.Metrics.Pprof = true
-	cfg.Log.Level = "error"
-	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := metricsStandalone(ctx, t, func(cfg *server.Config) { cfg.Metrics.Pprof = true })
 	code, body := get(t, "http://"+p.MetricsAddr()+"/debug/pprof/heap?debug=1")
 	if code != http.StatusOK || !strings.Contains(body, "heap profile:") {
 		t.Fatalf("/debug/pprof/heap with metrics.pprof: %d\n%.200s", code, body)
@@ -62,16 +72,7 @@ func TestR9_6_PprofWhenAsked(t *testing.T) {
 func TestR9_6_CountersExistAtZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := server.Default()
-	cfg.DataDir = t.TempDir()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Metrics.Addr = "127.0.0.1:0"
-	cfg.Log.Level = "error"
-	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := metricsStandalone(ctx, t, nil)
 	if code, _ := get(t, "http://"+p.MetricsAddr()+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("/debug/pprof/ without metrics.pprof: %d, want 404", code)
 	}
@@ -153,16 +154,7 @@ var metricRE = regexp.MustCompile(`\bwalcast_[a-z0-9_]+`)
 func TestR9_6_DeployedRulesAndDashboardUseExportedMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := server.Default()
-	cfg.DataDir = t.TempDir()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Metrics.Addr = "127.0.0.1:0"
-	cfg.Log.Level = "error"
-	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := metricsStandalone(ctx, t, nil)
 	c := walcastv1connect.NewBroadcastServiceClient(http.DefaultClient, "http://"+p.APIAddr())
 	if _, err := c.Broadcast(ctx, connect.NewRequest(&walcastv1.BroadcastRequest{Type: app.GenericType.String(), Payload: []byte("x"),
 		Vchannels: []string{"wal-1/a"}, ResourceKeys: []string{"Collection:db:c@X"}})); err != nil {
