@@ -23,20 +23,12 @@ import (
 // ports, with mod's changes to its configuration; it is closed when t ends.
 func metricsStandalone(ctx context.Context, t *testing.T, mod func(*server.Config)) *server.Process {
 	t.Helper()
-	cfg := server.Default()
-	cfg.DataDir = t.TempDir()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Metrics.Addr = "127.0.0.1:0"
-	cfg.Log.Level = "error"
-	if mod != nil {
-		mod(&cfg)
-	}
-	p, err := server.StartStandalone(ctx, cfg, app.Generic{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return startWith(t, ctx, server.Default().Cluster.Name, t.TempDir(), func(cfg *server.Config) {
+		cfg.Metrics.Addr = "127.0.0.1:0"
+		if mod != nil {
+			mod(cfg)
+		}
+	})
 }
 
 // scrape returns the exposition text of /metrics.
