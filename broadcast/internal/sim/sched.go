@@ -195,14 +195,16 @@ func (s *sched) moves(ms []move) []move {
 		if g.rt.dead || !g.runnable() {
 			continue
 		}
-		g := g
-		ms = append(ms, move{weight: 8, do: func() {
-			s.w.mix(30, uint64(g.id))
-			s.w.tracef("%s: %s goes on", g.rt.c.name, g.name)
-			s.resume(g, true)
-		}})
+		ms = append(ms, move{weight: 8, kind: moveResume, g: g})
 	}
 	return ms
+}
+
+// goOn resumes g, one of the moves.
+func (s *sched) goOn(g *gor) {
+	s.w.mix(30, uint64(g.id))
+	s.w.tracef("%s: %s goes on", g.rt.c.name, g.name)
+	s.resume(g, true)
 }
 
 // busy reports whether a goroutine of rt may go on (a job's I/O, a caller

@@ -211,6 +211,7 @@ type move struct {
 	c      *cluster
 	n      *consumer
 	cl     *client
+	g      *gor
 	i      int
 }
 
@@ -226,6 +227,7 @@ const (
 	moveClientGiveUp                 // cl gives up its wait
 	moveTick                         // time passes
 	moveClockJump                    // the clock jumps
+	moveResume                       // g, a driver's goroutine, goes on
 )
 
 // run makes the move happen.
@@ -245,6 +247,8 @@ func (m move) run(w *world) {
 		w.tick()
 	case moveClockJump:
 		w.clockJump()
+	case moveResume:
+		w.sched.goOn(m.g)
 	default:
 		m.do()
 	}
