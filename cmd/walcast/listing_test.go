@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -79,4 +80,32 @@ func squash(s string) string {
 		b.WriteString(strings.Join(strings.Fields(line), " ") + "\n")
 	}
 	return b.String()
+}
+
+// TestR9_5_CompletionStopsAtItsBound: completing databases or collections
+// stops reading the list once it has maxCompletions names, however long
+// the list (a million collections are not read to complete one), and
+// returns what it read with the list's error.
+func TestR9_5_CompletionStopsAtItsBound(t *testing.T) {
+	pulled := 0
+	endless := func(yield func(*walcastv1.Collection, error) bool) {
+		for i := 0; ; i++ {
+			pulled++
+			if !yield(&walcastv1.Collection{Name: fmt.Sprintf("c%07d", i)}, nil) {
+				return
+			}
+		}
+	}
+	names, err := firstNames(endless, (*walcastv1.Collection).GetName)
+	if err != nil || len(names) != maxCompletions || pulled != maxCompletions || names[0] != "c0000000" {
+		t.Fatalf("%d names (%d read), first %q, %v", len(names), pulled, names[0], err)
+	}
+	failing := func(yield func(*walcastv1.Collection, error) bool) {
+		if yield(&walcastv1.Collection{Name: "a"}, nil) {
+			yield(nil, errors.New("gone"))
+		}
+	}
+	if names, err := firstNames(failing, (*walcastv1.Collection).GetName); err == nil || len(names) != 1 {
+		t.Fatalf("a failing list: %v, %v", names, err)
+	}
 }
