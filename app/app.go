@@ -10,8 +10,9 @@
 // keeps per-vchannel state on the streaming nodes (App.Applier). Optional
 // interfaces add the rest: types only its own API may broadcast
 // (TypeOwner), views its nodes serve (NodeViewer), failures its effects
-// show after their broadcast succeeded (OutcomeJudge), and import jobs the
-// operator console lists (ImportJobLister).
+// show after their broadcast succeeded (OutcomeJudge), and import jobs and
+// collections the operator console lists (ImportJobLister,
+// CollectionLister).
 //
 // The process gives it the leader's broadcaster (Leader) and the handler
 // options every API handler of the process uses. Its handlers return plain
@@ -91,6 +92,14 @@ type OutcomeJudge interface {
 // none).
 type ImportJobLister interface {
 	ImportJobs(ctx context.Context, token string) (jobs []*walcastv1.ImportJob, next string, err error)
+}
+
+// CollectionLister is implemented by an App whose collections the operator
+// console shows (the metadata service), a page of a database's at a time:
+// the first (token ""), or the one after token; next is the token of the
+// page after ("": none).
+type CollectionLister interface {
+	Collections(ctx context.Context, database, token string) (colls []*walcastv1.Collection, next string, err error)
 }
 
 // Leader gives an application's API the broadcaster of the coordinator

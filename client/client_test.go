@@ -668,3 +668,62 @@ func TestConcurrentCallersKeepTheirConnections(t *testing.T) {
 		t.Fatalf("%d connections opened in all, want the first wave's %d kept for the second", n, callers)
 	}
 }
+
+// TestR9_5_TasksIteratesPageByPage: Tasks walks every task the server
+// pages (newest first, or oldest first), asking for one page at a time and
+// no further than its caller reads; a caller that stops early has asked for
+// the pages it read and no more.
+func TestR9_5_TasksIteratesPageByPage(t *testing.T) {
+	env := apitest.New(t)
+	var pages atomic.Int32
+	count := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, r connect.AnyRequest) (connect.AnyResponse, error) {
+			if strings.HasSuffix(r.Spec().Procedure, "/ListTasks") {
+				pages.Add(1)
+			}
+			return next(ctx, r)
+		}
+	})
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil, server.WithMaxListTasks(2),
+		server.WithConnectOptions(connect.WithInterceptors(count)))
+	c := newClient(t, protocols[0], []string{srv.URL})
+	ctx := ctxT(t)
+	var ids []uint64
+	for range 5 {
+		res, err := c.Broadcast(ctx, newReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.BroadcastID)
+	}
+	for _, oldest := range []bool{false, true} {
+		pages.Store(0)
+		var got []uint64
+		for task, err := range c.Tasks(ctx, &walcastv1.ListTasksRequest{OldestFirst: oldest}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, task.GetId())
+		}
+		want := slices.Clone(ids)
+		if !oldest {
+			slices.Reverse(want)
+		}
+		if !slices.Equal(got, want) || pages.Load() != 3 {
+			t.Errorf("oldest first %v: %v in %d pages, want %v in 3", oldest, got, pages.Load(), want)
+		}
+	}
+	pages.Store(0)
+	n := 0
+	for _, err := range c.Tasks(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n++; n == 3 {
+			break
+		}
+	}
+	if pages.Load() != 2 {
+		t.Errorf("3 tasks read in %d pages, want 2", pages.Load())
+	}
+}

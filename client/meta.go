@@ -70,8 +70,9 @@ func (c *Client) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseRe
 // Lists page (see MetaService in proto/walcast/api/v1/meta.proto): a
 // ...Page method reads one page, at most the request's Limit items after
 // its PageToken, and a response with a NextPageToken has more; Databases,
-// Collections and ImportJobs iterate over every page; ListDatabases,
-// ListCollections and ListImportJobs gather them all.
+// Collections, ImportJobs and Users iterate over every page, holding one
+// at a time; ListDatabases, ListCollections, ListImportJobs and ListUsers
+// gather them all.
 
 // ListDatabasesPage reads one page of the databases, by name.
 func (c *Client) ListDatabasesPage(ctx context.Context, req *walcastv1.ListDatabasesRequest) (*walcastv1.ListDatabasesResponse, error) {
@@ -216,9 +217,37 @@ func (c *Client) CreateUser(ctx context.Context, req *walcastv1.CreateUserReques
 	return metaCall[walcastv1.CreateUserRequest, walcastv1.CreateUserResponse](ctx, c, walcastv1connect.MetaServiceCreateUserProcedure, req)
 }
 
-// ListUsers lists the users and their grants.
+// ListUsersPage reads one page of the users, by name, with their grants.
+func (c *Client) ListUsersPage(ctx context.Context, req *walcastv1.ListUsersRequest) (*walcastv1.ListUsersResponse, error) {
+	if req == nil {
+		return nil, invalidRequest("nil request")
+	}
+	return metaCall[walcastv1.ListUsersRequest, walcastv1.ListUsersResponse](ctx, c, walcastv1connect.MetaServiceListUsersProcedure, req)
+}
+
+// Users iterates over the pages of users by name, each with its users'
+// grants, one page at a time; it stops at the first error, which it
+// yields.
+func (c *Client) Users(ctx context.Context) iter.Seq2[*walcastv1.ListUsersResponse, error] {
+	return pages(func(token string) ([]*walcastv1.ListUsersResponse, string, error) {
+		r, err := c.ListUsersPage(ctx, &walcastv1.ListUsersRequest{PageToken: token})
+		if err != nil {
+			return nil, "", err
+		}
+		return []*walcastv1.ListUsersResponse{r}, r.GetNextPageToken(), nil
+	})
+}
+
+// ListUsers lists every user and their grants, gathering the pages.
 func (c *Client) ListUsers(ctx context.Context) (*walcastv1.ListUsersResponse, error) {
-	return metaCall[walcastv1.ListUsersRequest, walcastv1.ListUsersResponse](ctx, c, walcastv1connect.MetaServiceListUsersProcedure, &walcastv1.ListUsersRequest{})
+	out := &walcastv1.ListUsersResponse{}
+	for r, err := range c.Users(ctx) {
+		if err != nil {
+			return nil, err
+		}
+		out.Users, out.Grants = append(out.Users, r.GetUsers()...), append(out.Grants, r.GetGrants()...)
+	}
+	return out, nil
 }
 
 // GrantPrivilege grants a privilege.

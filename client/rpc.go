@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"iter"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -71,6 +72,42 @@ func (c *Client) ListTasks(ctx context.Context, req *walcastv1.ListTasksRequest)
 			page.AfterId = last
 		} else {
 			page.BeforeId = last
+		}
+	}
+}
+
+// Tasks iterates over the tasks req selects, newest first
+// (req.OldestFirst: oldest first), page after page from req's cursor
+// (BeforeId, AfterId) on, holding one page at a time; req.Limit is the
+// page size (0: the server's). It stops at the first error, which it
+// yields; a caller that stops early continues later with the last task's
+// id as the cursor.
+func (c *Client) Tasks(ctx context.Context, req *walcastv1.ListTasksRequest) iter.Seq2[*walcastv1.Task, error] {
+	if req == nil {
+		req = &walcastv1.ListTasksRequest{}
+	}
+	page := proto.CloneOf(req)
+	return func(yield func(*walcastv1.Task, error) bool) {
+		for {
+			r, err := c.ListTasksPage(ctx, page)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, t := range r.GetTasks() {
+				if !yield(t, nil) {
+					return
+				}
+			}
+			if !r.GetMore() || len(r.GetTasks()) == 0 {
+				return
+			}
+			last := r.GetTasks()[len(r.GetTasks())-1].GetId()
+			if page.GetOldestFirst() {
+				page.AfterId = last
+			} else {
+				page.BeforeId = last
+			}
 		}
 	}
 }

@@ -38,8 +38,8 @@ const (
 	// MaxFencedShards bounds the splits a collection records, so that its
 	// record stays small.
 	MaxFencedShards = 64
-	// MaxListPage bounds one page of ListDatabases, ListCollections and
-	// ListImportJobs: a request without a limit, or with a larger one,
+	// MaxListPage bounds one page of ListDatabases, ListCollections,
+	// ListImportJobs and ListUsers: a request without a limit, or with a larger one,
 	// gets pages of this many.
 	MaxListPage = 1000
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/walcast/walcast/catalog"
 )
 
-// Lists page (ListDatabases, ListCollections, ListImportJobs): a request
+// Lists page (ListDatabases, ListCollections, ListImportJobs, ListUsers): a request
 // asks for at most limit items after its page_token, and a response that
 // stops before the end says where to go on (next_page_token). A page reads
 // what it shows and the index entries that lead to it, never every record
@@ -68,6 +68,7 @@ const (
 	pageDatabases   = "db"
 	pageCollections = "coll"
 	pageJobs        = "job"
+	pageUsers       = "user"
 )
 
 // nameIDs reads one page of a name index (prefix + name → id): the names
@@ -297,4 +298,50 @@ func (h *jobHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// ListUsers lists the users by name, one page at a time, with the grants
+// of the page's users (each user's grants are read under its own prefix,
+// not every grant).
+func (s *Service) ListUsers(ctx context.Context, req *walcastv1.ListUsersRequest) (*walcastv1.ListUsersResponse, error) {
+	p, err := pageArgs(pageUsers, req.GetLimit(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	if p.after != "" {
+		if err := checkName("page_token", p.after); err != nil {
+			return nil, errorf(ErrInvalidArgument, "page_token is not a token of this list")
+		}
+	}
+	_, r, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	var users []userRecord
+	more, err := catalog.Page(ctx, r.cat, prefixUser, p.after, p.n, func(key string, raw []byte) error {
+		var u userRecord
+		if err := json.Unmarshal(raw, &u); err != nil {
+			return errorf(ErrCorruptMetadata, "%s: %v", key, err)
+		}
+		users = append(users, u)
+		return nil
+	})
+	if err != nil {
+		return nil, listErr(prefixUser, err)
+	}
+	out := &walcastv1.ListUsersResponse{}
+	for _, u := range users {
+		out.Users = append(out.Users, u.pb())
+		grants, err := list[grantRecord](ctx, r, grantsOfUser(u.Name))
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range grants {
+			out.Grants = append(out.Grants, g.pb())
+		}
+	}
+	if more {
+		out.NextPageToken = pageToken(pageUsers, users[len(users)-1].Name)
+	}
+	return out, nil
 }

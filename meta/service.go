@@ -826,30 +826,6 @@ func (s *Service) CreateUser(ctx context.Context, req *walcastv1.CreateUserReque
 	return &walcastv1.CreateUserResponse{Result: result(res, d.key), User: p.User.pb()}, nil
 }
 
-// ListUsers lists the users and every grant.
-func (s *Service) ListUsers(ctx context.Context, _ *walcastv1.ListUsersRequest) (*walcastv1.ListUsersResponse, error) {
-	_, r, err := s.current()
-	if err != nil {
-		return nil, err
-	}
-	users, err := list[userRecord](ctx, r, prefixUser)
-	if err != nil {
-		return nil, err
-	}
-	grants, err := list[grantRecord](ctx, r, prefixGrant)
-	if err != nil {
-		return nil, err
-	}
-	out := &walcastv1.ListUsersResponse{}
-	for _, u := range users {
-		out.Users = append(out.Users, u.pb())
-	}
-	for _, g := range grants {
-		out.Grants = append(out.Grants, g.pb())
-	}
-	return out, nil
-}
-
 // GrantPrivilege grants a privilege; RevokePrivilege revokes one. Both hold
 // the exclusive Privilege key; their keys are cluster-scoped.
 func (s *Service) GrantPrivilege(ctx context.Context, req *walcastv1.GrantPrivilegeRequest) (*walcastv1.GrantPrivilegeResponse, error) {

@@ -5,12 +5,14 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -406,6 +408,19 @@ func (a *broadcastAPI) ListTasks(ctx context.Context, req *connect.Request[walca
 		return nil, a.fail(proc, invalidArg("before_id %d and after_id %d leave no id between them", r.GetBeforeId(), r.GetAfterId()))
 	}
 	f.AfterID, f.BeforeID, f.Newest = r.GetAfterId(), r.GetBeforeId(), !r.GetOldestFirst()
+	if t := r.GetPageToken(); t != "" {
+		last, err := taskCursor(t)
+		if err != nil {
+			return nil, a.fail(proc, err)
+		}
+		// The token narrows the bound in the request's order: the next
+		// page holds tasks past the last one shown.
+		if f.Newest && (f.BeforeID == 0 || last < f.BeforeID) {
+			f.BeforeID = last
+		} else if !f.Newest && last > f.AfterID {
+			f.AfterID = last
+		}
+	}
 	// A page never exceeds maxListTasks; one task more than the page is
 	// asked for, to tell the client whether to ask again (more), so that a
 	// cap is never silent.
@@ -427,6 +442,7 @@ func (a *broadcastAPI) ListTasks(ctx context.Context, req *connect.Request[walca
 	out := &walcastv1.ListTasksResponse{}
 	if page > 0 && len(tasks) > page {
 		tasks, out.More = tasks[:page], true
+		out.NextPageToken = taskToken(tasks[page-1].ID)
 	}
 	out.Tasks = make([]*walcastv1.Task, len(tasks))
 	for i, ti := range tasks {
@@ -434,6 +450,34 @@ func (a *broadcastAPI) ListTasks(ctx context.Context, req *connect.Request[walca
 		a.judge(ctx, b, out.Tasks[i], ti.Type, ti.Outcome)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// A ListTasks page token is opaque to clients: base64 of "task:" and the
+// last task's id, as the metadata lists' tokens (meta/page.go) are of
+// their kind and last item.
+const taskTokenKind = "task"
+
+// taskToken is the token of the page after the task last.
+func taskToken(last uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(taskTokenKind + ":" + strconv.FormatUint(last, 10)))
+}
+
+// taskCursor reads a ListTasks page token: the id of the last task shown.
+func taskCursor(token string) (uint64, error) {
+	bad := invalidArg("page_token %q is not a token of this list", token)
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return 0, bad
+	}
+	k, id, ok := strings.Cut(string(raw), ":")
+	if !ok || k != taskTokenKind {
+		return 0, bad
+	}
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil || n == 0 {
+		return 0, bad
+	}
+	return n, nil
 }
 
 // ForceAck acks copies of a live task on behalf of consumers that are gone

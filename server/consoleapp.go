@@ -86,6 +86,9 @@ func (p *Process) newConsole(cfg Config, coord *Coordinator, w *wal.WAL, rp *rep
 	if l, ok := application.(app.ImportJobLister); ok {
 		cc.Imports = l.ImportJobs
 	}
+	if l, ok := application.(app.CollectionLister); ok {
+		cc.Collections = l.Collections
+	}
 	if j, ok := application.(app.OutcomeJudge); ok {
 		cc.ApplicationOutcome = func(ctx context.Context, b *broadcast.Broadcaster, t broadcast.TaskInfo) (broadcast.Outcome, bool) {
 			return j.ApplicationOutcome(ctx, b, t.Type, t.Outcome)

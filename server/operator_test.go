@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,67 @@ func TestR9_5_ListTasksPagesThroughEveryTask(t *testing.T) {
 		}
 		_, err = c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{BeforeId: 3, AfterId: 2}))
 		wantCode(t, err, connect.CodeInvalidArgument)
+	})
+}
+
+// TestR9_5_ListTasksPagesByToken: a page that stops before the end carries
+// a next_page_token; sent back with the same filters and order it gives the
+// next page, newest first or oldest first. Tasks created between pages never
+// make a task of the walk come twice or go missing. A token of another
+// list, a garbage one or one of no task is InvalidArgument.
+func TestR9_5_ListTasksPagesByToken(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(env.Open()), nil, server.WithMaxListTasks(2)), p)
+		ctx := ctxT(t)
+		n := 0
+		add := func() uint64 {
+			r := newReq()
+			r.ResourceKeys = []string{fmt.Sprintf("Collection:db1:c%d@X", n)}
+			n++
+			return broadcastOK(t, ctx, c, r).GetBroadcastId()
+		}
+		var ids []uint64
+		for range 5 {
+			ids = append(ids, add())
+		}
+		for _, oldest := range []bool{false, true} {
+			var got []uint64
+			token := ""
+			for pages := 0; ; pages++ {
+				resp, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{OldestFirst: oldest, PageToken: token}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, task := range resp.Msg.GetTasks() {
+					got = append(got, task.GetId())
+				}
+				if (resp.Msg.GetNextPageToken() != "") != resp.Msg.GetMore() {
+					t.Fatalf("more %v with next_page_token %q", resp.Msg.GetMore(), resp.Msg.GetNextPageToken())
+				}
+				if token = resp.Msg.GetNextPageToken(); token == "" {
+					break
+				}
+				if pages < 2 {
+					add() // a newer task between pages
+				}
+			}
+			for i, id := range got {
+				if i > 0 && (oldest && id <= got[i-1] || !oldest && id >= got[i-1]) {
+					t.Fatalf("oldest first %v: %v out of order or twice", oldest, got)
+				}
+			}
+			for _, id := range ids {
+				if !slices.Contains(got, id) {
+					t.Fatalf("oldest first %v: task %d existed throughout, not listed: %v", oldest, id, got)
+				}
+			}
+		}
+		for _, bad := range []string{"not a token!", base64.RawURLEncoding.EncodeToString([]byte("coll:orders")),
+			base64.RawURLEncoding.EncodeToString([]byte("task:0")), base64.RawURLEncoding.EncodeToString([]byte("task:x"))} {
+			_, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{PageToken: bad}))
+			wantCode(t, err, connect.CodeInvalidArgument)
+		}
 	})
 }
 

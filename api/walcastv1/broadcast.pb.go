@@ -1292,7 +1292,11 @@ type ListTasksRequest struct {
 	BeforeId uint64 `protobuf:"varint,5,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
 	AfterId  uint64 `protobuf:"varint,6,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
 	// Ascending ids; the default is the newest (highest id) first.
-	OldestFirst   bool `protobuf:"varint,7,opt,name=oldest_first,json=oldestFirst,proto3" json:"oldest_first,omitempty"`
+	OldestFirst bool `protobuf:"varint,7,opt,name=oldest_first,json=oldestFirst,proto3" json:"oldest_first,omitempty"`
+	// The next_page_token of the previous page (asked with the same filters
+	// and order); empty for the first. It narrows before_id (newest first)
+	// or after_id (oldest_first) to the previous page's last task.
+	PageToken     string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1376,12 +1380,22 @@ func (x *ListTasksRequest) GetOldestFirst() bool {
 	return false
 }
 
+func (x *ListTasksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Tasks []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// Set when more tasks match beyond this page: ask again with the last
-	// task's id as before_id (newest first) or after_id (oldest_first).
-	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	// task's id as before_id (newest first) or after_id (oldest_first), or
+	// with next_page_token.
+	More bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	// Set when more is: send it as page_token for the next page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1428,6 +1442,13 @@ func (x *ListTasksResponse) GetMore() bool {
 		return x.More
 	}
 	return false
+}
+
+func (x *ListTasksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ListLocksRequest struct {
@@ -3031,7 +3052,7 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\rR\x03seq\x12-\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x19.walcast.api.v1.GroupKindR\x04kind\x12\x1b\n" +
-	"\towner_key\x18\x04 \x01(\tR\bownerKey\"\xe9\x01\n" +
+	"\towner_key\x18\x04 \x01(\tR\bownerKey\"\x88\x02\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06states\x18\x01 \x03(\tR\x06states\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x128\n" +
@@ -3040,10 +3061,13 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1b\n" +
 	"\tbefore_id\x18\x05 \x01(\x04R\bbeforeId\x12\x19\n" +
 	"\bafter_id\x18\x06 \x01(\x04R\aafterId\x12!\n" +
-	"\foldest_first\x18\a \x01(\bR\voldestFirst\"S\n" +
+	"\foldest_first\x18\a \x01(\bR\voldestFirst\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\b \x01(\tR\tpageToken\"{\n" +
 	"\x11ListTasksResponse\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.walcast.api.v1.TaskR\x05tasks\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04more\"\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x12\n" +
 	"\x10ListLocksRequest\"h\n" +
 	"\n" +
 	"LockHolder\x12\x14\n" +

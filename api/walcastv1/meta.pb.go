@@ -2118,7 +2118,11 @@ func (x *CreateUserResponse) GetUser() *User {
 }
 
 type ListUsersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many users (0: the server's page).
+	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2153,10 +2157,28 @@ func (*ListUsersRequest) Descriptor() ([]byte, []int) {
 	return file_walcast_api_v1_meta_proto_rawDescGZIP(), []int{30}
 }
 
+func (x *ListUsersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListUsersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListUsersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Users         []*User                `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
-	Grants        []*Grant               `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name.
+	Users []*User `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	// The grants of this page's users.
+	Grants []*Grant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	// Set when more users follow: send it as page_token.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2203,6 +2225,13 @@ func (x *ListUsersResponse) GetGrants() []*Grant {
 		return x.Grants
 	}
 	return nil
+}
+
+func (x *ListUsersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GrantPrivilegeRequest struct {
@@ -3549,11 +3578,15 @@ const file_walcast_api_v1_meta_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"q\n" +
 	"\x12CreateUserResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.walcast.api.v1.DDLResultR\x06result\x12(\n" +
-	"\x04user\x18\x02 \x01(\v2\x14.walcast.api.v1.UserR\x04user\"\x12\n" +
-	"\x10ListUsersRequest\"n\n" +
+	"\x04user\x18\x02 \x01(\v2\x14.walcast.api.v1.UserR\x04user\"G\n" +
+	"\x10ListUsersRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x96\x01\n" +
 	"\x11ListUsersResponse\x12*\n" +
 	"\x05users\x18\x01 \x03(\v2\x14.walcast.api.v1.UserR\x05users\x12-\n" +
-	"\x06grants\x18\x02 \x03(\v2\x15.walcast.api.v1.GrantR\x06grants\"m\n" +
+	"\x06grants\x18\x02 \x03(\v2\x15.walcast.api.v1.GrantR\x06grants\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"m\n" +
 	"\x15GrantPrivilegeRequest\x12+\n" +
 	"\x05grant\x18\x01 \x01(\v2\x15.walcast.api.v1.GrantR\x05grant\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\"x\n" +

@@ -187,6 +187,17 @@ func testCLI(t *testing.T, api string, cli func(*testing.T, ...string) string, s
 		if len(hanging) != 0 {
 			t.Errorf("tasks hanging lists finished tasks: %v", hanging)
 		}
+		// --limit stops the streamed table and names the cursor of the rest,
+		// which lists the rest.
+		out := cli(t, "tasks", "list", "--limit", "1")
+		m := regexp.MustCompile(`(?m)^\(more tasks: --before-id (\d+)\)\n\z`).FindStringSubmatch(out)
+		if m == nil || strings.Count(out, "\n") != 3 {
+			t.Fatalf("tasks list --limit 1:\n%s", out)
+		}
+		rest := taskRows(t, cli(t, "tasks", "list", "--before-id", m[1]))
+		if _, ok := all[m[1]]; !ok || len(rest) != len(all)-1 || rest[m[1]] != "" {
+			t.Errorf("tasks list --before-id %s: %v of %v", m[1], rest, all)
+		}
 	})
 
 	t.Run("tasks show", func(t *testing.T) {

@@ -452,37 +452,98 @@ func modeWord(m string) string {
 // printTasks prints a task list as a table; wide adds the stage and why a
 // live task waits.
 func printTasks(w io.Writer, tasks []*walcastv1.Task, wide bool) error {
+	tb := newTable(w, taskHeader(wide)...)
+	for _, t := range tasks {
+		tb.row(taskRow(t, wide)...)
+	}
+	return tb.flush()
+}
+
+// taskHeader is the header of a table of tasks.
+func taskHeader(wide bool) []string {
 	header := []string{"ID", "TYPE", "STATE", "AGE", "ACKED", "CALLBACK", "OUTCOME"}
 	if wide {
 		header = append(header, "STAGE", "WAITING FOR")
 	}
-	tb := newTable(w, header...)
-	for _, t := range tasks {
-		acked := 0
-		for _, v := range t.GetVchannels() {
-			if v.GetAcked() {
-				acked++
-			}
+	return header
+}
+
+// taskRow is a task's row in a table of tasks.
+func taskRow(t *walcastv1.Task, wide bool) []string {
+	acked := 0
+	for _, v := range t.GetVchannels() {
+		if v.GetAcked() {
+			acked++
 		}
-		cb := "-"
-		if c := t.GetCallback(); c.GetAttempts() > 0 {
-			cb = fmt.Sprintf("%d attempts", c.GetAttempts())
-			if c.GetLastError() != "" && t.GetState() != "TOMBSTONE" {
-				cb += ", failing"
-			}
-		}
-		row := []string{fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), age(t.GetCreatedAt()),
-			fmt.Sprintf("%d/%d", acked, len(t.GetVchannels())), cb, taskOutcome(t.GetOutcome(), t.GetApplicationOutcome())}
-		if wide {
-			why := "-"
-			if t.GetState() != "TOMBSTONE" {
-				why = strings.Join(waitReasons(t), "; ")
-			}
-			row = append(row, t.GetStage(), why)
-		}
-		tb.row(row...)
 	}
-	return tb.flush()
+	cb := "-"
+	if c := t.GetCallback(); c.GetAttempts() > 0 {
+		cb = fmt.Sprintf("%d attempts", c.GetAttempts())
+		if c.GetLastError() != "" && t.GetState() != "TOMBSTONE" {
+			cb += ", failing"
+		}
+	}
+	row := []string{fmt.Sprint(t.GetId()), t.GetType(), t.GetState(), age(t.GetCreatedAt()),
+		fmt.Sprintf("%d/%d", acked, len(t.GetVchannels())), cb, taskOutcome(t.GetOutcome(), t.GetApplicationOutcome())}
+	if wide {
+		why := "-"
+		if t.GetState() != "TOMBSTONE" {
+			why = strings.Join(waitReasons(t), "; ")
+		}
+		row = append(row, t.GetStage(), why)
+	}
+	return row
+}
+
+// streamTasks prints tasks list's table page by page as the pages arrive
+// (the header once), until limit tasks (0: all) or the end, and the cursor
+// of the rest when limit stopped it.
+func streamTasks(g *globals, cmd *cobra.Command, req *walcastv1.ListTasksRequest, limit int, wide bool) error {
+	cl, ctx, done, err := g.dial(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	w := cmd.OutOrStdout()
+	tb := newTable(w, taskHeader(wide)...)
+	seen, more := 0, false
+	var cursor uint64
+	for {
+		page := proto.CloneOf(req)
+		if limit > 0 {
+			page.Limit = int32(min(limit-seen, math.MaxInt32))
+		}
+		resp, err := cl.ListTasksPage(ctx, page)
+		if err != nil {
+			return g.connError(cmd, err)
+		}
+		for _, t := range resp.GetTasks() {
+			tb.row(taskRow(t, wide)...)
+			cursor = t.GetId()
+		}
+		if err := tb.flush(); err != nil {
+			return err
+		}
+		seen += len(resp.GetTasks())
+		more = resp.GetMore()
+		if !more || len(resp.GetTasks()) == 0 || limit > 0 && seen >= limit {
+			break
+		}
+		if req.GetOldestFirst() {
+			req.AfterId = cursor
+		} else {
+			req.BeforeId = cursor
+		}
+	}
+	if !more {
+		return nil
+	}
+	flag := "--before-id"
+	if req.GetOldestFirst() {
+		flag = "--after-id"
+	}
+	_, err = fmt.Fprintf(w, "(more tasks: %s %d)\n", flag, cursor)
+	return err
 }
 
 // waitReasons says why a live task waits, from its stage, its copies'
@@ -650,7 +711,8 @@ func tasksCmd(g *globals) *cobra.Command {
 			Short: short,
 			Long: short + `. Tasks come newest first (--oldest-first: oldest first), every one of
 them: the command fetches page after page (the server caps a page at 1,000) until
---limit tasks or the end. --before-id / --after-id start after a cursor, the last id
+--limit tasks or the end, printing each page as it arrives (-o json and -o yaml:
+once all are read). --before-id / --after-id start after a cursor, the last id
 of an earlier listing (its JSON says next_before_id when --limit cut it short).
 --watch lists again every 2 seconds until Ctrl-C.`,
 			Args: cobra.NoArgs,
@@ -708,6 +770,9 @@ of an earlier listing (its JSON says next_before_id when --limit cut it short).
 						l, err := fetch(ctx, c)
 						return l, false, err
 					}, func(w io.Writer, v any) error { return human(w, v.(*taskList)) }, func(v any) any { return v.(*taskList).value() })
+				}
+				if !f.machine() {
+					return streamTasks(g, cmd, proto.CloneOf(req), limit, f == formatWide)
 				}
 				return runClient(g, cmd, fetch, human, (*taskList).value)
 			},

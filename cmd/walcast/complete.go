@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"time"
 
@@ -124,13 +125,27 @@ func completeDatabases(cmd *cobra.Command, flag string, g *globals) {
 	})
 }
 
+// maxCompletions bounds the names a completion offers, so that completing
+// in a database of a million collections reads a page or so, not all.
+const maxCompletions = 1000
+
 func databaseNames(ctx context.Context, c *client.Client) ([]string, error) {
-	dbs, err := c.ListDatabases(ctx)
-	out := make([]string, len(dbs))
-	for i, d := range dbs {
-		out[i] = d.GetName()
+	return firstNames(c.Databases(ctx), (*walcastv1.Database).GetName)
+}
+
+// firstNames reads the names of a list's first maxCompletions items, page
+// by page, and stops there.
+func firstNames[T any](seq iter.Seq2[T, error], name func(T) string) ([]string, error) {
+	var out []string
+	for it, err := range seq {
+		if err != nil {
+			return out, err
+		}
+		if out = append(out, name(it)); len(out) == maxCompletions {
+			break
+		}
 	}
-	return out, err
+	return out, nil
 }
 
 // collectionNames completes the collections of the database the command's
@@ -142,12 +157,7 @@ func collectionNames(g *globals, dbFlag string) func(*cobra.Command) ([]string, 
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		return g.ask(cmd, func(ctx context.Context, c *client.Client) ([]string, error) {
-			cs, err := c.ListCollections(ctx, db)
-			out := make([]string, len(cs))
-			for i, cl := range cs {
-				out[i] = cl.GetName()
-			}
-			return out, err
+			return firstNames(c.Collections(ctx, db), (*walcastv1.Collection).GetName)
 		})
 	}
 }

@@ -349,23 +349,14 @@ func metaDBCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List the databases", Args: cobra.NoArgs, Long: "List the databases, by name." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := pg.check(); err != nil {
-				return err
-			}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				dbs, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.Database, string, error) {
+			return streamList(g, cmd, pg, listing[*walcastv1.Database]{key: "databases", header: []string{"ID", "NAME", "CREATED"},
+				row: func(d *walcastv1.Database) []string {
+					return []string{fmt.Sprint(d.GetId()), d.GetName(), ts(d.GetCreatedAt())}
+				},
+				page: func(ctx context.Context, c *client.Client, limit int32, token string) ([]*walcastv1.Database, string, error) {
 					r, err := c.ListDatabasesPage(ctx, &walcastv1.ListDatabasesRequest{Limit: limit, PageToken: token})
 					return r.GetDatabases(), r.GetNextPageToken(), err
-				})
-				return &walcastv1.ListDatabasesResponse{Databases: dbs, NextPageToken: next}, err
-			}, func(w io.Writer, m proto.Message) error {
-				r := m.(*walcastv1.ListDatabasesResponse)
-				tb := newTable(w, "ID", "NAME", "CREATED")
-				for _, d := range r.GetDatabases() {
-					tb.row(fmt.Sprint(d.GetId()), d.GetName(), ts(d.GetCreatedAt()))
-				}
-				return morePages(w, tb, r.GetNextPageToken())
-			})
+				}})
 		},
 	}
 	pg.add(list, "databases")
@@ -381,7 +372,8 @@ type pageFlags struct {
 
 // pageHelp is the paging paragraph of a list command's help.
 const pageHelp = ` The command fetches page after page (the server
-answers at most 1,000 a page) until --limit items or the end; --page-token starts
+answers at most 1,000 a page) until --limit items or the end, printing each as
+it arrives (user list: once all are read); --page-token starts
 after an earlier listing, which --limit cut short: its output ends with the token
 ("(more: --page-token ...)"; next_page_token in JSON).`
 
@@ -528,23 +520,14 @@ func metaCollectionCmd(g *globals) *cobra.Command {
 		Use: "list", Short: "List the collections of a database", Args: cobra.NoArgs,
 		Long: "List the collections of a database, by name." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := pg.check(); err != nil {
-				return err
-			}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				cs, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.Collection, string, error) {
+			return streamList(g, cmd, pg, listing[*walcastv1.Collection]{key: "collections", header: []string{"ID", "NAME", "SHARDS", "INDEXES", "CREATED"},
+				row: func(cl *walcastv1.Collection) []string {
+					return []string{fmt.Sprint(cl.GetId()), cl.GetName(), fmt.Sprint(cl.GetShards()), indexesString(cl.GetIndexes()), ts(cl.GetCreatedAt())}
+				},
+				page: func(ctx context.Context, c *client.Client, limit int32, token string) ([]*walcastv1.Collection, string, error) {
 					r, err := c.ListCollectionsPage(ctx, &walcastv1.ListCollectionsRequest{Database: db, Limit: limit, PageToken: token})
 					return r.GetCollections(), r.GetNextPageToken(), err
-				})
-				return &walcastv1.ListCollectionsResponse{Collections: cs, NextPageToken: next}, err
-			}, func(w io.Writer, m proto.Message) error {
-				r := m.(*walcastv1.ListCollectionsResponse)
-				tb := newTable(w, "ID", "NAME", "SHARDS", "INDEXES", "CREATED")
-				for _, cl := range r.GetCollections() {
-					tb.row(fmt.Sprint(cl.GetId()), cl.GetName(), fmt.Sprint(cl.GetShards()), indexesString(cl.GetIndexes()), ts(cl.GetCreatedAt()))
-				}
-				return morePages(w, tb, r.GetNextPageToken())
-			})
+				}})
 		},
 	}
 	dbFlag(list, &db)
@@ -633,11 +616,23 @@ func metaUserCmd(g *globals) *cobra.Command {
 		},
 	}
 	keyFlag(create, &key)
+	var pg pageFlags
 	list := &cobra.Command{
 		Use: "list", Short: "List the users and their grants", Args: cobra.NoArgs,
+		Long: "List the users, by name, and their grants." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pg.check(); err != nil {
+				return err
+			}
 			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				return c.ListUsers(ctx)
+				out := &walcastv1.ListUsersResponse{}
+				users, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.User, string, error) {
+					r, err := c.ListUsersPage(ctx, &walcastv1.ListUsersRequest{Limit: limit, PageToken: token})
+					out.Grants = append(out.Grants, r.GetGrants()...)
+					return r.GetUsers(), r.GetNextPageToken(), err
+				})
+				out.Users, out.NextPageToken = users, next
+				return out, err
 			}, func(w io.Writer, m proto.Message) error {
 				r := m.(*walcastv1.ListUsersResponse)
 				grants := map[string][]string{}
@@ -652,10 +647,11 @@ func metaUserCmd(g *globals) *cobra.Command {
 					}
 					tb.row(u.GetName(), ts(u.GetCreatedAt()), gs)
 				}
-				return tb.flush()
+				return morePages(w, tb, r.GetNextPageToken())
 			})
 		},
 	}
+	pg.add(list, "users")
 	cmd.AddCommand(create, list)
 	return cmd
 }
@@ -936,29 +932,21 @@ terminal), and exits 1 if it failed.`,
 		Use: "list", Short: "List import jobs: all, a database's (--db) or a collection's (--db --collection)", Args: cobra.NoArgs,
 		Long: "List import jobs, by id: all, a database's (--db) or a collection's (--db --collection)." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := pg.check(); err != nil {
-				return err
-			}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				jobs, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.ImportJob, string, error) {
-					r, err := c.ListImportJobsPage(ctx, &walcastv1.ListImportJobsRequest{Database: db, Collection: coll, Limit: limit, PageToken: token})
-					return r.GetJobs(), r.GetNextPageToken(), err
-				})
-				return &walcastv1.ListImportJobsResponse{Jobs: jobs, NextPageToken: next}, err
-			}, func(w io.Writer, m proto.Message) error {
-				r := m.(*walcastv1.ListImportJobsResponse)
-				tb := newTable(w, "ID", "COLLECTION", "STATE", "FILES", "ROWS", "UPDATED", "REASON")
-				for _, j := range r.GetJobs() {
+			return streamList(g, cmd, pg, listing[*walcastv1.ImportJob]{key: "jobs",
+				header: []string{"ID", "COLLECTION", "STATE", "FILES", "ROWS", "UPDATED", "REASON"},
+				row: func(j *walcastv1.ImportJob) []string {
 					reason := j.GetReason()
 					if reason == "" {
 						reason = "-"
 					}
-					tb.row(fmt.Sprint(j.GetId()), fmt.Sprintf("%s.%s (%d)", j.GetDatabase(), j.GetCollection(), j.GetCollectionId()),
+					return []string{fmt.Sprint(j.GetId()), fmt.Sprintf("%s.%s (%d)", j.GetDatabase(), j.GetCollection(), j.GetCollectionId()),
 						jobState(j.GetState()), fmt.Sprintf("%d/%d", j.GetFilesDone(), len(j.GetFiles())), fmt.Sprint(j.GetRows()),
-						ts(j.GetUpdatedAt()), reason)
-				}
-				return morePages(w, tb, r.GetNextPageToken())
-			})
+						ts(j.GetUpdatedAt()), reason}
+				},
+				page: func(ctx context.Context, c *client.Client, limit int32, token string) ([]*walcastv1.ImportJob, string, error) {
+					r, err := c.ListImportJobsPage(ctx, &walcastv1.ListImportJobsRequest{Database: db, Collection: coll, Limit: limit, PageToken: token})
+					return r.GetJobs(), r.GetNextPageToken(), err
+				}})
 		},
 	}
 	pg.add(list, "jobs")

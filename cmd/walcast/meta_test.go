@@ -167,6 +167,26 @@ func TestMetaCLI(t *testing.T) {
 	m.run("user", "create", "alice")
 	wantOutput(t, m.run("grant", "alice", "Search", "--db", "shop"), `granted Search on shop.\* to alice`)
 	wantOutput(t, m.run("user", "list"), `(?m)^alice\s+.*Search on shop\.\*`)
+	m.run("user", "create", "bob")
+	out = m.run("user", "list", "--limit", "1")
+	wantOutput(t, out, `(?m)^alice\s+.*Search on shop\.\*`, `(?m)^\(more: --page-token \S+\)$`)
+	if strings.Contains(out, "bob") {
+		t.Fatalf("user list --limit 1 listed both users:\n%s", out)
+	}
+	token = regexp.MustCompile(`--page-token (\S+)\)`).FindStringSubmatch(out)[1]
+	out = m.run("user", "list", "--page-token", token, "--json")
+	wantOutput(t, out, `"name":\s*"bob"`, `"next_page_token":\s*""`)
+	if strings.Contains(out, "alice") {
+		t.Fatalf("user list --page-token: the rest is bob alone:\n%s", out)
+	}
+	// A streamed JSON list is one document, the token of the rest at its end.
+	var jl struct {
+		Databases []struct{ Name string } `json:"databases"`
+		Next      string                  `json:"next_page_token"`
+	}
+	if err := json.Unmarshal([]byte(m.run("db", "list", "-o", "json")), &jl); err != nil || len(jl.Databases) != 1 || jl.Next != "" {
+		t.Fatalf("db list -o json: %+v, %v", jl, err)
+	}
 	wantOutput(t, m.run("revoke", "alice", "Search", "--db", "shop"), `revoked Search on shop.\* from alice`)
 
 	wantOutput(t, m.run("collection", "rename", "orders", "purchases", "--db", "shop"), `renamed to purchases, id `+fmt.Sprint(created.Collection.ID))
@@ -186,7 +206,7 @@ func TestMetaCLI(t *testing.T) {
 		return err == nil && strings.Contains(view, "purchases")
 	})
 	wantOutput(t, view, `(?m)^collection\s+purchases \(id `+fmt.Sprint(created.Collection.ID)+`\)$`, `(?m)^indexes\s+by_emb`, `(?m)^import jobs\s+`+job+`$`)
-	users := regexp.MustCompile(`"users":\s*\[\s*"alice"\s*\]`)
+	users := regexp.MustCompile(`"users":\s*\[\s*"alice",\s*"bob"\s*\]`)
 	waitUntil(t, "alice in the control channel's view", func() bool {
 		out, err := m.try("view", "--vchannel", "wal-0/_control", "--json")
 		return err == nil && users.MatchString(out)

@@ -213,6 +213,7 @@ func TestR9_9_Browser(t *testing.T) {
 			{"/ui/locks", "locks", "no key is held"},
 			{"/ui/keys?type=Generic.v1&scope=cluster&client_key=" + ck, "keys", "count headroom"},
 			{"/ui/imports", "imports", "orders-&lt;1&gt;.csv"},
+			{"/ui/collections?db=shop", "collections", "orders"},
 			{"/ui/replication", "replication", "every cluster is primary"},
 		} {
 			step(t, "load "+pg.path, chromedp.Navigate(base+pg.path), chromedp.WaitVisible(chromedp.CSS(`body[data-page="`+pg.page+`"]`)), live)
@@ -364,6 +365,7 @@ func TestR9_9_Browser(t *testing.T) {
 			{"/ui/locks", "locks"},
 			{"/ui/keys?type=Generic.v1&scope=cluster&client_key=" + ck, "keys"},
 			{"/ui/imports", "imports"},
+			{"/ui/collections?db=shop", "collections"},
 			{"/ui/replication", "replication"},
 		}
 		for _, width := range []int64{1280, 1440, 1920} {

@@ -157,6 +157,10 @@ type Config struct {
 	// (token "") or the one after token; next is the token of the page
 	// after it ("": none).
 	Imports func(ctx context.Context, token string) (jobs []*walcastv1.ImportJob, next string, err error)
+	// Collections lists one page of the collections of a database, by
+	// name: the first (token "") or the one after token; next is the
+	// token of the page after it ("": none).
+	Collections func(ctx context.Context, database, token string) (colls []*walcastv1.Collection, next string, err error)
 	// ApplicationOutcome, if set, returns the application's verdict on a
 	// finished task whose broadcast succeeded but whose effect failed later
 	// (an import job that failed on a bad file), and true; false if the
@@ -316,6 +320,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"locks", c.page("locks", c.locks))
 	m.HandleFunc("GET "+Prefix+"keys", c.page("keys", c.keys))
 	m.HandleFunc("GET "+Prefix+"imports", c.page("imports", c.imports))
+	m.HandleFunc("GET "+Prefix+"collections", c.page("collections", c.collections))
 	m.HandleFunc("GET "+Prefix+"replication", c.page("replication", c.replication))
 	m.HandleFunc("GET "+Prefix+"events", c.events)
 	m.HandleFunc("GET "+Prefix+"login", c.withLogin(c.loginPage))

@@ -30,6 +30,8 @@ func (c *Console) livePage(u *url.URL, r *http.Request) (string, func(*request) 
 		return "keys", c.keys, true
 	case p == Prefix+"imports":
 		return "imports", c.imports, true
+	case p == Prefix+"collections":
+		return "collections", c.collections, true
 	case p == Prefix+"replication":
 		return "replication", c.replication, true
 	}

@@ -842,6 +842,78 @@ func (c *Console) imports(r *request) (view, error) {
 // maxPageToken bounds a page token in a URL.
 const maxPageToken = 1024
 
+// ---- collections
+
+type collectionsData struct {
+	Available bool
+	Database  string
+	Colls     []*walcastv1.Collection
+	Err       string
+	// First, Prev and Next are the URLs of the first, the previous and the
+	// next page, "" if none.
+	First, Prev, Next string
+}
+
+// maxBack is how many earlier pages' tokens a collections page's URL
+// keeps for its "previous" links; further back, "first page" goes on.
+const maxBack = 8
+
+// collections shows one page of the collections of the database of its
+// "db" parameter: the first, or the one after the token of its "page"
+// parameter. The list only goes forward, so the URL carries the tokens of
+// the pages before it ("back", oldest first, at most maxBack) for the link
+// to the previous page.
+func (c *Console) collections(r *request) (view, error) {
+	if c.cfg.Collections == nil {
+		return collectionsData{}, nil
+	}
+	q := r.URL.Query()
+	d := collectionsData{Available: true, Database: q.Get("db")}
+	if d.Database == "" {
+		return d, nil
+	}
+	if len(d.Database) > 128 {
+		return nil, badRequest("database name of %d bytes", len(d.Database))
+	}
+	token, back := q.Get("page"), q["back"]
+	if len(back) > maxBack {
+		return nil, badRequest("%d earlier pages, limit %d", len(back), maxBack)
+	}
+	for _, t := range append([]string{token}, back...) {
+		if len(t) > maxPageToken {
+			return nil, badRequest("page token of %d bytes", len(t))
+		}
+	}
+	colls, next, err := c.cfg.Collections(r.Context(), d.Database, token)
+	d.Colls = colls
+	if err != nil {
+		d.Err = err.Error()
+	}
+	link := func(page string, back []string) string {
+		v := url.Values{"db": {d.Database}}
+		if page != "" {
+			v.Set("page", page)
+			if len(back) > 0 {
+				v["back"] = back
+			}
+		}
+		return Prefix + "collections?" + v.Encode()
+	}
+	if next != "" {
+		b := append(slices.Clone(back), token)
+		d.Next = link(next, b[max(0, len(b)-maxBack):])
+	}
+	if token != "" {
+		d.First = link("", nil)
+		if len(back) > 0 {
+			d.Prev = link(back[len(back)-1], back[:len(back)-1])
+		} else {
+			d.Prev = d.First
+		}
+	}
+	return d, nil
+}
+
 // ---- replication
 
 type replData struct {

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/spf13/cobra"
+	yaml "go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/walcast/walcast/client"
+)
+
+// A paged list command (db list, collection list, import list) prints each
+// page as it arrives and keeps only that page: a table's header comes once
+// and its rows are aligned page by page; -o json and -o yaml write the
+// document a gathered list would be ({"<items>": [...], "next_page_token":
+// "..."}), one item at a time.
+
+// listing is one paged list command.
+type listing[T proto.Message] struct {
+	key    string   // the items' key in JSON and YAML ("databases")
+	header []string // the table's header
+	row    func(T) []string
+	// page reads at most limit items (0: the server's page) after token.
+	page func(ctx context.Context, c *client.Client, limit int32, token string) (items []T, next string, err error)
+}
+
+// streamList runs l from p's token on until p's limit of items (0: all) or
+// the end, printing page after page.
+func streamList[T proto.Message](g *globals, cmd *cobra.Command, p pageFlags, l listing[T]) error {
+	if err := p.check(); err != nil {
+		return err
+	}
+	f, err := g.format()
+	if err != nil {
+		return err
+	}
+	cl, ctx, done, err := g.dial(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	lw := &listWriter{w: cmd.OutOrStdout(), f: f, key: l.key, header: l.header}
+	next, seen := p.token, 0
+	for {
+		limit := int32(0)
+		if p.limit > 0 {
+			limit = int32(min(p.limit-seen, math.MaxInt32))
+		}
+		items, token, err := l.page(ctx, cl, limit, next)
+		if err != nil {
+			return g.connError(cmd, err)
+		}
+		for _, it := range items {
+			if err := lw.item(it, l.row(it)); err != nil {
+				return err
+			}
+		}
+		if err := lw.flushPage(); err != nil {
+			return err
+		}
+		seen += len(items)
+		if next = token; next == "" || p.limit > 0 && seen >= p.limit {
+			return lw.end(next)
+		}
+	}
+}
+
+// listWriter writes a list in format f an item at a time.
+type listWriter struct {
+	w      io.Writer
+	f      format
+	key    string
+	header []string
+	tb     *table
+	n      int // items written
+}
+
+// item writes one item: its row in a table, else its machine value.
+func (l *listWriter) item(m proto.Message, row []string) error {
+	defer func() { l.n++ }()
+	switch l.f {
+	case formatJSON:
+		var buf bytes.Buffer
+		if l.n == 0 {
+			buf.WriteString("{\n  " + jsonString(l.key) + ": [\n")
+		} else {
+			buf.WriteString(",\n")
+		}
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("    ", "  ")
+		enc.SetEscapeHTML(false)
+		buf.WriteString("    ")
+		if err := enc.Encode(protoValue(m)); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // the encoder's newline
+		_, err := l.w.Write(buf.Bytes())
+		return err
+	case formatYAML:
+		b, err := yaml.Marshal([]any{protoValue(m)})
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		if l.n == 0 {
+			buf.WriteString(l.key + ":\n")
+		}
+		for line := range strings.Lines(string(b)) {
+			buf.WriteString("    " + line)
+		}
+		_, err = l.w.Write(buf.Bytes())
+		return err
+	default:
+		if l.tb == nil {
+			l.tb = newTable(l.w, l.header...)
+		}
+		l.tb.row(row...)
+		return nil
+	}
+}
+
+// flushPage writes out the table rows of a page.
+func (l *listWriter) flushPage() error {
+	if l.tb == nil {
+		return nil
+	}
+	return l.tb.flush()
+}
+
+// end ends the list, next the token of the rest ("" at the end).
+func (l *listWriter) end(next string) error {
+	var tail string
+	switch l.f {
+	case formatJSON:
+		tail = "\n  ],\n"
+		if l.n == 0 {
+			tail = "{\n  " + jsonString(l.key) + ": [],\n"
+		}
+		tail += "  \"next_page_token\": " + jsonString(next) + "\n}\n"
+	case formatYAML:
+		if l.n == 0 {
+			tail = l.key + ": []\n"
+		}
+		b, err := yaml.Marshal(object{"next_page_token": next})
+		if err != nil {
+			return err
+		}
+		tail += string(b)
+	default:
+		if l.tb == nil {
+			l.tb = newTable(l.w, l.header...)
+		}
+		return morePages(l.w, l.tb, next)
+	}
+	_, err := io.WriteString(l.w, tail)
+	return err
+}
+
+// jsonString is s as a JSON string, as the output writes it.
+func jsonString(s string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(buf.String(), "\n")
+}
