@@ -197,7 +197,7 @@ func (c *Core) Step(now time.Time, ev Event) {
 	case Withdraw:
 		c.withdraw(e)
 	case Inspect:
-		e.Fn(c)
+		e.Fn(c.View())
 	case Written:
 		c.written(e)
 	case Appended:
@@ -620,6 +620,6 @@ func (c *Core) refuseStopped(ev Event) {
 	case Withdraw:
 		c.reply(e.Done, Reply{}) // Stop answered every request
 	case Inspect:
-		e.Fn(c)
+		e.Fn(c.View())
 	}
 }

@@ -38,7 +38,8 @@
 //     REPLICATED tasks: acks.go; the callback order and callbacks:
 //     sched.go; groups and owner keys (groupTable): groups.go;
 //   - roles and the replication topology: roles.go; force promote: promote.go;
-//   - recovery: recover.go; reads for introspection: inspect.go;
+//   - recovery: recover.go; reads for introspection, a read-only View of
+//     the core (Core.View): inspect.go;
 //   - the durable record format: records.go.
 //
 // The parts that own their rules (idemIndex, appendLanes, groupTable, the

@@ -326,23 +326,3 @@ func (p *promoter) finished(c *Core, t *task) {
 		c.supplementNext()
 	}
 }
-
-// Promoting reports whether a force promote is under way.
-func (c *Core) Promoting() bool {
-	for _, t := range c.tasks {
-		if t.promote {
-			return true
-		}
-	}
-	return false
-}
-
-// PromoteTask returns the id of the force promote under way, 0 if none.
-func (c *Core) PromoteTask() uint64 {
-	for _, t := range c.tasks {
-		if t.promote {
-			return t.id
-		}
-	}
-	return 0
-}
