@@ -56,10 +56,10 @@ type Core struct {
 	// promotesOld marks positions recovered in the first record format.
 	promotesOld map[uint64]bool
 
-	lanes    appendLanes
-	writes   map[uint64]*writeOp
-	ackOnces map[uint64]ackOnceRef
-	scans    map[uint64]*scanOp
+	lanes  appendLanes
+	acks   ackTracker
+	writes map[uint64]*writeOp
+	scans  map[uint64]*scanOp
 
 	// collected are the replicated broadcasts whose tombstones GC deleted
 	// (durable, written with the deletes): a late ack of one is stale and
@@ -138,12 +138,16 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
 		groups:   newGroupTable(cfg.MaxGroupMembers),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
-		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
+		writes: make(map[uint64]*writeOp), scans: make(map[uint64]*scanOp),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
 	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
 	c.lanes = newAppendLanes(cfg)
 	c.lanes.nextID, c.lanes.emit, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, c.emit, &c.stats, c.after, c.newBackoff
+	c.acks = ackTracker{runs: make(map[uint64]ackOnceRef), hasAckOnce: cfg.HasAckOnce,
+		nextID: c.nextID, emit: c.emit, reply: c.reply, now: func() time.Time { return c.now }, after: c.after,
+		backoff: c.newBackoff, live: func(t *task) bool { return c.tasks[t.id] == t }, log: c.tlog,
+		acked: c.acked, persist: c.persistAcks}
 	c.sched.init()
 	c.tombs.init(cfg.Classes)
 	if err := c.recover(snap); err != nil {
@@ -205,7 +209,7 @@ func (c *Core) Step(now time.Time, ev Event) {
 	case CallbackDone:
 		c.callbackDone(e)
 	case AckOnceDone:
-		c.ackOnceDone(e)
+		c.acks.done(e)
 	case Scanned:
 		c.scanned(e)
 	case Tick:
@@ -306,7 +310,8 @@ func (c *Core) enter(t *task, from Stage) {
 	case Appending:
 		c.startAppends(t)
 	case Acking:
-		c.startAcking(t)
+		c.acks.fastAckAll(t)
+		c.checkAcked(t)
 	case Queued:
 		if !t.enrolled {
 			c.sched.enroll(t)

@@ -35,7 +35,8 @@
 //     tombstones and GC with retention classes: tombs.go; broadcast ids:
 //     ids.go;
 //   - appends in lanes (appendLanes): appends.go; acks, FastAck,
-//     REPLICATED tasks: acks.go; the callback order and callbacks:
+//     ack-once runs, durable acks and ack waits (ackTracker), REPLICATED
+//     tasks: acks.go; the callback order and callbacks:
 //     sched.go; groups and owner keys (groupTable): groups.go;
 //   - roles and the replication topology: roles.go; force promote: promote.go;
 //   - recovery: recover.go; reads for introspection, a read-only View of

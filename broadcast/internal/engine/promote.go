@@ -267,7 +267,7 @@ func (c *Core) supplement(x *task) {
 		if cp, ok := p.found[copyKey{x.id, v}]; ok && !c.cfg.Mutation.Is(mutate.SupplementTwice) {
 			x.copies[i].appended, x.copies[i].appendCP = true, cp
 			if !syncUp && !x.first(i) {
-				c.fastAck(x, i)
+				c.acks.fastAck(x, i)
 			}
 		}
 	}
