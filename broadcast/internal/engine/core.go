@@ -149,6 +149,7 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		backoff: c.newBackoff, live: func(t *task) bool { return c.tasks[t.id] == t }, log: c.tlog,
 		acked: c.acked, persist: c.persistAcks}
 	c.sched.init()
+	c.sched.backoff = c.newBackoff
 	c.tombs.init(cfg.Classes)
 	if err := c.recover(snap); err != nil {
 		return nil, err

@@ -36,15 +36,15 @@
 //     ids.go;
 //   - appends in lanes (appendLanes): appends.go; acks, FastAck,
 //     ack-once runs, durable acks and ack waits (ackTracker), REPLICATED
-//     tasks: acks.go; the callback order and callbacks:
-//     sched.go; groups and owner keys (groupTable): groups.go;
+//     tasks: acks.go; the callback order, attempts and backoff
+//     (scheduler): sched.go; groups and owner keys (groupTable): groups.go;
 //   - roles and the replication topology: roles.go; force promote: promote.go;
 //   - recovery: recover.go; reads for introspection, a read-only View of
 //     the core (Core.View): inspect.go;
 //   - the durable record format: records.go.
 //
 // The parts that own their rules (idemIndex, appendLanes, groupTable, the
-// tombstones' GC victims) are
+// tombstones' GC victims, the scheduler) are
 // tested alone by the scripts in testdata, in the format of etcd raft's
 // data-driven tests (script_test.go reads them; -rewrite writes the
 // outputs back).
