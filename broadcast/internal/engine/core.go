@@ -59,7 +59,7 @@ type Core struct {
 	lanes  appendLanes
 	acks   ackTracker
 	writes map[uint64]*writeOp
-	scans  map[uint64]*scanOp
+	scans  scanner
 
 	// collected are the replicated broadcasts whose tombstones GC deleted
 	// (durable, written with the deletes): a late ack of one is stale and
@@ -138,7 +138,7 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
 		groups:   newGroupTable(cfg.MaxGroupMembers),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
-		writes: make(map[uint64]*writeOp), scans: make(map[uint64]*scanOp),
+		writes: make(map[uint64]*writeOp),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
 	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
@@ -148,6 +148,8 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		nextID: c.nextID, emit: c.emit, reply: c.reply, now: func() time.Time { return c.now }, after: c.after,
 		backoff: c.newBackoff, live: func(t *task) bool { return c.tasks[t.id] == t }, log: c.tlog,
 		acked: c.acked, persist: c.persistAcks}
+	c.scans = scanner{ops: make(map[uint64]*scanOp), nextID: c.nextID, emit: c.emit, log: c.log, after: c.after, backoff: c.newBackoff}
+	c.roles.cluster, c.roles.prefix, c.roles.emit, c.roles.log = cfg.ClusterName, cfg.Prefix, c.emit, c.tlog
 	c.sched.init()
 	c.sched.backoff = c.newBackoff
 	c.tombs.init(cfg.Classes)
@@ -212,7 +214,7 @@ func (c *Core) Step(now time.Time, ev Event) {
 	case AckOnceDone:
 		c.acks.done(e)
 	case Scanned:
-		c.scanned(e)
+		c.scans.scanned(e)
 	case Tick:
 	case Stop:
 		c.stop(e.Err)

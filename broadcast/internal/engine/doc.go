@@ -38,7 +38,9 @@
 //     ack-once runs, durable acks and ack waits (ackTracker), REPLICATED
 //     tasks: acks.go; the callback order, attempts and backoff
 //     (scheduler): sched.go; groups and owner keys (groupTable): groups.go;
-//   - roles and the replication topology: roles.go; force promote: promote.go;
+//   - roles and the replication topology (roles): roles.go; force promote,
+//     its WAL reads (scanner) and the tasks it finishes (promoter):
+//     promote.go;
 //   - recovery: recover.go; reads for introspection, a read-only View of
 //     the core (Core.View): inspect.go;
 //   - the durable record format: records.go.

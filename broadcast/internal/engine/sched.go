@@ -257,7 +257,7 @@ func (c *Core) startCallback(t *task) {
 		return
 	}
 	if t.msg.Type == AlterReplicateConfig {
-		ops, out, err := c.topologyCallback(t)
+		ops, out, err := c.roles.callback(t)
 		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Ops: ops, Outcome: out, Err: err})
 		return
 	}
@@ -370,7 +370,7 @@ func (c *Core) finish(t *task, raw []byte) {
 	} else {
 		c.move(t, OnTombstoned, Tombstoned)
 	}
-	c.applyTopology(t)
+	c.roles.apply(t)
 	delete(c.tasks, t.id)
 	c.timelines.keepTask(t, c.now)
 	tb := c.tombs.newTomb(t.id, raw, t.completed.UnixNano(), t.class, t.replicated)
