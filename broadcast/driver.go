@@ -277,7 +277,7 @@ func (d *driver) lockFree() bool {
 	if d.queued.Load() != 0 && !overtake || !d.mu.TryLock() {
 		return false
 	}
-	if d.queued.Load() != 0 && !overtake || d.core.Stopped() {
+	if d.queued.Load() != 0 && !overtake || d.core.View().Stopped() {
 		d.mu.Unlock()
 		return false
 	}

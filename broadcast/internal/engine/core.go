@@ -265,12 +265,6 @@ func (c *Core) Deadline() (time.Time, bool) {
 	return c.timers[0].at, true
 }
 
-// Now returns the time of the last Step.
-func (c *Core) Now() time.Time { return c.now }
-
-// Stopped reports whether the core was stopped.
-func (c *Core) Stopped() bool { return c.stopped }
-
 func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 
 func (c *Core) reply(to Target, r Reply) {

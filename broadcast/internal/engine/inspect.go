@@ -361,3 +361,9 @@ func (v View) RecentTimeline(id uint64) (Timeline, bool) {
 // Lookup returns the original of scope sc, or nil (R7.5). It may drop the
 // index's entry for an owner that vanished, which changes no answer.
 func (v View) Lookup(sc Scope) *Original { return v.c.original(sc) }
+
+// Now returns the time of the core's last Step.
+func (v View) Now() time.Time { return v.c.now }
+
+// Stopped reports whether the core was stopped.
+func (v View) Stopped() bool { return v.c.stopped }

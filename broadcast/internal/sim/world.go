@@ -828,7 +828,7 @@ func (w *world) afterGoroutines() {
 			}
 			continue
 		}
-		if c.driver && !c.down && c.core.Stopped() {
+		if c.driver && !c.down && c.core.View().Stopped() {
 			w.tracef("%s: broadcaster %d stopped", c.name, c.gen)
 			c.stopDriver()
 			c.down = true
