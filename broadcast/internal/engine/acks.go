@@ -204,7 +204,7 @@ func (c *Core) persistAcks(t *task) {
 	if !t.replicated {
 		st = Pending // a force promote's acks (R8.3)
 	}
-	c.write(WriteAcks, t, t.record(st), nil, func(_ *Core, w *writeOp, d Decision, err error) {
+	c.writes.write(WriteAcks, t, t.record(st), nil, func(_ *Core, w *writeOp, d Decision, err error) {
 		if t.bytes == nil && w.msg != nil {
 			t.bytes = w.msg
 		}

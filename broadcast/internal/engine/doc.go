@@ -29,7 +29,9 @@
 //
 //   - the task state machine: transitions.go, one table;
 //   - the durable-write policy (R6.5): policy.go, what every outcome of
-//     every kind of catalog or WAL write means;
+//     every kind of catalog or WAL write means; the catalog writes in
+//     flight, one per task at a time, and their retries (writer):
+//     writes.go;
 //   - the issuance lock table (a resource.Table) and handles: handles.go;
 //   - the idempotency index and its admission slots (idemIndex): index.go;
 //     tombstones and GC with retention classes: tombs.go; broadcast ids:

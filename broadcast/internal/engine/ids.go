@@ -129,7 +129,7 @@ func (s *ids) resume(c *Core) {
 	end := max(s.next, s.attempted) + idBlock
 	s.attempted = end
 	s.keyBusy = true
-	c.write(WriteIDs, nil, nil, []catalog.Op{s.put(c.cfg.Prefix, end)}, func(_ *Core, _ *writeOp, d Decision, err error) {
+	c.writes.write(WriteIDs, nil, nil, []catalog.Op{s.put(c.cfg.Prefix, end)}, func(_ *Core, _ *writeOp, d Decision, err error) {
 		s.keyBusy = false
 		waiting := s.waiting
 		s.waiting = nil

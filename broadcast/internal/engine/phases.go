@@ -64,7 +64,7 @@ func (c *Core) checkFirstPhase(t *task) {
 		return
 	}
 	n := t.nacked
-	c.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *Core, _ *writeOp, d Decision, err error) {
+	c.writes.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *Core, _ *writeOp, d Decision, err error) {
 		switch d {
 		case Done:
 			t.firstDone = true

@@ -85,7 +85,7 @@ func (c *Core) recordPromote(t *task) {
 	}
 	raw, _ := json.Marshal(promoteRecord{Copies: pos})
 	t.recording = true
-	c.write(WritePromote, t, nil, []catalog.Op{catalog.Put(PromoteKey(c.cfg.Prefix, t.id), raw)}, func(_ *Core, _ *writeOp, d Decision, _ error) {
+	c.writes.write(WritePromote, t, nil, []catalog.Op{catalog.Put(PromoteKey(c.cfg.Prefix, t.id), raw)}, func(_ *Core, _ *writeOp, d Decision, _ error) {
 		t.recording = false
 		if d == Done {
 			c.promotes[t.id] = pos

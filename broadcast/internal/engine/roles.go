@@ -198,7 +198,7 @@ func (c *Core) follow(e Follow, h HandleID) {
 		return
 	}
 	hd.busy = true
-	c.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *Core, _ *writeOp, d Decision, err error) {
+	c.writes.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *Core, _ *writeOp, d Decision, err error) {
 		hd.busy = false
 		if d == Done {
 			c.roles.set(e.Config)

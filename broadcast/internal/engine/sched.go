@@ -322,7 +322,7 @@ func (c *Core) tombstone(t *task) {
 		t.tombAfterAppends = true
 		return
 	}
-	if t.write != nil && !c.cancelRetry(t.write) {
+	if t.write != nil && !c.writes.cancelRetry(t.write) {
 		t.tombDue = true
 		return
 	}
@@ -337,7 +337,7 @@ func (c *Core) tombstone(t *task) {
 		// A group's end releases it in the same transaction (R13.3).
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
-	c.write(WriteTombstone, t, rw, ops, tombstoneWritten)
+	c.writes.write(WriteTombstone, t, rw, ops, tombstoneWritten)
 	if c.cfg.Mutation.Is(mutate.AnswerBeforeDurable) {
 		for _, to := range t.waiters {
 			c.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
