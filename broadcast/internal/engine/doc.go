@@ -48,7 +48,7 @@
 //   - the durable record format: records.go.
 //
 // The parts that own their rules (idemIndex, appendLanes, groupTable, the
-// tombstones' GC victims, the scheduler, the roles) are
+// tombstones' GC victims, ackTracker, the scheduler, the roles) are
 // tested alone by the scripts in testdata, in the format of etcd raft's
 // data-driven tests (script_test.go reads them; -rewrite writes the
 // outputs back).
