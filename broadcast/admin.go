@@ -131,7 +131,7 @@ func (b *Broadcaster) Task(id uint64) (TaskInfo, error) {
 	var raw string
 	var found, hasTL bool
 	var tl Timeline
-	if !b.d.inspect(func(c *engine.Core) {
+	if !b.d.inspect(func(c engine.View) {
 		live, raw, _, found = c.TaskByID(id)
 		tl, hasTL = c.RecentTimeline(id)
 	}) {
@@ -177,7 +177,7 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 	}
 	var live []engine.TaskView
 	var tombs []engine.TombRecord
-	if !b.d.inspect(func(c *engine.Core) {
+	if !b.d.inspect(func(c engine.View) {
 		if wantState(Pending) || wantState(Replicated) {
 			live = c.LiveTasks()
 		}

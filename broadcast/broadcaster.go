@@ -311,7 +311,7 @@ type Stats struct {
 // Stats returns a snapshot of the counters.
 func (b *Broadcaster) Stats() Stats {
 	var s Stats
-	b.d.inspect(func(c *engine.Core) {
+	b.d.inspect(func(c engine.View) {
 		cs := c.Stats()
 		s = Stats{Broadcasts: cs.Broadcasts, CatalogCommits: cs.CatalogCommits, AppendRounds: cs.AppendRounds,
 			AppendRetries: cs.AppendRetries, CallbackFailures: cs.CallbackFailures, Evicted: cs.Evicted,
@@ -326,14 +326,14 @@ func (b *Broadcaster) Stats() Stats {
 // evicted before their MaxLifetime since New (R6.4).
 func (b *Broadcaster) EarlyEvictions() map[string]int {
 	var m map[string]int
-	b.d.inspect(func(c *engine.Core) { m = c.EarlyEvictions() })
+	b.d.inspect(func(c engine.View) { m = c.EarlyEvictions() })
 	return m
 }
 
 // Locks returns the issuance lock table (R3.7).
 func (b *Broadcaster) Locks() []resource.KeyState {
 	var ks []resource.KeyState
-	b.d.inspect(func(c *engine.Core) { ks = c.Locks() })
+	b.d.inspect(func(c engine.View) { ks = c.Locks() })
 	return ks
 }
 

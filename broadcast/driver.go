@@ -277,7 +277,7 @@ func (d *driver) lockFree() bool {
 	if d.queued.Load() != 0 && !overtake || !d.mu.TryLock() {
 		return false
 	}
-	if d.queued.Load() != 0 && !overtake || d.core.Stopped() {
+	if d.queued.Load() != 0 && !overtake || d.core.View().Stopped() {
 		d.mu.Unlock()
 		return false
 	}
@@ -410,7 +410,7 @@ func (d *driver) trySubmit(ev engine.Event) bool {
 		return false
 	}
 	defer d.mu.Unlock()
-	if live, _ := d.core.Counts(); live > 0 {
+	if live, _ := d.core.View().Counts(); live > 0 {
 		return false
 	}
 	d.core.Step(d.clock.Now(), ev)
@@ -612,9 +612,9 @@ func stageWaiting(s engine.Stage) string {
 
 // inspect runs fn on the core between two events and waits for it; false
 // if the loop has exited (fn did not run).
-func (d *driver) inspect(fn func(c *engine.Core)) bool {
+func (d *driver) inspect(fn func(c engine.View)) bool {
 	ok := make(chan struct{})
-	if !d.request(engine.Inspect{Fn: func(c *engine.Core) { fn(c); close(ok) }}) {
+	if !d.request(engine.Inspect{Fn: func(c engine.View) { fn(c); close(ok) }}) {
 		return false
 	}
 	done := d.done
@@ -693,7 +693,7 @@ func (d *driver) stepResult(ev engine.Event) (job, bool) {
 		return job{}, false
 	}
 	defer d.mu.Unlock()
-	if live, _ := d.core.Counts(); live > 1 {
+	if live, _ := d.core.View().Counts(); live > 1 {
 		// Other tasks are in flight: the loop gathers their results
 		// with this one into one batch of writes, appends and replies.
 		return job{}, false

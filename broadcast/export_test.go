@@ -49,14 +49,14 @@ var _ = engine.Lock{}
 // Waiters returns how many callers wait for live task id's result.
 func (b *Broadcaster) Waiters(id uint64) int {
 	var n int
-	b.d.inspect(func(c *engine.Core) { n = c.Waiters(id) })
+	b.d.inspect(func(c engine.View) { n = c.Waiters(id) })
 	return n
 }
 
 // PromoteTask returns the id of the force promote under way, 0 if none.
 func (b *Broadcaster) PromoteTask() uint64 {
 	var id uint64
-	b.d.inspect(func(c *engine.Core) { id = c.PromoteTask() })
+	b.d.inspect(func(c engine.View) { id = c.PromoteTask() })
 	return id
 }
 
@@ -65,6 +65,6 @@ func (b *Broadcaster) PromoteTask() uint64 {
 // own locks hold (R11.5).
 func (b *Broadcaster) Outstanding() engine.Outstanding {
 	var o engine.Outstanding
-	b.d.inspect(func(c *engine.Core) { o = c.Outstanding() })
+	b.d.inspect(func(c engine.View) { o = c.Outstanding() })
 	return o
 }

@@ -92,7 +92,7 @@ func (b *Broadcaster) ResumeTxn(id uint64) (*Txn, error) {
 	if errors.Is(err, ErrFailedPrecondition) {
 		var owner string
 		var ended bool
-		b.d.inspect(func(c *engine.Core) { owner, ended = c.EndedGroup(id) })
+		b.d.inspect(func(c engine.View) { owner, ended = c.EndedGroup(id) })
 		if ended && owner == "" {
 			return &Txn{b: b, ID: id, Ended: true}, nil
 		}
@@ -150,7 +150,7 @@ func (b *Broadcaster) EndOwnership(ctx context.Context, msg *message.Message) (*
 		return nil, fmt.Errorf("%w: owner key of %s: %w", ErrInvalidArgument, msg.Type, err)
 	}
 	var id uint64
-	if !b.d.inspect(func(c *engine.Core) {
+	if !b.d.inspect(func(c engine.View) {
 		if id = c.OwnerGroup(key); id == 0 {
 			// Ended: a retried end of the same kind gets the end's
 			// result, the other kind is refused (R13.3).
@@ -190,7 +190,7 @@ type GroupInfo = engine.GroupView
 // Groups lists the open groups, in id order.
 func (b *Broadcaster) Groups() ([]GroupInfo, error) {
 	var out []GroupInfo
-	if !b.d.inspect(func(c *engine.Core) { out = c.Groups() }) {
+	if !b.d.inspect(func(c engine.View) { out = c.Groups() }) {
 		return nil, b.closedErr()
 	}
 	return out, nil
@@ -204,7 +204,7 @@ func (b *Broadcaster) openGroup(id uint64) (GroupInfo, error) {
 	var g GroupInfo
 	var ok bool
 	var gerr error
-	if !b.d.inspect(func(c *engine.Core) {
+	if !b.d.inspect(func(c engine.View) {
 		if g, ok = c.Group(id); !ok {
 			gerr = c.GroupError(id)
 		}

@@ -174,7 +174,7 @@ func (b *Broadcaster) Lookup(_ context.Context, t message.Type, k message.Idempo
 	}
 	var o *engine.Original
 	sc := engine.ScopeOf(t, k)
-	if !b.d.inspect(func(c *engine.Core) { o = c.Lookup(sc) }) {
+	if !b.d.inspect(func(c engine.View) { o = c.Lookup(sc) }) {
 		return nil, b.closedErr()
 	}
 	if o == nil {

@@ -24,7 +24,7 @@ func Unreplicable(types *message.Registry, m *message.Message) bool {
 // not run then).
 func (b *Broadcaster) Promoting() bool {
 	var p bool
-	b.d.inspect(func(c *engine.Core) { p = c.Promoting() })
+	b.d.inspect(func(c engine.View) { p = c.Promoting() })
 	return p
 }
 
@@ -101,7 +101,7 @@ func (b *Broadcaster) Configure(ctx context.Context, cfg ReplicateConfig) (*Resu
 // ErrNotSecondary, like any call on a primary.
 func (b *Broadcaster) ForcePromote(ctx context.Context) (*Result, error) {
 	var running uint64
-	if !b.d.inspect(func(c *engine.Core) { running = c.PromoteTask() }) {
+	if !b.d.inspect(func(c engine.View) { running = c.PromoteTask() }) {
 		return nil, fmt.Errorf("%w: %w", ErrTaskNotCreated, b.closedErr())
 	}
 	if running != 0 {

@@ -3,6 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
@@ -18,35 +22,13 @@ import (
 // task's acks are durable before the acker is answered: nothing would
 // re-deliver a secondary's copies.
 
+// ackOnceRef is an ack-once callback run in flight: copy i of t, acked at
+// cp with extra once the run succeeds.
 type ackOnceRef struct {
 	t     *task
 	i     int
 	cp    wal.Checkpoint
 	extra []byte
-}
-
-// startAcking acks every copy from its append result (FastAck); a force
-// promote waits for its consumers instead.
-func (c *Core) startAcking(t *task) {
-	if !t.msg.Broadcast.AckSyncUp {
-		for i := range t.copies {
-			c.fastAck(t, i)
-		}
-	}
-	c.checkAcked(t)
-}
-
-// fastAck acks copy i on the engine's behalf.
-// A consumer's ack-once run may be in flight for the copy already: the
-// engine takes over its retries if it fails (a consumer need not retry an
-// ack of a FastAck copy).
-func (c *Core) fastAck(t *task, i int) {
-	cp := &t.copies[i]
-	cp.fast = true
-	if cp.acked || cp.ackOnce != 0 {
-		return
-	}
-	c.ackCopy(t, i, cp.appendCP, nil, nil, nil)
 }
 
 // ack handles a consumer's ack.
@@ -68,7 +50,7 @@ func (c *Core) ack(e Ack) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
 		return
 	}
-	c.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx, e.Extra)
+	c.acks.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx, e.Extra)
 }
 
 // issuedElsewhere reports whether an ack for a broadcast this core does not
@@ -137,112 +119,10 @@ func (c *Core) replicatedTask(e Ack) (*task, error) {
 	return t, nil
 }
 
-// ackCopy acks copy i at cp (zero: its append result) for to (nil: the
-// engine's own FastAck), with what the consumer returned (extra).
-func (c *Core) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx context.Context, extra []byte) {
-	copy := &t.copies[i]
-	if copy.acked || t.stage >= Tombstoning {
-		if t.durableAcks() && to != nil {
-			c.waitAcksDurable(t, to)
-			return
-		}
-		c.reply(to, Reply{})
-		return
-	}
-	if copy.ackOnce != 0 {
-		if to != nil {
-			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
-		}
-		return
-	}
-	if cp == (wal.Checkpoint{}) {
-		if t.replicated && !copy.appended {
-			// A replicated copy's position is known only to its reader: an
-			// ack without a checkpoint (LegacyAck) cannot be recorded until
-			// this cluster appended (or found) the copy itself.
-			c.reply(to, Reply{Err: fmt.Errorf("%w: ack of replicated broadcast %d on %s carries no checkpoint, and its position is not known here",
-				ErrFailedPrecondition, t.id, t.msg.Broadcast.VChannels[i])})
-			return
-		}
-		cp = copy.appendCP
-	}
-	if c.cfg.HasAckOnce(t.msg.Type) {
-		id := c.nextID()
-		copy.ackOnce = id
-		if to != nil {
-			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
-		}
-		c.ackOnces[id] = ackOnceRef{t: t, i: i, cp: cp, extra: extra}
-		c.emit(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
-		return
-	}
-	c.recordAck(t, i, cp, extra)
-	if to != nil {
-		c.answerAck(t, to)
-	}
-}
-
-func (c *Core) ackOnceDone(e AckOnceDone) {
-	ref, ok := c.ackOnces[e.ID]
-	if !ok {
-		return
-	}
-	delete(c.ackOnces, e.ID)
-	t, i := ref.t, ref.i
-	if c.tasks[t.id] != t {
-		return
-	}
-	copy := &t.copies[i]
-	copy.ackOnce = 0
-	waiters := copy.ackOnceWaiters
-	copy.ackOnceWaiters = nil
-	if e.Err != nil {
-		err := fmt.Errorf("ack-once callback for broadcast %d on %s: %w", t.id, t.msg.Broadcast.VChannels[i], e.Err)
-		for _, to := range waiters {
-			c.reply(to, Reply{Err: err})
-		}
-		if copy.fast {
-			c.tlog(t).Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", e.Err)
-			if copy.fastBack == nil {
-				copy.fastBack = c.newBackoff()
-			}
-			c.after(copy.fastBack.NextBackOff(), func() {
-				if c.tasks[t.id] == t && !t.copies[i].acked {
-					c.ackCopy(t, i, t.copies[i].appendCP, nil, nil, nil)
-				}
-			})
-		}
-		return
-	}
-	c.recordAck(t, i, ref.cp, ref.extra)
-	for _, to := range waiters {
-		c.answerAck(t, to)
-	}
-}
-
-// answerAck answers an acker once its ack counts: at once on a primary,
-// once durable for a REPLICATED task.
-func (c *Core) answerAck(t *task, to Target) {
-	if t.durableAcks() {
-		c.waitAcksDurable(t, to)
-		return
-	}
-	c.reply(to, Reply{})
-}
-
-// recordAck records copy i as acked at cp, with the consumer's extra.
-func (c *Core) recordAck(t *task, i int, cp wal.Checkpoint, extra []byte) {
-	copy := &t.copies[i]
-	if copy.acked {
-		return
-	}
-	if cp == (wal.Checkpoint{}) {
-		cp = copy.appendCP // still zero if the append has not returned: copiesAppended fills it in
-	}
-	copy.acked, copy.ackCP, copy.extra = true, cp, extra
-	copy.ackedAt = c.now.UnixNano()
-	t.nacked++
-	c.answerAckWaits(t)
+// acked moves t on once the tracker recorded copy i's ack: a REPLICATED
+// task collecting its acks is enrolled once its control copy is acked;
+// any other task goes on once its last copy is (checkAcked).
+func (c *Core) acked(t *task, i int) {
 	if t.replicated {
 		if t.stage == Collecting && (i == t.control || t.control < 0 && t.allAcked()) {
 			// Enrolled in ack order of the control channel, which its
@@ -293,17 +173,6 @@ func (c *Core) supplementRestIfDue(t *task) {
 	}
 }
 
-// waitAcksDurable answers to once a record holding every ack recorded so
-// far is durable.
-func (c *Core) waitAcksDurable(t *task, to Target) {
-	if t.persistedAcks >= t.nacked {
-		c.reply(to, Reply{})
-		return
-	}
-	t.ackWaiters = append(t.ackWaiters, ackWaiter{to: to, want: t.nacked})
-	c.persistAcks(t)
-}
-
 // durableAcks reports whether an ack of t is answered only once a record
 // holding it is durable: a REPLICATED task's (nothing would re-deliver a
 // secondary's copies), a force promote's (a crash must not lose an ack its
@@ -335,41 +204,13 @@ func (c *Core) persistAcks(t *task) {
 	if !t.replicated {
 		st = Pending // a force promote's acks (R8.3)
 	}
-	c.write(WriteAcks, t, t.record(st), nil, func(_ *Core, w *writeOp, d Decision, err error) {
+	c.writes.write(WriteAcks, t, t.record(st), nil, func(_ *Core, w *writeOp, d Decision, err error) {
 		if t.bytes == nil && w.msg != nil {
 			t.bytes = w.msg
 		}
-		c.acksWritten(t, n, d, err)
+		c.acks.written(t, n, d, err)
 		c.afterWrite(t)
 	})
-}
-
-// acksWritten answers the ack waiters that a write of t's record holding
-// its first n acks covers: once it is done, or with its error if the
-// record was refused.
-func (c *Core) acksWritten(t *task, n int, d Decision, err error) {
-	switch d {
-	case Done:
-		t.persistedAcks = max(t.persistedAcks, n)
-		n = t.persistedAcks
-	case Refuse:
-		err = fmt.Errorf("persist ack of broadcast %d: %w", t.id, err)
-	default:
-		return
-	}
-	keep := t.ackWaiters[:0]
-	for _, a := range t.ackWaiters {
-		switch {
-		case a.want > n:
-			keep = append(keep, a)
-		case d == Done:
-			c.reply(a.to, Reply{})
-		default:
-			c.reply(a.to, Reply{Err: err})
-		}
-	}
-	clear(t.ackWaiters[len(keep):])
-	t.ackWaiters = keep
 }
 
 // afterWrite continues a task whose write finished: a TOMBSTONE that
@@ -391,6 +232,246 @@ func (c *Core) afterWrite(t *task) {
 	} else {
 		c.supplementRestIfDue(t)
 	}
+}
+
+// ackTracker owns the acks' rules (R4.4, R4.5, R5.5, R8.2, R13.11): a
+// copy is acked once, the first checkpoint wins; a type's ack-once
+// callback runs before an ack counts and a failed run leaves the copy
+// unacked; the engine's own acks (FastAck) retry a failing run with
+// backoff; an acker of a task whose acks must be durable (durableAcks) is
+// answered once a record holding its ack is; a WaitAcked is answered once
+// every copy it names is acked. The acks themselves are the task's copies'
+// state; the tracker owns the ack-once runs in flight. The core owns the
+// tasks and their stages: it finds the task an ack names, moves it on
+// once an ack is recorded (acked) and writes its record (persist).
+type ackTracker struct {
+	// runs are the ack-once callback runs in flight, by id.
+	runs       map[uint64]ackOnceRef
+	hasAckOnce func(message.Type) bool
+
+	// What the tracker uses of its core: ids, the actions out, the time,
+	// timers and the retry schedule, whether a task is still live, its
+	// logger; what to do once an ack is recorded (acked) and how to make
+	// a task's acks durable (persist).
+	nextID  func() uint64
+	emit    func(Action)
+	reply   func(Target, Reply)
+	now     func() time.Time
+	after   func(time.Duration, func()) *deadline
+	backoff func() *backoff.ExponentialBackOff
+	live    func(*task) bool
+	log     func(*task) *slog.Logger
+	acked   func(t *task, i int)
+	persist func(t *task)
+}
+
+// fastAckAll acks every copy from its append result (FastAck); an
+// AckSyncUp task waits for its consumers' acks instead.
+func (a *ackTracker) fastAckAll(t *task) {
+	if !t.msg.Broadcast.AckSyncUp {
+		for i := range t.copies {
+			a.fastAck(t, i)
+		}
+	}
+}
+
+// fastAck acks copy i on the engine's behalf.
+// A consumer's ack-once run may be in flight for the copy already: the
+// engine takes over its retries if it fails (a consumer need not retry an
+// ack of a FastAck copy).
+func (a *ackTracker) fastAck(t *task, i int) {
+	cp := &t.copies[i]
+	cp.fast = true
+	if cp.acked || cp.ackOnce != 0 {
+		return
+	}
+	a.ackCopy(t, i, cp.appendCP, nil, nil, nil)
+}
+
+// ackCopy acks copy i at cp (zero: its append result) for to (nil: the
+// engine's own FastAck), with what the consumer returned (extra).
+func (a *ackTracker) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx context.Context, extra []byte) {
+	copy := &t.copies[i]
+	if copy.acked || t.stage >= Tombstoning {
+		if t.durableAcks() && to != nil {
+			a.waitDurable(t, to)
+			return
+		}
+		a.reply(to, Reply{})
+		return
+	}
+	if copy.ackOnce != 0 {
+		if to != nil {
+			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
+		}
+		return
+	}
+	if cp == (wal.Checkpoint{}) {
+		if t.replicated && !copy.appended {
+			// A replicated copy's position is known only to its reader: an
+			// ack without a checkpoint (LegacyAck) cannot be recorded until
+			// this cluster appended (or found) the copy itself.
+			a.reply(to, Reply{Err: fmt.Errorf("%w: ack of replicated broadcast %d on %s carries no checkpoint, and its position is not known here",
+				ErrFailedPrecondition, t.id, t.msg.Broadcast.VChannels[i])})
+			return
+		}
+		cp = copy.appendCP
+	}
+	if a.hasAckOnce(t.msg.Type) {
+		id := a.nextID()
+		copy.ackOnce = id
+		if to != nil {
+			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
+		}
+		a.runs[id] = ackOnceRef{t: t, i: i, cp: cp, extra: extra}
+		a.emit(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
+		return
+	}
+	a.record(t, i, cp, extra)
+	if to != nil {
+		a.answer(t, to)
+	}
+}
+
+// done records the result of an ack-once run.
+func (a *ackTracker) done(e AckOnceDone) {
+	ref, ok := a.runs[e.ID]
+	if !ok {
+		return
+	}
+	delete(a.runs, e.ID)
+	t, i := ref.t, ref.i
+	if !a.live(t) {
+		return
+	}
+	copy := &t.copies[i]
+	copy.ackOnce = 0
+	waiters := copy.ackOnceWaiters
+	copy.ackOnceWaiters = nil
+	if e.Err != nil {
+		err := fmt.Errorf("ack-once callback for broadcast %d on %s: %w", t.id, t.msg.Broadcast.VChannels[i], e.Err)
+		for _, to := range waiters {
+			a.reply(to, Reply{Err: err})
+		}
+		if copy.fast {
+			a.log(t).Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", e.Err)
+			if copy.fastBack == nil {
+				copy.fastBack = a.backoff()
+			}
+			a.after(copy.fastBack.NextBackOff(), func() {
+				if a.live(t) && !t.copies[i].acked {
+					a.ackCopy(t, i, t.copies[i].appendCP, nil, nil, nil)
+				}
+			})
+		}
+		return
+	}
+	a.record(t, i, ref.cp, ref.extra)
+	for _, to := range waiters {
+		a.answer(t, to)
+	}
+}
+
+// answer answers an acker once its ack counts: at once on a primary,
+// once durable for a REPLICATED task.
+func (a *ackTracker) answer(t *task, to Target) {
+	if t.durableAcks() {
+		a.waitDurable(t, to)
+		return
+	}
+	a.reply(to, Reply{})
+}
+
+// record records copy i as acked at cp, with the consumer's extra, answers
+// the WaitAcked requests it completes and lets the core move t on.
+func (a *ackTracker) record(t *task, i int, cp wal.Checkpoint, extra []byte) {
+	copy := &t.copies[i]
+	if copy.acked {
+		return
+	}
+	if cp == (wal.Checkpoint{}) {
+		cp = copy.appendCP // still zero if the append has not returned: copiesAppended fills it in
+	}
+	copy.acked, copy.ackCP, copy.extra = true, cp, extra
+	copy.ackedAt = a.now().UnixNano()
+	t.nacked++
+	a.answerWaits(t)
+	a.acked(t, i)
+}
+
+// waitDurable answers to once a record holding every ack recorded so far
+// is durable.
+func (a *ackTracker) waitDurable(t *task, to Target) {
+	if t.persistedAcks >= t.nacked {
+		a.reply(to, Reply{})
+		return
+	}
+	t.ackWaiters = append(t.ackWaiters, ackWaiter{to: to, want: t.nacked})
+	a.persist(t)
+}
+
+// written answers the ack waiters that a write of t's record holding its
+// first n acks covers: once it is done, or with its error if the record
+// was refused.
+func (a *ackTracker) written(t *task, n int, d Decision, err error) {
+	switch d {
+	case Done:
+		t.persistedAcks = max(t.persistedAcks, n)
+		n = t.persistedAcks
+	case Refuse:
+		err = fmt.Errorf("persist ack of broadcast %d: %w", t.id, err)
+	default:
+		return
+	}
+	keep := t.ackWaiters[:0]
+	for _, w := range t.ackWaiters {
+		switch {
+		case w.want > n:
+			keep = append(keep, w)
+		case d == Done:
+			a.reply(w.to, Reply{})
+		default:
+			a.reply(w.to, Reply{Err: err})
+		}
+	}
+	clear(t.ackWaiters[len(keep):])
+	t.ackWaiters = keep
+}
+
+// wait answers to once every copy of t on vchannels is acked (R13.11).
+func (a *ackTracker) wait(t *task, to Target, vchannels []message.VChannel) {
+	idx := make([]int, 0, len(vchannels))
+	for _, v := range vchannels {
+		i := t.msg.Index(v)
+		if i < 0 {
+			a.reply(to, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, v, t.id)})
+			return
+		}
+		idx = append(idx, i)
+	}
+	w := ackWait{to: to, idx: idx}
+	if t.ackedAll(w.idx) {
+		a.reply(to, Reply{})
+		return
+	}
+	t.ackWaits = append(t.ackWaits, w)
+}
+
+// answerWaits answers the WaitAcked requests an ack completed.
+func (a *ackTracker) answerWaits(t *task) {
+	if len(t.ackWaits) == 0 {
+		return
+	}
+	keep := t.ackWaits[:0]
+	for _, w := range t.ackWaits {
+		if t.ackedAll(w.idx) {
+			a.reply(w.to, Reply{})
+			continue
+		}
+		keep = append(keep, w)
+	}
+	clear(t.ackWaits[len(keep):])
+	t.ackWaits = keep
 }
 
 // CheckTargets checks a target list: non-empty, well formed, each vchannel

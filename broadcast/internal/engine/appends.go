@@ -488,7 +488,7 @@ func (c *Core) copiesAppended(r *appendReq, cps []wal.Checkpoint) {
 			cp.ackCP = cps[j]
 		}
 		if t.supplementing && !t.msg.Broadcast.AckSyncUp && !t.first(i) {
-			c.fastAck(t, i)
+			c.acks.fastAck(t, i)
 		}
 	}
 	if t.stage == Appending && t.allAppended() {

@@ -11,8 +11,6 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/walcast/walcast/broadcast/internal/mutate"
-	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -56,10 +54,10 @@ type Core struct {
 	// promotesOld marks positions recovered in the first record format.
 	promotesOld map[uint64]bool
 
-	lanes    appendLanes
-	writes   map[uint64]*writeOp
-	ackOnces map[uint64]ackOnceRef
-	scans    map[uint64]*scanOp
+	lanes  appendLanes
+	acks   ackTracker
+	writes writer
+	scans  scanner
 
 	// collected are the replicated broadcasts whose tombstones GC deleted
 	// (durable, written with the deletes): a late ack of one is stale and
@@ -138,13 +136,22 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
 		groups:   newGroupTable(cfg.MaxGroupMembers),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
-		writes: make(map[uint64]*writeOp), ackOnces: make(map[uint64]ackOnceRef), scans: make(map[uint64]*scanOp),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
 	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
 	c.lanes = newAppendLanes(cfg)
 	c.lanes.nextID, c.lanes.emit, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, c.emit, &c.stats, c.after, c.newBackoff
+	c.acks = ackTracker{runs: make(map[uint64]ackOnceRef), hasAckOnce: cfg.HasAckOnce,
+		nextID: c.nextID, emit: c.emit, reply: c.reply, now: func() time.Time { return c.now }, after: c.after,
+		backoff: c.newBackoff, live: func(t *task) bool { return c.tasks[t.id] == t }, log: c.tlog,
+		acked: c.acked, persist: c.persistAcks}
+	c.scans = scanner{ops: make(map[uint64]*scanOp), nextID: c.nextID, emit: c.emit, log: c.log, after: c.after, backoff: c.newBackoff}
+	c.roles.cluster, c.roles.prefix, c.roles.emit, c.roles.log = cfg.ClusterName, cfg.Prefix, c.emit, c.tlog
+	c.writes = writer{ops: make(map[uint64]*writeOp), prefix: cfg.Prefix, core: c, nextID: c.nextID, emit: c.emit,
+		stats: &c.stats, obs: c.obs, after: c.after, backoff: c.newBackoff, log: c.tlog,
+		live: func(t *task) bool { return c.tasks[t.id] == t }, fence: c.fence, mutation: cfg.Mutation}
 	c.sched.init()
+	c.sched.backoff = c.newBackoff
 	c.tombs.init(cfg.Classes)
 	if err := c.recover(snap); err != nil {
 		return nil, err
@@ -197,17 +204,17 @@ func (c *Core) Step(now time.Time, ev Event) {
 	case Withdraw:
 		c.withdraw(e)
 	case Inspect:
-		e.Fn(c)
+		e.Fn(c.View())
 	case Written:
-		c.written(e)
+		c.writes.written(e)
 	case Appended:
 		c.appended(e)
 	case CallbackDone:
 		c.callbackDone(e)
 	case AckOnceDone:
-		c.ackOnceDone(e)
+		c.acks.done(e)
 	case Scanned:
-		c.scanned(e)
+		c.scans.scanned(e)
 	case Tick:
 	case Stop:
 		c.stop(e.Err)
@@ -258,12 +265,6 @@ func (c *Core) Deadline() (time.Time, bool) {
 	return c.timers[0].at, true
 }
 
-// Now returns the time of the last Step.
-func (c *Core) Now() time.Time { return c.now }
-
-// Stopped reports whether the core was stopped.
-func (c *Core) Stopped() bool { return c.stopped }
-
 func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 
 func (c *Core) reply(to Target, r Reply) {
@@ -306,7 +307,8 @@ func (c *Core) enter(t *task, from Stage) {
 	case Appending:
 		c.startAppends(t)
 	case Acking:
-		c.startAcking(t)
+		c.acks.fastAckAll(t)
+		c.checkAcked(t)
 	case Queued:
 		if !t.enrolled {
 			c.sched.enroll(t)
@@ -379,149 +381,6 @@ func (c *Core) fireDue() {
 
 // newBackoff returns a fresh retry schedule of the core's policy.
 func (c *Core) newBackoff() *backoff.ExponentialBackOff { return c.cfg.Backoff.Schedule() }
-
-// Writes. Every catalog write goes through write: it counts the commit,
-// classifies the result, retries the same bytes when the durable-write
-// policy says so (with backoff), and hands every other decision to done.
-
-type writeOp struct {
-	id    uint64
-	kind  WriteKind
-	task  *task
-	rec   *RecordSpec
-	ops   []catalog.Op
-	maybe bool // an attempt may have applied
-	bo    *backoff.ExponentialBackOff
-	retry *deadline
-	// done gets every decision but RetrySame; w's fields say what was
-	// written (raw, msg). The writes of every broadcast give a plain
-	// function of the write, no closure to allocate.
-	done writeDone
-	// failed, if set, hears about every failed attempt.
-	failed   func(c *Core, w *writeOp, err error)
-	raw, msg []byte
-	inFlight bool
-}
-
-// writeDone handles the decision about a write.
-type writeDone func(c *Core, w *writeOp, d Decision, err error)
-
-// write issues a catalog write. A task has at most one write in flight or
-// waiting to be retried (so that no REPLICATED record can land after its
-// TOMBSTONE, R5.3); a second one waits for the first to end.
-func (c *Core) write(kind WriteKind, t *task, rw *recordWrite, ops []catalog.Op, done writeDone) *writeOp {
-	var w *writeOp
-	var rec *RecordSpec
-	if rw != nil {
-		w, rec = &rw.w, &rw.spec
-	} else {
-		w = &writeOp{}
-	}
-	w.kind, w.task, w.rec, w.ops, w.done = kind, t, rec, ops, done
-	if rec != nil && t != nil {
-		if t.key == "" {
-			t.key = TaskKey(c.cfg.Prefix, t.id)
-		}
-		rec.Key = t.key
-	}
-	if t != nil {
-		if t.write != nil {
-			t.writes = append(t.writes, w)
-			return w
-		}
-		t.write = w
-	}
-	c.issue(w)
-	return w
-}
-
-// nextWrite issues the write of t that waited for the one that ended.
-func (c *Core) nextWrite(t *task) {
-	if t.write != nil || len(t.writes) == 0 || c.tasks[t.id] != t {
-		return
-	}
-	w := t.writes[0]
-	t.writes = t.writes[1:]
-	t.write = w
-	c.issue(w)
-}
-
-func (c *Core) issue(w *writeOp) {
-	w.id = c.nextID()
-	w.inFlight = true
-	w.retry = nil
-	c.writes[w.id] = w
-	c.stats.CatalogCommits++
-	c.obs.CatalogCommit(w.kind.String())
-	if w.task != nil {
-		w.task.commits++
-	}
-	c.emit(Write{ID: w.id, Kind: w.kind, Task: taskID(w.task), Record: w.rec, Ops: w.ops})
-}
-
-func taskID(t *task) uint64 {
-	if t == nil {
-		return 0
-	}
-	return t.id
-}
-
-func (c *Core) written(e Written) {
-	w := c.writes[e.ID]
-	if w == nil {
-		return
-	}
-	delete(c.writes, e.ID)
-	w.inFlight = false
-	v := Classify(e.Err)
-	d := Decide(w.kind, v, w.maybe)
-	if c.cfg.Mutation.Is(mutate.CallbackTwice) && w.kind == WriteTombstone && d == RetrySame && MayHaveApplied(v) {
-		d = Refuse
-	}
-	if MayHaveApplied(v) {
-		w.maybe = true
-	}
-	if v == Applied {
-		w.raw, w.msg = e.Record, e.Message
-	}
-	if w.task != nil && w.task.write == w && d != RetrySame {
-		w.task.write = nil
-		defer c.nextWrite(w.task)
-	}
-	switch d {
-	case RetrySame:
-		if w.failed != nil {
-			w.failed(c, w, e.Err)
-		}
-		if w.bo == nil {
-			w.bo = c.newBackoff()
-		}
-		c.tlog(w.task).Warn("catalog write failed; retrying", "kind", w.kind.String(), "broadcast", taskID(w.task), "err", e.Err)
-		w.retry = c.after(w.bo.NextBackOff(), func() { c.issue(w) })
-	case StepDown:
-		w.done(c, w, d, e.Err)
-		c.fence(e.Err)
-	default:
-		if d != Done && w.failed != nil {
-			w.failed(c, w, e.Err)
-		}
-		w.done(c, w, d, e.Err)
-	}
-}
-
-// cancelRetry drops a write that waits to be retried (not one in flight);
-// it reports whether it did.
-func (c *Core) cancelRetry(w *writeOp) bool {
-	if w == nil || w.inFlight || w.retry == nil {
-		return false
-	}
-	w.retry.cancel()
-	if w.task != nil && w.task.write == w {
-		w.task.write = nil
-		defer c.nextWrite(w.task)
-	}
-	return true
-}
 
 // fence stops the core after the catalog reported a newer term: a deposed
 // coordinator writes nothing more (R9.2).
@@ -620,6 +479,6 @@ func (c *Core) refuseStopped(ev Event) {
 	case Withdraw:
 		c.reply(e.Done, Reply{}) // Stop answered every request
 	case Inspect:
-		e.Fn(c)
+		e.Fn(c.View())
 	}
 }

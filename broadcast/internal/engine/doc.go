@@ -29,20 +29,26 @@
 //
 //   - the task state machine: transitions.go, one table;
 //   - the durable-write policy (R6.5): policy.go, what every outcome of
-//     every kind of catalog or WAL write means;
+//     every kind of catalog or WAL write means; the catalog writes in
+//     flight, one per task at a time, and their retries (writer):
+//     writes.go;
 //   - the issuance lock table (a resource.Table) and handles: handles.go;
 //   - the idempotency index and its admission slots (idemIndex): index.go;
 //     tombstones and GC with retention classes: tombs.go; broadcast ids:
 //     ids.go;
 //   - appends in lanes (appendLanes): appends.go; acks, FastAck,
-//     REPLICATED tasks: acks.go; the callback order and callbacks:
-//     sched.go; groups and owner keys (groupTable): groups.go;
-//   - roles and the replication topology: roles.go; force promote: promote.go;
-//   - recovery: recover.go; reads for introspection: inspect.go;
+//     ack-once runs, durable acks and ack waits (ackTracker), REPLICATED
+//     tasks: acks.go; the callback order, attempts and backoff
+//     (scheduler): sched.go; groups and owner keys (groupTable): groups.go;
+//   - roles and the replication topology (roles): roles.go; force promote,
+//     its WAL reads (scanner) and the tasks it finishes (promoter):
+//     promote.go;
+//   - recovery: recover.go; reads for introspection, a read-only View of
+//     the core (Core.View): inspect.go;
 //   - the durable record format: records.go.
 //
 // The parts that own their rules (idemIndex, appendLanes, groupTable, the
-// tombstones' GC victims) are
+// tombstones' GC victims, ackTracker, the scheduler, the roles) are
 // tested alone by the scripts in testdata, in the format of etcd raft's
 // data-driven tests (script_test.go reads them; -rewrite writes the
 // outputs back).

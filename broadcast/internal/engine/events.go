@@ -145,9 +145,9 @@ type Withdraw struct {
 	Done Target
 }
 
-// Inspect runs Fn on the core between two events, for reads (introspection
-// APIs). Fn must not keep the core.
-type Inspect struct{ Fn func(*Core) }
+// Inspect runs Fn with the core's read-only View between two events, for
+// reads (introspection APIs). Fn must not keep the view.
+type Inspect struct{ Fn func(View) }
 
 // Written is the result of a Write action.
 type Written struct {

@@ -384,7 +384,7 @@ func (c *Core) persistPending(t *task) {
 	if c.cfg.Mutation.Is(mutate.AppendBeforePersist) {
 		c.queueCopies(t, func(int) bool { return true })
 	}
-	w := c.write(WritePending, t, t.record(Pending), nil, pendingWritten)
+	w := c.writes.write(WritePending, t, t.record(Pending), nil, pendingWritten)
 	w.failed = pendingFailed
 }
 

@@ -129,7 +129,7 @@ func (s *ids) resume(c *Core) {
 	end := max(s.next, s.attempted) + idBlock
 	s.attempted = end
 	s.keyBusy = true
-	c.write(WriteIDs, nil, nil, []catalog.Op{s.put(c.cfg.Prefix, end)}, func(_ *Core, _ *writeOp, d Decision, err error) {
+	c.writes.write(WriteIDs, nil, nil, []catalog.Op{s.put(c.cfg.Prefix, end)}, func(_ *Core, _ *writeOp, d Decision, err error) {
 		s.keyBusy = false
 		waiting := s.waiting
 		s.waiting = nil
@@ -157,7 +157,7 @@ func (s *ids) resume(c *Core) {
 // cannot know from its tasks, tombstones and floor are those of replicated
 // copies its streaming nodes have not acked: every pchannel is read from
 // its highest acked replicated position to the end for them. A failed read
-// is retried (scanAll), so the promote waits rather than guessing.
+// is retried (the scanner), so the promote waits rather than guessing.
 func (s *ids) openSpace(c *Core) {
 	if s.opening {
 		return
@@ -173,7 +173,7 @@ func (s *ids) openSpace(c *Core) {
 		}
 		from[p] = off
 	}
-	c.scanAll(from, func(found []Found) {
+	c.scans.all(from, func(found []Found) {
 		s.opening = false
 		top := max(s.seen, s.next-1)
 		if s.floor > 0 {

@@ -241,6 +241,3 @@ func (c *Core) original(sc Scope) *Original {
 	c.idem.del(sc, id)
 	return nil
 }
-
-// Lookup returns the original of scope sc, or nil (R7.5).
-func (c *Core) Lookup(sc Scope) *Original { return c.original(sc) }

@@ -11,8 +11,14 @@ import (
 	"github.com/walcast/walcast/wal"
 )
 
-// Reads for the engine's introspection API. They run between two events
-// (Inspect) and copy what they return.
+// View is a read-only view of a core, for the engine's introspection API
+// (in the manner of etcd raft's Status): its reads run between two events
+// (Inspect, or the driver's own loop) and copy what they return. It holds
+// no state of its own; a View obtained from a core sees its later changes.
+type View struct{ c *Core }
+
+// View returns the core's read-only view.
+func (c *Core) View() View { return View{c} }
 
 // TaskView describes a live task.
 type TaskView struct {
@@ -50,37 +56,37 @@ type CopyView struct {
 	Extra []byte
 }
 
-func (c *Core) view(t *task) TaskView {
-	v := TaskView{ID: t.id, Msg: t.msg, State: t.state(), Stage: t.stage, Created: t.created,
+func (v View) taskView(t *task) TaskView {
+	tv := TaskView{ID: t.id, Msg: t.msg, State: t.state(), Stage: t.stage, Created: t.created,
 		AppendAttempts: t.appendAttempts, AppendError: t.appendErr, Attempts: t.attempts, LastError: t.lastErr,
 		LastAttemptAt: t.lastAt, NextAttemptAt: t.nextAt, CallbackStarted: t.attempts > 0, History: slices.Clone(t.history),
 		Running: t.stage == Calling, Outcome: t.outcome, Commits: t.commits,
-		Window: c.tombs.window(t.class, t.id, t.created, time.Time{})}
+		Window: v.c.tombs.window(t.class, t.id, t.created, time.Time{})}
 	for i, vc := range t.msg.Broadcast.VChannels {
 		cp := t.copies[i]
-		v.Copies = append(v.Copies, CopyView{VChannel: vc, Appended: cp.appended, Acked: cp.acked, Checkpoint: cp.ackCP, Extra: cp.extra})
+		tv.Copies = append(tv.Copies, CopyView{VChannel: vc, Appended: cp.appended, Acked: cp.acked, Checkpoint: cp.ackCP, Extra: cp.extra})
 	}
-	return v
+	return tv
 }
 
 // TaskByID returns live task id's view, or tombstone id's record.
-func (c *Core) TaskByID(id uint64) (live *TaskView, record string, window Window, ok bool) {
-	if t := c.tasks[id]; t != nil {
-		v := c.view(t)
-		return &v, "", Window{}, true
+func (v View) TaskByID(id uint64) (live *TaskView, record string, window Window, ok bool) {
+	if t := v.c.tasks[id]; t != nil {
+		tv := v.taskView(t)
+		return &tv, "", Window{}, true
 	}
-	if tb, found := c.tombs.get(id); found {
-		o := c.tombs.original(tb)
+	if tb, found := v.c.tombs.get(id); found {
+		o := v.c.tombs.original(tb)
 		return nil, tb.raw(), o.Window, true
 	}
 	return nil, "", Window{}, false
 }
 
 // LiveTasks returns the views of every live task, by id.
-func (c *Core) LiveTasks() []TaskView {
-	out := make([]TaskView, 0, len(c.tasks))
-	for _, t := range c.tasks {
-		out = append(out, c.view(t))
+func (v View) LiveTasks() []TaskView {
+	out := make([]TaskView, 0, len(v.c.tasks))
+	for _, t := range v.c.tasks {
+		out = append(out, v.taskView(t))
 	}
 	slices.SortFunc(out, func(a, b TaskView) int { return compareTicks(a.ID, b.ID, 0, 0) })
 	return out
@@ -88,14 +94,14 @@ func (c *Core) LiveTasks() []TaskView {
 
 // EachLive calls fn for every live task, in id order, with its persisted
 // state, stage, message and callback attempts, without building views.
-func (c *Core) EachLive(fn func(id uint64, st State, stage Stage, m *message.Message, attempts int)) {
-	ids := make([]uint64, 0, len(c.tasks))
-	for id := range c.tasks {
+func (v View) EachLive(fn func(id uint64, st State, stage Stage, m *message.Message, attempts int)) {
+	ids := make([]uint64, 0, len(v.c.tasks))
+	for id := range v.c.tasks {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		t := c.tasks[id]
+		t := v.c.tasks[id]
 		fn(id, t.state(), t.stage, t.msg, t.attempts)
 	}
 }
@@ -107,8 +113,8 @@ type TombRecord struct {
 }
 
 // Tombstones returns every tombstone's record.
-func (c *Core) Tombstones() []TombRecord {
-	all := c.tombs.all()
+func (v View) Tombstones() []TombRecord {
+	all := v.c.tombs.all()
 	out := make([]TombRecord, len(all))
 	for i, tb := range all {
 		out[i] = TombRecord{ID: tb.id, Record: tb.raw()}
@@ -117,30 +123,30 @@ func (c *Core) Tombstones() []TombRecord {
 }
 
 // Locks returns the issuance lock table (R3.7).
-func (c *Core) Locks() []resource.KeyState { return c.locks.Snapshot() }
+func (v View) Locks() []resource.KeyState { return v.c.locks.Snapshot() }
 
 // Stats returns the counters.
-func (c *Core) Stats() Stats { return c.stats }
+func (v View) Stats() Stats { return v.c.stats }
 
 // Counts returns the live task and tombstone counts.
-func (c *Core) Counts() (live, tombstones int) { return len(c.tasks), c.tombs.count() }
+func (v View) Counts() (live, tombstones int) { return len(v.c.tasks), v.c.tombs.count() }
 
 // Role returns the cluster's role and topology.
-func (c *Core) Role() (Role, ReplicateConfig) { return c.roles.role, c.roles.cfg }
+func (v View) Role() (Role, ReplicateConfig) { return v.c.roles.role, v.c.roles.cfg }
 
 // EarlyEvictions returns, per retention class, how many tombstones MaxCount
 // evicted before their MaxLifetime.
-func (c *Core) EarlyEvictions() map[string]int {
-	out := make(map[string]int, len(c.tombs.classes))
-	for i, cl := range c.tombs.classes {
-		out[cl.cfg.Name] = c.tombs.early[i]
+func (v View) EarlyEvictions() map[string]int {
+	out := make(map[string]int, len(v.c.tombs.classes))
+	for i, cl := range v.c.tombs.classes {
+		out[cl.cfg.Name] = v.c.tombs.early[i]
 	}
 	return out
 }
 
 // IDsUsed reports whether the cluster ever allocated or observed a
 // broadcast id.
-func (c *Core) IDsUsed() bool { return c.ids.used() }
+func (v View) IDsUsed() bool { return v.c.ids.used() }
 
 // GroupView describes an open group (R13.1, R13.7).
 type GroupView struct {
@@ -173,35 +179,35 @@ type MemberView struct {
 }
 
 // Groups returns every open group, in id order.
-func (c *Core) Groups() []GroupView {
-	out := make([]GroupView, 0, len(c.groups.open))
-	for _, id := range sortedKeys(c.groups.open) {
-		out = append(out, c.groupView(c.groups.open[id]))
+func (v View) Groups() []GroupView {
+	out := make([]GroupView, 0, len(v.c.groups.open))
+	for _, id := range sortedKeys(v.c.groups.open) {
+		out = append(out, groupView(v.c.groups.open[id]))
 	}
 	return out
 }
 
 // Group returns open group id's view.
-func (c *Core) Group(id uint64) (GroupView, bool) {
-	g := c.groups.open[id]
+func (v View) Group(id uint64) (GroupView, bool) {
+	g := v.c.groups.open[id]
 	if g == nil {
 		return GroupView{}, false
 	}
-	return c.groupView(g), true
+	return groupView(g), true
 }
 
 // OwnerGroup returns the id of the group that owns key, 0 if none.
-func (c *Core) OwnerGroup(key string) uint64 { return c.groups.owners[key] }
+func (v View) OwnerGroup(key string) uint64 { return v.c.groups.owners[key] }
 
 // EndedOwner returns the id of the ended group that last owned key, while
 // its tombstones are remembered; 0 if none.
-func (c *Core) EndedOwner(key string) uint64 { return c.groups.endedOwners[key] }
+func (v View) EndedOwner(key string) uint64 { return v.c.groups.endedOwners[key] }
 
 // EndedGroup reports whether id is a group that has ended (its Begin's
 // tombstone, released, is still remembered), and its owner key ("" for a
 // transaction).
-func (c *Core) EndedGroup(id uint64) (ownerKey string, ended bool) {
-	tb, ok := c.tombs.get(id)
+func (v View) EndedGroup(id uint64) (ownerKey string, ended bool) {
+	tb, ok := v.c.tombs.get(id)
 	if !ok {
 		return "", false
 	}
@@ -214,9 +220,9 @@ func (c *Core) EndedGroup(id uint64) (ownerKey string, ended bool) {
 
 // GroupError explains why id names no open group: ended, never opened, or
 // unknown.
-func (c *Core) GroupError(id uint64) error { return c.endedError(id) }
+func (v View) GroupError(id uint64) error { return v.c.endedError(id) }
 
-func (c *Core) groupView(g *group) GroupView {
+func groupView(g *group) GroupView {
 	v := GroupView{ID: g.id, OwnerKey: g.key, Keys: slices.Clone(g.keys), Targets: slices.Clone(g.targets),
 		Holding: g.held(), HoldsHere: g.lock != nil, Queued: len(g.queue)}
 	if g.begin != nil {
@@ -243,8 +249,8 @@ func (c *Core) groupView(g *group) GroupView {
 }
 
 // Waiters returns how many requests wait for live task id's result.
-func (c *Core) Waiters(id uint64) int {
-	if t := c.tasks[id]; t != nil {
+func (v View) Waiters(id uint64) int {
+	if t := v.c.tasks[id]; t != nil {
 		return len(t.waiters)
 	}
 	return 0
@@ -278,9 +284,9 @@ type Outstanding struct {
 }
 
 // Outstanding returns what requests hold or wait for in the core.
-func (c *Core) Outstanding() Outstanding {
-	o := Outstanding{Admissions: len(c.idem.admits), Handles: len(c.handles), Resolving: c.idem.waiting()}
-	for _, t := range c.tasks {
+func (v View) Outstanding() Outstanding {
+	o := Outstanding{Admissions: len(v.c.idem.admits), Handles: len(v.c.handles), Resolving: v.c.idem.waiting()}
+	for _, t := range v.c.tasks {
 		o.TaskWaiters += len(t.waiters) + len(t.completeWaits) + len(t.ackWaiters) + len(t.ackWaits)
 		for i := range t.copies {
 			o.TaskWaiters += len(t.copies[i].ackOnceWaiters)
@@ -293,17 +299,17 @@ func (c *Core) Outstanding() Outstanding {
 // handle id order: a handle's admission slot, the Resolves that wait for
 // it, its lock request. A core with no request in flight has none; one
 // left behind is a leak (the simulator's liveness check, R11.3).
-func (c *Core) Requests() []RequestView {
+func (v View) Requests() []RequestView {
 	var out []RequestView
-	for _, id := range slices.Sorted(maps.Keys(c.handles)) {
-		h := c.handles[id]
+	for _, id := range slices.Sorted(maps.Keys(v.c.handles)) {
+		h := v.c.handles[id]
 		v := RequestView{Handle: id, Granted: h.granted, Waiting: h.lock != nil && !h.granted, Busy: h.busy}
 		if h.adm != nil {
 			v.Admission, v.Scope = true, h.scope
 		}
 		out = append(out, v)
 	}
-	for sc, a := range c.idem.admits {
+	for sc, a := range v.c.idem.admits {
 		for _, r := range a.waiters {
 			out = append(out, RequestView{Handle: r.Handle, Scope: sc, Resolving: true})
 		}
@@ -322,3 +328,42 @@ type RequestView struct {
 	Admission, Resolving   bool
 	Granted, Waiting, Busy bool
 }
+
+// Promoting reports whether a force promote is under way.
+func (v View) Promoting() bool {
+	for _, t := range v.c.tasks {
+		if t.promote {
+			return true
+		}
+	}
+	return false
+}
+
+// PromoteTask returns the id of the force promote under way, 0 if none.
+func (v View) PromoteTask() uint64 {
+	for _, t := range v.c.tasks {
+		if t.promote {
+			return t.id
+		}
+	}
+	return 0
+}
+
+// RecentTimeline returns the timeline of id, a live task or one of the
+// MaxTimelines tasks that finished last here.
+func (v View) RecentTimeline(id uint64) (Timeline, bool) {
+	if t := v.c.tasks[id]; t != nil {
+		return t.timeline(), true
+	}
+	return v.c.timelines.get(id)
+}
+
+// Lookup returns the original of scope sc, or nil (R7.5). It may drop the
+// index's entry for an owner that vanished, which changes no answer.
+func (v View) Lookup(sc Scope) *Original { return v.c.original(sc) }
+
+// Now returns the time of the core's last Step.
+func (v View) Now() time.Time { return v.c.now }
+
+// Stopped reports whether the core was stopped.
+func (v View) Stopped() bool { return v.c.stopped }

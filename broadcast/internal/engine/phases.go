@@ -64,18 +64,18 @@ func (c *Core) checkFirstPhase(t *task) {
 		return
 	}
 	n := t.nacked
-	c.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *Core, _ *writeOp, d Decision, err error) {
+	c.writes.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *Core, _ *writeOp, d Decision, err error) {
 		switch d {
 		case Done:
 			t.firstDone = true
-			c.acksWritten(t, n, d, err) // acks that waited for durability (durableAcks)
+			c.acks.written(t, n, d, err) // acks that waited for durability (durableAcks)
 			c.move(t, OnFirstAcked, Appending)
 		case Refuse:
 			// The record cannot take the acks (too large): go on without
 			// them; a crash then runs the first phase again.
 			c.tlog(t).Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
 			t.firstDone = true
-			c.acksWritten(t, n, d, err)
+			c.acks.written(t, n, d, err)
 			c.move(t, OnFirstAcked, Appending)
 		}
 		c.afterWrite(t) // acks recorded while the write was in flight
@@ -93,21 +93,7 @@ func (c *Core) waitAcked(e WaitAcked) {
 		c.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d", ErrNotFound, e.ID)})
 		return
 	}
-	idx := make([]int, 0, len(e.VChannels))
-	for _, v := range e.VChannels {
-		i := t.msg.Index(v)
-		if i < 0 {
-			c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, v, e.ID)})
-			return
-		}
-		idx = append(idx, i)
-	}
-	w := ackWait{to: e.To, idx: idx}
-	if t.ackedAll(w.idx) {
-		c.reply(e.To, Reply{})
-		return
-	}
-	t.ackWaits = append(t.ackWaits, w)
+	c.acks.wait(t, e.To, e.VChannels)
 }
 
 func (t *task) ackedAll(idx []int) bool {
@@ -117,23 +103,6 @@ func (t *task) ackedAll(idx []int) bool {
 		}
 	}
 	return true
-}
-
-// answerAckWaits answers the WaitAcked requests an ack completed.
-func (c *Core) answerAckWaits(t *task) {
-	if len(t.ackWaits) == 0 {
-		return
-	}
-	keep := t.ackWaits[:0]
-	for _, w := range t.ackWaits {
-		if t.ackedAll(w.idx) {
-			c.reply(w.to, Reply{})
-			continue
-		}
-		keep = append(keep, w)
-	}
-	clear(t.ackWaits[len(keep):])
-	t.ackWaits = keep
 }
 
 // firstPhaseOf returns the copies a force promote appends first for a

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"encoding/json"
+	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/cenkalti/backoff/v5"
 
@@ -83,7 +85,7 @@ func (c *Core) recordPromote(t *task) {
 	}
 	raw, _ := json.Marshal(promoteRecord{Copies: pos})
 	t.recording = true
-	c.write(WritePromote, t, nil, []catalog.Op{catalog.Put(PromoteKey(c.cfg.Prefix, t.id), raw)}, func(_ *Core, _ *writeOp, d Decision, _ error) {
+	c.writes.write(WritePromote, t, nil, []catalog.Op{catalog.Put(PromoteKey(c.cfg.Prefix, t.id), raw)}, func(_ *Core, _ *writeOp, d Decision, _ error) {
 		t.recording = false
 		if d == Done {
 			c.promotes[t.id] = pos
@@ -129,17 +131,34 @@ func (c *Core) startPromote(t *task) {
 			p.from[v.PChannel()] = wal.EntryOffset(t.copies[i].ackCP.MessageID)
 		}
 	}
-	c.scanAll(p.from, func(found []Found) {
+	c.scans.all(p.from, func(found []Found) {
 		for _, f := range found {
 			p.found[copyKey{f.ID, f.VChannel}] = f.Checkpoint
 		}
-		c.supplementAll()
+		p.finishAll(c)
 	})
 }
 
-// scanAll reads every pchannel of from (from its entry offset to the end)
+// scanner owns the WAL reads that a force promote and its id floor need
+// (Scan actions): every pchannel read from an entry offset to the end, a
+// read that failed read again whole with backoff (a partial read could
+// append a copy twice), and done called once with every copy found when
+// all reads succeeded.
+type scanner struct {
+	ops map[uint64]*scanOp
+
+	// What the scanner uses of its core: ids, the actions out, its
+	// logger, timers and the retry schedule.
+	nextID  func() uint64
+	emit    func(Action)
+	log     *slog.Logger
+	after   func(time.Duration, func()) *deadline
+	backoff func() *backoff.ExponentialBackOff
+}
+
+// all reads every pchannel of from (from its entry offset to the end)
 // and calls done with every copy found once all reads succeeded.
-func (c *Core) scanAll(from map[message.PChannel]uint64, done func([]Found)) {
+func (sc *scanner) all(from map[message.PChannel]uint64, done func([]Found)) {
 	pcs := make([]message.PChannel, 0, len(from))
 	for pc := range from {
 		pcs = append(pcs, pc)
@@ -152,7 +171,7 @@ func (c *Core) scanAll(from map[message.PChannel]uint64, done func([]Found)) {
 	left := len(pcs)
 	var all []Found
 	for _, pc := range pcs {
-		c.scan(&scanOp{p: pc, from: from[pc], done: func(found []Found) {
+		sc.scan(&scanOp{p: pc, from: from[pc], done: func(found []Found) {
 			all = append(all, found...)
 			left--
 			if left == 0 {
@@ -162,28 +181,28 @@ func (c *Core) scanAll(from map[message.PChannel]uint64, done func([]Found)) {
 	}
 }
 
-func (c *Core) scan(s *scanOp) {
-	id := c.nextID()
-	c.scans[id] = s
-	c.emit(Scan{ID: id, PChannel: s.p, From: s.from})
+func (sc *scanner) scan(s *scanOp) {
+	id := sc.nextID()
+	sc.ops[id] = s
+	sc.emit(Scan{ID: id, PChannel: s.p, From: s.from})
 }
 
 // scanned collects one pchannel's copies; a pchannel that cannot be read is
 // read again with backoff (a partial scan could append a copy twice).
-func (c *Core) scanned(e Scanned) {
-	s := c.scans[e.ID]
+func (sc *scanner) scanned(e Scanned) {
+	s := sc.ops[e.ID]
 	if s == nil {
 		return
 	}
-	delete(c.scans, e.ID)
+	delete(sc.ops, e.ID)
 	if e.Err != nil {
 		// Copies found before the failure are real; the next read finds
 		// them again.
-		c.log.Warn("force promote: cannot scan pchannel; retrying", "pchannel", s.p, "err", e.Err)
+		sc.log.Warn("force promote: cannot scan pchannel; retrying", "pchannel", s.p, "err", e.Err)
 		if s.bo == nil {
-			s.bo = c.newBackoff()
+			s.bo = sc.backoff()
 		}
-		c.after(s.bo.NextBackOff(), func() { c.scan(s) })
+		sc.after(s.bo.NextBackOff(), func() { sc.scan(s) })
 		return
 	}
 	s.done(e.Found)
@@ -218,9 +237,8 @@ func (c *Core) replicatedHighest() map[message.PChannel]uint64 {
 	return highest
 }
 
-// supplementAll lists the incomplete tasks and finishes them in id order.
-func (c *Core) supplementAll() {
-	p := c.prom
+// finishAll lists the incomplete tasks and finishes them in id order.
+func (p *promoter) finishAll(c *Core) {
 	c.groups.ignoreUnordered(c.log)
 	for _, x := range c.tasks {
 		if x != p.t {
@@ -229,12 +247,11 @@ func (c *Core) supplementAll() {
 	}
 	slices.SortFunc(p.todo, func(a, b *task) int { return compareTicks(a.id, b.id, 0, 0) })
 	c.log.Warn("force promote: finishing incomplete tasks", "count", len(p.todo), "promote", p.t.id)
-	c.supplementNext()
+	p.next(c)
 }
 
-// supplementNext finishes the next incomplete task, or the promote itself.
-func (c *Core) supplementNext() {
-	p := c.prom
+// next finishes the next incomplete task, or the promote itself.
+func (p *promoter) next(c *Core) {
 	for len(p.todo) > 0 {
 		x := p.todo[0]
 		p.todo = p.todo[1:]
@@ -242,7 +259,7 @@ func (c *Core) supplementNext() {
 			continue // finished meanwhile
 		}
 		p.current = x
-		c.supplement(x)
+		p.supplement(c, x)
 		return
 	}
 	p.current = nil
@@ -257,8 +274,7 @@ func (c *Core) supplementNext() {
 // AckSyncUp task's copies count only once consumers ack them (R4.4); a
 // two-phase append's first copies are appended, and acked by their
 // consumers, before the rest (R13.11).
-func (c *Core) supplement(x *task) {
-	p := c.prom
+func (p *promoter) supplement(c *Core, x *task) {
 	syncUp := x.msg.Broadcast.AckSyncUp
 	for i, v := range x.msg.Broadcast.VChannels {
 		if x.copies[i].acked {
@@ -267,7 +283,7 @@ func (c *Core) supplement(x *task) {
 		if cp, ok := p.found[copyKey{x.id, v}]; ok && !c.cfg.Mutation.Is(mutate.SupplementTwice) {
 			x.copies[i].appended, x.copies[i].appendCP = true, cp
 			if !syncUp && !x.first(i) {
-				c.fastAck(x, i)
+				c.acks.fastAck(x, i)
 			}
 		}
 	}
@@ -323,26 +339,6 @@ func (c *Core) supplementMissing(x *task) {
 // finished is called whenever a task is Done.
 func (p *promoter) finished(c *Core, t *task) {
 	if p.current == t {
-		c.supplementNext()
+		p.next(c)
 	}
-}
-
-// Promoting reports whether a force promote is under way.
-func (c *Core) Promoting() bool {
-	for _, t := range c.tasks {
-		if t.promote {
-			return true
-		}
-	}
-	return false
-}
-
-// PromoteTask returns the id of the force promote under way, 0 if none.
-func (c *Core) PromoteTask() uint64 {
-	for _, t := range c.tasks {
-		if t.promote {
-			return t.id
-		}
-	}
-	return 0
 }

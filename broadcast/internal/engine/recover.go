@@ -21,7 +21,7 @@ import (
 // time (R6.3), a finished group's together; the idempotency index is
 // rebuilt for every state; the id floor stays above every id seen.
 func (c *Core) recover(s Snapshot) error {
-	c.setTopology(s.Topology)
+	c.roles.set(s.Topology)
 	if err := c.recoverSide(s); err != nil {
 		return err
 	}
@@ -440,7 +440,7 @@ func (c *Core) recoverPromote(t *task) {
 		}
 		from[v.PChannel()] = off
 	}
-	c.scanAll(from, func(found []Found) {
+	c.scans.all(from, func(found []Found) {
 		for _, f := range found {
 			if f.ID != t.id {
 				continue

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/message"
@@ -99,66 +100,78 @@ const (
 	RequestDigestProperty = ReservedPropertyPrefix + "request-digest"
 )
 
-// roles is the cluster's replication state.
+// roles is the cluster's replication state and its rules: the role a
+// topology gives this cluster, what AlterReplicateConfig's callback stores
+// (a replicated change a force promote overtook ignored, a promote's new
+// generation, a primary's change keeping its generation), and applying a
+// stored topology. The core runs the callback and applies its result once
+// the task is TOMBSTONE.
 type roles struct {
 	role Role
 	cfg  ReplicateConfig
 	// fenced is set once a force promote has every pchannel's ack: no
 	// replicated copy may create a task any more (R8.3).
 	fenced bool
+
+	// cluster is this cluster's name, prefix the catalog prefix.
+	cluster, prefix string
+	// What the roles use of their core: the actions out and a task's
+	// logger (the core's for nil).
+	emit func(Action)
+	log  func(*task) *slog.Logger
 }
 
-func (c *Core) setTopology(cfg ReplicateConfig) {
-	r := cfg.RoleOf(c.cfg.ClusterName)
-	if old := c.roles.role; old != r && old != 0 {
-		c.log.Warn("cluster role changed", "from", old.String(), "to", r.String(), "primary", cfg.Primary)
+// set makes cfg the topology and applies the role it gives this cluster.
+func (r *roles) set(cfg ReplicateConfig) {
+	role := cfg.RoleOf(r.cluster)
+	if old := r.role; old != role && old != 0 {
+		r.log(nil).Warn("cluster role changed", "from", old.String(), "to", role.String(), "primary", cfg.Primary)
 	}
-	c.roles.role, c.roles.cfg = r, cfg
-	if r == Primary {
-		c.roles.fenced = false
+	r.role, r.cfg = role, cfg
+	if role == Primary {
+		r.fenced = false
 	}
-	c.emit(RoleChanged{Role: r, Config: cfg})
+	r.emit(RoleChanged{Role: role, Config: cfg})
 }
 
-// topologyCallback is AlterReplicateConfig's callback. A replicated topology
+// callback is AlterReplicateConfig's callback. A replicated topology
 // change that a force promote overtook is ignored, so an old configuration
 // cannot overwrite the promoted one (R8.3).
-func (c *Core) topologyCallback(t *task) ([]catalog.Op, Outcome, error) {
+func (r *roles) callback(t *task) ([]catalog.Op, Outcome, error) {
 	var cfg ReplicateConfig
 	if err := json.Unmarshal(t.msg.Payload, &cfg); err != nil {
 		return nil, Outcome{}, fmt.Errorf("decode %s payload: %w", AlterReplicateConfig, err)
 	}
-	if t.msg.Replicate != nil && (c.roles.fenced || c.roles.role == Primary) {
+	if t.msg.Replicate != nil && (r.fenced || r.role == Primary) {
 		return nil, Outcome{Status: Ignored, Detail: "replicated configuration superseded by a force promote"}, nil
 	}
 	switch {
 	case cfg.ForcePromote:
 		// A new generation: the promote's id space (R8.5).
-		cfg = ReplicateConfig{Primary: c.cfg.ClusterName, Generation: Space(t.id), Replaced: c.roles.cfg.Primary}
-	case t.msg.Replicate == nil && cfg.Generation < c.roles.cfg.Generation:
+		cfg = ReplicateConfig{Primary: r.cluster, Generation: Space(t.id), Replaced: r.cfg.Primary}
+	case t.msg.Replicate == nil && cfg.Generation < r.cfg.Generation:
 		// A topology change of this primary keeps its generation.
-		cfg.Generation, cfg.Replaced = c.roles.cfg.Generation, c.roles.cfg.Replaced
+		cfg.Generation, cfg.Replaced = r.cfg.Generation, r.cfg.Replaced
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, Outcome{}, err
 	}
-	detail := "cluster " + c.cfg.ClusterName + " is " + cfg.RoleOf(c.cfg.ClusterName).String()
-	return []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, Outcome{Status: Succeeded, Detail: detail, Data: raw}, nil
+	detail := "cluster " + r.cluster + " is " + cfg.RoleOf(r.cluster).String()
+	return []catalog.Op{catalog.Put(ReplicateKey(r.prefix), raw)}, Outcome{Status: Succeeded, Detail: detail, Data: raw}, nil
 }
 
-// applyTopology applies the topology a finished AlterReplicateConfig task
-// stored.
-func (c *Core) applyTopology(t *task) {
+// apply applies the topology a finished AlterReplicateConfig task stored.
+func (r *roles) apply(t *task) {
 	if t.msg.Type != AlterReplicateConfig || t.outcome.Status != Succeeded || t.outcome.Data == nil {
 		return
 	}
 	var cfg ReplicateConfig
 	if err := json.Unmarshal(t.outcome.Data, &cfg); err != nil {
-		c.tlog(t).Error("applied replication config does not decode", "broadcast", t.id, "err", err)
+		r.log(t).Error("applied replication config does not decode", "broadcast", t.id, "err", err)
 		return
 	}
-	c.setTopology(cfg)
+	r.set(cfg)
 }
 
 // follow makes the cluster a secondary under e.Config (R8.1), from a handle
@@ -185,10 +198,10 @@ func (c *Core) follow(e Follow, h HandleID) {
 		return
 	}
 	hd.busy = true
-	c.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *Core, _ *writeOp, d Decision, err error) {
+	c.writes.write(WriteTopology, nil, nil, []catalog.Op{catalog.Put(ReplicateKey(c.cfg.Prefix), raw)}, func(_ *Core, _ *writeOp, d Decision, err error) {
 		hd.busy = false
 		if d == Done {
-			c.setTopology(e.Config)
+			c.roles.set(e.Config)
 		}
 		c.dropHandle(hd)
 		if d != Done {

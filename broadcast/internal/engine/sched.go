@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/resource"
@@ -59,11 +61,21 @@ const none = ^uint64(0)
 func (q *keyQueue) at(pos uint64) *claim { return q.claims[pos-q.base] }
 func (q *keyQueue) end() uint64          { return q.base + uint64(len(q.claims)) }
 
+// scheduler owns which task's callback runs next and when a failed one
+// runs again: the key queues above (which enrolled task is blocked by an
+// earlier conflicting one, which tasks a finished one may unblock), when a
+// queued task may run (runnable), and a callback's attempts and the
+// backoff between them (started, ended, failed). The core owns the tasks
+// and their stages: it enrols a task as it is queued, moves it to its
+// callback once runnable, sets the timer for the wait failed returns and
+// removes it once finished.
 type scheduler struct {
 	queues map[claimKey]*keyQueue
 	// free are emptied queues kept for new keys (their claims slices
 	// reused): most broadcasts hold a key no other holds.
 	free []*keyQueue
+	// backoff returns a fresh retry schedule (the core's policy).
+	backoff func() *backoff.ExponentialBackOff
 }
 
 // keepFree is how many emptied queues the scheduler keeps.
@@ -179,12 +191,59 @@ func (s *scheduler) remove(t *task) []*task {
 	return next
 }
 
+// runnable reports whether t's callback may run: t is queued, every copy
+// is acked, a group member's turn has come (or unordered: a planted bug,
+// mutate.GroupUnordered) and no earlier enrolled task conflicts with it.
+func (s *scheduler) runnable(t *task, unordered bool) bool {
+	return t.stage == Queued && t.allAcked() && (t.groupRunnable() || unordered) && !s.blocked(t)
+}
+
+// started records that an attempt of t's callback starts at now; the
+// view keeps the latest MaxAttemptHistory attempts.
+func (s *scheduler) started(t *task, now time.Time) {
+	t.attempts++
+	t.lastAt = now
+	t.nextAt = timeZero
+	if len(t.history) == MaxAttemptHistory {
+		t.history = append(t.history[:0], t.history[1:]...)
+	}
+	t.history = append(t.history, Attempt{N: t.attempts, Started: now})
+}
+
+// ended records that attempt of t's callback ended at now with err, if it
+// is the latest one.
+func (s *scheduler) ended(t *task, attempt int, now time.Time, err error) {
+	if n := len(t.history); n > 0 && t.history[n-1].N == attempt {
+		a := &t.history[n-1]
+		a.Ended = now
+		if err != nil {
+			a.Err = err.Error()
+		}
+	}
+}
+
+// failed records that t's callback failed at now with err and returns the
+// wait before its next attempt: the task's backoff schedule, none once if
+// an operator asked for a retry while the attempt ran (R5.6).
+func (s *scheduler) failed(t *task, err error, now time.Time) time.Duration {
+	if t.cbBack == nil {
+		t.cbBack = s.backoff()
+	}
+	d := t.cbBack.NextBackOff()
+	if t.retrySoon {
+		t.retrySoon, d = false, 0
+	}
+	t.lastErr = err.Error()
+	t.nextAt = now.Add(d)
+	return d
+}
+
 // schedule starts t's callback if it may run.
 func (c *Core) schedule(t *task) {
 	if c.cfg.Mutation.Is(mutate.PoisonBlocksOthers) && c.behindFailing(t) {
 		return
 	}
-	if t.stage != Queued || !t.allAcked() || !(t.groupRunnable() || c.cfg.Mutation.Is(mutate.GroupUnordered)) || c.sched.blocked(t) {
+	if !c.sched.runnable(t, c.cfg.Mutation.Is(mutate.GroupUnordered)) {
 		return
 	}
 	c.move(t, OnRun, Calling)
@@ -192,19 +251,13 @@ func (c *Core) schedule(t *task) {
 
 // startCallback starts an attempt of t's callback (R5.2).
 func (c *Core) startCallback(t *task) {
-	t.attempts++
-	t.lastAt = c.now
-	t.nextAt = timeZero
-	if len(t.history) == MaxAttemptHistory {
-		t.history = append(t.history[:0], t.history[1:]...)
-	}
-	t.history = append(t.history, Attempt{N: t.attempts, Started: c.now})
+	c.sched.started(t, c.now)
 	if t.ignore != nil {
 		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Outcome: *t.ignore})
 		return
 	}
 	if t.msg.Type == AlterReplicateConfig {
-		ops, out, err := c.topologyCallback(t)
+		ops, out, err := c.roles.callback(t)
 		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Ops: ops, Outcome: out, Err: err})
 		return
 	}
@@ -216,13 +269,7 @@ func (c *Core) callbackDone(e CallbackDone) {
 	if t == nil || t.stage != Calling || e.Attempt != t.attempts {
 		return
 	}
-	if n := len(t.history); n > 0 && t.history[n-1].N == e.Attempt {
-		a := &t.history[n-1]
-		a.Ended = c.now
-		if e.Err != nil {
-			a.Err = e.Err.Error()
-		}
-	}
+	c.sched.ended(t, e.Attempt, c.now, e.Err)
 	if e.Err == nil {
 		if e.Outcome.Status == 0 {
 			e.Outcome.Status = Succeeded
@@ -245,15 +292,7 @@ func (c *Core) callbackDone(e CallbackDone) {
 
 // callbackFailed records a failed attempt and waits for the next.
 func (c *Core) callbackFailed(t *task, err error) {
-	if t.cbBack == nil {
-		t.cbBack = c.newBackoff()
-	}
-	d := t.cbBack.NextBackOff()
-	if t.retrySoon {
-		t.retrySoon, d = false, 0
-	}
-	t.lastErr = err.Error()
-	t.nextAt = c.now.Add(d)
+	d := c.sched.failed(t, err, c.now)
 	c.stats.CallbackFailures++
 	c.tlog(t).Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
 		"retry_in", d, "err", err)
@@ -283,7 +322,7 @@ func (c *Core) tombstone(t *task) {
 		t.tombAfterAppends = true
 		return
 	}
-	if t.write != nil && !c.cancelRetry(t.write) {
+	if t.write != nil && !c.writes.cancelRetry(t.write) {
 		t.tombDue = true
 		return
 	}
@@ -298,7 +337,7 @@ func (c *Core) tombstone(t *task) {
 		// A group's end releases it in the same transaction (R13.3).
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
-	c.write(WriteTombstone, t, rw, ops, tombstoneWritten)
+	c.writes.write(WriteTombstone, t, rw, ops, tombstoneWritten)
 	if c.cfg.Mutation.Is(mutate.AnswerBeforeDurable) {
 		for _, to := range t.waiters {
 			c.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
@@ -331,7 +370,7 @@ func (c *Core) finish(t *task, raw []byte) {
 	} else {
 		c.move(t, OnTombstoned, Tombstoned)
 	}
-	c.applyTopology(t)
+	c.roles.apply(t)
 	delete(c.tasks, t.id)
 	c.timelines.keepTask(t, c.now)
 	tb := c.tombs.newTomb(t.id, raw, t.completed.UnixNano(), t.class, t.replicated)

@@ -129,12 +129,3 @@ func (t *task) timeline() Timeline {
 	}
 	return tl
 }
-
-// RecentTimeline returns the timeline of id, a live task or one of the
-// MaxTimelines tasks that finished last here.
-func (c *Core) RecentTimeline(id uint64) (Timeline, bool) {
-	if t := c.tasks[id]; t != nil {
-		return t.timeline(), true
-	}
-	return c.timelines.get(id)
-}

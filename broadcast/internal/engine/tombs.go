@@ -382,7 +382,7 @@ func (c *Core) runGC(all bool) {
 			}
 		}
 	}
-	c.write(WriteGC, nil, nil, ops, func(_ *Core, _ *writeOp, d Decision, err error) {
+	c.writes.write(WriteGC, nil, nil, ops, func(_ *Core, _ *writeOp, d Decision, err error) {
 		c.gc.writing = false
 		if idFloor != 0 {
 			c.ids.keyBusy = false

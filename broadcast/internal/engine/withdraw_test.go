@@ -107,7 +107,7 @@ func (b *bed) written() {
 
 func (b *bed) outstanding(what string, want Outstanding) {
 	b.t.Helper()
-	if got := b.c.Outstanding(); got != want {
+	if got := b.c.View().Outstanding(); got != want {
 		b.t.Fatalf("%s: the core holds %+v, want %+v", what, got, want)
 	}
 }

@@ -382,7 +382,7 @@ func (k *checker) always() {
 		if c.down {
 			continue
 		}
-		if st := c.core.Stats(); st.Bugs > 0 {
+		if st := c.core.View().Stats(); st.Bugs > 0 {
 			w.fail("%s: %d moves outside the transition table, last: %s", c.name, st.Bugs, st.LastBug)
 			return
 		}
@@ -394,7 +394,7 @@ func (k *checker) always() {
 		ids := map[uint64]bool{}
 		var owns []own
 		var retried uint64
-		c.core.EachLive(func(id uint64, st engine.State, stage engine.Stage, m *message.Message, _ int) {
+		c.core.View().EachLive(func(id uint64, st engine.State, stage engine.Stage, m *message.Message, _ int) {
 			ids[id] = true
 			if st == engine.Pending {
 				owns = append(owns, own{id, m.Broadcast.ResourceKeys, m.Group})
@@ -420,7 +420,7 @@ func (k *checker) always() {
 		read := false
 		groups := func() []engine.GroupView {
 			if !read {
-				gs, read = c.core.Groups(), true
+				gs, read = c.core.View().Groups(), true
 			}
 			return gs
 		}
@@ -428,7 +428,7 @@ func (k *checker) always() {
 		if !k.groupsHoldTheirKeys(c, owns, groups) {
 			return
 		}
-		for _, ks := range c.core.Locks() {
+		for _, ks := range c.core.View().Locks() {
 			for _, h := range ks.Holders {
 				if id, ok := strings.CutPrefix(h.Owner, "broadcast "); ok {
 					n, _ := strconv.ParseUint(id, 10, 64)
@@ -467,7 +467,7 @@ type own struct {
 // its keys (R13.1, R13.7) and that no live broadcast outside the group
 // holds keys conflicting with them.
 func (k *checker) groupsHoldTheirKeys(c *cluster, owns []own, groups func() []engine.GroupView) bool {
-	if role, _ := c.core.Role(); role != engine.Primary {
+	if role, _ := c.core.View().Role(); role != engine.Primary {
 		return true
 	}
 	for _, g := range groups() {
@@ -550,11 +550,11 @@ func (k *checker) final() {
 		if dead || c.down {
 			continue
 		}
-		if live, _ := c.core.Counts(); live > 0 {
+		if live, _ := c.core.View().Counts(); live > 0 {
 			w.fail("%s: %d tasks still live at the end:\n%s", c.name, live, w.state())
 			return
 		}
-		if ks := c.core.Locks(); len(ks) > 0 {
+		if ks := c.core.View().Locks(); len(ks) > 0 {
 			w.fail("%s: keys held at the end: %+v", c.name, ks)
 			return
 		}
@@ -723,13 +723,13 @@ func (k *checker) restarted(c *cluster) {
 // keeps its window (R6.3: a restart never moves one).
 func (k *checker) windows(c *cluster) {
 	f := k.facts(c)
-	for _, tr := range c.core.Tombstones() {
+	for _, tr := range c.core.View().Tombstones() {
 		x, ok := k.retained(f, tr.ID)
 		if !ok {
 			continue
 		}
 		at := x.at
-		if _, _, win, found := c.core.TaskByID(tr.ID); found && !win.CompletedAt.IsZero() && !win.CompletedAt.Equal(at) {
+		if _, _, win, found := c.core.View().TaskByID(tr.ID); found && !win.CompletedAt.IsZero() && !win.CompletedAt.Equal(at) {
 			k.w.fail("%s: tombstone %d's window starts at %s after a restart, %s before (R6.3)", c.name, tr.ID,
 				win.CompletedAt.Format(timeFmt), at.Format(timeFmt))
 			return

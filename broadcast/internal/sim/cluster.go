@@ -202,7 +202,7 @@ func (c *cluster) step(ev engine.Event) {
 	c.w.check.stepped()
 	c.core.Step(c.w.now, ev)
 	c.perform(c.core.Ready())
-	if c.core.Stopped() && !c.down {
+	if c.core.View().Stopped() && !c.down {
 		c.down = true
 		c.w.tracef("%s: core %d stopped", c.name, c.gen)
 	}

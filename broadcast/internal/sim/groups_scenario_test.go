@@ -131,9 +131,9 @@ func (s *script) begin(key message.IdempotencyKey) uint64 {
 // member sends a member of open group gid.
 func (s *script) member(gid uint64, kind message.GroupKind, key message.IdempotencyKey) *call {
 	s.t.Helper()
-	g, ok := s.c.core.Group(gid)
+	g, ok := s.c.core.View().Group(gid)
 	if !ok {
-		s.t.Fatalf("group %d not open: %v", gid, s.c.core.GroupError(gid))
+		s.t.Fatalf("group %d not open: %v", gid, s.c.core.View().GroupError(gid))
 	}
 	return s.groupSend(groupCall{typ: typCreate, key: key, gid: gid, stamp: g.Keys, targets: g.Targets[:len(g.Targets)-1],
 		group: &message.GroupHeader{Kind: kind}, payload: fmt.Sprint("member ", key)})
@@ -188,7 +188,7 @@ func TestR13_2_TxnCrashBetweenMembers(t *testing.T) {
 		t.Fatal("a conflicting broadcast got the keys of an open transaction")
 	}
 	s.restart() // the waiting caller is lost with the crash
-	g, ok := s.c.core.Group(gid)
+	g, ok := s.c.core.View().Group(gid)
 	if !ok || !g.Holding || !g.HoldsHere {
 		t.Fatalf("after the restart: group %+v open %v", g, ok)
 	}
@@ -258,7 +258,7 @@ func TestR13_3_RollbackReleasesAndCollectsTogether(t *testing.T) {
 	rb := s.member(gid, message.GroupRollback, "rb")
 	s.settle(nil)
 	idr := answered(t, rb)
-	if _, open := s.c.core.Group(gid); open {
+	if _, open := s.c.core.View().Group(gid); open {
 		t.Fatal("group still open after its rollback")
 	}
 	after := s.plainOnC()
@@ -273,7 +273,7 @@ func TestR13_3_RollbackReleasesAndCollectsTogether(t *testing.T) {
 		s.settle(nil)
 	}
 	for _, id := range []uint64{gid, idr} {
-		if _, _, _, ok := s.c.core.TaskByID(id); ok {
+		if _, _, _, ok := s.c.core.View().TaskByID(id); ok {
 			t.Errorf("broadcast %d of the rolled-back group still remembered", id)
 		}
 	}
@@ -290,15 +290,15 @@ func TestR13_5_PromoteHandsOpenGroupKeysOver(t *testing.T) {
 	m.Group = &message.GroupHeader{Kind: message.GroupBegin}
 	s.replicate(m, m.Broadcast.VChannels...)
 	s.consume(nil)
-	if _, ok := s.c.core.Group(10); !ok {
-		t.Fatalf("the replicated Begin opened no group: %v", s.c.core.GroupError(10))
+	if _, ok := s.c.core.View().Group(10); !ok {
+		t.Fatalf("the replicated Begin opened no group: %v", s.c.core.View().GroupError(10))
 	}
 	s.promote()
 	s.drain()
-	if r, _ := s.c.core.Role(); r != engine.Primary {
+	if r, _ := s.c.core.View().Role(); r != engine.Primary {
 		t.Fatalf("role %s after the promote", r)
 	}
-	g, ok := s.c.core.Group(10)
+	g, ok := s.c.core.View().Group(10)
 	if !ok || !g.HoldsHere {
 		t.Fatalf("after the promote the open group holds no keys: %+v %v", g, ok)
 	}
@@ -327,7 +327,7 @@ func (s *script) ownerOn(key string) uint64 {
 
 // endOwner sends the broadcast that ends owner key's ownership.
 func (s *script) endOwner(key string, gid uint64, typ message.Type, kind message.GroupKind) *call {
-	g, ok := s.c.core.Group(gid)
+	g, ok := s.c.core.View().Group(gid)
 	if !ok {
 		s.t.Fatalf("owner %d not open", gid)
 	}
@@ -343,7 +343,7 @@ func TestR13_9_OwnerSurvivesRestart(t *testing.T) {
 	gid := s.ownerOn("import/7")
 	for range 2 {
 		s.restart()
-		if got := s.c.core.OwnerGroup("import/7"); got != gid {
+		if got := s.c.core.View().OwnerGroup("import/7"); got != gid {
 			t.Fatalf("after a restart import/7 is owned by %d, want %d", got, gid)
 		}
 	}
@@ -355,7 +355,7 @@ func TestR13_9_OwnerSurvivesRestart(t *testing.T) {
 	end := s.endOwner("import/7", gid, typEnd, message.GroupCommit)
 	s.finish()
 	answered(t, end)
-	if s.c.core.OwnerGroup("import/7") != 0 {
+	if s.c.core.View().OwnerGroup("import/7") != 0 {
 		t.Fatal("import/7 still owned after its commit")
 	}
 	if r := drop.result(); r == nil || r.Err != nil {
@@ -363,11 +363,11 @@ func TestR13_9_OwnerSurvivesRestart(t *testing.T) {
 	}
 	// The ended ownership is remembered (a retried end is answered by the
 	// first), across a restart, until GC collects the owner's tombstones.
-	if got := s.c.core.EndedOwner("import/7"); got != gid {
+	if got := s.c.core.View().EndedOwner("import/7"); got != gid {
 		t.Fatalf("ended owner of import/7: %d, want %d", got, gid)
 	}
 	s.restart()
-	if got := s.c.core.EndedOwner("import/7"); got != gid {
+	if got := s.c.core.View().EndedOwner("import/7"); got != gid {
 		t.Fatalf("after a restart the ended owner of import/7 is %d, want %d", got, gid)
 	}
 	s.w.now = s.w.now.Add(48 * s.c.cfg.CheckInterval)
@@ -375,10 +375,10 @@ func TestR13_9_OwnerSurvivesRestart(t *testing.T) {
 		s.c.step(engine.Tick{})
 		s.settle(nil)
 	}
-	if _, _, _, ok := s.c.core.TaskByID(gid); ok {
+	if _, _, _, ok := s.c.core.View().TaskByID(gid); ok {
 		t.Fatal("the owner's tombstone was not collected: the scenario needs it gone")
 	}
-	if got := s.c.core.EndedOwner("import/7"); got != 0 {
+	if got := s.c.core.View().EndedOwner("import/7"); got != 0 {
 		t.Fatalf("after GC the ended owner of import/7 is still remembered as %d", got)
 	}
 	s.noViolation()
@@ -428,7 +428,7 @@ func TestR13_11_TwoPhaseCrashBetweenPhases(t *testing.T) {
 		isAck := func(a engine.Action) bool { w, ok := a.(engine.Write); return ok && w.Kind == engine.WriteFirstAcks }
 		s.settle(isAck)
 		var id uint64
-		s.c.core.EachLive(func(tid uint64, _ engine.State, _ engine.Stage, _ *message.Message, _ int) { id = tid })
+		s.c.core.View().EachLive(func(tid uint64, _ engine.State, _ engine.Stage, _ *message.Message, _ int) { id = tid })
 		if got := s.copies(id); got[x] != 1 || got[y] != 0 {
 			t.Fatalf("%s: first phase appended %v", variant, got)
 		}

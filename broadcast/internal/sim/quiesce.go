@@ -106,13 +106,13 @@ func (w *world) leaks() {
 		if c.down || w.lost(c) {
 			continue
 		}
-		for _, v := range c.core.Requests() {
+		for _, v := range c.core.View().Requests() {
 			out = append(out, fmt.Sprintf("%s: %s", c.name, w.describeHold(v)))
 		}
-		for _, g := range c.core.Groups() {
+		for _, g := range c.core.View().Groups() {
 			out = append(out, fmt.Sprintf("%s: group %d (owner key %q) still open, holding %v", c.name, g.ID, g.OwnerKey, g.Holding))
 		}
-		for _, ks := range c.core.Locks() {
+		for _, ks := range c.core.View().Locks() {
 			var hs []string
 			for _, h := range ks.Holders {
 				hs = append(hs, h.Owner)
@@ -175,7 +175,7 @@ func (w *world) waiting() string {
 		if c.down || w.lost(c) {
 			continue
 		}
-		for _, v := range c.core.Requests() {
+		for _, v := range c.core.View().Requests() {
 			s += fmt.Sprintf("%s: %s\n", c.name, w.describeHold(v))
 		}
 	}

@@ -191,12 +191,12 @@ func (r *replicator) losePrimary() {
 func (r *replicator) forcePromote() {
 	w := r.w
 	c := w.second
-	if id := c.core.PromoteTask(); id != 0 {
+	if id := c.core.View().PromoteTask(); id != 0 {
 		r.promote = w.request(c, "promote/wait", r.promoted1, func() {})
 		c.step(withTarget(engine.Wait{ID: id}, r.promote))
 		return
 	}
-	if role, _ := c.core.Role(); role != engine.Secondary {
+	if role, _ := c.core.View().Role(); role != engine.Secondary {
 		r.promoted = true
 		return
 	}
@@ -237,7 +237,7 @@ func (r *replicator) promoted1(rep engine.Reply) {
 		r.w.tracef("promote: %v", rep.Err)
 		return // tried again
 	}
-	role, cfg := r.w.second.core.Role()
+	role, cfg := r.w.second.core.View().Role()
 	if role != engine.Primary {
 		r.w.fail("promote answered but the cluster is %s", role)
 		return

@@ -53,7 +53,7 @@ func TestR13_1_RecoveryRefusesMemberOffItsGroup(t *testing.T) {
 		m := s.member(gid, message.GroupBody, "m1")
 		s.settle(holdCallbacks)
 		var id uint64
-		s.c.core.EachLive(func(tid uint64, _ engine.State, _ engine.Stage, _ *message.Message, _ int) { id = tid })
+		s.c.core.View().EachLive(func(tid uint64, _ engine.State, _ engine.Stage, _ *message.Message, _ int) { id = tid })
 		if id == 0 || m.submit == nil {
 			t.Fatalf("%s: no pending member", variant)
 		}
@@ -86,7 +86,7 @@ func TestR13_1_SecondaryRefusesMalformedMembers(t *testing.T) {
 	begin.Group = &message.GroupHeader{Kind: message.GroupBegin}
 	s.replicate(begin, begin.Broadcast.VChannels...)
 	s.drain()
-	if _, ok := s.c.core.Group(10); !ok {
+	if _, ok := s.c.core.View().Group(10); !ok {
 		t.Fatal("the replicated Begin opened no group")
 	}
 	member := func(id uint64, h message.GroupHeader, keys []resource.Key, targets ...message.VChannel) *message.Message {
@@ -108,7 +108,7 @@ func TestR13_1_SecondaryRefusesMalformedMembers(t *testing.T) {
 		if x.reply == nil || !errors.Is(x.reply.Err, engine.ErrInvalidArgument) {
 			t.Fatalf("%s: ack answered %+v, want ErrInvalidArgument", name, x.reply)
 		}
-		if _, _, _, ok := s.c.core.TaskByID(m.Broadcast.ID); ok {
+		if _, _, _, ok := s.c.core.View().TaskByID(m.Broadcast.ID); ok {
 			t.Fatalf("%s: a task was created for a malformed member", name)
 		}
 	}
@@ -119,7 +119,7 @@ func TestR13_1_SecondaryRefusesMalformedMembers(t *testing.T) {
 	if s.effect(17) != 1 {
 		t.Fatalf("the well-formed commit applied %d times", s.effect(17))
 	}
-	if _, ok := s.c.core.Group(10); ok {
+	if _, ok := s.c.core.View().Group(10); ok {
 		t.Fatal("the group is still open after its commit")
 	}
 }
@@ -155,7 +155,7 @@ func TestR13_5_PromoteWithAMemberMissing(t *testing.T) {
 	if s.effect(12) != 0 {
 		t.Fatal("member 2 took effect without member 1")
 	}
-	if ks := s.c.core.Locks(); len(ks) != 0 {
+	if ks := s.c.core.View().Locks(); len(ks) != 0 {
 		t.Fatalf("the refused promote left keys held: %+v", ks)
 	}
 
@@ -175,7 +175,7 @@ func TestR13_5_PromoteWithAMemberMissing(t *testing.T) {
 	if s.effect(12) != 0 {
 		t.Fatal("member 2 took effect without member 1")
 	}
-	if _, rec, _, ok := s.c.core.TaskByID(12); !ok || rec == "" {
+	if _, rec, _, ok := s.c.core.View().TaskByID(12); !ok || rec == "" {
 		t.Fatal("member 2 did not complete")
 	} else if r, err := engine.DecodeRecord([]byte(rec)); err != nil || r.Outcome.Status != engine.Ignored {
 		t.Fatalf("member 2 ended %+v (%v), want ignored", r.Outcome, err)
@@ -199,13 +199,13 @@ func TestR13_5_BeginDuringPromote(t *testing.T) {
 	if r := during.result(); r == nil || !errors.Is(r.Err, engine.ErrNotPrimary) {
 		t.Fatalf("a Begin during the promote: %+v, want ErrNotPrimary", r)
 	}
-	for _, ks := range s.c.core.Locks() {
+	for _, ks := range s.c.core.View().Locks() {
 		if ks.Domain != resource.Cluster || len(ks.Waiters) > 0 {
 			t.Fatalf("a refused Begin left %+v in the lock table", ks)
 		}
 	}
-	if len(s.c.core.Requests()) != 0 || len(s.c.core.Groups()) != 0 {
-		t.Fatalf("a refused Begin left %+v, groups %+v", s.c.core.Requests(), s.c.core.Groups())
+	if len(s.c.core.View().Requests()) != 0 || len(s.c.core.View().Groups()) != 0 {
+		t.Fatalf("a refused Begin left %+v, groups %+v", s.c.core.View().Requests(), s.c.core.View().Groups())
 	}
 	s.drain()
 	if r := p.result(); r == nil || r.Err != nil {
@@ -215,8 +215,8 @@ func TestR13_5_BeginDuringPromote(t *testing.T) {
 	end := s.member(gid, message.GroupCommit, "end")
 	s.finish()
 	answered(t, end)
-	if len(s.c.core.Groups()) != 0 || len(s.c.core.Locks()) != 0 {
-		t.Fatalf("after the commit: groups %+v, locks %+v", s.c.core.Groups(), s.c.core.Locks())
+	if len(s.c.core.View().Groups()) != 0 || len(s.c.core.View().Locks()) != 0 {
+		t.Fatalf("after the commit: groups %+v, locks %+v", s.c.core.View().Groups(), s.c.core.View().Locks())
 	}
 }
 
@@ -242,7 +242,7 @@ func TestR13_12_ReplicatedExtraSurvivesRestartAndPromote(t *testing.T) {
 	ack(m.Broadcast.VChannels[2], 100, nil)
 	ack(x, 101, []byte("rows=5"))
 	extraOn := func(when string) {
-		live, _, _, ok := s.c.core.TaskByID(20)
+		live, _, _, ok := s.c.core.View().TaskByID(20)
 		if !ok || live == nil {
 			t.Fatalf("%s: task 20 is not live", when)
 		}
@@ -258,7 +258,7 @@ func TestR13_12_ReplicatedExtraSurvivesRestartAndPromote(t *testing.T) {
 	if r := p.result(); r == nil || r.Err != nil {
 		t.Fatalf("promote: %+v", r)
 	}
-	_, raw, _, ok := s.c.core.TaskByID(20)
+	_, raw, _, ok := s.c.core.View().TaskByID(20)
 	if !ok || raw == "" {
 		t.Fatal("task 20 did not complete with the promote")
 	}
@@ -280,7 +280,7 @@ func TestR13_1_MemberHandleClosedUnsubmitted(t *testing.T) {
 	mustOK(t, s.send(engine.Resolve{Handle: h, Scope: engine.ScopeOf(typCreate, key), Key: key, CheckNew: true}, "resolve"))
 	mustOK(t, s.send(engine.Lock{Handle: h, Keys: []resource.Key{resource.SharedCluster()}, Need: engine.Primary}, "lock"))
 	s.c.step(engine.Close{Handle: h})
-	if g, ok := s.c.core.Group(gid); !ok || !g.HoldsHere {
+	if g, ok := s.c.core.View().Group(gid); !ok || !g.HoldsHere {
 		t.Fatalf("after a member's handle closed unused the group is %+v (open %v)", g, ok)
 	}
 	b := s.member(gid, message.GroupBody, "m1")
@@ -289,7 +289,7 @@ func TestR13_1_MemberHandleClosedUnsubmitted(t *testing.T) {
 	end := s.member(gid, message.GroupCommit, "end")
 	s.finish()
 	answered(t, end)
-	if rs := s.c.core.Requests(); len(rs) != 0 {
+	if rs := s.c.core.View().Requests(); len(rs) != 0 {
 		t.Fatalf("left in the core: %+v", rs)
 	}
 }
@@ -301,7 +301,7 @@ func TestR13_1_MemberHandleClosedUnsubmitted(t *testing.T) {
 func TestR13_3_CompetingEndsWithAckSyncUp(t *testing.T) {
 	s := newScript(t, false, 64)
 	gid := s.begin("txn")
-	g, _ := s.c.core.Group(gid)
+	g, _ := s.c.core.View().Group(gid)
 	end := func(key message.IdempotencyKey) *call {
 		return s.groupSend(groupCall{typ: typSync, key: key, gid: gid, stamp: g.Keys, targets: g.Targets[:len(g.Targets)-1],
 			group: &message.GroupHeader{Kind: message.GroupCommit}})
@@ -319,8 +319,8 @@ func TestR13_3_CompetingEndsWithAckSyncUp(t *testing.T) {
 	if s.effect(first) != 1 {
 		t.Fatalf("the end applied %d times", s.effect(first))
 	}
-	if len(s.c.core.Locks()) != 0 {
-		t.Fatalf("keys held after the end: %+v", s.c.core.Locks())
+	if len(s.c.core.View().Locks()) != 0 {
+		t.Fatalf("keys held after the end: %+v", s.c.core.View().Locks())
 	}
 }
 
@@ -373,7 +373,7 @@ func TestR13_3_OneGCWriteForAGroup(t *testing.T) {
 		t.Fatalf("no GC write deleted the group's records: %v", writes)
 	}
 	for _, id := range ids {
-		if _, _, _, ok := s.c.core.TaskByID(id); ok {
+		if _, _, _, ok := s.c.core.View().TaskByID(id); ok {
 			t.Fatalf("broadcast %d of the group still remembered", id)
 		}
 	}
@@ -390,14 +390,14 @@ func TestR13_2_RecoveryInAnyRecordOrder(t *testing.T) {
 		s.member(gid, message.GroupBody, k)
 		s.settle(nil)
 	}
-	before, _ := s.c.core.Group(gid)
+	before, _ := s.c.core.View().Group(gid)
 	s.c.crash()
 	s.c.reverseSnapshot = true
 	if err := s.c.start(); err != nil {
 		t.Fatal(err)
 	}
 	s.c.reverseSnapshot = false
-	after, ok := s.c.core.Group(gid)
+	after, ok := s.c.core.View().Group(gid)
 	if !ok || fmt.Sprint(after.Members) != fmt.Sprint(before.Members) || !after.HoldsHere {
 		t.Fatalf("recovered in reverse order: %+v, before %+v", after, before)
 	}
@@ -407,7 +407,7 @@ func TestR13_2_RecoveryInAnyRecordOrder(t *testing.T) {
 }
 
 // promoteTask returns the id of the live force promote (0 if none).
-func (s *script) promoteTask() uint64 { return s.c.core.PromoteTask() }
+func (s *script) promoteTask() uint64 { return s.c.core.View().PromoteTask() }
 
 // TestR8_3_PromoteCrashBeforeItsTombstone: the promoting coordinator
 // crashes once every supplement finished and the promote's own callback
@@ -432,7 +432,7 @@ func TestR8_3_PromoteCrashBeforeItsTombstone(t *testing.T) {
 	if id == 0 || s.stage(id) != engine.Tombstoning {
 		t.Fatalf("the promote is %s, want its TOMBSTONE held", s.stage(id))
 	}
-	if r, _ := s.c.core.Role(); r != engine.Secondary {
+	if r, _ := s.c.core.View().Role(); r != engine.Secondary {
 		t.Fatalf("role %s before the promote's TOMBSTONE", r)
 	}
 	s.c.crash()
@@ -440,7 +440,7 @@ func TestR8_3_PromoteCrashBeforeItsTombstone(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.drain()
-	if r, _ := s.c.core.Role(); r != engine.Primary {
+	if r, _ := s.c.core.View().Role(); r != engine.Primary {
 		t.Fatalf("role %s after the resumed promote", r)
 	}
 	if got := s.copies(10); got[vc(1, "x")] != 1 {
@@ -496,7 +496,7 @@ func TestR13_11_PromoteOfATwoPhaseTask(t *testing.T) {
 			}
 		}
 		s.finish()
-		if r, _ := s.c.core.Role(); r != engine.Primary {
+		if r, _ := s.c.core.View().Role(); r != engine.Primary {
 			t.Fatalf("crash %v: role %s after the promote", crash, r)
 		}
 		if got := s.copies(20); got[x] != 0 || got[y] != 1 {
@@ -523,7 +523,7 @@ func TestR13_8_RenameBehindAnOwnerWhoseEndRetries(t *testing.T) {
 	}
 	end := s.endOwner("import/78", gid, typEnd, message.GroupCommit)
 	s.settle(holdCallbacks)
-	g, ok := s.c.core.Group(gid)
+	g, ok := s.c.core.View().Group(gid)
 	if !ok || g.Ending == 0 {
 		t.Fatalf("the import's end was not created: %+v", g)
 	}

@@ -55,17 +55,17 @@ func TestR4_5_StaleReplicatedReackAfterGC(t *testing.T) {
 	s.settle(nil)
 	s.c.step(engine.Tick{})
 	s.settle(nil)
-	if live, _, _, ok := s.c.core.TaskByID(20); ok || live != nil {
+	if live, _, _, ok := s.c.core.View().TaskByID(20); ok || live != nil {
 		t.Fatal("broadcast 20 still remembered: the scenario needs it collected")
 	}
 	for _, v := range m.Broadcast.VChannels {
 		mustOK(t, s.ack(m, v, 100))
 	}
 	s.settle(nil)
-	if _, _, _, ok := s.c.core.TaskByID(20); ok || s.effect(20) != 1 {
+	if _, _, _, ok := s.c.core.View().TaskByID(20); ok || s.effect(20) != 1 {
 		t.Fatalf("after the stale re-acks: task recreated %v, effect %d", ok, s.effect(20))
 	}
-	if n := s.c.core.Stats().StaleAcks; n == 0 {
+	if n := s.c.core.View().Stats().StaleAcks; n == 0 {
 		t.Fatal("no stale ack counted")
 	}
 }
@@ -149,7 +149,7 @@ func TestR5_4_FailingCallbackHoldsOnlyConflicting(t *testing.T) {
 	if got := s.applied(); !slices.Equal(got, []uint64{12, 10, 11}) {
 		t.Fatalf("order %v, want 12 (not held), then 10 after its retries, then 11", got)
 	}
-	if s.c.core.Stats().CallbackFailures < 5 {
+	if s.c.core.View().Stats().CallbackFailures < 5 {
 		t.Fatal("A's failures not counted")
 	}
 }
@@ -223,7 +223,7 @@ func TestR6_1_HungGCBlocksNothing(t *testing.T) {
 	s.w.now = s.w.now.Add(s.c.cfg.CheckInterval)
 	s.c.step(engine.Tick{})
 	s.settle(nil)
-	if _, n := s.c.core.Counts(); n > s.w.maxCount {
+	if _, n := s.c.core.View().Counts(); n > s.w.maxCount {
 		t.Fatalf("%d tombstones left after GC was released, MaxCount %d", n, s.w.maxCount)
 	}
 }
@@ -254,7 +254,7 @@ func TestR6_2_FailedGCKeepsIndex(t *testing.T) {
 			s.c.complete(0)
 		}
 	}
-	if _, _, _, ok := s.c.core.TaskByID(orig); !ok {
+	if _, _, _, ok := s.c.core.View().TaskByID(orig); !ok {
 		t.Fatal("the keyed tombstone is gone though GC failed")
 	}
 	dup := s.broadcast(typCreate, key, []resource.Key{resource.ExclusiveCollection("db", "c")}, vc(1, "x"))
@@ -264,7 +264,7 @@ func TestR6_2_FailedGCKeepsIndex(t *testing.T) {
 	s.w.now = s.w.now.Add(s.c.cfg.CheckInterval)
 	s.c.step(engine.Tick{})
 	s.settle(nil)
-	if o := s.c.core.Lookup(engine.ScopeOf(typCreate, key)); o != nil {
+	if o := s.c.core.View().Lookup(engine.ScopeOf(typCreate, key)); o != nil {
 		t.Fatalf("key still indexed after its tombstone was collected: %+v", o)
 	}
 }
@@ -291,7 +291,7 @@ func TestR7_8_TwoTombstonesOneScope(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if o := s.c.core.Lookup(engine.ScopeOf(typCreate, key)); o == nil || o.ID != 9 {
+		if o := s.c.core.View().Lookup(engine.ScopeOf(typCreate, key)); o == nil || o.ID != 9 {
 			t.Fatalf("restart %v: key resolves to %+v, want 9", restart, o)
 		}
 	}
@@ -304,10 +304,10 @@ func TestR7_8_TwoTombstonesOneScope(t *testing.T) {
 			s.settle(nil)
 		}
 		evicted := []uint64{5, 9}[i]
-		if _, _, _, ok := s.c.core.TaskByID(evicted); ok {
+		if _, _, _, ok := s.c.core.View().TaskByID(evicted); ok {
 			t.Fatalf("tombstone %d not evicted: the scenario needs it gone", evicted)
 		}
-		o := s.c.core.Lookup(engine.ScopeOf(typCreate, key))
+		o := s.c.core.View().Lookup(engine.ScopeOf(typCreate, key))
 		switch {
 		case want == 0 && o != nil:
 			t.Fatalf("after evicting 9 the key resolves to %+v, want new work", o)
@@ -335,7 +335,7 @@ func TestR7_4_PlainHandleHittingTombstonedOriginal(t *testing.T) {
 	if r.reply == nil || r.reply.Original == nil || r.reply.Original.ID != first.result().Result.ID {
 		t.Fatalf("plain handle's keyed broadcast: %+v", r.reply)
 	}
-	if ks := s.c.core.Locks(); len(ks) != 0 {
+	if ks := s.c.core.View().Locks(); len(ks) != 0 {
 		t.Fatalf("keys held after the duplicate: %+v", ks)
 	}
 }
@@ -354,7 +354,7 @@ func TestR5_5_RepeatedAcksRunAckOnceOnce(t *testing.T) {
 		}
 	}
 	id := uint64(0)
-	s.c.core.EachLive(func(tid uint64, _ engine.State, _ engine.Stage, _ *message.Message, _ int) { id = tid })
+	s.c.core.View().EachLive(func(tid uint64, _ engine.State, _ engine.Stage, _ *message.Message, _ int) { id = tid })
 	m := &message.Message{Broadcast: message.BroadcastHeader{ID: id}}
 	for range 3 {
 		s.send(engine.Ack{ID: id, VChannel: vc(1, "x"), Msg: m}, "ack")
@@ -388,7 +388,7 @@ func TestR4_7_StopAtEveryStage(t *testing.T) {
 			s.c.complete(0)
 		}
 		var stageName engine.Stage
-		s.c.core.EachLive(func(_ uint64, _ engine.State, st engine.Stage, _ *message.Message, _ int) { stageName = st })
+		s.c.core.View().EachLive(func(_ uint64, _ engine.State, st engine.Stage, _ *message.Message, _ int) { stageName = st })
 		s.c.step(engine.Stop{})
 		r := c.result()
 		if r == nil || r.Err == nil {
@@ -440,7 +440,7 @@ func TestR8_3_PromoteCrashResumesWithoutDoubleAppend(t *testing.T) {
 			s.consume(isAppend)
 		}
 		var promoteID uint64
-		s.c.core.EachLive(func(id uint64, _ engine.State, _ engine.Stage, m *message.Message, _ int) {
+		s.c.core.View().EachLive(func(id uint64, _ engine.State, _ engine.Stage, m *message.Message, _ int) {
 			if m.Type == engine.AlterReplicateConfig {
 				promoteID = id
 			}
@@ -449,7 +449,7 @@ func TestR8_3_PromoteCrashResumesWithoutDoubleAppend(t *testing.T) {
 			t.Fatalf("%s: no promote task", variant)
 		}
 		s.c.crash()
-		if r, _ := s.c.core.Role(); r != engine.Secondary {
+		if r, _ := s.c.core.View().Role(); r != engine.Secondary {
 			t.Fatalf("%s: role %s before the promote finished", variant, r)
 		}
 		if err := s.c.start(); err != nil {
@@ -459,7 +459,7 @@ func TestR8_3_PromoteCrashResumesWithoutDoubleAppend(t *testing.T) {
 			s.settle(nil)
 			s.consume(nil)
 		}
-		if r, _ := s.c.core.Role(); r != engine.Primary {
+		if r, _ := s.c.core.View().Role(); r != engine.Primary {
 			t.Fatalf("%s: role %s after the resumed promote", variant, r)
 		}
 		for v, n := range s.copies(promoteID) {
@@ -499,7 +499,7 @@ func TestR8_3_PromoteWaitsForFailingCallback(t *testing.T) {
 	if s.effect(10) != 1 {
 		t.Fatalf("effect %d", s.effect(10))
 	}
-	if ks := s.c.core.Locks(); len(ks) != 0 {
+	if ks := s.c.core.View().Locks(); len(ks) != 0 {
 		t.Fatalf("keys held: %+v", ks)
 	}
 }
@@ -529,7 +529,7 @@ func TestR8_3_PromoteIgnoresStaleTopologyOnly(t *testing.T) {
 	if r := p.result(); r == nil || r.Result == nil {
 		t.Fatalf("promote: %+v", r)
 	}
-	if r, topo := s.c.core.Role(); r != engine.Primary || topo.Primary != "west" {
+	if r, topo := s.c.core.View().Role(); r != engine.Primary || topo.Primary != "west" {
 		t.Fatalf("after the promote: %s, %+v", r, topo)
 	}
 	outcome := func(id uint64) engine.OutcomeStatus {
@@ -581,7 +581,7 @@ func TestR4_4_AckSyncUpAckAnsweredOnceDurable(t *testing.T) {
 	s.broadcast(typSync, "", []resource.Key{resource.ExclusiveCollection("db", "c")}, vc(1, "x"))
 	s.settle(nil)
 	var m *message.Message
-	s.c.core.EachLive(func(_ uint64, _ engine.State, _ engine.Stage, msg *message.Message, _ int) { m = msg })
+	s.c.core.View().EachLive(func(_ uint64, _ engine.State, _ engine.Stage, msg *message.Message, _ int) { m = msg })
 	if m == nil {
 		t.Fatal("no live task")
 	}

@@ -212,7 +212,7 @@ func (s *script) applied() []uint64 {
 
 func (s *script) stage(id uint64) engine.Stage {
 	st := engine.Tombstoned
-	if live, _, _, ok := s.c.core.TaskByID(id); ok && live != nil {
+	if live, _, _, ok := s.c.core.View().TaskByID(id); ok && live != nil {
 		st = live.Stage
 	} else if !ok {
 		st = engine.StageNone

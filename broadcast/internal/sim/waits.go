@@ -48,7 +48,7 @@ func (w *world) watchMoves(ms []move) []move {
 		if c.down || w.lost(c) || c.driver && c.drv.b == nil {
 			continue
 		}
-		if live, _ := c.core.Counts(); live > 0 {
+		if live, _ := c.core.View().Counts(); live > 0 {
 			c := c
 			ms = append(ms, move{weight: 1, do: func() { w.watch(c) }})
 		}
@@ -58,11 +58,11 @@ func (w *world) watchMoves(ms []move) []move {
 
 // watch starts an ack wait for some targets of one of c's live tasks.
 func (w *world) watch(c *cluster) {
-	live, _ := c.core.Counts()
+	live, _ := c.core.View().Counts()
 	k := w.rng.IntN(live)
 	var id uint64
 	var vs []message.VChannel
-	c.core.EachLive(func(tid uint64, _ engine.State, _ engine.Stage, m *message.Message, _ int) {
+	c.core.View().EachLive(func(tid uint64, _ engine.State, _ engine.Stage, m *message.Message, _ int) {
 		if k == 0 {
 			id = tid
 			for _, v := range m.Broadcast.VChannels {

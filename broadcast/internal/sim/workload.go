@@ -497,7 +497,7 @@ func (cl *client) submitMember(typ message.Type, kind message.GroupKind, key mes
 // groupShape returns the keys and targets a member of group gid carries:
 // the open group's, or its Begin's record's.
 func (cl *client) groupShape(gid uint64) ([]resource.Key, []message.VChannel) {
-	if g, ok := cl.c.core.Group(gid); ok && g.Keys != nil {
+	if g, ok := cl.c.core.View().Group(gid); ok && g.Keys != nil {
 		return g.Keys, g.Targets
 	}
 	if r := cl.w.check.facts(cl.c).recs[gid]; r != nil {
@@ -615,7 +615,7 @@ func (cl *client) giveUp() {
 	if !cl.c.down {
 		// Withdrawn, the request leaves nothing behind (R11.3): no Resolve
 		// among a slot's waiters, no handle but one whose Submit goes on.
-		for _, v := range cl.c.core.Requests() {
+		for _, v := range cl.c.core.View().Requests() {
 			if v.Handle == cl.handle && !v.Busy {
 				cl.w.fail("%s: %s withdrawn, but %s (R11.3)", cl.c.name, r.name, cl.w.describeHold(v))
 			}
@@ -766,7 +766,7 @@ func (w *world) operator() func() {
 			continue
 		}
 		var id uint64
-		c.core.EachLive(func(tid uint64, _ engine.State, stage engine.Stage, m *message.Message, attempts int) {
+		c.core.View().EachLive(func(tid uint64, _ engine.State, stage engine.Stage, m *message.Message, attempts int) {
 			poisoned := string(m.Payload) == poisonForever
 			if id == 0 && stage == engine.Backoff && !w.operating[tid] && (attempts >= 3 && w.faultsOn && !poisoned ||
 				attempts >= 12 && poisoned) {
@@ -810,6 +810,6 @@ func (w *world) operator() func() {
 
 // poisoned reports whether c's live task id is a poisoned broadcast.
 func (w *world) poisoned(c *cluster, id uint64) bool {
-	live, _, _, ok := c.core.TaskByID(id)
+	live, _, _, ok := c.core.View().TaskByID(id)
 	return ok && live != nil && string(live.Msg.Payload) == poisonForever
 }

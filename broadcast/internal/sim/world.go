@@ -390,7 +390,7 @@ func (w *world) moves() []move {
 // resumed promote must find what the first run appended (R8.3).
 func (w *world) crashMove(c *cluster) (int, func()) {
 	if c == w.second && w.repl.lost && !w.repl.promoted && c.promoteCrashes < 2 &&
-		len(w.check.facts(c).supplements) > 0 && c.core.PromoteTask() != 0 {
+		len(w.check.facts(c).supplements) > 0 && c.core.View().PromoteTask() != 0 {
 		n := 1
 		if len(c.ops) > 0 {
 			n = 12
@@ -663,7 +663,7 @@ func (w *world) finished() bool {
 				return false
 			}
 		}
-		if live, _ := c.core.Counts(); live > 0 {
+		if live, _ := c.core.View().Counts(); live > 0 {
 			return false
 		}
 	}
@@ -684,7 +684,7 @@ func (w *world) orphans() []engine.GroupView {
 		return nil
 	}
 	var out []engine.GroupView
-	for _, g := range w.second.core.Groups() {
+	for _, g := range w.second.core.View().Groups() {
 		if g.Holding && !w.reconciled[g.ID] && w.check.facts(w.primary).recs[g.ID] != nil {
 			out = append(out, g)
 		}
@@ -748,7 +748,7 @@ func (w *world) collected() bool {
 		if c.down || c == w.primary && w.repl != nil && w.repl.lost {
 			continue
 		}
-		if _, n := c.core.Counts(); n > 0 {
+		if _, n := c.core.View().Counts(); n > 0 {
 			return false
 		}
 	}
@@ -763,14 +763,14 @@ func (w *world) state() string {
 			s += c.name + ": down\n"
 			continue
 		}
-		for _, t := range c.core.LiveTasks() {
+		for _, t := range c.core.View().LiveTasks() {
 			s += fmt.Sprintf("%s: task %d %s stage %s copies %+v attempts %d err %q\n", c.name, t.ID, t.Msg.Type, t.Stage, t.Copies, t.Attempts, t.LastError)
 		}
-		s += fmt.Sprintf("%s: %d ops in flight, locks %+v\n", c.name, len(c.ops), c.core.Locks())
-		for _, g := range c.core.Groups() {
+		s += fmt.Sprintf("%s: %d ops in flight, locks %+v\n", c.name, len(c.ops), c.core.View().Locks())
+		for _, g := range c.core.View().Groups() {
 			s += fmt.Sprintf("%s: open group %+v\n", c.name, g)
 		}
-		if live, n := c.core.Counts(); n > 0 {
+		if live, n := c.core.View().Counts(); n > 0 {
 			s += fmt.Sprintf("%s: %d live, %d tombstones\n", c.name, live, n)
 		}
 	}
@@ -832,7 +832,7 @@ func (w *world) afterGoroutines() {
 			}
 			continue
 		}
-		if c.driver && !c.down && c.core.Stopped() {
+		if c.driver && !c.down && c.core.View().Stopped() {
 			w.tracef("%s: broadcaster %d stopped", c.name, c.gen)
 			c.stopDriver()
 			c.down = true
