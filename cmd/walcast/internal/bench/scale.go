@@ -359,7 +359,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 // interleave measures B12's two ratios with the load of the machine the
 // same on both sides: a fresh standalone starts beside the full one (whose
 // clients are full), gets the same databases, and then bursts of
-// CreateCollection alternate between the two, four each. Throughput and
+// CreateCollection alternate between the two, ten each. Throughput and
 // p99 of the full one's bursts are compared with the fresh one's, so a
 // load that comes or goes during the run moves both. The full one's
 // collections are named past cfg.Collections (and past the recovery's
@@ -392,8 +392,11 @@ func interleave(ctx context.Context, cfg ScaleConfig, full []*client.Client, dbN
 	}); err != nil {
 		return nil, err
 	}
-	const rounds = 4
-	size := max(100, cfg.Collections/cfg.Steps/2)
+	// Ten rounds of small bursts: a spike of load lasting a second or so
+	// lands on both sides' samples alike (four rounds of 500 let one
+	// spike decide the full side's p99 under a CI machine's load).
+	const rounds = 10
+	size := max(50, cfg.Collections/cfg.Steps/5)
 	var fullLat, freshLat []time.Duration
 	var fullDur, freshDur time.Duration
 	for r := range rounds {
