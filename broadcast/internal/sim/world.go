@@ -312,7 +312,6 @@ func (w *world) run() {
 // moves lists what can happen now, with weights.
 func (w *world) moves() []move {
 	ms := w.moveBuf[:0]
-	defer func() { w.moveBuf = ms[:0] }()
 	for _, c := range w.clusters() {
 		c := c
 		if c.down {
@@ -379,6 +378,7 @@ func (w *world) moves() []move {
 	if op := w.operator(); op != nil {
 		ms = append(ms, move{weight: 1, do: op})
 	}
+	w.moveBuf = ms[:0] // the next step appends over this one's moves
 	return ms
 }
 
