@@ -989,7 +989,33 @@ func keysCmd(g *globals) *cobra.Command {
 	f.StringVar(&scope, "scope", "", "or: scope cluster, db:<id> or collection:<id> ...")
 	f.StringVar(&clientKey, "client-key", "", "... with the client key")
 	completeTypes(lookup, "type", g)
+	var pg pageFlags
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the remembered idempotency keys with their originals and windows",
+		Long: `List the idempotency keys the coordinator remembers, by their originals'
+broadcast ids: each key's message type, scope and fingerprint (keys are never
+shown raw), its original broadcast, state and window. A page may hold fewer keys
+than asked for when the server passed many broadcasts without keys.` + pageHelp,
+		Example: `  walcast keys list --limit 20
+  walcast keys list -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return streamList(g, cmd, pg, listing[*walcastv1.KeyEntry]{key: "keys",
+				header: []string{"BROADCAST", "TYPE", "SCOPE", "KEY FINGERPRINT", "STATE", "COMPLETED", "EXPIRES LATEST"},
+				row: func(k *walcastv1.KeyEntry) []string {
+					w := k.GetWindow()
+					return []string{fmt.Sprint(k.GetBroadcastId()), k.GetType(), k.GetScope(), k.GetKeyFingerprint(), k.GetState(),
+						ts(w.GetCompletedAt()), ts(w.GetExpiresLatest())}
+				},
+				page: func(ctx context.Context, c *client.Client, limit int32, token string) ([]*walcastv1.KeyEntry, string, error) {
+					r, err := c.ListKeysPage(ctx, &walcastv1.ListKeysRequest{Limit: limit, PageToken: token})
+					return r.GetKeys(), r.GetNextPageToken(), err
+				}})
+		},
+	}
+	pg.add(list, "keys")
 	cmd := &cobra.Command{Use: "keys", Short: "Inspect idempotency keys"}
-	cmd.AddCommand(lookup)
+	cmd.AddCommand(lookup, list)
 	return cmd
 }
