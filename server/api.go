@@ -679,14 +679,7 @@ func keyEntryPB(ks *broadcast.KeyStatus) *walcastv1.KeyEntry {
 	if ks.Persisting {
 		state = "PERSISTING"
 	}
-	scope := ""
-	if d, id, ok := k.Scope(); ok {
-		scope = d.String() + ":" + strconv.FormatUint(id, 10)
-		if d == message.ScopeCluster {
-			scope = d.String()
-		}
-	}
-	return &walcastv1.KeyEntry{Type: ks.Message.Type.String(), Scope: scope, KeyFingerprint: k.Fingerprint(),
+	return &walcastv1.KeyEntry{Type: ks.Message.Type.String(), Scope: k.ScopeName(), KeyFingerprint: k.Fingerprint(),
 		BroadcastId: ks.BroadcastID, State: state, Outcome: outcomePB(ks.Outcome), Window: windowPB(&w)}
 }
 
