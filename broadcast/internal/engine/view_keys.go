@@ -16,10 +16,11 @@ import (
 // An original keeps its id while it goes from live to tombstoned, so a walk
 // resumed across pages sees each original that exists throughout exactly
 // once. A walk never copies the index: the tombstones are visited through
-// their id map a range of ids at a time (the few hundred ranges of a
-// million tombstones are read per call, not kept), the live tasks and the
-// open groups' tombstones above after are sorted per call (they are as many
-// as the broadcasts in flight).
+// their id map a range of ids at a time, the next 256 ranges holding any
+// found by a pass over the map's ranges (about 2,000 for a million
+// consecutive ids; one per id at worst, for ids far apart); the live tasks
+// and the open groups' tombstones above after are sorted per call (they
+// are as many as the broadcasts in flight).
 func (v View) Originals(after uint64, budget int, fn func(Original) bool) (resume uint64, more bool) {
 	c := v.c
 	resume = after
@@ -70,7 +71,7 @@ func (v View) Originals(after uint64, budget int, fn func(Original) bool) (resum
 	refs := &c.tombs.byID
 	from := after / idPageSize
 	for {
-		rngs := refs.rangesFrom(from, 16)
+		rngs := refs.rangesFrom(from, 256)
 		if len(rngs) == 0 {
 			break
 		}
