@@ -188,7 +188,7 @@ func (b *Broadcaster) Lookup(_ context.Context, t message.Type, k message.Idempo
 // tombstones without keys costs a bounded pause: such a page may hold
 // fewer keys than asked for, and its cursor says where to go on. A
 // variable for the tests.
-var keysScanBudget = 16384
+var keysScanBudget = 4096
 
 // Keys lists the remembered idempotency keys (R7.5): the originals of the
 // scopes in the index, live or tombstoned, in the order of their broadcast
@@ -197,7 +197,7 @@ var keysScanBudget = 16384
 // the type and the key. next is the cursor of the rest (the highest id
 // this page went past; 0 once there is nothing more), which may come with
 // fewer than limit keys (a call looks at a bounded number of tasks
-// and tombstones, 16,384, while the engine waits). An original that exists
+// and tombstones, 4,096, while the engine waits). An original that exists
 // throughout a walk is listed once, live or tombstoned, whenever it
 // finishes; a key taken meanwhile may come or not.
 func (b *Broadcaster) Keys(_ context.Context, after uint64, limit int) (keys []*KeyStatus, next uint64, err error) {
