@@ -21,6 +21,7 @@ var procedures = map[string]Role{
 	walcastv1connect.BroadcastServiceListTasksProcedure:        Reader,
 	walcastv1connect.BroadcastServiceListLocksProcedure:        Reader,
 	walcastv1connect.BroadcastServiceLookupKeyProcedure:        Reader,
+	walcastv1connect.BroadcastServiceListKeysProcedure:         Reader,
 	walcastv1connect.BroadcastServiceRetryCallbackProcedure:    Admin,
 	walcastv1connect.BroadcastServiceCompleteCallbackProcedure: Admin,
 	walcastv1connect.BroadcastServiceForceAckProcedure:         Admin,

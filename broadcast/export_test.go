@@ -68,3 +68,11 @@ func (b *Broadcaster) Outstanding() engine.Outstanding {
 	b.d.inspect(func(c engine.View) { o = c.Outstanding() })
 	return o
 }
+
+// SetKeysScanBudget makes Keys look at n tasks and tombstones a call, until
+// the test ends.
+func SetKeysScanBudget(t interface{ Cleanup(func()) }, n int) {
+	old := keysScanBudget
+	keysScanBudget = n
+	t.Cleanup(func() { keysScanBudget = old })
+}

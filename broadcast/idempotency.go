@@ -180,6 +180,63 @@ func (b *Broadcaster) Lookup(_ context.Context, t message.Type, k message.Idempo
 	if o == nil {
 		return nil, fmt.Errorf("%w: no broadcast of %s with key fingerprint %s", ErrNotFound, t, k.Fingerprint())
 	}
+	return keyStatus(o)
+}
+
+// keysScanBudget bounds the tasks and tombstones one call of Keys looks at
+// while the engine waits, so that a page of keys among a million
+// tombstones without keys costs a bounded pause: such a page may hold
+// fewer keys than asked for, and its cursor says where to go on. A
+// variable for the tests.
+var keysScanBudget = 4096
+
+// Keys lists the remembered idempotency keys (R7.5): the originals of the
+// scopes in the index, live or tombstoned, in the order of their broadcast
+// ids, from the first id above after on, at most limit of them (limit must
+// be positive). Each is reported as Lookup reports it; its Message tells
+// the type and the key. next is the cursor of the rest (the highest id
+// this page went past; 0 once there is nothing more), which may come with
+// fewer than limit keys (a call looks at a bounded number of tasks
+// and tombstones, 4,096, while the engine waits). An original that exists
+// throughout a walk is listed once, live or tombstoned, whenever it
+// finishes; a key taken meanwhile may come or not.
+func (b *Broadcaster) Keys(_ context.Context, after uint64, limit int) (keys []*KeyStatus, next uint64, err error) {
+	if limit <= 0 {
+		return nil, 0, fmt.Errorf("%w: limit %d is not positive", ErrInvalidArgument, limit)
+	}
+	if err := b.closedErr(); err != nil {
+		return nil, 0, err
+	}
+	var found []engine.Original
+	var resume uint64
+	var more bool
+	if !b.d.inspect(func(c engine.View) {
+		resume, more = c.Originals(after, keysScanBudget, func(o engine.Original) bool {
+			if len(found) == limit {
+				return false
+			}
+			found = append(found, o)
+			return true
+		})
+	}) {
+		return nil, 0, b.closedErr()
+	}
+	keys = make([]*KeyStatus, 0, len(found))
+	for i := range found {
+		ks, err := keyStatus(&found[i])
+		if err != nil {
+			return nil, 0, err
+		}
+		keys = append(keys, ks)
+	}
+	if !more {
+		resume = 0
+	}
+	return keys, resume, nil
+}
+
+// keyStatus is the status of original o, as Lookup reports it.
+func keyStatus(o *engine.Original) (*KeyStatus, error) {
 	if o.Live {
 		st := Pending
 		if o.Msg.Replicate != nil {

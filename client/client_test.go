@@ -727,3 +727,63 @@ func TestR9_5_TasksIteratesPageByPage(t *testing.T) {
 		t.Errorf("3 tasks read in %d pages, want 2", pages.Load())
 	}
 }
+
+// TestR7_5_KeysIteratesPageByPage: Keys walks every remembered idempotency
+// key by its original's id, one page at a time and no further than its
+// caller reads.
+func TestR7_5_KeysIteratesPageByPage(t *testing.T) {
+	env := apitest.New(t)
+	var pages atomic.Int32
+	count := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, r connect.AnyRequest) (connect.AnyResponse, error) {
+			if strings.HasSuffix(r.Spec().Procedure, "/ListKeys") {
+				pages.Add(1)
+			}
+			return next(ctx, r)
+		}
+	})
+	srv := apitest.Serve(t, app.StaticLeader(env.Open()), nil, server.WithMaxListTasks(2),
+		server.WithConnectOptions(connect.WithInterceptors(count)))
+	c := newClient(t, protocols[0], []string{srv.URL})
+	ctx := ctxT(t)
+	var ids []uint64
+	for range 5 {
+		req := newReq()
+		req.Scope = client.ClusterScope() // a key minted per request
+		res, err := c.Broadcast(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.BroadcastID)
+		if _, err := c.Broadcast(ctx, newReq()); err != nil { // no key
+			t.Fatal(err)
+		}
+	}
+	var got []uint64
+	for k, err := range c.Keys(ctx, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, k.GetBroadcastId())
+	}
+	if !slices.Equal(got, ids) || pages.Load() != 3 {
+		t.Errorf("keys of %v in %d pages, want %v in 3", got, pages.Load(), ids)
+	}
+	pages.Store(0)
+	n := 0
+	for _, err := range c.Keys(ctx, 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n++; n == 2 {
+			break
+		}
+	}
+	if pages.Load() != 2 {
+		t.Errorf("2 keys read in %d pages of 1, want 2", pages.Load())
+	}
+	page, err := c.ListKeysPage(ctx, &walcastv1.ListKeysRequest{Limit: 1})
+	if err != nil || len(page.GetKeys()) != 1 || page.GetKeys()[0].GetBroadcastId() != ids[0] || page.GetNextPageToken() == "" {
+		t.Fatalf("first page of 1: %v, %v", page, err)
+	}
+}

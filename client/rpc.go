@@ -150,6 +150,27 @@ func (c *Client) LookupKey(ctx context.Context, t message.Type, key message.Idem
 		walcastv1connect.BroadcastServiceClient.LookupKey)
 }
 
+// ListKeysPage reads one page of the remembered idempotency keys, in the
+// order of their originals' broadcast ids (req.Limit: at most this many,
+// 0: the server's page). A page may hold fewer keys than asked for, even
+// none: go on while NextPageToken is set.
+func (c *Client) ListKeysPage(ctx context.Context, req *walcastv1.ListKeysRequest) (*walcastv1.ListKeysResponse, error) {
+	if req == nil {
+		req = &walcastv1.ListKeysRequest{}
+	}
+	return unary(ctx, c, req, walcastv1connect.BroadcastServiceClient.ListKeys)
+}
+
+// Keys iterates over the remembered idempotency keys by their originals'
+// broadcast ids, a page at a time (pageSize keys a page at most, 0: the
+// server's); it stops at the first error, which it yields.
+func (c *Client) Keys(ctx context.Context, pageSize int32) iter.Seq2[*walcastv1.KeyEntry, error] {
+	return pages(func(token string) ([]*walcastv1.KeyEntry, string, error) {
+		r, err := c.ListKeysPage(ctx, &walcastv1.ListKeysRequest{Limit: pageSize, PageToken: token})
+		return r.GetKeys(), r.GetNextPageToken(), err
+	})
+}
+
 // RetryCallback makes a failing callback retry now.
 func (c *Client) RetryCallback(ctx context.Context, id uint64) error {
 	_, err := unary(ctx, c, &walcastv1.RetryCallbackRequest{Id: id}, walcastv1connect.BroadcastServiceClient.RetryCallback)

@@ -269,6 +269,20 @@ func (k IdempotencyKey) Scope() (d ScopeDomain, scopeID uint64, ok bool) {
 	return d, scopeID, ok
 }
 
+// ScopeName names the key's scope for operators: "cluster",
+// "database:<id>", "collection:<id>" or "<domain name>:<id>"; "" when Scope
+// is not ok. It tells nothing of the client key.
+func (k IdempotencyKey) ScopeName() string {
+	d, id, ok := k.Scope()
+	switch {
+	case !ok:
+		return ""
+	case d == ScopeCluster:
+		return d.String()
+	}
+	return d.String() + ":" + strconv.FormatUint(id, 10)
+}
+
 // ClientKey returns the client's part of the key: everything after the scope.
 // For a string the constructors did not produce, it returns the whole string.
 func (k IdempotencyKey) ClientKey() string {

@@ -261,3 +261,19 @@ func FuzzScopedKeyRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// TestR7_5_ScopeNameNamesTheScopeOnly: a key's scope name, which the keys
+// list shows, names its domain and id and nothing of the client key.
+func TestR7_5_ScopeNameNamesTheScopeOnly(t *testing.T) {
+	for k, want := range map[IdempotencyKey]string{
+		ClusterKey("secret"):         "cluster",
+		DatabaseKey(3, "secret"):     "database:3",
+		CollectionKey(42, "secret"):  "collection:42",
+		IdempotencyKey("not scoped"): "",
+		IdempotencyKey(""):           "",
+	} {
+		if got := k.ScopeName(); got != want {
+			t.Errorf("%q: scope name %q, want %q", k, got, want)
+		}
+	}
+}

@@ -454,23 +454,33 @@ func (a *broadcastAPI) ListTasks(ctx context.Context, req *connect.Request[walca
 
 // A ListTasks page token is opaque to clients: base64 of "task:" and the
 // last task's id, as the metadata lists' tokens (meta/page.go) are of
-// their kind and last item.
-const taskTokenKind = "task"
+// their kind and last item; a ListKeys one of "key:" and the last id its
+// page went past.
+const (
+	taskTokenKind = "task"
+	keyTokenKind  = "key"
+)
 
 // taskToken is the token of the page after the task last.
-func taskToken(last uint64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(taskTokenKind + ":" + strconv.FormatUint(last, 10)))
-}
+func taskToken(last uint64) string { return idToken(taskTokenKind, last) }
 
 // taskCursor reads a ListTasks page token: the id of the last task shown.
-func taskCursor(token string) (uint64, error) {
+func taskCursor(token string) (uint64, error) { return idCursor(taskTokenKind, token) }
+
+// idToken is the token of a list of kind whose page ended at id last.
+func idToken(kind string, last uint64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(kind + ":" + strconv.FormatUint(last, 10)))
+}
+
+// idCursor reads a page token of a list of kind: the id its page ended at.
+func idCursor(kind, token string) (uint64, error) {
 	bad := invalidArg("page_token %q is not a token of this list", token)
 	raw, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
 		return 0, bad
 	}
 	k, id, ok := strings.Cut(string(raw), ":")
-	if !ok || k != taskTokenKind {
+	if !ok || k != kind {
 		return 0, bad
 	}
 	n, err := strconv.ParseUint(id, 10, 64)
@@ -615,6 +625,62 @@ func (a *broadcastAPI) LookupKey(ctx context.Context, req *connect.Request[walca
 	a.judge(ctx, b, &t, typ, ks.Outcome)
 	out.ApplicationOutcome = t.ApplicationOutcome
 	return connect.NewResponse(out), nil
+}
+
+// ListKeys lists the remembered idempotency keys a page at a time, by
+// their originals' ids, at most maxListTasks a page (R7.5).
+func (a *broadcastAPI) ListKeys(ctx context.Context, req *connect.Request[walcastv1.ListKeysRequest]) (*connect.Response[walcastv1.ListKeysResponse], error) {
+	const proc = "ListKeys"
+	r := req.Msg
+	if r.GetLimit() < 0 {
+		return nil, a.fail(proc, invalidArg("limit %d is negative", r.GetLimit()))
+	}
+	var after uint64
+	if t := r.GetPageToken(); t != "" {
+		var err error
+		if after, err = idCursor(keyTokenKind, t); err != nil {
+			return nil, a.fail(proc, err)
+		}
+	}
+	page := int(r.GetLimit())
+	if page == 0 || a.cfg.maxListTasks > 0 && page > a.cfg.maxListTasks {
+		page = a.cfg.maxListTasks
+	}
+	if page <= 0 {
+		page = DefaultMaxListTasks
+	}
+	b, err := a.leader.Current()
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	keys, next, err := b.Keys(ctx, after, page)
+	if err != nil {
+		return nil, a.fail(proc, err)
+	}
+	out := &walcastv1.ListKeysResponse{Keys: make([]*walcastv1.KeyEntry, len(keys))}
+	if next != 0 {
+		out.NextPageToken = idToken(keyTokenKind, next)
+	}
+	for i, ks := range keys {
+		out.Keys[i] = keyEntryPB(ks)
+		var t walcastv1.Task
+		a.judge(ctx, b, &t, ks.Message.Type, ks.Outcome)
+		out.Keys[i].ApplicationOutcome = t.ApplicationOutcome
+	}
+	return connect.NewResponse(out), nil
+}
+
+// keyEntryPB is the API's view of a remembered key: its raw key stays
+// out, as in logs (R7.7).
+func keyEntryPB(ks *broadcast.KeyStatus) *walcastv1.KeyEntry {
+	w := ks.Window
+	k := ks.Message.IdempotencyKey
+	state := ks.State.String()
+	if ks.Persisting {
+		state = "PERSISTING"
+	}
+	return &walcastv1.KeyEntry{Type: ks.Message.Type.String(), Scope: k.ScopeName(), KeyFingerprint: k.Fingerprint(),
+		BroadcastId: ks.BroadcastID, State: state, Outcome: outcomePB(ks.Outcome), Window: windowPB(&w)}
 }
 
 // RetryCallback makes a failing callback retry now (R5.6).

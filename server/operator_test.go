@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/walcast/walcast/api/walcastv1"
 	"github.com/walcast/walcast/app"
 	"github.com/walcast/walcast/auth"
+	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/server"
 	"github.com/walcast/walcast/server/apitest"
 )
@@ -137,6 +139,72 @@ func TestR9_5_ListTasksPagesByToken(t *testing.T) {
 		for _, bad := range []string{"not a token!", base64.RawURLEncoding.EncodeToString([]byte("coll:orders")),
 			base64.RawURLEncoding.EncodeToString([]byte("task:0")), base64.RawURLEncoding.EncodeToString([]byte("task:x"))} {
 			_, err := c.ListTasks(ctx, connect.NewRequest(&walcastv1.ListTasksRequest{PageToken: bad}))
+			wantCode(t, err, connect.CodeInvalidArgument)
+		}
+	})
+}
+
+// TestR7_5_ListKeysPagesByToken: ListKeys pages the remembered keys by
+// their originals' ids, at most the server's page size a page whatever
+// the limit asked, each reported as LookupKey reports it, by scope and
+// fingerprint, never raw; the last page has no next_page_token. A
+// negative limit and a token of another list or of nothing are
+// InvalidArgument.
+func TestR7_5_ListKeysPagesByToken(t *testing.T) {
+	forProtocols(t, func(t *testing.T, p protocol) {
+		env := apitest.New(t)
+		c := dial(t, apitest.Serve(t, app.StaticLeader(env.Open()), nil, server.WithMaxListTasks(2)), p)
+		ctx := ctxT(t)
+		want := map[uint64]message.IdempotencyKey{}
+		for i := range 5 {
+			r := newReq()
+			r.ResourceKeys = []string{fmt.Sprintf("Collection:db1:c%d@X", i)}
+			if i != 2 {
+				r.IdempotencyKey = string(message.CollectionKey(7, fmt.Sprint("req-", i)))
+			}
+			id := broadcastOK(t, ctx, c, r).GetBroadcastId()
+			if i != 2 {
+				want[id] = message.IdempotencyKey(r.IdempotencyKey)
+			}
+		}
+		var got []uint64
+		token := ""
+		for pages := 0; ; pages++ {
+			resp, err := c.ListKeys(ctx, connect.NewRequest(&walcastv1.ListKeysRequest{Limit: 100, PageToken: token}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Msg.GetKeys()) > 2 {
+				t.Fatalf("page of %d keys, the server's page is 2", len(resp.Msg.GetKeys()))
+			}
+			for _, k := range resp.Msg.GetKeys() {
+				got = append(got, k.GetBroadcastId())
+				ik := want[k.GetBroadcastId()]
+				lk, err := c.LookupKey(ctx, connect.NewRequest(&walcastv1.LookupKeyRequest{Type: k.GetType(), IdempotencyKey: string(ik)}))
+				if err != nil || lk.Msg.GetBroadcastId() != k.GetBroadcastId() || k.GetState() != lk.Msg.GetState() ||
+					k.GetKeyFingerprint() != ik.Fingerprint() || k.GetScope() != "collection:7" ||
+					!proto.Equal(k.GetWindow(), lk.Msg.GetWindow()) || !proto.Equal(k.GetOutcome(), lk.Msg.GetOutcome()) {
+					t.Fatalf("listed %v; lookup of %q: %v, %v", k, ik, lk, err)
+				}
+				if strings.Contains(k.String(), "req-") {
+					t.Fatalf("a raw key listed: %v", k)
+				}
+			}
+			if token = resp.Msg.GetNextPageToken(); token == "" {
+				break
+			}
+			if pages > 5 {
+				t.Fatalf("no end after %d pages: %v", pages, got)
+			}
+		}
+		if len(got) != len(want) || !slices.IsSorted(got) {
+			t.Fatalf("keys of %v listed, want those of %v by id", got, want)
+		}
+		_, err := c.ListKeys(ctx, connect.NewRequest(&walcastv1.ListKeysRequest{Limit: -1}))
+		wantCode(t, err, connect.CodeInvalidArgument)
+		for _, bad := range []string{"not a token!", base64.RawURLEncoding.EncodeToString([]byte("task:3")),
+			base64.RawURLEncoding.EncodeToString([]byte("key:0")), base64.RawURLEncoding.EncodeToString([]byte("key:x"))} {
+			_, err := c.ListKeys(ctx, connect.NewRequest(&walcastv1.ListKeysRequest{PageToken: bad}))
 			wantCode(t, err, connect.CodeInvalidArgument)
 		}
 	})

@@ -1789,6 +1789,227 @@ func (x *LookupKeyResponse) GetApplicationOutcome() *Outcome {
 	return nil
 }
 
+type ListKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many keys (0: the server's page size, 1,000 by default,
+	// which also caps it).
+	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeysRequest) Reset() {
+	*x = ListKeysRequest{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysRequest) ProtoMessage() {}
+
+func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListKeysRequest) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListKeysRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListKeysRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// KeyEntry is one remembered idempotency key: the original its retries
+// get, as LookupKey reports it. The key itself is shown by its
+// fingerprint and scope only (R7.7).
+type KeyEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message type of the key's scope, "<name>.v<version>".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// The key's scope: "cluster", "database:<id>", "collection:<id>", or an
+	// application domain's "<name>:<id>".
+	Scope          string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	KeyFingerprint string `protobuf:"bytes,3,opt,name=key_fingerprint,json=keyFingerprint,proto3" json:"key_fingerprint,omitempty"`
+	BroadcastId    uint64 `protobuf:"varint,4,opt,name=broadcast_id,json=broadcastId,proto3" json:"broadcast_id,omitempty"`
+	// PENDING, PERSISTING (its id is not final yet), REPLICATED or
+	// TOMBSTONE.
+	State   string   `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Outcome *Outcome `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Window  *Window  `protobuf:"bytes,7,opt,name=window,proto3" json:"window,omitempty"`
+	// As Task.application_outcome.
+	ApplicationOutcome *Outcome `protobuf:"bytes,8,opt,name=application_outcome,json=applicationOutcome,proto3" json:"application_outcome,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *KeyEntry) Reset() {
+	*x = KeyEntry{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyEntry) ProtoMessage() {}
+
+func (x *KeyEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyEntry.ProtoReflect.Descriptor instead.
+func (*KeyEntry) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *KeyEntry) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *KeyEntry) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *KeyEntry) GetKeyFingerprint() string {
+	if x != nil {
+		return x.KeyFingerprint
+	}
+	return ""
+}
+
+func (x *KeyEntry) GetBroadcastId() uint64 {
+	if x != nil {
+		return x.BroadcastId
+	}
+	return 0
+}
+
+func (x *KeyEntry) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *KeyEntry) GetOutcome() *Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *KeyEntry) GetWindow() *Window {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *KeyEntry) GetApplicationOutcome() *Outcome {
+	if x != nil {
+		return x.ApplicationOutcome
+	}
+	return nil
+}
+
+type ListKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In the order of their broadcast ids. A page may hold fewer keys than
+	// asked for, even none, when the server looked at many broadcasts
+	// without keys: go on while next_page_token is set.
+	Keys []*KeyEntry `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Set when more broadcasts remain to look at: send it as page_token for
+	// the next page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeysResponse) Reset() {
+	*x = ListKeysResponse{}
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysResponse) ProtoMessage() {}
+
+func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListKeysResponse) Descriptor() ([]byte, []int) {
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListKeysResponse) GetKeys() []*KeyEntry {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ListKeysResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type RetryCallbackRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1798,7 +2019,7 @@ type RetryCallbackRequest struct {
 
 func (x *RetryCallbackRequest) Reset() {
 	*x = RetryCallbackRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +2031,7 @@ func (x *RetryCallbackRequest) String() string {
 func (*RetryCallbackRequest) ProtoMessage() {}
 
 func (x *RetryCallbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[21]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +2044,7 @@ func (x *RetryCallbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryCallbackRequest.ProtoReflect.Descriptor instead.
 func (*RetryCallbackRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{21}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetryCallbackRequest) GetId() uint64 {
@@ -1841,7 +2062,7 @@ type RetryCallbackResponse struct {
 
 func (x *RetryCallbackResponse) Reset() {
 	*x = RetryCallbackResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2074,7 @@ func (x *RetryCallbackResponse) String() string {
 func (*RetryCallbackResponse) ProtoMessage() {}
 
 func (x *RetryCallbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[22]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2087,7 @@ func (x *RetryCallbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryCallbackResponse.ProtoReflect.Descriptor instead.
 func (*RetryCallbackResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{22}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{25}
 }
 
 type CompleteCallbackRequest struct {
@@ -1879,7 +2100,7 @@ type CompleteCallbackRequest struct {
 
 func (x *CompleteCallbackRequest) Reset() {
 	*x = CompleteCallbackRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2112,7 @@ func (x *CompleteCallbackRequest) String() string {
 func (*CompleteCallbackRequest) ProtoMessage() {}
 
 func (x *CompleteCallbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[23]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2125,7 @@ func (x *CompleteCallbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCallbackRequest.ProtoReflect.Descriptor instead.
 func (*CompleteCallbackRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{23}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompleteCallbackRequest) GetId() uint64 {
@@ -1929,7 +2150,7 @@ type CompleteCallbackResponse struct {
 
 func (x *CompleteCallbackResponse) Reset() {
 	*x = CompleteCallbackResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2162,7 @@ func (x *CompleteCallbackResponse) String() string {
 func (*CompleteCallbackResponse) ProtoMessage() {}
 
 func (x *CompleteCallbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[24]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2175,7 @@ func (x *CompleteCallbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCallbackResponse.ProtoReflect.Descriptor instead.
 func (*CompleteCallbackResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{24}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{27}
 }
 
 type ForceAckRequest struct {
@@ -1970,7 +2191,7 @@ type ForceAckRequest struct {
 
 func (x *ForceAckRequest) Reset() {
 	*x = ForceAckRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2203,7 @@ func (x *ForceAckRequest) String() string {
 func (*ForceAckRequest) ProtoMessage() {}
 
 func (x *ForceAckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[25]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2216,7 @@ func (x *ForceAckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAckRequest.ProtoReflect.Descriptor instead.
 func (*ForceAckRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{25}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForceAckRequest) GetId() uint64 {
@@ -2029,7 +2250,7 @@ type ForceAckResponse struct {
 
 func (x *ForceAckResponse) Reset() {
 	*x = ForceAckResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2262,7 @@ func (x *ForceAckResponse) String() string {
 func (*ForceAckResponse) ProtoMessage() {}
 
 func (x *ForceAckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[26]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2275,7 @@ func (x *ForceAckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceAckResponse.ProtoReflect.Descriptor instead.
 func (*ForceAckResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{26}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForceAckResponse) GetTask() *Task {
@@ -2072,7 +2293,7 @@ type ListTypesRequest struct {
 
 func (x *ListTypesRequest) Reset() {
 	*x = ListTypesRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2305,7 @@ func (x *ListTypesRequest) String() string {
 func (*ListTypesRequest) ProtoMessage() {}
 
 func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[27]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2318,7 @@ func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListTypesRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{27}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{30}
 }
 
 type MessageType struct {
@@ -2113,7 +2334,7 @@ type MessageType struct {
 
 func (x *MessageType) Reset() {
 	*x = MessageType{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[28]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2346,7 @@ func (x *MessageType) String() string {
 func (*MessageType) ProtoMessage() {}
 
 func (x *MessageType) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[28]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2359,7 @@ func (x *MessageType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageType.ProtoReflect.Descriptor instead.
 func (*MessageType) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{28}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MessageType) GetType() string {
@@ -2178,7 +2399,7 @@ type ListTypesResponse struct {
 
 func (x *ListTypesResponse) Reset() {
 	*x = ListTypesResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[29]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2411,7 @@ func (x *ListTypesResponse) String() string {
 func (*ListTypesResponse) ProtoMessage() {}
 
 func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[29]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2424,7 @@ func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListTypesResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{29}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListTypesResponse) GetTypes() []*MessageType {
@@ -2225,7 +2446,7 @@ type WaitVChannelsAckedRequest struct {
 
 func (x *WaitVChannelsAckedRequest) Reset() {
 	*x = WaitVChannelsAckedRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[30]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2458,7 @@ func (x *WaitVChannelsAckedRequest) String() string {
 func (*WaitVChannelsAckedRequest) ProtoMessage() {}
 
 func (x *WaitVChannelsAckedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[30]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2471,7 @@ func (x *WaitVChannelsAckedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitVChannelsAckedRequest.ProtoReflect.Descriptor instead.
 func (*WaitVChannelsAckedRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{30}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WaitVChannelsAckedRequest) GetId() uint64 {
@@ -2277,7 +2498,7 @@ type WaitVChannelsAckedResponse struct {
 
 func (x *WaitVChannelsAckedResponse) Reset() {
 	*x = WaitVChannelsAckedResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[31]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2510,7 @@ func (x *WaitVChannelsAckedResponse) String() string {
 func (*WaitVChannelsAckedResponse) ProtoMessage() {}
 
 func (x *WaitVChannelsAckedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[31]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2523,7 @@ func (x *WaitVChannelsAckedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitVChannelsAckedResponse.ProtoReflect.Descriptor instead.
 func (*WaitVChannelsAckedResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{31}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WaitVChannelsAckedResponse) GetTask() *Task {
@@ -2333,7 +2554,7 @@ type BeginTxnRequest struct {
 
 func (x *BeginTxnRequest) Reset() {
 	*x = BeginTxnRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[32]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2566,7 @@ func (x *BeginTxnRequest) String() string {
 func (*BeginTxnRequest) ProtoMessage() {}
 
 func (x *BeginTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[32]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2579,7 @@ func (x *BeginTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginTxnRequest.ProtoReflect.Descriptor instead.
 func (*BeginTxnRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{32}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BeginTxnRequest) GetType() string {
@@ -2424,7 +2645,7 @@ type BeginTxnResponse struct {
 
 func (x *BeginTxnResponse) Reset() {
 	*x = BeginTxnResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[33]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2657,7 @@ func (x *BeginTxnResponse) String() string {
 func (*BeginTxnResponse) ProtoMessage() {}
 
 func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[33]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2670,7 @@ func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginTxnResponse.ProtoReflect.Descriptor instead.
 func (*BeginTxnResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{33}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BeginTxnResponse) GetTxnId() uint64 {
@@ -2489,7 +2710,7 @@ type TxnMemberRequest struct {
 
 func (x *TxnMemberRequest) Reset() {
 	*x = TxnMemberRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[34]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2722,7 @@ func (x *TxnMemberRequest) String() string {
 func (*TxnMemberRequest) ProtoMessage() {}
 
 func (x *TxnMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[34]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2735,7 @@ func (x *TxnMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMemberRequest.ProtoReflect.Descriptor instead.
 func (*TxnMemberRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{34}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TxnMemberRequest) GetTxnId() uint64 {
@@ -2569,7 +2790,7 @@ type TxnMemberResponse struct {
 
 func (x *TxnMemberResponse) Reset() {
 	*x = TxnMemberResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[35]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2802,7 @@ func (x *TxnMemberResponse) String() string {
 func (*TxnMemberResponse) ProtoMessage() {}
 
 func (x *TxnMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[35]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2815,7 @@ func (x *TxnMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMemberResponse.ProtoReflect.Descriptor instead.
 func (*TxnMemberResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{35}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxnMemberResponse) GetResult() *BroadcastResponse {
@@ -2613,7 +2834,7 @@ type GetGroupRequest struct {
 
 func (x *GetGroupRequest) Reset() {
 	*x = GetGroupRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[36]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2846,7 @@ func (x *GetGroupRequest) String() string {
 func (*GetGroupRequest) ProtoMessage() {}
 
 func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[36]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2859,7 @@ func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetGroupRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{36}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetGroupRequest) GetId() uint64 {
@@ -2678,7 +2899,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[37]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2911,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[37]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2924,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{37}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Group) GetId() uint64 {
@@ -2790,7 +3011,7 @@ type GroupMember struct {
 
 func (x *GroupMember) Reset() {
 	*x = GroupMember{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[38]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3023,7 @@ func (x *GroupMember) String() string {
 func (*GroupMember) ProtoMessage() {}
 
 func (x *GroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[38]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3036,7 @@ func (x *GroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
 func (*GroupMember) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{38}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GroupMember) GetId() uint64 {
@@ -2854,7 +3075,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[39]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3087,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[39]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3100,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{39}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{42}
 }
 
 type ListGroupsResponse struct {
@@ -2891,7 +3112,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[40]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3124,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[40]
+	mi := &file_walcast_api_v1_broadcast_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3137,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{40}
+	return file_walcast_api_v1_broadcast_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*Group {
@@ -3089,7 +3310,23 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x121\n" +
 	"\aoutcome\x18\x03 \x01(\v2\x17.walcast.api.v1.OutcomeR\aoutcome\x12.\n" +
 	"\x06window\x18\x04 \x01(\v2\x16.walcast.api.v1.WindowR\x06window\x12H\n" +
-	"\x13application_outcome\x18\x05 \x01(\v2\x17.walcast.api.v1.OutcomeR\x12applicationOutcome\"&\n" +
+	"\x13application_outcome\x18\x05 \x01(\v2\x17.walcast.api.v1.OutcomeR\x12applicationOutcome\"F\n" +
+	"\x0fListKeysRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xc3\x02\n" +
+	"\bKeyEntry\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12'\n" +
+	"\x0fkey_fingerprint\x18\x03 \x01(\tR\x0ekeyFingerprint\x12!\n" +
+	"\fbroadcast_id\x18\x04 \x01(\x04R\vbroadcastId\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x121\n" +
+	"\aoutcome\x18\x06 \x01(\v2\x17.walcast.api.v1.OutcomeR\aoutcome\x12.\n" +
+	"\x06window\x18\a \x01(\v2\x16.walcast.api.v1.WindowR\x06window\x12H\n" +
+	"\x13application_outcome\x18\b \x01(\v2\x17.walcast.api.v1.OutcomeR\x12applicationOutcome\"h\n" +
+	"\x10ListKeysResponse\x12,\n" +
+	"\x04keys\x18\x01 \x03(\v2\x18.walcast.api.v1.KeyEntryR\x04keys\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"&\n" +
 	"\x14RetryCallbackRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"\x17\n" +
 	"\x15RetryCallbackResponse\"A\n" +
@@ -3184,14 +3421,16 @@ const file_walcast_api_v1_broadcast_proto_rawDesc = "" +
 	"\x10GROUP_KIND_BEGIN\x10\x01\x12\x13\n" +
 	"\x0fGROUP_KIND_BODY\x10\x02\x12\x15\n" +
 	"\x11GROUP_KIND_COMMIT\x10\x03\x12\x17\n" +
-	"\x13GROUP_KIND_ROLLBACK\x10\x042\xe8\t\n" +
+	"\x13GROUP_KIND_ROLLBACK\x10\x042\xb7\n" +
+	"\n" +
 	"\x10BroadcastService\x12P\n" +
 	"\tBroadcast\x12 .walcast.api.v1.BroadcastRequest\x1a!.walcast.api.v1.BroadcastResponse\x12>\n" +
 	"\x03Ack\x12\x1a.walcast.api.v1.AckRequest\x1a\x1b.walcast.api.v1.AckResponse\x12?\n" +
 	"\aGetTask\x12\x1e.walcast.api.v1.GetTaskRequest\x1a\x14.walcast.api.v1.Task\x12P\n" +
 	"\tListTasks\x12 .walcast.api.v1.ListTasksRequest\x1a!.walcast.api.v1.ListTasksResponse\x12P\n" +
 	"\tListLocks\x12 .walcast.api.v1.ListLocksRequest\x1a!.walcast.api.v1.ListLocksResponse\x12P\n" +
-	"\tLookupKey\x12 .walcast.api.v1.LookupKeyRequest\x1a!.walcast.api.v1.LookupKeyResponse\x12\\\n" +
+	"\tLookupKey\x12 .walcast.api.v1.LookupKeyRequest\x1a!.walcast.api.v1.LookupKeyResponse\x12M\n" +
+	"\bListKeys\x12\x1f.walcast.api.v1.ListKeysRequest\x1a .walcast.api.v1.ListKeysResponse\x12\\\n" +
 	"\rRetryCallback\x12$.walcast.api.v1.RetryCallbackRequest\x1a%.walcast.api.v1.RetryCallbackResponse\x12e\n" +
 	"\x10CompleteCallback\x12'.walcast.api.v1.CompleteCallbackRequest\x1a(.walcast.api.v1.CompleteCallbackResponse\x12M\n" +
 	"\bForceAck\x12\x1f.walcast.api.v1.ForceAckRequest\x1a .walcast.api.v1.ForceAckResponse\x12P\n" +
@@ -3216,7 +3455,7 @@ func file_walcast_api_v1_broadcast_proto_rawDescGZIP() []byte {
 }
 
 var file_walcast_api_v1_broadcast_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_walcast_api_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_walcast_api_v1_broadcast_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_walcast_api_v1_broadcast_proto_goTypes = []any{
 	(OutcomeStatus)(0),                 // 0: walcast.api.v1.OutcomeStatus
 	(GroupKind)(0),                     // 1: walcast.api.v1.GroupKind
@@ -3241,116 +3480,125 @@ var file_walcast_api_v1_broadcast_proto_goTypes = []any{
 	(*ListLocksResponse)(nil),          // 20: walcast.api.v1.ListLocksResponse
 	(*LookupKeyRequest)(nil),           // 21: walcast.api.v1.LookupKeyRequest
 	(*LookupKeyResponse)(nil),          // 22: walcast.api.v1.LookupKeyResponse
-	(*RetryCallbackRequest)(nil),       // 23: walcast.api.v1.RetryCallbackRequest
-	(*RetryCallbackResponse)(nil),      // 24: walcast.api.v1.RetryCallbackResponse
-	(*CompleteCallbackRequest)(nil),    // 25: walcast.api.v1.CompleteCallbackRequest
-	(*CompleteCallbackResponse)(nil),   // 26: walcast.api.v1.CompleteCallbackResponse
-	(*ForceAckRequest)(nil),            // 27: walcast.api.v1.ForceAckRequest
-	(*ForceAckResponse)(nil),           // 28: walcast.api.v1.ForceAckResponse
-	(*ListTypesRequest)(nil),           // 29: walcast.api.v1.ListTypesRequest
-	(*MessageType)(nil),                // 30: walcast.api.v1.MessageType
-	(*ListTypesResponse)(nil),          // 31: walcast.api.v1.ListTypesResponse
-	(*WaitVChannelsAckedRequest)(nil),  // 32: walcast.api.v1.WaitVChannelsAckedRequest
-	(*WaitVChannelsAckedResponse)(nil), // 33: walcast.api.v1.WaitVChannelsAckedResponse
-	(*BeginTxnRequest)(nil),            // 34: walcast.api.v1.BeginTxnRequest
-	(*BeginTxnResponse)(nil),           // 35: walcast.api.v1.BeginTxnResponse
-	(*TxnMemberRequest)(nil),           // 36: walcast.api.v1.TxnMemberRequest
-	(*TxnMemberResponse)(nil),          // 37: walcast.api.v1.TxnMemberResponse
-	(*GetGroupRequest)(nil),            // 38: walcast.api.v1.GetGroupRequest
-	(*Group)(nil),                      // 39: walcast.api.v1.Group
-	(*GroupMember)(nil),                // 40: walcast.api.v1.GroupMember
-	(*ListGroupsRequest)(nil),          // 41: walcast.api.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),         // 42: walcast.api.v1.ListGroupsResponse
-	nil,                                // 43: walcast.api.v1.BroadcastRequest.PropertiesEntry
-	nil,                                // 44: walcast.api.v1.BroadcastRequest.CopiesEntry
-	nil,                                // 45: walcast.api.v1.BroadcastResponse.AppendsEntry
-	nil,                                // 46: walcast.api.v1.BroadcastResponse.ExtrasEntry
-	nil,                                // 47: walcast.api.v1.BeginTxnRequest.PropertiesEntry
-	nil,                                // 48: walcast.api.v1.TxnMemberRequest.PropertiesEntry
-	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 50: google.protobuf.Duration
+	(*ListKeysRequest)(nil),            // 23: walcast.api.v1.ListKeysRequest
+	(*KeyEntry)(nil),                   // 24: walcast.api.v1.KeyEntry
+	(*ListKeysResponse)(nil),           // 25: walcast.api.v1.ListKeysResponse
+	(*RetryCallbackRequest)(nil),       // 26: walcast.api.v1.RetryCallbackRequest
+	(*RetryCallbackResponse)(nil),      // 27: walcast.api.v1.RetryCallbackResponse
+	(*CompleteCallbackRequest)(nil),    // 28: walcast.api.v1.CompleteCallbackRequest
+	(*CompleteCallbackResponse)(nil),   // 29: walcast.api.v1.CompleteCallbackResponse
+	(*ForceAckRequest)(nil),            // 30: walcast.api.v1.ForceAckRequest
+	(*ForceAckResponse)(nil),           // 31: walcast.api.v1.ForceAckResponse
+	(*ListTypesRequest)(nil),           // 32: walcast.api.v1.ListTypesRequest
+	(*MessageType)(nil),                // 33: walcast.api.v1.MessageType
+	(*ListTypesResponse)(nil),          // 34: walcast.api.v1.ListTypesResponse
+	(*WaitVChannelsAckedRequest)(nil),  // 35: walcast.api.v1.WaitVChannelsAckedRequest
+	(*WaitVChannelsAckedResponse)(nil), // 36: walcast.api.v1.WaitVChannelsAckedResponse
+	(*BeginTxnRequest)(nil),            // 37: walcast.api.v1.BeginTxnRequest
+	(*BeginTxnResponse)(nil),           // 38: walcast.api.v1.BeginTxnResponse
+	(*TxnMemberRequest)(nil),           // 39: walcast.api.v1.TxnMemberRequest
+	(*TxnMemberResponse)(nil),          // 40: walcast.api.v1.TxnMemberResponse
+	(*GetGroupRequest)(nil),            // 41: walcast.api.v1.GetGroupRequest
+	(*Group)(nil),                      // 42: walcast.api.v1.Group
+	(*GroupMember)(nil),                // 43: walcast.api.v1.GroupMember
+	(*ListGroupsRequest)(nil),          // 44: walcast.api.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),         // 45: walcast.api.v1.ListGroupsResponse
+	nil,                                // 46: walcast.api.v1.BroadcastRequest.PropertiesEntry
+	nil,                                // 47: walcast.api.v1.BroadcastRequest.CopiesEntry
+	nil,                                // 48: walcast.api.v1.BroadcastResponse.AppendsEntry
+	nil,                                // 49: walcast.api.v1.BroadcastResponse.ExtrasEntry
+	nil,                                // 50: walcast.api.v1.BeginTxnRequest.PropertiesEntry
+	nil,                                // 51: walcast.api.v1.TxnMemberRequest.PropertiesEntry
+	(*timestamppb.Timestamp)(nil),      // 52: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 53: google.protobuf.Duration
 }
 var file_walcast_api_v1_broadcast_proto_depIdxs = []int32{
 	0,  // 0: walcast.api.v1.Outcome.status:type_name -> walcast.api.v1.OutcomeStatus
-	49, // 1: walcast.api.v1.Window.first_seen:type_name -> google.protobuf.Timestamp
-	49, // 2: walcast.api.v1.Window.completed_at:type_name -> google.protobuf.Timestamp
-	49, // 3: walcast.api.v1.Window.expires_latest:type_name -> google.protobuf.Timestamp
-	43, // 4: walcast.api.v1.BroadcastRequest.properties:type_name -> walcast.api.v1.BroadcastRequest.PropertiesEntry
-	44, // 5: walcast.api.v1.BroadcastRequest.copies:type_name -> walcast.api.v1.BroadcastRequest.CopiesEntry
-	45, // 6: walcast.api.v1.BroadcastResponse.appends:type_name -> walcast.api.v1.BroadcastResponse.AppendsEntry
+	52, // 1: walcast.api.v1.Window.first_seen:type_name -> google.protobuf.Timestamp
+	52, // 2: walcast.api.v1.Window.completed_at:type_name -> google.protobuf.Timestamp
+	52, // 3: walcast.api.v1.Window.expires_latest:type_name -> google.protobuf.Timestamp
+	46, // 4: walcast.api.v1.BroadcastRequest.properties:type_name -> walcast.api.v1.BroadcastRequest.PropertiesEntry
+	47, // 5: walcast.api.v1.BroadcastRequest.copies:type_name -> walcast.api.v1.BroadcastRequest.CopiesEntry
+	48, // 6: walcast.api.v1.BroadcastResponse.appends:type_name -> walcast.api.v1.BroadcastResponse.AppendsEntry
 	3,  // 7: walcast.api.v1.BroadcastResponse.outcome:type_name -> walcast.api.v1.Outcome
 	4,  // 8: walcast.api.v1.BroadcastResponse.window:type_name -> walcast.api.v1.Window
-	46, // 9: walcast.api.v1.BroadcastResponse.extras:type_name -> walcast.api.v1.BroadcastResponse.ExtrasEntry
+	49, // 9: walcast.api.v1.BroadcastResponse.extras:type_name -> walcast.api.v1.BroadcastResponse.ExtrasEntry
 	2,  // 10: walcast.api.v1.AckRequest.checkpoint:type_name -> walcast.api.v1.Checkpoint
 	2,  // 11: walcast.api.v1.VChannelState.checkpoint:type_name -> walcast.api.v1.Checkpoint
-	49, // 12: walcast.api.v1.CallbackState.last_attempt_at:type_name -> google.protobuf.Timestamp
-	49, // 13: walcast.api.v1.CallbackState.next_attempt_at:type_name -> google.protobuf.Timestamp
-	49, // 14: walcast.api.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	49, // 15: walcast.api.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
+	52, // 12: walcast.api.v1.CallbackState.last_attempt_at:type_name -> google.protobuf.Timestamp
+	52, // 13: walcast.api.v1.CallbackState.next_attempt_at:type_name -> google.protobuf.Timestamp
+	52, // 14: walcast.api.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	52, // 15: walcast.api.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
 	11, // 16: walcast.api.v1.Task.vchannels:type_name -> walcast.api.v1.VChannelState
 	12, // 17: walcast.api.v1.Task.callback:type_name -> walcast.api.v1.CallbackState
 	3,  // 18: walcast.api.v1.Task.outcome:type_name -> walcast.api.v1.Outcome
 	3,  // 19: walcast.api.v1.Task.application_outcome:type_name -> walcast.api.v1.Outcome
 	14, // 20: walcast.api.v1.Task.group:type_name -> walcast.api.v1.GroupHeader
 	1,  // 21: walcast.api.v1.GroupHeader.kind:type_name -> walcast.api.v1.GroupKind
-	50, // 22: walcast.api.v1.ListTasksRequest.older_than:type_name -> google.protobuf.Duration
+	53, // 22: walcast.api.v1.ListTasksRequest.older_than:type_name -> google.protobuf.Duration
 	13, // 23: walcast.api.v1.ListTasksResponse.tasks:type_name -> walcast.api.v1.Task
-	49, // 24: walcast.api.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
+	52, // 24: walcast.api.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
 	18, // 25: walcast.api.v1.LockState.holders:type_name -> walcast.api.v1.LockHolder
 	18, // 26: walcast.api.v1.LockState.waiters:type_name -> walcast.api.v1.LockHolder
 	19, // 27: walcast.api.v1.ListLocksResponse.locks:type_name -> walcast.api.v1.LockState
 	3,  // 28: walcast.api.v1.LookupKeyResponse.outcome:type_name -> walcast.api.v1.Outcome
 	4,  // 29: walcast.api.v1.LookupKeyResponse.window:type_name -> walcast.api.v1.Window
 	3,  // 30: walcast.api.v1.LookupKeyResponse.application_outcome:type_name -> walcast.api.v1.Outcome
-	13, // 31: walcast.api.v1.ForceAckResponse.task:type_name -> walcast.api.v1.Task
-	30, // 32: walcast.api.v1.ListTypesResponse.types:type_name -> walcast.api.v1.MessageType
-	13, // 33: walcast.api.v1.WaitVChannelsAckedResponse.task:type_name -> walcast.api.v1.Task
-	47, // 34: walcast.api.v1.BeginTxnRequest.properties:type_name -> walcast.api.v1.BeginTxnRequest.PropertiesEntry
-	7,  // 35: walcast.api.v1.BeginTxnResponse.begin:type_name -> walcast.api.v1.BroadcastResponse
-	1,  // 36: walcast.api.v1.TxnMemberRequest.kind:type_name -> walcast.api.v1.GroupKind
-	48, // 37: walcast.api.v1.TxnMemberRequest.properties:type_name -> walcast.api.v1.TxnMemberRequest.PropertiesEntry
-	7,  // 38: walcast.api.v1.TxnMemberResponse.result:type_name -> walcast.api.v1.BroadcastResponse
-	40, // 39: walcast.api.v1.Group.members:type_name -> walcast.api.v1.GroupMember
-	1,  // 40: walcast.api.v1.Group.ending_kind:type_name -> walcast.api.v1.GroupKind
-	1,  // 41: walcast.api.v1.GroupMember.kind:type_name -> walcast.api.v1.GroupKind
-	39, // 42: walcast.api.v1.ListGroupsResponse.groups:type_name -> walcast.api.v1.Group
-	6,  // 43: walcast.api.v1.BroadcastRequest.CopiesEntry.value:type_name -> walcast.api.v1.TargetCopy
-	2,  // 44: walcast.api.v1.BroadcastResponse.AppendsEntry.value:type_name -> walcast.api.v1.Checkpoint
-	5,  // 45: walcast.api.v1.BroadcastService.Broadcast:input_type -> walcast.api.v1.BroadcastRequest
-	8,  // 46: walcast.api.v1.BroadcastService.Ack:input_type -> walcast.api.v1.AckRequest
-	10, // 47: walcast.api.v1.BroadcastService.GetTask:input_type -> walcast.api.v1.GetTaskRequest
-	15, // 48: walcast.api.v1.BroadcastService.ListTasks:input_type -> walcast.api.v1.ListTasksRequest
-	17, // 49: walcast.api.v1.BroadcastService.ListLocks:input_type -> walcast.api.v1.ListLocksRequest
-	21, // 50: walcast.api.v1.BroadcastService.LookupKey:input_type -> walcast.api.v1.LookupKeyRequest
-	23, // 51: walcast.api.v1.BroadcastService.RetryCallback:input_type -> walcast.api.v1.RetryCallbackRequest
-	25, // 52: walcast.api.v1.BroadcastService.CompleteCallback:input_type -> walcast.api.v1.CompleteCallbackRequest
-	27, // 53: walcast.api.v1.BroadcastService.ForceAck:input_type -> walcast.api.v1.ForceAckRequest
-	29, // 54: walcast.api.v1.BroadcastService.ListTypes:input_type -> walcast.api.v1.ListTypesRequest
-	32, // 55: walcast.api.v1.BroadcastService.WaitVChannelsAcked:input_type -> walcast.api.v1.WaitVChannelsAckedRequest
-	34, // 56: walcast.api.v1.BroadcastService.BeginTxn:input_type -> walcast.api.v1.BeginTxnRequest
-	36, // 57: walcast.api.v1.BroadcastService.TxnMember:input_type -> walcast.api.v1.TxnMemberRequest
-	38, // 58: walcast.api.v1.BroadcastService.GetGroup:input_type -> walcast.api.v1.GetGroupRequest
-	41, // 59: walcast.api.v1.BroadcastService.ListGroups:input_type -> walcast.api.v1.ListGroupsRequest
-	7,  // 60: walcast.api.v1.BroadcastService.Broadcast:output_type -> walcast.api.v1.BroadcastResponse
-	9,  // 61: walcast.api.v1.BroadcastService.Ack:output_type -> walcast.api.v1.AckResponse
-	13, // 62: walcast.api.v1.BroadcastService.GetTask:output_type -> walcast.api.v1.Task
-	16, // 63: walcast.api.v1.BroadcastService.ListTasks:output_type -> walcast.api.v1.ListTasksResponse
-	20, // 64: walcast.api.v1.BroadcastService.ListLocks:output_type -> walcast.api.v1.ListLocksResponse
-	22, // 65: walcast.api.v1.BroadcastService.LookupKey:output_type -> walcast.api.v1.LookupKeyResponse
-	24, // 66: walcast.api.v1.BroadcastService.RetryCallback:output_type -> walcast.api.v1.RetryCallbackResponse
-	26, // 67: walcast.api.v1.BroadcastService.CompleteCallback:output_type -> walcast.api.v1.CompleteCallbackResponse
-	28, // 68: walcast.api.v1.BroadcastService.ForceAck:output_type -> walcast.api.v1.ForceAckResponse
-	31, // 69: walcast.api.v1.BroadcastService.ListTypes:output_type -> walcast.api.v1.ListTypesResponse
-	33, // 70: walcast.api.v1.BroadcastService.WaitVChannelsAcked:output_type -> walcast.api.v1.WaitVChannelsAckedResponse
-	35, // 71: walcast.api.v1.BroadcastService.BeginTxn:output_type -> walcast.api.v1.BeginTxnResponse
-	37, // 72: walcast.api.v1.BroadcastService.TxnMember:output_type -> walcast.api.v1.TxnMemberResponse
-	39, // 73: walcast.api.v1.BroadcastService.GetGroup:output_type -> walcast.api.v1.Group
-	42, // 74: walcast.api.v1.BroadcastService.ListGroups:output_type -> walcast.api.v1.ListGroupsResponse
-	60, // [60:75] is the sub-list for method output_type
-	45, // [45:60] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	3,  // 31: walcast.api.v1.KeyEntry.outcome:type_name -> walcast.api.v1.Outcome
+	4,  // 32: walcast.api.v1.KeyEntry.window:type_name -> walcast.api.v1.Window
+	3,  // 33: walcast.api.v1.KeyEntry.application_outcome:type_name -> walcast.api.v1.Outcome
+	24, // 34: walcast.api.v1.ListKeysResponse.keys:type_name -> walcast.api.v1.KeyEntry
+	13, // 35: walcast.api.v1.ForceAckResponse.task:type_name -> walcast.api.v1.Task
+	33, // 36: walcast.api.v1.ListTypesResponse.types:type_name -> walcast.api.v1.MessageType
+	13, // 37: walcast.api.v1.WaitVChannelsAckedResponse.task:type_name -> walcast.api.v1.Task
+	50, // 38: walcast.api.v1.BeginTxnRequest.properties:type_name -> walcast.api.v1.BeginTxnRequest.PropertiesEntry
+	7,  // 39: walcast.api.v1.BeginTxnResponse.begin:type_name -> walcast.api.v1.BroadcastResponse
+	1,  // 40: walcast.api.v1.TxnMemberRequest.kind:type_name -> walcast.api.v1.GroupKind
+	51, // 41: walcast.api.v1.TxnMemberRequest.properties:type_name -> walcast.api.v1.TxnMemberRequest.PropertiesEntry
+	7,  // 42: walcast.api.v1.TxnMemberResponse.result:type_name -> walcast.api.v1.BroadcastResponse
+	43, // 43: walcast.api.v1.Group.members:type_name -> walcast.api.v1.GroupMember
+	1,  // 44: walcast.api.v1.Group.ending_kind:type_name -> walcast.api.v1.GroupKind
+	1,  // 45: walcast.api.v1.GroupMember.kind:type_name -> walcast.api.v1.GroupKind
+	42, // 46: walcast.api.v1.ListGroupsResponse.groups:type_name -> walcast.api.v1.Group
+	6,  // 47: walcast.api.v1.BroadcastRequest.CopiesEntry.value:type_name -> walcast.api.v1.TargetCopy
+	2,  // 48: walcast.api.v1.BroadcastResponse.AppendsEntry.value:type_name -> walcast.api.v1.Checkpoint
+	5,  // 49: walcast.api.v1.BroadcastService.Broadcast:input_type -> walcast.api.v1.BroadcastRequest
+	8,  // 50: walcast.api.v1.BroadcastService.Ack:input_type -> walcast.api.v1.AckRequest
+	10, // 51: walcast.api.v1.BroadcastService.GetTask:input_type -> walcast.api.v1.GetTaskRequest
+	15, // 52: walcast.api.v1.BroadcastService.ListTasks:input_type -> walcast.api.v1.ListTasksRequest
+	17, // 53: walcast.api.v1.BroadcastService.ListLocks:input_type -> walcast.api.v1.ListLocksRequest
+	21, // 54: walcast.api.v1.BroadcastService.LookupKey:input_type -> walcast.api.v1.LookupKeyRequest
+	23, // 55: walcast.api.v1.BroadcastService.ListKeys:input_type -> walcast.api.v1.ListKeysRequest
+	26, // 56: walcast.api.v1.BroadcastService.RetryCallback:input_type -> walcast.api.v1.RetryCallbackRequest
+	28, // 57: walcast.api.v1.BroadcastService.CompleteCallback:input_type -> walcast.api.v1.CompleteCallbackRequest
+	30, // 58: walcast.api.v1.BroadcastService.ForceAck:input_type -> walcast.api.v1.ForceAckRequest
+	32, // 59: walcast.api.v1.BroadcastService.ListTypes:input_type -> walcast.api.v1.ListTypesRequest
+	35, // 60: walcast.api.v1.BroadcastService.WaitVChannelsAcked:input_type -> walcast.api.v1.WaitVChannelsAckedRequest
+	37, // 61: walcast.api.v1.BroadcastService.BeginTxn:input_type -> walcast.api.v1.BeginTxnRequest
+	39, // 62: walcast.api.v1.BroadcastService.TxnMember:input_type -> walcast.api.v1.TxnMemberRequest
+	41, // 63: walcast.api.v1.BroadcastService.GetGroup:input_type -> walcast.api.v1.GetGroupRequest
+	44, // 64: walcast.api.v1.BroadcastService.ListGroups:input_type -> walcast.api.v1.ListGroupsRequest
+	7,  // 65: walcast.api.v1.BroadcastService.Broadcast:output_type -> walcast.api.v1.BroadcastResponse
+	9,  // 66: walcast.api.v1.BroadcastService.Ack:output_type -> walcast.api.v1.AckResponse
+	13, // 67: walcast.api.v1.BroadcastService.GetTask:output_type -> walcast.api.v1.Task
+	16, // 68: walcast.api.v1.BroadcastService.ListTasks:output_type -> walcast.api.v1.ListTasksResponse
+	20, // 69: walcast.api.v1.BroadcastService.ListLocks:output_type -> walcast.api.v1.ListLocksResponse
+	22, // 70: walcast.api.v1.BroadcastService.LookupKey:output_type -> walcast.api.v1.LookupKeyResponse
+	25, // 71: walcast.api.v1.BroadcastService.ListKeys:output_type -> walcast.api.v1.ListKeysResponse
+	27, // 72: walcast.api.v1.BroadcastService.RetryCallback:output_type -> walcast.api.v1.RetryCallbackResponse
+	29, // 73: walcast.api.v1.BroadcastService.CompleteCallback:output_type -> walcast.api.v1.CompleteCallbackResponse
+	31, // 74: walcast.api.v1.BroadcastService.ForceAck:output_type -> walcast.api.v1.ForceAckResponse
+	34, // 75: walcast.api.v1.BroadcastService.ListTypes:output_type -> walcast.api.v1.ListTypesResponse
+	36, // 76: walcast.api.v1.BroadcastService.WaitVChannelsAcked:output_type -> walcast.api.v1.WaitVChannelsAckedResponse
+	38, // 77: walcast.api.v1.BroadcastService.BeginTxn:output_type -> walcast.api.v1.BeginTxnResponse
+	40, // 78: walcast.api.v1.BroadcastService.TxnMember:output_type -> walcast.api.v1.TxnMemberResponse
+	42, // 79: walcast.api.v1.BroadcastService.GetGroup:output_type -> walcast.api.v1.Group
+	45, // 80: walcast.api.v1.BroadcastService.ListGroups:output_type -> walcast.api.v1.ListGroupsResponse
+	65, // [65:81] is the sub-list for method output_type
+	49, // [49:65] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_walcast_api_v1_broadcast_proto_init() }
@@ -3365,7 +3613,7 @@ func file_walcast_api_v1_broadcast_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_walcast_api_v1_broadcast_proto_rawDesc), len(file_walcast_api_v1_broadcast_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

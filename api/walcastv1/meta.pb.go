@@ -2119,7 +2119,8 @@ func (x *CreateUserResponse) GetUser() *User {
 
 type ListUsersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// At most this many users (0: the server's page).
+	// At most this many users (0: the server's page of 1,000, which also
+	// caps a larger limit).
 	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The next_page_token of the previous page; empty for the first.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -2177,7 +2178,8 @@ type ListUsersResponse struct {
 	Users []*User `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
 	// The grants of this page's users.
 	Grants []*Grant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
-	// Set when more users follow: send it as page_token.
+	// Set when more users follow, also when the request gave no limit: send
+	// it as page_token. Without it a page is the last.
 	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -251,6 +252,84 @@ func testCLI(t *testing.T, api string, cli func(*testing.T, ...string) string, s
 		// The dedup scope includes the type (R7.2): another type misses.
 		if out, err := run(t, "keys", "lookup", "--addr", api, "--type", "GenericSync.v1", "--scope", "cluster", "--client-key", "my-request-1"); err == nil {
 			t.Errorf("key found under another type:\n%s", out)
+		}
+	})
+
+	t.Run("keys list", func(t *testing.T) {
+		// Three more keys, and a broadcast without one.
+		want := map[string]string{id: fingerprint}
+		for i := range 4 {
+			args := []string{"broadcast", "--type", "Generic.v1", "--payload", "k", "--vchannel", "wal-1/c9v0",
+				"--key", fmt.Sprintf("Collection:db1:k%d@X", i)}
+			if i < 3 {
+				args = append(args, "--scope", "collection:7", "--client-key", fmt.Sprint("list-", i))
+			}
+			m := regexp.MustCompile(`(?m)^broadcast (\d+)  outcome succeeded$`).FindStringSubmatch(cli(t, args...))
+			if m == nil {
+				t.Fatal("no broadcast id")
+			}
+			if i < 3 {
+				k, err := message.ScopedKey(message.ScopeCollection, 7, fmt.Sprint("list-", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[m[1]] = k.Fingerprint()
+			}
+		}
+		row := regexp.MustCompile(`(?m)^(\d+)\s+Generic\.v1\s+(\S+)\s+([0-9a-f]{32})\s+TOMBSTONE\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`)
+		// A page at a time: --limit 2 ends with the token of the rest,
+		// which lists the rest.
+		first := cli(t, "keys", "list", "--limit", "2")
+		m := regexp.MustCompile(`(?m)^\(more: --page-token (\S+)\)\n\z`).FindStringSubmatch(first)
+		if m == nil || !strings.HasPrefix(first, "BROADCAST  TYPE") {
+			t.Fatalf("keys list --limit 2:\n%s", first)
+		}
+		rest := cli(t, "keys", "list", "--page-token", m[1])
+		rows := append(row.FindAllStringSubmatch(first, -1), row.FindAllStringSubmatch(rest, -1)...)
+		if len(row.FindAllStringSubmatch(first, -1)) != 2 {
+			t.Fatalf("keys list --limit 2 lists %d keys:\n%s", len(row.FindAllStringSubmatch(first, -1)), first)
+		}
+		got := map[string]string{}
+		last := 0
+		for _, r := range rows {
+			n := 0
+			fmt.Sscan(r[1], &n)
+			if n <= last {
+				t.Fatalf("key of broadcast %d after %d: not in id order, or twice:\n%s%s", n, last, first, rest)
+			}
+			last = n
+			got[r[1]] = r[3]
+			if f, ok := want[r[1]]; ok && (f != r[3] || r[2] != map[bool]string{true: "cluster", false: "collection:7"}[r[1] == id]) {
+				t.Errorf("broadcast %s listed with scope %s, fingerprint %s; want fingerprint %s", r[1], r[2], r[3], f)
+			}
+		}
+		for bid := range want {
+			if _, ok := got[bid]; !ok {
+				t.Errorf("key of broadcast %s not listed:\n%s%s", bid, first, rest)
+			}
+		}
+		if strings.Contains(first+rest, "list-0") || strings.Contains(first+rest, "my-request-1") {
+			t.Errorf("keys list prints a raw key:\n%s%s", first, rest)
+		}
+		// -o json is the document, with every key.
+		var doc struct {
+			Keys []struct {
+				BroadcastID    uint64 `json:"broadcast_id"`
+				KeyFingerprint string `json:"key_fingerprint"`
+				State          string `json:"state"`
+			} `json:"keys"`
+			NextPageToken *string `json:"next_page_token"`
+		}
+		if err := json.Unmarshal([]byte(cli(t, "keys", "list", "-o", "json")), &doc); err != nil || doc.NextPageToken == nil || *doc.NextPageToken != "" {
+			t.Fatalf("keys list -o json: %v, %+v", err, doc)
+		}
+		if len(doc.Keys) != len(got) {
+			t.Errorf("keys list -o json: %d keys, the table %d", len(doc.Keys), len(got))
+		}
+		for _, k := range doc.Keys {
+			if bid := fmt.Sprint(k.BroadcastID); got[bid] != k.KeyFingerprint || k.State != "tombstone" {
+				t.Errorf("keys list -o json: %+v, the table %s", k, got[bid])
+			}
 		}
 	})
 

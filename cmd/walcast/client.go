@@ -495,19 +495,20 @@ func taskRow(t *walcastv1.Task, wide bool) []string {
 	return row
 }
 
-// streamTasks prints tasks list's table page by page as the pages arrive
-// (the header once), until limit tasks (0: all) or the end, and the cursor
-// of the rest when limit stopped it.
-func streamTasks(g *globals, cmd *cobra.Command, req *walcastv1.ListTasksRequest, limit int, wide bool) error {
+// streamTasks prints tasks list page by page as the pages arrive, until
+// limit tasks (0: all) or the end, and the cursor of the rest when limit
+// stopped it: a table with its header once, or the document of taskList
+// (-o json, -o yaml) an item at a time.
+func streamTasks(g *globals, cmd *cobra.Command, req *walcastv1.ListTasksRequest, limit int, f format) error {
 	cl, ctx, done, err := g.dial(cmd)
 	if err != nil {
 		return err
 	}
 	defer done()
-	w := cmd.OutOrStdout()
-	tb := newTable(w, taskHeader(wide)...)
-	seen, more := 0, false
-	var cursor uint64
+	wide := f == formatWide
+	lw := &listWriter{w: cmd.OutOrStdout(), f: f, key: "tasks", header: taskHeader(wide)}
+	l := &taskList{oldest: req.GetOldestFirst()}
+	seen := 0
 	for {
 		page := proto.CloneOf(req)
 		if limit > 0 {
@@ -518,32 +519,30 @@ func streamTasks(g *globals, cmd *cobra.Command, req *walcastv1.ListTasksRequest
 			return g.connError(cmd, err)
 		}
 		for _, t := range resp.GetTasks() {
-			tb.row(taskRow(t, wide)...)
-			cursor = t.GetId()
+			if err := lw.item(t, taskRow(t, wide)); err != nil {
+				return err
+			}
+			l.cursor = t.GetId()
 		}
-		if err := tb.flush(); err != nil {
+		if err := lw.flushPage(); err != nil {
 			return err
 		}
 		seen += len(resp.GetTasks())
-		more = resp.GetMore()
-		if !more || len(resp.GetTasks()) == 0 || limit > 0 && seen >= limit {
+		l.more = resp.GetMore()
+		if !l.more || len(resp.GetTasks()) == 0 || limit > 0 && seen >= limit {
 			break
 		}
 		if req.GetOldestFirst() {
-			req.AfterId = cursor
+			req.AfterId = l.cursor
 		} else {
-			req.BeforeId = cursor
+			req.BeforeId = l.cursor
 		}
 	}
-	if !more {
-		return nil
+	more := ""
+	if l.more {
+		more = fmt.Sprintf("(more tasks: %s %d)\n", l.cursorFlag(), l.cursor)
 	}
-	flag := "--before-id"
-	if req.GetOldestFirst() {
-		flag = "--after-id"
-	}
-	_, err = fmt.Fprintf(w, "(more tasks: %s %d)\n", flag, cursor)
-	return err
+	return lw.endWith(l.tail(), more)
 }
 
 // waitReasons says why a live task waits, from its stage, its copies'
@@ -648,11 +647,20 @@ type taskList struct {
 	oldest bool
 }
 
+// value is the document of tasks list: the tasks, then whether more follow
+// and the cursor of the rest (next_before_id, or next_after_id oldest
+// first; null at the end), in that order, so that it is written as the
+// pages arrive.
 func (l *taskList) value() any {
 	tasks := make([]any, len(l.tasks))
 	for i, t := range l.tasks {
 		tasks[i] = protoValue(t)
 	}
+	return append(ordered{{"tasks", tasks}}, l.tail()...)
+}
+
+// tail is what follows the tasks in the document of tasks list.
+func (l *taskList) tail() ordered {
 	var next any
 	if l.more {
 		next = l.cursor
@@ -661,7 +669,15 @@ func (l *taskList) value() any {
 	if l.oldest {
 		key = "next_after_id"
 	}
-	return object{"tasks": tasks, "more": l.more, key: next}
+	return ordered{{"more", l.more}, {key, next}}
+}
+
+// cursorFlag is the flag that continues after the cursor.
+func (l *taskList) cursorFlag() string {
+	if l.oldest {
+		return "--after-id"
+	}
+	return "--before-id"
 }
 
 // listTasks fetches tasks page by page (the server caps a page) until
@@ -711,8 +727,8 @@ func tasksCmd(g *globals) *cobra.Command {
 			Short: short,
 			Long: short + `. Tasks come newest first (--oldest-first: oldest first), every one of
 them: the command fetches page after page (the server caps a page at 1,000) until
---limit tasks or the end, printing each page as it arrives (-o json and -o yaml:
-once all are read). --before-id / --after-id start after a cursor, the last id
+--limit tasks or the end, printing each page as it arrives (-o json and -o yaml
+too, an item at a time). --before-id / --after-id start after a cursor, the last id
 of an earlier listing (its JSON says next_before_id when --limit cut it short).
 --watch lists again every 2 seconds until Ctrl-C.`,
 			Args: cobra.NoArgs,
@@ -756,11 +772,7 @@ of an earlier listing (its JSON says next_before_id when --limit cut it short).
 						return err
 					}
 					if l.more {
-						flag := "--before-id"
-						if l.oldest {
-							flag = "--after-id"
-						}
-						_, err := fmt.Fprintf(w, "(more tasks: %s %d)\n", flag, l.cursor)
+						_, err := fmt.Fprintf(w, "(more tasks: %s %d)\n", l.cursorFlag(), l.cursor)
 						return err
 					}
 					return nil
@@ -771,10 +783,7 @@ of an earlier listing (its JSON says next_before_id when --limit cut it short).
 						return l, false, err
 					}, func(w io.Writer, v any) error { return human(w, v.(*taskList)) }, func(v any) any { return v.(*taskList).value() })
 				}
-				if !f.machine() {
-					return streamTasks(g, cmd, proto.CloneOf(req), limit, f == formatWide)
-				}
-				return runClient(g, cmd, fetch, human, (*taskList).value)
+				return streamTasks(g, cmd, proto.CloneOf(req), limit, f)
 			},
 		}
 		f := c.Flags()
@@ -989,7 +998,33 @@ func keysCmd(g *globals) *cobra.Command {
 	f.StringVar(&scope, "scope", "", "or: scope cluster, db:<id> or collection:<id> ...")
 	f.StringVar(&clientKey, "client-key", "", "... with the client key")
 	completeTypes(lookup, "type", g)
+	var pg pageFlags
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the remembered idempotency keys with their originals and windows",
+		Long: `List the idempotency keys the coordinator remembers, by their originals'
+broadcast ids: each key's message type, scope and fingerprint (keys are never
+shown raw), its original broadcast, state and window. A page may hold fewer keys
+than asked for when the server passed many broadcasts without keys.` + pageHelp,
+		Example: `  walcast keys list --limit 20
+  walcast keys list -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return streamList(g, cmd, pg, listing[*walcastv1.KeyEntry]{key: "keys",
+				header: []string{"BROADCAST", "TYPE", "SCOPE", "KEY FINGERPRINT", "STATE", "COMPLETED", "EXPIRES LATEST"},
+				row: func(k *walcastv1.KeyEntry) []string {
+					w := k.GetWindow()
+					return []string{fmt.Sprint(k.GetBroadcastId()), k.GetType(), k.GetScope(), k.GetKeyFingerprint(), k.GetState(),
+						ts(w.GetCompletedAt()), ts(w.GetExpiresLatest())}
+				},
+				page: func(ctx context.Context, c *client.Client, limit int32, token string) ([]*walcastv1.KeyEntry, string, error) {
+					r, err := c.ListKeysPage(ctx, &walcastv1.ListKeysRequest{Limit: limit, PageToken: token})
+					return r.GetKeys(), r.GetNextPageToken(), err
+				}})
+		},
+	}
+	pg.add(list, "keys")
 	cmd := &cobra.Command{Use: "keys", Short: "Inspect idempotency keys"}
-	cmd.AddCommand(lookup)
+	cmd.AddCommand(lookup, list)
 	return cmd
 }

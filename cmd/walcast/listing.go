@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -15,7 +16,8 @@ import (
 	"github.com/walcast/walcast/client"
 )
 
-// A paged list command (db list, collection list, import list) prints each
+// A paged list command (db list, collection list, import list, user list,
+// keys list; tasks list with its own cursor) prints each
 // page as it arrives and keeps only that page: a table's header comes once
 // and its rows are aligned page by page; -o json and -o yaml write the
 // document a gathered list would be ({"<items>": [...], "next_page_token":
@@ -26,6 +28,8 @@ type listing[T proto.Message] struct {
 	key    string   // the items' key in JSON and YAML ("databases")
 	header []string // the table's header
 	row    func(T) []string
+	// value, if set, is an item's machine value (default: the message's).
+	value func(T) any
 	// page reads at most limit items (0: the server's page) after token.
 	page func(ctx context.Context, c *client.Client, limit int32, token string) (items []T, next string, err error)
 }
@@ -57,7 +61,11 @@ func streamList[T proto.Message](g *globals, cmd *cobra.Command, p pageFlags, l 
 			return g.connError(cmd, err)
 		}
 		for _, it := range items {
-			if err := lw.item(it, l.row(it)); err != nil {
+			var v any = it
+			if l.value != nil {
+				v = l.value(it)
+			}
+			if err := lw.item(v, l.row(it)); err != nil {
 				return err
 			}
 		}
@@ -81,9 +89,13 @@ type listWriter struct {
 	n      int // items written
 }
 
-// item writes one item: its row in a table, else its machine value.
-func (l *listWriter) item(m proto.Message, row []string) error {
+// item writes one item: its row in a table, else its machine value (a
+// message of the API, or a value of the output's conventions).
+func (l *listWriter) item(m any, row []string) error {
 	defer func() { l.n++ }()
+	if pm, ok := m.(proto.Message); ok {
+		m = protoValue(pm)
+	}
 	switch l.f {
 	case formatJSON:
 		var buf bytes.Buffer
@@ -96,14 +108,14 @@ func (l *listWriter) item(m proto.Message, row []string) error {
 		enc.SetIndent("    ", "  ")
 		enc.SetEscapeHTML(false)
 		buf.WriteString("    ")
-		if err := enc.Encode(protoValue(m)); err != nil {
+		if err := enc.Encode(m); err != nil {
 			return err
 		}
 		buf.Truncate(buf.Len() - 1) // the encoder's newline
 		_, err := l.w.Write(buf.Bytes())
 		return err
 	case formatYAML:
-		b, err := yaml.Marshal([]any{protoValue(m)})
+		b, err := yaml.Marshal([]any{m})
 		if err != nil {
 			return err
 		}
@@ -135,30 +147,57 @@ func (l *listWriter) flushPage() error {
 
 // end ends the list, next the token of the rest ("" at the end).
 func (l *listWriter) end(next string) error {
-	var tail string
+	more := ""
+	if next != "" {
+		more = fmt.Sprintf("(more: --page-token %s)\n", next)
+	}
+	return l.endWith(ordered{{"next_page_token", next}}, more)
+}
+
+// endWith ends the list with the keys of tail after its items (scalars),
+// or, in a table, with the line more ("" for none).
+func (l *listWriter) endWith(tail ordered, more string) error {
+	var b strings.Builder
 	switch l.f {
 	case formatJSON:
-		tail = "\n  ],\n"
+		b.WriteString("\n  ],\n")
 		if l.n == 0 {
-			tail = "{\n  " + jsonString(l.key) + ": [],\n"
+			b.Reset()
+			b.WriteString("{\n  " + jsonString(l.key) + ": [],\n")
 		}
-		tail += "  \"next_page_token\": " + jsonString(next) + "\n}\n"
+		for i, f := range tail {
+			var v bytes.Buffer
+			enc := json.NewEncoder(&v)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(f.value); err != nil {
+				return err
+			}
+			b.WriteString("  " + jsonString(f.key) + ": " + strings.TrimSuffix(v.String(), "\n"))
+			if i < len(tail)-1 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("}\n")
 	case formatYAML:
 		if l.n == 0 {
-			tail = l.key + ": []\n"
+			b.WriteString(l.key + ": []\n")
 		}
-		b, err := yaml.Marshal(object{"next_page_token": next})
+		y, err := yaml.Marshal(tail)
 		if err != nil {
 			return err
 		}
-		tail += string(b)
+		b.Write(y)
 	default:
 		if l.tb == nil {
 			l.tb = newTable(l.w, l.header...)
 		}
-		return morePages(l.w, l.tb, next)
+		if err := l.tb.flush(); err != nil {
+			return err
+		}
+		b.WriteString(more)
 	}
-	_, err := io.WriteString(l.w, tail)
+	_, err := io.WriteString(l.w, b.String())
 	return err
 }
 

@@ -73,6 +73,93 @@ func TestR10_1_ListsStreamTheGatheredDocument(t *testing.T) {
 	}
 }
 
+// TestR10_1_TasksAndUsersStreamTheGatheredDocument: tasks list and user
+// list, whose documents have their items first and then the cursor of the
+// rest, write page by page, byte for byte, the document the gathered list
+// is (tasks list's taskList.value; user list's users, each with its
+// grants, and next_page_token), with or without items and a cursor.
+func TestR10_1_TasksAndUsersStreamTheGatheredDocument(t *testing.T) {
+	tasks := make([]*walcastv1.Task, 5)
+	for i := range tasks {
+		tasks[i] = goldenTask()
+		tasks[i].Id = uint64(10 - i)
+	}
+	users := make([]*walcastv1.User, 4)
+	grants := map[string][]*walcastv1.Grant{}
+	for i := range users {
+		users[i] = &walcastv1.User{Name: fmt.Sprintf("u<%d>", i), CreatedAt: at}
+		for j := range i {
+			grants[users[i].GetName()] = append(grants[users[i].GetName()], &walcastv1.Grant{User: users[i].GetName(), Privilege: "Search", Database: fmt.Sprint("db&", j), Collection: "*"})
+		}
+	}
+	for _, f := range []format{formatJSON, formatYAML} {
+		for _, tc := range []struct {
+			pages  []int // items per page
+			more   bool
+			oldest bool
+		}{
+			{nil, false, false},
+			{[]int{2, 2, 1}, false, false},
+			{[]int{1, 0}, true, true},
+			{[]int{4}, true, false},
+		} {
+			var streamed bytes.Buffer
+			lw := &listWriter{w: &streamed, f: f, key: "tasks"}
+			l := &taskList{oldest: tc.oldest, more: tc.more}
+			i := 0
+			for _, n := range tc.pages {
+				for _, task := range tasks[i : i+n] {
+					if err := lw.item(task, nil); err != nil {
+						t.Fatal(err)
+					}
+					l.tasks = append(l.tasks, task)
+					l.cursor = task.GetId()
+				}
+				i += n
+			}
+			if err := lw.endWith(l.tail(), ""); err != nil {
+				t.Fatal(err)
+			}
+			var gathered bytes.Buffer
+			if err := emit(&gathered, f, l.value()); err != nil {
+				t.Fatal(err)
+			}
+			if streamed.String() != gathered.String() {
+				t.Errorf("tasks %s, pages %v, more %v: streamed\n%s\nwant\n%s", f, tc.pages, tc.more, streamed.String(), gathered.String())
+			}
+
+			streamed.Reset()
+			lw = &listWriter{w: &streamed, f: f, key: "users"}
+			var all []any
+			i = 0
+			for _, n := range tc.pages {
+				for _, u := range users[i:min(i+n, len(users))] {
+					v := userValue(u, grants[u.GetName()])
+					if err := lw.item(v, nil); err != nil {
+						t.Fatal(err)
+					}
+					all = append(all, userValue(u, grants[u.GetName()]))
+				}
+				i += n
+			}
+			next := map[bool]string{true: "tok&en"}[tc.more]
+			if err := lw.end(next); err != nil {
+				t.Fatal(err)
+			}
+			gathered.Reset()
+			if all == nil {
+				all = []any{}
+			}
+			if err := emit(&gathered, f, ordered{{"users", all}, {"next_page_token", next}}); err != nil {
+				t.Fatal(err)
+			}
+			if streamed.String() != gathered.String() {
+				t.Errorf("users %s, pages %v, next %q: streamed\n%s\nwant\n%s", f, tc.pages, next, streamed.String(), gathered.String())
+			}
+		}
+	}
+}
+
 // squash is a table's text with each run of blanks one space.
 func squash(s string) string {
 	var b strings.Builder

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -373,7 +373,7 @@ type pageFlags struct {
 // pageHelp is the paging paragraph of a list command's help.
 const pageHelp = ` The command fetches page after page (the server
 answers at most 1,000 a page) until --limit items or the end, printing each as
-it arrives (user list: once all are read); --page-token starts
+it arrives; --page-token starts
 after an earlier listing, which --limit cut short: its output ends with the token
 ("(more: --page-token ...)"; next_page_token in JSON).`
 
@@ -387,27 +387,6 @@ func (p *pageFlags) check() error {
 		return usageError{fmt.Errorf("--limit %d is negative", p.limit)}
 	}
 	return nil
-}
-
-// listPages fetches the pages of a list from p's token on, each with page,
-// until p's limit of items (0: all) or the end; next is the token of the
-// rest, "" at the end.
-func listPages[T any](p pageFlags, page func(limit int32, token string) ([]T, string, error)) (items []T, next string, err error) {
-	next = p.token
-	for {
-		limit := int32(0)
-		if p.limit > 0 {
-			limit = int32(min(p.limit-len(items), math.MaxInt32))
-		}
-		got, token, err := page(limit, next)
-		if err != nil {
-			return nil, "", err
-		}
-		items, next = append(items, got...), token
-		if next == "" || p.limit > 0 && len(items) >= p.limit {
-			return items, next, nil
-		}
-	}
 }
 
 // morePages ends a list's table, and says how to go on if a limit cut it
@@ -619,41 +598,41 @@ func metaUserCmd(g *globals) *cobra.Command {
 	var pg pageFlags
 	list := &cobra.Command{
 		Use: "list", Short: "List the users and their grants", Args: cobra.NoArgs,
-		Long: "List the users, by name, and their grants." + pageHelp,
+		Long: "List the users, by name, each with its grants." + pageHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := pg.check(); err != nil {
-				return err
-			}
-			return runClient(g, cmd, func(ctx context.Context, c *client.Client) (proto.Message, error) {
-				out := &walcastv1.ListUsersResponse{}
-				users, next, err := listPages(pg, func(limit int32, token string) ([]*walcastv1.User, string, error) {
-					r, err := c.ListUsersPage(ctx, &walcastv1.ListUsersRequest{Limit: limit, PageToken: token})
-					out.Grants = append(out.Grants, r.GetGrants()...)
-					return r.GetUsers(), r.GetNextPageToken(), err
-				})
-				out.Users, out.NextPageToken = users, next
-				return out, err
-			}, func(w io.Writer, m proto.Message) error {
-				r := m.(*walcastv1.ListUsersResponse)
-				grants := map[string][]string{}
-				for _, gr := range r.GetGrants() {
-					grants[gr.GetUser()] = append(grants[gr.GetUser()], fmt.Sprintf("%s on %s.%s", gr.GetPrivilege(), gr.GetDatabase(), gr.GetCollection()))
-				}
-				tb := newTable(w, "USER", "CREATED", "GRANTS")
-				for _, u := range r.GetUsers() {
-					gs := strings.Join(grants[u.GetName()], ", ")
-					if gs == "" {
-						gs = "-"
+			var grants map[string][]*walcastv1.Grant // of the page's users
+			return streamList(g, cmd, pg, listing[*walcastv1.User]{key: "users", header: []string{"USER", "CREATED", "GRANTS"},
+				row: func(u *walcastv1.User) []string {
+					var gs []string
+					for _, gr := range grants[u.GetName()] {
+						gs = append(gs, fmt.Sprintf("%s on %s.%s", gr.GetPrivilege(), gr.GetDatabase(), gr.GetCollection()))
 					}
-					tb.row(u.GetName(), ts(u.GetCreatedAt()), gs)
-				}
-				return morePages(w, tb, r.GetNextPageToken())
-			})
+					return []string{u.GetName(), ts(u.GetCreatedAt()), cmp.Or(strings.Join(gs, ", "), "-")}
+				},
+				value: func(u *walcastv1.User) any { return userValue(u, grants[u.GetName()]) },
+				page: func(ctx context.Context, c *client.Client, limit int32, token string) ([]*walcastv1.User, string, error) {
+					r, err := c.ListUsersPage(ctx, &walcastv1.ListUsersRequest{Limit: limit, PageToken: token})
+					grants = map[string][]*walcastv1.Grant{}
+					for _, gr := range r.GetGrants() {
+						grants[gr.GetUser()] = append(grants[gr.GetUser()], gr)
+					}
+					return r.GetUsers(), r.GetNextPageToken(), err
+				}})
 		},
 	}
 	pg.add(list, "users")
 	cmd.AddCommand(create, list)
 	return cmd
+}
+
+// userValue is a user in the document of user list: the user's fields and
+// its grants.
+func userValue(u *walcastv1.User, grants []*walcastv1.Grant) object {
+	gs := make([]any, len(grants))
+	for i, gr := range grants {
+		gs[i] = protoValue(gr)
+	}
+	return with(protoValue(u), "grants", gs)
 }
 
 // metaGrantCmd is `walcast grant` or `walcast revoke`.

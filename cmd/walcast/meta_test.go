@@ -187,6 +187,19 @@ func TestMetaCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(m.run("db", "list", "-o", "json")), &jl); err != nil || len(jl.Databases) != 1 || jl.Next != "" {
 		t.Fatalf("db list -o json: %+v, %v", jl, err)
 	}
+	// user list -o json streams its users, each with its grants.
+	var ul struct {
+		Users []struct {
+			Name   string
+			Grants []struct{ Privilege, Database string }
+		} `json:"users"`
+		Next string `json:"next_page_token"`
+	}
+	if err := json.Unmarshal([]byte(m.run("user", "list", "-o", "json", "--limit", "1")), &ul); err != nil || len(ul.Users) != 1 ||
+		ul.Users[0].Name != "alice" || len(ul.Users[0].Grants) != 1 || !strings.EqualFold(ul.Users[0].Grants[0].Privilege, "Search") ||
+		ul.Users[0].Grants[0].Database != "shop" || ul.Next == "" {
+		t.Fatalf("user list -o json --limit 1: %+v, %v", ul, err)
+	}
 	wantOutput(t, m.run("revoke", "alice", "Search", "--db", "shop"), `revoked Search on shop.\* from alice`)
 
 	wantOutput(t, m.run("collection", "rename", "orders", "purchases", "--db", "shop"), `renamed to purchases, id `+fmt.Sprint(created.Collection.ID))

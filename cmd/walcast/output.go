@@ -204,6 +204,52 @@ func with(o object, kv ...any) object {
 	return o
 }
 
+// ordered is an object whose keys keep their order in JSON and YAML, where
+// an object's keys are otherwise sorted: a list streamed an item at a time
+// (listWriter) has its items first and what follows them (the cursor of
+// the rest) after, so its gathered document is ordered the same way.
+type ordered []field
+
+// field is one key of an ordered object.
+type field struct {
+	key   string
+	value any
+}
+
+// MarshalJSON writes the object with its keys in order; HTML characters
+// are not escaped, as emit writes them.
+func (o ordered) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	for i, f := range o {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(jsonString(f.key) + ":")
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(f.value); err != nil {
+			return nil, err
+		}
+		buf.Truncate(buf.Len() - 1) // the encoder's newline
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// MarshalYAML makes the object a mapping with its keys in order.
+func (o ordered) MarshalYAML() (any, error) {
+	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	for _, f := range o {
+		var v yaml.Node
+		if err := v.Encode(f.value); err != nil {
+			return nil, err
+		}
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.key}, &v)
+	}
+	return n, nil
+}
+
 // sortedKeys returns the keys of m, sorted.
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

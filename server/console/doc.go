@@ -8,7 +8,7 @@
 // state, type, age, "hanging", text search, paging by id cursor), one task
 // (message, keys, targets with checkpoints and acks, callback attempts,
 // outcome, idempotency window, trace link; retry and complete for admins),
-// locks (holders and waiters with ages), keys (idempotency key lookup),
+// locks (holders and waiters with ages), keys (idempotency key lookup, and the remembered keys a page at a time),
 // imports (from the application, if it has any) and replication.
 //
 // The pages are html/template (every string is escaped, and control

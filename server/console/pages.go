@@ -752,13 +752,24 @@ type keysData struct {
 	Fingerprint            string
 	Status                 *broadcast.KeyStatus
 	NotFound               bool
+	// Keys is one page of the remembered keys (R7.5); First, Prev and Next
+	// are the URLs of the first, the previous and the next page, "" if
+	// none.
+	Keys              []keyRow
+	First, Prev, Next string
+}
+
+// keyRow is one remembered key in the keys page's list.
+type keyRow struct {
+	*broadcast.KeyStatus
+	Scope, Fingerprint string
 }
 
 func (c *Console) keys(r *request) (view, error) {
 	q := r.URL.Query()
 	d := keysData{Type: q.Get("type"), Scope: cmp.Or(q.Get("scope"), "cluster"), ClientKey: q.Get("client_key")}
 	if d.Type == "" && d.ClientKey == "" {
-		return d, nil
+		return d, c.keyList(r, &d)
 	}
 	d.Asked = true
 	typ, err := message.ParseType(d.Type)
@@ -802,6 +813,70 @@ func (c *Console) keys(r *request) (view, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// keyList reads the page of remembered keys after the id of the keys
+// page's "after" parameter (0: the first), DefaultPageSize of them. The
+// list only goes forward, so the URL carries the cursors of the pages
+// before it ("back", oldest first, at most maxBack) for the link to the
+// previous page.
+func (c *Console) keyList(r *request, d *keysData) error {
+	q := r.URL.Query()
+	cursor := func(s string) (uint64, error) {
+		if s == "" {
+			return 0, nil
+		}
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, badRequest("page cursor %q is not a broadcast id", clean(s))
+		}
+		return n, nil
+	}
+	after, err := cursor(q.Get("after"))
+	if err != nil {
+		return err
+	}
+	back := q["back"]
+	if len(back) > maxBack {
+		return badRequest("%d earlier pages, limit %d", len(back), maxBack)
+	}
+	for _, b := range back {
+		if _, err := cursor(b); err != nil {
+			return err
+		}
+	}
+	keys, next, err := r.b.Keys(r.Context(), after, DefaultPageSize)
+	if err != nil {
+		return err
+	}
+	for _, ks := range keys {
+		k := ks.Message.IdempotencyKey
+		d.Keys = append(d.Keys, keyRow{KeyStatus: ks, Scope: k.ScopeName(), Fingerprint: k.Fingerprint()})
+	}
+	link := func(after string, back []string) string {
+		if after == "" || after == "0" {
+			return Prefix + "keys"
+		}
+		v := url.Values{"after": {after}}
+		if len(back) > 0 {
+			v["back"] = back
+		}
+		return Prefix + "keys?" + v.Encode()
+	}
+	here := strconv.FormatUint(after, 10)
+	if next != 0 {
+		b := append(slices.Clone(back), here)
+		d.Next = link(strconv.FormatUint(next, 10), b[max(0, len(b)-maxBack):])
+	}
+	if after != 0 {
+		d.First = link("", nil)
+		if len(back) > 0 {
+			d.Prev = link(back[len(back)-1], back[:len(back)-1])
+		} else {
+			d.Prev = d.First
+		}
+	}
+	return nil
 }
 
 // ---- imports

@@ -53,6 +53,9 @@ const (
 	// BroadcastServiceLookupKeyProcedure is the fully-qualified name of the BroadcastService's
 	// LookupKey RPC.
 	BroadcastServiceLookupKeyProcedure = "/walcast.api.v1.BroadcastService/LookupKey"
+	// BroadcastServiceListKeysProcedure is the fully-qualified name of the BroadcastService's ListKeys
+	// RPC.
+	BroadcastServiceListKeysProcedure = "/walcast.api.v1.BroadcastService/ListKeys"
 	// BroadcastServiceRetryCallbackProcedure is the fully-qualified name of the BroadcastService's
 	// RetryCallback RPC.
 	BroadcastServiceRetryCallbackProcedure = "/walcast.api.v1.BroadcastService/RetryCallback"
@@ -98,6 +101,9 @@ type BroadcastServiceClient interface {
 	ListLocks(context.Context, *connect.Request[walcastv1.ListLocksRequest]) (*connect.Response[walcastv1.ListLocksResponse], error)
 	// LookupKey reports the original of an idempotency key and its window.
 	LookupKey(context.Context, *connect.Request[walcastv1.LookupKeyRequest]) (*connect.Response[walcastv1.LookupKeyResponse], error)
+	// ListKeys lists the remembered idempotency keys, a page at a time, in
+	// the order of their originals' broadcast ids.
+	ListKeys(context.Context, *connect.Request[walcastv1.ListKeysRequest]) (*connect.Response[walcastv1.ListKeysResponse], error)
 	// RetryCallback makes a failing callback retry now.
 	RetryCallback(context.Context, *connect.Request[walcastv1.RetryCallbackRequest]) (*connect.Response[walcastv1.RetryCallbackResponse], error)
 	// CompleteCallback completes a stuck callback without its effects.
@@ -177,6 +183,12 @@ func NewBroadcastServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(broadcastServiceMethods.ByName("LookupKey")),
 			connect.WithClientOptions(opts...),
 		),
+		listKeys: connect.NewClient[walcastv1.ListKeysRequest, walcastv1.ListKeysResponse](
+			httpClient,
+			baseURL+BroadcastServiceListKeysProcedure,
+			connect.WithSchema(broadcastServiceMethods.ByName("ListKeys")),
+			connect.WithClientOptions(opts...),
+		),
 		retryCallback: connect.NewClient[walcastv1.RetryCallbackRequest, walcastv1.RetryCallbackResponse](
 			httpClient,
 			baseURL+BroadcastServiceRetryCallbackProcedure,
@@ -242,6 +254,7 @@ type broadcastServiceClient struct {
 	listTasks          *connect.Client[walcastv1.ListTasksRequest, walcastv1.ListTasksResponse]
 	listLocks          *connect.Client[walcastv1.ListLocksRequest, walcastv1.ListLocksResponse]
 	lookupKey          *connect.Client[walcastv1.LookupKeyRequest, walcastv1.LookupKeyResponse]
+	listKeys           *connect.Client[walcastv1.ListKeysRequest, walcastv1.ListKeysResponse]
 	retryCallback      *connect.Client[walcastv1.RetryCallbackRequest, walcastv1.RetryCallbackResponse]
 	completeCallback   *connect.Client[walcastv1.CompleteCallbackRequest, walcastv1.CompleteCallbackResponse]
 	forceAck           *connect.Client[walcastv1.ForceAckRequest, walcastv1.ForceAckResponse]
@@ -281,6 +294,11 @@ func (c *broadcastServiceClient) ListLocks(ctx context.Context, req *connect.Req
 // LookupKey calls walcast.api.v1.BroadcastService.LookupKey.
 func (c *broadcastServiceClient) LookupKey(ctx context.Context, req *connect.Request[walcastv1.LookupKeyRequest]) (*connect.Response[walcastv1.LookupKeyResponse], error) {
 	return c.lookupKey.CallUnary(ctx, req)
+}
+
+// ListKeys calls walcast.api.v1.BroadcastService.ListKeys.
+func (c *broadcastServiceClient) ListKeys(ctx context.Context, req *connect.Request[walcastv1.ListKeysRequest]) (*connect.Response[walcastv1.ListKeysResponse], error) {
+	return c.listKeys.CallUnary(ctx, req)
 }
 
 // RetryCallback calls walcast.api.v1.BroadcastService.RetryCallback.
@@ -344,6 +362,9 @@ type BroadcastServiceHandler interface {
 	ListLocks(context.Context, *connect.Request[walcastv1.ListLocksRequest]) (*connect.Response[walcastv1.ListLocksResponse], error)
 	// LookupKey reports the original of an idempotency key and its window.
 	LookupKey(context.Context, *connect.Request[walcastv1.LookupKeyRequest]) (*connect.Response[walcastv1.LookupKeyResponse], error)
+	// ListKeys lists the remembered idempotency keys, a page at a time, in
+	// the order of their originals' broadcast ids.
+	ListKeys(context.Context, *connect.Request[walcastv1.ListKeysRequest]) (*connect.Response[walcastv1.ListKeysResponse], error)
 	// RetryCallback makes a failing callback retry now.
 	RetryCallback(context.Context, *connect.Request[walcastv1.RetryCallbackRequest]) (*connect.Response[walcastv1.RetryCallbackResponse], error)
 	// CompleteCallback completes a stuck callback without its effects.
@@ -419,6 +440,12 @@ func NewBroadcastServiceHandler(svc BroadcastServiceHandler, opts ...connect.Han
 		connect.WithSchema(broadcastServiceMethods.ByName("LookupKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	broadcastServiceListKeysHandler := connect.NewUnaryHandler(
+		BroadcastServiceListKeysProcedure,
+		svc.ListKeys,
+		connect.WithSchema(broadcastServiceMethods.ByName("ListKeys")),
+		connect.WithHandlerOptions(opts...),
+	)
 	broadcastServiceRetryCallbackHandler := connect.NewUnaryHandler(
 		BroadcastServiceRetryCallbackProcedure,
 		svc.RetryCallback,
@@ -487,6 +514,8 @@ func NewBroadcastServiceHandler(svc BroadcastServiceHandler, opts ...connect.Han
 			broadcastServiceListLocksHandler.ServeHTTP(w, r)
 		case BroadcastServiceLookupKeyProcedure:
 			broadcastServiceLookupKeyHandler.ServeHTTP(w, r)
+		case BroadcastServiceListKeysProcedure:
+			broadcastServiceListKeysHandler.ServeHTTP(w, r)
 		case BroadcastServiceRetryCallbackProcedure:
 			broadcastServiceRetryCallbackHandler.ServeHTTP(w, r)
 		case BroadcastServiceCompleteCallbackProcedure:
@@ -536,6 +565,10 @@ func (UnimplementedBroadcastServiceHandler) ListLocks(context.Context, *connect.
 
 func (UnimplementedBroadcastServiceHandler) LookupKey(context.Context, *connect.Request[walcastv1.LookupKeyRequest]) (*connect.Response[walcastv1.LookupKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.LookupKey is not implemented"))
+}
+
+func (UnimplementedBroadcastServiceHandler) ListKeys(context.Context, *connect.Request[walcastv1.ListKeysRequest]) (*connect.Response[walcastv1.ListKeysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("walcast.api.v1.BroadcastService.ListKeys is not implemented"))
 }
 
 func (UnimplementedBroadcastServiceHandler) RetryCallback(context.Context, *connect.Request[walcastv1.RetryCallbackRequest]) (*connect.Response[walcastv1.RetryCallbackResponse], error) {

@@ -121,7 +121,12 @@ type MetaServiceClient interface {
 	DropIndex(context.Context, *connect.Request[walcastv1.DropIndexRequest]) (*connect.Response[walcastv1.DropIndexResponse], error)
 	// CreateUser creates a user.
 	CreateUser(context.Context, *connect.Request[walcastv1.CreateUserRequest]) (*connect.Response[walcastv1.CreateUserResponse], error)
-	// ListUsers lists the users and their grants.
+	// ListUsers lists the users by name and their grants, a page at a time
+	// like the other lists. A client written before lists paged sends
+	// neither limit nor page_token and ignores next_page_token: it gets the
+	// first 1,000 users (and their grants) and no more, with nothing it
+	// reads saying so. Page with next_page_token, as walcast user list and
+	// the Go client's Users and ListUsers do.
 	ListUsers(context.Context, *connect.Request[walcastv1.ListUsersRequest]) (*connect.Response[walcastv1.ListUsersResponse], error)
 	// GrantPrivilege grants a user a privilege on a database or collection.
 	GrantPrivilege(context.Context, *connect.Request[walcastv1.GrantPrivilegeRequest]) (*connect.Response[walcastv1.GrantPrivilegeResponse], error)
@@ -444,7 +449,12 @@ type MetaServiceHandler interface {
 	DropIndex(context.Context, *connect.Request[walcastv1.DropIndexRequest]) (*connect.Response[walcastv1.DropIndexResponse], error)
 	// CreateUser creates a user.
 	CreateUser(context.Context, *connect.Request[walcastv1.CreateUserRequest]) (*connect.Response[walcastv1.CreateUserResponse], error)
-	// ListUsers lists the users and their grants.
+	// ListUsers lists the users by name and their grants, a page at a time
+	// like the other lists. A client written before lists paged sends
+	// neither limit nor page_token and ignores next_page_token: it gets the
+	// first 1,000 users (and their grants) and no more, with nothing it
+	// reads saying so. Page with next_page_token, as walcast user list and
+	// the Go client's Users and ListUsers do.
 	ListUsers(context.Context, *connect.Request[walcastv1.ListUsersRequest]) (*connect.Response[walcastv1.ListUsersResponse], error)
 	// GrantPrivilege grants a user a privilege on a database or collection.
 	GrantPrivilege(context.Context, *connect.Request[walcastv1.GrantPrivilegeRequest]) (*connect.Response[walcastv1.GrantPrivilegeResponse], error)
