@@ -41,13 +41,13 @@ func (c *Core) ack(e Ack) {
 				err = fmt.Errorf("%w: %w: broadcast %d (this coordinator's ids end below %d): a newer leader issued it; ack it there",
 					catalog.ErrFenced, ErrNotIssued, e.ID, c.ids.end)
 			}
-			c.reply(e.To, Reply{Err: err})
+			c.out.reply(e.To, Reply{Err: err})
 			return
 		}
 	}
 	i := t.msg.Index(e.VChannel)
 	if i < 0 {
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
 		return
 	}
 	c.acks.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx, e.Extra)
@@ -254,8 +254,7 @@ type ackTracker struct {
 	// logger; what to do once an ack is recorded (acked) and how to make
 	// a task's acks durable (persist).
 	nextID  func() uint64
-	emit    func(Action)
-	reply   func(Target, Reply)
+	out     *outbox
 	now     func() time.Time
 	after   func(time.Duration, func()) *deadline
 	backoff func() *backoff.ExponentialBackOff
@@ -297,7 +296,7 @@ func (a *ackTracker) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx c
 			a.waitDurable(t, to)
 			return
 		}
-		a.reply(to, Reply{})
+		a.out.reply(to, Reply{})
 		return
 	}
 	if copy.ackOnce != 0 {
@@ -311,7 +310,7 @@ func (a *ackTracker) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx c
 			// A replicated copy's position is known only to its reader: an
 			// ack without a checkpoint (LegacyAck) cannot be recorded until
 			// this cluster appended (or found) the copy itself.
-			a.reply(to, Reply{Err: fmt.Errorf("%w: ack of replicated broadcast %d on %s carries no checkpoint, and its position is not known here",
+			a.out.reply(to, Reply{Err: fmt.Errorf("%w: ack of replicated broadcast %d on %s carries no checkpoint, and its position is not known here",
 				ErrFailedPrecondition, t.id, t.msg.Broadcast.VChannels[i])})
 			return
 		}
@@ -324,7 +323,7 @@ func (a *ackTracker) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx c
 			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
 		}
 		a.runs[id] = ackOnceRef{t: t, i: i, cp: cp, extra: extra}
-		a.emit(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
+		a.out.ackOnce(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
 		return
 	}
 	a.record(t, i, cp, extra)
@@ -351,7 +350,7 @@ func (a *ackTracker) done(e AckOnceDone) {
 	if e.Err != nil {
 		err := fmt.Errorf("ack-once callback for broadcast %d on %s: %w", t.id, t.msg.Broadcast.VChannels[i], e.Err)
 		for _, to := range waiters {
-			a.reply(to, Reply{Err: err})
+			a.out.reply(to, Reply{Err: err})
 		}
 		if copy.fast {
 			a.log(t).Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", e.Err)
@@ -379,7 +378,7 @@ func (a *ackTracker) answer(t *task, to Target) {
 		a.waitDurable(t, to)
 		return
 	}
-	a.reply(to, Reply{})
+	a.out.reply(to, Reply{})
 }
 
 // record records copy i as acked at cp, with the consumer's extra, answers
@@ -403,7 +402,7 @@ func (a *ackTracker) record(t *task, i int, cp wal.Checkpoint, extra []byte) {
 // is durable.
 func (a *ackTracker) waitDurable(t *task, to Target) {
 	if t.persistedAcks >= t.nacked {
-		a.reply(to, Reply{})
+		a.out.reply(to, Reply{})
 		return
 	}
 	t.ackWaiters = append(t.ackWaiters, ackWaiter{to: to, want: t.nacked})
@@ -429,9 +428,9 @@ func (a *ackTracker) written(t *task, n int, d Decision, err error) {
 		case w.want > n:
 			keep = append(keep, w)
 		case d == Done:
-			a.reply(w.to, Reply{})
+			a.out.reply(w.to, Reply{})
 		default:
-			a.reply(w.to, Reply{Err: err})
+			a.out.reply(w.to, Reply{Err: err})
 		}
 	}
 	clear(t.ackWaiters[len(keep):])
@@ -444,14 +443,14 @@ func (a *ackTracker) wait(t *task, to Target, vchannels []message.VChannel) {
 	for _, v := range vchannels {
 		i := t.msg.Index(v)
 		if i < 0 {
-			a.reply(to, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, v, t.id)})
+			a.out.reply(to, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, v, t.id)})
 			return
 		}
 		idx = append(idx, i)
 	}
 	w := ackWait{to: to, idx: idx}
 	if t.ackedAll(w.idx) {
-		a.reply(to, Reply{})
+		a.out.reply(to, Reply{})
 		return
 	}
 	t.ackWaits = append(t.ackWaits, w)
@@ -465,7 +464,7 @@ func (a *ackTracker) answerWaits(t *task) {
 	keep := t.ackWaits[:0]
 	for _, w := range t.ackWaits {
 		if t.ackedAll(w.idx) {
-			a.reply(w.to, Reply{})
+			a.out.reply(w.to, Reply{})
 			continue
 		}
 		keep = append(keep, w)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/walcast/walcast/catalog"
@@ -10,8 +11,98 @@ import (
 )
 
 // Action is an output of the core: something the driver must do, and
-// report back as an Event when it is an I/O.
-type Action interface{ action() }
+// report back as an Event when it is an I/O. It is a value, not a boxed
+// interface, so that the core emits it into a slice it reuses without
+// allocating: Kind says which one of its fields holds the action; the
+// others are zero.
+type Action struct {
+	Kind           ActionKind
+	Reply          Reply
+	Write          Write
+	Append         Append
+	Callback       Callback
+	CancelCallback CancelCallback
+	AckOnce        AckOnce
+	Scan           Scan
+	RoleChanged    RoleChanged
+	Fenced         Fenced
+}
+
+// ActionKind says which field of an Action holds it.
+type ActionKind uint8
+
+// The kinds of action, one per field of Action.
+const (
+	ActNone ActionKind = iota
+	ActReply
+	ActWrite
+	ActAppend
+	ActCallback
+	ActCancelCallback
+	ActAckOnce
+	ActScan
+	ActRoleChanged
+	ActFenced
+)
+
+var actionKinds = [...]string{"None", "Reply", "Write", "Append", "Callback", "CancelCallback", "AckOnce", "Scan", "RoleChanged", "Fenced"}
+
+// String names the kind as its field is named.
+func (k ActionKind) String() string {
+	if int(k) < len(actionKinds) {
+		return actionKinds[k]
+	}
+	return fmt.Sprintf("ActionKind(%d)", k)
+}
+
+// outbox holds the actions ready for the driver, in the order the core
+// decided them, as values in a slice it reuses (Core.AppendReady): emitting
+// one allocates nothing. Every part that decides an action is handed the
+// core's outbox.
+type outbox struct{ acts []Action }
+
+// reply answers to (nil: nobody waits, nothing is sent).
+func (o *outbox) reply(to Target, r Reply) {
+	if to == nil {
+		return
+	}
+	r.To = to
+	o.acts = append(o.acts, Action{Kind: ActReply, Reply: r})
+}
+
+func (o *outbox) write(w Write) { o.acts = append(o.acts, Action{Kind: ActWrite, Write: w}) }
+
+func (o *outbox) append(a Append) { o.acts = append(o.acts, Action{Kind: ActAppend, Append: a}) }
+
+func (o *outbox) callback(cb Callback) {
+	o.acts = append(o.acts, Action{Kind: ActCallback, Callback: cb})
+}
+
+func (o *outbox) cancelCallback(task uint64) {
+	o.acts = append(o.acts, Action{Kind: ActCancelCallback, CancelCallback: CancelCallback{Task: task}})
+}
+
+func (o *outbox) ackOnce(a AckOnce) { o.acts = append(o.acts, Action{Kind: ActAckOnce, AckOnce: a}) }
+
+func (o *outbox) scan(s Scan) { o.acts = append(o.acts, Action{Kind: ActScan, Scan: s}) }
+
+func (o *outbox) roleChanged(r RoleChanged) {
+	o.acts = append(o.acts, Action{Kind: ActRoleChanged, RoleChanged: r})
+}
+
+func (o *outbox) fenced(err error) {
+	o.acts = append(o.acts, Action{Kind: ActFenced, Fenced: Fenced{Err: err}})
+}
+
+// onlyReplies reports whether every action is a Reply (also when none is).
+func (o *outbox) onlyReplies() bool {
+	for i := range o.acts {
+		if o.acts[i].Kind != ActReply {
+			return false
+		}
+	}
+	return true
+}
 
 // Reply answers a request.
 type Reply struct {
@@ -153,16 +244,6 @@ type RoleChanged struct {
 // Fenced tells the driver the catalog reported a newer coordinator term:
 // the core wrote nothing more and must be stopped (R9.2).
 type Fenced struct{ Err error }
-
-func (Reply) action()          {}
-func (Write) action()          {}
-func (Append) action()         {}
-func (Callback) action()       {}
-func (CancelCallback) action() {}
-func (AckOnce) action()        {}
-func (Scan) action()           {}
-func (RoleChanged) action()    {}
-func (Fenced) action()         {}
 
 // requestDigest returns the original's request digest (R7.6), nil if it
 // has none or its record does not decode.

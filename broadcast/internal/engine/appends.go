@@ -43,7 +43,7 @@ type appendLanes struct {
 	// What the lanes use of their core: ids, the actions out, the counters,
 	// timers and the retry schedule.
 	nextID  func() uint64
-	emit    func(Action)
+	out     *outbox
 	stats   *Stats
 	after   func(time.Duration, func()) *deadline
 	backoff func() *backoff.ExponentialBackOff
@@ -366,7 +366,7 @@ func (ls *appendLanes) send(b *batch) {
 	for _, r := range b.reqs {
 		items = append(items, r.item)
 	}
-	ls.emit(Append{ID: b.id, Lane: b.lane.name, Items: items})
+	ls.out.append(Append{ID: b.id, Lane: b.lane.name, Items: items})
 }
 
 // answered returns the batch of append id, no longer in flight; nil if

@@ -29,7 +29,7 @@ type Core struct {
 	obs Observer
 	log *slog.Logger
 	now time.Time
-	out []Action
+	out outbox
 	seq uint64 // ids of writes, appends, ack-once runs and scans
 
 	tasks map[uint64]*task
@@ -140,14 +140,14 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
 	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
 	c.lanes = newAppendLanes(cfg)
-	c.lanes.nextID, c.lanes.emit, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, c.emit, &c.stats, c.after, c.newBackoff
+	c.lanes.nextID, c.lanes.out, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, &c.out, &c.stats, c.after, c.newBackoff
 	c.acks = ackTracker{runs: make(map[uint64]ackOnceRef), hasAckOnce: cfg.HasAckOnce,
-		nextID: c.nextID, emit: c.emit, reply: c.reply, now: func() time.Time { return c.now }, after: c.after,
+		nextID: c.nextID, out: &c.out, now: func() time.Time { return c.now }, after: c.after,
 		backoff: c.newBackoff, live: func(t *task) bool { return c.tasks[t.id] == t }, log: c.tlog,
 		acked: c.acked, persist: c.persistAcks}
-	c.scans = scanner{ops: make(map[uint64]*scanOp), nextID: c.nextID, emit: c.emit, log: c.log, after: c.after, backoff: c.newBackoff}
-	c.roles.cluster, c.roles.prefix, c.roles.emit, c.roles.log = cfg.ClusterName, cfg.Prefix, c.emit, c.tlog
-	c.writes = writer{ops: make(map[uint64]*writeOp), prefix: cfg.Prefix, core: c, nextID: c.nextID, emit: c.emit,
+	c.scans = scanner{ops: make(map[uint64]*scanOp), nextID: c.nextID, out: &c.out, log: c.log, after: c.after, backoff: c.newBackoff}
+	c.roles.cluster, c.roles.prefix, c.roles.out, c.roles.log = cfg.ClusterName, cfg.Prefix, &c.out, c.tlog
+	c.writes = writer{ops: make(map[uint64]*writeOp), prefix: cfg.Prefix, core: c, nextID: c.nextID, out: &c.out,
 		stats: &c.stats, obs: c.obs, after: c.after, backoff: c.newBackoff, log: c.tlog,
 		live: func(t *task) bool { return c.tasks[t.id] == t }, fence: c.fence, mutation: cfg.Mutation}
 	c.sched.init()
@@ -226,8 +226,8 @@ func (c *Core) Step(now time.Time, ev Event) {
 
 // Ready returns the actions to perform and forgets them.
 func (c *Core) Ready() []Action {
-	out := c.out
-	c.out = nil
+	out := c.out.acts
+	c.out.acts = nil
 	return out
 }
 
@@ -235,23 +235,16 @@ func (c *Core) Ready() []Action {
 // returns the extended slice: a driver that reuses dst and the core its own
 // buffer allocates nothing per step for the list of actions.
 func (c *Core) AppendReady(dst []Action) []Action {
-	dst = append(dst, c.out...)
-	clear(c.out)
-	c.out = c.out[:0]
+	dst = append(dst, c.out.acts...)
+	clear(c.out.acts)
+	c.out.acts = c.out.acts[:0]
 	return dst
 }
 
 // OnlyReplies reports whether every action ready is a Reply (also when
 // none is): a driver may deliver those on any goroutine, while the other
 // actions are I/O for its workers.
-func (c *Core) OnlyReplies() bool {
-	for _, a := range c.out {
-		if _, ok := a.(Reply); !ok {
-			return false
-		}
-	}
-	return true
-}
+func (c *Core) OnlyReplies() bool { return c.out.onlyReplies() }
 
 // Deadline returns when the core must be stepped next (with a Tick) and
 // whether it has anything scheduled.
@@ -263,16 +256,6 @@ func (c *Core) Deadline() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return c.timers[0].at, true
-}
-
-func (c *Core) emit(a Action) { c.out = append(c.out, a) }
-
-func (c *Core) reply(to Target, r Reply) {
-	if to == nil {
-		return
-	}
-	r.To = to
-	c.emit(r)
 }
 
 func (c *Core) nextID() uint64 {
@@ -390,7 +373,7 @@ func (c *Core) fence(err error) {
 	}
 	c.obs.Fenced()
 	c.log.Error("broadcaster fenced: a newer coordinator term exists; stopping", "err", err)
-	c.emit(Fenced{Err: err})
+	c.out.fenced(err)
 	c.stop(fmt.Errorf("%w: %w", ErrClosed, err))
 }
 
@@ -409,7 +392,7 @@ func (c *Core) stop(err error) {
 	for _, id := range hids {
 		h := c.handles[id]
 		if h.to != nil {
-			c.reply(h.to, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
+			c.out.reply(h.to, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
 			h.to = nil
 		}
 	}
@@ -417,7 +400,7 @@ func (c *Core) stop(err error) {
 	for _, sc := range scopes {
 		a := c.idem.admits[sc]
 		for _, r := range a.waiters {
-			c.reply(r.To, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
+			c.out.reply(r.To, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
 		}
 		a.waiters = nil
 	}
@@ -430,25 +413,25 @@ func (c *Core) stop(err error) {
 			werr = fmt.Errorf("broadcast %d was created and completes after recovery: %w", t.id, err)
 		}
 		for _, to := range t.waiters {
-			c.reply(to, Reply{Err: werr})
+			c.out.reply(to, Reply{Err: werr})
 		}
 		t.waiters = nil
 		for _, a := range t.ackWaiters {
-			c.reply(a.to, Reply{Err: fmt.Errorf("ack of broadcast %d: %w", t.id, err)})
+			c.out.reply(a.to, Reply{Err: fmt.Errorf("ack of broadcast %d: %w", t.id, err)})
 		}
 		t.ackWaiters = nil
 		for i := range t.copies {
 			for _, to := range t.copies[i].ackOnceWaiters {
-				c.reply(to, Reply{Err: fmt.Errorf("ack of broadcast %d: %w", t.id, err)})
+				c.out.reply(to, Reply{Err: fmt.Errorf("ack of broadcast %d: %w", t.id, err)})
 			}
 			t.copies[i].ackOnceWaiters = nil
 		}
 		for _, to := range t.completeWaits {
-			c.reply(to, Reply{Err: err})
+			c.out.reply(to, Reply{Err: err})
 		}
 		t.completeWaits = nil
 		for _, a := range t.ackWaits {
-			c.reply(a.to, Reply{Err: fmt.Errorf("acks of broadcast %d: %w", t.id, err)})
+			c.out.reply(a.to, Reply{Err: fmt.Errorf("acks of broadcast %d: %w", t.id, err)})
 		}
 		t.ackWaits = nil
 	}
@@ -459,25 +442,25 @@ func (c *Core) refuseStopped(ev Event) {
 	notCreated := fmt.Errorf("%w: %w", ErrTaskNotCreated, c.stopErr)
 	switch e := ev.(type) {
 	case Resolve:
-		c.reply(e.To, Reply{Err: notCreated})
+		c.out.reply(e.To, Reply{Err: notCreated})
 	case Lock:
-		c.reply(e.To, Reply{Err: notCreated})
+		c.out.reply(e.To, Reply{Err: notCreated})
 	case Submit:
-		c.reply(e.To, Reply{Err: notCreated})
+		c.out.reply(e.To, Reply{Err: notCreated})
 	case Wait:
-		c.reply(e.To, Reply{Err: c.stopErr})
+		c.out.reply(e.To, Reply{Err: c.stopErr})
 	case WaitAcked:
-		c.reply(e.To, Reply{Err: c.stopErr})
+		c.out.reply(e.To, Reply{Err: c.stopErr})
 	case Ack:
-		c.reply(e.To, Reply{Err: c.stopErr})
+		c.out.reply(e.To, Reply{Err: c.stopErr})
 	case Follow:
-		c.reply(e.To, Reply{Err: notCreated})
+		c.out.reply(e.To, Reply{Err: notCreated})
 	case RetryNow:
-		c.reply(e.To, Reply{Err: c.stopErr})
+		c.out.reply(e.To, Reply{Err: c.stopErr})
 	case Complete:
-		c.reply(e.To, Reply{Err: c.stopErr})
+		c.out.reply(e.To, Reply{Err: c.stopErr})
 	case Withdraw:
-		c.reply(e.Done, Reply{}) // Stop answered every request
+		c.out.reply(e.Done, Reply{}) // Stop answered every request
 	case Inspect:
 		e.Fn(c.View())
 	}

@@ -22,8 +22,10 @@
 // the driver performed (Written, Appended, CallbackDone, AckOnceDone,
 // Scanned), plus Tick (time passed) and Stop. Actions say what to do: reply
 // to a request, write a catalog transaction, append one WAL entry, run one
-// callback attempt. The core never waits: an action's result is just
-// another event, whenever it comes.
+// callback attempt. An Action is a value whose Kind names the field that
+// holds it; the core emits them into a slice it reuses (AppendReady), so
+// deciding one allocates nothing. The core never waits: an action's result
+// is just another event, whenever it comes.
 //
 // # What lives here
 //

@@ -214,13 +214,13 @@ func (c *Core) submitMember(h *handle, e Submit) {
 			// The group ended with an end of this kind: a retried end gets
 			// its result (R13.3).
 			c.dropHandle(h)
-			c.reply(e.To, Reply{Original: o})
+			c.out.reply(e.To, Reply{Original: o})
 			return
 		}
 	}
 	if err := c.memberError(e); err != nil {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	g := c.groups.open[e.Group]
@@ -234,7 +234,7 @@ func (c *Core) submitMember(h *handle, e Submit) {
 			return
 		}
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s %d is ending with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id,
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %s %d is ending with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id,
 			end.gkind, end.id)})
 		return
 	}
@@ -248,7 +248,7 @@ func (c *Core) submitMember(h *handle, e Submit) {
 	}
 	if kind == message.GroupBody && int(g.next) >= c.groups.maxMembers-1 {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: transaction %d has %d members; the last of %d is kept for its Commit or Rollback",
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: transaction %d has %d members; the last of %d is kept for its Commit or Rollback",
 			ErrGroupFull, g.id, g.next, c.groups.maxMembers)})
 		return
 	}
@@ -544,9 +544,9 @@ func (c *Core) closeGroup(g *group, err error, end *task) {
 		case end != nil && q.e.Msg.Group.Kind == end.gkind:
 			c.joinEnd(end, q.e.To)
 		case end != nil:
-			c.reply(q.e.To, Reply{Err: fmt.Errorf("%w: %s %d ended with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id, end.gkind, end.id)})
+			c.out.reply(q.e.To, Reply{Err: fmt.Errorf("%w: %s %d ended with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id, end.gkind, end.id)})
 		default:
-			c.reply(q.e.To, Reply{Err: err})
+			c.out.reply(q.e.To, Reply{Err: err})
 		}
 	}
 	g.queue = nil

@@ -68,11 +68,11 @@ func (c *Core) resolve(e Resolve) {
 	if o := c.original(e.Scope); o != nil {
 		if e.Digest != nil {
 			if have := o.requestDigest(); have != nil && !bytes.Equal(have, e.Digest) {
-				c.reply(e.To, Reply{Err: c.reused(e.Key)})
+				c.out.reply(e.To, Reply{Err: c.reused(e.Key)})
 				return
 			}
 		}
-		c.reply(e.To, Reply{Original: o})
+		c.out.reply(e.To, Reply{Original: o})
 		return
 	}
 	if c.idem.queue(e.Scope, e) {
@@ -82,13 +82,13 @@ func (c *Core) resolve(e Resolve) {
 	// never breaks a retry of a key already accepted (R7.1).
 	if e.CheckNew {
 		if err := e.Key.CheckLength(c.cfg.MaxKeyLength); err != nil {
-			c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+			c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 			return
 		}
 	}
 	h := c.handle(e.Handle)
 	h.adm, h.scope = c.idem.admit(e.Scope, e.Handle), e.Scope
-	c.reply(e.To, Reply{Admitted: true})
+	c.out.reply(e.To, Reply{Admitted: true})
 }
 
 func (c *Core) reused(k message.IdempotencyKey) error {
@@ -111,7 +111,7 @@ func (c *Core) lock(e Lock) {
 	h := c.handle(e.Handle)
 	if err := c.checkRole(e.Need); err != nil {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	var r *resource.Request
@@ -125,7 +125,7 @@ func (c *Core) lock(e Lock) {
 	}
 	if err != nil {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 		return
 	}
 	r.Ref = h // labelled by LockOwner
@@ -135,7 +135,7 @@ func (c *Core) lock(e Lock) {
 		if err := c.locks.TryAcquire(r); err != nil {
 			h.lock = nil
 			c.dropHandle(h)
-			c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrBusy, err)})
+			c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrBusy, err)})
 			return
 		}
 		c.granted(h)
@@ -164,12 +164,12 @@ func (c *Core) granted(h *handle) {
 	h.to = nil
 	if err := c.checkRole(h.need); err != nil {
 		c.dropHandle(h)
-		c.reply(to, Reply{Err: err})
+		c.out.reply(to, Reply{Err: err})
 		return
 	}
 	h.granted = true
 	h.lockGranted = c.now.UnixNano()
-	c.reply(to, Reply{Granted: true})
+	c.out.reply(to, Reply{Granted: true})
 }
 
 // grantedAll continues every request a lock release granted.
@@ -211,17 +211,17 @@ func (c *Core) dropHandle(h *handle) {
 func (c *Core) submit(e Submit) {
 	h := c.handles[e.Handle]
 	if h == nil || !h.granted || h.busy {
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: handle %d holds no granted locks", ErrFailedPrecondition, e.Handle)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: handle %d holds no granted locks", ErrFailedPrecondition, e.Handle)})
 		return
 	}
 	if e.Msg.Broadcast.ID != 0 {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: message already stamped with broadcast %d", ErrInvalidArgument, e.Msg.Broadcast.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: message already stamped with broadcast %d", ErrInvalidArgument, e.Msg.Broadcast.ID)})
 		return
 	}
 	if err := c.checkRole(h.need); err != nil {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	if sc := ScopeOf(e.Msg.Type, e.Msg.IdempotencyKey); sc != (Scope{}) {
@@ -229,14 +229,14 @@ func (c *Core) submit(e Submit) {
 			// Another request owns the scope: this one is a duplicate. The
 			// keys go back first, since the original may need them.
 			c.dropHandle(h)
-			c.reply(e.To, Reply{Original: o})
+			c.out.reply(e.To, Reply{Original: o})
 			return
 		}
 		if h.adm == nil {
 			// Not checked by Resolve: a keyed message on a plain handle.
 			if err := e.Msg.IdempotencyKey.CheckLength(c.cfg.MaxKeyLength); err != nil {
 				c.dropHandle(h)
-				c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+				c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 				return
 			}
 		}
@@ -247,12 +247,12 @@ func (c *Core) submit(e Submit) {
 	}
 	if e.Msg.Group != nil && e.Msg.Group.Kind != message.GroupBegin {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: a group member needs its group's id", ErrInvalidArgument)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: a group member needs its group's id", ErrInvalidArgument)})
 		return
 	}
 	if err := c.groups.checkBegin(e.Msg); err != nil {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	h.busy = true
@@ -286,7 +286,7 @@ func (c *Core) allocated(h *handle, e *Submit, id uint64, err error) {
 	}
 	if err != nil {
 		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		if g := c.groups.open[e.Group]; g != nil && e.Group != 0 {
 			c.memberFailed(g)
 		}
@@ -314,7 +314,7 @@ func (c *Core) create(h *handle, e Submit) {
 	}
 	refuse := func(r Reply) {
 		c.dropHandle(h)
-		c.reply(e.To, r)
+		c.out.reply(e.To, r)
 		if g != nil {
 			c.memberFailed(g)
 		}
@@ -434,17 +434,17 @@ func (c *Core) abort(t *task, err error) {
 		}
 	}
 	for _, to := range t.waiters {
-		c.reply(to, Reply{Err: err})
+		c.out.reply(to, Reply{Err: err})
 	}
 	t.waiters = nil
 	// A wait for its acks, or for an operator's completion, ends too: it
 	// was never created, so nothing of it will be acked (R11.5).
 	for _, a := range t.ackWaits {
-		c.reply(a.to, Reply{Err: err})
+		c.out.reply(a.to, Reply{Err: err})
 	}
 	t.ackWaits = nil
 	for _, to := range t.completeWaits {
-		c.reply(to, Reply{Err: err})
+		c.out.reply(to, Reply{Err: err})
 	}
 	t.completeWaits = nil
 	c.obs.TaskState(t.msg.Type, Pending, 0)
@@ -458,8 +458,8 @@ func (c *Core) wait(e Wait) {
 		return
 	}
 	if tb, ok := c.tombs.get(e.ID); ok {
-		c.reply(e.To, Reply{Original: c.tombs.original(tb)})
+		c.out.reply(e.To, Reply{Original: c.tombs.original(tb)})
 		return
 	}
-	c.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d is no longer remembered", ErrNotFound, e.ID)})
+	c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d is no longer remembered", ErrNotFound, e.ID)})
 }

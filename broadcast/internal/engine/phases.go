@@ -87,10 +87,10 @@ func (c *Core) waitAcked(e WaitAcked) {
 	t := c.tasks[e.ID]
 	if t == nil {
 		if c.tombs.has(e.ID) {
-			c.reply(e.To, Reply{}) // finished: every copy was acked
+			c.out.reply(e.To, Reply{}) // finished: every copy was acked
 			return
 		}
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d", ErrNotFound, e.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d", ErrNotFound, e.ID)})
 		return
 	}
 	c.acks.wait(t, e.To, e.VChannels)

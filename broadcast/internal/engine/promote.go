@@ -150,7 +150,7 @@ type scanner struct {
 	// What the scanner uses of its core: ids, the actions out, its
 	// logger, timers and the retry schedule.
 	nextID  func() uint64
-	emit    func(Action)
+	out     *outbox
 	log     *slog.Logger
 	after   func(time.Duration, func()) *deadline
 	backoff func() *backoff.ExponentialBackOff
@@ -184,7 +184,7 @@ func (sc *scanner) all(from map[message.PChannel]uint64, done func([]Found)) {
 func (sc *scanner) scan(s *scanOp) {
 	id := sc.nextID()
 	sc.ops[id] = s
-	sc.emit(Scan{ID: id, PChannel: s.p, From: s.from})
+	sc.out.scan(Scan{ID: id, PChannel: s.p, From: s.from})
 }
 
 // scanned collects one pchannel's copies; a pchannel that cannot be read is

@@ -117,8 +117,8 @@ type roles struct {
 	cluster, prefix string
 	// What the roles use of their core: the actions out and a task's
 	// logger (the core's for nil).
-	emit func(Action)
-	log  func(*task) *slog.Logger
+	out *outbox
+	log func(*task) *slog.Logger
 }
 
 // set makes cfg the topology and applies the role it gives this cluster.
@@ -131,7 +131,7 @@ func (r *roles) set(cfg ReplicateConfig) {
 	if role == Primary {
 		r.fenced = false
 	}
-	r.emit(RoleChanged{Role: role, Config: cfg})
+	r.out.roleChanged(RoleChanged{Role: role, Config: cfg})
 }
 
 // callback is AlterReplicateConfig's callback. A replicated topology
@@ -183,18 +183,18 @@ func (r *roles) apply(t *task) {
 func (c *Core) follow(e Follow, h HandleID) {
 	hd := c.handles[h]
 	if hd == nil || !hd.granted {
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: follow needs the exclusive Cluster key", ErrFailedPrecondition)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: follow needs the exclusive Cluster key", ErrFailedPrecondition)})
 		return
 	}
 	if c.roles.role == Primary && (c.ids.used() || len(c.tasks) > 0 || c.tombs.count() > 0) {
 		c.dropHandle(hd)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: cluster %s has broadcast before; a cluster joins as a secondary empty", ErrFailedPrecondition, c.cfg.ClusterName)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: cluster %s has broadcast before; a cluster joins as a secondary empty", ErrFailedPrecondition, c.cfg.ClusterName)})
 		return
 	}
 	raw, err := json.Marshal(e.Config)
 	if err != nil {
 		c.dropHandle(hd)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 		return
 	}
 	hd.busy = true
@@ -205,9 +205,9 @@ func (c *Core) follow(e Follow, h HandleID) {
 		}
 		c.dropHandle(hd)
 		if d != Done {
-			c.reply(e.To, Reply{Err: err})
+			c.out.reply(e.To, Reply{Err: err})
 			return
 		}
-		c.reply(e.To, Reply{})
+		c.out.reply(e.To, Reply{})
 	})
 }

@@ -261,7 +261,7 @@ func (c *Core) startCallback(t *task) {
 		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Ops: ops, Outcome: out, Err: err})
 		return
 	}
-	c.emit(Callback{Task: t.id, Attempt: t.attempts, Msg: t.msg, Results: t.results(), Extras: t.extras()})
+	c.out.callback(Callback{Task: t.id, Attempt: t.attempts, Msg: t.msg, Results: t.results(), Extras: t.extras()})
 }
 
 func (c *Core) callbackDone(e CallbackDone) {
@@ -340,7 +340,7 @@ func (c *Core) tombstone(t *task) {
 	c.writes.write(WriteTombstone, t, rw, ops, tombstoneWritten)
 	if c.cfg.Mutation.Is(mutate.AnswerBeforeDurable) {
 		for _, to := range t.waiters {
-			c.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
+			c.out.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
 		}
 		t.waiters = nil
 	}
@@ -393,15 +393,15 @@ func (c *Core) finish(t *task, raw []byte) {
 		res.Window = &w
 	}
 	for _, to := range t.waiters {
-		c.reply(to, Reply{Result: res})
+		c.out.reply(to, Reply{Result: res})
 	}
 	t.waiters = nil
 	for _, a := range t.ackWaiters {
-		c.reply(a.to, Reply{})
+		c.out.reply(a.to, Reply{})
 	}
 	t.ackWaiters = nil
 	for _, to := range t.completeWaits {
-		c.reply(to, Reply{})
+		c.out.reply(to, Reply{})
 	}
 	t.completeWaits = nil
 	c.obs.TaskState(t.msg.Type, from, Tombstone)
@@ -419,7 +419,7 @@ func (c *Core) finish(t *task, raw []byte) {
 func (c *Core) retryNow(e RetryNow) {
 	t, err := c.liveTask(e.ID)
 	if err != nil {
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	switch {
@@ -430,10 +430,10 @@ func (c *Core) retryNow(e RetryNow) {
 		// An attempt runs: if it fails, the next starts at once.
 		t.retrySoon = true
 	default:
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has no callback waiting to retry", ErrFailedPrecondition, e.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has no callback waiting to retry", ErrFailedPrecondition, e.ID)})
 		return
 	}
-	c.reply(e.To, Reply{})
+	c.out.reply(e.To, Reply{})
 }
 
 // complete completes a stuck task without its callback's effects (R5.6):
@@ -442,11 +442,11 @@ func (c *Core) retryNow(e RetryNow) {
 func (c *Core) complete(e Complete) {
 	t, err := c.liveTask(e.ID)
 	if err != nil {
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	if t.attempts == 0 {
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has not reached its callback (all copies must be acked first)", ErrFailedPrecondition, e.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has not reached its callback (all copies must be acked first)", ErrFailedPrecondition, e.ID)})
 		return
 	}
 	if t.force == nil {
@@ -456,7 +456,7 @@ func (c *Core) complete(e Complete) {
 	t.completeWaits = append(t.completeWaits, e.To)
 	switch t.stage {
 	case Calling:
-		c.emit(CancelCallback{Task: t.id})
+		c.out.cancelCallback(t.id)
 	case Backoff:
 		c.forceTombstone(t, OnForce)
 	}

@@ -27,7 +27,7 @@ import (
 // A request already answered, or one the core does not know, is not
 // found: e.Done is answered all the same.
 func (c *Core) withdraw(e Withdraw) {
-	c.reply(e.Done, Reply{Waited: c.withdrawTarget(e.To)})
+	c.out.reply(e.Done, Reply{Waited: c.withdrawTarget(e.To)})
 }
 
 // withdrawTarget removes to's request and returns what it waited for (nil:

@@ -31,7 +31,7 @@ type writer struct {
 	// counters and observer, timers and the retry schedule, a task's
 	// logger, whether a task is still live, and fencing.
 	nextID   func() uint64
-	emit     func(Action)
+	out      *outbox
 	stats    *Stats
 	obs      Observer
 	after    func(time.Duration, func()) *deadline
@@ -114,7 +114,7 @@ func (wr *writer) issue(w *writeOp) {
 	if w.task != nil {
 		w.task.commits++
 	}
-	wr.emit(Write{ID: w.id, Kind: w.kind, Task: taskID(w.task), Record: w.rec, Ops: w.ops})
+	wr.out.write(Write{ID: w.id, Kind: w.kind, Task: taskID(w.task), Record: w.rec, Ops: w.ops})
 }
 
 func taskID(t *task) uint64 {
