@@ -35,7 +35,7 @@ type Core struct {
 	tasks map[uint64]*task
 	// timelines are the timelines of the tasks that finished last.
 	timelines timelines
-	handles   map[HandleID]*handle
+	handles   handleTable
 	locks     resource.Table
 	idem      idemIndex // first owner wins (R7.3), admission slots
 	// recovering is the recovery under way (nil once recovered): the
@@ -133,12 +133,18 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	}
 	c := &Core{
 		cfg: cfg, obs: cfg.Observer, log: cfg.Logger, now: now,
-		tasks: make(map[uint64]*task), handles: make(map[HandleID]*handle),
+		tasks:    make(map[uint64]*task),
 		groups:   newGroupTable(cfg.MaxGroupMembers),
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
 	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
+	c.groups.tombs, c.groups.roles, c.groups.out, c.groups.handles, c.groups.locks = &c.tombs, &c.roles, &c.out, &c.handles, &c.locks
+	c.groups.log, c.groups.prefix, c.groups.mutation = c.log, cfg.Prefix, cfg.Mutation
+	c.groups.live = func(id uint64) bool { return c.tasks[id] != nil }
+	c.groups.submit, c.groups.joinEnd, c.groups.schedule, c.groups.move = c.submitMember, c.joinEnd, c.schedule, c.move
+	c.handles = handleTable{byID: make(map[HandleID]*handle), locks: &c.locks, idem: &c.idem, roles: &c.roles, out: &c.out,
+		now: func() time.Time { return c.now }, original: c.original, log: c.log, maxKeyLength: cfg.MaxKeyLength, mutation: cfg.Mutation}
 	c.lanes = newAppendLanes(cfg)
 	c.lanes.nextID, c.lanes.out, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, &c.out, &c.stats, c.after, c.newBackoff
 	c.acks = ackTracker{runs: make(map[uint64]ackOnceRef), hasAckOnce: cfg.HasAckOnce,
@@ -182,11 +188,11 @@ func (c *Core) Step(now time.Time, ev Event) {
 	}
 	switch e := ev.(type) {
 	case Resolve:
-		c.resolve(e)
+		c.handles.resolve(e)
 	case Lock:
-		c.lock(e)
+		c.handles.lock(e)
 	case Close:
-		c.closeHandle(e.Handle)
+		c.handles.close(e.Handle)
 	case Submit:
 		c.submit(e)
 	case Wait:
@@ -388,9 +394,9 @@ func (c *Core) stop(err error) {
 	c.stopped, c.stopErr = true, err
 	c.ids.waiting = nil
 	// In id order, so that a replay answers in the same order.
-	hids := slices.Sorted(maps.Keys(c.handles))
+	hids := slices.Sorted(maps.Keys(c.handles.byID))
 	for _, id := range hids {
-		h := c.handles[id]
+		h := c.handles.byID[id]
 		if h.to != nil {
 			c.out.reply(h.to, Reply{Err: fmt.Errorf("%w: %w", ErrTaskNotCreated, err)})
 			h.to = nil

@@ -181,19 +181,19 @@ func (r *roles) apply(t *task) {
 // id (the persisted id floor outlives its tombstones) is refused with
 // ErrFailedPrecondition. A secondary may follow again (a new topology).
 func (c *Core) follow(e Follow, h HandleID) {
-	hd := c.handles[h]
+	hd := c.handles.byID[h]
 	if hd == nil || !hd.granted {
 		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: follow needs the exclusive Cluster key", ErrFailedPrecondition)})
 		return
 	}
 	if c.roles.role == Primary && (c.ids.used() || len(c.tasks) > 0 || c.tombs.count() > 0) {
-		c.dropHandle(hd)
+		c.handles.drop(hd)
 		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: cluster %s has broadcast before; a cluster joins as a secondary empty", ErrFailedPrecondition, c.cfg.ClusterName)})
 		return
 	}
 	raw, err := json.Marshal(e.Config)
 	if err != nil {
-		c.dropHandle(hd)
+		c.handles.drop(hd)
 		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %w", ErrInvalidArgument, err)})
 		return
 	}
@@ -203,11 +203,22 @@ func (c *Core) follow(e Follow, h HandleID) {
 		if d == Done {
 			c.roles.set(e.Config)
 		}
-		c.dropHandle(hd)
+		c.handles.drop(hd)
 		if d != Done {
 			c.out.reply(e.To, Reply{Err: err})
 			return
 		}
 		c.out.reply(e.To, Reply{})
 	})
+}
+
+// check refuses what the cluster's role does not allow (R8.1, R8.3).
+func (r *roles) check(need Role) error {
+	switch {
+	case need == Primary && r.role != Primary:
+		return ErrNotPrimary
+	case need == Secondary && r.role != Secondary:
+		return ErrNotSecondary
+	}
+	return nil
 }

@@ -276,7 +276,7 @@ func (c *Core) callbackDone(e CallbackDone) {
 		}
 		t.tombOps, t.outcome, t.completed = e.Ops, e.Outcome, c.now
 		if c.cfg.Mutation.Is(mutate.ReleaseBeforeTombstone) && t.lock != nil && t.group == nil {
-			c.grantedAll(c.locks.Release(t.lock))
+			c.handles.grantedAll(c.locks.Release(t.lock))
 			t.lock = nil
 		}
 		c.move(t, OnCallbackOK, Tombstoning)
@@ -333,7 +333,7 @@ func (c *Core) tombstone(t *task) {
 	rec.Outcome = &rw.outcome
 	rec.HoldsKeys = t.holdsKeys()
 	ops := t.tombOps
-	if key, val, ok := c.endOp(t); ok {
+	if key, val, ok := c.groups.endOp(t); ok {
 		// A group's end releases it in the same transaction (R13.3).
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
@@ -378,13 +378,13 @@ func (c *Core) finish(t *task, raw []byte) {
 	if t.promote {
 		// The promoted cluster takes its open groups' keys before the
 		// exclusive Cluster key goes (R13.5).
-		c.handOver()
+		c.groups.handOver()
 	}
 	if t.lock != nil && t.stage != Holding {
-		c.grantedAll(c.locks.Release(t.lock))
+		c.handles.grantedAll(c.locks.Release(t.lock))
 		t.lock = nil
 	}
-	if t.group == nil || !c.finishMember(t, tb) {
+	if t.group == nil || !c.groups.finishMember(t, tb) {
 		c.tombs.push(tb)
 	}
 	res := &Result{ID: t.id, Msg: t.msg, Appends: t.results(), Extras: t.extras(), Outcome: t.outcome}

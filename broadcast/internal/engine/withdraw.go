@@ -39,12 +39,12 @@ func (c *Core) withdrawTarget(to Target) *Waited {
 	if !c.cfg.Mutation.Is(mutate.WaiterNotWithdrawn) && c.idem.withdraw(func(r Resolve) bool { return r.To == to }) {
 		return nil
 	}
-	for _, h := range c.handles {
+	for _, h := range c.handles.byID {
 		if h.to != to {
 			continue
 		}
 		if !h.busy {
-			c.dropHandle(h) // waiting for its locks
+			c.handles.drop(h) // waiting for its locks
 			return nil
 		}
 		h.to, h.withdrawn = nil, true
