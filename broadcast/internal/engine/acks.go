@@ -37,7 +37,10 @@ func (c *Core) ack(e Ack) {
 	if t == nil {
 		var err error
 		if t, err = c.replicatedTask(e); err != nil || t == nil {
-			if err == nil && c.issuedElsewhere(e) {
+			// Not a replicated copy's ack (its id is another cluster's), not
+			// a broadcast this core issued or collected: a newer leader's?
+			if err == nil && c.roles.role == Primary && (e.Msg == nil || e.Msg.Replicate == nil) && !c.tombs.has(e.ID) &&
+				!c.collected.Has(e.ID) && c.ids.issuedElsewhere(e.ID) {
 				err = fmt.Errorf("%w: %w: broadcast %d (this coordinator's ids end below %d): a newer leader issued it; ack it there",
 					catalog.ErrFenced, ErrNotIssued, e.ID, c.ids.end)
 			}
@@ -51,21 +54,6 @@ func (c *Core) ack(e Ack) {
 		return
 	}
 	c.acks.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx, e.Extra)
-}
-
-// issuedElsewhere reports whether an ack for a broadcast this core does not
-// know names one it cannot have issued or collected: a primary's ids are
-// all below the end of its reserved block, and every leader reserves its
-// block above the persisted floor before it hands out an id, so an unknown
-// id at or above the end (and above every replicated id seen) was issued
-// by a leader that took over. This core is deposed and has not noticed (a
-// zombie resumed, its lease not yet found lost): answering such an ack as
-// done would drop it, and the newer leader's task would wait for it
-// forever. A replicated copy's ack is not one of those (its id is another
-// cluster's).
-func (c *Core) issuedElsewhere(e Ack) bool {
-	return c.roles.role == Primary && (e.Msg == nil || e.Msg.Replicate == nil) && e.ID >= c.ids.end && e.ID > c.ids.seen &&
-		!c.tombs.has(e.ID) && !c.collected.Has(e.ID)
 }
 
 // replicatedTask creates a REPLICATED task from the first ack of a copy the

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-
 	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/resource"
@@ -64,8 +62,8 @@ type Core struct {
 	// must not create its task again (#86).
 	collected idset.Set
 
-	timers deadlines
-	gc     gcState
+	timers timers
+	gc     collector
 	stats  Stats
 
 	stopped bool
@@ -138,6 +136,10 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 		promotes: make(map[uint64]map[message.VChannel]uint64), promotesOld: make(map[uint64]bool),
 	}
 	c.locks.Now = func() int64 { return c.now.UnixNano() }
+	c.gc = collector{tombs: &c.tombs, ids: &c.ids, idem: &c.idem, groups: &c.groups, collected: &c.collected, writes: &c.writes,
+		timers: &c.timers, obs: c.obs, stats: &c.stats, log: c.log, prefix: cfg.Prefix, maxOps: cfg.Limits.MaxOps,
+		checkInterval: cfg.CheckInterval, mutation: cfg.Mutation, now: func() time.Time { return c.now }, resumeIDs: func() { c.ids.resume(c) }}
+	c.timers = timers{now: func() time.Time { return c.now }, seq: c.nextID, stopped: &c.stopped}
 	c.idem = newIdemIndex(cfg.IndexScopeBits, c.scopeOfID)
 	c.groups.tombs, c.groups.roles, c.groups.out, c.groups.handles, c.groups.locks = &c.tombs, &c.roles, &c.out, &c.handles, &c.locks
 	c.groups.log, c.groups.prefix, c.groups.mutation = c.log, cfg.Prefix, cfg.Mutation
@@ -145,43 +147,35 @@ func New(cfg Config, snap Snapshot, now time.Time) (*Core, error) {
 	c.groups.submit, c.groups.joinEnd, c.groups.schedule, c.groups.move = c.submitMember, c.joinEnd, c.schedule, c.move
 	c.handles = handleTable{byID: make(map[HandleID]*handle), locks: &c.locks, idem: &c.idem, roles: &c.roles, out: &c.out,
 		now: func() time.Time { return c.now }, original: c.original, log: c.log, maxKeyLength: cfg.MaxKeyLength, mutation: cfg.Mutation}
+	tlog := func(t *task) *slog.Logger { return taskLog(c.log, t) }
 	c.lanes = newAppendLanes(cfg)
-	c.lanes.nextID, c.lanes.out, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, &c.out, &c.stats, c.after, c.newBackoff
+	c.lanes.nextID, c.lanes.out, c.lanes.stats, c.lanes.after, c.lanes.backoff = c.nextID, &c.out, &c.stats, c.timers.after, c.cfg.Backoff.Schedule
+	c.lanes.obs, c.lanes.log, c.lanes.laneOf, c.lanes.unqueued = c.obs, c.log, cfg.Lane, c.unqueued
+	c.lanes.live = func(t *task) bool { return c.tasks[t.id] == t }
 	c.acks = ackTracker{runs: make(map[uint64]ackOnceRef), hasAckOnce: cfg.HasAckOnce,
-		nextID: c.nextID, out: &c.out, now: func() time.Time { return c.now }, after: c.after,
-		backoff: c.newBackoff, live: func(t *task) bool { return c.tasks[t.id] == t }, log: c.tlog,
+		nextID: c.nextID, out: &c.out, now: func() time.Time { return c.now }, after: c.timers.after,
+		backoff: c.cfg.Backoff.Schedule, live: func(t *task) bool { return c.tasks[t.id] == t }, log: tlog,
 		acked: c.acked, persist: c.persistAcks}
-	c.scans = scanner{ops: make(map[uint64]*scanOp), nextID: c.nextID, out: &c.out, log: c.log, after: c.after, backoff: c.newBackoff}
-	c.roles.cluster, c.roles.prefix, c.roles.out, c.roles.log = cfg.ClusterName, cfg.Prefix, &c.out, c.tlog
+	c.scans = scanner{ops: make(map[uint64]*scanOp), nextID: c.nextID, out: &c.out, log: c.log, after: c.timers.after, backoff: c.cfg.Backoff.Schedule}
+	c.roles.cluster, c.roles.prefix, c.roles.out, c.roles.log = cfg.ClusterName, cfg.Prefix, &c.out, tlog
 	c.writes = writer{ops: make(map[uint64]*writeOp), prefix: cfg.Prefix, core: c, nextID: c.nextID, out: &c.out,
-		stats: &c.stats, obs: c.obs, after: c.after, backoff: c.newBackoff, log: c.tlog,
+		stats: &c.stats, obs: c.obs, after: c.timers.after, backoff: c.cfg.Backoff.Schedule, log: tlog,
 		live: func(t *task) bool { return c.tasks[t.id] == t }, fence: c.fence, mutation: cfg.Mutation}
 	c.sched.init()
-	c.sched.backoff = c.newBackoff
+	c.sched.backoff = c.cfg.Backoff.Schedule
 	c.tombs.init(cfg.Classes)
 	if err := c.recover(snap); err != nil {
 		return nil, err
 	}
-	c.periodicGC()
-	c.runGC(true)
+	c.gc.periodic()
+	c.gc.run(true)
 	return c, nil
-}
-
-// periodicGC runs a full GC every CheckInterval (R6.1).
-func (c *Core) periodicGC() {
-	if c.cfg.CheckInterval <= 0 {
-		return
-	}
-	c.gc.timer = c.after(c.cfg.CheckInterval, func() {
-		c.periodicGC()
-		c.runGC(true)
-	})
 }
 
 // Step applies one event at time now.
 func (c *Core) Step(now time.Time, ev Event) {
 	c.now = now
-	c.fireDue()
+	c.timers.fireDue()
 	if c.stopped {
 		c.refuseStopped(ev)
 		return
@@ -208,7 +202,7 @@ func (c *Core) Step(now time.Time, ev Event) {
 	case Complete:
 		c.complete(e)
 	case Withdraw:
-		c.withdraw(e)
+		c.out.reply(e.Done, Reply{Waited: c.withdraw(e.To)})
 	case Inspect:
 		e.Fn(c.View())
 	case Written:
@@ -227,7 +221,7 @@ func (c *Core) Step(now time.Time, ev Event) {
 	default:
 		panic(fmt.Sprintf("engine: unknown event %T", ev))
 	}
-	c.fireDue()
+	c.timers.fireDue()
 }
 
 // Ready returns the actions to perform and forgets them.
@@ -255,13 +249,7 @@ func (c *Core) OnlyReplies() bool { return c.out.onlyReplies() }
 // Deadline returns when the core must be stepped next (with a Tick) and
 // whether it has anything scheduled.
 func (c *Core) Deadline() (time.Time, bool) {
-	for len(c.timers) > 0 && c.timers[0].cancelled {
-		heap.Pop(&c.timers)
-	}
-	if len(c.timers) == 0 {
-		return time.Time{}, false
-	}
-	return c.timers[0].at, true
+	return c.timers.next()
 }
 
 func (c *Core) nextID() uint64 {
@@ -275,7 +263,7 @@ func (c *Core) nextID() uint64 {
 func (c *Core) move(t *task, on Trigger, to Stage) {
 	from := t.stage
 	if !allowed(from, on, to) {
-		c.tlog(t).Error("engine bug: transition not in the table", "broadcast", t.id, "from", from.String(),
+		taskLog(c.log, t).Error("engine bug: transition not in the table", "broadcast", t.id, "from", from.String(),
 			"on", on.String(), "to", to.String())
 		c.stats.Bugs++
 		c.stats.LastBug = fmt.Sprintf("broadcast %d: %s --%s--> %s", t.id, from, on, to)
@@ -349,18 +337,31 @@ func (h *deadlines) Pop() any {
 	return x
 }
 
+// timers are the core's deadlines: each runs its function once the time a
+// Step brings reaches it, in deadline order (ties in the order they were
+// set); a cancelled one, or any once the core stopped, is skipped.
+type timers struct {
+	heap deadlines
+	// What the timers use of their core: the time, the sequence that
+	// orders ties (the core's ids) and whether it stopped.
+	now     func() time.Time
+	seq     func() uint64
+	stopped *bool
+}
+
 // after schedules fn d from now.
-func (c *Core) after(d time.Duration, fn func()) *deadline {
-	dl := &deadline{at: c.now.Add(d), seq: c.nextID(), fn: fn}
-	heap.Push(&c.timers, dl)
+func (ts *timers) after(d time.Duration, fn func()) *deadline {
+	dl := &deadline{at: ts.now().Add(d), seq: ts.seq(), fn: fn}
+	heap.Push(&ts.heap, dl)
 	return dl
 }
 
 // fireDue runs every deadline due by now, in deadline order.
-func (c *Core) fireDue() {
-	for len(c.timers) > 0 && !c.timers[0].at.After(c.now) {
-		d := heap.Pop(&c.timers).(*deadline)
-		if d.cancelled || c.stopped {
+func (ts *timers) fireDue() {
+	now := ts.now()
+	for len(ts.heap) > 0 && !ts.heap[0].at.After(now) {
+		d := heap.Pop(&ts.heap).(*deadline)
+		if d.cancelled || *ts.stopped {
 			continue
 		}
 		d.cancelled = true
@@ -368,8 +369,16 @@ func (c *Core) fireDue() {
 	}
 }
 
-// newBackoff returns a fresh retry schedule of the core's policy.
-func (c *Core) newBackoff() *backoff.ExponentialBackOff { return c.cfg.Backoff.Schedule() }
+// next returns the earliest deadline not cancelled, false if none.
+func (ts *timers) next() (time.Time, bool) {
+	for len(ts.heap) > 0 && ts.heap[0].cancelled {
+		heap.Pop(&ts.heap)
+	}
+	if len(ts.heap) == 0 {
+		return time.Time{}, false
+	}
+	return ts.heap[0].at, true
+}
 
 // fence stops the core after the catalog reported a newer term: a deposed
 // coordinator writes nothing more (R9.2).

@@ -398,7 +398,7 @@ func (c *Core) create(h *handle, e Submit) {
 // it is durable; definitely not written, it never was.
 func (c *Core) persistPending(t *task) {
 	if c.cfg.Mutation.Is(mutate.AppendBeforePersist) {
-		c.queueCopies(t, func(int) bool { return true })
+		c.lanes.queueCopies(t, func(int) bool { return true })
 	}
 	w := c.writes.write(WritePending, t, t.record(Pending), nil, pendingWritten)
 	w.failed = pendingFailed

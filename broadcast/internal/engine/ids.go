@@ -73,6 +73,17 @@ func (s *ids) used() bool { return s.floor > 0 || s.next > 1 || s.seen > 0 }
 // observe keeps future ids above an id created elsewhere.
 func (s *ids) observe(id uint64) { s.seen = max(s.seen, id) }
 
+// issuedElsewhere reports whether id, of a broadcast a primary does not
+// know (neither live, tombstoned nor collected here, nor a replicated
+// copy's), is one it cannot have issued: a primary's ids are all below the
+// end of its reserved block, and every leader reserves its block above the
+// persisted floor before it hands out an id, so an unknown id at or above
+// the end (and above every replicated id seen) was issued by a leader that
+// took over. This core is deposed and has not noticed (a zombie resumed,
+// its lease not yet found lost): answering an ack of such an id as done
+// would drop it, and the newer leader's task would wait for it forever.
+func (s *ids) issuedElsewhere(id uint64) bool { return id >= s.end && id > s.seen }
+
 func (s *ids) put(prefix string, v uint64) catalog.Op {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], v)
@@ -147,7 +158,7 @@ func (s *ids) resume(c *Core) {
 		if c.gc.again {
 			again := c.gc.againAll
 			c.gc.again, c.gc.againAll = false, false
-			c.runGC(again)
+			c.gc.run(again)
 		}
 	})
 }

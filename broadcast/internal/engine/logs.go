@@ -32,13 +32,14 @@ func isHex(s string) bool {
 	return true
 }
 
-// tlog is the core's logger for records about t: with t's trace ids.
-func (c *Core) tlog(t *task) *slog.Logger {
+// taskLog is log for records about t: with t's trace ids (log itself for
+// nil).
+func taskLog(log *slog.Logger, t *task) *slog.Logger {
 	if t == nil {
-		return c.log
+		return log
 	}
 	if attrs := TraceAttrs(t.msg); attrs != nil {
-		return c.log.With(attrs...)
+		return log.With(attrs...)
 	}
-	return c.log
+	return log
 }

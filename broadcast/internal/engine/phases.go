@@ -50,7 +50,7 @@ func (t *task) afterPersist() Stage {
 
 // startFirstPhase appends the first-phase copies not in the WAL yet.
 func (c *Core) startFirstPhase(t *task) {
-	c.queueCopies(t, func(i int) bool {
+	c.lanes.queueCopies(t, func(i int) bool {
 		cp := t.copies[i]
 		return t.first(i) && !cp.appended && !cp.queued && !cp.acked
 	})
@@ -73,7 +73,7 @@ func (c *Core) checkFirstPhase(t *task) {
 		case Refuse:
 			// The record cannot take the acks (too large): go on without
 			// them; a crash then runs the first phase again.
-			c.tlog(t).Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
+			taskLog(c.log, t).Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
 			t.firstDone = true
 			c.acks.written(t, n, d, err)
 			c.move(t, OnFirstAcked, Appending)

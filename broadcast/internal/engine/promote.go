@@ -333,7 +333,7 @@ func (c *Core) supplementMissing(x *task) {
 	for _, i := range missing {
 		want[i] = true
 	}
-	c.queueCopies(x, func(i int) bool { return want[i] })
+	c.lanes.queueCopies(x, func(i int) bool { return want[i] })
 }
 
 // finished is called whenever a task is Done.

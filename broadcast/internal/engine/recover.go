@@ -22,13 +22,13 @@ import (
 // rebuilt for every state; the id floor stays above every id seen.
 func (c *Core) recover(s Snapshot) error {
 	c.roles.set(s.Topology)
-	if err := c.recoverSide(s); err != nil {
+	if err := recoverSide(s, &c.collected, c.promotes, c.promotesOld); err != nil {
 		return err
 	}
 	rs := &recovery{perClass: make([][]tomb, len(c.tombs.classes))}
 	err := c.recoverRecords(s, rs)
 	if err == nil {
-		err = c.recoverGroups(rs)
+		err = c.groups.recover(rs, c.cfg.Types)
 	}
 	if err != nil {
 		for _, t := range rs.pending {
@@ -41,7 +41,11 @@ func (c *Core) recover(s Snapshot) error {
 		}
 		return err
 	}
-	c.loadTombs(rs)
+	var restart int64
+	if c.cfg.Mutation.Is(mutate.WindowMovesOnRestart) {
+		restart = c.now.UnixNano()
+	}
+	c.tombs.loadRecovered(rs, c.cfg.ClassOf, restart)
 	c.ids.start(s.IDFloor, rs.maxID)
 	c.stats.Recovered = len(rs.pending) + len(rs.replicated) + c.tombs.count()
 	c.resume(rs)
@@ -85,14 +89,15 @@ type recTomb struct {
 	cls int
 }
 
-// recoverSide reads the collected ids and the force promotes' positions.
-func (c *Core) recoverSide(s Snapshot) error {
+// recoverSide reads the collected ids and the force promotes' positions
+// of s into the core's collected set and promotes.
+func recoverSide(s Snapshot, collected *idset.Set, promotes map[uint64]map[message.VChannel]uint64, promotesOld map[uint64]bool) error {
 	if s.Collected != nil {
 		set, err := idset.Decode(s.Collected)
 		if err != nil {
 			return fmt.Errorf("%w: collected replicated ids: %w", ErrCorruptCatalog, err)
 		}
-		c.collected = set
+		*collected = set
 	}
 	for id, raw := range s.Promotes {
 		copies, old, err := decodePromote(raw)
@@ -106,9 +111,9 @@ func (c *Core) recoverSide(s Snapshot) error {
 			for p, off := range old {
 				copies[p.Control()] = wal.Position(off, 0)
 			}
-			c.promotesOld[id] = true
+			promotesOld[id] = true
 		}
-		c.promotes[id] = copies
+		promotes[id] = copies
 	}
 	return nil
 }
@@ -221,19 +226,19 @@ func (c *Core) recoverTask(rec *Record, cls int) (*task, error) {
 	return t, nil
 }
 
-// recoverGroups rebuilds the open groups (R13.1): a holding Begin's
+// recover rebuilds the open groups (R13.1): a holding Begin's
 // TOMBSTONE opens one (with its keys, on a primary), a live Begin too;
 // finished members' tombstones and live members join theirs. A member
 // whose group is not open, or that does not carry its group's keys and
 // targets, is corrupt metadata, but for a secondary's replicated members
 // whose Begin has not arrived.
-func (c *Core) recoverGroups(rs *recovery) error {
+func (gt *groupTable) recover(rs *recovery, types *message.Registry) error {
 	for i, r := range rs.tombs {
 		h := r.rec.Msg.Group
 		if h == nil || h.Kind != message.GroupBegin || !r.rec.Holding() {
 			continue
 		}
-		if err := c.recoverHolding(r); err != nil {
+		if err := gt.reopen(r, types); err != nil {
 			return err
 		}
 		rs.tombs[i].tb.id = 0 // held by its group, not in GC's order
@@ -242,7 +247,7 @@ func (c *Core) recoverGroups(rs *recovery) error {
 	slices.SortFunc(live, func(a, b *task) int { return compareTicks(a.id, b.id, 0, 0) })
 	for _, t := range live {
 		if t.gkind == message.GroupBegin {
-			c.groups.groupOf(t)
+			gt.groupOf(t)
 		}
 	}
 	for i, r := range rs.tombs {
@@ -250,9 +255,9 @@ func (c *Core) recoverGroups(rs *recovery) error {
 		if h == nil || h.Kind == message.GroupBegin {
 			continue
 		}
-		if g := c.groups.open[h.ID]; g != nil && g.held() {
+		if g := gt.open[h.ID]; g != nil && g.held() {
 			g.keep(r.tb, h.Seq)
-			c.tombs.hold(r.tb)
+			gt.tombs.hold(r.tb)
 			rs.tombs[i].tb.id = 0 // taken
 		}
 	}
@@ -260,37 +265,37 @@ func (c *Core) recoverGroups(rs *recovery) error {
 		if t.gkind == 0 || t.gkind == message.GroupBegin {
 			continue
 		}
-		if g := c.groups.open[t.msg.Group.ID]; (g == nil || g.begin == nil) && !t.replicated {
+		if g := gt.open[t.msg.Group.ID]; (g == nil || g.begin == nil) && !t.replicated {
 			return fmt.Errorf("%w: pending broadcast %d is a member of group %d, which is not open", ErrCorruptCatalog, t.id, t.msg.Group.ID)
 		}
-		g := c.groups.groupOf(t)
+		g := gt.groupOf(t)
 		if !slices.Equal(t.keys, g.keys) || g.txn && !slices.Equal(t.msg.Broadcast.VChannels, g.targets) {
 			return fmt.Errorf("%w: broadcast %d does not carry the keys and targets of its group %d", ErrCorruptCatalog, t.id, g.id)
 		}
 	}
-	for _, g := range c.groups.open {
+	for _, g := range gt.open {
 		g.settle()
 	}
 	return nil
 }
 
-// recoverHolding reopens the group of a holding Begin's TOMBSTONE: on a
+// reopen reopens the group of a holding Begin's TOMBSTONE: on a
 // primary it takes the group's keys but the shared Cluster key.
-func (c *Core) recoverHolding(r recTomb) error {
-	info, _ := c.cfg.Types.Lookup(r.rec.Msg.Type)
+func (gt *groupTable) reopen(r recTomb, types *message.Registry) error {
+	info, _ := types.Lookup(r.rec.Msg.Type)
 	b := newTask(r.rec.Msg, r.rec.Message, info, r.rec.Created)
 	b.class, b.replicated, b.outcome = r.cls, r.rec.State == Replicated || r.rec.Msg.Replicate != nil, r.rec.Outcome
-	g := c.groups.openGroup(b)
-	c.move(b, OnRecoverHolding, Holding)
+	g := gt.openGroup(b)
+	gt.move(b, OnRecoverHolding, Holding)
 	g.keep(r.tb, 0)
 	g.doneSeq = 0
-	c.tombs.hold(r.tb)
-	if c.roles.role != Primary {
+	gt.tombs.hold(r.tb)
+	if gt.roles.role != Primary {
 		return nil // a secondary's groups hold nothing until a promote
 	}
-	lr, err := c.locks.NewRequest(g.keys[:businessKeys(g.keys)])
+	lr, err := gt.locks.NewRequest(g.keys[:businessKeys(g.keys)])
 	if err == nil {
-		err = c.locks.TryAcquire(lr)
+		err = gt.locks.TryAcquire(lr)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: open %s %d cannot take its resource keys: %w", ErrCorruptCatalog, groupWord(g), g.id, err)
@@ -326,17 +331,17 @@ func (g *group) settle() {
 	}
 }
 
-// loadTombs puts the recovered tombstones in their classes' orders: a
+// loadRecovered puts the recovered tombstones in their classes' orders: a
 // finished group's together, in its Begin's class, ordered by the time its
 // end released it (R13.3); the others by completion.
-func (c *Core) loadTombs(rs *recovery) {
+func (ts *tombstones) loadRecovered(rs *recovery, classOf func(message.Type) int, restart int64) {
 	type ordered struct {
 		tb      tomb
 		at, grp uint64
 		seq     uint32
 		grouped bool
 	}
-	per := make([][]ordered, len(c.tombs.classes))
+	per := make([][]ordered, len(ts.classes))
 	for _, r := range rs.tombs {
 		if r.tb.id == 0 {
 			continue // held by an open group
@@ -350,12 +355,12 @@ func (c *Core) loadTombs(rs *recovery) {
 			}
 			if b := rs.released[gid]; b != nil {
 				o.at, o.grp, o.seq, o.grouped = uint64(b.Released.UnixNano()), gid, h.Seq, true
-				cls = c.cfg.ClassOf(b.Msg.Type)
+				cls = classOf(b.Msg.Type)
 			}
 		}
 		o.tb.completed = int64(o.at)
-		if c.cfg.Mutation.Is(mutate.WindowMovesOnRestart) {
-			o.tb.completed = c.now.UnixNano()
+		if restart != 0 {
+			o.tb.completed = restart // a planted bug: mutate.WindowMovesOnRestart
 		}
 		o.tb.setClass(cls)
 		per[cls] = append(per[cls], o)
@@ -381,7 +386,7 @@ func (c *Core) loadTombs(rs *recovery) {
 			}
 			i = j
 		}
-		c.tombs.load(cls, tombs)
+		ts.load(cls, tombs)
 	}
 }
 

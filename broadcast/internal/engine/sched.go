@@ -240,7 +240,8 @@ func (s *scheduler) failed(t *task, err error, now time.Time) time.Duration {
 
 // schedule starts t's callback if it may run.
 func (c *Core) schedule(t *task) {
-	if c.cfg.Mutation.Is(mutate.PoisonBlocksOthers) && c.behindFailing(t) {
+	if c.cfg.Mutation.Is(mutate.PoisonBlocksOthers) && behindFailing(t, c.tasks) {
+		c.timers.after(50*time.Millisecond, func() { c.schedule(t) })
 		return
 	}
 	if !c.sched.runnable(t, c.cfg.Mutation.Is(mutate.GroupUnordered)) {
@@ -294,9 +295,9 @@ func (c *Core) callbackDone(e CallbackDone) {
 func (c *Core) callbackFailed(t *task, err error) {
 	d := c.sched.failed(t, err, c.now)
 	c.stats.CallbackFailures++
-	c.tlog(t).Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
+	taskLog(c.log, t).Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
 		"retry_in", d, "err", err)
-	t.cbTimer = c.after(d, func() {
+	t.cbTimer = c.timers.after(d, func() {
 		if t.stage == Backoff && c.cfg.Mutation.Is(mutate.RetryOutsideTable) {
 			c.move(t, OnRun, Calling)
 		} else if t.stage == Backoff {
@@ -412,7 +413,7 @@ func (c *Core) finish(t *task, raw []byte) {
 	if c.prom != nil {
 		c.prom.finished(c, t)
 	}
-	c.runGC(false)
+	c.gc.run(false)
 }
 
 // retryNow makes a failing callback's next attempt start now (R5.6).
@@ -473,12 +474,11 @@ func (c *Core) liveTask(id uint64) (*task, error) {
 }
 
 // behindFailing is a planted bug (mutate.PoisonBlocksOthers): t's callback
-// waits while any other task's callback waits to be retried, and tries
-// again a little later.
-func (c *Core) behindFailing(t *task) bool {
-	for _, x := range c.tasks {
+// waits while any other task's callback waits to be retried (schedule
+// tries again a little later).
+func behindFailing(t *task, tasks map[uint64]*task) bool {
+	for _, x := range tasks {
 		if x != t && x.stage == Backoff && t.stage == Queued {
-			c.after(50*time.Millisecond, func() { c.schedule(t) })
 			return true
 		}
 	}

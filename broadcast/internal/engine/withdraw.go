@@ -7,7 +7,8 @@ import (
 )
 
 // withdraw takes back the request answered at to, whose caller gave up
-// waiting (R11.5), and answers e.Done with what it waited for. What the
+// waiting (R11.5), and returns what it waited for (nil: no task, or no
+// request); Step answers the Withdraw's Done with it. What the
 // request left in the core goes with it, so that nothing outlives its
 // caller:
 //
@@ -25,14 +26,8 @@ import (
 //     acks, a callback completed by an operator) leaves the task's waiters.
 //
 // A request already answered, or one the core does not know, is not
-// found: e.Done is answered all the same.
-func (c *Core) withdraw(e Withdraw) {
-	c.out.reply(e.Done, Reply{Waited: c.withdrawTarget(e.To)})
-}
-
-// withdrawTarget removes to's request and returns what it waited for (nil:
-// no task, or no request).
-func (c *Core) withdrawTarget(to Target) *Waited {
+// found: Done is answered all the same.
+func (c *Core) withdraw(to Target) *Waited {
 	if to == nil {
 		return nil
 	}
