@@ -37,15 +37,35 @@ import (
 //     once TOMBSTONE, the role is applied and the Cluster key released.
 //
 // The promoter talks to the rest of the core through a few calls: the
-// live tasks (incomplete), queueing a task's missing copies, fast acks,
-// and finished (called when any task is Done).
+// live tasks (incomplete), the groups' unordered members, queueing a
+// task's missing copies, fast acks, moves along the transition table, and
+// finished (called when any task is Done).
 
+// promoter owns step 3: the incomplete tasks finished one at a time in id
+// order, each given its missing copies — acked where an earlier run
+// appended them (the scan found them), appended otherwise —, then the
+// promote itself moved on.
 type promoter struct {
 	t       *task
 	from    map[message.PChannel]uint64
 	found   map[copyKey]wal.Checkpoint
 	todo    []*task // incomplete tasks, in id order
 	current *task
+
+	// What the promoter uses of its core: the live tasks and whether one
+	// still is, the groups' members that can never run in order marked
+	// ignored, a copy fast-acked, a task's missing copies appended
+	// (supplementMissing), a move along the transition table, the logger,
+	// the planted bug, and done, called once the promote moves on.
+	tasks             func() []*task
+	live              func(*task) bool
+	ignoreUnordered   func()
+	fastAck           func(*task, int)
+	supplementMissing func(*task)
+	move              func(*task, Trigger, Stage)
+	log               *slog.Logger
+	mutation          mutate.Bug
+	done              func()
 }
 
 type copyKey struct {
@@ -118,7 +138,23 @@ func decodePromote(raw []byte) (map[message.VChannel]uint64, map[message.PChanne
 // startPromote runs step 3 once every ack of the promote is durable.
 func (c *Core) startPromote(t *task) {
 	c.roles.fenced = true
-	p := &promoter{t: t, from: map[message.PChannel]uint64{}, found: map[copyKey]wal.Checkpoint{}}
+	p := &promoter{t: t, from: map[message.PChannel]uint64{}, found: map[copyKey]wal.Checkpoint{},
+		tasks: func() []*task {
+			xs := make([]*task, 0, len(c.tasks))
+			for _, x := range c.tasks {
+				xs = append(xs, x)
+			}
+			return xs
+		},
+		live:              func(x *task) bool { return c.tasks[x.id] == x },
+		ignoreUnordered:   func() { c.groups.ignoreUnordered(c.log) },
+		fastAck:           c.acks.fastAck,
+		supplementMissing: c.supplementMissing,
+		move:              c.move,
+		log:               c.log,
+		mutation:          c.cfg.Mutation,
+		done:              func() { c.prom = nil },
+	}
 	c.prom = p
 	for v, pos := range c.promotes[t.id] {
 		pc := v.PChannel()
@@ -135,7 +171,7 @@ func (c *Core) startPromote(t *task) {
 		for _, f := range found {
 			p.found[copyKey{f.ID, f.VChannel}] = f.Checkpoint
 		}
-		p.finishAll(c)
+		p.finishAll()
 	})
 }
 
@@ -238,34 +274,34 @@ func (c *Core) replicatedHighest() map[message.PChannel]uint64 {
 }
 
 // finishAll lists the incomplete tasks and finishes them in id order.
-func (p *promoter) finishAll(c *Core) {
-	c.groups.ignoreUnordered(c.log)
-	for _, x := range c.tasks {
+func (p *promoter) finishAll() {
+	p.ignoreUnordered()
+	for _, x := range p.tasks() {
 		if x != p.t {
 			p.todo = append(p.todo, x)
 		}
 	}
 	slices.SortFunc(p.todo, func(a, b *task) int { return compareTicks(a.id, b.id, 0, 0) })
-	c.log.Warn("force promote: finishing incomplete tasks", "count", len(p.todo), "promote", p.t.id)
-	p.next(c)
+	p.log.Warn("force promote: finishing incomplete tasks", "count", len(p.todo), "promote", p.t.id)
+	p.next()
 }
 
 // next finishes the next incomplete task, or the promote itself.
-func (p *promoter) next(c *Core) {
+func (p *promoter) next() {
 	for len(p.todo) > 0 {
 		x := p.todo[0]
 		p.todo = p.todo[1:]
-		if c.tasks[x.id] != x {
+		if !p.live(x) {
 			continue // finished meanwhile
 		}
 		p.current = x
-		p.supplement(c, x)
+		p.supplement(x)
 		return
 	}
 	p.current = nil
 	t := p.t
-	c.prom = nil
-	c.move(t, OnPromoted, Queued)
+	p.done()
+	p.move(t, OnPromoted, Queued)
 }
 
 // supplement gives x every missing copy: acked where an earlier run
@@ -274,26 +310,26 @@ func (p *promoter) next(c *Core) {
 // AckSyncUp task's copies count only once consumers ack them (R4.4); a
 // two-phase append's first copies are appended, and acked by their
 // consumers, before the rest (R13.11).
-func (p *promoter) supplement(c *Core, x *task) {
+func (p *promoter) supplement(x *task) {
 	syncUp := x.msg.Broadcast.AckSyncUp
 	for i, v := range x.msg.Broadcast.VChannels {
 		if x.copies[i].acked {
 			continue
 		}
-		if cp, ok := p.found[copyKey{x.id, v}]; ok && !c.cfg.Mutation.Is(mutate.SupplementTwice) {
+		if cp, ok := p.found[copyKey{x.id, v}]; ok && !p.mutation.Is(mutate.SupplementTwice) {
 			x.copies[i].appended, x.copies[i].appendCP = true, cp
 			if !syncUp && !x.first(i) {
-				c.acks.fastAck(x, i)
+				p.fastAck(x, i)
 			}
 		}
 	}
 	x.supplementing = true
-	c.supplementMissing(x)
+	p.supplementMissing(x)
 	switch x.stage {
 	case Collecting:
-		c.move(x, OnSupplement, Queued)
+		p.move(x, OnSupplement, Queued)
 	case Queued:
-		c.move(x, OnSupplement, Queued)
+		p.move(x, OnSupplement, Queued)
 	}
 }
 
@@ -337,8 +373,8 @@ func (c *Core) supplementMissing(x *task) {
 }
 
 // finished is called whenever a task is Done.
-func (p *promoter) finished(c *Core, t *task) {
+func (p *promoter) finished(t *task) {
 	if p.current == t {
-		p.next(c)
+		p.next()
 	}
 }

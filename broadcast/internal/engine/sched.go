@@ -411,7 +411,7 @@ func (c *Core) finish(t *task, raw []byte) {
 		c.schedule(x)
 	}
 	if c.prom != nil {
-		c.prom.finished(c, t)
+		c.prom.finished(t)
 	}
 	c.gc.run(false)
 }
