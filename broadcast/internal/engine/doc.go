@@ -54,9 +54,10 @@
 //
 // The parts that own their rules (idemIndex, handleTable, appendLanes,
 // groupTable, the tombstones' GC victims, ackTracker, the scheduler, the
-// roles, the scanner, the promoter, the writer) are tested alone by the
-// scripts in testdata, in the format of etcd raft's data-driven tests
-// (script_test.go reads them; -rewrite writes the outputs back).
+// roles, the scanner, the promoter, the writer, the collector) are tested
+// alone by the scripts in testdata, in the format of etcd raft's
+// data-driven tests (script_test.go reads them; -rewrite writes the
+// outputs back).
 //
 // # Time
 //
