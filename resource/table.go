@@ -568,6 +568,19 @@ func (t *Table) Snapshot() []KeyState {
 	return out
 }
 
+// EachHolder calls fn for every request that holds a key, once per key it
+// holds, in no particular order: a cheaper look than Snapshot for a caller
+// that neither keeps nor sorts what it sees.
+func (t *Table) EachHolder(fn func(k Key, r *Request)) {
+	for _, de := range t.doms {
+		for _, e := range de.m {
+			for _, h := range e.holders {
+				fn(Key{Domain: e.domain, Name: e.name}, h.r)
+			}
+		}
+	}
+}
+
 // state describes e for Snapshot.
 func (e *entry) state() KeyState {
 	ks := KeyState{Domain: e.domain, Name: e.name}

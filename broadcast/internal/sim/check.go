@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -101,6 +102,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 	f := k.facts(c)
 	var tomb *recFacts
 	var tombID uint64
+	var tombRec *engine.Record
 	var deleted []uint64
 	effect := false
 	for _, o := range ops {
@@ -116,6 +118,9 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 				r.exists = false
 				deleted = append(deleted, id)
 				continue
+			}
+			if r != nil && r.tomb != nil && string(r.tomb) == string(o.Value) {
+				continue // a retry of the TOMBSTONE's write (checked below)
 			}
 			rec, err := engine.DecodeRecord(o.Value)
 			if err != nil {
@@ -181,7 +186,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 			}
 			if rec.State == engine.Tombstone {
 				r.tomb, r.outcome, r.completed = o.Value, rec.Outcome, rec.Completed
-				tomb, tombID = r, id
+				tomb, tombID, tombRec = r, id, rec
 			}
 		case strings.HasPrefix(o.Key, "effect/"):
 			effect = true
@@ -197,7 +202,7 @@ func (k *checker) committed(c *cluster, a engine.Write, ops []catalog.Op) {
 	if tomb != nil && effect {
 		// §11.3: conflicting callbacks take effect in control-channel
 		// order.
-		rec, _ := engine.DecodeRecord(tomb.tomb)
+		rec := tombRec
 		tick := uint64(0)
 		for i, v := range rec.Msg.Broadcast.VChannels {
 			if v.IsControl() && rec.Acked[i] {
@@ -386,23 +391,29 @@ func (k *checker) always() {
 			w.fail("%s: %d moves outside the transition table, last: %s", c.name, st.Bugs, st.LastBug)
 			return
 		}
-		if w.steps%4 != 0 {
+		// What follows reads only the core: a core not stepped since it
+		// last passed passes again.
+		if w.steps%4 != 0 || c.unchangedSinceCheck() {
 			continue
 		}
+		c.checkedCore, c.checkedN = c.core, c.stepN
 		// §11.3, §11.5: no two live tasks created here hold conflicting
 		// keys, and no key is held by a task that is done.
-		ids := map[uint64]bool{}
+		live := c.liveTasks()
 		var owns []own
 		var retried uint64
-		c.core.View().EachLive(func(id uint64, st engine.State, stage engine.Stage, m *message.Message, _ int) {
-			ids[id] = true
-			if st == engine.Pending {
-				owns = append(owns, own{id, m.Broadcast.ResourceKeys, m.Group})
+		for _, t := range live {
+			if t.st == engine.Pending {
+				owns = append(owns, own{t.id, t.msg.Broadcast.ResourceKeys, t.msg.Group})
 			}
-			if stage == engine.Backoff && string(m.Payload) == poisonPermanent {
-				retried = id
+			if t.stage == engine.Backoff && string(t.msg.Payload) == poisonPermanent {
+				retried = t.id
 			}
-		})
+		}
+		isLive := func(id uint64) bool {
+			_, ok := slices.BinarySearchFunc(live, id, func(t liveTask, id uint64) int { return cmp.Compare(t.id, id) })
+			return ok
+		}
 		if retried != 0 {
 			w.fail("%s: broadcast %d's callback failed permanently and waits to be retried, instead of ending failed (R11.6)", c.name, retried)
 			return
@@ -415,24 +426,33 @@ func (k *checker) always() {
 				}
 			}
 		}
-		// The open groups, read once (a view decodes their members).
-		var gs []engine.GroupView
-		read := false
-		groups := func() []engine.GroupView {
-			if !read {
-				gs, read = c.core.View().Groups(), true
-			}
-			return gs
-		}
 		var holding map[uint64]bool
-		if !k.groupsHoldTheirKeys(c, owns, groups) {
+		if !k.groupsHoldTheirKeys(c, owns) {
 			return
+		}
+		// A quick look first; a key held wrongly is then named in the
+		// lock table's order.
+		wrong := false
+		c.core.View().EachLockHolder(func(_ resource.Key, task, group uint64) {
+			switch {
+			case task != 0 && !isLive(task):
+				wrong = true
+			case group != 0:
+				if holding == nil {
+					holding = map[uint64]bool{}
+					c.core.View().EachGroupHold(func(id uint64, held, _ bool, _ []resource.Key) { holding[id] = held })
+				}
+				wrong = wrong || !holding[group]
+			}
+		})
+		if !wrong {
+			continue
 		}
 		for _, ks := range c.core.View().Locks() {
 			for _, h := range ks.Holders {
 				if id, ok := strings.CutPrefix(h.Owner, "broadcast "); ok {
 					n, _ := strconv.ParseUint(id, 10, 64)
-					if !ids[n] {
+					if !isLive(n) {
 						w.fail("%s: %s:%s still held by finished broadcast %d (§11.5)", c.name, ks.Domain, ks.Name, n)
 						return
 					}
@@ -442,9 +462,7 @@ func (k *checker) always() {
 				if n, ok := groupHolder(h.Owner); ok {
 					if holding == nil {
 						holding = map[uint64]bool{}
-						for _, g := range groups() {
-							holding[g.ID] = g.Holding
-						}
+						c.core.View().EachGroupHold(func(id uint64, held, _ bool, _ []resource.Key) { holding[id] = held })
 					}
 					if !holding[n] {
 						w.fail("%s: %s:%s held by group %d, which is not open (R13.3)", c.name, ks.Domain, ks.Name, n)
@@ -466,35 +484,39 @@ type own struct {
 // groupsHoldTheirKeys checks, on a primary, that every open group holds
 // its keys (R13.1, R13.7) and that no live broadcast outside the group
 // holds keys conflicting with them.
-func (k *checker) groupsHoldTheirKeys(c *cluster, owns []own, groups func() []engine.GroupView) bool {
+func (k *checker) groupsHoldTheirKeys(c *cluster, owns []own) bool {
 	if role, _ := c.core.View().Role(); role != engine.Primary {
 		return true
 	}
-	for _, g := range groups() {
-		if !g.Holding {
-			continue
+	ok := true
+	var biz []resource.Key
+	c.core.View().EachGroupHold(func(id uint64, holding, holdsHere bool, keys []resource.Key) {
+		if !ok || !holding {
+			return
 		}
-		if !g.HoldsHere {
-			k.w.fail("%s: open group %d holds no keys (R13.1)", c.name, g.ID)
-			return false
+		if !holdsHere {
+			k.w.fail("%s: open group %d holds no keys (R13.1)", c.name, id)
+			ok = false
+			return
 		}
-		var biz []resource.Key
-		for _, key := range g.Keys {
+		biz = biz[:0]
+		for _, key := range keys {
 			if key.Domain != resource.Cluster {
 				biz = append(biz, key)
 			}
 		}
 		for _, o := range owns {
-			if o.id == g.ID || o.group != nil && o.group.ID == g.ID {
+			if o.id == id || o.group != nil && o.group.ID == id {
 				continue
 			}
 			if resource.ConflictsAny(biz, o.keys) {
-				k.w.fail("%s: live broadcast %d holds keys conflicting with open group %d (R13.1)", c.name, o.id, g.ID)
-				return false
+				k.w.fail("%s: live broadcast %d holds keys conflicting with open group %d (R13.1)", c.name, o.id, id)
+				ok = false
+				return
 			}
 		}
-	}
-	return true
+	})
+	return ok
 }
 
 // final checks the end state: every task persisted completed, its effect

@@ -50,6 +50,67 @@ type cluster struct {
 	laneN  int
 	driver bool
 	drv    driven
+	// stepN counts the core's steps (and new cores): a reading of the
+	// core taken at the same stepN is still true (live). A driven core is
+	// stepped by the driver's goroutines, so it is read afresh each time.
+	stepN uint64
+	live  liveCache
+	// checkedN is the stepN at the checker's last full look at the core
+	// (checker.always): the state it passed then has not changed since.
+	checkedN    uint64
+	checkedCore *engine.Core
+}
+
+// liveCache is a cluster's live tasks in id order, and (if read) its open
+// groups, as of core step at.
+type liveCache struct {
+	at     uint64
+	core   *engine.Core
+	tasks  []liveTask
+	groups []engine.GroupView
+	read   bool // groups was read
+}
+
+// liveTask is one live task as engine.View.EachLive reports it.
+type liveTask struct {
+	id       uint64
+	st       engine.State
+	stage    engine.Stage
+	msg      *message.Message
+	attempts int
+}
+
+// liveTasks returns the core's live tasks in id order. The slice is the
+// cluster's: valid until its core steps again.
+func (c *cluster) liveTasks() []liveTask {
+	if !c.driver && c.live.core == c.core && c.live.at == c.stepN && c.live.tasks != nil {
+		return c.live.tasks
+	}
+	ts := c.live.tasks[:0]
+	c.core.View().EachLive(func(id uint64, st engine.State, stage engine.Stage, m *message.Message, attempts int) {
+		ts = append(ts, liveTask{id, st, stage, m, attempts})
+	})
+	if ts == nil {
+		ts = []liveTask{}
+	}
+	c.live = liveCache{at: c.stepN, core: c.core, tasks: ts}
+	return ts
+}
+
+// openGroups returns the core's open groups (engine.View.Groups), read
+// once per core step.
+func (c *cluster) openGroups() []engine.GroupView {
+	c.liveTasks()
+	if !c.live.read || c.driver {
+		c.live.groups, c.live.read = c.core.View().Groups(), true
+	}
+	return c.live.groups
+}
+
+// unchangedSinceCheck reports whether the core is the one the checker last
+// looked at whole, not stepped since (never for a driven core).
+func (c *cluster) unchangedSinceCheck() bool {
+	return !c.driver && c.checkedCore == c.core && c.checkedN == c.stepN
 }
 
 // op is one action of the core being performed.
@@ -103,7 +164,7 @@ func newCluster(w *world, name string, lanes int) *cluster {
 	}
 	for _, p := range pchans {
 		c.cfg.ControlTargets = append(c.cfg.ControlTargets, p.Control())
-		c.nodes = append(c.nodes, &consumer{c: c, p: p})
+		c.nodes = append(c.nodes, &consumer{c: c, p: p, ln: c.cfg.Lane(p)})
 	}
 	return c
 }
@@ -144,6 +205,7 @@ func (c *cluster) start() error {
 		return err
 	}
 	c.core, c.down = core, false
+	c.stepN++
 	c.w.tracef("%s: core %d started (%d records)", c.name, c.gen, len(snap.Tasks))
 	c.w.check.restarted(c)
 	c.w.check.windows(c)
@@ -200,6 +262,7 @@ func (c *cluster) step(ev engine.Event) {
 	}
 	c.w.hashEvent(c, ev)
 	c.w.check.stepped()
+	c.stepN++
 	c.core.Step(c.w.now, ev)
 	c.perform(c.core.Ready())
 	if c.core.View().Stopped() && !c.down {

@@ -337,7 +337,7 @@ func (l simLog) Close() error       { return nil }
 // scheduler; done gets fn's outcome on the simulator's goroutine, unless a
 // crash killed it (r is then lost) or its caller gave up on r.
 func (c *cluster) call(r *request, fn func(), done func()) *gor {
-	return c.w.sched.spawn(c.drv.rt, r.name, fn, func(killed bool) {
+	return c.w.sched.spawn(c.drv.rt, r.name(), fn, func(killed bool) {
 		switch {
 		case killed && !r.done:
 			r.lost()

@@ -99,7 +99,7 @@ func (w *world) leaks() {
 	}
 	for _, r := range w.requests {
 		if !r.done {
-			out = append(out, fmt.Sprintf("request %s never answered, waiting since step %d (%s)", r.name, r.step, r.at.Format(timeFmt)))
+			out = append(out, fmt.Sprintf("request %s never answered, waiting since step %d (%s)", r.name(), r.step, r.at.Format(timeFmt)))
 		}
 	}
 	for _, c := range w.clusters() {
@@ -143,7 +143,7 @@ func (w *world) describeHold(v engine.RequestView) string {
 	}
 	h := fmt.Sprintf("handle %d holds %s", v.Handle, what)
 	if r := w.origin[v.Handle]; r != nil {
-		h += fmt.Sprintf(", made by %s at step %d (%s)", r.name, r.step, r.at.Format(timeFmt))
+		h += fmt.Sprintf(", made by %s at step %d (%s)", r.name(), r.step, r.at.Format(timeFmt))
 		if r.done && !r.replied {
 			h += ", which gave up"
 		}
@@ -153,7 +153,7 @@ func (w *world) describeHold(v engine.RequestView) string {
 
 func (w *world) scopeName(sc engine.Scope) string {
 	if k, ok := w.scopes[sc]; ok {
-		return "key " + k
+		return fmt.Sprintf("key %s/%s", k.typ.Name, k.key)
 	}
 	return fmt.Sprintf("scope %x", sc[:4])
 }
@@ -169,7 +169,7 @@ func (w *world) waiting() string {
 	slices.SortFunc(rs, func(a, b *request) int { return a.step - b.step })
 	s := ""
 	for _, r := range rs {
-		s += fmt.Sprintf("waiting: %s since step %d (%s)\n", r.name, r.step, r.at.Format(timeFmt))
+		s += fmt.Sprintf("waiting: %s since step %d (%s)\n", r.name(), r.step, r.at.Format(timeFmt))
 	}
 	for _, c := range w.clusters() {
 		if c.down || w.lost(c) {
@@ -184,5 +184,11 @@ func (w *world) waiting() string {
 
 // noteScope remembers a keyed scope's key, for reports.
 func (w *world) noteScope(typ message.Type, key message.IdempotencyKey) {
-	w.scopes[engine.ScopeOf(typ, key)] = fmt.Sprintf("%s/%s", typ.Name, key)
+	w.scopes[engine.ScopeOf(typ, key)] = scopeKey{typ, key}
+}
+
+// scopeKey is the type and key a scope was made of.
+type scopeKey struct {
+	typ message.Type
+	key message.IdempotencyKey
 }

@@ -109,7 +109,7 @@ func (r *replicator) moves() []move {
 		// The promote's caller gives up (R11.5): its request is withdrawn,
 		// a promote under way goes on, and a later call waits for it.
 		ms = append(ms, move{weight: 1, do: func() {
-			w.tracef("%s gives up", p.name)
+			w.tracef("%s gives up", p.name())
 			w.withdraw(w.second, p)
 		}})
 	}

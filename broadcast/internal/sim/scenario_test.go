@@ -22,10 +22,10 @@ import (
 func mustOK(t *testing.T, x *sent) {
 	t.Helper()
 	if x.reply == nil {
-		t.Fatalf("%s: no answer", x.r.name)
+		t.Fatalf("%s: no answer", x.r.name())
 	}
 	if x.reply.Err != nil {
-		t.Fatalf("%s: %v", x.r.name, x.reply.Err)
+		t.Fatalf("%s: %v", x.r.name(), x.reply.Err)
 	}
 }
 

@@ -35,6 +35,11 @@ type sched struct {
 	watchdog *time.Timer
 	// panicked is a goroutine's panic, with its stack.
 	panicked string
+	// idle are carriers, goroutines whose simulated goroutine ended, that
+	// wait for another to run: a carrier keeps the stack its last one
+	// grew, which a new goroutine would grow again (the driver's calls go
+	// deep).
+	idle []chan *gor
 }
 
 // gor is one simulated goroutine.
@@ -117,7 +122,13 @@ func (s *sched) resume(g *gor, live bool) {
 	g.ready = nil
 	if !g.started {
 		g.started = true
-		go s.body(g)
+		if n := len(s.idle); n > 0 {
+			next := s.idle[n-1]
+			s.idle = s.idle[:n-1]
+			next <- g
+		} else {
+			go s.carry(g)
+		}
 	} else {
 		g.resume <- live
 	}
@@ -138,15 +149,43 @@ func (s *sched) resume(g *gor, live bool) {
 	}
 }
 
-func (s *sched) body(g *gor) {
+// carry runs g, then every goroutine the scheduler hands it, until it is
+// killed (runtime.Goexit ends the carrier too) or the run ends (stop).
+func (s *sched) carry(g *gor) {
+	next := make(chan *gor)
+	for g != nil {
+		s.body(g, next)
+		g = <-next
+	}
+}
+
+// body runs g on the calling carrier; if g ends rather than being killed,
+// the carrier is idle (next) before it hands the baton back.
+func (s *sched) body(g *gor, next chan *gor) {
+	returned := false
 	defer func() {
-		if p := recover(); p != nil && s.panicked == "" {
-			s.panicked = fmt.Sprintf("goroutine %s panicked: %v\n%s", g.name, p, debug.Stack())
+		if p := recover(); p != nil {
+			returned = true
+			if s.panicked == "" {
+				s.panicked = fmt.Sprintf("goroutine %s panicked: %v\n%s", g.name, p, debug.Stack())
+			}
 		}
 		g.ended = true
+		if returned {
+			s.idle = append(s.idle, next)
+		}
 		s.back <- struct{}{}
 	}()
 	g.fn()
+	returned = true
+}
+
+// stop ends the idle carriers (the run is over).
+func (s *sched) stop() {
+	for _, next := range s.idle {
+		close(next)
+	}
+	s.idle = nil
 }
 
 func (s *sched) remove(g *gor) {

@@ -103,7 +103,7 @@ type sent struct {
 // send steps a request and returns it, to read its reply later.
 func (s *script) send(ev engine.Event, name string) *sent {
 	x := &sent{}
-	x.r = &request{w: s.w, name: name, c: s.c, onReply: func(a engine.Reply) {
+	x.r = &request{w: s.w, label: name, c: s.c, onReply: func(a engine.Reply) {
 		x.reply = &a
 		if x.then != nil {
 			x.then(a)

@@ -96,7 +96,7 @@ func (w *world) watch(c *cluster) {
 // giveUpWait gives up a wait in flight (its caller's deadline): the core
 // is told to withdraw it, or, through the driver, its context ends.
 func (w *world) giveUpWait(r *request) {
-	w.tracef("%s gives up", r.name)
+	w.tracef("%s gives up", r.name())
 	if r.call != nil {
 		r.giveUp()
 		r.call.cancel()
@@ -111,6 +111,6 @@ func (w *world) giveUpWait(r *request) {
 func (w *world) withdraw(c *cluster, r *request) {
 	r.giveUp()
 	r.withdrawn = true
-	done := w.request(c, r.name+"/withdraw", func(engine.Reply) {}, nil)
+	done := w.request(c, r.name()+"/withdraw", func(engine.Reply) {}, nil)
 	c.step(engine.Withdraw{To: r, Done: done})
 }

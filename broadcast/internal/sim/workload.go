@@ -17,8 +17,11 @@ import (
 // request is one request of the engine's API in flight: the core answers
 // it exactly once, unless the coordinator crashed first (lost).
 type request struct {
-	w       *world
-	name    string
+	w *world
+	// label names the request in traces and failures; labelFn, if set,
+	// makes it when first asked (most requests are never named).
+	label   string
+	labelFn func() string
 	c       *cluster
 	replied bool
 	done    bool // answered, lost, or given up
@@ -35,10 +38,25 @@ type request struct {
 }
 
 func (w *world) request(c *cluster, name string, onReply func(engine.Reply), onLost func()) *request {
-	r := &request{w: w, name: name, c: c, onReply: onReply, onLost: onLost, step: w.steps, at: w.now}
+	r := &request{w: w, label: name, c: c, onReply: onReply, onLost: onLost, step: w.steps, at: w.now}
 	w.requests = append(w.requests, r)
 	w.open++
 	return r
+}
+
+// requestf is request with a name made only if it is asked for.
+func (w *world) requestf(c *cluster, name func() string, onReply func(engine.Reply), onLost func()) *request {
+	r := w.request(c, "", onReply, onLost)
+	r.labelFn = name
+	return r
+}
+
+// name names the request.
+func (r *request) name() string {
+	if r.labelFn != nil {
+		r.label, r.labelFn = r.labelFn(), nil
+	}
+	return r.label
 }
 
 // end marks the request done: answered, lost, or given up.
@@ -51,12 +69,12 @@ func (r *request) end() {
 
 func (r *request) deliver(a engine.Reply) {
 	if r.replied {
-		r.w.fail("request %s answered twice", r.name)
+		r.w.fail("request %s answered twice", r.name())
 		return
 	}
 	r.replied = true
 	if r.withdrawn {
-		r.w.fail("%s: request %s answered after it was withdrawn (R11.5)", r.c.name, r.name)
+		r.w.fail("%s: request %s answered after it was withdrawn (R11.5)", r.c.name, r.name())
 		return
 	}
 	if r.done {
@@ -228,7 +246,7 @@ func (cl *client) done() bool { return cl.stuck || cl.cur >= len(cl.ops) }
 func (cl *client) describe() string {
 	s := fmt.Sprintf("client %d on %s: op %d/%d", cl.id, cl.c.name, cl.cur, len(cl.ops))
 	if cl.wait != nil && !cl.wait.done {
-		s += " waiting for " + cl.wait.name
+		s += " waiting for " + cl.wait.name()
 	}
 	return s
 }
@@ -580,8 +598,8 @@ func (cl *client) failed(err error) {
 
 // send sends one request to the client's cluster.
 func (cl *client) send(ev engine.Event, what string, onReply func(engine.Reply)) {
-	name := fmt.Sprintf("client%d/op%d/%s", cl.id, cl.cur, what)
-	r := cl.w.request(cl.c, name, onReply, func() { cl.retry("coordinator lost") })
+	id, cur := cl.id, cl.cur
+	r := cl.w.requestf(cl.c, func() string { return fmt.Sprintf("client%d/op%d/%s", id, cur, what) }, onReply, func() { cl.retry("coordinator lost") })
 	cl.wait = r
 	switch e := ev.(type) {
 	case engine.Resolve:
@@ -609,7 +627,7 @@ func (cl *client) giveUp() {
 		return
 	}
 	cl.w.withdraw(cl.c, r)
-	if strings.HasSuffix(r.name, "/lock") {
+	if strings.HasSuffix(r.name(), "/lock") {
 		cl.c.step(engine.Close{Handle: cl.handle})
 	}
 	if !cl.c.down {
@@ -617,7 +635,7 @@ func (cl *client) giveUp() {
 		// among a slot's waiters, no handle but one whose Submit goes on.
 		for _, v := range cl.c.core.View().Requests() {
 			if v.Handle == cl.handle && !v.Busy {
-				cl.w.fail("%s: %s withdrawn, but %s (R11.3)", cl.c.name, r.name, cl.w.describeHold(v))
+				cl.w.fail("%s: %s withdrawn, but %s (R11.3)", cl.c.name, r.name(), cl.w.describeHold(v))
 			}
 		}
 	}
@@ -666,14 +684,15 @@ func withTarget(ev engine.Event, r *request) engine.Event {
 type consumer struct {
 	c      *cluster
 	p      message.PChannel
-	cursor int // next entry of the lane
+	ln     message.PChannel // p's lane (a cluster's lanes are fixed)
+	cursor int              // next entry of the lane
 	saved  int
 	queue  []engine.Ack
 	wait   *request
 	until  time.Time
 }
 
-func (n *consumer) lane() message.PChannel { return n.c.cfg.Lane(n.p) }
+func (n *consumer) lane() message.PChannel { return n.ln }
 
 func (n *consumer) ready() bool {
 	if n.c.down || n.wait != nil && !n.wait.done {
@@ -720,7 +739,7 @@ func (n *consumer) next() {
 		return
 	}
 	a := n.queue[0]
-	r := w.request(n.c, fmt.Sprintf("%s-node-%s/ack%d", n.c.name, n.p, a.ID), func(r engine.Reply) {
+	r := w.requestf(n.c, func() string { return fmt.Sprintf("%s-node-%s/ack%d", n.c.name, n.p, a.ID) }, func(r engine.Reply) {
 		if r.Err != nil && !errors.Is(r.Err, engine.ErrVChannelNotInTask) && !errors.Is(r.Err, engine.ErrInvalidArgument) {
 			n.until = w.now.Add(5 * time.Millisecond)
 			return // retried
@@ -766,13 +785,16 @@ func (w *world) operator() func() {
 			continue
 		}
 		var id uint64
-		c.core.View().EachLive(func(tid uint64, _ engine.State, stage engine.Stage, m *message.Message, attempts int) {
-			poisoned := string(m.Payload) == poisonForever
-			if id == 0 && stage == engine.Backoff && !w.operating[tid] && (attempts >= 3 && w.faultsOn && !poisoned ||
-				attempts >= 12 && poisoned) {
-				id = tid
+		for _, t := range c.liveTasks() {
+			if t.stage != engine.Backoff || w.operating[t.id] {
+				continue
 			}
-		})
+			poisoned := string(t.msg.Payload) == poisonForever
+			if t.attempts >= 3 && w.faultsOn && !poisoned || t.attempts >= 12 && poisoned {
+				id = t.id
+				break
+			}
+		}
 		if id == 0 {
 			continue
 		}

@@ -116,7 +116,7 @@ type world struct {
 	// operating marks the tasks an operator's call (driver mode) works on.
 	operating map[uint64]bool
 	latencies []time.Duration
-	scopes    map[engine.Scope]string
+	scopes    map[engine.Scope]scopeKey
 	// watchers are the ack waits in flight (waits.go); promoters the
 	// ForcePromote calls, while awaitPromote says the driven cluster
 	// follows and waits to be promoted (follow.go); calls numbers them.
@@ -135,7 +135,7 @@ func Run(cfg Config) (res Result) {
 	}
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), fnv: 14695981039346656037,
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), failing: map[uint64]int{}, faultsOn: true,
-		origin: map[engine.HandleID]*request{}, scopes: map[engine.Scope]string{}, operating: map[uint64]bool{}}
+		origin: map[engine.HandleID]*request{}, scopes: map[engine.Scope]scopeKey{}, operating: map[uint64]bool{}}
 	defer func() {
 		if p := recover(); p != nil {
 			w.err = fmt.Errorf("step %d: panic: %v\n%s", w.steps, p, debug.Stack())
@@ -640,7 +640,7 @@ func summary(x any) string {
 	case engine.Scanned:
 		return fmt.Sprintf("id=%d found=%d err=%v", x.ID, len(x.Found), x.Err)
 	case engine.Reply:
-		s := fmt.Sprintf("to=%s err=%v admitted=%v granted=%v", x.To.(*request).name, x.Err, x.Admitted, x.Granted)
+		s := fmt.Sprintf("to=%s err=%v admitted=%v granted=%v", x.To.(*request).name(), x.Err, x.Admitted, x.Granted)
 		if x.Original != nil {
 			s += fmt.Sprintf(" original=%d", x.Original.ID)
 		}
@@ -721,7 +721,7 @@ func (w *world) orphans() []engine.GroupView {
 		return nil
 	}
 	var out []engine.GroupView
-	for _, g := range w.second.core.View().Groups() {
+	for _, g := range w.second.openGroups() {
 		if g.Holding && !w.reconciled[g.ID] && w.check.facts(w.primary).recs[g.ID] != nil {
 			out = append(out, g)
 		}
@@ -912,4 +912,5 @@ func (w *world) stopGoroutines() {
 			w.sched.kill(c.drv.rt)
 		}
 	}
+	w.sched.stop()
 }
