@@ -72,10 +72,6 @@ func (tb tomb) created() int64 {
 	return created
 }
 
-// rawBytes returns a record string's bytes without copying; callers only
-// read them (proto.Unmarshal copies what it keeps).
-func rawBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
 // tombClass is one retention class's tombstones, oldest completion first:
 // order[head:] are live; order[i] has sequence number base+i.
 type tombClass struct {

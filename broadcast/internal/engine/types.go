@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
@@ -450,6 +451,52 @@ func (Stop) event()         {}
 // Make sure the constructors cannot drift: every Event above.
 var _ = []Event{Resolve{}, Lock{}, Close{}, Submit{}, Wait{}, WaitAcked{}, Ack{}, Follow{}, RetryNow{}, Complete{},
 	Withdraw{}, Inspect{}, Written{}, Appended{}, CallbackDone{}, AckOnceDone{}, Scanned{}, Tick{}, Stop{}}
+
+// WriteKind is what a write is for.
+type WriteKind int
+
+// Kinds of writes.
+const (
+	// WritePending persists a new task's PENDING record (R4.2).
+	WritePending WriteKind = iota + 1
+	// WriteAcks persists a REPLICATED task's acks (and the id floor) before
+	// the acker is answered (R8.2).
+	WriteAcks
+	// WriteTombstone persists the TOMBSTONE with the callback's effects
+	// (R5.3).
+	WriteTombstone
+	// WriteGC deletes collected tombstones (R6.2).
+	WriteGC
+	// WriteIDs reserves a block of broadcast ids.
+	WriteIDs
+	// WriteTopology stores a followed replication topology (Follow).
+	WriteTopology
+	// WritePromote records where a force promote's copies landed (R8.3).
+	WritePromote
+	// AppendCopies appends copies to the WAL (R4.3).
+	AppendCopies
+	// WriteFirstAcks persists a two-phase append's first-phase acks before
+	// its other copies are appended (R13.11).
+	WriteFirstAcks
+)
+
+var kindNames = map[WriteKind]string{
+	WritePending: "pending", WriteAcks: "ack", WriteTombstone: "tombstone", WriteGC: "gc",
+	WriteIDs: "ids", WriteTopology: "replicate", WritePromote: "promote", AppendCopies: "append",
+	WriteFirstAcks: "first-acks",
+}
+
+// String names the kind as the catalog-commit metric labels it.
+func (k WriteKind) String() string {
+	if n, ok := kindNames[k]; ok {
+		return n
+	}
+	return fmt.Sprintf("WriteKind(%d)", int(k))
+}
+
+// rawBytes returns a record string's bytes without copying; callers only
+// read them (proto.Unmarshal copies what it keeps).
+func rawBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // Action is an output of the core: something the driver must do, and
 // report back as an Event when it is an I/O. It is a value, not a boxed

@@ -187,51 +187,10 @@ func (wr *writer) cancelRetry(w *writeOp) bool {
 
 // The durable-write policy (R6.5): every catalog or WAL write the engine
 // makes is classified by its outcome, and this one table says what each
-// outcome means for each kind of write, on a first attempt and after an
-// attempt that may have applied. Every retry the core schedules follows
-// from it; nothing else in the engine interprets a write's error.
-
-// WriteKind is what a write is for.
-type WriteKind int
-
-// Kinds of writes.
-const (
-	// WritePending persists a new task's PENDING record (R4.2).
-	WritePending WriteKind = iota + 1
-	// WriteAcks persists a REPLICATED task's acks (and the id floor) before
-	// the acker is answered (R8.2).
-	WriteAcks
-	// WriteTombstone persists the TOMBSTONE with the callback's effects
-	// (R5.3).
-	WriteTombstone
-	// WriteGC deletes collected tombstones (R6.2).
-	WriteGC
-	// WriteIDs reserves a block of broadcast ids.
-	WriteIDs
-	// WriteTopology stores a followed replication topology (Follow).
-	WriteTopology
-	// WritePromote records where a force promote's copies landed (R8.3).
-	WritePromote
-	// AppendCopies appends copies to the WAL (R4.3).
-	AppendCopies
-	// WriteFirstAcks persists a two-phase append's first-phase acks before
-	// its other copies are appended (R13.11).
-	WriteFirstAcks
-)
-
-var kindNames = map[WriteKind]string{
-	WritePending: "pending", WriteAcks: "ack", WriteTombstone: "tombstone", WriteGC: "gc",
-	WriteIDs: "ids", WriteTopology: "replicate", WritePromote: "promote", AppendCopies: "append",
-	WriteFirstAcks: "first-acks",
-}
-
-// String names the kind as the catalog-commit metric labels it.
-func (k WriteKind) String() string {
-	if n, ok := kindNames[k]; ok {
-		return n
-	}
-	return fmt.Sprintf("WriteKind(%d)", int(k))
-}
+// outcome means for each kind of write (WriteKind, with the actions in
+// types.go), on a first attempt and after an attempt that may have
+// applied. Every retry the core schedules follows from it; nothing else in
+// the engine interprets a write's error.
 
 // Outcome classes of a write.
 type Verdict int
