@@ -120,9 +120,9 @@
 //     handle's own fields; the tracing spans of tasks have a mutex of their
 //     own (written by the loop and by commit workers).
 //
-// The task state machine is one table (broadcast/internal/engine/transitions.go, also
+// The task state machine is one table (broadcast/internal/engine/types.go, also
 // in docs/design.md); the durable-write policy, what every outcome of every
-// catalog or WAL write means, is another (broadcast/internal/engine/policy.go). The
+// catalog or WAL write means, is another (broadcast/internal/engine/writes.go). The
 // deterministic simulator (broadcast/internal/sim) drives the same core with a virtual
 // clock and seeded faults; a rule of the engine is tested there, this
 // package's tests check the driver and the backends.

@@ -462,15 +462,7 @@ func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply,
 		done = nil
 	}
 	if d.rt != nil {
-		d.rt.Park(func() bool { return len(rc) > 0 || ctxDone != nil && ctx.Err() != nil || done != nil && closed(done) })
-		// One case at a time, in a fixed order (a select picks among the
-		// ready ones at random): the seed decides what is ready when.
-		switch {
-		case len(rc) > 0:
-			ctxDone, done = nil, nil
-		case done != nil && closed(done):
-			ctxDone = nil
-		}
+		ctxDone, done = d.parkAwait(ctx, rc, ctxDone, done)
 	}
 	select {
 	case r := <-rc:
@@ -490,6 +482,23 @@ func (d *driver) await(ctx context.Context, rc chan engine.Reply) (engine.Reply,
 		}
 		return engine.Reply{}, d.b.closedErr()
 	}
+}
+
+// parkAwait parks await on the simulator's runtime until one of its cases
+// is ready and returns the channels of the cases left to select on: one
+// case at a time, in a fixed order (a select picks among the ready ones at
+// random), so the seed decides what is ready when. It is a function of its
+// own so that, without the simulator, await's channels stay off the heap
+// (its closure would capture them).
+func (d *driver) parkAwait(ctx context.Context, rc chan engine.Reply, ctxDone <-chan struct{}, done chan struct{}) (<-chan struct{}, chan struct{}) {
+	d.rt.Park(func() bool { return len(rc) > 0 || ctxDone != nil && ctx.Err() != nil || done != nil && closed(done) })
+	switch {
+	case len(rc) > 0:
+		return nil, nil
+	case done != nil && closed(done):
+		return nil, done
+	}
+	return ctxDone, done
 }
 
 // withdraw takes back the request answered at rc, whose caller's context
@@ -677,7 +686,7 @@ func (d *driver) finish(ev engine.Event) {
 			d.result(ev)
 			return
 		}
-		if j.act == nil {
+		if j.act.Kind == engine.ActNone {
 			return
 		}
 		ev = d.io(j)
@@ -687,7 +696,7 @@ func (d *driver) finish(ev engine.Event) {
 // stepResult steps the core with a worker's result if the core is free, no
 // event waits and at most one task is live (false: send it to the loop),
 // performs the actions, and returns the write or append kept for the worker
-// (none: its act is nil).
+// (none: its act's Kind is ActNone).
 func (d *driver) stepResult(ev engine.Event) (job, bool) {
 	if !d.lockFree() {
 		return job{}, false
@@ -712,7 +721,7 @@ func (d *driver) stepResult(ev engine.Event) (job, bool) {
 // keepJob reports whether perform hands j to the worker whose finish is
 // performing (it keeps the first I/O job it is given).
 func (d *driver) keepJob(j job) bool {
-	if !d.keep || d.kept.act != nil {
+	if !d.keep || d.kept.act.Kind != engine.ActNone {
 		return false
 	}
 	d.kept = j
@@ -720,28 +729,32 @@ func (d *driver) keepJob(j job) bool {
 }
 
 // perform carries out the core's actions: I/O goes to the pools as jobs
-// (the action as the core boxed it: nothing is allocated to hand it over).
+// (the action as the core decided it, a value: nothing is allocated to
+// hand it over).
 func (d *driver) perform(acts []engine.Action) {
-	for _, act := range acts {
-		switch a := act.(type) {
-		case engine.Reply:
+	for i := range acts {
+		act := &acts[i]
+		switch act.Kind {
+		case engine.ActReply:
+			a := act.Reply
 			select {
 			case a.To.(chan engine.Reply) <- a:
 			default:
 				d.b.log.Error("engine bug: a second reply to one request", "reply", fmt.Sprintf("%+v", a))
 			}
-		case engine.Write:
+		case engine.ActWrite:
 			switch {
 			case d.async != nil:
-				d.writeAsync(a)
-			case !d.keepJob(job{act: act}):
-				d.submit(d.commits, job{act: act})
+				d.writeAsync(act.Write)
+			case !d.keepJob(job{act: *act}):
+				d.submit(d.commits, job{act: *act})
 			}
-		case engine.Append:
-			if !d.keepJob(job{act: act}) {
-				d.submit(d.appends, job{act: act})
+		case engine.ActAppend:
+			if !d.keepJob(job{act: *act}) {
+				d.submit(d.appends, job{act: *act})
 			}
-		case engine.Callback:
+		case engine.ActCallback:
+			a := &act.Callback
 			if d.b.cfg.Callbacks.ack(a.Msg.Type) == nil {
 				// A type without a callback is done at once (callbacks
 				// are all registered before New): no worker is woken to run nothing.
@@ -752,23 +765,23 @@ func (d *driver) perform(acts []engine.Action) {
 			d.cbMu.Lock()
 			d.cbCancels[a.Task] = cancel
 			d.cbMu.Unlock()
-			d.submit(d.cb, job{act: act, ctx: ctx, cancel: cancel})
-		case engine.CancelCallback:
+			d.submit(d.cb, job{act: *act, ctx: ctx, cancel: cancel})
+		case engine.ActCancelCallback:
 			d.cbMu.Lock()
-			if cancel := d.cbCancels[a.Task]; cancel != nil {
+			if cancel := d.cbCancels[act.CancelCallback.Task]; cancel != nil {
 				cancel()
 			}
 			d.cbMu.Unlock()
-		case engine.AckOnce:
-			d.submit(d.cb, job{act: act})
-		case engine.Scan:
-			d.submit(d.commits, job{act: act})
-		case engine.RoleChanged:
-			d.b.setRole(a.Role, a.Config)
-		case engine.Fenced:
-			d.b.fenced(a.Err)
+		case engine.ActAckOnce:
+			d.submit(d.cb, job{act: *act})
+		case engine.ActScan:
+			d.submit(d.commits, job{act: *act})
+		case engine.ActRoleChanged:
+			d.b.setRole(act.RoleChanged.Role, act.RoleChanged.Config)
+		case engine.ActFenced:
+			d.b.fenced(act.Fenced.Err)
 		default:
-			panic(fmt.Sprintf("broadcast: unknown action %T", a))
+			panic(fmt.Sprintf("broadcast: unknown action %s", act.Kind))
 		}
 	}
 }
@@ -780,6 +793,13 @@ func (d *driver) submit(p *pool, j job) {
 		p.submit(j)
 		return
 	}
+	d.goSim(j)
+}
+
+// goSim runs j on a goroutine of the simulator's runtime. (A function of
+// its own: the closure captures j, a value too large to copy into it, so
+// j goes to the heap, which a run without the simulator need not pay.)
+func (d *driver) goSim(j job) {
 	d.jobs.Add(1)
 	d.rt.Go(func() {
 		defer d.jobs.Add(-1)
@@ -796,24 +816,24 @@ type job struct {
 
 // run performs a job on a pool's worker.
 func (d *driver) run(j job) {
-	switch a := j.act.(type) {
-	case engine.Write, engine.Append:
+	switch j.act.Kind {
+	case engine.ActWrite, engine.ActAppend:
 		d.finish(d.io(j))
-	case engine.Callback:
-		d.finish(d.callback(j.ctx, j.cancel, a))
-	case engine.AckOnce:
-		d.finish(d.ackOnce(a))
-	case engine.Scan:
-		d.finish(d.scan(a))
+	case engine.ActCallback:
+		d.finish(d.callback(j.ctx, j.cancel, j.act.Callback))
+	case engine.ActAckOnce:
+		d.finish(d.ackOnce(j.act.AckOnce))
+	case engine.ActScan:
+		d.finish(d.scan(j.act.Scan))
 	}
 }
 
 // io performs a catalog write or a WAL append and returns its result.
 func (d *driver) io(j job) engine.Event {
-	if w, ok := j.act.(engine.Write); ok {
-		return d.write(w)
+	if j.act.Kind == engine.ActWrite {
+		return d.write(j.act.Write)
 	}
-	return d.append(j.act.(engine.Append))
+	return d.append(j.act.Append)
 }
 
 // write performs a write on a worker: it waits for the commit.

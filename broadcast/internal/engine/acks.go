@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -37,35 +38,23 @@ func (c *Core) ack(e Ack) {
 	if t == nil {
 		var err error
 		if t, err = c.replicatedTask(e); err != nil || t == nil {
-			if err == nil && c.issuedElsewhere(e) {
+			// Not a replicated copy's ack (its id is another cluster's), not
+			// a broadcast this core issued or collected: a newer leader's?
+			if err == nil && c.roles.role == Primary && (e.Msg == nil || e.Msg.Replicate == nil) && !c.tombs.has(e.ID) &&
+				!c.collected.Has(e.ID) && c.ids.issuedElsewhere(e.ID) {
 				err = fmt.Errorf("%w: %w: broadcast %d (this coordinator's ids end below %d): a newer leader issued it; ack it there",
 					catalog.ErrFenced, ErrNotIssued, e.ID, c.ids.end)
 			}
-			c.reply(e.To, Reply{Err: err})
+			c.out.reply(e.To, Reply{Err: err})
 			return
 		}
 	}
 	i := t.msg.Index(e.VChannel)
 	if i < 0 {
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, e.VChannel, e.ID)})
 		return
 	}
 	c.acks.ackCopy(t, i, e.Checkpoint, e.To, e.Ctx, e.Extra)
-}
-
-// issuedElsewhere reports whether an ack for a broadcast this core does not
-// know names one it cannot have issued or collected: a primary's ids are
-// all below the end of its reserved block, and every leader reserves its
-// block above the persisted floor before it hands out an id, so an unknown
-// id at or above the end (and above every replicated id seen) was issued
-// by a leader that took over. This core is deposed and has not noticed (a
-// zombie resumed, its lease not yet found lost): answering such an ack as
-// done would drop it, and the newer leader's task would wait for it
-// forever. A replicated copy's ack is not one of those (its id is another
-// cluster's).
-func (c *Core) issuedElsewhere(e Ack) bool {
-	return c.roles.role == Primary && (e.Msg == nil || e.Msg.Replicate == nil) && e.ID >= c.ids.end && e.ID > c.ids.seen &&
-		!c.tombs.has(e.ID) && !c.collected.Has(e.ID)
 }
 
 // replicatedTask creates a REPLICATED task from the first ack of a copy the
@@ -254,8 +243,7 @@ type ackTracker struct {
 	// logger; what to do once an ack is recorded (acked) and how to make
 	// a task's acks durable (persist).
 	nextID  func() uint64
-	emit    func(Action)
-	reply   func(Target, Reply)
+	out     *outbox
 	now     func() time.Time
 	after   func(time.Duration, func()) *deadline
 	backoff func() *backoff.ExponentialBackOff
@@ -297,7 +285,7 @@ func (a *ackTracker) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx c
 			a.waitDurable(t, to)
 			return
 		}
-		a.reply(to, Reply{})
+		a.out.reply(to, Reply{})
 		return
 	}
 	if copy.ackOnce != 0 {
@@ -311,7 +299,7 @@ func (a *ackTracker) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx c
 			// A replicated copy's position is known only to its reader: an
 			// ack without a checkpoint (LegacyAck) cannot be recorded until
 			// this cluster appended (or found) the copy itself.
-			a.reply(to, Reply{Err: fmt.Errorf("%w: ack of replicated broadcast %d on %s carries no checkpoint, and its position is not known here",
+			a.out.reply(to, Reply{Err: fmt.Errorf("%w: ack of replicated broadcast %d on %s carries no checkpoint, and its position is not known here",
 				ErrFailedPrecondition, t.id, t.msg.Broadcast.VChannels[i])})
 			return
 		}
@@ -324,7 +312,7 @@ func (a *ackTracker) ackCopy(t *task, i int, cp wal.Checkpoint, to Target, ctx c
 			copy.ackOnceWaiters = append(copy.ackOnceWaiters, to)
 		}
 		a.runs[id] = ackOnceRef{t: t, i: i, cp: cp, extra: extra}
-		a.emit(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
+		a.out.ackOnce(AckOnce{Ctx: ctx, ID: id, Task: t.id, Msg: t.msg, VChannel: t.msg.Broadcast.VChannels[i], Checkpoint: cp})
 		return
 	}
 	a.record(t, i, cp, extra)
@@ -351,7 +339,7 @@ func (a *ackTracker) done(e AckOnceDone) {
 	if e.Err != nil {
 		err := fmt.Errorf("ack-once callback for broadcast %d on %s: %w", t.id, t.msg.Broadcast.VChannels[i], e.Err)
 		for _, to := range waiters {
-			a.reply(to, Reply{Err: err})
+			a.out.reply(to, Reply{Err: err})
 		}
 		if copy.fast {
 			a.log(t).Warn("ack-once callback failed; retrying", "broadcast", t.id, "vchannel", t.msg.Broadcast.VChannels[i], "err", e.Err)
@@ -379,7 +367,7 @@ func (a *ackTracker) answer(t *task, to Target) {
 		a.waitDurable(t, to)
 		return
 	}
-	a.reply(to, Reply{})
+	a.out.reply(to, Reply{})
 }
 
 // record records copy i as acked at cp, with the consumer's extra, answers
@@ -403,7 +391,7 @@ func (a *ackTracker) record(t *task, i int, cp wal.Checkpoint, extra []byte) {
 // is durable.
 func (a *ackTracker) waitDurable(t *task, to Target) {
 	if t.persistedAcks >= t.nacked {
-		a.reply(to, Reply{})
+		a.out.reply(to, Reply{})
 		return
 	}
 	t.ackWaiters = append(t.ackWaiters, ackWaiter{to: to, want: t.nacked})
@@ -429,9 +417,9 @@ func (a *ackTracker) written(t *task, n int, d Decision, err error) {
 		case w.want > n:
 			keep = append(keep, w)
 		case d == Done:
-			a.reply(w.to, Reply{})
+			a.out.reply(w.to, Reply{})
 		default:
-			a.reply(w.to, Reply{Err: err})
+			a.out.reply(w.to, Reply{Err: err})
 		}
 	}
 	clear(t.ackWaiters[len(keep):])
@@ -444,14 +432,14 @@ func (a *ackTracker) wait(t *task, to Target, vchannels []message.VChannel) {
 	for _, v := range vchannels {
 		i := t.msg.Index(v)
 		if i < 0 {
-			a.reply(to, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, v, t.id)})
+			a.out.reply(to, Reply{Err: fmt.Errorf("%w: %s is not a target of broadcast %d", ErrVChannelNotInTask, v, t.id)})
 			return
 		}
 		idx = append(idx, i)
 	}
 	w := ackWait{to: to, idx: idx}
 	if t.ackedAll(w.idx) {
-		a.reply(to, Reply{})
+		a.out.reply(to, Reply{})
 		return
 	}
 	t.ackWaits = append(t.ackWaits, w)
@@ -465,7 +453,7 @@ func (a *ackTracker) answerWaits(t *task) {
 	keep := t.ackWaits[:0]
 	for _, w := range t.ackWaits {
 		if t.ackedAll(w.idx) {
-			a.reply(w.to, Reply{})
+			a.out.reply(w.to, Reply{})
 			continue
 		}
 		keep = append(keep, w)
@@ -492,4 +480,126 @@ func CheckTargets(vs []message.VChannel) error {
 		seen[v] = struct{}{}
 	}
 	return nil
+}
+
+// Two-phase append and partial acks (R13.10-R13.12). A broadcast may name
+// targets to append first (message.BroadcastHeader.AppendFirst): a shard
+// split fences its source vchannel before the new shards start. Their
+// copies are appended alone (stage FirstPhase) and count only once their
+// consumers ack them, whatever the broadcast's AckSyncUp says; those acks
+// are then written to the PENDING record (with their checkpoints and any
+// extra the consumer returned), so that a crash after the first phase does
+// not run it again; then the other copies are appended as usual. WaitAcked
+// answers once named copies are acked: a caller can act between the
+// phases, or on any partial set of acks.
+
+// twoPhase reports whether t appends in two phases and the first is not
+// over.
+func (t *task) twoPhase() bool { return len(t.msg.Broadcast.AppendFirst) > 0 && !t.firstDone }
+
+// first reports whether copy i is appended in the first phase.
+func (t *task) first(i int) bool {
+	return slices.Contains(t.msg.Broadcast.AppendFirst, t.msg.Broadcast.VChannels[i])
+}
+
+// firstAcked reports whether every first-phase copy is acked with a
+// checkpoint.
+func (t *task) firstAcked() bool {
+	for i := range t.copies {
+		if t.first(i) && !t.copies[i].acked {
+			return false
+		}
+	}
+	return true
+}
+
+// afterPersist is the stage a task whose PENDING record is durable goes
+// to.
+func (t *task) afterPersist() Stage {
+	if t.twoPhase() {
+		return FirstPhase
+	}
+	return Appending
+}
+
+// startFirstPhase appends the first-phase copies not in the WAL yet.
+func (c *Core) startFirstPhase(t *task) {
+	c.lanes.queueCopies(t, func(i int) bool {
+		cp := t.copies[i]
+		return t.first(i) && !cp.appended && !cp.queued && !cp.acked
+	})
+	c.checkFirstPhase(t)
+}
+
+// checkFirstPhase ends the first phase once its copies are acked: their
+// acks are made durable, then the rest is appended.
+func (c *Core) checkFirstPhase(t *task) {
+	if t.stage != FirstPhase || !(t.firstAcked() || c.cfg.Mutation.Is(mutate.SecondPhaseEarly)) || t.write != nil {
+		return
+	}
+	n := t.nacked
+	c.writes.write(WriteFirstAcks, t, t.record(Pending), nil, func(_ *Core, _ *writeOp, d Decision, err error) {
+		switch d {
+		case Done:
+			t.firstDone = true
+			c.acks.written(t, n, d, err) // acks that waited for durability (durableAcks)
+			c.move(t, OnFirstAcked, Appending)
+		case Refuse:
+			// The record cannot take the acks (too large): go on without
+			// them; a crash then runs the first phase again.
+			taskLog(c.log, t).Warn("two-phase append: first acks not persisted; going on", "broadcast", t.id, "err", err)
+			t.firstDone = true
+			c.acks.written(t, n, d, err)
+			c.move(t, OnFirstAcked, Appending)
+		}
+		c.afterWrite(t) // acks recorded while the write was in flight
+	})
+}
+
+// waitAcked answers once every named copy of a task is acked (R13.11).
+func (c *Core) waitAcked(e WaitAcked) {
+	t := c.tasks[e.ID]
+	if t == nil {
+		if c.tombs.has(e.ID) {
+			c.out.reply(e.To, Reply{}) // finished: every copy was acked
+			return
+		}
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: broadcast %d", ErrNotFound, e.ID)})
+		return
+	}
+	c.acks.wait(t, e.To, e.VChannels)
+}
+
+func (t *task) ackedAll(idx []int) bool {
+	for _, i := range idx {
+		if !t.copies[i].acked {
+			return false
+		}
+	}
+	return true
+}
+
+// firstPhaseOf returns the copies a force promote appends first for a
+// replicated two-phase task whose first copies are not all acked: the
+// missing first-phase copies (R13.11). It returns nil once they are.
+func firstPhaseOf(x *task, missing []int) []int {
+	if len(x.msg.Broadcast.AppendFirst) == 0 || x.firstAcked() {
+		return nil
+	}
+	var out []int
+	for _, i := range missing {
+		if x.first(i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// vchannelsOf names copies, for logs.
+func vchannelsOf(t *task, idx []int) []message.VChannel {
+	out := make([]message.VChannel, len(idx))
+	for j, i := range idx {
+		out[j] = t.msg.Broadcast.VChannels[i]
+	}
+	return out
 }

@@ -44,9 +44,29 @@ func TestR4_5_AckTrackerScript(t *testing.T) {
 		tasks  map[uint64]*task
 		out    []string
 		timers []func()
+		acts   outbox
 	)
 	log := slog.New(slog.DiscardHandler)
+	// drain writes the actions decided so far as lines, in order with the
+	// lines of the tracker's other calls.
+	drain := func() {
+		for _, x := range acts.acts {
+			switch x.Kind {
+			case ActAckOnce:
+				r := x.AckOnce
+				out = append(out, fmt.Sprintf("ack-once run %d: broadcast %d on %s at %d", r.ID, r.Task, r.VChannel, r.Checkpoint.MessageID))
+			case ActReply:
+				if r := x.Reply; r.Err != nil {
+					out = append(out, fmt.Sprintf("reply %v: %v", r.To, r.Err))
+				} else {
+					out = append(out, fmt.Sprintf("reply %v: ok", r.To))
+				}
+			}
+		}
+		acts.acts = acts.acts[:0]
+	}
 	flush := func() string {
+		drain()
 		s := strings.Join(out, "\n")
 		out = out[:0]
 		return s
@@ -66,23 +86,10 @@ func TestR4_5_AckTrackerScript(t *testing.T) {
 			pol := retry.Policy{Initial: 100 * time.Millisecond}
 			a = ackTracker{runs: make(map[uint64]ackOnceRef), hasAckOnce: func(message.Type) bool { return ackOnce },
 				nextID: func() uint64 { ids++; return ids },
-				emit: func(x Action) {
-					if r, ok := x.(AckOnce); ok {
-						out = append(out, fmt.Sprintf("ack-once run %d: broadcast %d on %s at %d", r.ID, r.Task, r.VChannel, r.Checkpoint.MessageID))
-					}
-				},
-				reply: func(to Target, r Reply) {
-					if to == nil {
-						return
-					}
-					if r.Err != nil {
-						out = append(out, fmt.Sprintf("reply %v: %v", to, r.Err))
-						return
-					}
-					out = append(out, fmt.Sprintf("reply %v: ok", to))
-				},
-				now: func() time.Time { return time.Unix(1, 0) },
+				out:    &acts,
+				now:    func() time.Time { return time.Unix(1, 0) },
 				after: func(dur time.Duration, fn func()) *deadline {
+					drain()
 					out = append(out, fmt.Sprintf("retry in %s", dur))
 					timers = append(timers, fn)
 					return &deadline{}
@@ -91,11 +98,15 @@ func TestR4_5_AckTrackerScript(t *testing.T) {
 				live:    func(x *task) bool { return tasks[x.id] == x },
 				log:     func(*task) *slog.Logger { return log },
 				acked: func(x *task, i int) {
+					drain()
 					out = append(out, fmt.Sprintf("copy %d acked (%d of %d)", i, x.nacked, len(x.copies)))
 				},
-				persist: func(x *task) { out = append(out, fmt.Sprintf("persist acks of %d (%d recorded)", x.id, x.nacked)) },
+				persist: func(x *task) {
+					drain()
+					out = append(out, fmt.Sprintf("persist acks of %d (%d recorded)", x.id, x.nacked))
+				},
 			}
-			tasks, out, timers = make(map[uint64]*task), nil, nil
+			tasks, out, timers, acts = make(map[uint64]*task), nil, nil, outbox{}
 			return ""
 		case "task":
 			m := &message.Message{Type: message.Type{Name: "t", Version: 1}}

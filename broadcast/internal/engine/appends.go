@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"log/slog"
 	"slices"
 	"time"
 
@@ -22,11 +23,12 @@ import (
 // recognise an append whose answer was lost. Only the failed lane waits;
 // the others go on. At most AppendConcurrency appends are in flight.
 //
-// appendLanes owns the lanes and those rules: what one entry carries, when
-// a lane may send, retries of the same entry. The core owns the tasks: it
-// queues their copies (queueCopies), says which queued copies are still
-// needed when a lane takes them (stillNeeded), and records where they
-// landed (copiesAppended).
+// appendLanes owns the lanes and those rules: which lane a copy goes to and
+// how a broadcast's copies are queued (queueCopies), what one entry
+// carries, when a lane may send, which queued copies are still needed when
+// a lane takes them (stillNeeded), retries of the same entry. The core owns
+// the tasks: it records where their copies landed (copiesAppended) and
+// moves them on.
 type appendLanes struct {
 	byName   map[message.PChannel]*lane
 	list     []*lane // lanes in creation order, for fair starts
@@ -41,12 +43,19 @@ type appendLanes struct {
 	maxBytes           int // of the copies of one entry
 
 	// What the lanes use of their core: ids, the actions out, the counters,
-	// timers and the retry schedule.
-	nextID  func() uint64
-	emit    func(Action)
-	stats   *Stats
-	after   func(time.Duration, func()) *deadline
-	backoff func() *backoff.ExponentialBackOff
+	// observer and logger, timers and the retry schedule; the lane of a
+	// pchannel (Config.Lane), whether a task is still live and how a task
+	// goes on once its copies left the queues (unqueued).
+	nextID   func() uint64
+	out      *outbox
+	stats    *Stats
+	obs      Observer
+	log      *slog.Logger
+	after    func(time.Duration, func()) *deadline
+	backoff  func() *backoff.ExponentialBackOff
+	laneOf   func(message.PChannel) message.PChannel
+	live     func(*task) bool
+	unqueued func(*task)
 }
 
 func newAppendLanes(cfg Config) appendLanes {
@@ -94,7 +103,7 @@ const maxCopiesPerAppend = 4096
 // a checkpoint: a copy acked without one, after a restart, is appended
 // again and its append result becomes its checkpoint).
 func (c *Core) startAppends(t *task) {
-	if !c.queueCopies(t, func(i int) bool {
+	if !c.lanes.queueCopies(t, func(i int) bool {
 		cp := t.copies[i]
 		return !cp.appended && !cp.queued && (!cp.acked || cp.ackCP == (wal.Checkpoint{}))
 	}) {
@@ -110,11 +119,11 @@ func (c *Core) allAppended(t *task) {
 		c.recordPromote(t)
 		return
 	}
-	c.move(t, OnAppended, c.afterAppend(t))
+	c.move(t, OnAppended, t.afterAppend())
 }
 
-// afterAppend is the stage a task in Appending goes to once appended.
-func (c *Core) afterAppend(t *task) Stage {
+// afterAppend is the stage t in Appending goes to once appended.
+func (t *task) afterAppend() Stage {
 	if t.msg.Broadcast.AckSyncUp && !t.promote {
 		return Queued
 	}
@@ -125,7 +134,7 @@ func (c *Core) afterAppend(t *task) Stage {
 // reports whether it queued any. The requests of one call, their indexes
 // and their vchannels share three allocations (a counting sort by lane, in
 // the lanes' order of first appearance).
-func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
+func (ls *appendLanes) queueCopies(t *task, want func(i int) bool) bool {
 	vcs := t.msg.Broadcast.VChannels
 	var laneBuf [16]int32
 	laneOfCopy := laneBuf[:0]
@@ -136,7 +145,7 @@ func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
 	for i, v := range vcs {
 		k := int32(-1)
 		if want(i) {
-			k, names, byName = laneIndex(c.cfg.Lane(v.PChannel()), names, byName)
+			k, names, byName = laneIndex(ls.laneOf(v.PChannel()), names, byName)
 			t.copies[i].queued = true
 			n++
 		}
@@ -189,10 +198,10 @@ func (c *Core) queueCopies(t *task, want func(i int) bool) bool {
 		r := &reqs[k]
 		*r = appendReq{t: t, idx: idx[a:b:b], item: wal.Item{Message: bytes, VChannels: vs[a:b:b]}, exclusive: t.info.ExclusiveAppend}
 		r.size = wal.EncodedSize(r.item)
-		l := c.lanes.lane(name)
+		l := ls.lane(name)
 		l.queue = append(l.queue, r)
 	}
-	c.lanes.start(c.stillNeeded)
+	ls.start(ls.stillNeeded)
 	return true
 }
 
@@ -240,7 +249,7 @@ func (ls *appendLanes) lane(name message.PChannel) *lane {
 
 // start starts an append on every idle lane with queued copies, up to the
 // concurrency bound; needed drops the copies of a queued request that need
-// no append any more (the core's stillNeeded).
+// no append any more (stillNeeded).
 func (ls *appendLanes) start(needed func(*appendReq) *appendReq) {
 	for _, l := range ls.list {
 		if ls.inflight >= ls.limit {
@@ -276,9 +285,9 @@ func (ls *appendLanes) start(needed func(*appendReq) *appendReq) {
 // (acked with a checkpoint meanwhile: a consumer read the copy a previous
 // coordinator appended), or nil if none is left. Dropped copies leave the
 // queue, so that their task can finish.
-func (c *Core) stillNeeded(r *appendReq) *appendReq {
+func (ls *appendLanes) stillNeeded(r *appendReq) *appendReq {
 	t := r.t
-	live := c.tasks[t.id] == t
+	live := ls.live(t)
 	needed := func(i int) bool {
 		cp := &t.copies[i]
 		return live && !(cp.acked && cp.ackCP != (wal.Checkpoint{}))
@@ -301,7 +310,7 @@ func (c *Core) stillNeeded(r *appendReq) *appendReq {
 		}
 		t.copies[i].queued = false
 	}
-	c.unqueued(t)
+	ls.unqueued(t)
 	if len(keep) == 0 {
 		return nil
 	}
@@ -366,7 +375,7 @@ func (ls *appendLanes) send(b *batch) {
 	for _, r := range b.reqs {
 		items = append(items, r.item)
 	}
-	ls.emit(Append{ID: b.id, Lane: b.lane.name, Items: items})
+	ls.out.append(Append{ID: b.id, Lane: b.lane.name, Items: items})
 }
 
 // answered returns the batch of append id, no longer in flight; nil if
@@ -445,27 +454,27 @@ func (c *Core) appended(e Appended) {
 		}
 		c.lanes.recycle(b)
 	case Split:
-		c.appendFailed(b, e.Err)
+		c.lanes.failed(b, e.Err)
 		if c.lanes.split(b) {
 			return // smaller entries at once
 		}
 		c.lanes.retry(b)
 	default:
-		c.appendFailed(b, e.Err)
+		c.lanes.failed(b, e.Err)
 		c.lanes.retry(b)
 	}
-	c.lanes.start(c.stillNeeded)
+	c.lanes.start(c.lanes.stillNeeded)
 }
 
-func (c *Core) appendFailed(b *batch, err error) {
-	c.stats.AppendRetries++
-	c.obs.AppendRetry(b.lane.name, err)
+func (ls *appendLanes) failed(b *batch, err error) {
+	ls.stats.AppendRetries++
+	ls.obs.AppendRetry(b.lane.name, err)
 	for _, r := range b.reqs {
 		r.t.appendAttempts++
 		r.t.appendErr = err.Error()
-		c.obs.AppendFailed(r.t.id, b.lane.name, err)
+		ls.obs.AppendFailed(r.t.id, b.lane.name, err)
 	}
-	c.log.Warn("wal append failed; retrying", "pchannel", b.lane.name, "items", len(b.reqs), "err", err)
+	ls.log.Warn("wal append failed; retrying", "pchannel", b.lane.name, "items", len(b.reqs), "err", err)
 }
 
 // copiesAppended records where r's copies landed. A copy acked before its

@@ -34,16 +34,16 @@ func TestR4_3_AppendLanesScript(t *testing.T) {
 	var (
 		ls     appendLanes
 		seq    uint64
-		out    []Action
+		out    outbox
 		stats  Stats
 		timers []func()
 		acked  map[uint64]bool
 	)
 	reset := func(concurrency, maxBytes int) {
 		ls = newAppendLanes(Config{AppendConcurrency: concurrency, MaxEntryBytes: maxBytes + 4096})
-		seq, out, stats, timers, acked = 0, nil, Stats{}, nil, map[uint64]bool{}
+		seq, out, stats, timers, acked = 0, outbox{}, Stats{}, nil, map[uint64]bool{}
 		ls.nextID = func() uint64 { seq++; return seq }
-		ls.emit = func(a Action) { out = append(out, a) }
+		ls.out = &out
 		ls.stats = &stats
 		ls.after = func(_ time.Duration, fn func()) *deadline {
 			timers = append(timers, fn)
@@ -59,8 +59,8 @@ func TestR4_3_AppendLanesScript(t *testing.T) {
 	}
 	sent := func() string {
 		var b strings.Builder
-		for _, a := range out {
-			ap := a.(Append)
+		for _, a := range out.acts {
+			ap := a.Append
 			var items []string
 			for _, it := range ap.Items {
 				var vs []string
@@ -71,7 +71,7 @@ func TestR4_3_AppendLanesScript(t *testing.T) {
 			}
 			fmt.Fprintf(&b, "append %d lane=%s: %s\n", ap.ID, ap.Lane, strings.Join(items, " "))
 		}
-		out = out[:0]
+		out.acts = out.acts[:0]
 		fmt.Fprintf(&b, "in flight %d", ls.inflight)
 		return b.String()
 	}

@@ -22,34 +22,40 @@
 // the driver performed (Written, Appended, CallbackDone, AckOnceDone,
 // Scanned), plus Tick (time passed) and Stop. Actions say what to do: reply
 // to a request, write a catalog transaction, append one WAL entry, run one
-// callback attempt. The core never waits: an action's result is just
-// another event, whenever it comes.
+// callback attempt. An Action is a value whose Kind names the field that
+// holds it; the core emits them into a slice it reuses (AppendReady), so
+// deciding one allocates nothing. The core never waits: an action's result
+// is just another event, whenever it comes.
 //
 // # What lives here
 //
-//   - the task state machine: transitions.go, one table;
-//   - the durable-write policy (R6.5): policy.go, what every outcome of
-//     every kind of catalog or WAL write means; the catalog writes in
-//     flight, one per task at a time, and their retries (writer):
-//     writes.go;
-//   - the issuance lock table (a resource.Table) and handles: handles.go;
+//   - the vocabulary: events, actions (values in the core's reused
+//     outbox), errors, and the task state machine, one table (the
+//     transitions): types.go;
+//   - the core: dispatch, moves along the table, timers, stop, recovery
+//     from the catalog and the broadcast id allocator: core.go;
+//   - the durable-write policy (R6.5), what every outcome of every kind of
+//     catalog or WAL write means, and the catalog writes in flight, one
+//     per task at a time, and their retries (writer): writes.go;
+//   - a task, its timeline and its durable record format: task.go;
+//   - the handles (handleTable): resolve, admission, the issuance lock
+//     table (a resource.Table), withdrawals: handles.go;
 //   - the idempotency index and its admission slots (idemIndex): index.go;
-//     tombstones and GC with retention classes: tombs.go; broadcast ids:
-//     ids.go;
+//     tombstones with retention classes and their GC (collector): tombs.go;
 //   - appends in lanes (appendLanes): appends.go; acks, FastAck,
 //     ack-once runs, durable acks and ack waits (ackTracker), REPLICATED
-//     tasks: acks.go; the callback order, attempts and backoff
-//     (scheduler): sched.go; groups and owner keys (groupTable): groups.go;
-//   - roles and the replication topology (roles): roles.go; force promote,
-//     its WAL reads (scanner) and the tasks it finishes (promoter):
-//     promote.go;
-//   - recovery: recover.go; reads for introspection, a read-only View of
-//     the core (Core.View): inspect.go;
-//   - the durable record format: records.go.
+//     tasks, two-phase appends: acks.go; the callback order, attempts and
+//     backoff (scheduler): sched.go; groups and owner keys (groupTable):
+//     groups.go;
+//   - roles and the replication topology (roles), force promote, its WAL
+//     reads (scanner) and the tasks it finishes (promoter): promote.go;
+//   - reads for introspection, a read-only View of the core (Core.View):
+//     inspect.go.
 //
-// The parts that own their rules (idemIndex, appendLanes, groupTable, the
-// tombstones' GC victims, ackTracker, the scheduler, the roles) are
-// tested alone by the scripts in testdata, in the format of etcd raft's
+// The parts that own their rules (idemIndex, handleTable, appendLanes,
+// groupTable, the tombstones' GC victims, ackTracker, the scheduler, the
+// roles, the scanner, the promoter, the writer, the collector) are tested
+// alone by the scripts in testdata, in the format of etcd raft's
 // data-driven tests (script_test.go reads them; -rewrite writes the
 // outputs back).
 //

@@ -109,6 +109,27 @@ type groupTable struct {
 	endedOwners map[string]uint64
 	// maxMembers bounds a group's members (Config.MaxGroupMembers).
 	maxMembers int
+
+	// What the table uses of its core: the tombstones (an ended group's,
+	// its members'), the role, the actions out, the handles and locks
+	// (members' handles dropped, the group's keys kept, shrunk, released,
+	// handed over), the logger, the catalog prefix, the planted bug;
+	// whether a task is live, how a member is submitted again once its
+	// turn comes and how a request joins a group's end, how a task is
+	// scheduled and moved along the transition table.
+	tombs    *tombstones
+	roles    *roles
+	out      *outbox
+	handles  *handleTable
+	locks    *resource.Table
+	log      *slog.Logger
+	prefix   string
+	mutation mutate.Bug
+	live     func(id uint64) bool
+	submit   func(*handle, Submit)
+	joinEnd  func(end *task, to Target)
+	schedule func(*task)
+	move     func(*task, Trigger, Stage)
 }
 
 func newGroupTable(maxMembers int) groupTable {
@@ -210,17 +231,17 @@ func (gt *groupTable) groupOf(t *task) *group {
 // flight, joins a concurrent end of the same kind, or creates it.
 func (c *Core) submitMember(h *handle, e Submit) {
 	if c.groups.open[e.Group] == nil && e.Msg.Group != nil {
-		if o := c.endedBy(e.Group, e.Msg.Group.Kind); o != nil {
+		if o := c.tombs.endedBy(e.Group, e.Msg.Group.Kind); o != nil {
 			// The group ended with an end of this kind: a retried end gets
 			// its result (R13.3).
-			c.dropHandle(h)
-			c.reply(e.To, Reply{Original: o})
+			c.handles.drop(h)
+			c.out.reply(e.To, Reply{Original: o})
 			return
 		}
 	}
-	if err := c.memberError(e); err != nil {
-		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: err})
+	if err := c.groups.memberError(e); err != nil {
+		c.handles.drop(h)
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	g := c.groups.open[e.Group]
@@ -229,12 +250,12 @@ func (c *Core) submitMember(h *handle, e Submit) {
 		if kind == end.gkind {
 			// The first end wins; a concurrent one of the same kind joins it
 			// (R13.3).
-			c.dropHandle(h)
+			c.handles.drop(h)
 			c.joinEnd(end, e.To)
 			return
 		}
-		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: %s %d is ending with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id,
+		c.handles.drop(h)
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: %s %d is ending with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id,
 			end.gkind, end.id)})
 		return
 	}
@@ -247,8 +268,8 @@ func (c *Core) submitMember(h *handle, e Submit) {
 		return
 	}
 	if kind == message.GroupBody && int(g.next) >= c.groups.maxMembers-1 {
-		c.dropHandle(h)
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: transaction %d has %d members; the last of %d is kept for its Commit or Rollback",
+		c.handles.drop(h)
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: transaction %d has %d members; the last of %d is kept for its Commit or Rollback",
 			ErrGroupFull, g.id, g.next, c.groups.maxMembers)})
 		return
 	}
@@ -266,14 +287,14 @@ func groupWord(g *group) string {
 }
 
 // memberError checks a member against its group.
-func (c *Core) memberError(e Submit) error {
+func (gt *groupTable) memberError(e Submit) error {
 	hd := e.Msg.Group
 	if hd == nil || hd.ID != e.Group || hd.Kind == message.GroupBegin {
 		return fmt.Errorf("%w: a member of group %d needs its group header", ErrInvalidArgument, e.Group)
 	}
-	g := c.groups.open[e.Group]
-	if g == nil || g.begin == nil && c.roles.role == Primary {
-		return c.endedError(e.Group)
+	g := gt.open[e.Group]
+	if g == nil || g.begin == nil && gt.roles.role == Primary {
+		return gt.endedError(e.Group)
 	}
 	return g.fits(e.Msg)
 }
@@ -325,15 +346,15 @@ func (gt *groupTable) replicatedError(m *message.Message) error {
 }
 
 // endedError explains a member for a group that is not open.
-func (c *Core) endedError(id uint64) error {
-	if tb, ok := c.tombs.get(id); ok {
+func (gt *groupTable) endedError(id uint64) error {
+	if tb, ok := gt.tombs.get(id); ok {
 		if r, err := DecodeRecord(rawBytes(tb.raw())); err == nil && r.HoldsKeys {
 			return fmt.Errorf("%w: group %d has ended (released by broadcast %d)", ErrFailedPrecondition, id, r.ReleasedBy)
 		}
 		return fmt.Errorf("%w: broadcast %d does not hold a group open (its callback did not succeed, or it is no group's Begin)",
 			ErrFailedPrecondition, id)
 	}
-	if t := c.tasks[id]; t != nil {
+	if gt.live(id) {
 		return fmt.Errorf("%w: broadcast %d is no group's Begin", ErrFailedPrecondition, id)
 	}
 	return fmt.Errorf("%w: no open group %d", ErrNotFound, id)
@@ -341,8 +362,8 @@ func (c *Core) endedError(id uint64) error {
 
 // endedBy returns the end of ended group id if it is of kind and still
 // remembered.
-func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
-	tb, ok := c.tombs.get(id)
+func (ts *tombstones) endedBy(id uint64, kind message.GroupKind) *Original {
+	tb, ok := ts.get(id)
 	if !ok || !kind.Ends() {
 		return nil
 	}
@@ -350,7 +371,7 @@ func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
 	if err != nil || !r.HoldsKeys || r.ReleasedBy == 0 {
 		return nil
 	}
-	end, ok := c.tombs.get(r.ReleasedBy)
+	end, ok := ts.get(r.ReleasedBy)
 	if !ok {
 		return nil
 	}
@@ -358,7 +379,7 @@ func (c *Core) endedBy(id uint64, kind message.GroupKind) *Original {
 	if err != nil || er.Msg.Group == nil || er.Msg.Group.Kind != kind {
 		return nil
 	}
-	return c.tombs.original(end)
+	return ts.original(end)
 }
 
 // joinEnd makes to wait for the group's end.
@@ -375,7 +396,7 @@ func (c *Core) joinEnd(end *task, to Target) {
 
 // createMember completes a member's creation: its seq, appended to its
 // encoding with the group header.
-func (c *Core) createMember(g *group, t *task, e *Submit) {
+func (g *group) createMember(t *task, e *Submit) {
 	t.gseq = g.next
 	g.next++
 	e.Msg.Group.Seq = t.gseq
@@ -388,18 +409,18 @@ func (c *Core) createMember(g *group, t *task, e *Submit) {
 }
 
 // memberFailed continues a group whose member was not created.
-func (c *Core) memberFailed(g *group) {
+func (gt *groupTable) memberFailed(g *group) {
 	g.busy = false
-	c.nextMember(g)
+	gt.nextMember(g)
 }
 
 // nextMember creates the next queued member, if the group is free for it.
-func (c *Core) nextMember(g *group) {
-	for len(g.queue) > 0 && c.groups.open[g.id] == g && !g.busy && len(g.live) == 0 && g.held() {
+func (gt *groupTable) nextMember(g *group) {
+	for len(g.queue) > 0 && gt.open[g.id] == g && !g.busy && len(g.live) == 0 && g.held() {
 		q := g.queue[0]
 		g.queue = g.queue[1:]
 		q.h.busy, q.h.to = false, nil
-		c.submitMember(q.h, q.e)
+		gt.submit(q.h, q.e)
 	}
 }
 
@@ -421,38 +442,38 @@ func (t *task) holdsKeys() bool {
 
 // endOp returns the op that releases the group t ends, in t's TOMBSTONE
 // transaction: the Begin's record rewritten as released.
-func (c *Core) endOp(t *task) (key string, val []byte, ok bool) {
+func (gt *groupTable) endOp(t *task) (key string, val []byte, ok bool) {
 	g := t.group
 	if g == nil || !t.gkind.Ends() || len(g.done) == 0 || g.done[0].id != g.id {
 		return "", nil, false
 	}
-	return TaskKey(c.cfg.Prefix, g.id), releasedRecord(rawBytes(g.done[0].raw()), t.completed, t.id), true
+	return TaskKey(gt.prefix, g.id), releasedRecord(rawBytes(g.done[0].raw()), t.completed, t.id), true
 }
 
 // finishMember is finish's part for a group member whose TOMBSTONE is
 // durable: it reports whether the tombstone stays with the group (true) or
 // joins GC now (false). A holding Begin keeps its keys but the shared
 // Cluster key.
-func (c *Core) finishMember(t *task, tb tomb) bool {
+func (gt *groupTable) finishMember(t *task, tb tomb) bool {
 	g := t.group
 	switch {
 	case t.gkind == message.GroupBegin:
-		if c.cfg.Mutation.Is(mutate.GroupKeysReleasedAtBegin) && t.lock != nil {
-			c.grantedAll(c.locks.Release(t.lock))
+		if gt.mutation.Is(mutate.GroupKeysReleasedAtBegin) && t.lock != nil {
+			gt.handles.grantedAll(gt.locks.Release(t.lock))
 			t.lock = nil
 		}
 		if t.lock != nil {
-			c.grantedAll(c.locks.Shrink(t.lock, businessKeys(t.lock.Keys())))
+			gt.handles.grantedAll(gt.locks.Shrink(t.lock, businessKeys(t.lock.Keys())))
 			g.lock, t.lock = t.lock, nil
 			g.lock.Ref, g.lock.Owner = g, g.label()
 		}
 		g.keep(tb, 0)
 		g.doneSeq = 0
-		c.tombs.hold(tb)
-		c.groupProgress(g)
+		gt.tombs.hold(tb)
+		gt.progress(g)
 		return true
 	case t.gkind.Ends():
-		c.endGroup(g, t, tb)
+		gt.endGroup(g, t, tb)
 		return true
 	default:
 		delete(g.live, t.gseq)
@@ -460,9 +481,9 @@ func (c *Core) finishMember(t *task, tb tomb) bool {
 		if int(t.gseq) == g.doneSeq+1 {
 			g.doneSeq = int(t.gseq)
 		}
-		c.tombs.hold(tb)
+		gt.tombs.hold(tb)
 		g.busy = false
-		c.groupProgress(g)
+		gt.progress(g)
 		return true
 	}
 }
@@ -473,47 +494,47 @@ func (g *group) keep(tb tomb, seq uint32) {
 	g.seqs = append(g.seqs, seq)
 }
 
-// groupProgress continues a group after a member finished: the next live
+// progress continues a group after a member finished: the next live
 // member may run (a secondary's), the next queued one may be created.
-func (c *Core) groupProgress(g *group) {
+func (gt *groupTable) progress(g *group) {
 	if x := g.live[uint32(g.doneSeq+1)]; x != nil {
-		c.schedule(x)
+		gt.schedule(x)
 	}
-	c.nextMember(g)
+	gt.nextMember(g)
 }
 
 // endGroup releases a group whose end's TOMBSTONE is durable (R13.3):
 // the keys go back, the group's tombstones join GC together.
-func (c *Core) endGroup(g *group, end *task, tb tomb) {
+func (gt *groupTable) endGroup(g *group, end *task, tb tomb) {
 	delete(g.live, end.gseq)
-	if g.lock != nil && !c.cfg.Mutation.Is(mutate.GroupKeysKeptAfterEnd) {
-		c.grantedAll(c.locks.Release(g.lock))
+	if g.lock != nil && !gt.mutation.Is(mutate.GroupKeysKeptAfterEnd) {
+		gt.handles.grantedAll(gt.locks.Release(g.lock))
 		g.lock = nil
 	}
 	if b := g.begin; b != nil && b.stage == Holding {
-		c.move(b, OnGroupEnded, Tombstoned)
+		gt.move(b, OnGroupEnded, Tombstoned)
 	}
 	run := append(g.done, tb)
-	cls := c.groupClass(g, end)
+	cls := g.class(end)
 	for i := range run {
-		c.tombs.unhold(run[i].id)
+		gt.tombs.unhold(run[i].id)
 		run[i].completed = end.completed.UnixNano()
 		run[i].setClass(cls)
 	}
-	if _, val, ok := c.endOp(end); ok {
+	if _, val, ok := gt.endOp(end); ok {
 		// The Begin's record as the end's transaction rewrote it.
-		run[0].setRaw(c.tombs.keep(val))
+		run[0].setRaw(gt.tombs.keep(val))
 	}
 	run[0].run = uint16(len(run))
 	for _, x := range run {
-		c.tombs.push(x)
+		gt.tombs.push(x)
 	}
 	g.done, g.seqs = nil, nil
-	c.closeGroup(g, nil, end)
+	gt.closeGroup(g, nil, end)
 }
 
-// groupClass is the retention class of a group's tombstones: its Begin's.
-func (c *Core) groupClass(g *group, end *task) int {
+// class is the retention class of a group's tombstones: its Begin's.
+func (g *group) class(end *task) int {
 	if g.begin != nil {
 		return g.begin.class
 	}
@@ -522,31 +543,31 @@ func (c *Core) groupClass(g *group, end *task) int {
 
 // dissolve forgets a group that never held its keys; queued members get
 // err.
-func (c *Core) dissolve(g *group, err error) {
-	c.closeGroup(g, err, nil)
+func (gt *groupTable) dissolve(g *group, err error) {
+	gt.closeGroup(g, err, nil)
 }
 
 // closeGroup forgets g and answers its queued members: an end of the same
 // kind as the group's end gets its result, everything else err (or an
 // explanation).
-func (c *Core) closeGroup(g *group, err error, end *task) {
-	delete(c.groups.open, g.id)
-	if g.key != "" && c.groups.owners[g.key] == g.id {
-		delete(c.groups.owners, g.key)
+func (gt *groupTable) closeGroup(g *group, err error, end *task) {
+	delete(gt.open, g.id)
+	if g.key != "" && gt.owners[g.key] == g.id {
+		delete(gt.owners, g.key)
 	}
-	if g.key != "" && end != nil && g.id > c.groups.endedOwners[g.key] {
-		c.groups.endedOwners[g.key] = g.id
+	if g.key != "" && end != nil && g.id > gt.endedOwners[g.key] {
+		gt.endedOwners[g.key] = g.id
 	}
 	for _, q := range g.queue {
 		q.h.busy, q.h.to = false, nil
-		c.dropHandle(q.h)
+		gt.handles.drop(q.h)
 		switch {
 		case end != nil && q.e.Msg.Group.Kind == end.gkind:
-			c.joinEnd(end, q.e.To)
+			gt.joinEnd(end, q.e.To)
 		case end != nil:
-			c.reply(q.e.To, Reply{Err: fmt.Errorf("%w: %s %d ended with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id, end.gkind, end.id)})
+			gt.out.reply(q.e.To, Reply{Err: fmt.Errorf("%w: %s %d ended with %s broadcast %d", ErrFailedPrecondition, groupWord(g), g.id, end.gkind, end.id)})
 		default:
-			c.reply(q.e.To, Reply{Err: err})
+			gt.out.reply(q.e.To, Reply{Err: err})
 		}
 	}
 	g.queue = nil
@@ -614,21 +635,21 @@ func (gt *groupTable) ignoreUnordered(log *slog.Logger) {
 
 // handOver gives the promoted cluster the keys of its open groups, before
 // the force promote releases the exclusive Cluster key (R13.5).
-func (c *Core) handOver() {
-	for _, id := range sortedKeys(c.groups.open) {
-		g := c.groups.open[id]
+func (gt *groupTable) handOver() {
+	for _, id := range sortedKeys(gt.open) {
+		g := gt.open[id]
 		if g.lock != nil || !g.held() {
 			continue
 		}
-		r, err := c.locks.NewRequest(g.keys[:businessKeys(g.keys)])
+		r, err := gt.locks.NewRequest(g.keys[:businessKeys(g.keys)])
 		if err != nil {
-			c.log.Error("force promote: group keys do not validate", "group", g.id, "err", err)
+			gt.log.Error("force promote: group keys do not validate", "group", g.id, "err", err)
 			continue
 		}
 		r.Ref, r.Owner = g, g.label()
-		if err := c.locks.TryAcquire(r); err != nil {
-			c.log.Error("force promote: an open group's keys are held; it waits for them", "group", g.id, "err", err)
-			c.locks.Acquire(r)
+		if err := gt.locks.TryAcquire(r); err != nil {
+			gt.log.Error("force promote: an open group's keys are held; it waits for them", "group", g.id, "err", err)
+			gt.locks.Acquire(r)
 		}
 		g.lock = r
 	}

@@ -220,7 +220,7 @@ func (v View) EndedGroup(id uint64) (ownerKey string, ended bool) {
 
 // GroupError explains why id names no open group: ended, never opened, or
 // unknown.
-func (v View) GroupError(id uint64) error { return v.c.endedError(id) }
+func (v View) GroupError(id uint64) error { return v.c.groups.endedError(id) }
 
 func groupView(g *group) GroupView {
 	v := GroupView{ID: g.id, OwnerKey: g.key, Keys: slices.Clone(g.keys), Targets: slices.Clone(g.targets),
@@ -285,7 +285,7 @@ type Outstanding struct {
 
 // Outstanding returns what requests hold or wait for in the core.
 func (v View) Outstanding() Outstanding {
-	o := Outstanding{Admissions: len(v.c.idem.admits), Handles: len(v.c.handles), Resolving: v.c.idem.waiting()}
+	o := Outstanding{Admissions: len(v.c.idem.admits), Handles: len(v.c.handles.byID), Resolving: v.c.idem.waiting()}
 	for _, t := range v.c.tasks {
 		o.TaskWaiters += len(t.waiters) + len(t.completeWaits) + len(t.ackWaiters) + len(t.ackWaits)
 		for i := range t.copies {
@@ -301,8 +301,8 @@ func (v View) Outstanding() Outstanding {
 // left behind is a leak (the simulator's liveness check, R11.3).
 func (v View) Requests() []RequestView {
 	var out []RequestView
-	for _, id := range slices.Sorted(maps.Keys(v.c.handles)) {
-		h := v.c.handles[id]
+	for _, id := range slices.Sorted(maps.Keys(v.c.handles.byID)) {
+		h := v.c.handles.byID[id]
 		v := RequestView{Handle: id, Granted: h.granted, Waiting: h.lock != nil && !h.granted, Busy: h.busy}
 		if h.adm != nil {
 			v.Admission, v.Scope = true, h.scope

@@ -104,13 +104,13 @@ func TestR6_5_Classify(t *testing.T) {
 }
 
 // TestDocsShowTheTransitionTable: docs/design.md shows the transition table
-// as transitions.go has it.
+// as types.go has it.
 func TestDocsShowTheTransitionTable(t *testing.T) {
 	raw, err := os.ReadFile("../../../docs/design.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const start, end = "<!-- transition table: generated from broadcast/internal/engine/transitions.go -->\n", "<!-- end transition table -->"
+	const start, end = "<!-- transition table: generated from broadcast/internal/engine/types.go -->\n", "<!-- end transition table -->"
 	s := string(raw)
 	i, j := strings.Index(s, start), strings.Index(s, end)
 	if i < 0 || j < i {
@@ -123,6 +123,6 @@ func TestDocsShowTheTransitionTable(t *testing.T) {
 			}
 			return
 		}
-		t.Fatalf("docs/design.md's transition table differs from transitions.go (WALCAST_UPDATE_DOCS=1 rewrites it); put this between the markers:\n%s", want)
+		t.Fatalf("docs/design.md's transition table differs from the table in types.go (WALCAST_UPDATE_DOCS=1 rewrites it); put this between the markers:\n%s", want)
 	}
 }

@@ -28,26 +28,26 @@ import (
 func TestR8_1_RolesScript(t *testing.T) {
 	var (
 		r    roles
-		out  []Action
+		out  outbox
 		done map[uint64]*task
 	)
 	show := func() string {
 		var b strings.Builder
-		for _, a := range out {
-			if rc, ok := a.(RoleChanged); ok {
+		for _, a := range out.acts {
+			if rc := a.RoleChanged; a.Kind == ActRoleChanged {
 				fmt.Fprintf(&b, "role changed: %s (primary %q, generation %d)\n", rc.Role, rc.Config.Primary, rc.Config.Generation)
 			}
 		}
-		out = out[:0]
+		out.acts = out.acts[:0]
 		return strings.TrimSuffix(b.String(), "\n")
 	}
 	runScript(t, "testdata/roles.txt", func(t *testing.T, d *scriptCmd) string {
 		switch d.name {
 		case "new":
 			log := slog.New(slog.DiscardHandler)
-			r = roles{cluster: d.str(t, "cluster"), prefix: "/p", emit: func(a Action) { out = append(out, a) },
+			r = roles{cluster: d.str(t, "cluster"), prefix: "/p", out: &out,
 				log: func(*task) *slog.Logger { return log }}
-			out, done = nil, make(map[uint64]*task)
+			out, done = outbox{}, make(map[uint64]*task)
 			return ""
 		case "set":
 			r.set(ReplicateConfig{Primary: d.str(t, "primary"), Generation: d.uintOr(t, "generation", 0)})

@@ -240,7 +240,8 @@ func (s *scheduler) failed(t *task, err error, now time.Time) time.Duration {
 
 // schedule starts t's callback if it may run.
 func (c *Core) schedule(t *task) {
-	if c.cfg.Mutation.Is(mutate.PoisonBlocksOthers) && c.behindFailing(t) {
+	if c.cfg.Mutation.Is(mutate.PoisonBlocksOthers) && behindFailing(t, c.tasks) {
+		c.timers.after(50*time.Millisecond, func() { c.schedule(t) })
 		return
 	}
 	if !c.sched.runnable(t, c.cfg.Mutation.Is(mutate.GroupUnordered)) {
@@ -261,7 +262,7 @@ func (c *Core) startCallback(t *task) {
 		c.callbackDone(CallbackDone{Task: t.id, Attempt: t.attempts, Ops: ops, Outcome: out, Err: err})
 		return
 	}
-	c.emit(Callback{Task: t.id, Attempt: t.attempts, Msg: t.msg, Results: t.results(), Extras: t.extras()})
+	c.out.callback(Callback{Task: t.id, Attempt: t.attempts, Msg: t.msg, Results: t.results(), Extras: t.extras()})
 }
 
 func (c *Core) callbackDone(e CallbackDone) {
@@ -276,7 +277,7 @@ func (c *Core) callbackDone(e CallbackDone) {
 		}
 		t.tombOps, t.outcome, t.completed = e.Ops, e.Outcome, c.now
 		if c.cfg.Mutation.Is(mutate.ReleaseBeforeTombstone) && t.lock != nil && t.group == nil {
-			c.grantedAll(c.locks.Release(t.lock))
+			c.handles.grantedAll(c.locks.Release(t.lock))
 			t.lock = nil
 		}
 		c.move(t, OnCallbackOK, Tombstoning)
@@ -294,9 +295,9 @@ func (c *Core) callbackDone(e CallbackDone) {
 func (c *Core) callbackFailed(t *task, err error) {
 	d := c.sched.failed(t, err, c.now)
 	c.stats.CallbackFailures++
-	c.tlog(t).Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
+	taskLog(c.log, t).Warn("ack callback failed; retrying", "broadcast", t.id, "type", t.msg.Type.String(), "attempt", t.attempts,
 		"retry_in", d, "err", err)
-	t.cbTimer = c.after(d, func() {
+	t.cbTimer = c.timers.after(d, func() {
 		if t.stage == Backoff && c.cfg.Mutation.Is(mutate.RetryOutsideTable) {
 			c.move(t, OnRun, Calling)
 		} else if t.stage == Backoff {
@@ -333,14 +334,14 @@ func (c *Core) tombstone(t *task) {
 	rec.Outcome = &rw.outcome
 	rec.HoldsKeys = t.holdsKeys()
 	ops := t.tombOps
-	if key, val, ok := c.endOp(t); ok {
+	if key, val, ok := c.groups.endOp(t); ok {
 		// A group's end releases it in the same transaction (R13.3).
 		ops = append(slices.Clip(ops), catalog.Put(key, val))
 	}
 	c.writes.write(WriteTombstone, t, rw, ops, tombstoneWritten)
 	if c.cfg.Mutation.Is(mutate.AnswerBeforeDurable) {
 		for _, to := range t.waiters {
-			c.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
+			c.out.reply(to, Reply{Result: &Result{ID: t.id, Msg: t.msg, Outcome: t.outcome}})
 		}
 		t.waiters = nil
 	}
@@ -378,13 +379,13 @@ func (c *Core) finish(t *task, raw []byte) {
 	if t.promote {
 		// The promoted cluster takes its open groups' keys before the
 		// exclusive Cluster key goes (R13.5).
-		c.handOver()
+		c.groups.handOver()
 	}
 	if t.lock != nil && t.stage != Holding {
-		c.grantedAll(c.locks.Release(t.lock))
+		c.handles.grantedAll(c.locks.Release(t.lock))
 		t.lock = nil
 	}
-	if t.group == nil || !c.finishMember(t, tb) {
+	if t.group == nil || !c.groups.finishMember(t, tb) {
 		c.tombs.push(tb)
 	}
 	res := &Result{ID: t.id, Msg: t.msg, Appends: t.results(), Extras: t.extras(), Outcome: t.outcome}
@@ -393,15 +394,15 @@ func (c *Core) finish(t *task, raw []byte) {
 		res.Window = &w
 	}
 	for _, to := range t.waiters {
-		c.reply(to, Reply{Result: res})
+		c.out.reply(to, Reply{Result: res})
 	}
 	t.waiters = nil
 	for _, a := range t.ackWaiters {
-		c.reply(a.to, Reply{})
+		c.out.reply(a.to, Reply{})
 	}
 	t.ackWaiters = nil
 	for _, to := range t.completeWaits {
-		c.reply(to, Reply{})
+		c.out.reply(to, Reply{})
 	}
 	t.completeWaits = nil
 	c.obs.TaskState(t.msg.Type, from, Tombstone)
@@ -410,16 +411,16 @@ func (c *Core) finish(t *task, raw []byte) {
 		c.schedule(x)
 	}
 	if c.prom != nil {
-		c.prom.finished(c, t)
+		c.prom.finished(t)
 	}
-	c.runGC(false)
+	c.gc.run(false)
 }
 
 // retryNow makes a failing callback's next attempt start now (R5.6).
 func (c *Core) retryNow(e RetryNow) {
 	t, err := c.liveTask(e.ID)
 	if err != nil {
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	switch {
@@ -430,10 +431,10 @@ func (c *Core) retryNow(e RetryNow) {
 		// An attempt runs: if it fails, the next starts at once.
 		t.retrySoon = true
 	default:
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has no callback waiting to retry", ErrFailedPrecondition, e.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has no callback waiting to retry", ErrFailedPrecondition, e.ID)})
 		return
 	}
-	c.reply(e.To, Reply{})
+	c.out.reply(e.To, Reply{})
 }
 
 // complete completes a stuck task without its callback's effects (R5.6):
@@ -442,11 +443,11 @@ func (c *Core) retryNow(e RetryNow) {
 func (c *Core) complete(e Complete) {
 	t, err := c.liveTask(e.ID)
 	if err != nil {
-		c.reply(e.To, Reply{Err: err})
+		c.out.reply(e.To, Reply{Err: err})
 		return
 	}
 	if t.attempts == 0 {
-		c.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has not reached its callback (all copies must be acked first)", ErrFailedPrecondition, e.ID)})
+		c.out.reply(e.To, Reply{Err: fmt.Errorf("%w: task %d has not reached its callback (all copies must be acked first)", ErrFailedPrecondition, e.ID)})
 		return
 	}
 	if t.force == nil {
@@ -456,7 +457,7 @@ func (c *Core) complete(e Complete) {
 	t.completeWaits = append(t.completeWaits, e.To)
 	switch t.stage {
 	case Calling:
-		c.emit(CancelCallback{Task: t.id})
+		c.out.cancelCallback(t.id)
 	case Backoff:
 		c.forceTombstone(t, OnForce)
 	}
@@ -473,12 +474,11 @@ func (c *Core) liveTask(id uint64) (*task, error) {
 }
 
 // behindFailing is a planted bug (mutate.PoisonBlocksOthers): t's callback
-// waits while any other task's callback waits to be retried, and tries
-// again a little later.
-func (c *Core) behindFailing(t *task) bool {
-	for _, x := range c.tasks {
+// waits while any other task's callback waits to be retried (schedule
+// tries again a little later).
+func behindFailing(t *task, tasks map[uint64]*task) bool {
+	for _, x := range tasks {
 		if x != t && x.stage == Backoff && t.stage == Queued {
-			c.after(50*time.Millisecond, func() { c.schedule(t) })
 			return true
 		}
 	}

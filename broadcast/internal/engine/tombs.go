@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"log/slog"
 	"slices"
 	"time"
 	"unsafe"
 
 	"github.com/walcast/walcast/broadcast/internal/mutate"
 	"github.com/walcast/walcast/catalog"
+	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 )
 
@@ -69,10 +71,6 @@ func (tb tomb) created() int64 {
 	created, _ := recordCreated(rawBytes(tb.raw()))
 	return created
 }
-
-// rawBytes returns a record string's bytes without copying; callers only
-// read them (proto.Unmarshal copies what it keeps).
-func rawBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // tombClass is one retention class's tombstones, oldest completion first:
 // order[head:] are live; order[i] has sequence number base+i.
@@ -340,79 +338,124 @@ func (ts *tombstones) victims(cutoff int64, maxOps int, all bool, bug mutate.Bug
 	return victims
 }
 
-// runGC deletes tombstones that are due; unless all is set, count-evictions
-// wait until a batch is due.
-func (c *Core) runGC(all bool) {
-	if c.gc.writing || c.ids.keyBusy {
-		c.gc.again, c.gc.againAll = true, c.gc.againAll || all
+// collector runs tombstone GC (R6.1, R6.2): a full run every
+// CheckInterval, and after a new tombstone a run once a batch of
+// count-evictions is due. One GC write is in flight at a time (a run asked
+// for meanwhile runs after it); it deletes the victims the tombstones pick,
+// records the replicated ones among them as collected and raises the id
+// floor above every deleted id, and once it committed the tombstones and
+// their index entries are forgotten.
+type collector struct {
+	gcState
+
+	// What the collector uses of its core: the tombstones, the id
+	// allocator (the floor, its key's write), the index and the group
+	// table's ended owners it retires entries from, the collected set, the
+	// writer and the timers, the observer, counters and logger, the catalog
+	// prefix and transaction bound, the check interval, the planted bug,
+	// the time, and how ids waiting for the floor's key go on.
+	tombs         *tombstones
+	ids           *ids
+	idem          *idemIndex
+	groups        *groupTable
+	collected     *idset.Set
+	writes        *writer
+	timers        *timers
+	obs           Observer
+	stats         *Stats
+	log           *slog.Logger
+	prefix        string
+	maxOps        int
+	checkInterval time.Duration
+	mutation      mutate.Bug
+	now           func() time.Time
+	resumeIDs     func()
+}
+
+// periodic runs a full GC every CheckInterval (R6.1).
+func (gc *collector) periodic() {
+	if gc.checkInterval <= 0 {
 		return
 	}
-	victims := c.tombs.victims(c.now.UnixNano(), c.cfg.Limits.MaxOps, all, c.cfg.Mutation)
+	gc.timer = gc.timers.after(gc.checkInterval, func() {
+		gc.periodic()
+		gc.run(true)
+	})
+}
+
+// run deletes tombstones that are due; unless all is set, count-evictions
+// wait until a batch is due.
+func (gc *collector) run(all bool) {
+	if gc.writing || gc.ids.keyBusy {
+		gc.again, gc.againAll = true, gc.againAll || all
+		return
+	}
+	victims := gc.tombs.victims(gc.now().UnixNano(), gc.maxOps, all, gc.mutation)
 	if len(victims) == 0 {
 		return
 	}
 	ops := make([]catalog.Op, 0, len(victims)+2)
 	maxID := uint64(0)
-	collected := c.collected
+	collected := *gc.collected
 	grew := false
 	for _, v := range victims {
-		ops = append(ops, catalog.Delete(TaskKey(c.cfg.Prefix, v.tb.id)))
+		ops = append(ops, catalog.Delete(TaskKey(gc.prefix, v.tb.id)))
 		maxID = max(maxID, v.tb.id)
 		if v.tb.replicated() {
 			if !grew {
-				collected, grew = c.collected.Clone(), true
+				collected, grew = gc.collected.Clone(), true
 			}
 			collected.Add(v.tb.id)
 		}
 	}
 	if grew {
-		ops = append(ops, catalog.Put(CollectedKey(c.cfg.Prefix), collected.Encode()))
+		ops = append(ops, catalog.Put(CollectedKey(gc.prefix), collected.Encode()))
 	}
-	idFloor := c.ids.floorFor(maxID)
+	idFloor := gc.ids.floorFor(maxID)
 	if idFloor != 0 {
-		ops = append(ops, c.ids.put(c.cfg.Prefix, idFloor))
-		c.ids.keyBusy = true
-		c.ids.attempted = max(c.ids.attempted, idFloor)
+		ops = append(ops, gc.ids.put(gc.prefix, idFloor))
+		gc.ids.keyBusy = true
+		gc.ids.attempted = max(gc.ids.attempted, idFloor)
 	}
-	c.gc.writing = true
-	if c.cfg.Mutation.Is(mutate.RetireBeforeDelete) {
+	gc.writing = true
+	if gc.mutation.Is(mutate.RetireBeforeDelete) {
 		for _, v := range victims {
 			if v.ok {
-				c.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
+				gc.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
 			}
 		}
 	}
-	c.writes.write(WriteGC, nil, nil, ops, func(_ *Core, _ *writeOp, d Decision, err error) {
-		c.gc.writing = false
+	gc.writes.write(WriteGC, nil, nil, ops, func(_ *Core, _ *writeOp, d Decision, err error) {
+		gc.writing = false
 		if idFloor != 0 {
-			c.ids.keyBusy = false
+			gc.ids.keyBusy = false
 		}
 		switch d {
 		case Done:
 			if idFloor != 0 {
-				c.ids.floor = max(c.ids.floor, idFloor)
-				c.ids.end = max(c.ids.end, c.ids.floor)
-				c.ids.next = max(c.ids.next, c.ids.floor)
+				gc.ids.floor = max(gc.ids.floor, idFloor)
+				gc.ids.end = max(gc.ids.end, gc.ids.floor)
+				gc.ids.next = max(gc.ids.next, gc.ids.floor)
 			}
 			if grew {
-				c.collected = collected
+				*gc.collected = collected
 			}
-			c.forget(victims)
-			c.runGC(all)
+			gc.forget(victims)
+			gc.run(all)
 		case Later:
-			c.log.Warn("tombstone GC failed; will retry", "tombstones", len(victims), "err", err)
+			gc.log.Warn("tombstone GC failed; will retry", "tombstones", len(victims), "err", err)
 		}
-		c.ids.resume(c)
-		if c.gc.again {
-			again := c.gc.againAll
-			c.gc.again, c.gc.againAll = false, false
-			c.runGC(again)
+		gc.resumeIDs()
+		if gc.again {
+			again := gc.againAll
+			gc.again, gc.againAll = false, false
+			gc.run(again)
 		}
 	})
 }
 
 // forget forgets tombstones whose delete committed.
-func (c *Core) forget(vs []victim) {
+func (gc *collector) forget(vs []victim) {
 	type counts struct{ n, early int }
 	per := map[*tombClass]*counts{}
 	for _, v := range vs {
@@ -421,17 +464,17 @@ func (c *Core) forget(vs []victim) {
 			cn = &counts{}
 			per[v.cl] = cn
 		}
-		if c.cfg.Mutation.Is(mutate.CountEvictsNewest) && v.cl.order[v.cl.head].id != v.tb.id {
-			c.tombs.dropNewest(v.cl, v.tb.id)
+		if gc.mutation.Is(mutate.CountEvictsNewest) && v.cl.order[v.cl.head].id != v.tb.id {
+			gc.tombs.dropNewest(v.cl, v.tb.id)
 		} else {
-			c.tombs.dropOldest(v.cl, 1)
+			gc.tombs.dropOldest(v.cl, 1)
 		}
 		if v.ok {
-			c.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
-			if k := v.id.OwnerKey; k != "" && c.groups.endedOwners[k] == v.tb.id {
-				delete(c.groups.endedOwners, k)
+			gc.idem.del(ScopeOf(v.id.Type, v.id.IdempotencyKey), v.tb.id)
+			if k := v.id.OwnerKey; k != "" && gc.groups.endedOwners[k] == v.tb.id {
+				delete(gc.groups.endedOwners, k)
 			}
-			c.obs.TaskState(v.id.Type, Tombstone, 0)
+			gc.obs.TaskState(v.id.Type, Tombstone, 0)
 		}
 		cn.n++
 		if v.early {
@@ -445,12 +488,12 @@ func (c *Core) forget(vs []victim) {
 	slices.SortFunc(classes, func(a, b *tombClass) int { return a.idx - b.idx })
 	for _, cl := range classes {
 		cn := per[cl]
-		c.stats.Evicted += cn.n
-		c.stats.EarlyEvicted += cn.early
-		c.tombs.early[cl.idx] += cn.early
-		c.obs.Evicted(cl.cfg.Name, cn.n, cn.early)
+		gc.stats.Evicted += cn.n
+		gc.stats.EarlyEvicted += cn.early
+		gc.tombs.early[cl.idx] += cn.early
+		gc.obs.Evicted(cl.cfg.Name, cn.n, cn.early)
 		if cn.early > 0 {
-			c.log.Warn("tombstones evicted by maxCount before maxLifetime: idempotency windows shortened",
+			gc.log.Warn("tombstones evicted by maxCount before maxLifetime: idempotency windows shortened",
 				"class", cl.cfg.Name, "count", cn.early)
 		}
 	}

@@ -58,14 +58,14 @@ func (b *bed) step(ev Event) {
 func (b *bed) collect() {
 	b.t.Helper()
 	for _, a := range b.c.Ready() {
-		switch a := a.(type) {
-		case Reply:
-			if _, dup := b.replies[a.To]; dup {
-				b.t.Fatalf("a second reply to %v: %+v", a.To, a)
+		switch a.Kind {
+		case ActReply:
+			if _, dup := b.replies[a.Reply.To]; dup {
+				b.t.Fatalf("a second reply to %v: %+v", a.Reply.To, a.Reply)
 			}
-			b.replies[a.To] = a
-		case Write:
-			b.writes = append(b.writes, a)
+			b.replies[a.Reply.To] = a.Reply
+		case ActWrite:
+			b.writes = append(b.writes, a.Write)
 		}
 	}
 }

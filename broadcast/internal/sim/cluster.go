@@ -274,22 +274,23 @@ func (c *cluster) step(ev engine.Event) {
 // perform queues the core's actions: replies go to their requests at once,
 // everything else waits in ops until the world completes it.
 func (c *cluster) perform(acts []engine.Action) {
-	for _, a := range acts {
+	for i := range acts {
+		a := &acts[i]
 		c.w.hashAction(c, a)
-		switch a := a.(type) {
-		case engine.Reply:
-			a.To.(*request).deliver(a)
-		case engine.RoleChanged, engine.Fenced:
+		switch a.Kind {
+		case engine.ActReply:
+			a.Reply.To.(*request).deliver(a.Reply)
+		case engine.ActRoleChanged, engine.ActFenced:
 			// The core has stopped itself on Fenced; the world restarts it.
-		case engine.CancelCallback:
+		case engine.ActCancelCallback:
 			for _, o := range c.ops {
-				if cb, ok := o.a.(engine.Callback); ok && cb.Task == a.Task && o.gen == c.gen {
+				if o.a.Kind == engine.ActCallback && o.a.Callback.Task == a.CancelCallback.Task && o.gen == c.gen {
 					o.cancelled = true
 				}
 			}
 		default:
-			c.ops = append(c.ops, &op{gen: c.gen, a: a})
-			if _, ok := a.(engine.Append); ok {
+			c.ops = append(c.ops, &op{gen: c.gen, a: *a})
+			if a.Kind == engine.ActAppend {
 				c.checkAppendBound()
 			}
 		}
@@ -302,7 +303,7 @@ func (c *cluster) perform(acts []engine.Action) {
 func (c *cluster) checkAppendBound() {
 	n := 0
 	for _, o := range c.ops {
-		if _, ok := o.a.(engine.Append); ok && o.gen == c.gen {
+		if o.a.Kind == engine.ActAppend && o.gen == c.gen {
 			n++
 		}
 	}
@@ -328,24 +329,27 @@ func (c *cluster) complete(i int) {
 		return
 	}
 	w := c.w
-	switch a := o.a.(type) {
-	case engine.Write:
+	switch o.a.Kind {
+	case engine.ActWrite:
+		a := o.a.Write
 		res := c.write(a)
 		c.step(res)
 		if res.Err == nil && a.Kind == engine.WriteTombstone {
 			w.check.heardDurable(c, a)
 		}
-	case engine.Append:
-		c.step(c.append(a))
-	case engine.Callback:
-		c.step(c.callback(a, o.cancelled))
-	case engine.AckOnce:
+	case engine.ActAppend:
+		c.step(c.append(o.a.Append))
+	case engine.ActCallback:
+		c.step(c.callback(o.a.Callback, o.cancelled))
+	case engine.ActAckOnce:
+		a := o.a.AckOnce
 		var err error
 		if w.fault(0.2) {
 			err = errors.New("sim: ack-once callback failed")
 		}
 		c.step(engine.AckOnceDone{ID: a.ID, Err: err})
-	case engine.Scan:
+	case engine.ActScan:
+		a := o.a.Scan
 		var found []engine.Found
 		var err error
 		if w.fault(0.2) {
@@ -457,14 +461,14 @@ func (c *cluster) crash() {
 		if o.gen != c.gen {
 			continue
 		}
-		switch a := o.a.(type) {
-		case engine.Write:
+		switch o.a.Kind {
+		case engine.ActWrite:
 			if w.rng.IntN(2) == 0 {
-				c.write(a) // landed; nobody hears
+				c.write(o.a.Write) // landed; nobody hears
 			}
-		case engine.Append:
+		case engine.ActAppend:
 			if w.rng.IntN(2) == 0 {
-				c.append(a)
+				c.append(o.a.Append)
 			}
 		}
 	}

@@ -425,7 +425,7 @@ func TestR13_11_TwoPhaseCrashBetweenPhases(t *testing.T) {
 		x, y := vc(1, "x"), vc(2, "y")
 		c := s.groupSend(groupCall{typ: typSync, keys: []resource.Key{collC}, targets: []message.VChannel{x, y},
 			opts: []message.Option{message.WithAppendFirst(x), message.WithCopy(x, "fence", nil)}})
-		isAck := func(a engine.Action) bool { w, ok := a.(engine.Write); return ok && w.Kind == engine.WriteFirstAcks }
+		isAck := func(a engine.Action) bool { return a.Kind == engine.ActWrite && a.Write.Kind == engine.WriteFirstAcks }
 		s.settle(isAck)
 		var id uint64
 		s.c.core.View().EachLive(func(tid uint64, _ engine.State, _ engine.Stage, _ *message.Message, _ int) { id = tid })
@@ -433,7 +433,7 @@ func TestR13_11_TwoPhaseCrashBetweenPhases(t *testing.T) {
 			t.Fatalf("%s: first phase appended %v", variant, got)
 		}
 		if variant == "fence acked" {
-			isAppend := func(a engine.Action) bool { _, ok := a.(engine.Append); return ok }
+			isAppend := func(a engine.Action) bool { return a.Kind == engine.ActAppend }
 			s.consume(isAck)
 			s.settle(isAppend) // the first acks become durable; the rest is not appended
 			if s.stage(id) == engine.FirstPhase {

@@ -344,7 +344,7 @@ func TestR13_3_OneGCWriteForAGroup(t *testing.T) {
 	for range 50 {
 		s.c.step(engine.Tick{})
 		for _, o := range s.c.ops {
-			if w, ok := o.a.(engine.Write); ok && w.Kind == engine.WriteGC {
+			if w := o.a.Write; o.a.Kind == engine.ActWrite && w.Kind == engine.WriteGC {
 				var keys []string
 				for _, op := range w.Ops {
 					keys = append(keys, op.Key)
@@ -421,8 +421,8 @@ func TestR8_3_PromoteCrashBeforeItsTombstone(t *testing.T) {
 	s.consume(nil) // the control copy acked; x never arrived
 	s.promote()
 	holdPromoteTomb := func(a engine.Action) bool {
-		w, ok := a.(engine.Write)
-		return ok && w.Kind == engine.WriteTombstone && w.Task != 0 && w.Task == s.promoteTask()
+		w := a.Write
+		return a.Kind == engine.ActWrite && w.Kind == engine.WriteTombstone && w.Task != 0 && w.Task == s.promoteTask()
 	}
 	for range 20 {
 		s.settle(holdPromoteTomb)
@@ -467,11 +467,10 @@ func TestR13_11_PromoteOfATwoPhaseTask(t *testing.T) {
 		s.drain()
 		s.promote()
 		isAppend := func(a engine.Action) bool {
-			ap, ok := a.(engine.Append)
-			if !ok {
+			if a.Kind != engine.ActAppend {
 				return false
 			}
-			for _, it := range ap.Items {
+			for _, it := range a.Append.Items {
 				if slices.Contains(it.VChannels, y) {
 					return true
 				}
@@ -486,8 +485,8 @@ func TestR13_11_PromoteOfATwoPhaseTask(t *testing.T) {
 			// The supplement of y is in flight: it lands, and the core
 			// crashes before it hears.
 			for _, o := range s.c.ops {
-				if a, ok := o.a.(engine.Append); ok && isAppend(a) {
-					s.c.append(a)
+				if isAppend(o.a) {
+					s.c.append(o.a.Append)
 				}
 			}
 			s.c.crash()
@@ -529,7 +528,7 @@ func TestR13_8_RenameBehindAnOwnerWhoseEndRetries(t *testing.T) {
 	}
 	s.w.failing[g.Ending] = 5
 	for range 3 {
-		s.settle(func(a engine.Action) bool { _, ok := a.(engine.Callback); return ok && s.w.failing[g.Ending] <= 2 })
+		s.settle(func(a engine.Action) bool { return a.Kind == engine.ActCallback && s.w.failing[g.Ending] <= 2 })
 		if rename.submit != nil {
 			t.Fatal("the rename got the keys while the import's end was retried")
 		}

@@ -29,7 +29,7 @@ func mustOK(t *testing.T, x *sent) {
 	}
 }
 
-var holdCallbacks = func(a engine.Action) bool { _, ok := a.(engine.Callback); return ok }
+var holdCallbacks = func(a engine.Action) bool { return a.Kind == engine.ActCallback }
 
 // TestR4_5_StaleReplicatedReackAfterGC: on a secondary, replicated
 // broadcast 20 completes and its tombstone is collected; a node restarting
@@ -188,8 +188,8 @@ func TestR5_4_StrictOrderOnSecondary(t *testing.T) {
 func TestR3_6_KeysHeldUntilTombstoneDurable(t *testing.T) {
 	s := newScript(t, false, 3)
 	keys := []resource.Key{resource.ExclusiveCollection("db", "c")}
-	isTomb := func(a engine.Action) bool { w, ok := a.(engine.Write); return ok && w.Kind == engine.WriteTombstone }
-	isGC := func(a engine.Action) bool { w, ok := a.(engine.Write); return ok && w.Kind == engine.WriteGC }
+	isTomb := func(a engine.Action) bool { return a.Kind == engine.ActWrite && a.Write.Kind == engine.WriteTombstone }
+	isGC := func(a engine.Action) bool { return a.Kind == engine.ActWrite && a.Write.Kind == engine.WriteGC }
 	a := s.broadcast(typCreate, "", keys, vc(1, "x"))
 	s.settle(isTomb)
 	b := s.broadcast(typCreate, "", keys, vc(1, "x"))
@@ -208,7 +208,7 @@ func TestR3_6_KeysHeldUntilTombstoneDurable(t *testing.T) {
 // still complete, and the backlog is collected once it is released.
 func TestR6_1_HungGCBlocksNothing(t *testing.T) {
 	s := newScript(t, false, 3)
-	isGC := func(a engine.Action) bool { w, ok := a.(engine.Write); return ok && w.Kind == engine.WriteGC }
+	isGC := func(a engine.Action) bool { return a.Kind == engine.ActWrite && a.Write.Kind == engine.WriteGC }
 	var calls []*call
 	for i := range 32 {
 		calls = append(calls, s.broadcast(typCreate, "", []resource.Key{resource.ExclusiveCollection("db", "c"+string(rune('a'+i%8)))}, vc(i%4, "x")))
@@ -241,11 +241,11 @@ func TestR6_2_FailedGCKeepsIndex(t *testing.T) {
 	for range 2 {
 		s.broadcast(typPlain, "", []resource.Key{resource.ExclusiveCollection("db", "d")}, vc(2, "y"))
 		for {
-			i := slices.IndexFunc(s.c.ops, func(o *op) bool { w, ok := o.a.(engine.Write); return ok && w.Kind == engine.WriteGC })
+			i := slices.IndexFunc(s.c.ops, func(o *op) bool { return o.a.Kind == engine.ActWrite && o.a.Write.Kind == engine.WriteGC })
 			if i >= 0 {
 				o := s.c.ops[i]
 				s.c.ops = append(s.c.ops[:i], s.c.ops[i+1:]...)
-				s.c.step(engine.Written{ID: o.a.(engine.Write).ID, Err: errDefinite})
+				s.c.step(engine.Written{ID: o.a.Write.ID, Err: errDefinite})
 				continue
 			}
 			if len(s.c.ops) == 0 {
@@ -344,12 +344,12 @@ func TestR7_4_PlainHandleHittingTombstonedOriginal(t *testing.T) {
 // copy acked three times runs its ack-once callback once per copy.
 func TestR5_5_RepeatedAcksRunAckOnceOnce(t *testing.T) {
 	s := newScript(t, false, 64)
-	holdAckOnce := func(a engine.Action) bool { _, ok := a.(engine.AckOnce); return ok }
+	holdAckOnce := func(a engine.Action) bool { return a.Kind == engine.ActAckOnce }
 	c := s.broadcast(typOnce, "", []resource.Key{resource.ExclusiveCollection("db", "c")}, vc(1, "x"), vc(2, "y"))
 	s.settle(holdAckOnce)
 	runs := 0
 	for _, o := range s.c.ops {
-		if _, ok := o.a.(engine.AckOnce); ok {
+		if o.a.Kind == engine.ActAckOnce {
 			runs++
 		}
 	}
@@ -360,7 +360,7 @@ func TestR5_5_RepeatedAcksRunAckOnceOnce(t *testing.T) {
 		s.send(engine.Ack{ID: id, VChannel: vc(1, "x"), Msg: m}, "ack")
 	}
 	for _, o := range s.c.ops {
-		if _, ok := o.a.(engine.AckOnce); ok {
+		if o.a.Kind == engine.ActAckOnce {
 			runs--
 		}
 	}
@@ -429,7 +429,7 @@ func TestR8_3_PromoteCrashResumesWithoutDoubleAppend(t *testing.T) {
 		s.replicate(m, m.Broadcast.VChannels[2])
 		s.consume(nil) // the control copy acked; x and y never arrived
 		p := s.promote()
-		isAppend := func(a engine.Action) bool { _, ok := a.(engine.Append); return ok }
+		isAppend := func(a engine.Action) bool { return a.Kind == engine.ActAppend }
 		switch variant {
 		case "before append":
 			s.settle(isAppend)
@@ -589,16 +589,16 @@ func TestR4_4_AckSyncUpAckAnsweredOnceDurable(t *testing.T) {
 	if x.reply != nil {
 		t.Fatalf("ack answered before any write: %+v", x.reply)
 	}
-	i := slices.IndexFunc(s.c.ops, func(o *op) bool { w, ok := o.a.(engine.Write); return ok && w.Kind == engine.WriteAcks })
+	i := slices.IndexFunc(s.c.ops, func(o *op) bool { return o.a.Kind == engine.ActWrite && o.a.Write.Kind == engine.WriteAcks })
 	if i < 0 {
 		t.Fatal("no write of the ack")
 	}
-	w := s.c.ops[i].a.(engine.Write)
+	w := s.c.ops[i].a.Write
 	if w.Record == nil || len(w.Record.Acked) == 0 || !w.Record.Acked[m.Index(vc(1, "x"))] {
 		t.Fatalf("the ack's write does not hold it: %+v", w.Record)
 	}
 	for x.reply == nil {
-		i := slices.IndexFunc(s.c.ops, func(o *op) bool { w, ok := o.a.(engine.Write); return ok && w.Kind == engine.WriteAcks })
+		i := slices.IndexFunc(s.c.ops, func(o *op) bool { return o.a.Kind == engine.ActWrite && o.a.Write.Kind == engine.WriteAcks })
 		if i < 0 {
 			t.Fatal("the ack's write finished and the ack is not answered")
 		}

@@ -184,7 +184,7 @@ func (s *script) ack(m *message.Message, v message.VChannel, pos uint64) *sent {
 	// A replicated ack is answered once durable: complete its write (and
 	// only that).
 	for x.reply == nil {
-		i := slices.IndexFunc(s.c.ops, func(o *op) bool { w, ok := o.a.(engine.Write); return ok && w.Kind == engine.WriteAcks })
+		i := slices.IndexFunc(s.c.ops, func(o *op) bool { return o.a.Kind == engine.ActWrite && o.a.Write.Kind == engine.WriteAcks })
 		if i < 0 {
 			break
 		}
@@ -229,8 +229,7 @@ func (s *script) effect(id uint64) uint64 {
 
 func isCallback(id uint64) func(engine.Action) bool {
 	return func(a engine.Action) bool {
-		cb, ok := a.(engine.Callback)
-		return ok && cb.Task == id
+		return a.Kind == engine.ActCallback && a.Callback.Task == id
 	}
 }
 

@@ -489,12 +489,38 @@ func (w *world) hashEvent(c *cluster, ev engine.Event) {
 	}
 }
 
-func (w *world) hashAction(c *cluster, a engine.Action) {
+func (w *world) hashAction(c *cluster, a *engine.Action) {
 	w.mix(c.name[0] + 1)
-	w.mixValue(a)
+	w.mixAction(a)
 	if w.cfg.Trace {
-		w.tracef("%s -> %T %s", c.name, a, summary(a))
+		x := actionValue(a)
+		w.tracef("%s -> %T %s", c.name, x, summary(x))
 	}
+}
+
+// actionValue is the field of a that holds it.
+func actionValue(a *engine.Action) any {
+	switch a.Kind {
+	case engine.ActReply:
+		return a.Reply
+	case engine.ActWrite:
+		return a.Write
+	case engine.ActAppend:
+		return a.Append
+	case engine.ActCallback:
+		return a.Callback
+	case engine.ActCancelCallback:
+		return a.CancelCallback
+	case engine.ActAckOnce:
+		return a.AckOnce
+	case engine.ActScan:
+		return a.Scan
+	case engine.ActRoleChanged:
+		return a.RoleChanged
+	case engine.ActFenced:
+		return a.Fenced
+	}
+	return nil
 }
 
 // mix folds numbers into the run's digest (FNV-1a over their bytes).
@@ -545,7 +571,18 @@ func (w *world) mixValue(x any) {
 		w.mix(11, x.ID, uint64(len(x.Found)), errFlag(x.Err))
 	case engine.Tick:
 		w.mix(12)
-	case engine.Reply:
+	case engine.WaitAcked:
+		w.mix(22, x.ID, uint64(len(x.VChannels)))
+	default:
+		w.mix(0)
+	}
+}
+
+// mixAction folds an action's identifying numbers into the digest.
+func (w *world) mixAction(a *engine.Action) {
+	switch a.Kind {
+	case engine.ActReply:
+		x := &a.Reply
 		var o, r uint64
 		if x.Original != nil {
 			o = x.Original.ID
@@ -554,24 +591,24 @@ func (w *world) mixValue(x any) {
 			r = x.Result.ID
 		}
 		w.mix(13, errFlag(x.Err), bit(x.Admitted), bit(x.Granted), o, r)
-	case engine.Write:
+	case engine.ActWrite:
+		x := &a.Write
 		w.mix(14, x.ID, uint64(x.Kind), x.Task, uint64(len(x.Ops)))
-	case engine.Append:
+	case engine.ActAppend:
+		x := &a.Append
 		w.mix(15, x.ID, uint64(len(x.Items)), uint64(len(x.Lane)))
-	case engine.Callback:
-		w.mix(16, x.Task, uint64(x.Attempt))
-	case engine.AckOnce:
-		w.mix(17, x.ID, x.Task)
-	case engine.Scan:
-		w.mix(18, x.ID, x.From)
-	case engine.RoleChanged:
-		w.mix(19, uint64(x.Role))
-	case engine.Fenced:
+	case engine.ActCallback:
+		w.mix(16, a.Callback.Task, uint64(a.Callback.Attempt))
+	case engine.ActAckOnce:
+		w.mix(17, a.AckOnce.ID, a.AckOnce.Task)
+	case engine.ActScan:
+		w.mix(18, a.Scan.ID, a.Scan.From)
+	case engine.ActRoleChanged:
+		w.mix(19, uint64(a.RoleChanged.Role))
+	case engine.ActFenced:
 		w.mix(20)
-	case engine.CancelCallback:
-		w.mix(21, x.Task)
-	case engine.WaitAcked:
-		w.mix(22, x.ID, uint64(len(x.VChannels)))
+	case engine.ActCancelCallback:
+		w.mix(21, a.CancelCallback.Task)
 	default:
 		w.mix(0)
 	}
