@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/broadcast/broadcastbench"
 	"github.com/walcast/walcast/catalog"
 	"github.com/walcast/walcast/internal/cputime"
 	"github.com/walcast/walcast/message"
@@ -18,29 +19,14 @@ import (
 var benchTargets = []message.VChannel{vch(0, "v"), vch(1, "v"), vch(2, "v"), vch(3, "v")}
 
 // BenchmarkBroadcast is one uncontended broadcast at a time on the in-memory
-// backends: the engine's own cost.
-func BenchmarkBroadcast(b *testing.B) { benchBroadcast(b, newEnv(b)) }
+// backends, a lane per pchannel: the engine's own cost (B10; the same body
+// as walcast bench's, package broadcastbench).
+func BenchmarkBroadcast(b *testing.B) { broadcastbench.Uncontended(0)(b) }
 
 // BenchmarkBroadcastOneLane is BenchmarkBroadcast with the pchannels folded
 // into one WAL lane, the server's default (wal.lanes: 1): one entry per
 // broadcast holds its copies for every pchannel.
-func BenchmarkBroadcastOneLane(b *testing.B) { benchBroadcast(b, newEnvLanes(b, 1)) }
-
-func benchBroadcast(b *testing.B, e *env) {
-	bc := e.open()
-	ctx := context.Background()
-	m, _ := message.NewBroadcast(typPlain, []byte("payload"), benchTargets)
-	before := e.store.Applied()
-	b.ReportAllocs()
-	cpu := cputime.Process()
-	for b.Loop() {
-		if _, err := do(ctx, bc, m, resource.ExclusiveCollection("db", "c")); err != nil {
-			b.Fatal(err)
-		}
-	}
-	cputime.ReportPerOp(b, cpu, b.N)
-	b.ReportMetric(float64(e.store.Applied()-before)/float64(b.N), "commits/op")
-}
+func BenchmarkBroadcastOneLane(b *testing.B) { broadcastbench.Uncontended(1)(b) }
 
 // BenchmarkBroadcastParallel runs 64 goroutines of non-conflicting
 // broadcasts through a group-commit catalog.

@@ -32,7 +32,9 @@ func benchCmd(g *globals) *cobra.Command {
 (syncing every write), or on external ones (--etcd, --nats), and print each result with
 the raw backend's figure measured in the same run and the ratio. B1, B2 (with B2r, its
 batched floor, reported: its target is retired) and B4 also run on Kafka (franz-go against kfake, or --kafka brokers).
-Machines are noisy: compare ratios, not absolute numbers, across runs.
+Machines are noisy: compare ratios, not absolute numbers, across runs. B10 measures the
+engine alone on in-memory backends (its CPU and allocations per broadcast, the same body as
+go test's BenchmarkBroadcast); --only B10 starts no etcd or NATS.
 
 --api adds B8 and B9 through the Connect API of a standalone process started here on
 its own embedded backends (or of the coordinators at --api-addr): B8 is B2's throughput

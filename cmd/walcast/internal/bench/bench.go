@@ -51,7 +51,7 @@ type Config struct {
 	Duration time.Duration
 	// Tombstones and Pending size the recovery benchmark (B6).
 	Tombstones, Pending int
-	// Only, if set, lists the benchmarks to run ("B1" ... "B9", "B2r",
+	// Only, if set, lists the benchmarks to run ("B1" ... "B10", "B2r",
 	// "B14", and "S1", "S2": the cost of TLS and authentication through
 	// the API). Without it every benchmark runs but B8, B9 and B14 (see
 	// API).
@@ -103,7 +103,7 @@ func (c Config) want(id string) bool {
 }
 
 // IDs are the benchmarks Run knows, for Config.Only.
-var IDs = []string{"B1", "B2", "B2r", "B3", "B4", "B5", "B6", "B8", "B9", "B14", "S1", "S2"}
+var IDs = []string{"B1", "B2", "B2r", "B3", "B4", "B5", "B6", "B8", "B9", "B10", "B14", "S1", "S2"}
 
 // Result is one measured line.
 type Result struct {
@@ -397,6 +397,18 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	t := newTracker(cfg.Progress)
 	want := cfg.want
+	var out []Result
+	if want("B10") {
+		// First, on a machine nothing else of the run loads yet.
+		rs, err := b10(t)
+		if err != nil {
+			return out, fmt.Errorf("B10: %w", err)
+		}
+		out = append(out, rs...)
+		if len(cfg.Only) > 0 && !slices.ContainsFunc(cfg.Only, func(id string) bool { return id != "B10" }) {
+			return out, nil // nothing of the run needs etcd or NATS
+		}
+	}
 	t.say("starting etcd and NATS")
 	env, err := Start(ctx, cfg)
 	if err != nil {
@@ -407,7 +419,6 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Result
 	b1s := map[string]time.Duration{}
 	b2s := map[string]float64{} // B2's throughput per backend, for B8's note
 	for _, be := range bes {
