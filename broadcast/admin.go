@@ -169,6 +169,9 @@ type Filter struct {
 	Limit int
 }
 
+// tasksChunk is how many tombstones Tasks reads under the loop at a time.
+var tasksChunk = 4096
+
 // Tasks lists tasks matching f, ordered by id (descending if f.Newest).
 func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 	wantState := func(s State) bool { return len(f.States) == 0 || slices.Contains(f.States, s) }
@@ -176,15 +179,7 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 		return (f.AfterID == 0 || id > f.AfterID) && (f.BeforeID == 0 || id < f.BeforeID)
 	}
 	var live []engine.TaskView
-	var tombs []engine.TombRecord
-	if !b.d.inspect(func(c engine.View) {
-		if wantState(Pending) || wantState(Replicated) {
-			live = c.LiveTasks()
-		}
-		if wantState(Tombstone) {
-			tombs = c.Tombstones()
-		}
-	}) {
+	if (wantState(Pending) || wantState(Replicated)) && !b.d.inspect(func(c engine.View) { live = c.LiveTasks() }) {
 		return nil, b.closedErr()
 	}
 	cutoff := b.cfg.Clock.Now().Add(-f.OlderThan)
@@ -195,37 +190,56 @@ func (b *Broadcaster) Tasks(f Filter) ([]TaskInfo, error) {
 		}
 		out = append(out, ti)
 	}
+	listed := make(map[uint64]bool, len(live))
 	for _, v := range live {
 		if wantID(v.ID) {
+			listed[v.ID] = true
 			keep(liveInfo(v))
 		}
 	}
-	// Tombstones are decoded only when their id is in range, newest or
-	// oldest first, until Limit matched (they come oldest first per class).
-	slices.SortFunc(tombs, func(x, y engine.TombRecord) int {
-		if f.Newest {
-			x, y = y, x
+	if wantState(Tombstone) {
+		// The tombstones in range, newest or oldest first, until Limit
+		// matched: a chunk at a time under the loop, decoded outside it,
+		// so that no page copies the whole set (R10.1) nor holds the loop
+		// long. One that finished since it was listed live is not listed
+		// twice.
+		after, before := f.AfterID, f.BeforeID
+		for {
+			var chunk []engine.TombRecord
+			var last uint64
+			var more bool
+			if !b.d.inspect(func(c engine.View) {
+				last, more = c.EachTombstone(after, before, f.Newest, tasksChunk, func(id uint64, rec string) bool {
+					chunk = append(chunk, engine.TombRecord{ID: id, Record: rec})
+					return true
+				})
+			}) {
+				return nil, b.closedErr()
+			}
+			full := false
+			for _, tb := range chunk {
+				if f.Limit > 0 && len(out) >= f.Limit+len(live) {
+					full = true
+					break
+				}
+				if listed[tb.ID] {
+					continue
+				}
+				ti, err := tombInfo(tb.ID, tb.Record)
+				if err != nil {
+					return nil, err
+				}
+				keep(ti)
+			}
+			if full || !more {
+				break
+			}
+			if f.Newest {
+				before = last
+			} else {
+				after = last
+			}
 		}
-		switch {
-		case x.ID < y.ID:
-			return -1
-		case x.ID > y.ID:
-			return 1
-		}
-		return 0
-	})
-	for _, tb := range tombs {
-		if !wantID(tb.ID) {
-			continue
-		}
-		if f.Limit > 0 && len(out) >= f.Limit+len(live) {
-			break
-		}
-		ti, err := tombInfo(tb.ID, tb.Record)
-		if err != nil {
-			return nil, err
-		}
-		keep(ti)
 	}
 	slices.SortFunc(out, func(x, y TaskInfo) int {
 		if f.Newest {

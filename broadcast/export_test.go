@@ -76,3 +76,11 @@ func SetKeysScanBudget(t interface{ Cleanup(func()) }, n int) {
 	keysScanBudget = n
 	t.Cleanup(func() { keysScanBudget = old })
 }
+
+// SetTasksChunk sets how many tombstones Tasks reads under the loop at a
+// time, until the test ends.
+func SetTasksChunk(t interface{ Cleanup(func()) }, n int) {
+	old := tasksChunk
+	tasksChunk = n
+	t.Cleanup(func() { tasksChunk = old })
+}
