@@ -95,16 +95,14 @@ const loneSnapshotCount = 1000
 // never removes a file the entries since its last snapshot are in.
 const loneMaxWALFiles = 2
 
-// compactionBatchLimit is how many revisions a compaction reads and
-// deletes under one hold of the database's write lock, committing each
-// batch with an fsync and sleeping 10 ms between them. A compaction walks
-// every revision from the first (etcd's default batch of 1,000 makes 2,300
-// batches at a million collections, every minute with
-// standalone.etcd_compaction_retention's 1m, each batch's commit one more
-// fsync beside the writes' own every 100 ms): ten times as many per batch
-// holds the lock a few milliseconds at a time and ends the compaction ten
-// times sooner, with a tenth of the fsyncs.
-const compactionBatchLimit = 10000
+// loneTickMs and loneElectionMs are a single-member server's raft tick and
+// election timeout (etcd's are 100 ms and 1 s): it elects itself within
+// 100-200 ms of its start. Its request timeout is 5 s plus two election
+// timeouts.
+const (
+	loneTickMs     = 20
+	loneElectionMs = 100
+)
 
 // Errors of Start.
 var (
@@ -372,8 +370,12 @@ func start(ctx context.Context, cfg Config) (s *Server, picked bool, err error) 
 		// anyway.
 		ec.SnapshotCount = loneSnapshotCount
 		ec.MaxWalFiles = loneMaxWALFiles
+		// A restarted lone member elects itself once its randomized
+		// election timeout has passed: with etcd's 100 ms ticks and 1 s
+		// timeout up to a second after it rebuilt its index, in which
+		// it answers nothing. It has no peer to heartbeat or to wait for.
+		ec.TickMs, ec.ElectionMs = loneTickMs, loneElectionMs
 	}
-	ec.CompactionBatchLimit = compactionBatchLimit
 	ec.MaxTxnOps = uint(cfg.MaxTxnOps)
 	if cfg.BcryptCost > 0 {
 		ec.BcryptCost = cfg.BcryptCost
