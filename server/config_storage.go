@@ -55,7 +55,7 @@ type StandaloneConfig struct {
 	// bytes (Go's runtime/debug.SetMemoryLimit): as the Go heap nears
 	// it the garbage collector runs more often, instead of letting the
 	// heap grow to twice its live data (GOGC=100), so that at a million
-	// collections (about 0.9 GB live) the process stays within 2 GiB
+	// collections (about 1.1 GB live) the process stays within 2 GiB
 	// with the embedded etcd's database file mapped beside it. It is
 	// soft: a live heap above it is kept, at the cost of more garbage
 	// collection. The GOMEMLIMIT environment variable, when set, takes
