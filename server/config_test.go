@@ -2,9 +2,11 @@ package server
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +120,8 @@ func TestR9_7_InvalidNamesAndRangesNameTheSetting(t *testing.T) {
 		{"WALCAST_NODES_NAME=a/b", "nodes.name"},
 		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=1048576", "standalone.etcd_quota_bytes"},
 		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=17179869184", "standalone.etcd_quota_bytes"},
+		{"WALCAST_STANDALONE_MEMORY_LIMIT=1048576", "standalone.memory_limit"},
+		{"WALCAST_STANDALONE_MEMORY_LIMIT=-1", "standalone.memory_limit"},
 	}
 	for _, c := range cases {
 		_, err := Load("", []string{c.env}, nil, nil)
@@ -128,7 +132,8 @@ func TestR9_7_InvalidNamesAndRangesNameTheSetting(t *testing.T) {
 	// Valid values at the edges pass.
 	for _, env := range [][]string{{"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=0"}, {"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=32767"},
 		{"WALCAST_WAL_PCHANNEL_PREFIX=" + strings.Repeat("p", 63)}, {"WALCAST_NODES_NAME=node-1.a"},
-		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=67108864"}, {"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=8589934592"}} {
+		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=67108864"}, {"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=8589934592"},
+		{"WALCAST_STANDALONE_MEMORY_LIMIT=0"}, {"WALCAST_STANDALONE_MEMORY_LIMIT=67108864"}} {
 		if _, err := Load("", env, nil, nil); err != nil {
 			t.Errorf("%s: %v", env, err)
 		}
@@ -344,5 +349,39 @@ func TestR6_4_RetentionClassesFromTheFile(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), bad.setting) {
 			t.Errorf("%q: %v, want an error naming %s", bad.yml, err, bad.setting)
 		}
+	}
+}
+
+// TestB13_StandaloneMemoryLimitYieldsToGOMEMLIMIT: standalone.memory_limit
+// becomes the process's soft memory limit, unless GOMEMLIMIT set one, and 0
+// sets none.
+func TestB13_StandaloneMemoryLimitYieldsToGOMEMLIMIT(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+
+	t.Setenv("GOMEMLIMIT", "")
+	os.Unsetenv("GOMEMLIMIT")
+	s := Default().Standalone
+	if s.MemoryLimit != DefaultMemoryLimit {
+		t.Fatalf("default standalone.memory_limit %d, want %d", s.MemoryLimit, DefaultMemoryLimit)
+	}
+	limit, from := s.ApplyMemoryLimit()
+	if limit != DefaultMemoryLimit || from != "standalone.memory_limit" || debug.SetMemoryLimit(-1) != DefaultMemoryLimit {
+		t.Errorf("applied %d from %q (in force %d), want %d from standalone.memory_limit", limit, from, debug.SetMemoryLimit(-1), DefaultMemoryLimit)
+	}
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	s.MemoryLimit = 0
+	if limit, from := s.ApplyMemoryLimit(); limit != math.MaxInt64 || from != "" {
+		t.Errorf("memory_limit 0: %d from %q, want no limit", limit, from)
+	}
+
+	// GOMEMLIMIT is read by the runtime as the process starts; the limit
+	// it set is left alone.
+	t.Setenv("GOMEMLIMIT", "3GiB")
+	debug.SetMemoryLimit(3 << 30)
+	s.MemoryLimit = 100 << 20
+	if limit, from := s.ApplyMemoryLimit(); limit != 3<<30 || from != "GOMEMLIMIT" {
+		t.Errorf("with GOMEMLIMIT: %d from %q, want GOMEMLIMIT's %d", limit, from, int64(3<<30))
 	}
 }

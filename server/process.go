@@ -317,58 +317,55 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 	if err != nil {
 		return nil, err
 	}
-	// The two servers start side by side: at a million collections etcd
-	// takes seconds to rebuild its index, NATS to recover its streams.
-	type natsStart struct {
-		ns  *embednats.Server
+	// etcd starts beside NATS and the nodes: at a million collections
+	// it takes seconds to rebuild its key index (one goroutine's work,
+	// mostly), NATS to recover its streams, the nodes to load their state
+	// (a million vchannels' records), which needs only their files and
+	// the WAL. The nodes start once the coordinator leads.
+	type etcdStart struct {
+		s   *embedetcd.Server
 		err error
 	}
-	natsc := make(chan natsStart, 1)
+	etcdc := make(chan etcdStart, 1)
 	go func() {
-		ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog,
-			MaxStore: cfg.Standalone.NATSMaxStore, MaxMemory: cfg.Standalone.NATSMaxMemory, OnFatal: fatal("embedded NATS")})
-		natsc <- natsStart{ns, err}
+		s, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog,
+			CompactionRetention: cfg.Standalone.EtcdCompactionRetention.D(), QuotaBytes: cfg.Standalone.EtcdQuotaBytes,
+			OnFatal: fatal("embedded etcd")})
+		etcdc <- etcdStart{s, err}
 	}()
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog,
-		CompactionRetention: cfg.Standalone.EtcdCompactionRetention.D(), QuotaBytes: cfg.Standalone.EtcdQuotaBytes,
-		OnFatal: fatal("embedded etcd")})
-	started := <-natsc
-	if err != nil && started.err == nil {
-		started.ns.Close()
-	}
-	if fe := (*embedetcd.FatalError)(nil); errors.As(err, &fe) {
-		return nil, fmt.Errorf("%w: embedded etcd in %s: %w", ErrStorage, dir, err)
-	}
+	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog,
+		MaxStore: cfg.Standalone.NATSMaxStore, MaxMemory: cfg.Standalone.NATSMaxMemory, OnFatal: fatal("embedded NATS")})
 	if err != nil {
-		return nil, fmt.Errorf("embedded etcd (standalone.etcd_addr, --etcd-addr; port %d): %w", etcdPort, err)
-	}
-	p.onClose(etcd.Close)
-	p.storage.etcd = etcd
-	p.etcdURL = strings.Join(etcd.Endpoints(), ",")
-	ns, err := started.ns, started.err
-	if err != nil {
+		if started := <-etcdc; started.err == nil {
+			started.s.Close()
+		}
 		return nil, fmt.Errorf("embedded nats (standalone.nats_addr, --nats-addr; port %d): %w", natsPort, err)
 	}
 	p.onClose(func() error { ns.Close(); return nil })
 	p.storage.nats = ns
-	// The coordinator calls its own etcd in process (no gRPC encoding, no
-	// loopback socket); what reaches it as another process would (walcast
-	// node, the CLI) dials p.etcdURL.
-	client, closeClient := etcd.LocalClient()
-	p.onClose(closeClient)
 	cfg.WAL.NATS.URL = ns.ClientURL()
 	p.natsURL = ns.ClientURL()
-	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
+	// waitEtcd waits for etcd's start (once); the process closes it
+	// before NATS (closers run in reverse).
+	var etcd *embedetcd.Server
+	waitEtcd := func() error {
+		started := <-etcdc
+		if etcd = started.s; started.err != nil {
+			return started.err
+		}
+		p.onClose(etcd.Close)
+		p.storage.etcd = etcd
+		p.etcdURL = strings.Join(etcd.Endpoints(), ",")
+		return nil
+	}
 	w, wl, err := p.openWAL(ctx, cfg, walEmbedded)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
+		_ = waitEtcd()
 		return nil, err
 	}
 	// The nodes load their state (at a million collections, a million
-	// vchannels' records) while the coordinator recovers, and start once
-	// it leads.
+	// vchannels' records) while etcd and the coordinator recover, and
+	// start once it leads.
 	var coordinator atomic.Pointer[Coordinator]
 	acker := leaderAcker{app.LeaderFunc(func() (*broadcast.Broadcaster, error) {
 		if c := coordinator.Load(); c != nil {
@@ -398,24 +395,49 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 			ch <- loaded{n, err}
 		}()
 	}
+	// awaitNodes waits for every load; on err it closes the nodes loaded.
+	awaitNodes := func(err error) ([]*node.Node, error) {
+		var nodes []*node.Node
+		for _, ch := range loads {
+			l := <-ch
+			if l.err != nil && err == nil {
+				err = l.err
+			}
+			if l.n != nil {
+				nodes = append(nodes, l.n)
+			}
+		}
+		if err != nil {
+			for _, n := range nodes {
+				_ = n.Close()
+			}
+			return nil, err
+		}
+		return nodes, nil
+	}
+	if err := waitEtcd(); err != nil {
+		_, _ = awaitNodes(err)
+		if fe := (*embedetcd.FatalError)(nil); errors.As(err, &fe) {
+			return nil, fmt.Errorf("%w: embedded etcd in %s: %w", ErrStorage, dir, err)
+		}
+		return nil, fmt.Errorf("embedded etcd (standalone.etcd_addr, --etcd-addr; port %d): %w", etcdPort, err)
+	}
+	// The coordinator calls its own etcd in process (no gRPC encoding, no
+	// loopback socket); what reaches it as another process would (walcast
+	// node, the CLI) dials p.etcdURL.
+	client, closeClient := etcd.LocalClient()
+	p.onClose(closeClient)
+	limits := catalog.Limits{MaxOps: etcd.MaxTxnOps(), MaxBytes: cfg.Catalog.MaxTxnBytes}
+	if err := checkWALOwner(ctx, cfg, client, wl, log); err != nil {
+		_, _ = awaitNodes(err)
+		return nil, err
+	}
 	coord, err := p.startCoordinator(ctx, cfg, client, limits, w, application)
 	if err == nil {
 		coordinator.Store(coord)
 	}
-	var nodes []*node.Node
-	for _, ch := range loads {
-		l := <-ch
-		if l.err != nil && err == nil {
-			err = l.err
-		}
-		if l.n != nil {
-			nodes = append(nodes, l.n)
-		}
-	}
+	nodes, err := awaitNodes(err)
 	if err != nil {
-		for _, n := range nodes {
-			_ = n.Close()
-		}
 		return nil, err
 	}
 	for _, n := range nodes {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -172,7 +173,28 @@ func serverCmd(use, mode, flags, short, long string, start func(context.Context,
 			if err != nil {
 				return err
 			}
+			started := func() {}
+			if mode == modeStandalone {
+				// A standalone holds the catalog's and the nodes' state
+				// in this one process: bound its heap (B13).
+				if limit, from := cfg.Standalone.ApplyMemoryLimit(); from != "" {
+					cfg.Logger().Info("soft memory limit", "bytes", limit, "from", from)
+					// Starting builds the live heap from nothing (etcd's
+					// key index, the nodes' views): at GOGC the collector
+					// runs at every doubling, marking what was built so
+					// far, a quarter of the start's CPU at 200,000
+					// collections. Under a limit it can wait for the
+					// limit instead, until the process started; then
+					// what the start left over goes back to the system.
+					gc := debug.SetGCPercent(-1)
+					started = func() {
+						debug.SetGCPercent(gc)
+						go debug.FreeOSMemory()
+					}
+				}
+			}
 			p, err := start(cmd.Context(), cfg, a)
+			started()
 			if err != nil {
 				return err
 			}
