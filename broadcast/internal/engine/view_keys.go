@@ -38,85 +38,129 @@ func (v View) Originals(after uint64, budget int, fn func(Original) bool) (resum
 		}
 	}
 	slices.Sort(loose)
-	looked := 0
-	// take offers id to fn if it owns its scope; false stops the walk.
-	take := func(id uint64) bool {
-		if budget > 0 && looked >= budget {
-			more = true
+	b := walkBudget{n: budget}
+	done := c.tombs.byID.walk(after, 0, false, loose, func(id uint64) bool {
+		if !b.spend() {
 			return false
 		}
-		looked++
 		sc, ok := c.scopeOfID(id)
 		if ok && sc != (Scope{}) {
 			if owner, found := c.idem.get(sc); found && owner == id {
 				if o := c.original(sc); o != nil && o.ID == id && !fn(*o) {
-					more = true
-					return false
+					return false // not taken: the walk stops before it
 				}
 			}
 		}
 		resume = id
 		return true
+	})
+	return resume, !done
+}
+
+// walkBudget bounds how many ids a walk looks at (n; 0: no bound).
+type walkBudget struct{ n, looked int }
+
+// spend counts one more id, false once the bound is reached.
+func (b *walkBudget) spend() bool {
+	if b.n > 0 && b.looked >= b.n {
+		return false
 	}
-	// upTo takes the loose ids below id (the tombstone at id next).
-	upTo := func(id uint64) bool {
-		for len(loose) > 0 && loose[0] < id {
-			if !take(loose[0]) {
-				return false
-			}
-			loose = loose[1:]
-		}
-		return true
-	}
-	refs := &c.tombs.byID
+	b.looked++
+	return true
+}
+
+// walk calls fn with every id of x in (after, before) — before 0: no
+// upper bound — lowest first, or highest first if desc, merged with extra
+// (ids outside x in that range, sorted in the walk's order), until fn
+// returns false; it reports whether it went through to the end. It copies
+// nothing of x: the ranges holding ids are found 256 at a time, each a
+// pass over x's ranges.
+func (x *idRefs) walk(after, before uint64, desc bool, extra []uint64, fn func(id uint64) bool) bool {
+	in := func(id uint64) bool { return id > after && (before == 0 || id < before) }
+	// ahead reports whether extra id e comes before id in the walk.
+	ahead := func(e, id uint64) bool { return e < id != desc }
 	from := after / idPageSize
+	if desc {
+		from = ^uint64(0)
+		if before > 0 {
+			from = (before - 1) / idPageSize
+		}
+	}
 	for {
-		rngs := refs.rangesFrom(from, 256)
+		rngs := x.ranges(from, desc, 256)
 		if len(rngs) == 0 {
 			break
 		}
 		for _, rng := range rngs {
-			p := refs.pages[rng]
-			for i := range uint64(idPageSize) {
+			p := x.pages[rng]
+			for j := range uint64(idPageSize) {
+				i := j
+				if desc {
+					i = idPageSize - 1 - j
+				}
 				id := rng*idPageSize + i
-				if id <= after {
+				if !in(id) {
 					continue
 				}
 				if p != nil {
 					if p.refs[i] == 0 {
 						continue
 					}
-				} else if _, ok := refs.loose[id]; !ok {
+				} else if _, ok := x.loose[id]; !ok {
 					continue
 				}
-				if !upTo(id) || !take(id) {
-					return resume, more
+				for len(extra) > 0 && ahead(extra[0], id) {
+					if !fn(extra[0]) {
+						return false
+					}
+					extra = extra[1:]
+				}
+				if !fn(id) {
+					return false
 				}
 			}
 		}
-		from = rngs[len(rngs)-1] + 1
-		if from == 0 {
-			break // the last range of the id space
+		last := rngs[len(rngs)-1]
+		if desc {
+			if last == 0 {
+				break
+			}
+			from = last - 1
+		} else {
+			if last == ^uint64(0)/idPageSize {
+				break // the last range of the id space
+			}
+			from = last + 1
 		}
 	}
-	for _, id := range loose {
-		if !take(id) {
-			return resume, more
+	for _, id := range extra {
+		if !fn(id) {
+			return false
 		}
 	}
-	return resume, false
+	return true
 }
 
-// rangesFrom returns, in order, the first n ranges of ids from range from
-// on that hold a tombstone: a pass over the id map's ranges (one per
-// idPageSize ids kept), keeping n of them.
-func (x *idRefs) rangesFrom(from uint64, n int) []uint64 {
+// ranges returns, in order, the first n ranges of ids from range from on
+// (down, if desc) that hold an id: a pass over the id map's ranges (one
+// per idPageSize ids kept), keeping n of them.
+func (x *idRefs) ranges(from uint64, desc bool, n int) []uint64 {
 	out := make([]uint64, 0, n+1)
+	// before orders ranges in the walk's direction.
+	before := func(a, b uint64) bool { return a < b != desc && a != b }
 	add := func(rng uint64) {
-		if rng < from || len(out) == n && rng >= out[n-1] {
+		if before(rng, from) || len(out) == n && !before(rng, out[n-1]) {
 			return
 		}
-		i, found := slices.BinarySearch(out, rng)
+		i, found := slices.BinarySearchFunc(out, rng, func(e, t uint64) int {
+			switch {
+			case e == t:
+				return 0
+			case before(e, t):
+				return -1
+			}
+			return 1
+		})
 		if found {
 			return
 		}

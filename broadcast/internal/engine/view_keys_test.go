@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -23,7 +24,7 @@ func TestR7_5_KeysWalkFindsTombstoneRangesInOrder(t *testing.T) {
 	}
 	var walked []uint64
 	for from := uint64(0); ; {
-		rngs := x.rangesFrom(from, 2)
+		rngs := x.ranges(from, false, 2)
 		if len(rngs) == 0 {
 			break
 		}
@@ -34,7 +35,74 @@ func TestR7_5_KeysWalkFindsTombstoneRangesInOrder(t *testing.T) {
 	if fmt.Sprint(walked) != fmt.Sprint(want) {
 		t.Fatalf("ranges %v, want %v", walked, want)
 	}
-	if got := x.rangesFrom(3, 1); len(got) != 1 || got[0] != 5000/idPageSize {
+	if got := x.ranges(3, false, 1); len(got) != 1 || got[0] != 5000/idPageSize {
 		t.Fatalf("first range from 3: %v", got)
+	}
+}
+
+// TestR9_5_TombstoneWalkBothWaysMergesTheLooseIDs: the id map's walk
+// (View.Originals, View.EachTombstone) lists its ids within (after,
+// before) in either order, paged ranges and loose ids alike, merged with
+// ids kept outside the map, and stops where its caller says.
+func TestR9_5_TombstoneWalkBothWaysMergesTheLooseIDs(t *testing.T) {
+	x := newIDRefs()
+	var ids []uint64
+	for _, id := range []uint64{3, 700, 5000, FirstID(1), FirstID(1) + 3*idPageSize} {
+		ids = append(ids, id)
+	}
+	for id := uint64(2 * idPageSize); id < 3*idPageSize; id += 2 {
+		ids = append(ids, id) // enough in one range for a page
+	}
+	for _, id := range ids {
+		x.set(id, id)
+	}
+	if len(x.pages) != 1 {
+		t.Fatalf("%d pages, want 1", len(x.pages))
+	}
+	extra := []uint64{4, 1500, 6000}
+	all := slices.Sorted(slices.Values(append(slices.Clone(ids), extra...)))
+	walk := func(after, before uint64, desc bool, stopAt int) ([]uint64, bool) {
+		var ex []uint64
+		for _, e := range extra {
+			if e > after && (before == 0 || e < before) {
+				ex = append(ex, e)
+			}
+		}
+		if desc {
+			slices.Reverse(ex)
+		}
+		var got []uint64
+		done := x.walk(after, before, desc, ex, func(id uint64) bool {
+			if stopAt > 0 && len(got) == stopAt {
+				return false
+			}
+			got = append(got, id)
+			return true
+		})
+		return got, done
+	}
+	in := func(after, before uint64, desc bool) []uint64 {
+		var out []uint64
+		for _, id := range all {
+			if id > after && (before == 0 || id < before) {
+				out = append(out, id)
+			}
+		}
+		if desc {
+			slices.Reverse(out)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		after, before uint64
+		desc          bool
+	}{{0, 0, false}, {0, 0, true}, {4, 5000, false}, {4, 5000, true}, {2*idPageSize + 10, 0, true}, {700, FirstID(1) + 1, false}} {
+		got, done := walk(c.after, c.before, c.desc, 0)
+		if want := in(c.after, c.before, c.desc); fmt.Sprint(got) != fmt.Sprint(want) || !done {
+			t.Errorf("walk (%d, %d) desc %v: %v (done %v), want %v", c.after, c.before, c.desc, got, done, want)
+		}
+	}
+	if got, done := walk(0, 0, true, 3); done || fmt.Sprint(got) != fmt.Sprint(in(0, 0, true)[:3]) {
+		t.Errorf("a walk stopped after 3: %v (done %v)", got, done)
 	}
 }
