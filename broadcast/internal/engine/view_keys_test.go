@@ -46,10 +46,7 @@ func TestR7_5_KeysWalkFindsTombstoneRangesInOrder(t *testing.T) {
 // ids kept outside the map, and stops where its caller says.
 func TestR9_5_TombstoneWalkBothWaysMergesTheLooseIDs(t *testing.T) {
 	x := newIDRefs()
-	var ids []uint64
-	for _, id := range []uint64{3, 700, 5000, FirstID(1), FirstID(1) + 3*idPageSize} {
-		ids = append(ids, id)
-	}
+	ids := []uint64{3, 700, 5000, FirstID(1), FirstID(1) + 3*idPageSize}
 	for id := uint64(2 * idPageSize); id < 3*idPageSize; id += 2 {
 		ids = append(ids, id) // enough in one range for a page
 	}
