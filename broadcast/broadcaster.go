@@ -66,11 +66,12 @@ type Broadcaster struct {
 // Result is what Broadcast returns.
 type Result struct {
 	BroadcastID uint64
-	// Appends says where each copy landed, control channel included. It is
+	// Appends says where each copy landed, control channel included, in
+	// the message's target order (Get, All, or Map for a map). It is
 	// rebuilt from the original's checkpoints for a duplicate (R7.4). It may
-	// be the map the callback got as Event.Results: read it, do not modify
-	// it.
-	Appends map[message.VChannel]wal.Checkpoint
+	// be the slice the callback got as Event.Results: read it, do not
+	// modify it.
+	Appends wal.Landings
 	// Deduplicated reports that the call was answered by an earlier
 	// broadcast with the same idempotency scope (R7.4): nothing new was
 	// persisted or appended, and the rest of the Result is the original's.

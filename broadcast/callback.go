@@ -37,7 +37,7 @@ func NewCallbacks() *Callbacks {
 type Event struct {
 	Message *message.Message
 	// Results is shared with the caller's Result: read it, do not modify it.
-	Results map[message.VChannel]wal.Checkpoint
+	Results wal.Landings
 	// Extras are what consumers returned with their acks (R13.12).
 	Extras map[message.VChannel][]byte
 	// Attempt counts calls for this task, from 1.

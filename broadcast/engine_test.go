@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -45,7 +44,7 @@ func TestR4_6_BroadcastReturnsAfterCallbackAndTombstone(t *testing.T) {
 		t.Fatalf("results %v, want 2 targets + control channel", res.Appends)
 	}
 	for _, v := range append(targets, cchan) {
-		if res.Appends[v].TimeTick == 0 {
+		if res.Appends.Map()[v].TimeTick == 0 {
 			t.Errorf("no result for %s", v)
 		}
 	}
@@ -458,8 +457,8 @@ func testAckSyncUpWaitsForConsumers(t *testing.T) {
 		t.Fatal(o.err)
 	}
 	for v, cp := range cps {
-		if o.res.Appends[v] != cp {
-			t.Errorf("%s: result %+v, want the consumer's checkpoint %+v", v, o.res.Appends[v], cp)
+		if o.res.Appends.Map()[v] != cp {
+			t.Errorf("%s: result %+v, want the consumer's checkpoint %+v", v, o.res.Appends.Map()[v], cp)
 		}
 	}
 }
@@ -510,10 +509,10 @@ func TestR4_5_AcksAreIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-done
-	if r.Appends[vch(1, "a")] != first {
-		t.Fatalf("first checkpoint did not win: %+v", r.Appends[vch(1, "a")])
+	if r.Appends.Map()[vch(1, "a")] != first {
+		t.Fatalf("first checkpoint did not win: %+v", r.Appends.Map()[vch(1, "a")])
 	}
-	if r.Appends[cchan].TimeTick == 0 {
+	if r.Appends.Map()[cchan].TimeTick == 0 {
 		t.Fatal("legacy ack left the control channel without a checkpoint")
 	}
 }
@@ -578,7 +577,7 @@ func TestR4_5_AckAllAnswersEachAckAsAckWould(t *testing.T) {
 	if r == nil {
 		t.FailNow()
 	}
-	if r.Appends[vch(1, "a")] != cpA || r.Appends[vch(2, "b")] != cpB {
+	if r.Appends.Map()[vch(1, "a")] != cpA || r.Appends.Map()[vch(2, "b")] != cpB {
 		t.Fatalf("the taken acks' checkpoints are not the result's: %+v", r.Appends)
 	}
 	// Every ack taken: no answers to read.
@@ -733,7 +732,7 @@ func TestR5_1_CallbackGetsMessageAndAllResults(t *testing.T) {
 	}
 	got := make(chan seen, 4)
 	if err := broadcast.OnAck(e.cbs, typIndex, broadcast.JSON[createIndex](), func(_ context.Context, ev *broadcast.TypedEvent[createIndex]) error {
-		got <- seen{payload: ev.Payload, msg: ev.Message, results: maps.Clone(ev.Results), attempt: ev.Attempt, effects: ev.Effects != nil}
+		got <- seen{payload: ev.Payload, msg: ev.Message, results: ev.Results.Map(), attempt: ev.Attempt, effects: ev.Effects != nil}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -780,8 +779,8 @@ func TestR5_1_CallbackGetsMessageAndAllResults(t *testing.T) {
 		t.Fatalf("control channel result %+v (present %v)", cc, ok)
 	}
 	for _, v := range append(targets, cchan) {
-		if cp, ok := ev.results[v]; !ok || cp != res.Appends[v] || cp.TimeTick == 0 {
-			t.Errorf("%s: callback got %+v (present %v), Broadcast returned %+v", v, cp, ok, res.Appends[v])
+		if cp, ok := ev.results[v]; !ok || cp != res.Appends.Map()[v] || cp.TimeTick == 0 {
+			t.Errorf("%s: callback got %+v (present %v), Broadcast returned %+v", v, cp, ok, res.Appends.Map()[v])
 		}
 	}
 	// Other types' callbacks were not called for this one.

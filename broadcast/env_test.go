@@ -197,7 +197,7 @@ func (e *env) callback(ctx context.Context, ev *broadcast.Event) error {
 		return err
 	}
 	ev.Effects.SetOutcome(broadcast.Outcome{Data: []byte(fmt.Sprint("done-", id))})
-	cc := ev.Results[cchan]
+	cc := ev.Results.Map()[cchan]
 	e.mu.Lock()
 	e.calls = append(e.calls, call{id: id, tick: cc.TimeTick, keys: ev.Message.Broadcast.ResourceKeys})
 	e.mu.Unlock()

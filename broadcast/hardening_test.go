@@ -367,7 +367,7 @@ func TestR4_5_AckBeforeAppendResultGetsCheckpoint(t *testing.T) {
 		t.Fatal(o.err)
 	}
 	for _, v := range append(targets, cchan) {
-		if cp := o.res.Appends[v]; cp.MessageID == 0 || cp.TimeTick == 0 {
+		if cp := o.res.Appends.Map()[v]; cp.MessageID == 0 || cp.TimeTick == 0 {
 			t.Errorf("result checkpoint of %s is %+v", v, cp)
 		}
 	}
@@ -376,7 +376,7 @@ func TestR4_5_AckBeforeAppendResultGetsCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, vi := range ti.VChannels {
-		if !vi.Acked || vi.Checkpoint.MessageID == 0 || vi.Checkpoint != o.res.Appends[vi.VChannel] {
+		if !vi.Acked || vi.Checkpoint.MessageID == 0 || vi.Checkpoint != o.res.Appends.Map()[vi.VChannel] {
 			t.Errorf("tombstone checkpoint of %s: %+v", vi.VChannel, vi)
 		}
 	}

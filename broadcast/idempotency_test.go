@@ -164,9 +164,9 @@ func TestR7_4_DuplicateWaitsForOriginal(t *testing.T) {
 	if d.BroadcastID != o.BroadcastID || d.Duplicated == nil || len(d.Appends) != len(o.Appends) {
 		t.Fatalf("duplicate %+v, original %+v", d, o)
 	}
-	for v, cp := range o.Appends {
-		if d.Appends[v] != cp {
-			t.Fatalf("%s: duplicate has %+v, original %+v", v, d.Appends[v], cp)
+	for v, cp := range o.Appends.All() {
+		if d.Appends.Map()[v] != cp {
+			t.Fatalf("%s: duplicate has %+v, original %+v", v, d.Appends.Map()[v], cp)
 		}
 	}
 	if d.Duplicated.Broadcast.ID != o.BroadcastID {

@@ -57,7 +57,7 @@ func TestR2_4_CheckpointsAndTimeTicks(t *testing.T) {
 					}
 					ticks := map[message.PChannel][]uint64{}
 					for _, v := range append(targets, cchan) {
-						cp, ok := res.Appends[v]
+						cp, ok := res.Appends.Map()[v]
 						if !ok {
 							t.Fatalf("broadcast %d: no result for %s", res.BroadcastID, v)
 						}

@@ -101,7 +101,8 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 				f := &c.Fenced[len(c.Fenced)-1]
 				// Where the fence landed: the source's append result, which
 				// its consumer acked before the new shards were appended.
-				f.BroadcastID, f.FencePosition = ev.Message.Broadcast.ID, ev.Results[p.Source].MessageID
+				cp, _ := ev.Results.Get(p.Source)
+				f.BroadcastID, f.FencePosition = ev.Message.Broadcast.ID, cp.MessageID
 				ev.Effects.SetOutcome(broadcast.Outcome{Status: broadcast.Succeeded,
 					Detail: fmt.Sprintf("shard %s of collection %d split into %d", p.Source, c.ID, len(p.Into)), Data: []byte(idStr(c.ID))})
 				return putJSON(ev.Effects, collKey(c.ID), c)

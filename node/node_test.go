@@ -148,7 +148,7 @@ func TestR4_4_AckSyncUpCompletesOnlyAfterApply(t *testing.T) {
 	e.checkExactlyOnce(app)
 	// The results are the node's acks: the checkpoints of the copies it read.
 	for _, c := range e.logCopies() {
-		if got := o.r.Appends[c.VChannel]; got != c.Checkpoint {
+		if got := o.r.Appends.Map()[c.VChannel]; got != c.Checkpoint {
 			t.Errorf("%s: result %+v, want the acked checkpoint %+v", c.VChannel, got, c.Checkpoint)
 		}
 	}

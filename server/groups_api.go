@@ -324,7 +324,7 @@ func broadcastResponsePB(res *broadcast.Result) *walcastv1.BroadcastResponse {
 		Outcome:     outcomePB(res.Outcome),
 		Window:      windowPB(res.Window),
 	}
-	for v, cp := range res.Appends {
+	for v, cp := range res.Appends.All() {
 		out.Appends[string(v)] = checkpointPB(cp)
 	}
 	if len(res.Extras) > 0 {

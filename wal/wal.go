@@ -51,6 +51,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -178,6 +179,48 @@ type Checkpoint struct {
 	MessageID     uint64
 	TimeTick      uint64
 	LastConfirmed uint64
+}
+
+// Landing is where one copy of a broadcast landed: its vchannel and
+// checkpoint.
+type Landing struct {
+	VChannel   message.VChannel
+	Checkpoint Checkpoint
+}
+
+// Landings are where a broadcast's copies landed, one per vchannel, in the
+// order of the message's targets: a slice, not a map, so that a broadcast's
+// result costs one allocation (B10).
+type Landings []Landing
+
+// Get returns the checkpoint of v's copy, false if none landed.
+func (ls Landings) Get(v message.VChannel) (Checkpoint, bool) {
+	for _, l := range ls {
+		if l.VChannel == v {
+			return l.Checkpoint, true
+		}
+	}
+	return Checkpoint{}, false
+}
+
+// All yields each vchannel with its copy's checkpoint, in order.
+func (ls Landings) All() iter.Seq2[message.VChannel, Checkpoint] {
+	return func(yield func(message.VChannel, Checkpoint) bool) {
+		for _, l := range ls {
+			if !yield(l.VChannel, l.Checkpoint) {
+				return
+			}
+		}
+	}
+}
+
+// Map returns the landings as a map, for a caller that wants one.
+func (ls Landings) Map() map[message.VChannel]Checkpoint {
+	m := make(map[message.VChannel]Checkpoint, len(ls))
+	for _, l := range ls {
+		m[l.VChannel] = l.Checkpoint
+	}
+	return m
 }
 
 // Item is one broadcast's part of an entry.

@@ -110,8 +110,8 @@ type task struct {
 	// retries write the same bytes.
 	tombOps       []catalog.Op
 	outcome       Outcome
-	given         map[message.VChannel]wal.Checkpoint // see results
-	key           string                              // TaskKey, once a record was written: see RecordSpec.Key
+	given         wal.Landings // see results
+	key           string       // TaskKey, once a record was written: see RecordSpec.Key
 	completed     time.Time
 	completeWaits []Target
 	// lockAsked and lockGranted bound the wait for the issuance locks,
@@ -249,35 +249,35 @@ func (t *task) state() State {
 	return Pending
 }
 
-// results returns where each acked copy landed. The map it returned last
-// (to the callback) is returned again while it still says that: the
-// callback's event and the Result share it, and neither may modify it.
-func (t *task) results() map[message.VChannel]wal.Checkpoint {
-	if m := t.given; m != nil && t.still(m) {
-		return m
+// results returns where each acked copy landed. The landings it returned
+// last (to the callback) are returned again while they still say that: the
+// callback's event and the Result share them, and neither may modify them.
+func (t *task) results() wal.Landings {
+	if ls := t.given; ls != nil && t.still(ls) {
+		return ls
 	}
-	out := make(map[message.VChannel]wal.Checkpoint, len(t.copies))
+	out := make(wal.Landings, 0, len(t.copies))
 	for i, v := range t.msg.Broadcast.VChannels {
 		if t.copies[i].acked {
-			out[v] = t.copies[i].ackCP
+			out = append(out, wal.Landing{VChannel: v, Checkpoint: t.copies[i].ackCP})
 		}
 	}
 	t.given = out
 	return out
 }
 
-// still reports whether m holds exactly the acked copies' checkpoints.
-func (t *task) still(m map[message.VChannel]wal.Checkpoint) bool {
+// still reports whether ls holds exactly the acked copies' checkpoints.
+func (t *task) still(ls wal.Landings) bool {
 	n := 0
 	for i, v := range t.msg.Broadcast.VChannels {
 		if t.copies[i].acked {
-			n++
-			if cp, ok := m[v]; !ok || cp != t.copies[i].ackCP {
+			if n >= len(ls) || ls[n].VChannel != v || ls[n].Checkpoint != t.copies[i].ackCP {
 				return false
 			}
+			n++
 		}
 	}
-	return n == len(m)
+	return n == len(ls)
 }
 
 // extras returns what consumers returned with their acks, nil if none did.
@@ -631,11 +631,11 @@ const (
 )
 
 // Results returns where each acked copy of the record landed.
-func (r *Record) Results() map[message.VChannel]wal.Checkpoint {
-	out := make(map[message.VChannel]wal.Checkpoint, len(r.Acked))
+func (r *Record) Results() wal.Landings {
+	out := make(wal.Landings, 0, len(r.Acked))
 	for i, v := range r.Msg.Broadcast.VChannels {
 		if r.Acked[i] {
-			out[v] = r.Checkpoints[i]
+			out = append(out, wal.Landing{VChannel: v, Checkpoint: r.Checkpoints[i]})
 		}
 	}
 	return out

@@ -644,7 +644,7 @@ type Original struct {
 type Result struct {
 	ID      uint64
 	Msg     *message.Message
-	Appends map[message.VChannel]wal.Checkpoint
+	Appends wal.Landings
 	// Extras are what consumers returned with their acks (R13.12), by
 	// vchannel; nil if none did.
 	Extras  map[message.VChannel][]byte
@@ -693,7 +693,7 @@ type Callback struct {
 	Task    uint64
 	Attempt int
 	Msg     *message.Message
-	Results map[message.VChannel]wal.Checkpoint
+	Results wal.Landings
 	// Extras are what consumers returned with their acks (R13.12).
 	Extras map[message.VChannel][]byte
 }
