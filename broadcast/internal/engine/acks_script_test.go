@@ -67,9 +67,7 @@ func TestR4_5_AckTrackerScript(t *testing.T) {
 	}
 	flush := func() string {
 		drain()
-		s := strings.Join(out, "\n")
-		out = out[:0]
-		return s
+		return takeLines(&out)
 	}
 	runScript(t, "testdata/acks.txt", func(t *testing.T, d *scriptCmd) string {
 		get := func() *task {

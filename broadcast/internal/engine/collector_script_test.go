@@ -108,15 +108,7 @@ func TestR6_2_CollectorScript(t *testing.T) {
 			}
 			return ""
 		case "tomb":
-			cls := -1
-			for i, cl := range ts.classes {
-				if cl.cfg.Name == d.str(t, "class") {
-					cls = i
-				}
-			}
-			if cls < 0 {
-				t.Fatalf("%s: no class %s", d.pos, d.str(t, "class"))
-			}
+			cls := scriptClass(t, d, &ts)
 			ts.push(ts.newTomb(d.uint(t, "id"), nil, int64(dur(d, "at")), cls, d.has("replicated")))
 			return ""
 		case "run":

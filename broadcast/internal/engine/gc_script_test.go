@@ -54,15 +54,7 @@ func TestR6_1_GCVictimsScript(t *testing.T) {
 			maxOps = int(d.uintOr(t, "maxops", 128))
 			return ""
 		case "tomb":
-			cls := -1
-			for i, cl := range ts.classes {
-				if cl.cfg.Name == d.str(t, "class") {
-					cls = i
-				}
-			}
-			if cls < 0 {
-				t.Fatalf("%s: no class %s", d.pos, d.str(t, "class"))
-			}
+			cls := scriptClass(t, d, &ts)
 			tb := ts.newTomb(d.uint(t, "id"), nil, at(d, "at"), cls, false)
 			tb.run = uint16(d.uintOr(t, "run", 0))
 			ts.push(tb)

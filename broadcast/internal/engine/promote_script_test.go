@@ -38,9 +38,7 @@ func TestR8_3_PromoterScript(t *testing.T) {
 	)
 	log := slog.New(slog.DiscardHandler)
 	flush := func() string {
-		s := strings.Join(out, "\n")
-		out = out[:0]
-		return s
+		return takeLines(&out)
 	}
 	get := func(t *testing.T, d *scriptCmd) *task {
 		x := tasks[d.uint(t, "id")]

@@ -44,9 +44,7 @@ func TestR8_3_ScannerScript(t *testing.T) {
 			}
 		}
 		acts.acts = acts.acts[:0]
-		s := strings.Join(out, "\n")
-		out = out[:0]
-		return s
+		return takeLines(&out)
 	}
 	runScript(t, "testdata/scanner.txt", func(t *testing.T, d *scriptCmd) string {
 		switch d.name {

@@ -166,3 +166,23 @@ func runScript(t *testing.T, path string, do func(t *testing.T, d *scriptCmd) st
 		}
 	}
 }
+
+// takeLines returns a script command's output lines, one per line, and
+// empties them for the next command.
+func takeLines(out *[]string) string {
+	s := strings.Join(*out, "\n")
+	*out = (*out)[:0]
+	return s
+}
+
+// scriptClass is the index in ts of the retention class d's "class" names.
+func scriptClass(t *testing.T, d *scriptCmd, ts *tombstones) int {
+	t.Helper()
+	for i, cl := range ts.classes {
+		if cl.cfg.Name == d.str(t, "class") {
+			return i
+		}
+	}
+	t.Fatalf("%s: no class %s", d.pos, d.str(t, "class"))
+	return -1
+}

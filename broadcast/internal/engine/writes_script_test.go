@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,9 +52,7 @@ func TestR6_5_WriterScript(t *testing.T) {
 	}
 	flush := func() string {
 		drain()
-		s := strings.Join(out, "\n")
-		out = out[:0]
-		return s
+		return takeLines(&out)
 	}
 	kinds := map[string]WriteKind{}
 	for k, n := range kindNames {
