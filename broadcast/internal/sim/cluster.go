@@ -61,14 +61,13 @@ type cluster struct {
 	checkedCore *engine.Core
 }
 
-// liveCache is a cluster's live tasks in id order, and (if read) its open
-// groups, as of core step at.
+// liveCache is a cluster's live tasks in id order as of core step at, and
+// its open groups as of core step groupsAt.
 type liveCache struct {
-	at     uint64
-	core   *engine.Core
-	tasks  []liveTask
-	groups []engine.GroupView
-	read   bool // groups was read
+	at, groupsAt     uint64
+	core, groupsCore *engine.Core
+	tasks            []liveTask
+	groups           []engine.GroupView
 }
 
 // liveTask is one live task as engine.View.EachLive reports it.
@@ -80,10 +79,17 @@ type liveTask struct {
 	attempts int
 }
 
+// stillAt reports whether a reading of core taken at step at is still
+// true: the cluster's core, not stepped since (never for a driven core,
+// which the driver's goroutines step).
+func (c *cluster) stillAt(core *engine.Core, at uint64) bool {
+	return !c.driver && core == c.core && at == c.stepN
+}
+
 // liveTasks returns the core's live tasks in id order. The slice is the
 // cluster's: valid until its core steps again.
 func (c *cluster) liveTasks() []liveTask {
-	if !c.driver && c.live.core == c.core && c.live.at == c.stepN && c.live.tasks != nil {
+	if c.live.tasks != nil && c.stillAt(c.live.core, c.live.at) {
 		return c.live.tasks
 	}
 	ts := c.live.tasks[:0]
@@ -93,25 +99,22 @@ func (c *cluster) liveTasks() []liveTask {
 	if ts == nil {
 		ts = []liveTask{}
 	}
-	c.live = liveCache{at: c.stepN, core: c.core, tasks: ts}
+	c.live.tasks, c.live.core, c.live.at = ts, c.core, c.stepN
 	return ts
 }
 
 // openGroups returns the core's open groups (engine.View.Groups), read
 // once per core step.
 func (c *cluster) openGroups() []engine.GroupView {
-	c.liveTasks()
-	if !c.live.read || c.driver {
-		c.live.groups, c.live.read = c.core.View().Groups(), true
+	if c.live.groupsCore == nil || !c.stillAt(c.live.groupsCore, c.live.groupsAt) {
+		c.live.groups, c.live.groupsCore, c.live.groupsAt = c.core.View().Groups(), c.core, c.stepN
 	}
 	return c.live.groups
 }
 
 // unchangedSinceCheck reports whether the core is the one the checker last
 // looked at whole, not stepped since (never for a driven core).
-func (c *cluster) unchangedSinceCheck() bool {
-	return !c.driver && c.checkedCore == c.core && c.checkedN == c.stepN
-}
+func (c *cluster) unchangedSinceCheck() bool { return c.stillAt(c.checkedCore, c.checkedN) }
 
 // op is one action of the core being performed.
 type op struct {
