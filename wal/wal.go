@@ -193,7 +193,8 @@ type Landing struct {
 // result costs one allocation (B10).
 type Landings []Landing
 
-// Get returns the checkpoint of v's copy, false if none landed.
+// Get returns the checkpoint of v's copy, false if none landed. It looks
+// through the landings: for many lookups, take Map once.
 func (ls Landings) Get(v message.VChannel) (Checkpoint, bool) {
 	for _, l := range ls {
 		if l.VChannel == v {
