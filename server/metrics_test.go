@@ -57,6 +57,27 @@ func TestR9_6_PprofWhenAsked(t *testing.T) {
 	}
 }
 
+// TestR9_6_GarbageCollectorCPUExported: the runtime's estimate of the
+// garbage collector's CPU is exported beside Go's default metrics, with
+// the total it is a share of, and both have counted something by the time
+// the process serves (it collected while starting).
+func TestR9_6_GarbageCollectorCPUExported(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := metricsStandalone(ctx, t, nil)
+	body := scrape(t, p.MetricsAddr())
+	for _, name := range []string{"go_cpu_classes_gc_total_cpu_seconds_total", "go_cpu_classes_gc_mark_idle_cpu_seconds_total",
+		"go_cpu_classes_total_cpu_seconds_total", "go_goroutines"} {
+		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("/metrics has no %s", name)
+		}
+		if name != "go_cpu_classes_gc_mark_idle_cpu_seconds_total" && (m[1] == "0" || strings.HasPrefix(m[1], "-")) {
+			t.Errorf("%s = %s, want a positive count", name, m[1])
+		}
+	}
+}
+
 // TestR9_6_CountersExistAtZero: before anything happened, the promised
 // counters are exported at zero for every registered type and pchannel, and
 // the process gauges (leader, term, role, oldest task, node lag, build info)

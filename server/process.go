@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,13 +229,23 @@ func (p *Process) fail(err error) {
 	}
 }
 
+// gcCPURule adds to Go's default metrics the runtime's estimate of the CPU
+// its garbage collector takes (go_cpu_classes_gc_total_cpu_seconds_total,
+// its parts, and go_cpu_classes_total_cpu_seconds_total): the share of the
+// process's CPU the collector takes grows with the live heap against the
+// memory limit (standalone.memory_limit), which is what an operator of a
+// catalog of many collections watches, and what walcast bench --scale
+// reports per step.
+var gcCPURule = collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/(gc/.*|total:cpu-seconds)$`)}
+
 func newProcess(cfg Config, log *slog.Logger) (*Process, error) {
 	sec, err := newSecurity(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPURule)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := errors.Join(metrics.RegisterBuildInfo(reg), metrics.RegisterClusterInfo(reg, cfg.Cluster.Name)); err != nil {
 		_ = sec.close()
 		return nil, err

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -97,9 +101,10 @@ func TestScaleSmall(t *testing.T) {
 		t.Errorf("%d interleaved ratios judged, want 2", judged)
 	}
 	// The CPU row needs a clock tick of the server's CPU in the first
-	// step, which a tiny step may not take.
-	if ids["B12"] < 5 || ids["B12"] > 6 || ids["B13"] != 5 {
-		t.Errorf("results %v: want 5 or 6 of B12 and 5 of B13", ids)
+	// step, which a tiny step may not take, and the GC row a collection
+	// in it.
+	if ids["B12"] < 5 || ids["B12"] > 7 || ids["B13"] != 5 {
+		t.Errorf("results %v: want 5 to 7 of B12 and 5 of B13", ids)
 	}
 	names := map[string]bool{}
 	for _, c := range rep.Curves {
@@ -109,6 +114,33 @@ func TestScaleSmall(t *testing.T) {
 		if !names[n] {
 			t.Errorf("curve %s missing or incomplete", n)
 		}
+	}
+}
+
+// TestScaleGCCPUFromMetrics: the scale run reads the server's collector
+// CPU from its /metrics, the total less the marking done on idle CPUs, and
+// reads 0 from a server that does not export it.
+func TestScaleGCCPUFromMetrics(t *testing.T) {
+	body := "# HELP go_cpu_classes_gc_total_cpu_seconds_total x\ngo_cpu_classes_gc_total_cpu_seconds_total 2.5\n" +
+		"go_cpu_classes_gc_mark_idle_cpu_seconds_total 0.75\ngo_cpu_classes_gc_mark_assist_cpu_seconds_total 0.5\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	s := &scaleServer{cmd: &exec.Cmd{}, metrics: strings.TrimPrefix(srv.URL, "http://")}
+	if got := s.gcCPU(context.Background()); got != 1750*time.Millisecond {
+		t.Errorf("gcCPU = %v, want 1.75s (2.5 total less 0.75 idle)", got)
+	}
+	body = "go_goroutines 12\n"
+	if got := s.gcCPU(context.Background()); got != 0 {
+		t.Errorf("gcCPU without the metric = %v, want 0", got)
+	}
+	if got := (&scaleServer{cmd: &exec.Cmd{}}).gcCPU(context.Background()); got != 0 {
+		t.Errorf("gcCPU without a metrics address = %v, want 0", got)
 	}
 }
 

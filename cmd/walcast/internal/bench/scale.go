@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,6 +115,10 @@ type ScaleStep struct {
 	EtcdDB     int64   `json:"etcd_db_bytes"`
 	EtcdDBUsed int64   `json:"etcd_db_in_use_bytes"`
 	CPU        float64 `json:"server_cpu_us_per_create"`
+	// GC is the part of CPU the server's garbage collector took, as the
+	// Go runtime estimates it (its mark work on otherwise idle CPUs left
+	// out), per CreateCollection of the step (µs; 0: not measured).
+	GC float64 `json:"server_gc_cpu_us_per_create"`
 	// Elapsed is the run's time at the end of the step.
 	Elapsed time.Duration `json:"elapsed"`
 }
@@ -244,7 +249,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		from := next.Load()
 		var mu sync.Mutex
 		lat := make([]time.Duration, 0, upTo-from)
-		cpu0 := srv.cpu()
+		cpu0, gc0 := srv.cpu(), srv.gcCPU(ctx)
 		start := time.Now()
 		err := eachClient(ctx, cs, func(ctx context.Context, c *client.Client) error {
 			var mine []time.Duration
@@ -268,7 +273,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 			}
 		})
 		took := time.Since(start)
-		cpu := srv.cpu() - cpu0
+		cpu, gc := srv.cpu()-cpu0, srv.gcCPU(ctx)-gc0
 		if err != nil {
 			all.end()
 			return rep, err
@@ -279,6 +284,9 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		maxCall = max(maxCall, slices.Max(lat))
 		if cpu > 0 {
 			step.CPU = float64(cpu) / float64(len(lat)) / float64(time.Microsecond)
+		}
+		if gc > 0 {
+			step.GC = float64(gc) / float64(len(lat)) / float64(time.Microsecond)
 		}
 		switch {
 		case s < window:
@@ -460,9 +468,9 @@ func createBurst(ctx context.Context, cs []*client.Client, base, size int, creat
 func stepLine(n, of int, s ScaleStep) string {
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
 	return fmt.Sprintf("scale: step %d/%d at %d collections (%v): %.0f CreateCollection/s, p50 %.1f ms, p99 %.1f ms, max %.1f ms, "+
-		"server CPU %.0f µs per create; describe p50 %.2f ms, list p50 %.2f ms; RSS %.0f MiB (files %.0f MiB), "+
+		"server CPU %.0f µs per create (GC %.0f); describe p50 %.2f ms, list p50 %.2f ms; RSS %.0f MiB (files %.0f MiB), "+
 		"catalog %.0f MiB, WAL %.0f MiB, nodes %.0f MiB, etcd db %.0f MiB (in use %.0f MiB)",
-		n, of, s.Collections, s.Elapsed.Round(time.Second), s.Rate, s.P50, s.P99, s.Max, s.CPU, s.DescribeP50, s.ListP50,
+		n, of, s.Collections, s.Elapsed.Round(time.Second), s.Rate, s.P50, s.P99, s.Max, s.CPU, s.GC, s.DescribeP50, s.ListP50,
 		mib(s.RSS), mib(s.RSSFile), mib(s.Catalog), mib(s.WAL), mib(s.Nodes), mib(s.EtcdDB), mib(s.EtcdDBUsed))
 }
 
@@ -493,17 +501,25 @@ func scaleResults(cfg ScaleConfig, rep *ScaleReport, first, last []time.Duration
 		return out
 	}
 	w := max(1, cfg.Steps/10)
-	cpu := func(steps []ScaleStep) float64 {
+	mean := func(steps []ScaleStep, f func(ScaleStep) float64) float64 {
 		var sum float64
 		for _, st := range steps {
-			sum += st.CPU
+			sum += f(st)
 		}
 		return sum / float64(len(steps))
 	}
-	if first, last := cpu(rep.Steps[:w]), cpu(rep.Steps[len(rep.Steps)-w:]); first > 0 {
+	cpu := func(s ScaleStep) float64 { return s.CPU }
+	if first, last := mean(rep.Steps[:w], cpu), mean(rep.Steps[len(rep.Steps)-w:], cpu); first > 0 {
 		out = append(out, Result{ID: "B12", Backend: NATS, What: "server CPU per CreateCollection, last vs first 10%", Value: last, Unit: "us",
 			Floor: first, Ratio: last / first, Target: "report", Pass: true,
 			Note: "the standalone process's CPU over each step per CreateCollection: the cost on a shared machine, whatever the others take"})
+	}
+	gc := func(s ScaleStep) float64 { return s.GC }
+	if first, last := mean(rep.Steps[:w], gc), mean(rep.Steps[len(rep.Steps)-w:], gc); first > 0 {
+		out = append(out, Result{ID: "B12", Backend: NATS, What: "server GC CPU per CreateCollection, last vs first 10%", Value: last, Unit: "us",
+			Floor: first, Ratio: last / first, Target: "report", Pass: true,
+			Note: fmt.Sprintf("the Go runtime's estimate of its collector's CPU (idle-time marking left out): %.0f%% of the CPU per create in the first 10%%, %.0f%% in the last",
+				100*first/mean(rep.Steps[:w], cpu), 100*last/mean(rep.Steps[len(rep.Steps)-w:], cpu))})
 	}
 	end := rep.Steps[len(rep.Steps)-1]
 	n := float64(end.Collections)
@@ -550,8 +566,9 @@ func scaleCurves(cfg ScaleConfig, rep *ScaleReport) []Curve {
 	out := []Curve{rate, lat}
 	if len(rep.Steps) > 0 && rep.Steps[0].CPU > 0 {
 		out = append(out, Curve{Name: "scale-cpu", Title: "Standalone CPU per CreateCollection vs collections", XLabel: "collections",
-			YLabel: "µs", LinearX: true, Note: note + "; the server process's user and system CPU over each step",
-			Series: []Series{series("CPU per CreateCollection", func(s ScaleStep) float64 { return s.CPU })}})
+			YLabel: "µs", LinearX: true, Note: note + "; the server process's user and system CPU over each step, and the part its garbage collector took",
+			Series: []Series{series("CPU per CreateCollection", func(s ScaleStep) float64 { return s.CPU }),
+				series("of it the garbage collector", func(s ScaleStep) float64 { return s.GC })}})
 	}
 	if len(rep.Steps) > 0 && rep.Steps[0].RSS > 0 {
 		mib := func(b int64) float64 { return float64(b) / (1 << 20) }
@@ -629,6 +646,7 @@ type scaleServer struct {
 	exited   chan struct{}
 	out      *tail
 	api      string
+	metrics  string // host:port of its /metrics ("": none)
 	etcd     string
 	quota    int64
 	etcdCli  *clientv3.Client
@@ -656,7 +674,7 @@ func newScaleServer(cfg ScaleConfig) (*scaleServer, error) {
 	}
 	s.quota = defaultEtcdQuota
 	s.cfgPath = filepath.Join(s.dir, "bench-scale.yaml")
-	yaml := fmt.Sprintf("data_dir: %q\napi:\n  addr: 127.0.0.1:0\nmetrics:\n  addr: \"\"\nlog:\n  level: error\naudit:\n  file: \"off\"\n%s\n",
+	yaml := fmt.Sprintf("data_dir: %q\napi:\n  addr: 127.0.0.1:0\nmetrics:\n  addr: 127.0.0.1:0\nlog:\n  level: error\naudit:\n  file: \"off\"\n%s\n",
 		filepath.Join(s.dir, "data"), cfg.Settings)
 	if err := os.WriteFile(s.cfgPath, []byte(yaml), 0o600); err != nil {
 		return nil, err
@@ -706,6 +724,8 @@ func (s *scaleServer) start(ctx context.Context) (time.Time, error) {
 				s.api = strings.TrimPrefix(v, "http://")
 			case "etcd":
 				s.etcd = v
+			case "metrics":
+				s.metrics = strings.TrimSuffix(strings.TrimPrefix(v, "http://"), "/metrics")
 			}
 		}
 		if s.api == "" {
@@ -751,6 +771,47 @@ func (s *scaleServer) cpu() time.Duration {
 		return 0
 	}
 	return processCPU(s.cmd.Process.Pid)
+}
+
+// gcMetric matches the runtime's estimates of its collector's CPU in the
+// server's /metrics: the total, and the part done on otherwise idle CPUs.
+var gcMetric = regexp.MustCompile(`(?m)^go_cpu_classes_gc_(total|mark_idle)_cpu_seconds_total (\S+)$`)
+
+// gcCPU is the CPU the server's garbage collector took so far, idle-time
+// marking left out, as its /metrics says (0 when there is no server or it
+// does not say).
+func (s *scaleServer) gcCPU(ctx context.Context) time.Duration {
+	if s == nil || s.cmd == nil || s.metrics == "" {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.metrics+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = res.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+	if err != nil || res.StatusCode != http.StatusOK {
+		return 0
+	}
+	var total, idle float64
+	for _, m := range gcMetric.FindAllSubmatch(body, -1) {
+		v, err := strconv.ParseFloat(string(m[2]), 64)
+		if err != nil {
+			return 0
+		}
+		if string(m[1]) == "total" {
+			total = v
+		} else {
+			idle = v
+		}
+	}
+	return time.Duration((total - idle) * float64(time.Second))
 }
 
 // measure fills in the server's memory and disk.
