@@ -39,12 +39,14 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 			func(p createCollectionPayload, e *broadcast.Effects) ([]nameChange, error) {
 				c := p.Collection
 				created(e, c.ID, "collection")
+				// Its one key: the name holds the record (see the catalog keys).
 				key := collNameKey(c.DatabaseID, c.Name)
-				return []nameChange{{key, c.ID}}, errors.Join(putJSON(e, collKey(c.ID), c), putID(e, key, c.ID))
+				return []nameChange{{key, c.ID}}, putJSON(e, key, c)
 			}),
 		onNames(a, types, cbs, TypeDropCollection, dropCollectionPayload.check,
 			func(p dropCollectionPayload, e *broadcast.Effects) ([]nameChange, error) {
 				c := p.Collection
+				// meta/coll/<id>: a collection of the layout before one key.
 				errs := []error{e.Delete(collKey(c.ID)), e.Delete(collNameKey(c.DatabaseID, c.Name)),
 					// A retry of this drop finds the collection's id here.
 					putJSON(e, droppedKey(c.DatabaseID, c.Name, c.ID), droppedRecord{DroppedAt: p.DroppedAt})}
@@ -59,8 +61,9 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 		onNames(a, types, cbs, TypeRenameCollection, renameCollectionPayload.check,
 			func(p renameCollectionPayload, e *broadcast.Effects) ([]nameChange, error) {
 				c := p.Collection
-				errs := []error{putJSON(e, collKey(c.ID), c), e.Delete(collNameKey(c.DatabaseID, p.OldName)),
-					putID(e, collNameKey(c.DatabaseID, c.Name), c.ID)}
+				// Renamed, it moves to the one key (if it had two).
+				errs := []error{e.Delete(collKey(c.ID)), e.Delete(collNameKey(c.DatabaseID, p.OldName)),
+					putJSON(e, collNameKey(c.DatabaseID, c.Name), c)}
 				for _, g := range p.Grants {
 					errs = append(errs, putJSON(e, grantKey(g), g)) // same key (ids), new name
 				}
@@ -105,7 +108,8 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 				f.BroadcastID, f.FencePosition = ev.Message.Broadcast.ID, cp.MessageID
 				ev.Effects.SetOutcome(broadcast.Outcome{Status: broadcast.Succeeded,
 					Detail: fmt.Sprintf("shard %s of collection %d split into %d", p.Source, c.ID, len(p.Into)), Data: []byte(idStr(c.ID))})
-				return putJSON(ev.Effects, collKey(c.ID), c)
+				// Written again, it moves to the one key (if it had two).
+				return errors.Join(ev.Effects.Delete(collKey(c.ID)), putJSON(ev.Effects, collNameKey(c.DatabaseID, c.Name), c))
 			}),
 	)
 }

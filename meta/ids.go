@@ -95,7 +95,9 @@ func (a *ids) alloc(ctx context.Context) (uint64, error) {
 // highestID is the highest id any metadata record holds.
 func highestID(ctx context.Context, cat catalog.Catalog) (uint64, error) {
 	var top uint64
-	for _, prefix := range []string{prefixDB, prefixColl, prefixIndex, prefixImportJob} {
+	// A collection's record is under its name (one key per collection),
+	// or its id (the layout before); the database names hold ids only.
+	for _, prefix := range []string{prefixDB, prefixColl, prefixCollName, prefixIndex, prefixImportJob} {
 		err := cat.List(ctx, prefix, func(_ string, v []byte) error {
 			var r struct {
 				ID uint64 `json:"id"`

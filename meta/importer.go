@@ -163,8 +163,7 @@ func (s *Service) expire(ctx context.Context, cat catalog.Catalog) error {
 func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRecord) error {
 	cat := b.Catalog()
 	r := reader{cat}
-	var c collRecord
-	alive, err := r.get(ctx, collKey(j.CollectionID), &c)
+	c, alive, err := r.collByID(ctx, j.DatabaseID, j.Collection, j.CollectionID)
 	if err != nil {
 		return err
 	}
@@ -256,7 +255,7 @@ func (s *Service) runJob(ctx context.Context, b *broadcast.Broadcaster, j jobRec
 			return err
 		}
 		// A dropped collection ends the job at once, not after its files.
-		if alive, err = r.get(ctx, collKey(j.CollectionID), &c); err != nil {
+		if c, alive, err = r.collByID(ctx, j.DatabaseID, c.Name, j.CollectionID); err != nil {
 			return err
 		} else if !alive {
 			return s.finishJob(ctx, b, j, p, jobFailed, reasonDropped)

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,12 +23,23 @@ import (
 
 // Catalog keys. Every key lives under "meta/", beside the broadcaster's own
 // "bc/" (both inside the process's etcd prefix). Records are JSON.
+//
+// A collection has one key: its name, meta/collname/<db id>/<name>, which
+// holds its record (the id, the database, the vchannels, the schema). At a
+// million collections every etcd key costs about 200 bytes of etcd's index
+// in memory, a share of each compaction's walk and of every restart's
+// rebuild of that index, so a collection keeps no second key for its id.
+// Catalogs written before kept two: the name holding the id in decimal and
+// the record under meta/coll/<id>. Both layouts are read; a collection
+// written again (renamed, split) moves to the one key, and a drop deletes
+// both. Nothing else looks a collection up by id but the import jobs, which
+// know its database and the name it had (collByID).
 const (
 	keyIDs          = "meta/ids"          // end of the reserved id block, 8 bytes big endian
 	prefixDB        = "meta/db/"          // <db id> → dbRecord
 	prefixDBName    = "meta/dbname/"      // <name> → db id
-	prefixColl      = "meta/coll/"        // <coll id> → collRecord
-	prefixCollName  = "meta/collname/"    // <db id>/<name> → coll id
+	prefixColl      = "meta/coll/"        // <coll id> → collRecord: the layout before one key per collection
+	prefixCollName  = "meta/collname/"    // <db id>/<name> → collRecord (before: coll id in decimal)
 	prefixDropped   = "meta/droppedname/" // <db id>/<name>/<coll id> → droppedRecord
 	prefixIndex     = "meta/index/"       // <coll id>/<name> → indexRecord
 	prefixUser      = "meta/user/"        // <name> → userRecord
@@ -414,7 +426,8 @@ func (r reader) exists(ctx context.Context, key string) (bool, error) {
 	return true, nil
 }
 
-// getID reads an id stored in decimal (the name indexes).
+// getID reads the id a name maps to (the name indexes): an id in decimal,
+// or a record naming it (a collection's name holds its record).
 func (r reader) getID(ctx context.Context, key string) (uint64, bool, error) {
 	raw, err := r.cat.Get(ctx, key)
 	if errors.Is(err, catalog.ErrNotFound) {
@@ -423,11 +436,116 @@ func (r reader) getID(ctx context.Context, key string) (uint64, bool, error) {
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
 	}
-	id, err := strconv.ParseUint(string(raw), 10, 64)
+	id, err := nameValueID(key, raw)
 	if err != nil {
-		return 0, false, errorf(ErrCorruptMetadata, "%s: %q is not an id", key, printable(string(raw)))
+		return 0, false, err
 	}
 	return id, true, nil
+}
+
+// nameValueID is the id a name index's value maps to: the id in decimal,
+// or (a collection's name) its record, whose id it reads.
+func nameValueID(key string, raw []byte) (uint64, error) {
+	if len(raw) > 0 && raw[0] == '{' {
+		// The records walcast writes begin with their id: read it without
+		// decoding the rest (a new term reads every name).
+		if rest, ok := bytes.CutPrefix(raw, []byte(`{"id":`)); ok {
+			if i := bytes.IndexByte(rest, ','); i > 0 {
+				if id, err := strconv.ParseUint(string(rest[:i]), 10, 64); err == nil && id != 0 {
+					return id, nil
+				}
+			}
+		}
+		var v struct {
+			ID uint64 `json:"id"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil || v.ID == 0 {
+			return 0, errorf(ErrCorruptMetadata, "%s: %q is not a record with an id", key, printable(string(raw)))
+		}
+		return v.ID, nil
+	}
+	id, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil || id == 0 {
+		return 0, errorf(ErrCorruptMetadata, "%s: %q is not an id", key, printable(string(raw)))
+	}
+	return id, nil
+}
+
+// collValue decodes the value of collection name key into c: its record,
+// or in a catalog written before one key per collection its id, whose
+// record is read from meta/coll/<id> (a name whose record is missing is
+// corrupt).
+func (r reader) collValue(ctx context.Context, key string, raw []byte, c *collRecord) error {
+	if len(raw) > 0 && raw[0] == '{' {
+		if err := json.Unmarshal(raw, c); err != nil || c.ID == 0 {
+			return errorf(ErrCorruptMetadata, "%s: %q is not a collection record", key, printable(string(raw)))
+		}
+		return nil
+	}
+	id, err := nameValueID(key, raw)
+	if err != nil {
+		return err
+	}
+	ok, err := r.get(ctx, collKey(id), c)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return errorf(ErrCorruptMetadata, "collection %d is named but has no record", id)
+	}
+	return nil
+}
+
+// collByName reads the record of collection name of database dbID (ok
+// false: there is none).
+func (r reader) collByName(ctx context.Context, dbID uint64, name string) (c collRecord, ok bool, err error) {
+	key := collNameKey(dbID, name)
+	raw, err := r.cat.Get(ctx, key)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return c, false, nil
+	}
+	if err != nil {
+		return c, false, fmt.Errorf("%w: read %s: %w", ErrUnavailable, key, err)
+	}
+	return c, true, r.collValue(ctx, key, raw, &c)
+}
+
+// collByID reads the record of collection id of database dbID, which was
+// named name when last known (an import job's collection): under that
+// name if it still has it, under its id in a catalog of the layout before
+// one key per collection, else among its database's collections (it was
+// renamed). ok false: the collection was dropped.
+func (r reader) collByID(ctx context.Context, dbID uint64, name string, id uint64) (c collRecord, ok bool, err error) {
+	if name != "" {
+		if c, ok, err = r.collByName(ctx, dbID, name); err != nil || ok && c.ID == id {
+			return c, ok, err
+		}
+	}
+	if ok, err = r.get(ctx, collKey(id), &c); err != nil || ok {
+		return c, ok, err
+	}
+	var key string
+	var raw []byte
+	prefix := collNamesPrefix(dbID)
+	err = r.cat.List(ctx, prefix, func(k string, v []byte) error {
+		if raw != nil {
+			return nil
+		}
+		got, err := nameValueID(k, v)
+		if err != nil || got != id {
+			return err
+		}
+		key, raw = k, slices.Clone(v)
+		return nil
+	})
+	if err != nil {
+		return collRecord{}, false, listErr(prefix, err)
+	}
+	if raw == nil {
+		return collRecord{}, false, nil
+	}
+	c = collRecord{}
+	return c, true, r.collValue(ctx, key, raw, &c)
 }
 
 // list decodes every record under prefix, in key order.
@@ -451,9 +569,9 @@ func list[T any](ctx context.Context, r reader, prefix string) ([]T, error) {
 func (r reader) listIDs(ctx context.Context, prefix string) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	err := r.cat.List(ctx, prefix, func(key string, raw []byte) error {
-		id, err := strconv.ParseUint(string(raw), 10, 64)
+		id, err := nameValueID(key, raw)
 		if err != nil {
-			return errorf(ErrCorruptMetadata, "%s: %q is not an id", key, printable(string(raw)))
+			return err
 		}
 		out[strings.TrimPrefix(key, prefix)] = id
 		return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -219,7 +218,7 @@ func (n *names) rebuild(ctx context.Context, b *broadcast.Broadcaster, r reader)
 	for _, prefix := range []string{prefixDBName, prefixCollName} {
 		err := r.cat.List(ctx, prefix, func(key string, raw []byte) error {
 			e := &nameEntry{unknown: true} // read through: getID reports it
-			if id, err := strconv.ParseUint(string(raw), 10, 64); err == nil && id != 0 {
+			if id, err := nameValueID(key, raw); err == nil {
 				e = &nameEntry{id: id}
 			}
 			read[key] = e

@@ -74,23 +74,31 @@ const (
 // nameIDs reads one page of a name index (prefix + name → id): the names
 // after p.after, by name, and whether more follow.
 func nameIDs(ctx context.Context, r reader, prefix string, p pageReq) (names []string, ids []uint64, more bool, err error) {
-	if p.after != "" {
-		if err := checkName("page_token", p.after); err != nil {
-			return nil, nil, false, errorf(ErrInvalidArgument, "page_token is not a token of this list")
-		}
-	}
-	more, err = catalog.Page(ctx, r.cat, prefix, p.after, p.n, func(key string, raw []byte) error {
-		id, err := strconv.ParseUint(string(raw), 10, 64)
+	more, err = namePage(ctx, r, prefix, p, func(key string, raw []byte) error {
+		id, err := nameValueID(key, raw)
 		if err != nil {
-			return errorf(ErrCorruptMetadata, "%s: %q is not an id", key, printable(string(raw)))
+			return err
 		}
 		names, ids = append(names, strings.TrimPrefix(key, prefix)), append(ids, id)
 		return nil
 	})
-	if err != nil {
-		return nil, nil, false, listErr(prefix, err)
+	return names, ids, more, err
+}
+
+// namePage calls fn with each name under prefix (key and value, the value
+// fn's only during the call) of the page p asks for, in name order, and
+// reports whether more follow.
+func namePage(ctx context.Context, r reader, prefix string, p pageReq, fn func(key string, raw []byte) error) (more bool, err error) {
+	if p.after != "" {
+		if err := checkName("page_token", p.after); err != nil {
+			return false, errorf(ErrInvalidArgument, "page_token is not a token of this list")
+		}
 	}
-	return names, ids, more, nil
+	more, err = catalog.Page(ctx, r.cat, prefix, p.after, p.n, fn)
+	if err != nil {
+		return false, listErr(prefix, err)
+	}
+	return more, nil
 }
 
 // ListDatabases lists the databases by name, one page at a time.
@@ -144,23 +152,56 @@ func (s *Service) ListCollections(ctx context.Context, req *walcastv1.ListCollec
 	if err != nil {
 		return nil, err
 	}
-	names, ids, more, err := nameIDs(ctx, r, collNamesPrefix(dbID), p)
+	// A page is one read of the names, which hold the records; a name of
+	// the layout before one key per collection holds an id, whose record
+	// is read after.
+	prefix := collNamesPrefix(dbID)
+	var last string
+	var colls []collRecord
+	var ids []uint64 // of the old layout: its records to read
+	var at []int     // where each goes in colls
+	more, err := namePage(ctx, r, prefix, p, func(key string, raw []byte) error {
+		last = strings.TrimPrefix(key, prefix)
+		var c collRecord
+		if len(raw) > 0 && raw[0] == '{' {
+			if err := r.collValue(ctx, key, raw, &c); err != nil {
+				return err
+			}
+			colls = append(colls, c)
+			return nil
+		}
+		id, err := nameValueID(key, raw)
+		if err != nil {
+			return err
+		}
+		ids, at, colls = append(ids, id), append(at, len(colls)), append(colls, c)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := &walcastv1.ListCollectionsResponse{}
-	for _, id := range ids {
-		c, err := describe(ctx, r, id)
-		if errors.Is(err, ErrCollectionNotFound) {
-			continue // dropped since its name was read
-		}
+	for i, id := range ids {
+		ok, err := r.get(ctx, collKey(id), &colls[at[i]])
 		if err != nil {
 			return nil, err
 		}
-		out.Collections = append(out.Collections, c)
+		if !ok {
+			colls[at[i]].ID = 0 // dropped since its name was read
+		}
+	}
+	out := &walcastv1.ListCollectionsResponse{}
+	for _, c := range colls {
+		if c.ID == 0 {
+			continue
+		}
+		pc, err := withIndexes(ctx, r, c)
+		if err != nil {
+			return nil, err
+		}
+		out.Collections = append(out.Collections, pc)
 	}
 	if more {
-		out.NextPageToken = pageToken(pageCollections, names[len(names)-1])
+		out.NextPageToken = pageToken(pageCollections, last)
 	}
 	return out, nil
 }
@@ -259,7 +300,9 @@ func jobPage(ctx context.Context, r reader, after uint64, n int, keep func(jobRe
 	for i, j := range jobs {
 		c, seen := colls[j.CollectionID]
 		if !seen {
-			alive, err := r.get(ctx, collKey(j.CollectionID), &c)
+			var alive bool
+			var err error
+			c, alive, err = r.collByID(ctx, j.DatabaseID, j.Collection, j.CollectionID)
 			if err != nil {
 				return nil, false, err
 			}

@@ -49,7 +49,7 @@ func jobParts(ctx context.Context, r reader, id uint64) (j jobRecord, p *progres
 	if started {
 		p = &pr
 	}
-	alive, err = r.get(ctx, collKey(j.CollectionID), &c)
+	c, alive, err = r.collByID(ctx, j.DatabaseID, j.Collection, j.CollectionID)
 	return j, p, c, alive, err
 }
 

@@ -364,22 +364,14 @@ func resolveColl(ctx context.Context, r reader, db, name string) (dbID, collID u
 // names collection collID, and returns its record. A different id asks to
 // resolve again; no id is ErrCollectionNotFound.
 func recheckColl(ctx context.Context, r reader, dbID uint64, db, name string, collID uint64) (collRecord, error) {
-	var c collRecord
-	id, ok, err := r.getID(ctx, collNameKey(dbID, name))
+	c, ok, err := r.collByName(ctx, dbID, name)
 	switch {
 	case err != nil:
 		return c, err
 	case !ok:
 		return c, errorf(ErrCollectionNotFound, "%s.%s", db, name)
-	case id != collID:
+	case c.ID != collID:
 		return c, errResolveAgain
-	}
-	ok, err = r.get(ctx, collKey(collID), &c)
-	switch {
-	case err != nil:
-		return c, err
-	case !ok:
-		return c, errorf(ErrCorruptMetadata, "collection %d is named but has no record", collID)
 	}
 	return c, nil
 }
@@ -691,17 +683,21 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 	return out, err
 }
 
-// describe reads collection id with its indexes.
-func describe(ctx context.Context, r reader, id uint64) (*walcastv1.Collection, error) {
-	var c collRecord
-	ok, err := r.get(ctx, collKey(id), &c)
+// describe reads collection name of database dbID with its indexes.
+func describe(ctx context.Context, r reader, dbID uint64, db, name string) (*walcastv1.Collection, error) {
+	c, ok, err := r.collByName(ctx, dbID, name)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, errorf(ErrCollectionNotFound, "id %d", id)
+		return nil, errorf(ErrCollectionNotFound, "%s.%s", db, name)
 	}
-	idx, err := list[indexRecord](ctx, r, indexPrefix(id))
+	return withIndexes(ctx, r, c)
+}
+
+// withIndexes is collection c with its indexes.
+func withIndexes(ctx context.Context, r reader, c collRecord) (*walcastv1.Collection, error) {
+	idx, err := list[indexRecord](ctx, r, indexPrefix(c.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -718,11 +714,11 @@ func (s *Service) DescribeCollection(ctx context.Context, req *walcastv1.Describ
 	if err != nil {
 		return nil, err
 	}
-	_, id, err := resolveColl(ctx, r, db, name)
+	dbID, err := resolveDB(ctx, r, db)
 	if err != nil {
 		return nil, err
 	}
-	return describe(ctx, r, id)
+	return describe(ctx, r, dbID, db, name)
 }
 
 // CreateIndex creates an index on a field of a collection. Its key is
@@ -1059,8 +1055,7 @@ func jobNow(ctx context.Context, r reader, id uint64) (jobRecord, bool, error) {
 	if err != nil || !ok {
 		return j, ok, err
 	}
-	var c collRecord
-	alive, err := r.get(ctx, collKey(j.CollectionID), &c)
+	c, alive, err := r.collByID(ctx, j.DatabaseID, j.Collection, j.CollectionID)
 	if err != nil {
 		return j, false, err
 	}
@@ -1155,7 +1150,7 @@ func (s *Service) admitImport(ctx context.Context, b *broadcast.Broadcaster, r r
 		// collection.
 		ok, known := alive[j.CollectionID]
 		if !known {
-			if ok, err = r.exists(ctx, collKey(j.CollectionID)); err != nil {
+			if _, ok, err = r.collByID(ctx, j.DatabaseID, j.Collection, j.CollectionID); err != nil {
 				return nil, err
 			}
 			alive[j.CollectionID] = ok

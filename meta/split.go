@@ -75,7 +75,15 @@ func (s *Service) SplitShard(ctx context.Context, req *walcastv1.SplitShardReque
 	if err != nil {
 		return nil, err
 	}
-	cur, err := describe(ctx, r, p.Collection.ID)
+	// By id: a retry answered by the original may come after a rename.
+	c, ok, err := r.collByID(ctx, p.Collection.DatabaseID, p.Collection.Name, p.Collection.ID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errorf(ErrCollectionNotFound, "%s.%s (id %d)", db, p.Collection.Name, p.Collection.ID)
+	}
+	cur, err := withIndexes(ctx, r, c)
 	if err != nil {
 		return nil, err
 	}
