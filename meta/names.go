@@ -52,8 +52,14 @@ type names struct {
 	log      *slog.Logger
 
 	mu  sync.Mutex
-	seq uint64                // the last change's number; protected by mu
-	m   map[string]*nameEntry // by catalog key; protected by mu
+	seq uint64 // the last change's number; protected by mu
+	// m holds the entries still in flight (staged by a broadcast not known
+	// durable) or to be read through (unknown), and ids the names known
+	// durable, by catalog key: at a million collections nearly every name
+	// is in ids, a string and an id, not an entry of its own for the
+	// collector to mark. A key is in one of them at most. Protected by mu.
+	m   map[string]*nameEntry
+	ids map[string]uint64
 	// rebuilding is set while use reads the catalog: entries are not
 	// removed then (a free name is kept as an entry), since use keeps the
 	// entries changed meanwhile over what it read. Protected by mu.
@@ -76,7 +82,7 @@ type nameEntry struct {
 }
 
 func newNames(log *slog.Logger) *names {
-	return &names{m: make(map[string]*nameEntry), stop: make(chan struct{}), log: log}
+	return &names{m: make(map[string]*nameEntry), ids: make(map[string]uint64), stop: make(chan struct{}), log: log}
 }
 
 // close stops a rebuild under way and waits for it; no rebuild starts
@@ -105,6 +111,7 @@ func (n *names) stage(task uint64, changes ...nameChange) {
 	defer n.mu.Unlock()
 	for _, c := range changes {
 		n.seq++
+		delete(n.ids, c.key)
 		n.m[c.key] = &nameEntry{id: c.id, by: task, seq: n.seq}
 	}
 }
@@ -123,13 +130,20 @@ func (n *names) settle(task uint64, o broadcast.Outcome, keys ...string) {
 }
 
 // set sets key's entry; a settled free name (a drop or rename that
-// succeeded) has none, unless the view is being rebuilt. n.mu is held.
+// succeeded) has none, and a settled taken one is only its id, unless the
+// view is being rebuilt (the rebuild keeps the entries changed meanwhile,
+// by their number, over what it read). n.mu is held.
 func (n *names) set(key string, e *nameEntry) {
-	if e.id == 0 && e.settled && !n.rebuilding {
-		delete(n.m, key)
+	if n.rebuilding || !e.settled || e.unknown {
+		n.m[key] = e
 		return
 	}
-	n.m[key] = e
+	delete(n.m, key)
+	if e.id == 0 {
+		delete(n.ids, key)
+	} else {
+		n.ids[key] = e.id
+	}
 }
 
 // settledAs is e once its broadcast ended with outcome o.
@@ -214,14 +228,14 @@ func (n *names) rebuild(ctx context.Context, b *broadcast.Broadcaster, r reader)
 			}
 		}
 	}
-	read := make(map[string]*nameEntry)
+	read, readIDs := make(map[string]*nameEntry), make(map[string]uint64)
 	for _, prefix := range []string{prefixDBName, prefixCollName} {
 		err := r.cat.List(ctx, prefix, func(key string, raw []byte) error {
-			e := &nameEntry{unknown: true} // read through: getID reports it
 			if id, err := nameValueID(key, raw); err == nil {
-				e = &nameEntry{id: id}
+				readIDs[key] = id
+			} else {
+				read[key] = &nameEntry{unknown: true} // read through: getID reports it
 			}
-			read[key] = e
 			return nil
 		})
 		if err != nil {
@@ -237,9 +251,10 @@ func (n *names) rebuild(ctx context.Context, b *broadcast.Broadcaster, r reader)
 		// been durable when read.
 		if e.seq > upTo || e.by != 0 && staged[e.by] {
 			read[k] = e
+			delete(readIDs, k)
 		}
 	}
-	n.m = read
+	n.m, n.ids = read, readIDs
 	n.term.Store(b)
 	return nil
 }
@@ -259,10 +274,11 @@ func (n *names) rebuilt() {
 func (n *names) lookup(ctx context.Context, b *broadcast.Broadcaster, r reader, key string) (uint64, bool, error) {
 	n.mu.Lock()
 	e := n.m[key]
+	id, known := n.ids[key]
 	n.mu.Unlock()
 	switch {
 	case e == nil:
-		return 0, false, nil
+		return id, known, nil
 	case e.unknown:
 		return n.readThrough(ctx, r, key, e)
 	case e.by == 0 || e.settled:
