@@ -40,7 +40,8 @@ type Applier struct {
 // snapshots it, then as its snapshot's bytes (cold) until the next copy:
 // most vchannels of a metadata cluster take a copy or two in their life (a
 // collection's create, an index), so at a million collections the views
-// cost their JSON, not their decoded structs and maps.
+// cost their saved form (compact or JSON, see viewcodec.go), not their
+// decoded structs and maps.
 type pchannel struct {
 	mu   sync.Mutex
 	hot  map[message.VChannel]*view // protected by mu
@@ -124,7 +125,7 @@ func (pc *pchannel) get(vc message.VChannel, warm bool) (*view, error) {
 		return nil, nil
 	}
 	v := &view{}
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := decodeView(raw, v); err != nil {
 		return nil, fmt.Errorf("meta: the saved view of %s: %w", vc, err)
 	}
 	if warm {
@@ -533,7 +534,7 @@ func (a *Applier) SnapshotVChannel(vc message.VChannel) ([]byte, error) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	if v := pc.hot[vc]; v != nil {
-		enc, err := json.Marshal(v)
+		enc, err := encodeView(v)
 		if err != nil {
 			return nil, err
 		}
@@ -573,7 +574,17 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 		m[vc] = enc
 	}
 	for vc := range pc.cold {
-		m[vc], _ = pc.coldBytes(vc)
+		raw, _ := pc.coldBytes(vc)
+		if len(raw) > 0 && raw[0] == compactView {
+			v, err := pc.get(vc, false)
+			if err != nil {
+				return nil, err
+			}
+			if raw, err = json.Marshal(v); err != nil {
+				return nil, err
+			}
+		}
+		m[vc] = raw
 	}
 	return json.Marshal(m)
 }
