@@ -121,8 +121,8 @@
 //	meta/ids                             end of the reserved id block
 //	meta/db/<db id>                      database record
 //	meta/dbname/<name>                   → db id
-//	meta/coll/<coll id>                  collection record (schema, vchannels)
-//	meta/collname/<db id>/<name>         → coll id
+//	meta/collname/<db id>/<name>         collection record (id, schema, vchannels): its one key
+//	meta/coll/<coll id>                  a collection record of the layout before (read, not written)
 //	meta/droppedname/<db id>/<name>/<id> a dropped collection, kept for retries
 //	meta/index/<coll id>/<name>          index record
 //	meta/user/<name>                     user record
