@@ -79,22 +79,23 @@ func TestB13_OneCatalogKeyPerCollection(t *testing.T) {
 
 // TestB13_CollectionsOfTheTwoKeyLayoutAreServed: a catalog written before
 // one key per collection (the name holding the id, the record under
-// meta/coll/<id>) is read as it is, also by a new process; a rename moves
-// such a collection to the one key, a drop deletes both of its keys, and a
-// collection is found by id (an import job's) whatever its layout or name.
+// meta/coll/<id>) is read as it is, also by a new process; a rename or a
+// split moves such a collection to the one key, a drop deletes both of its
+// keys, and a collection is found by id (an import job's) whatever its
+// layout or name.
 func TestB13_CollectionsOfTheTwoKeyLayoutAreServed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e := startEnv(t)
 	db := must[*walcastv1.CreateDatabaseResponse](t)(e.c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "db"})).Database
 	dbID := db.GetId()
-	for _, n := range []string{"new", "old1", "old2"} {
+	for _, n := range []string{"new", "old1", "old2", "old3"} {
 		must[*walcastv1.CreateCollectionResponse](t)(e.c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: n, Shards: 2}))
 	}
 	// old1 and old2 as the layout before wrote them.
 	r := reader{e.b().Catalog()}
 	olds := map[string]collRecord{}
-	for _, n := range []string{"old1", "old2"} {
+	for _, n := range []string{"old1", "old2", "old3"} {
 		c, ok, err := r.collByName(ctx, dbID, n)
 		if err != nil || !ok {
 			t.Fatalf("%s: %v %v", n, ok, err)
@@ -108,8 +109,8 @@ func TestB13_CollectionsOfTheTwoKeyLayoutAreServed(t *testing.T) {
 	e.start(e.mc) // a new process reads the catalog of two layouts
 	r = reader{e.b().Catalog()}
 
-	if got := listNames(ctx, t, e, "db"); !slices.Equal(got, []string{"new", "old1", "old2"}) {
-		t.Errorf("ListCollections %v, want [new old1 old2]", got)
+	if got := listNames(ctx, t, e, "db"); !slices.Equal(got, []string{"new", "old1", "old2", "old3"}) {
+		t.Errorf("ListCollections %v, want [new old1 old2 old3]", got)
 	}
 	for n, c := range olds {
 		d := must[*walcastv1.Collection](t)(e.c.DescribeCollection(ctx, "db", n))
@@ -122,8 +123,8 @@ func TestB13_CollectionsOfTheTwoKeyLayoutAreServed(t *testing.T) {
 		t.Errorf("collByID old1 (two keys): %+v %v %v", c, ok, err)
 	}
 	must[*walcastv1.RenameCollectionResponse](t)(e.c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "db", OldName: "old1", NewName: "moved"}))
-	if _, ok := catalogKeys(ctx, t, e, prefixColl)[collKey(olds["old1"].ID)]; ok {
-		t.Errorf("renamed, old1 keeps its %s key", prefixColl)
+	if left := catalogKeys(ctx, t, e, prefixColl); len(left) != 2 {
+		t.Errorf("renamed, old1 keeps its %s key, or another went: %v", prefixColl, left)
 	}
 	if v := catalogKeys(ctx, t, e, collNamesPrefix(dbID))[collNameKey(dbID, "moved")]; !strings.HasPrefix(v, "{") {
 		t.Errorf("renamed, its name holds %q, want its record", v)
@@ -131,6 +132,20 @@ func TestB13_CollectionsOfTheTwoKeyLayoutAreServed(t *testing.T) {
 	if c, ok, err := r.collByID(ctx, dbID, "old1", olds["old1"].ID); err != nil || !ok || c.Name != "moved" {
 		t.Errorf("collByID of the renamed collection by its old name: %+v %v %v", c, ok, err)
 	}
+	// Split, it moves to the one key too, and the split answers by id.
+	old3 := olds["old3"]
+	split := must[*walcastv1.SplitShardResponse](t)(e.c.SplitShard(ctx, &walcastv1.SplitShardRequest{Database: "db", Collection: "old3",
+		Vchannel: string(old3.VChannels[0]), Into: 2}))
+	if split.GetCollection().GetId() != old3.ID || len(split.GetCollection().GetVchannels()) != 3 {
+		t.Errorf("split of old3: %v, want collection %d of 3 shards", split.GetCollection(), old3.ID)
+	}
+	if c, ok, err := r.collByName(ctx, dbID, "old3"); err != nil || !ok || len(c.VChannels) != 3 {
+		t.Errorf("old3 after its split: %+v %v %v", c, ok, err)
+	}
+	if left := catalogKeys(ctx, t, e, prefixColl); len(left) != 1 || left[collKey(olds["old2"].ID)] == "" {
+		t.Errorf("after the split, keys under %s: %v, want old2's only", prefixColl, left)
+	}
+	must[*walcastv1.DropCollectionResponse](t)(e.c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: "old3"}))
 	must[*walcastv1.DropCollectionResponse](t)(e.c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: "old2"}))
 	if left := catalogKeys(ctx, t, e, prefixColl); len(left) != 0 {
 		t.Errorf("after the drop, keys under %s: %v", prefixColl, left)
