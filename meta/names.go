@@ -2,12 +2,14 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 
 	"github.com/walcast/walcast/broadcast"
+	"github.com/walcast/walcast/internal/arenamap"
 )
 
 // names is the leader's view of the name indexes (meta/dbname/<name> → db
@@ -55,11 +57,13 @@ type names struct {
 	seq uint64 // the last change's number; protected by mu
 	// m holds the entries still in flight (staged by a broadcast not known
 	// durable) or to be read through (unknown), and ids the names known
-	// durable, by catalog key: at a million collections nearly every name
-	// is in ids, a string and an id, not an entry of its own for the
-	// collector to mark. A key is in one of them at most. Protected by mu.
+	// durable, by catalog key, each to its id (8 bytes, little-endian): at
+	// a million collections nearly every name is in ids, its key's bytes
+	// and its id where the garbage collector does not scan, not an entry
+	// and a string of its own for it to mark. A key is in one of them at
+	// most. Protected by mu.
 	m   map[string]*nameEntry
-	ids map[string]uint64
+	ids *arenamap.Map
 	// rebuilding is set while use reads the catalog: entries are not
 	// removed then (a free name is kept as an entry), since use keeps the
 	// entries changed meanwhile over what it read. Protected by mu.
@@ -82,7 +86,7 @@ type nameEntry struct {
 }
 
 func newNames(log *slog.Logger) *names {
-	return &names{m: make(map[string]*nameEntry), ids: make(map[string]uint64), stop: make(chan struct{}), log: log}
+	return &names{m: make(map[string]*nameEntry), ids: &arenamap.Map{}, stop: make(chan struct{}), log: log}
 }
 
 // close stops a rebuild under way and waits for it; no rebuild starts
@@ -111,7 +115,7 @@ func (n *names) stage(task uint64, changes ...nameChange) {
 	defer n.mu.Unlock()
 	for _, c := range changes {
 		n.seq++
-		delete(n.ids, c.key)
+		n.ids.Delete(c.key)
 		n.m[c.key] = &nameEntry{id: c.id, by: task, seq: n.seq}
 	}
 }
@@ -140,9 +144,10 @@ func (n *names) set(key string, e *nameEntry) {
 	}
 	delete(n.m, key)
 	if e.id == 0 {
-		delete(n.ids, key)
+		n.ids.Delete(key)
 	} else {
-		n.ids[key] = e.id
+		var id8 [8]byte
+		n.ids.Put(key, binary.LittleEndian.AppendUint64(id8[:0], e.id))
 	}
 }
 
@@ -228,11 +233,12 @@ func (n *names) rebuild(ctx context.Context, b *broadcast.Broadcaster, r reader)
 			}
 		}
 	}
-	read, readIDs := make(map[string]*nameEntry), make(map[string]uint64)
+	read, readIDs := make(map[string]*nameEntry), &arenamap.Map{}
+	var id8 [8]byte
 	for _, prefix := range []string{prefixDBName, prefixCollName} {
 		err := r.cat.List(ctx, prefix, func(key string, raw []byte) error {
 			if id, err := nameValueID(key, raw); err == nil {
-				readIDs[key] = id
+				readIDs.Put(key, binary.LittleEndian.AppendUint64(id8[:0], id))
 			} else {
 				read[key] = &nameEntry{unknown: true} // read through: getID reports it
 			}
@@ -251,12 +257,22 @@ func (n *names) rebuild(ctx context.Context, b *broadcast.Broadcaster, r reader)
 		// been durable when read.
 		if e.seq > upTo || e.by != 0 && staged[e.by] {
 			read[k] = e
-			delete(readIDs, k)
+			readIDs.Delete(k)
 		}
 	}
 	n.m, n.ids = read, readIDs
 	n.term.Store(b)
 	return nil
+}
+
+// id returns the id key is known durable to map to (ok false: none in
+// ids). n.mu is held.
+func (n *names) id(key string) (uint64, bool) {
+	b, ok := n.ids.Get(key)
+	if !ok {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b), true
 }
 
 // rebuilt ends a rebuild that failed.
@@ -274,7 +290,7 @@ func (n *names) rebuilt() {
 func (n *names) lookup(ctx context.Context, b *broadcast.Broadcaster, r reader, key string) (uint64, bool, error) {
 	n.mu.Lock()
 	e := n.m[key]
-	id, known := n.ids[key]
+	id, known := n.id(key)
 	n.mu.Unlock()
 	switch {
 	case e == nil:

@@ -30,9 +30,9 @@ func TestR10_2_NamesResolvedAfterRestart(t *testing.T) {
 	// A name freed by a drop that succeeded leaves no entry behind.
 	e.app.names.mu.Lock()
 	_, kept := e.app.names.m[collNameKey(db.Id, "dropped")]
-	_, keptID := e.app.names.ids[collNameKey(db.Id, "dropped")]
+	_, keptID := e.app.names.id(collNameKey(db.Id, "dropped"))
 	kept = kept || keptID
-	size := len(e.app.names.m) + len(e.app.names.ids)
+	size := len(e.app.names.m) + e.app.names.ids.Len()
 	if len(e.app.names.m) != 0 {
 		t.Errorf("settled names kept as entries: %d, want each as an id only", len(e.app.names.m))
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/walcast/walcast/api/walcastv1"
+	"github.com/walcast/walcast/internal/arenamap"
 	"github.com/walcast/walcast/message"
 	"github.com/walcast/walcast/node"
 	"github.com/walcast/walcast/wal"
@@ -40,58 +41,34 @@ type Applier struct {
 // snapshots it, then as its snapshot's bytes (cold) until the next copy:
 // most vchannels of a metadata cluster take a copy or two in their life (a
 // collection's create, an index), so at a million collections the views
-// cost their saved form (compact or JSON, see viewcodec.go), not their
-// decoded structs and maps.
+// cost their saved form (compact or JSON, see viewcodec.go) and their
+// names' bytes, in an arenamap.Map the garbage collector does not scan,
+// not their decoded structs and maps.
 type pchannel struct {
 	mu   sync.Mutex
 	hot  map[message.VChannel]*view // protected by mu
-	cold map[message.VChannel]span  // protected by mu; never both hot and cold
-	// arena holds the cold views' bytes; it only grows (a span is never
-	// written over, so bytes handed out stay valid), and is compacted
-	// once mostly dead. dead counts the bytes no span refers to.
-	// Protected by mu.
-	arena []byte
-	dead  int
+	cold arenamap.Map               // protected by mu; never both hot and cold
 }
 
-// span is where a cold view lies in its pchannel's arena.
-type span struct{ off, n uint32 }
+// coldSlack is the least dead space a pchannel's cold map rewrites its
+// arena for (0: arenamap.DefaultSlack; tests lower it).
+var coldSlack = 0
 
-// arenaSlack is the least dead space an arena is compacted for (tests
-// lower it).
-var arenaSlack = 1 << 20
-
-// coldBytes returns vc's cold view (ok false: it has none). pc.mu is held.
+// coldBytes returns vc's cold view (ok false: it has none); the bytes stay
+// as they are whatever happens to the map after. pc.mu is held.
 func (pc *pchannel) coldBytes(vc message.VChannel) ([]byte, bool) {
-	sp, ok := pc.cold[vc]
-	if !ok {
-		return nil, false
-	}
-	return pc.arena[sp.off : sp.off+sp.n : sp.off+sp.n], true
+	return pc.cold.Get(string(vc))
 }
 
 // putCold keeps b as vc's cold view, and no hot one. pc.mu is held.
 func (pc *pchannel) putCold(vc message.VChannel, b []byte) {
 	delete(pc.hot, vc)
-	pc.dropCold(vc)
-	pc.cold[vc] = span{uint32(len(pc.arena)), uint32(len(b))}
-	pc.arena = append(pc.arena, b...)
-	if pc.dead > len(pc.arena)/2 && pc.dead > arenaSlack {
-		arena := make([]byte, 0, len(pc.arena)-pc.dead)
-		for v, sp := range pc.cold {
-			pc.cold[v] = span{uint32(len(arena)), sp.n}
-			arena = append(arena, pc.arena[sp.off:sp.off+sp.n]...)
-		}
-		pc.arena, pc.dead = arena, 0
-	}
+	pc.cold.Put(string(vc), b)
 }
 
 // dropCold forgets vc's cold view. pc.mu is held.
 func (pc *pchannel) dropCold(vc message.VChannel) {
-	if sp, ok := pc.cold[vc]; ok {
-		delete(pc.cold, vc)
-		pc.dead += int(sp.n)
-	}
+	pc.cold.Delete(string(vc))
 }
 
 var _ node.VChannelApplier = (*Applier)(nil)
@@ -108,7 +85,7 @@ func (a *Applier) pchan(p message.PChannel, create bool) *pchannel {
 	defer a.mu.Unlock()
 	pc := a.chans[p]
 	if pc == nil && create {
-		pc = &pchannel{hot: make(map[message.VChannel]*view), cold: make(map[message.VChannel]span)}
+		pc = &pchannel{hot: make(map[message.VChannel]*view), cold: arenamap.Map{Slack: coldSlack}}
 		a.chans[p] = pc
 	}
 	return pc
@@ -565,7 +542,7 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	m := make(map[message.VChannel]json.RawMessage, len(pc.hot)+len(pc.cold))
+	m := make(map[message.VChannel]json.RawMessage, len(pc.hot)+pc.cold.Len())
 	for vc, v := range pc.hot {
 		enc, err := json.Marshal(v)
 		if err != nil {
@@ -573,8 +550,8 @@ func (a *Applier) Snapshot(p message.PChannel) ([]byte, error) {
 		}
 		m[vc] = enc
 	}
-	for vc := range pc.cold {
-		raw, _ := pc.coldBytes(vc)
+	for k, raw := range pc.cold.All() {
+		vc := message.VChannel(k)
 		if len(raw) > 0 && raw[0] == compactView {
 			v, err := pc.get(vc, false)
 			if err != nil {
@@ -601,8 +578,7 @@ func (a *Applier) Restore(p message.PChannel, data []byte) error {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	clear(pc.hot)
-	clear(pc.cold)
-	pc.arena, pc.dead = nil, 0
+	pc.cold.Clear()
 	for vc, raw := range m {
 		if string(raw) != "null" {
 			pc.putCold(vc, raw)
@@ -662,7 +638,9 @@ func (a *Applier) VChannels() []message.VChannel {
 	for _, pc := range pcs {
 		pc.mu.Lock()
 		out = slices.AppendSeq(out, maps.Keys(pc.hot))
-		out = slices.AppendSeq(out, maps.Keys(pc.cold))
+		for vc := range pc.cold.All() {
+			out = append(out, message.VChannel(vc))
+		}
 		pc.mu.Unlock()
 	}
 	slices.SortFunc(out, func(x, y message.VChannel) int { return strings.Compare(string(x), string(y)) })

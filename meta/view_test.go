@@ -133,13 +133,13 @@ func TestApplierViewsSnapshotAndAnomalies(t *testing.T) {
 // TestApplierSnapshotsEachVChannel: through creates on new vchannels,
 // changes to old ones, a control channel's messages, and at random the
 // node's per-vchannel snapshots (after which a view is kept as its bytes,
-// in its pchannel's arena, compacted as it goes) and restores into a fresh
+// in its pchannel's cold map, whose arena is rewritten as it goes) and restores into a fresh
 // applier, every view is what an applier that never snapshots shows, and a
 // snapshotted view is held cold (as bytes) until a copy is applied to it
 // again.
 func TestApplierSnapshotsEachVChannel(t *testing.T) {
-	defer func(s int) { arenaSlack = s }(arenaSlack)
-	arenaSlack = 256 // compacted as it goes
+	defer func(s int) { coldSlack = s }(coldSlack)
+	coldSlack = 256 // rewritten as it goes
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	a, ref := NewApplier("n1"), NewApplier("n1")
@@ -197,7 +197,7 @@ func TestApplierSnapshotsEachVChannel(t *testing.T) {
 				}
 				pc := a.pchan(vc.PChannel(), false)
 				pc.mu.Lock()
-				_, cold := pc.cold[vc]
+				_, cold := pc.coldBytes(vc)
 				hot := pc.hot[vc] != nil
 				pc.mu.Unlock()
 				if hot || !cold {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
-	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -794,11 +792,9 @@ func TestLanesEachPChannelHandlesOnlyItsCopies(t *testing.T) {
 		}
 		c := n.byName[p]
 		c.mu.Lock()
-		for _, vs := range []iter.Seq[message.VChannel]{maps.Keys(c.st.hot), maps.Keys(c.st.cold)} {
-			for v := range vs {
-				if v.PChannel() != p {
-					t.Errorf("%s handled %s", p, v)
-				}
+		for v := range c.st.each {
+			if v.PChannel() != p {
+				t.Errorf("%s handled %s", p, v)
 			}
 		}
 		c.mu.Unlock()

@@ -9,12 +9,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
-	"iter"
-	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 
+	"github.com/walcast/walcast/internal/arenamap"
 	"github.com/walcast/walcast/internal/idset"
 	"github.com/walcast/walcast/message"
 )
@@ -53,10 +52,10 @@ func decodeVState(b []byte) (*vstate, error) {
 // pstate is the durable state of one pchannel, minus the Applier's.
 //
 // A vchannel's state is kept decoded (hot) from the copy applied to it
-// until the next save, then encoded (cold) in an arena, one byte slice per
-// pchannel that only grows (and is compacted once it is mostly dead): at
-// a million vchannels, their states cost their encodings and a map entry,
-// not a struct and a slice each.
+// until the next save, then encoded (cold) in an arenamap.Map: at a
+// million vchannels their states cost their encodings and their names'
+// bytes, held where the garbage collector does not scan, not a struct, a
+// slice and a map entry each.
 type pstate struct {
 	// resume is the offset of the first entry not completely handled
 	// (applied and acked).
@@ -71,28 +70,31 @@ type pstate struct {
 	// identity is another log, whatever its length (R9.14).
 	logID string
 	// hot are the vchannels applied to since the last save: a save writes
-	// these. cold are the others', encoded in arena (never both).
+	// these. cold holds the others' encodings, by vchannel (never both).
 	hot  map[message.VChannel]*vstate
-	cold map[message.VChannel]span
-	// arena holds the cold encodings; dead counts its bytes no span
-	// refers to any more.
-	arena []byte
-	dead  int
+	cold arenamap.Map
 }
 
-// arenaSlack is the least dead space an arena is compacted for (tests
-// lower it).
-var arenaSlack = 1 << 20
-
-// span is where an encoding lies in an arena.
-type span struct{ off, n uint32 }
-
 func newPState() *pstate {
-	return &pstate{hot: make(map[message.VChannel]*vstate), cold: make(map[message.VChannel]span)}
+	return &pstate{hot: make(map[message.VChannel]*vstate)}
 }
 
 // vchannels is how many vchannels the state knows.
-func (st *pstate) vchannels() int { return len(st.hot) + len(st.cold) }
+func (st *pstate) vchannels() int { return len(st.hot) + st.cold.Len() }
+
+// each yields every vchannel the state knows, hot and cold.
+func (st *pstate) each(yield func(message.VChannel) bool) {
+	for v := range st.hot {
+		if !yield(v) {
+			return
+		}
+	}
+	for v := range st.cold.All() {
+		if !yield(message.VChannel(v)) {
+			return
+		}
+	}
+}
 
 // get returns v's state (nil: none). A cold state is decoded for the
 // caller: changing it changes nothing.
@@ -100,13 +102,13 @@ func (st *pstate) get(v message.VChannel) *vstate {
 	if vs := st.hot[v]; vs != nil {
 		return vs
 	}
-	sp, ok := st.cold[v]
+	enc, ok := st.cold.Get(string(v))
 	if !ok {
 		return nil
 	}
-	vs, err := decodeVState(st.arena[sp.off : sp.off+sp.n])
+	vs, err := decodeVState(enc)
 	if err != nil {
-		// The arena holds only what appendTo wrote.
+		// The map holds only what appendTo wrote.
 		panic(fmt.Sprintf("node: the state of %s does not decode: %v", v, err))
 	}
 	return vs
@@ -122,10 +124,7 @@ func (st *pstate) touch(v message.VChannel) *vstate {
 	if vs == nil {
 		vs = &vstate{}
 	}
-	if sp, ok := st.cold[v]; ok {
-		delete(st.cold, v)
-		st.dead += int(sp.n)
-	}
+	st.cold.Delete(string(v))
 	st.hot[v] = vs
 	return vs
 }
@@ -133,11 +132,7 @@ func (st *pstate) touch(v message.VChannel) *vstate {
 // putCold stores an encoded state for v (a loaded one).
 func (st *pstate) putCold(v message.VChannel, enc []byte) {
 	delete(st.hot, v)
-	if sp, ok := st.cold[v]; ok {
-		st.dead += int(sp.n)
-	}
-	st.cold[v] = span{uint32(len(st.arena)), uint32(len(enc))}
-	st.arena = append(st.arena, enc...)
+	st.cold.Put(string(v), enc)
 }
 
 // settle makes every hot state cold, after a save wrote them.
@@ -147,19 +142,6 @@ func (st *pstate) settle() {
 		b = vs.appendTo(b[:0])
 		st.putCold(v, b)
 	}
-	if st.dead > len(st.arena)/2 && st.dead > arenaSlack {
-		st.compact()
-	}
-}
-
-// compact rewrites the arena without its dead bytes.
-func (st *pstate) compact() {
-	arena := make([]byte, 0, len(st.arena)-st.dead)
-	for v, sp := range st.cold {
-		st.cold[v] = span{uint32(len(arena)), sp.n}
-		arena = append(arena, st.arena[sp.off:sp.off+sp.n]...)
-	}
-	st.arena, st.dead = arena, 0
 }
 
 // encoded appends v's encoded state to b: the cold bytes as they are.
@@ -167,8 +149,8 @@ func (st *pstate) encoded(b []byte, v message.VChannel) []byte {
 	if vs := st.hot[v]; vs != nil {
 		return vs.appendTo(b)
 	}
-	sp := st.cold[v]
-	return append(b, st.arena[sp.off:sp.off+sp.n]...)
+	enc, _ := st.cold.Get(string(v))
+	return append(b, enc...)
 }
 
 func (st *pstate) applied(v message.VChannel, id uint64) bool {
@@ -566,15 +548,13 @@ func encodeBase(node string, p message.PChannel, gen uint64, st *pstate, apps fu
 	out := appendFrame(nil, fileHeader('S', gen, node, p))
 	out = appendFrame(out, appendHead([]byte{'H'}, st))
 	var body []byte
-	for _, vs := range []iter.Seq[message.VChannel]{maps.Keys(st.hot), maps.Keys(st.cold)} {
-		for v := range vs {
-			app, err := apps(v)
-			if err != nil {
-				return nil, err
-			}
-			body = appendVChannel(append(body[:0], 'V'), st, v, app)
-			out = appendFrame(out, body)
+	for v := range st.each {
+		app, err := apps(v)
+		if err != nil {
+			return nil, err
 		}
+		body = appendVChannel(append(body[:0], 'V'), st, v, app)
+		out = appendFrame(out, body)
 	}
 	if whole != nil {
 		out = appendFrame(out, appendBytes([]byte{'A'}, whole))
