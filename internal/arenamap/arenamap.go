@@ -1,22 +1,23 @@
 // Package arenamap holds Map, a hash map from strings to byte strings
 // whose entries hold no Go pointer. The keys and values lie back to back
-// in one byte slice (the arena), the table is a slice of fixed-size slots
-// pointing into it: at a million entries the garbage collector marks two
-// objects, neither of which it scans, where a Go map of strings has it
-// scan the table and mark a million keys, and each key costs its bytes
-// rather than a string header and an allocation of its own.
+// in blocks of bytes (the arena: blocks of up to 64 KiB, filled in turn,
+// so that it grows without copying what it holds), and the table is a
+// slice of fixed-size slots pointing into them: at a million entries the
+// garbage collector marks a thousand blocks and the table, none of which
+// it scans, where a Go map of strings has it scan the table and mark a
+// million keys, and each key costs its bytes rather than a string header
+// and an allocation of its own.
 //
 // A value handed out stays valid and unchanged for as long as it is
 // held: arena bytes are never written over. A replaced or deleted entry
 // leaves its bytes dead, and once most of the arena is dead the live
-// entries are copied into a new one.
+// entries are copied into new blocks.
 package arenamap
 
 import (
 	"fmt"
 	"hash/maphash"
 	"iter"
-	"math"
 )
 
 // DefaultSlack is the least dead space, in bytes, an arena is rewritten
@@ -30,12 +31,23 @@ const (
 	deleted = 1
 )
 
+// An entry's place in the arena is one uint32: its block's index in the
+// high bits, its offset in the block in the low blockBits. Blocks hold up
+// to blockMax bytes (the first ones less, doubling from blockMin), but
+// for an entry larger than that, which has a block of its own at offset 0.
+const (
+	blockBits = 16
+	blockMax  = 1 << blockBits
+	blockMin  = 512
+	maxBlocks = 1 << (32 - blockBits)
+)
+
 // Map maps string keys to byte-string values. The zero Map is empty and
 // ready to use. A Map is not safe for concurrent use, and must not be
 // changed while All iterates it.
 //
-// Its arena is bounded to 4 GiB (keys and values, live and dead); Put
-// panics beyond that.
+// Its arena is bounded to 65,536 blocks (4 GiB of small entries, live and
+// dead); Put panics beyond that.
 type Map struct {
 	// Slack is the least dead space, in bytes, the arena is rewritten
 	// for (it also must be more than half the arena); 0 means
@@ -44,16 +56,18 @@ type Map struct {
 
 	// slots is the table (linear probing; its length 0 or a power of
 	// two, at most three quarters used).
-	slots []slot
-	arena []byte
-	live  int // entries
-	used  int // slots not empty: entries and deleted ones
-	dead  int // arena bytes of no entry
-	seed  maphash.Seed
+	slots  []slot
+	blocks [][]byte // the arena
+	size   int      // arena bytes held by entries, live or dead
+	live   int      // entries
+	used   int      // slots not empty: entries and deleted ones
+	dead   int      // arena bytes of no entry
+	seed   maphash.Seed
 }
 
 // slot is one entry of the table: its key's hash (or empty, deleted),
-// and where its key and, right after it, its value lie in the arena.
+// and where its key and, right after it, its value lie in the arena (off,
+// see blockBits).
 type slot struct {
 	hash uint32
 	klen uint32
@@ -129,8 +143,8 @@ func (m *Map) Delete(key string) bool {
 
 // Clear removes every entry (values handed out stay as they are).
 func (m *Map) Clear() {
-	m.slots, m.arena = nil, nil
-	m.live, m.used, m.dead = 0, 0, 0
+	m.slots, m.blocks = nil, nil
+	m.size, m.live, m.used, m.dead = 0, 0, 0, 0
 }
 
 // All yields every entry, in no particular order. The key and the value
@@ -139,7 +153,7 @@ func (m *Map) All() iter.Seq2[[]byte, []byte] {
 	return func(yield func([]byte, []byte) bool) {
 		for i := range m.slots {
 			s := &m.slots[i]
-			if s.hash > deleted && !yield(m.arena[s.off:s.off+s.klen:s.off+s.klen], m.value(s)) {
+			if s.hash > deleted && !yield(m.key(s), m.value(s)) {
 				return
 			}
 		}
@@ -177,22 +191,39 @@ func (m *Map) hash(key string) uint32 {
 
 // is reports whether s's key is key.
 func (m *Map) is(s *slot, key string) bool {
-	return int(s.klen) == len(key) && string(m.arena[s.off:s.off+s.klen]) == key
+	return int(s.klen) == len(key) && string(m.key(s)) == key
 }
 
-func (m *Map) value(s *slot) []byte {
-	v := s.off + s.klen
-	return m.arena[v : v+s.vlen : v+s.vlen]
+// entry returns s's key and value, back to back.
+func (m *Map) entry(s *slot) []byte {
+	b, at := m.blocks[s.off>>blockBits], s.off&(blockMax-1)
+	return b[at : at+s.klen+s.vlen : at+s.klen+s.vlen]
 }
+
+func (m *Map) key(s *slot) []byte { return m.entry(s)[:s.klen:s.klen] }
+
+func (m *Map) value(s *slot) []byte { return m.entry(s)[s.klen:] }
 
 // add appends key and value to the arena and returns their slot.
 func (m *Map) add(h uint32, key string, value []byte) slot {
-	off := len(m.arena)
-	if uint64(off)+uint64(len(key))+uint64(len(value)) > math.MaxUint32 {
-		panic(fmt.Sprintf("arenamap: an entry of %d bytes past %d: the arena is bounded to 4 GiB", len(key)+len(value), off))
+	n := len(key) + len(value)
+	last := len(m.blocks) - 1
+	if last < 0 || cap(m.blocks[last])-len(m.blocks[last]) < n {
+		size := blockMin
+		if last >= 0 {
+			size = min(2*cap(m.blocks[last]), blockMax)
+		}
+		if len(m.blocks) == maxBlocks {
+			panic(fmt.Sprintf("arenamap: an entry of %d bytes after %d blocks: the arena is bounded to %d", n, len(m.blocks), maxBlocks))
+		}
+		m.blocks = append(m.blocks, make([]byte, 0, max(size, n)))
+		last++
 	}
-	m.arena = append(append(m.arena, key...), value...)
-	return slot{hash: h, klen: uint32(len(key)), off: uint32(off), vlen: uint32(len(value))}
+	b := &m.blocks[last]
+	at := len(*b)
+	*b = append(append(*b, key...), value...)
+	m.size += n
+	return slot{hash: h, klen: uint32(len(key)), off: uint32(last)<<blockBits | uint32(at), vlen: uint32(len(value))}
 }
 
 // resize makes room for one more entry: a table twice as large if more
@@ -222,25 +253,24 @@ func (m *Map) resize() {
 	}
 }
 
-// collect copies the live entries into a new arena once most of this one
+// collect copies the live entries into new blocks once most of the arena
 // is dead.
 func (m *Map) collect() {
 	slack := m.Slack
 	if slack <= 0 {
 		slack = DefaultSlack
 	}
-	if m.dead <= len(m.arena)/2 || m.dead <= slack {
+	if m.dead <= m.size/2 || m.dead <= slack {
 		return
 	}
-	arena := make([]byte, 0, len(m.arena)-m.dead)
+	old := *m
+	m.blocks, m.size, m.dead = nil, 0, 0
 	for i := range m.slots {
 		s := &m.slots[i]
 		if s.hash <= deleted {
 			continue
 		}
-		off := len(arena)
-		arena = append(arena, m.arena[s.off:s.off+s.klen+s.vlen]...)
-		s.off = uint32(off)
+		e := old.entry(s)
+		*s = m.add(s.hash, string(e[:s.klen]), e[s.klen:])
 	}
-	m.arena, m.dead = arena, 0
 }

@@ -34,8 +34,8 @@ func check(m *Map, want map[string][]byte) string {
 
 // TestMapActsAsAGoMap: random puts, replacements and deletes over a small
 // key space (so that slots are deleted and reused, the table is rebuilt
-// and the arena rewritten) leave the Map holding what a Go map holds, and
-// never a key it does not.
+// and the arena rewritten; now and then a value larger than a block) leave
+// the Map holding what a Go map holds, and never a key it does not.
 func TestMapActsAsAGoMap(t *testing.T) {
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 1))
@@ -52,7 +52,11 @@ func TestMapActsAsAGoMap(t *testing.T) {
 				}
 				delete(want, k)
 			default:
-				v := bytes.Repeat([]byte{byte(op)}, rng.IntN(40))
+				n := rng.IntN(40)
+				if rng.IntN(100) == 0 {
+					n = blockMax + rng.IntN(blockMax) // a block of its own
+				}
+				v := bytes.Repeat([]byte{byte(op)}, n)
 				m.Put(k, v)
 				want[k] = v
 			}
@@ -120,8 +124,15 @@ func TestArenaAndTableStayBounded(t *testing.T) {
 	for k, v := range m.All() {
 		live += len(k) + len(v)
 	}
-	if len(m.arena) > 2*live+m.Slack {
-		t.Errorf("arena of %d bytes for %d live ones", len(m.arena), live)
+	if m.size > 2*live+m.Slack {
+		t.Errorf("arena of %d bytes for %d live ones", m.size, live)
+	}
+	held := 0
+	for _, b := range m.blocks {
+		held += cap(b)
+	}
+	if held > 2*m.size+blockMax {
+		t.Errorf("blocks of %d bytes for an arena of %d", held, m.size)
 	}
 	if len(m.slots) > 8*m.Len() {
 		t.Errorf("%d slots for %d entries", len(m.slots), m.Len())
