@@ -79,7 +79,8 @@ func (n *Node) restore(p message.PChannel) (*channel, error) {
 		}
 	}
 	if va, ok := app.(VChannelApplier); ok {
-		for v, data := range s.apps {
+		for k, data := range s.apps.All() {
+			v := message.VChannel(k)
 			if err := wait.Safely("application code", func() error { return va.RestoreVChannel(v, data) }); err != nil {
 				return nil, fmt.Errorf("node: restore the applier's state of %s: %w", v, err)
 			}

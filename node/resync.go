@@ -28,7 +28,10 @@ func Resync(stateDir, nodeName string, p message.PChannel) (bool, error) {
 	// The position and the log it belongs to are forgotten: the next start
 	// reads the log there is from its start, and takes its identity.
 	s.st.resume, s.st.handled, s.st.logID = 0, 0, ""
-	apps := func(v message.VChannel) ([]byte, error) { return s.apps[v], nil }
+	apps := func(v message.VChannel) ([]byte, error) {
+		app, _ := s.apps.Get(string(v))
+		return app, nil
+	}
 	data, err := encodeBase(nodeName, p, s.gen+1, s.st, apps, s.whole)
 	if err != nil {
 		return true, fmt.Errorf("node: encode the state of %s: %w", p, err)

@@ -36,17 +36,39 @@ func (vs *vstate) appendTo(b []byte) []byte {
 
 // decodeVState reads what appendTo wrote.
 func decodeVState(b []byte) (*vstate, error) {
-	r := fieldReader{b: b}
-	applied, last := r.uvarint(), r.uvarint()
-	enc := r.bytes()
-	if r.err || len(r.b) > 0 {
-		return nil, errors.New("truncated vchannel state")
+	applied, last, enc, err := splitVState(b)
+	if err != nil {
+		return nil, err
 	}
 	ids, err := idset.Decode(enc)
 	if err != nil {
-		return nil, errors.New("malformed id ranges")
+		return nil, errMalformedIDs
 	}
 	return &vstate{ids: ids, applied: applied, last: last}, nil
+}
+
+// checkVState reports whether b decodes (decodeVState), without decoding
+// its ids.
+func checkVState(b []byte) error {
+	_, _, enc, err := splitVState(b)
+	if err == nil && idset.Check(enc) != nil {
+		err = errMalformedIDs
+	}
+	return err
+}
+
+var errMalformedIDs = errors.New("malformed id ranges")
+
+// splitVState splits an encoding of appendTo into its fields, the ids
+// still encoded.
+func splitVState(b []byte) (applied, last uint64, ids []byte, err error) {
+	r := fieldReader{b: b}
+	applied, last = r.uvarint(), r.uvarint()
+	ids = r.bytes()
+	if r.err || len(r.b) > 0 {
+		return 0, 0, nil, errors.New("truncated vchannel state")
+	}
+	return applied, last, ids, nil
 }
 
 // pstate is the durable state of one pchannel, minus the Applier's.
@@ -218,8 +240,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // the Applier's: per vchannel (a VChannelApplier's snapshots) and whole (a
 // plain Applier's).
 type saved struct {
-	st    *pstate
-	apps  map[message.VChannel][]byte
+	st *pstate
+	// apps holds the snapshots by vchannel name: at a million vchannels,
+	// where the garbage collector does not scan them.
+	apps  arenamap.Map
 	whole []byte
 	// gen is the base's generation; baseSize and journalSize the files'
 	// sizes (journalSize: the part that holds whole saves; a save cut
@@ -321,7 +345,7 @@ func (r *fieldReader) head(st *pstate) {
 }
 
 // vchannel reads a vchannel's record of pchannel p into into and apps.
-func (r *fieldReader) vchannel(p message.PChannel, into *pstate, apps map[message.VChannel][]byte) error {
+func (r *fieldReader) vchannel(p message.PChannel, into *pstate, apps *arenamap.Map) error {
 	v := message.VChannel(r.bytes())
 	start := r.b
 	r.uvarint()
@@ -335,14 +359,14 @@ func (r *fieldReader) vchannel(p message.PChannel, into *pstate, apps map[messag
 	if err := v.Validate(); err != nil || v.PChannel() != p {
 		return fmt.Errorf("vchannel %q is not hosted on the pchannel", v)
 	}
-	if _, err := decodeVState(enc); err != nil {
+	if err := checkVState(enc); err != nil {
 		return fmt.Errorf("vchannel %s: %v", v, err)
 	}
 	into.putCold(v, enc)
 	if app != nil {
-		apps[v] = app
+		apps.Put(string(v), app)
 	} else {
-		delete(apps, v)
+		apps.Delete(string(v))
 	}
 	return nil
 }
@@ -423,7 +447,7 @@ func loadState(dir string, p message.PChannel) (s *saved, ok bool, err error) {
 		}
 		return &saved{st: st, whole: whole, legacy: true, baseSize: int64(len(data))}, true, nil
 	}
-	s = &saved{st: newPState(), apps: make(map[message.VChannel][]byte), baseSize: int64(len(data))}
+	s = &saved{st: newPState(), baseSize: int64(len(data))}
 	gen, rest, err := readHeader(data, 'S', p)
 	if err != nil {
 		return nil, false, corrupt("base: %v", err)
@@ -441,7 +465,7 @@ func loadState(dir string, p message.PChannel) (s *saved, ok bool, err error) {
 		case 'H':
 			r.head(s.st)
 		case 'V':
-			if err := r.vchannel(p, s.st, s.apps); err != nil {
+			if err := r.vchannel(p, s.st, &s.apps); err != nil {
 				return nil, false, corrupt("base: %v", err)
 			}
 		case 'A':
@@ -507,7 +531,7 @@ func (s *saved) replay(dir string, p message.PChannel) error {
 			if r.err {
 				break
 			}
-			if err := r.vchannel(p, s.st, s.apps); err != nil {
+			if err := r.vchannel(p, s.st, &s.apps); err != nil {
 				return corrupt("%v", err)
 			}
 		}

@@ -103,10 +103,21 @@ func (s *Set) Encode() []byte {
 }
 
 // Decode reads what Encode wrote.
-func Decode(b []byte) (Set, error) {
+func Decode(b []byte) (Set, error) { return decode(b, true) }
+
+// Check reports whether b is an encoding Decode accepts (nil) or why not,
+// without building the set.
+func Check(b []byte) error {
+	_, err := decode(b, false)
+	return err
+}
+
+// decode reads an encoding of Encode, checking it as Valid does range by
+// range; it builds the set only if build is set.
+func decode(b []byte, build bool) (Set, error) {
 	var s Set
 	prev := uint64(0)
-	for len(b) > 0 {
+	for i := 0; len(b) > 0; i++ {
 		gap, n := binary.Uvarint(b)
 		if n <= 0 {
 			return Set{}, ErrCorrupt
@@ -118,14 +129,13 @@ func Decode(b []byte) (Set, error) {
 		}
 		b = b[n:]
 		lo := prev + gap
-		if lo < prev || lo+l < lo {
+		if lo < prev || lo+l < lo || lo == 0 || i > 0 && prev+1 >= lo {
 			return Set{}, ErrCorrupt
 		}
-		s.r = append(s.r, [2]uint64{lo, lo + l})
+		if build {
+			s.r = append(s.r, [2]uint64{lo, lo + l})
+		}
 		prev = lo + l
-	}
-	if !s.Valid() {
-		return Set{}, ErrCorrupt
 	}
 	return s, nil
 }

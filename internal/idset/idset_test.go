@@ -37,9 +37,12 @@ func TestAddHasAgainstMap(t *testing.T) {
 }
 
 func TestDecodeRefusesGarbage(t *testing.T) {
-	for _, b := range [][]byte{{0x80}, {0, 0}, {5, 0, 0, 0}, {1, 0x80}} {
+	for _, b := range [][]byte{{0x80}, {0, 0}, {5, 0, 0, 0}, {1, 0x80}, {1, 2, 1, 0}} {
 		if _, err := Decode(b); err == nil {
 			t.Errorf("Decode(%x) accepted", b)
+		}
+		if Check(b) == nil {
+			t.Errorf("Check(%x) accepted", b)
 		}
 	}
 }
@@ -55,6 +58,9 @@ func FuzzDecode(f *testing.F) {
 		s, err := Decode(b)
 		if err == nil && !s.Valid() {
 			t.Fatalf("Decode(%x) gave an invalid set", b)
+		}
+		if (Check(b) == nil) != (err == nil) {
+			t.Fatalf("Check(%x) = %v, Decode: %v", b, Check(b), err)
 		}
 	})
 }
