@@ -148,9 +148,9 @@ func scannable() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// TestMapIsNotScanned: a Map of 200,000 entries adds nothing the garbage
-// collector scans, where a Go map of the same adds megabytes.
-func TestMapIsNotScanned(t *testing.T) {
+// TestB13_ArenaMapIsNotScanned: a Map of 200,000 entries adds nothing the
+// garbage collector scans, where a Go map of the same adds megabytes.
+func TestB13_ArenaMapIsNotScanned(t *testing.T) {
 	const n = 200_000
 	before := scannable()
 	m := &Map{}
