@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"iter"
+	"math"
 )
 
 // DefaultSlack is the least dead space, in bytes, an arena is rewritten
@@ -47,7 +48,7 @@ const (
 // changed while All iterates it.
 //
 // Its arena is bounded to 65,536 blocks (4 GiB of small entries, live and
-// dead); Put panics beyond that.
+// dead), and an entry (key and value) to 4 GiB; Put panics beyond that.
 type Map struct {
 	// Slack is the least dead space, in bytes, the arena is rewritten
 	// for (it also must be more than half the arena); 0 means
@@ -207,6 +208,9 @@ func (m *Map) value(s *slot) []byte { return m.entry(s)[s.klen:] }
 // add appends key and value to the arena and returns their slot.
 func (m *Map) add(h uint32, key string, value []byte) slot {
 	n := len(key) + len(value)
+	if uint64(n) > math.MaxUint32 {
+		panic(fmt.Sprintf("arenamap: an entry of %d bytes: entries are bounded to 4 GiB", n))
+	}
 	last := len(m.blocks) - 1
 	if last < 0 || cap(m.blocks[last])-len(m.blocks[last]) < n {
 		size := blockMin
