@@ -50,6 +50,8 @@ const (
 // Its arena is bounded to 65,536 blocks (4 GiB of small entries, live and
 // dead), and an entry (key and value) to 4 GiB; Put panics beyond that.
 type Map struct {
+	_ noCopy // a copy would share the table and the arena with its origin
+
 	// Slack is the least dead space, in bytes, the arena is rewritten
 	// for (it also must be more than half the arena); 0 means
 	// DefaultSlack.
@@ -65,6 +67,12 @@ type Map struct {
 	dead   int      // arena bytes of no entry
 	seed   maphash.Seed
 }
+
+// noCopy makes go vet's copylocks check report a Map copied after first use.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
 
 // slot is one entry of the table: its key's hash (or empty, deleted),
 // and where its key and, right after it, its value lie in the arena (off,
@@ -196,8 +204,11 @@ func (m *Map) is(s *slot, key string) bool {
 }
 
 // entry returns s's key and value, back to back.
-func (m *Map) entry(s *slot) []byte {
-	b, at := m.blocks[s.off>>blockBits], s.off&(blockMax-1)
+func (m *Map) entry(s *slot) []byte { return entryIn(m.blocks, s) }
+
+// entryIn returns s's key and value in the arena of blocks.
+func entryIn(blocks [][]byte, s *slot) []byte {
+	b, at := blocks[s.off>>blockBits], s.off&(blockMax-1)
 	return b[at : at+s.klen+s.vlen : at+s.klen+s.vlen]
 }
 
@@ -267,14 +278,14 @@ func (m *Map) collect() {
 	if m.dead <= m.size/2 || m.dead <= slack {
 		return
 	}
-	old := *m
+	old := m.blocks
 	m.blocks, m.size, m.dead = nil, 0, 0
 	for i := range m.slots {
 		s := &m.slots[i]
 		if s.hash <= deleted {
 			continue
 		}
-		e := old.entry(s)
+		e := entryIn(old, s)
 		*s = m.add(s.hash, string(e[:s.klen]), e[s.klen:])
 	}
 }
