@@ -121,7 +121,8 @@ func TestScaleSmall(t *testing.T) {
 // CPU from its /metrics, the total less the marking done on idle CPUs, and
 // reads 0 from a server that does not export it.
 func TestScaleGCCPUFromMetrics(t *testing.T) {
-	body := "# HELP go_cpu_classes_gc_total_cpu_seconds_total x\ngo_cpu_classes_gc_total_cpu_seconds_total 2.5\n" +
+	body := "# HELP go_cpu_classes_gc_total_cpu_seconds_total x\n# TYPE go_cpu_classes_gc_total_cpu_seconds_total counter\n" +
+		"go_cpu_classes_gc_total_cpu_seconds_total 2.5\n" +
 		"go_cpu_classes_gc_mark_idle_cpu_seconds_total 0.75\ngo_cpu_classes_gc_mark_assist_cpu_seconds_total 0.5\n"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {

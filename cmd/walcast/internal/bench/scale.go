@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/walcast/walcast/api/walcastv1"
@@ -773,13 +774,11 @@ func (s *scaleServer) cpu() time.Duration {
 	return processCPU(s.cmd.Process.Pid)
 }
 
-// gcMetric matches the runtime's estimates of its collector's CPU in the
-// server's /metrics: the total, and the part done on otherwise idle CPUs.
-var gcMetric = regexp.MustCompile(`(?m)^go_cpu_classes_gc_(total|mark_idle)_cpu_seconds_total (\S+)$`)
-
 // gcCPU is the CPU the server's garbage collector took so far, idle-time
-// marking left out, as its /metrics says (0 when there is no server or it
-// does not say).
+// marking left out, as the runtime estimates it in the server's /metrics
+// (go_cpu_classes_gc_total_cpu_seconds_total less
+// go_cpu_classes_gc_mark_idle_cpu_seconds_total; 0 when there is no
+// server or it does not say).
 func (s *scaleServer) gcCPU(ctx context.Context) time.Duration {
 	if s == nil || s.cmd == nil || s.metrics == "" {
 		return 0
@@ -795,22 +794,22 @@ func (s *scaleServer) gcCPU(ctx context.Context) time.Duration {
 		return 0
 	}
 	defer func() { _ = res.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 8<<20))
-	if err != nil || res.StatusCode != http.StatusOK {
+	if res.StatusCode != http.StatusOK {
 		return 0
 	}
-	var total, idle float64
-	for _, m := range gcMetric.FindAllSubmatch(body, -1) {
-		v, err := strconv.ParseFloat(string(m[2]), 64)
-		if err != nil {
-			return 0
-		}
-		if string(m[1]) == "total" {
-			total = v
-		} else {
-			idle = v
-		}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(res.Body, 8<<20))
+	if err != nil {
+		return 0
 	}
+	counter := func(name string) float64 {
+		if f := families[name]; f != nil && len(f.GetMetric()) == 1 {
+			m := f.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetUntyped().GetValue() // one of them is set
+		}
+		return 0
+	}
+	total, idle := counter("go_cpu_classes_gc_total_cpu_seconds_total"), counter("go_cpu_classes_gc_mark_idle_cpu_seconds_total")
 	return time.Duration((total - idle) * float64(time.Second))
 }
 
