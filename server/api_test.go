@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,7 +218,13 @@ func TestR9_4_BroadcastAndInspect(t *testing.T) {
 			t.Fatalf("locks after completion: %v, %v", locks, err)
 		}
 		release := make(chan struct{})
+		// entered is closed when the callback first runs: by then the task
+		// is durable and appended (PENDING), not merely holding its locks
+		// while it is persisted.
+		entered := make(chan struct{})
+		var enter sync.Once
 		env.SetCallback(func(ctx context.Context, _ *broadcast.Event) error {
+			enter.Do(func() { close(entered) })
 			select {
 			case <-release:
 				return nil
@@ -229,6 +236,11 @@ func TestR9_4_BroadcastAndInspect(t *testing.T) {
 		running.ResourceKeys = []string{"Collection:db1:c2@X"}
 		running.IdempotencyKey = string(message.CollectionKey(8, "running"))
 		done := broadcastInBackground(ctx, t, c, running)
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("the running broadcast's callback never ran")
+		}
 		var held *walcastv1.LockState
 		waitFor(t, "the running broadcast's locks", func() bool {
 			locks, err := c.ListLocks(ctx, connect.NewRequest(&walcastv1.ListLocksRequest{}))
