@@ -61,9 +61,11 @@ func (a *App) register(types *message.Registry, cbs *broadcast.Callbacks) error 
 		onNames(a, types, cbs, TypeRenameCollection, renameCollectionPayload.check,
 			func(p renameCollectionPayload, e *broadcast.Effects) ([]nameChange, error) {
 				c := p.Collection
-				// Renamed, it moves to the one key (if it had two).
+				// Renamed, it moves to the one key (if it had two), and its
+				// id points at its name for those who knew it by another
+				// (collByID).
 				errs := []error{e.Delete(collKey(c.ID)), e.Delete(collNameKey(c.DatabaseID, p.OldName)),
-					putJSON(e, collNameKey(c.DatabaseID, c.Name), c)}
+					putJSON(e, collNameKey(c.DatabaseID, c.Name), c), putJSON(e, collMovedKey(c.ID), movedRecord{Name: c.Name})}
 				for _, g := range p.Grants {
 					errs = append(errs, putJSON(e, grantKey(g), g)) // same key (ids), new name
 				}

@@ -123,7 +123,8 @@
 //	meta/dbname/<name>                   → db id
 //	meta/collname/<db id>/<name>         collection record (id, schema, vchannels): its one key
 //	meta/coll/<coll id>                  a collection record of the layout before (read, not written)
-//	meta/droppedname/<db id>/<name>/<id> a dropped collection, kept for retries
+//	meta/collmoved/<coll id>             a renamed collection's name, for its import jobs
+//	meta/droppedname/<db id>/<name>/<id> a dropped collection, kept for retries and its jobs
 //	meta/index/<coll id>/<name>          index record
 //	meta/user/<name>                     user record
 //	meta/grant/<user>/<db id>/<coll id>/<priv>  grant record ("*" for every)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,7 +115,11 @@ func (s *Service) importStep(ctx context.Context, b *broadcast.Broadcaster) erro
 }
 
 // expire deletes the finished jobs and the entries of the dropped-names
-// index that outlived ImportJobRetention.
+// index that outlived ImportJobRetention, with the pointer a renamed
+// collection left (collMovedKey). An entry stays while a job of its
+// collection does (a job that failed after the drop ends after it): a
+// job's look-up of its collection learns from it that the collection was
+// dropped.
 func (s *Service) expire(ctx context.Context, cat catalog.Catalog) error {
 	now := s.now()
 	expired := func(at int64) bool { return now-at >= int64(s.cfg.ImportJobRetention) }
@@ -123,15 +128,27 @@ func (s *Service) expire(ctx context.Context, cat catalog.Catalog) error {
 	if err != nil {
 		return err
 	}
+	jobColls := map[uint64]bool{} // the collections of the jobs that stay
 	for _, j := range jobs {
 		if j.State.finished() && expired(j.UpdatedAt) {
 			ops = append(ops, catalog.Delete(jobKey(j.ID)), catalog.Delete(progressKey(j.ID)))
+		} else {
+			jobColls[j.CollectionID] = true
 		}
 	}
 	err = cat.List(ctx, prefixDropped, func(key string, raw []byte) error {
 		var d droppedRecord
-		if json.Unmarshal(raw, &d) != nil || expired(d.DroppedAt) {
-			ops = append(ops, catalog.Delete(key))
+		corrupt := json.Unmarshal(raw, &d) != nil
+		if !corrupt && !expired(d.DroppedAt) {
+			return nil
+		}
+		id, perr := strconv.ParseUint(key[strings.LastIndexByte(key, '/')+1:], 10, 64)
+		if perr == nil && !corrupt && jobColls[id] {
+			return nil
+		}
+		ops = append(ops, catalog.Delete(key))
+		if perr == nil {
+			ops = append(ops, catalog.Delete(collMovedKey(id)))
 		}
 		return nil
 	})

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 // TestImporterExpiresInBatches: the jobs and dropped names that outlived
 // ImportJobRetention are deleted in commits within the catalog's op limit,
 // so that many of them (more than one transaction holds) still go, instead
-// of failing every step; the others stay.
+// of failing every step; the others stay, and so does a dropped name
+// whose collection still has jobs. A dropped collection's pointer from its
+// id (left by a rename) goes with its entry.
 func TestImporterExpiresInBatches(t *testing.T) {
 	ctx := ctxT(t)
 	store := memory.NewStore()
@@ -33,7 +36,12 @@ func TestImporterExpiresInBatches(t *testing.T) {
 	}
 	old := catalog.Put(droppedKey(2, "gone", 7), mustJSON(droppedRecord{DroppedAt: now.Add(-2 * time.Hour).UnixNano()}))
 	recent := catalog.Put(droppedKey(2, "gone", 8), mustJSON(droppedRecord{DroppedAt: now.UnixNano()}))
-	if err := cat.Commit(ctx, old, recent); err != nil {
+	// Collection 1 was dropped long ago, but some of its jobs stay: so does
+	// its entry, which tells their look-ups it was dropped.
+	withJobs := catalog.Put(droppedKey(2, "c", 1), mustJSON(droppedRecord{DroppedAt: now.Add(-3 * time.Hour).UnixNano()}))
+	// The pointers renamed collections left go with their entries.
+	moved := func(id uint64) catalog.Op { return catalog.Put(collMovedKey(id), mustJSON(movedRecord{Name: "gone"})) }
+	if err := cat.Commit(ctx, old, recent, withJobs, moved(1), moved(7), moved(8), moved(9)); err != nil {
 		t.Fatal(err)
 	}
 	s := &Service{cfg: Config{ImportJobRetention: time.Hour, Clock: time.Now}, log: quiet}
@@ -56,8 +64,16 @@ func TestImporterExpiresInBatches(t *testing.T) {
 	if err := cat.List(ctx, prefixDropped, func(k string, _ []byte) error { names = append(names, k); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(names) != 1 || names[0] != recent.Key {
-		t.Fatalf("dropped names %v, want only %s", names, recent.Key)
+	if len(names) != 2 || names[0] != withJobs.Key || names[1] != recent.Key {
+		t.Fatalf("dropped names %v, want only %s and %s", names, withJobs.Key, recent.Key)
+	}
+	var pointers []string
+	if err := cat.List(ctx, prefixCollMoved, func(k string, _ []byte) error { pointers = append(pointers, k); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// 9: a live collection's.
+	if want := []string{collMovedKey(1), collMovedKey(8), collMovedKey(9)}; !slices.Equal(pointers, want) {
+		t.Fatalf("pointers of renamed collections %v, want %v", pointers, want)
 	}
 }
 

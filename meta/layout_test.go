@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -174,5 +175,85 @@ func TestB13_NameValuesDecodeBothLayouts(t *testing.T) {
 		if _, err := nameValueID("k", []byte(raw)); !errors.Is(err, ErrCorruptMetadata) {
 			t.Errorf("nameValueID(%q): %v, want ErrCorruptMetadata", raw, err)
 		}
+	}
+}
+
+// namesLister is a catalog that counts the listings under a prefix.
+type namesLister struct {
+	catalog.Catalog
+	prefix string
+	n      int
+}
+
+func (l *namesLister) List(ctx context.Context, prefix string, fn func(string, []byte) error) error {
+	if strings.HasPrefix(prefix, l.prefix) {
+		l.n++
+	}
+	return l.Catalog.List(ctx, prefix, fn)
+}
+
+// TestB13_JobsFindTheirCollectionWithoutAScan: an import job knows its
+// collection by its database, its id and the name it had. Looking it up
+// reads a few keys, never the database's collections, whether the
+// collection kept its name, was renamed (once or twice), was dropped
+// (renamed first or not), or was dropped and its name given to another.
+// Only a renamed collection without the pointer from its id (a catalog
+// written before renames left one) is looked for among the collections,
+// and still found.
+func TestB13_JobsFindTheirCollectionWithoutAScan(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := startEnv(t)
+	dbID := must[*walcastv1.CreateDatabaseResponse](t)(e.c.CreateDatabase(ctx, &walcastv1.CreateDatabaseRequest{Name: "db"})).Database.GetId()
+	create := func(n string) uint64 {
+		return must[*walcastv1.CreateCollectionResponse](t)(e.c.CreateCollection(ctx, &walcastv1.CreateCollectionRequest{Database: "db", Name: n, Shards: 1})).Collection.GetId()
+	}
+	rename := func(from, to string) {
+		must[*walcastv1.RenameCollectionResponse](t)(e.c.RenameCollection(ctx, &walcastv1.RenameCollectionRequest{Database: "db", OldName: from, NewName: to}))
+	}
+	drop := func(n string) {
+		must[*walcastv1.DropCollectionResponse](t)(e.c.DropCollection(ctx, &walcastv1.DropCollectionRequest{Database: "db", Name: n}))
+	}
+	kept := create("kept")
+	twice := create("a")
+	rename("a", "b")
+	rename("b", "c")
+	renamedDropped := create("r")
+	rename("r", "r2")
+	drop("r2")
+	dropped := create("x")
+	drop("x")
+	reused := create("y")
+	drop("y")
+	fresh := create("y")
+	for i := range 20 { // collections the look-ups must not read
+		create(fmt.Sprintf("other_%d", i))
+	}
+
+	l := &namesLister{Catalog: e.b().Catalog(), prefix: collNamesPrefix(dbID)}
+	r := reader{l}
+	for _, tc := range []struct {
+		name string
+		id   uint64
+		want string // "": dropped
+	}{
+		{"kept", kept, "kept"}, {"a", twice, "c"}, {"b", twice, "c"}, {"c", twice, "c"}, {"", twice, "c"},
+		{"r", renamedDropped, ""}, {"r2", renamedDropped, ""}, {"x", dropped, ""}, {"y", reused, ""}, {"y", fresh, "y"},
+	} {
+		c, ok, err := r.collByID(ctx, dbID, tc.name, tc.id)
+		if err != nil || ok != (tc.want != "") || ok && (c.Name != tc.want || c.ID != tc.id) {
+			t.Errorf("collByID(%q, %d) = %+v, %v, %v; want %q", tc.name, tc.id, c, ok, err, tc.want)
+		}
+	}
+	if l.n != 0 {
+		t.Errorf("the look-ups listed the database's collections %d times", l.n)
+	}
+
+	// A rename that left no pointer: found among the collections.
+	if err := e.b().Catalog().Commit(ctx, catalog.Delete(collMovedKey(twice))); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok, err := r.collByID(ctx, dbID, "a", twice); err != nil || !ok || c.Name != "c" || l.n != 1 {
+		t.Errorf("collByID of a collection renamed without a pointer: %+v, %v, %v after %d listings; want c after 1", c, ok, err, l.n)
 	}
 }

@@ -33,13 +33,17 @@ import (
 // the record under meta/coll/<id>. Both layouts are read; a collection
 // written again (renamed, split) moves to the one key, and a drop deletes
 // both. Nothing else looks a collection up by id but the import jobs, which
-// know its database and the name it had (collByID).
+// know its database and the name it had (collByID): a renamed collection
+// leaves a pointer from its id to its name (meta/collmoved/<id>), which
+// stays after a drop until the drop's entry in the dropped-names index
+// expires, so that no look-up by id scans a database's collections.
 const (
 	keyIDs          = "meta/ids"          // end of the reserved id block, 8 bytes big endian
 	prefixDB        = "meta/db/"          // <db id> → dbRecord
 	prefixDBName    = "meta/dbname/"      // <name> → db id
 	prefixColl      = "meta/coll/"        // <coll id> → collRecord: the layout before one key per collection
 	prefixCollName  = "meta/collname/"    // <db id>/<name> → collRecord (before: coll id in decimal)
+	prefixCollMoved = "meta/collmoved/"   // <coll id> → movedRecord: a renamed collection's name
 	prefixDropped   = "meta/droppedname/" // <db id>/<name>/<coll id> → droppedRecord
 	prefixIndex     = "meta/index/"       // <coll id>/<name> → indexRecord
 	prefixUser      = "meta/user/"        // <name> → userRecord
@@ -57,6 +61,7 @@ func dbNameKey(name string) string             { return prefixDBName + name }
 func collKey(id uint64) string                 { return prefixColl + idStr(id) }
 func collNamesPrefix(dbID uint64) string       { return prefixCollName + idStr(dbID) + "/" }
 func collNameKey(dbID uint64, n string) string { return collNamesPrefix(dbID) + n }
+func collMovedKey(id uint64) string            { return prefixCollMoved + idStr(id) }
 func droppedPrefix(dbID uint64, n string) string {
 	return prefixDropped + idStr(dbID) + "/" + n + "/"
 }
@@ -126,6 +131,11 @@ type (
 	}
 	droppedRecord struct {
 		DroppedAt int64 `json:"dropped_at"`
+	}
+	// movedRecord is where a renamed collection went: the name it was
+	// last given in its database.
+	movedRecord struct {
+		Name string `json:"name"`
 	}
 	indexRecord struct {
 		ID        uint64 `json:"id"`
@@ -513,16 +523,35 @@ func (r reader) collByName(ctx context.Context, dbID uint64, name string) (c col
 // collByID reads the record of collection id of database dbID, which was
 // named name when last known (an import job's collection): under that
 // name if it still has it, under its id in a catalog of the layout before
-// one key per collection, else among its database's collections (it was
-// renamed). ok false: the collection was dropped.
+// one key per collection, under the name its id points at if it was
+// renamed since. ok false: the collection was dropped, which the
+// dropped-names index says under the name it had last. Only a catalog
+// written before renames left a pointer (or a drop whose entry has
+// expired) makes it look among the database's collections.
 func (r reader) collByID(ctx context.Context, dbID uint64, name string, id uint64) (c collRecord, ok bool, err error) {
 	if name != "" {
 		if c, ok, err = r.collByName(ctx, dbID, name); err != nil || ok && c.ID == id {
 			return c, ok, err
 		}
 	}
+	c = collRecord{}
 	if ok, err = r.get(ctx, collKey(id), &c); err != nil || ok {
 		return c, ok, err
+	}
+	var m movedRecord
+	if ok, err = r.get(ctx, collMovedKey(id), &m); err != nil {
+		return collRecord{}, false, err
+	}
+	if ok && m.Name != name {
+		if c, ok, err = r.collByName(ctx, dbID, m.Name); err != nil || ok && c.ID == id {
+			return c, ok, err
+		}
+		name = m.Name
+	}
+	if name != "" {
+		if ok, err = r.exists(ctx, droppedKey(dbID, name, id)); err != nil || ok {
+			return collRecord{}, false, err
+		}
 	}
 	var key string
 	var raw []byte
