@@ -54,7 +54,9 @@ var (
 	// (broadcast.ErrFailedPrecondition: FailedPrecondition).
 	ErrTooManyIndexes = kind("too many indexes", broadcast.ErrFailedPrecondition)
 	// ErrTooManyGrants refuses a grant beyond MaxGrantsPerObject on one
-	// database or collection (broadcast.ErrFailedPrecondition:
+	// database or collection (fewer under a catalog of smaller
+	// transactions), and a drop or rename whose grants would not fit the
+	// catalog's transaction (broadcast.ErrFailedPrecondition:
 	// FailedPrecondition).
 	ErrTooManyGrants = kind("too many grants", broadcast.ErrFailedPrecondition)
 

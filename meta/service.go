@@ -434,6 +434,9 @@ func (s *Service) DropDatabase(ctx context.Context, req *walcastv1.DropDatabaseR
 		if p.Grants, err = s.grantsOn(ctx, b, r, id, 0); err != nil {
 			return nil, err
 		}
+		if err := fitsOneTransaction(r.cat.Limits(), "dropping database "+name, 2+2*len(p.Grants), len(p.Grants)); err != nil {
+			return nil, err
+		}
 		return control(b), nil
 	})
 	if err != nil {
@@ -592,6 +595,9 @@ func (s *Service) DropCollection(ctx context.Context, req *walcastv1.DropCollect
 			if p.Grants, err = s.grantsOn(ctx, b, r, dbID, collID); err != nil {
 				return nil, err
 			}
+			if err := fitsOneTransaction(r.cat.Limits(), "dropping "+db+"."+name, dropCollOps+len(p.Indexes)+2*len(p.Grants), len(p.Grants)); err != nil {
+				return nil, err
+			}
 			p.DroppedAt = s.now()
 			return p.Collection.VChannels, nil
 		})
@@ -670,6 +676,10 @@ func (s *Service) RenameCollection(ctx context.Context, req *walcastv1.RenameCol
 			}
 			for i := range p.Grants {
 				p.Grants[i].Collection = newName
+			}
+			// Its old name, old id key, new name and pointer, and its grants.
+			if err := fitsOneTransaction(r.cat.Limits(), "renaming "+db+"."+oldName, 4+len(p.Grants), len(p.Grants)); err != nil {
+				return nil, err
 			}
 			return c.VChannels, nil
 		})
@@ -879,8 +889,8 @@ func (s *Service) changeGrant(ctx context.Context, typ message.Type, gpb *walcas
 			if err != nil {
 				return nil, err
 			}
-			if len(on) >= MaxGrantsPerObject {
-				return nil, errorf(ErrTooManyGrants, "%s.%s has %d grants, limit %d", g.Database, g.Collection, len(on), MaxGrantsPerObject)
+			if most := grantsPerObject(r.cat.Limits()); len(on) >= most {
+				return nil, errorf(ErrTooManyGrants, "%s.%s has %d grants, limit %d", g.Database, g.Collection, len(on), most)
 			}
 		}
 		p.Grant = g

@@ -44,6 +44,13 @@ type StandaloneConfig struct {
 	// Once the file passes half of it, history older than a minute is
 	// compacted at once instead of after etcd_compaction_retention.
 	EtcdQuotaBytes int64 `yaml:"etcd_quota_bytes"`
+	// EtcdMaxTxnOps bounds the operations of one transaction of the
+	// embedded etcd (etcd's max-txn-ops), less one for the leader's
+	// fence: what one task's TOMBSTONE and its callback's effects may
+	// write. At least 64. Set it to a cluster's catalog.max_txn_ops (128,
+	// etcd's default) to try what that cluster takes; the metadata
+	// service bounds the grants of one database or collection by it.
+	EtcdMaxTxnOps int `yaml:"etcd_max_txn_ops"`
 	// WALRetention is how long standalone's WAL entries are kept at
 	// least: an entry older than this that every streaming node of the
 	// process has saved a state past is dropped (checked every tenth of
@@ -107,6 +114,7 @@ func defaultStandaloneConfig() StandaloneConfig {
 		NATSMaxMemory:           256 << 20,
 		EtcdCompactionRetention: Duration(time.Minute),
 		EtcdQuotaBytes:          embedetcd.DefaultQuotaBytes,
+		EtcdMaxTxnOps:           embedetcd.DefaultMaxTxnOps,
 		WALRetention:            Duration(10 * time.Minute),
 		MemoryLimit:             DefaultMemoryLimit,
 	}
@@ -127,6 +135,8 @@ func (s StandaloneConfig) Validate() error {
 		return badSetting("standalone.memory_limit", "%d is below 64 MiB (0 sets no limit)", s.MemoryLimit)
 	case s.EtcdQuotaBytes < 64<<20 || s.EtcdQuotaBytes > 8<<30:
 		return badSetting("standalone.etcd_quota_bytes", "%d is outside 64 MiB..8 GiB (etcd's largest supported quota)", s.EtcdQuotaBytes)
+	case s.EtcdMaxTxnOps < 64:
+		return badSetting("standalone.etcd_max_txn_ops", "%d is below 64", s.EtcdMaxTxnOps)
 	}
 	return nil
 }

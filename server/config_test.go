@@ -122,6 +122,7 @@ func TestR9_7_InvalidNamesAndRangesNameTheSetting(t *testing.T) {
 		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=17179869184", "standalone.etcd_quota_bytes"},
 		{"WALCAST_STANDALONE_MEMORY_LIMIT=1048576", "standalone.memory_limit"},
 		{"WALCAST_STANDALONE_MEMORY_LIMIT=-1", "standalone.memory_limit"},
+		{"WALCAST_STANDALONE_ETCD_MAX_TXN_OPS=63", "standalone.etcd_max_txn_ops"},
 	}
 	for _, c := range cases {
 		_, err := Load("", []string{c.env}, nil, nil)
@@ -133,6 +134,7 @@ func TestR9_7_InvalidNamesAndRangesNameTheSetting(t *testing.T) {
 	for _, env := range [][]string{{"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=0"}, {"WALCAST_WAL_KAFKA_REPLICATION_FACTOR=32767"},
 		{"WALCAST_WAL_PCHANNEL_PREFIX=" + strings.Repeat("p", 63)}, {"WALCAST_NODES_NAME=node-1.a"},
 		{"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=67108864"}, {"WALCAST_STANDALONE_ETCD_QUOTA_BYTES=8589934592"},
+		{"WALCAST_STANDALONE_ETCD_MAX_TXN_OPS=64"},
 		{"WALCAST_STANDALONE_MEMORY_LIMIT=0"}, {"WALCAST_STANDALONE_MEMORY_LIMIT=67108864"}} {
 		if _, err := Load("", env, nil, nil); err != nil {
 			t.Errorf("%s: %v", env, err)

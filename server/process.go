@@ -341,7 +341,8 @@ func StartStandalone(ctx context.Context, cfg Config, application app.App) (_ *P
 	go func() {
 		s, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientPort: etcdPort, Logger: embedLog,
 			CompactionRetention: cfg.Standalone.EtcdCompactionRetention.D(), QuotaBytes: cfg.Standalone.EtcdQuotaBytes,
-			OnFatal: fatal("embedded etcd")})
+			MaxTxnOps: cfg.Standalone.EtcdMaxTxnOps,
+			OnFatal:   fatal("embedded etcd")})
 		etcdc <- etcdStart{s, err}
 	}()
 	ns, err := embednats.Start(ctx, embednats.Config{Dir: filepath.Join(dir, "nats"), Port: natsPort, SyncAlways: cfg.WAL.NATS.SyncAlways, Logger: embedLog,
