@@ -119,3 +119,75 @@ func TestB13_WholeSnapshotOfCompactViewsIsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestB13_CompactViewKeepsEveryField: a view with any one of its saved
+// fields set (each exported field in turn, so also one added later)
+// decodes from its saved form to the same view: a field the compact form
+// does not hold makes the view JSON, never lost.
+func TestB13_CompactViewKeepsEveryField(t *testing.T) {
+	base := view{CollectionID: 7, Collection: "c", DatabaseID: 3, Database: "db", Applied: 1}
+	typ := reflect.TypeFor[view]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		v := base
+		fv := reflect.ValueOf(&v).Elem().Field(i)
+		switch fv.Kind() {
+		case reflect.Bool:
+			fv.SetBool(true)
+		case reflect.Int, reflect.Int64:
+			fv.SetInt(fv.Int() + 2)
+		case reflect.Uint64:
+			fv.SetUint(fv.Uint() + 2)
+		case reflect.String:
+			fv.SetString(fv.String() + "x")
+		case reflect.Slice:
+			s := reflect.MakeSlice(fv.Type(), 1, 1)
+			fillNonZero(s.Index(0))
+			fv.Set(s)
+		case reflect.Map:
+			m := reflect.MakeMap(fv.Type())
+			k, e := reflect.New(fv.Type().Key()).Elem(), reflect.New(fv.Type().Elem()).Elem()
+			fillNonZero(k)
+			fillNonZero(e)
+			m.SetMapIndex(k, e)
+			fv.Set(m)
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to set it", f.Name, fv.Kind())
+		}
+		enc, err := encodeView(&v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got view
+		if err := decodeView(enc, &got); err != nil {
+			t.Fatalf("%s set: decode %q: %v", f.Name, enc, err)
+		}
+		if !reflect.DeepEqual(got, v) {
+			t.Errorf("%s set: saved as %q, decoded %+v, want %+v", f.Name, enc, got, v)
+		}
+	}
+}
+
+// fillNonZero sets v (a string, number or struct of them) to something
+// other than its zero value.
+func fillNonZero(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint64:
+		v.SetUint(1)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fillNonZero(v.Field(i))
+			}
+		}
+	}
+}
